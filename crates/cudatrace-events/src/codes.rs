@@ -1,0 +1,205 @@
+//! Small integer codes stored in every record: which API made the call, what
+//! happened to memory, and what kind of memory it was.
+
+macro_rules! code_enum {
+    (
+        $(#[$meta:meta])*
+        pub enum $name:ident { $( $(#[$vmeta:meta])* $variant:ident = $value:expr => $text:expr, )* }
+    ) => {
+        $(#[$meta])*
+        #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord)]
+        #[repr(u8)]
+        pub enum $name { $( $(#[$vmeta])* $variant = $value, )* }
+
+        impl $name {
+            /// Every value, in code order.
+            pub const ALL: &'static [$name] = &[ $( $name::$variant, )* ];
+
+            /// Decodes a stored byte; `None` for a code this version does not know.
+            pub fn from_code(code: u8) -> Option<Self> {
+                match code {
+                    $( $value => Some($name::$variant), )*
+                    _ => None,
+                }
+            }
+
+            /// The name users see in reports and JSON.
+            pub fn name(self) -> &'static str {
+                match self { $( $name::$variant => $text, )* }
+            }
+
+            /// Inverse of [`Self::name`].
+            pub fn from_name(text: &str) -> Option<Self> {
+                match text {
+                    $( $text => Some($name::$variant), )*
+                    _ => None,
+                }
+            }
+        }
+
+        impl std::fmt::Display for $name {
+            fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+                f.write_str(self.name())
+            }
+        }
+    };
+}
+
+code_enum! {
+    /// What a record says happened.
+    pub enum Op {
+        /// A reserved sequence number whose call failed; carries nothing.
+        Void = 0 => "void",
+        /// Memory (or an imported mapping) came into existence.
+        Alloc = 1 => "alloc",
+        /// Memory recorded by an earlier `Alloc` went away.
+        Free = 2 => "free",
+        /// An allocation failed with `CUDA_ERROR_OUT_OF_MEMORY`.
+        Oom = 3 => "oom",
+        /// A VMM physical handle was mapped at a virtual address (`cuMemMap`).
+        Map = 4 => "map",
+        /// A VMM mapping was removed (`cuMemUnmap`).
+        Unmap = 5 => "unmap",
+        /// Virtual address space was reserved (`cuMemAddressReserve`).
+        Reserve = 6 => "reserve",
+        /// Reserved address space was given back (`cuMemAddressFree`).
+        Unreserve = 7 => "unreserve",
+    }
+}
+
+code_enum! {
+    /// What sort of memory a record is about.
+    pub enum Kind {
+        /// Plain device memory (`cuMemAlloc`).
+        Device = 0 => "device",
+        /// Unified memory (`cuMemAllocManaged`).
+        Managed = 1 => "managed",
+        /// Pitched device memory; the size is pitch x height.
+        Pitch = 2 => "pitch",
+        /// Stream-ordered memory from a memory pool (`cuMemAllocAsync`).
+        Pool = 3 => "pool",
+        /// Physical memory behind a VMM handle (`cuMemCreate`).
+        VmmPhysical = 4 => "vmm-physical",
+        /// A CUDA array or mipmapped array.
+        Array = 5 => "array",
+        /// Page-locked host memory, allocated or registered.
+        HostPinned = 6 => "host-pinned",
+        /// Another process's memory opened through CUDA IPC.
+        IpcImport = 7 => "ipc-import",
+        /// Virtual address space only (reservations and VMM mappings).
+        VirtualAddress = 8 => "virtual-address",
+    }
+}
+
+impl Kind {
+    /// Whether bytes of this kind count towards a device's footprint.
+    pub fn counts_as_device_memory(self) -> bool {
+        matches!(
+            self,
+            Kind::Device | Kind::Managed | Kind::Pitch | Kind::Pool | Kind::VmmPhysical | Kind::Array
+        )
+    }
+}
+
+code_enum! {
+    /// The entry point the program called. For driver calls made inside a
+    /// runtime call, this is the runtime entry point (the runtime tags them).
+    pub enum Api {
+        Unknown = 0 => "unknown",
+        CuMemAlloc = 1 => "cuMemAlloc",
+        CuMemAllocV2 = 2 => "cuMemAlloc_v2",
+        CuMemAllocPitch = 3 => "cuMemAllocPitch",
+        CuMemAllocPitchV2 = 4 => "cuMemAllocPitch_v2",
+        CuMemAllocManaged = 5 => "cuMemAllocManaged",
+        CuMemAllocAsync = 6 => "cuMemAllocAsync",
+        CuMemAllocAsyncPtsz = 7 => "cuMemAllocAsync_ptsz",
+        CuMemAllocFromPoolAsync = 8 => "cuMemAllocFromPoolAsync",
+        CuMemAllocFromPoolAsyncPtsz = 9 => "cuMemAllocFromPoolAsync_ptsz",
+        CuMemCreate = 10 => "cuMemCreate",
+        CuArrayCreate = 11 => "cuArrayCreate",
+        CuArrayCreateV2 = 12 => "cuArrayCreate_v2",
+        CuArray3DCreate = 13 => "cuArray3DCreate",
+        CuArray3DCreateV2 = 14 => "cuArray3DCreate_v2",
+        CuMipmappedArrayCreate = 15 => "cuMipmappedArrayCreate",
+        CuMemFree = 16 => "cuMemFree",
+        CuMemFreeV2 = 17 => "cuMemFree_v2",
+        CuMemFreeAsync = 18 => "cuMemFreeAsync",
+        CuMemFreeAsyncPtsz = 19 => "cuMemFreeAsync_ptsz",
+        CuMemRelease = 20 => "cuMemRelease",
+        CuArrayDestroy = 21 => "cuArrayDestroy",
+        CuMipmappedArrayDestroy = 22 => "cuMipmappedArrayDestroy",
+        CuMemAddressReserve = 23 => "cuMemAddressReserve",
+        CuMemAddressFree = 24 => "cuMemAddressFree",
+        CuMemMap = 25 => "cuMemMap",
+        CuMemUnmap = 26 => "cuMemUnmap",
+        CuMemHostAlloc = 27 => "cuMemHostAlloc",
+        CuMemAllocHost = 28 => "cuMemAllocHost",
+        CuMemAllocHostV2 = 29 => "cuMemAllocHost_v2",
+        CuMemHostRegister = 30 => "cuMemHostRegister",
+        CuMemHostRegisterV2 = 31 => "cuMemHostRegister_v2",
+        CuMemFreeHost = 32 => "cuMemFreeHost",
+        CuMemHostUnregister = 33 => "cuMemHostUnregister",
+        CuIpcOpenMemHandle = 34 => "cuIpcOpenMemHandle",
+        CuIpcOpenMemHandleV2 = 35 => "cuIpcOpenMemHandle_v2",
+        CuIpcCloseMemHandle = 36 => "cuIpcCloseMemHandle",
+        CudaMalloc = 64 => "cudaMalloc",
+        CudaFree = 65 => "cudaFree",
+        CudaMallocAsync = 66 => "cudaMallocAsync",
+        CudaMallocAsyncPtsz = 67 => "cudaMallocAsync_ptsz",
+        CudaFreeAsync = 68 => "cudaFreeAsync",
+        CudaFreeAsyncPtsz = 69 => "cudaFreeAsync_ptsz",
+        CudaMallocFromPoolAsync = 70 => "cudaMallocFromPoolAsync",
+        CudaMallocFromPoolAsyncPtsz = 71 => "cudaMallocFromPoolAsync_ptsz",
+        CudaMallocManaged = 72 => "cudaMallocManaged",
+        CudaMallocPitch = 73 => "cudaMallocPitch",
+        CudaMalloc3D = 74 => "cudaMalloc3D",
+        CudaMallocHost = 75 => "cudaMallocHost",
+        CudaHostAlloc = 76 => "cudaHostAlloc",
+        CudaFreeHost = 77 => "cudaFreeHost",
+        CudaMallocArray = 78 => "cudaMallocArray",
+        CudaMalloc3DArray = 79 => "cudaMalloc3DArray",
+        CudaFreeArray = 80 => "cudaFreeArray",
+        CudaHostRegister = 81 => "cudaHostRegister",
+        CudaHostUnregister = 82 => "cudaHostUnregister",
+        CudaIpcOpenMemHandle = 83 => "cudaIpcOpenMemHandle",
+        CudaIpcCloseMemHandle = 84 => "cudaIpcCloseMemHandle",
+    }
+}
+
+impl Api {
+    /// Whether this is a CUDA runtime (`cuda*`) entry point.
+    pub fn is_runtime(self) -> bool {
+        (self as u8) >= 64
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn every_code_round_trips_through_its_byte_and_its_name() {
+        for &api in Api::ALL {
+            assert_eq!(Api::from_code(api as u8), Some(api));
+            assert_eq!(Api::from_name(api.name()), Some(api));
+        }
+        for &kind in Kind::ALL {
+            assert_eq!(Kind::from_code(kind as u8), Some(kind));
+            assert_eq!(Kind::from_name(kind.name()), Some(kind));
+        }
+        for &op in Op::ALL {
+            assert_eq!(Op::from_code(op as u8), Some(op));
+        }
+        assert_eq!(Api::from_code(63), None);
+        assert_eq!(Kind::from_code(9), None);
+        assert_eq!(Op::from_code(8), None);
+    }
+
+    #[test]
+    fn runtime_apis_are_told_apart_from_driver_apis() {
+        assert!(Api::CudaMalloc.is_runtime());
+        assert!(Api::CudaIpcCloseMemHandle.is_runtime());
+        assert!(!Api::CuMemAllocV2.is_runtime());
+        assert!(!Api::CuIpcCloseMemHandle.is_runtime());
+    }
+}

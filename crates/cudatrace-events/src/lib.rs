@@ -1,0 +1,19 @@
+//! The event format shared by the code that runs inside a traced process
+//! (`libcudatrace.so`) and the code that runs outside it (the `cudatrace` CLI).
+//!
+//! Inside the process, every hooked CUDA call that changes memory writes one
+//! fixed-layout [`RawRecord`] into a per-process *spool file* mapped with
+//! `MAP_SHARED`; the kernel keeps those pages when the process dies, so every
+//! record whose hook has returned survives a crash. Outside the process,
+//! [`spool::SpoolReader`] turns a spool file back into [`Event`]s.
+//!
+//! Nothing in this crate allocates or locks on the writer side: the hook only
+//! needs [`RawRecord`], [`SpoolHeader`] and the code enums.
+
+pub mod codes;
+pub mod layout;
+pub mod spool;
+
+pub use codes::{Api, Kind, Op};
+pub use layout::{RawRecord, SpoolHeader, SPOOL_MAGIC, SPOOL_VERSION};
+pub use spool::{Event, ProcessInfo, Spool, SpoolError, SpoolReader};

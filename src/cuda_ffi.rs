@@ -1,0 +1,180 @@
+//! The slice of the CUDA driver and runtime ABI that the hooks need, written by
+//! hand from `cuda.h`, `cuda_runtime_api.h` and `driver_types.h` (CUDA 12 and 13).
+//!
+//! Every enum is a plain integer: the driver may return values a newer header
+//! added, and a Rust enum holding an unknown discriminant is undefined behaviour.
+#![allow(non_camel_case_types, non_snake_case, non_upper_case_globals, dead_code)]
+
+use std::ffi::{c_char, c_int, c_uint, c_void};
+
+/// `CUresult`.
+pub type CUresult = c_int;
+pub const CUDA_SUCCESS: CUresult = 0;
+pub const CUDA_ERROR_OUT_OF_MEMORY: CUresult = 2;
+pub const CUDA_ERROR_NOT_INITIALIZED: CUresult = 3;
+
+/// `cudaError_t`.
+pub type cudaError_t = c_int;
+pub const cudaErrorInitializationError: cudaError_t = 3;
+
+pub type CUdeviceptr = u64;
+/// The 32-bit device pointer of the pre-3.2 ABI (`cuMemAlloc` without `_v2`).
+pub type CUdeviceptr_v1 = c_uint;
+pub type CUdevice = c_int;
+pub type CUstream = *mut c_void;
+pub type CUmemoryPool = *mut c_void;
+pub type CUarray = *mut c_void;
+pub type CUmipmappedArray = *mut c_void;
+pub type CUmemGenericAllocationHandle = u64;
+pub type cuuint64_t = u64;
+/// `CUdriverProcAddressQueryResult` (an enum).
+pub type CUdriverProcAddressQueryResult = c_int;
+
+/// `CU_GET_PROC_ADDRESS_PER_THREAD_DEFAULT_STREAM`.
+pub const CU_GET_PROC_ADDRESS_PER_THREAD_DEFAULT_STREAM: cuuint64_t = 2;
+/// `CU_STREAM_PER_THREAD`: the handle `_ptsz` entry points use for stream 0.
+pub const CU_STREAM_PER_THREAD: u64 = 2;
+/// `CU_MEM_LOCATION_TYPE_DEVICE`.
+pub const CU_MEM_LOCATION_TYPE_DEVICE: c_int = 1;
+
+/// `CUipcMemHandle`, passed by value.
+#[repr(C)]
+#[derive(Clone, Copy)]
+pub struct CUipcMemHandle {
+    pub reserved: [c_char; 64],
+}
+
+/// `CUmemLocation`.
+#[repr(C)]
+#[derive(Clone, Copy)]
+pub struct CUmemLocation {
+    pub type_: c_int,
+    pub id: c_int,
+}
+
+/// The `allocFlags` member of `CUmemAllocationProp`.
+#[repr(C)]
+#[derive(Clone, Copy)]
+pub struct CUmemAllocationPropAllocFlags {
+    pub compressionType: u8,
+    pub gpuDirectRDMACapable: u8,
+    pub usage: u16,
+    pub reserved: [u8; 4],
+}
+
+/// `CUmemAllocationProp`.
+#[repr(C)]
+#[derive(Clone, Copy)]
+pub struct CUmemAllocationProp {
+    pub type_: c_int,
+    pub requestedHandleTypes: c_int,
+    pub location: CUmemLocation,
+    pub win32HandleMetaData: *mut c_void,
+    pub allocFlags: CUmemAllocationPropAllocFlags,
+}
+
+/// `CUDA_ARRAY_DESCRIPTOR` (the `_v2` layout, with `size_t` extents).
+#[repr(C)]
+#[derive(Clone, Copy)]
+pub struct CUDA_ARRAY_DESCRIPTOR {
+    pub Width: usize,
+    pub Height: usize,
+    pub Format: c_int,
+    pub NumChannels: c_uint,
+}
+
+/// `CUDA_ARRAY3D_DESCRIPTOR` (the `_v2` layout).
+#[repr(C)]
+#[derive(Clone, Copy)]
+pub struct CUDA_ARRAY3D_DESCRIPTOR {
+    pub Width: usize,
+    pub Height: usize,
+    pub Depth: usize,
+    pub Format: c_int,
+    pub NumChannels: c_uint,
+    pub Flags: c_uint,
+}
+
+/// `CUDA_ARRAY_DESCRIPTOR_v1`, taken by the unversioned `cuArrayCreate`.
+#[repr(C)]
+#[derive(Clone, Copy)]
+pub struct CUDA_ARRAY_DESCRIPTOR_v1 {
+    pub Width: c_uint,
+    pub Height: c_uint,
+    pub Format: c_int,
+    pub NumChannels: c_uint,
+}
+
+/// `CUDA_ARRAY3D_DESCRIPTOR_v1`, taken by the unversioned `cuArray3DCreate`.
+#[repr(C)]
+#[derive(Clone, Copy)]
+pub struct CUDA_ARRAY3D_DESCRIPTOR_v1 {
+    pub Width: c_uint,
+    pub Height: c_uint,
+    pub Depth: c_uint,
+    pub Format: c_int,
+    pub NumChannels: c_uint,
+    pub Flags: c_uint,
+}
+
+/// `cudaPitchedPtr`.
+#[repr(C)]
+#[derive(Clone, Copy)]
+pub struct cudaPitchedPtr {
+    pub ptr: *mut c_void,
+    pub pitch: usize,
+    pub xsize: usize,
+    pub ysize: usize,
+}
+
+/// `cudaExtent`, passed by value.
+#[repr(C)]
+#[derive(Clone, Copy)]
+pub struct cudaExtent {
+    pub width: usize,
+    pub height: usize,
+    pub depth: usize,
+}
+
+/// `cudaChannelFormatDesc`.
+#[repr(C)]
+#[derive(Clone, Copy)]
+pub struct cudaChannelFormatDesc {
+    pub x: c_int,
+    pub y: c_int,
+    pub z: c_int,
+    pub w: c_int,
+    pub f: c_int,
+}
+
+/// `cudaIpcMemHandle_t`, passed by value.
+#[repr(C)]
+#[derive(Clone, Copy)]
+pub struct cudaIpcMemHandle_t {
+    pub reserved: [c_char; 64],
+}
+
+/// `cudaStream_t`, `cudaMemPool_t`, `cudaArray_t`.
+pub type cudaStream_t = *mut c_void;
+pub type cudaMemPool_t = *mut c_void;
+pub type cudaArray_t = *mut c_void;
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::mem::{offset_of, size_of};
+
+    #[test]
+    fn struct_layouts_match_the_c_headers() {
+        assert_eq!(size_of::<CUmemAllocationProp>(), 32);
+        assert_eq!(offset_of!(CUmemAllocationProp, location), 8);
+        assert_eq!(offset_of!(CUmemAllocationProp, allocFlags), 24);
+        assert_eq!(size_of::<CUDA_ARRAY_DESCRIPTOR>(), 24);
+        assert_eq!(size_of::<CUDA_ARRAY3D_DESCRIPTOR>(), 40);
+        assert_eq!(size_of::<CUDA_ARRAY_DESCRIPTOR_v1>(), 16);
+        assert_eq!(size_of::<CUDA_ARRAY3D_DESCRIPTOR_v1>(), 24);
+        assert_eq!(size_of::<CUipcMemHandle>(), 64);
+        assert_eq!(size_of::<cudaPitchedPtr>(), 32);
+        assert_eq!(size_of::<cudaExtent>(), 24);
+    }
+}

@@ -1,0 +1,705 @@
+//! Hooks for the driver's allocation entry points, one per versioned export,
+//! each with the export's exact C signature. The driver is the source of
+//! truth: every allocation, whichever door it came through, ends here.
+//!
+//! Each hook calls the real function with the caller's arguments unchanged and
+//! returns its result unchanged; the bookkeeping happens around the call.
+
+use crate::array_bytes::{array_bytes, mipmapped_array_bytes};
+use crate::cuda_ffi::*;
+use crate::live_table::Namespace;
+use crate::recorder::{
+    allocation_returned, free_returned, free_starting, range_release_starting, range_returned, AddressRange,
+    Allocation, DeviceOf,
+};
+use crate::symbols::{real_fn, Sym};
+use cudatrace_events::{Api, Kind, Op};
+use std::ffi::{c_uint, c_void};
+
+macro_rules! real_or_fail {
+    ($sym:ident, $ty:ty) => {
+        // SAFETY: `$ty` is the C signature of the export `$sym`.
+        match unsafe { real_fn::<$ty>(Sym::$sym) } {
+            Some(real) => real,
+            None => return CUDA_ERROR_NOT_INITIALIZED,
+        }
+    };
+}
+
+/// Reads an out-parameter the driver has just written, tolerating NULL.
+fn read<T: Copy>(ptr: *const T, or: T) -> T {
+    if ptr.is_null() {
+        or
+    } else {
+        // SAFETY: the driver succeeded, so a non-null out-parameter holds a value.
+        unsafe { *ptr }
+    }
+}
+
+fn per_thread(stream: CUstream) -> u64 {
+    if stream.is_null() {
+        CU_STREAM_PER_THREAD
+    } else {
+        stream as u64
+    }
+}
+
+fn device_memory(api: Api, kind: Kind) -> Allocation {
+    Allocation::new(api, kind, Namespace::Device)
+}
+
+// ---- Device memory -------------------------------------------------------
+
+/// Hook for the 32-bit `cuMemAlloc` of the pre-3.2 ABI.
+///
+/// # Safety
+/// Same contract as the driver's function.
+#[unsafe(no_mangle)]
+pub unsafe extern "C" fn cuMemAlloc(dptr: *mut CUdeviceptr_v1, bytesize: c_uint) -> CUresult {
+    let real = real_or_fail!(cuMemAlloc, unsafe extern "C" fn(*mut CUdeviceptr_v1, c_uint) -> CUresult);
+    // SAFETY: arguments forwarded unchanged.
+    let result = unsafe { real(dptr, bytesize) };
+    let size = u64::from(bytesize);
+    allocation_returned(result, device_memory(Api::CuMemAlloc, Kind::Device), size, || u64::from(read(dptr, 0)), || size);
+    result
+}
+
+/// Hook for `cuMemAlloc_v2`.
+///
+/// # Safety
+/// Same contract as the driver's function.
+#[unsafe(no_mangle)]
+pub unsafe extern "C" fn cuMemAlloc_v2(dptr: *mut CUdeviceptr, bytesize: usize) -> CUresult {
+    let real = real_or_fail!(cuMemAlloc_v2, unsafe extern "C" fn(*mut CUdeviceptr, usize) -> CUresult);
+    // SAFETY: arguments forwarded unchanged.
+    let result = unsafe { real(dptr, bytesize) };
+    let size = bytesize as u64;
+    allocation_returned(result, device_memory(Api::CuMemAllocV2, Kind::Device), size, || read(dptr, 0), || size);
+    result
+}
+
+/// Hook for the 32-bit `cuMemAllocPitch`.
+///
+/// # Safety
+/// Same contract as the driver's function.
+#[unsafe(no_mangle)]
+pub unsafe extern "C" fn cuMemAllocPitch(
+    dptr: *mut CUdeviceptr_v1,
+    pitch: *mut c_uint,
+    width_in_bytes: c_uint,
+    height: c_uint,
+    element_size_bytes: c_uint,
+) -> CUresult {
+    let real = real_or_fail!(
+        cuMemAllocPitch,
+        unsafe extern "C" fn(*mut CUdeviceptr_v1, *mut c_uint, c_uint, c_uint, c_uint) -> CUresult
+    );
+    // SAFETY: arguments forwarded unchanged.
+    let result = unsafe { real(dptr, pitch, width_in_bytes, height, element_size_bytes) };
+    let pitch_bytes = if result == CUDA_SUCCESS { u64::from(read(pitch, 0)) } else { 0 };
+    let mut call = device_memory(Api::CuMemAllocPitch, Kind::Pitch);
+    call.arg1 = pitch_bytes;
+    let requested = u64::from(width_in_bytes) * u64::from(height);
+    allocation_returned(result, call, requested, || u64::from(read(dptr, 0)), || pitch_bytes * u64::from(height));
+    result
+}
+
+/// Hook for `cuMemAllocPitch_v2`.
+///
+/// # Safety
+/// Same contract as the driver's function.
+#[unsafe(no_mangle)]
+pub unsafe extern "C" fn cuMemAllocPitch_v2(
+    dptr: *mut CUdeviceptr,
+    pitch: *mut usize,
+    width_in_bytes: usize,
+    height: usize,
+    element_size_bytes: c_uint,
+) -> CUresult {
+    let real = real_or_fail!(
+        cuMemAllocPitch_v2,
+        unsafe extern "C" fn(*mut CUdeviceptr, *mut usize, usize, usize, c_uint) -> CUresult
+    );
+    // SAFETY: arguments forwarded unchanged.
+    let result = unsafe { real(dptr, pitch, width_in_bytes, height, element_size_bytes) };
+    let pitch_bytes = if result == CUDA_SUCCESS { read(pitch, 0) as u64 } else { 0 };
+    let mut call = device_memory(Api::CuMemAllocPitchV2, Kind::Pitch);
+    call.arg1 = pitch_bytes;
+    let requested = (width_in_bytes as u64).saturating_mul(height as u64);
+    allocation_returned(result, call, requested, || read(dptr, 0), || pitch_bytes.saturating_mul(height as u64));
+    result
+}
+
+/// Hook for `cuMemAllocManaged`.
+///
+/// # Safety
+/// Same contract as the driver's function.
+#[unsafe(no_mangle)]
+pub unsafe extern "C" fn cuMemAllocManaged(dptr: *mut CUdeviceptr, bytesize: usize, flags: c_uint) -> CUresult {
+    let real = real_or_fail!(cuMemAllocManaged, unsafe extern "C" fn(*mut CUdeviceptr, usize, c_uint) -> CUresult);
+    // SAFETY: arguments forwarded unchanged.
+    let result = unsafe { real(dptr, bytesize, flags) };
+    let size = bytesize as u64;
+    allocation_returned(result, device_memory(Api::CuMemAllocManaged, Kind::Managed), size, || read(dptr, 0), || size);
+    result
+}
+
+type AllocAsync = unsafe extern "C" fn(*mut CUdeviceptr, usize, CUstream) -> CUresult;
+type AllocFromPoolAsync = unsafe extern "C" fn(*mut CUdeviceptr, usize, CUmemoryPool, CUstream) -> CUresult;
+
+fn pool_allocation(api: Api, stream: u64, pool: CUmemoryPool) -> Allocation {
+    let mut call = device_memory(api, Kind::Pool);
+    call.stream = stream;
+    call.arg1 = pool as u64;
+    call
+}
+
+/// Hook for `cuMemAllocAsync`.
+///
+/// # Safety
+/// Same contract as the driver's function.
+#[unsafe(no_mangle)]
+pub unsafe extern "C" fn cuMemAllocAsync(dptr: *mut CUdeviceptr, bytesize: usize, stream: CUstream) -> CUresult {
+    let real = real_or_fail!(cuMemAllocAsync, AllocAsync);
+    // SAFETY: arguments forwarded unchanged.
+    let result = unsafe { real(dptr, bytesize, stream) };
+    let call = pool_allocation(Api::CuMemAllocAsync, stream as u64, std::ptr::null_mut());
+    allocation_returned(result, call, bytesize as u64, || read(dptr, 0), || bytesize as u64);
+    result
+}
+
+/// Hook for `cuMemAllocAsync_ptsz` (per-thread default stream).
+///
+/// # Safety
+/// Same contract as the driver's function.
+#[unsafe(no_mangle)]
+pub unsafe extern "C" fn cuMemAllocAsync_ptsz(dptr: *mut CUdeviceptr, bytesize: usize, stream: CUstream) -> CUresult {
+    let real = real_or_fail!(cuMemAllocAsync_ptsz, AllocAsync);
+    // SAFETY: arguments forwarded unchanged.
+    let result = unsafe { real(dptr, bytesize, stream) };
+    let call = pool_allocation(Api::CuMemAllocAsyncPtsz, per_thread(stream), std::ptr::null_mut());
+    allocation_returned(result, call, bytesize as u64, || read(dptr, 0), || bytesize as u64);
+    result
+}
+
+/// Hook for `cuMemAllocFromPoolAsync`.
+///
+/// # Safety
+/// Same contract as the driver's function.
+#[unsafe(no_mangle)]
+pub unsafe extern "C" fn cuMemAllocFromPoolAsync(
+    dptr: *mut CUdeviceptr,
+    bytesize: usize,
+    pool: CUmemoryPool,
+    stream: CUstream,
+) -> CUresult {
+    let real = real_or_fail!(cuMemAllocFromPoolAsync, AllocFromPoolAsync);
+    // SAFETY: arguments forwarded unchanged.
+    let result = unsafe { real(dptr, bytesize, pool, stream) };
+    let call = pool_allocation(Api::CuMemAllocFromPoolAsync, stream as u64, pool);
+    allocation_returned(result, call, bytesize as u64, || read(dptr, 0), || bytesize as u64);
+    result
+}
+
+/// Hook for `cuMemAllocFromPoolAsync_ptsz`.
+///
+/// # Safety
+/// Same contract as the driver's function.
+#[unsafe(no_mangle)]
+pub unsafe extern "C" fn cuMemAllocFromPoolAsync_ptsz(
+    dptr: *mut CUdeviceptr,
+    bytesize: usize,
+    pool: CUmemoryPool,
+    stream: CUstream,
+) -> CUresult {
+    let real = real_or_fail!(cuMemAllocFromPoolAsync_ptsz, AllocFromPoolAsync);
+    // SAFETY: arguments forwarded unchanged.
+    let result = unsafe { real(dptr, bytesize, pool, stream) };
+    let call = pool_allocation(Api::CuMemAllocFromPoolAsyncPtsz, per_thread(stream), pool);
+    allocation_returned(result, call, bytesize as u64, || read(dptr, 0), || bytesize as u64);
+    result
+}
+
+type FreeDevice = unsafe extern "C" fn(CUdeviceptr) -> CUresult;
+type FreeAsync = unsafe extern "C" fn(CUdeviceptr, CUstream) -> CUresult;
+
+/// Hook for the 32-bit `cuMemFree`.
+///
+/// # Safety
+/// Same contract as the driver's function.
+#[unsafe(no_mangle)]
+pub unsafe extern "C" fn cuMemFree(dptr: CUdeviceptr_v1) -> CUresult {
+    let real = real_or_fail!(cuMemFree, unsafe extern "C" fn(CUdeviceptr_v1) -> CUresult);
+    let pending = free_starting(Namespace::Device, u64::from(dptr));
+    // SAFETY: arguments forwarded unchanged.
+    let result = unsafe { real(dptr) };
+    free_returned(pending, result, Api::CuMemFree, 0);
+    result
+}
+
+/// Hook for `cuMemFree_v2`, which also frees stream-ordered allocations.
+///
+/// # Safety
+/// Same contract as the driver's function.
+#[unsafe(no_mangle)]
+pub unsafe extern "C" fn cuMemFree_v2(dptr: CUdeviceptr) -> CUresult {
+    let real = real_or_fail!(cuMemFree_v2, FreeDevice);
+    let pending = free_starting(Namespace::Device, dptr);
+    // SAFETY: arguments forwarded unchanged.
+    let result = unsafe { real(dptr) };
+    free_returned(pending, result, Api::CuMemFreeV2, 0);
+    result
+}
+
+/// Hook for `cuMemFreeAsync`.
+///
+/// # Safety
+/// Same contract as the driver's function.
+#[unsafe(no_mangle)]
+pub unsafe extern "C" fn cuMemFreeAsync(dptr: CUdeviceptr, stream: CUstream) -> CUresult {
+    let real = real_or_fail!(cuMemFreeAsync, FreeAsync);
+    let pending = free_starting(Namespace::Device, dptr);
+    // SAFETY: arguments forwarded unchanged.
+    let result = unsafe { real(dptr, stream) };
+    free_returned(pending, result, Api::CuMemFreeAsync, stream as u64);
+    result
+}
+
+/// Hook for `cuMemFreeAsync_ptsz`.
+///
+/// # Safety
+/// Same contract as the driver's function.
+#[unsafe(no_mangle)]
+pub unsafe extern "C" fn cuMemFreeAsync_ptsz(dptr: CUdeviceptr, stream: CUstream) -> CUresult {
+    let real = real_or_fail!(cuMemFreeAsync_ptsz, FreeAsync);
+    let pending = free_starting(Namespace::Device, dptr);
+    // SAFETY: arguments forwarded unchanged.
+    let result = unsafe { real(dptr, stream) };
+    free_returned(pending, result, Api::CuMemFreeAsyncPtsz, per_thread(stream));
+    result
+}
+
+// ---- Virtual memory management ------------------------------------------
+
+/// Hook for `cuMemCreate`: physical memory on `prop.location`.
+///
+/// # Safety
+/// Same contract as the driver's function.
+#[unsafe(no_mangle)]
+pub unsafe extern "C" fn cuMemCreate(
+    handle: *mut CUmemGenericAllocationHandle,
+    size: usize,
+    prop: *const CUmemAllocationProp,
+    flags: u64,
+) -> CUresult {
+    let real = real_or_fail!(
+        cuMemCreate,
+        unsafe extern "C" fn(*mut CUmemGenericAllocationHandle, usize, *const CUmemAllocationProp, u64) -> CUresult
+    );
+    // SAFETY: arguments forwarded unchanged.
+    let result = unsafe { real(handle, size, prop, flags) };
+    let location = if prop.is_null() {
+        None
+    } else {
+        // SAFETY: the caller passed a valid property struct.
+        Some(unsafe { (*prop).location })
+    };
+    let device = match location {
+        Some(location) if location.type_ == CU_MEM_LOCATION_TYPE_DEVICE => i8::try_from(location.id).unwrap_or(-1),
+        _ => -1,
+    };
+    let mut call = Allocation::new(Api::CuMemCreate, Kind::VmmPhysical, Namespace::VmmHandle);
+    call.device = DeviceOf::Known(device);
+    allocation_returned(result, call, size as u64, || read(handle, 0), || size as u64);
+    result
+}
+
+/// Hook for `cuMemRelease`. The physical memory is gone once the last mapping
+/// of the handle is removed too; readers of the trace work that out.
+///
+/// # Safety
+/// Same contract as the driver's function.
+#[unsafe(no_mangle)]
+pub unsafe extern "C" fn cuMemRelease(handle: CUmemGenericAllocationHandle) -> CUresult {
+    let real = real_or_fail!(cuMemRelease, unsafe extern "C" fn(CUmemGenericAllocationHandle) -> CUresult);
+    let pending = free_starting(Namespace::VmmHandle, handle);
+    // SAFETY: arguments forwarded unchanged.
+    let result = unsafe { real(handle) };
+    free_returned(pending, result, Api::CuMemRelease, 0);
+    result
+}
+
+/// Hook for `cuMemAddressReserve`: address space only, never counted as memory.
+///
+/// # Safety
+/// Same contract as the driver's function.
+#[unsafe(no_mangle)]
+pub unsafe extern "C" fn cuMemAddressReserve(
+    ptr: *mut CUdeviceptr,
+    size: usize,
+    alignment: usize,
+    addr: CUdeviceptr,
+    flags: u64,
+) -> CUresult {
+    let real = real_or_fail!(
+        cuMemAddressReserve,
+        unsafe extern "C" fn(*mut CUdeviceptr, usize, usize, CUdeviceptr, u64) -> CUresult
+    );
+    // SAFETY: arguments forwarded unchanged.
+    let result = unsafe { real(ptr, size, alignment, addr, flags) };
+    let range = AddressRange { op: Op::Reserve, api: Api::CuMemAddressReserve, address: 0, size: size as u64, handle: 0, offset: 0 };
+    range_returned(result, None, range, || read(ptr, 0));
+    result
+}
+
+/// Hook for `cuMemAddressFree`.
+///
+/// # Safety
+/// Same contract as the driver's function.
+#[unsafe(no_mangle)]
+pub unsafe extern "C" fn cuMemAddressFree(ptr: CUdeviceptr, size: usize) -> CUresult {
+    let real = real_or_fail!(cuMemAddressFree, unsafe extern "C" fn(CUdeviceptr, usize) -> CUresult);
+    let reserved = range_release_starting();
+    // SAFETY: arguments forwarded unchanged.
+    let result = unsafe { real(ptr, size) };
+    let range = AddressRange { op: Op::Unreserve, api: Api::CuMemAddressFree, address: ptr, size: size as u64, handle: 0, offset: 0 };
+    range_returned(result, reserved, range, || ptr);
+    result
+}
+
+/// Hook for `cuMemMap`: a mapping, never an allocation of its own.
+///
+/// # Safety
+/// Same contract as the driver's function.
+#[unsafe(no_mangle)]
+pub unsafe extern "C" fn cuMemMap(
+    ptr: CUdeviceptr,
+    size: usize,
+    offset: usize,
+    handle: CUmemGenericAllocationHandle,
+    flags: u64,
+) -> CUresult {
+    let real = real_or_fail!(
+        cuMemMap,
+        unsafe extern "C" fn(CUdeviceptr, usize, usize, CUmemGenericAllocationHandle, u64) -> CUresult
+    );
+    // SAFETY: arguments forwarded unchanged.
+    let result = unsafe { real(ptr, size, offset, handle, flags) };
+    let range = AddressRange { op: Op::Map, api: Api::CuMemMap, address: ptr, size: size as u64, handle, offset: offset as u64 };
+    range_returned(result, None, range, || ptr);
+    result
+}
+
+/// Hook for `cuMemUnmap`, which may cover several mappings at once.
+///
+/// # Safety
+/// Same contract as the driver's function.
+#[unsafe(no_mangle)]
+pub unsafe extern "C" fn cuMemUnmap(ptr: CUdeviceptr, size: usize) -> CUresult {
+    let real = real_or_fail!(cuMemUnmap, unsafe extern "C" fn(CUdeviceptr, usize) -> CUresult);
+    let reserved = range_release_starting();
+    // SAFETY: arguments forwarded unchanged.
+    let result = unsafe { real(ptr, size) };
+    let range = AddressRange { op: Op::Unmap, api: Api::CuMemUnmap, address: ptr, size: size as u64, handle: 0, offset: 0 };
+    range_returned(result, reserved, range, || ptr);
+    result
+}
+
+// ---- Arrays ---------------------------------------------------------------
+
+fn array_allocation(api: Api) -> Allocation {
+    Allocation::new(api, Kind::Array, Namespace::Array)
+}
+
+/// Hook for `cuArrayCreate` (the 32-bit descriptor).
+///
+/// # Safety
+/// Same contract as the driver's function.
+#[unsafe(no_mangle)]
+pub unsafe extern "C" fn cuArrayCreate(handle: *mut CUarray, desc: *const CUDA_ARRAY_DESCRIPTOR_v1) -> CUresult {
+    let real = real_or_fail!(cuArrayCreate, unsafe extern "C" fn(*mut CUarray, *const CUDA_ARRAY_DESCRIPTOR_v1) -> CUresult);
+    // SAFETY: arguments forwarded unchanged.
+    let result = unsafe { real(handle, desc) };
+    let bytes = if desc.is_null() {
+        0
+    } else {
+        // SAFETY: the caller passed a valid descriptor.
+        let d = unsafe { *desc };
+        array_bytes(d.Width.into(), d.Height.into(), 0, d.Format, d.NumChannels)
+    };
+    allocation_returned(result, array_allocation(Api::CuArrayCreate), bytes, || read(handle, std::ptr::null_mut()) as u64, || bytes);
+    result
+}
+
+/// Hook for `cuArrayCreate_v2`.
+///
+/// # Safety
+/// Same contract as the driver's function.
+#[unsafe(no_mangle)]
+pub unsafe extern "C" fn cuArrayCreate_v2(handle: *mut CUarray, desc: *const CUDA_ARRAY_DESCRIPTOR) -> CUresult {
+    let real = real_or_fail!(cuArrayCreate_v2, unsafe extern "C" fn(*mut CUarray, *const CUDA_ARRAY_DESCRIPTOR) -> CUresult);
+    // SAFETY: arguments forwarded unchanged.
+    let result = unsafe { real(handle, desc) };
+    let bytes = if desc.is_null() {
+        0
+    } else {
+        // SAFETY: the caller passed a valid descriptor.
+        let d = unsafe { *desc };
+        array_bytes(d.Width as u64, d.Height as u64, 0, d.Format, d.NumChannels)
+    };
+    allocation_returned(result, array_allocation(Api::CuArrayCreateV2), bytes, || read(handle, std::ptr::null_mut()) as u64, || bytes);
+    result
+}
+
+/// Hook for `cuArray3DCreate` (the 32-bit descriptor).
+///
+/// # Safety
+/// Same contract as the driver's function.
+#[unsafe(no_mangle)]
+pub unsafe extern "C" fn cuArray3DCreate(handle: *mut CUarray, desc: *const CUDA_ARRAY3D_DESCRIPTOR_v1) -> CUresult {
+    let real = real_or_fail!(cuArray3DCreate, unsafe extern "C" fn(*mut CUarray, *const CUDA_ARRAY3D_DESCRIPTOR_v1) -> CUresult);
+    // SAFETY: arguments forwarded unchanged.
+    let result = unsafe { real(handle, desc) };
+    let bytes = if desc.is_null() {
+        0
+    } else {
+        // SAFETY: the caller passed a valid descriptor.
+        let d = unsafe { *desc };
+        array_bytes(d.Width.into(), d.Height.into(), d.Depth.into(), d.Format, d.NumChannels)
+    };
+    allocation_returned(result, array_allocation(Api::CuArray3DCreate), bytes, || read(handle, std::ptr::null_mut()) as u64, || bytes);
+    result
+}
+
+/// Hook for `cuArray3DCreate_v2`.
+///
+/// # Safety
+/// Same contract as the driver's function.
+#[unsafe(no_mangle)]
+pub unsafe extern "C" fn cuArray3DCreate_v2(handle: *mut CUarray, desc: *const CUDA_ARRAY3D_DESCRIPTOR) -> CUresult {
+    let real = real_or_fail!(cuArray3DCreate_v2, unsafe extern "C" fn(*mut CUarray, *const CUDA_ARRAY3D_DESCRIPTOR) -> CUresult);
+    // SAFETY: arguments forwarded unchanged.
+    let result = unsafe { real(handle, desc) };
+    let bytes = if desc.is_null() {
+        0
+    } else {
+        // SAFETY: the caller passed a valid descriptor.
+        let d = unsafe { *desc };
+        array_bytes(d.Width as u64, d.Height as u64, d.Depth as u64, d.Format, d.NumChannels)
+    };
+    allocation_returned(result, array_allocation(Api::CuArray3DCreateV2), bytes, || read(handle, std::ptr::null_mut()) as u64, || bytes);
+    result
+}
+
+/// Hook for `cuMipmappedArrayCreate`.
+///
+/// # Safety
+/// Same contract as the driver's function.
+#[unsafe(no_mangle)]
+pub unsafe extern "C" fn cuMipmappedArrayCreate(
+    handle: *mut CUmipmappedArray,
+    desc: *const CUDA_ARRAY3D_DESCRIPTOR,
+    levels: c_uint,
+) -> CUresult {
+    let real = real_or_fail!(
+        cuMipmappedArrayCreate,
+        unsafe extern "C" fn(*mut CUmipmappedArray, *const CUDA_ARRAY3D_DESCRIPTOR, c_uint) -> CUresult
+    );
+    // SAFETY: arguments forwarded unchanged.
+    let result = unsafe { real(handle, desc, levels) };
+    let bytes = if desc.is_null() {
+        0
+    } else {
+        // SAFETY: the caller passed a valid descriptor.
+        let d = unsafe { *desc };
+        mipmapped_array_bytes(d.Width as u64, d.Height as u64, d.Depth as u64, d.Format, d.NumChannels, levels)
+    };
+    let call = array_allocation(Api::CuMipmappedArrayCreate);
+    allocation_returned(result, call, bytes, || read(handle, std::ptr::null_mut()) as u64, || bytes);
+    result
+}
+
+/// Hook for `cuArrayDestroy`.
+///
+/// # Safety
+/// Same contract as the driver's function.
+#[unsafe(no_mangle)]
+pub unsafe extern "C" fn cuArrayDestroy(array: CUarray) -> CUresult {
+    let real = real_or_fail!(cuArrayDestroy, unsafe extern "C" fn(CUarray) -> CUresult);
+    let pending = free_starting(Namespace::Array, array as u64);
+    // SAFETY: arguments forwarded unchanged.
+    let result = unsafe { real(array) };
+    free_returned(pending, result, Api::CuArrayDestroy, 0);
+    result
+}
+
+/// Hook for `cuMipmappedArrayDestroy`.
+///
+/// # Safety
+/// Same contract as the driver's function.
+#[unsafe(no_mangle)]
+pub unsafe extern "C" fn cuMipmappedArrayDestroy(array: CUmipmappedArray) -> CUresult {
+    let real = real_or_fail!(cuMipmappedArrayDestroy, unsafe extern "C" fn(CUmipmappedArray) -> CUresult);
+    let pending = free_starting(Namespace::Array, array as u64);
+    // SAFETY: arguments forwarded unchanged.
+    let result = unsafe { real(array) };
+    free_returned(pending, result, Api::CuMipmappedArrayDestroy, 0);
+    result
+}
+
+// ---- Pinned host memory ---------------------------------------------------
+
+fn host_memory(api: Api) -> Allocation {
+    let mut call = Allocation::new(api, Kind::HostPinned, Namespace::Host);
+    call.device = DeviceOf::Known(-1);
+    call
+}
+
+/// Hook for `cuMemHostAlloc`.
+///
+/// # Safety
+/// Same contract as the driver's function.
+#[unsafe(no_mangle)]
+pub unsafe extern "C" fn cuMemHostAlloc(pp: *mut *mut c_void, bytesize: usize, flags: c_uint) -> CUresult {
+    let real = real_or_fail!(cuMemHostAlloc, unsafe extern "C" fn(*mut *mut c_void, usize, c_uint) -> CUresult);
+    // SAFETY: arguments forwarded unchanged.
+    let result = unsafe { real(pp, bytesize, flags) };
+    let size = bytesize as u64;
+    allocation_returned(result, host_memory(Api::CuMemHostAlloc), size, || read(pp, std::ptr::null_mut()) as u64, || size);
+    result
+}
+
+/// Hook for the 32-bit-size `cuMemAllocHost`.
+///
+/// # Safety
+/// Same contract as the driver's function.
+#[unsafe(no_mangle)]
+pub unsafe extern "C" fn cuMemAllocHost(pp: *mut *mut c_void, bytesize: c_uint) -> CUresult {
+    let real = real_or_fail!(cuMemAllocHost, unsafe extern "C" fn(*mut *mut c_void, c_uint) -> CUresult);
+    // SAFETY: arguments forwarded unchanged.
+    let result = unsafe { real(pp, bytesize) };
+    let size = u64::from(bytesize);
+    allocation_returned(result, host_memory(Api::CuMemAllocHost), size, || read(pp, std::ptr::null_mut()) as u64, || size);
+    result
+}
+
+/// Hook for `cuMemAllocHost_v2`.
+///
+/// # Safety
+/// Same contract as the driver's function.
+#[unsafe(no_mangle)]
+pub unsafe extern "C" fn cuMemAllocHost_v2(pp: *mut *mut c_void, bytesize: usize) -> CUresult {
+    let real = real_or_fail!(cuMemAllocHost_v2, unsafe extern "C" fn(*mut *mut c_void, usize) -> CUresult);
+    // SAFETY: arguments forwarded unchanged.
+    let result = unsafe { real(pp, bytesize) };
+    let size = bytesize as u64;
+    allocation_returned(result, host_memory(Api::CuMemAllocHostV2), size, || read(pp, std::ptr::null_mut()) as u64, || size);
+    result
+}
+
+type HostRegister = unsafe extern "C" fn(*mut c_void, usize, c_uint) -> CUresult;
+
+/// Hook for `cuMemHostRegister`.
+///
+/// # Safety
+/// Same contract as the driver's function.
+#[unsafe(no_mangle)]
+pub unsafe extern "C" fn cuMemHostRegister(p: *mut c_void, bytesize: usize, flags: c_uint) -> CUresult {
+    let real = real_or_fail!(cuMemHostRegister, HostRegister);
+    // SAFETY: arguments forwarded unchanged.
+    let result = unsafe { real(p, bytesize, flags) };
+    let size = bytesize as u64;
+    allocation_returned(result, host_memory(Api::CuMemHostRegister), size, || p as u64, || size);
+    result
+}
+
+/// Hook for `cuMemHostRegister_v2`.
+///
+/// # Safety
+/// Same contract as the driver's function.
+#[unsafe(no_mangle)]
+pub unsafe extern "C" fn cuMemHostRegister_v2(p: *mut c_void, bytesize: usize, flags: c_uint) -> CUresult {
+    let real = real_or_fail!(cuMemHostRegister_v2, HostRegister);
+    // SAFETY: arguments forwarded unchanged.
+    let result = unsafe { real(p, bytesize, flags) };
+    let size = bytesize as u64;
+    allocation_returned(result, host_memory(Api::CuMemHostRegisterV2), size, || p as u64, || size);
+    result
+}
+
+/// Hook for `cuMemFreeHost`.
+///
+/// # Safety
+/// Same contract as the driver's function.
+#[unsafe(no_mangle)]
+pub unsafe extern "C" fn cuMemFreeHost(p: *mut c_void) -> CUresult {
+    let real = real_or_fail!(cuMemFreeHost, unsafe extern "C" fn(*mut c_void) -> CUresult);
+    let pending = free_starting(Namespace::Host, p as u64);
+    // SAFETY: arguments forwarded unchanged.
+    let result = unsafe { real(p) };
+    free_returned(pending, result, Api::CuMemFreeHost, 0);
+    result
+}
+
+/// Hook for `cuMemHostUnregister`.
+///
+/// # Safety
+/// Same contract as the driver's function.
+#[unsafe(no_mangle)]
+pub unsafe extern "C" fn cuMemHostUnregister(p: *mut c_void) -> CUresult {
+    let real = real_or_fail!(cuMemHostUnregister, unsafe extern "C" fn(*mut c_void) -> CUresult);
+    let pending = free_starting(Namespace::Host, p as u64);
+    // SAFETY: arguments forwarded unchanged.
+    let result = unsafe { real(p) };
+    free_returned(pending, result, Api::CuMemHostUnregister, 0);
+    result
+}
+
+// ---- Memory imported from other processes ----------------------------------
+
+type IpcOpen = unsafe extern "C" fn(*mut CUdeviceptr, CUipcMemHandle, c_uint) -> CUresult;
+
+fn ipc_import(api: Api) -> Allocation {
+    Allocation::new(api, Kind::IpcImport, Namespace::IpcImport)
+}
+
+/// Hook for `cuIpcOpenMemHandle`. The size of imported memory is not known
+/// without a further driver call, so it is recorded as 0.
+///
+/// # Safety
+/// Same contract as the driver's function.
+#[unsafe(no_mangle)]
+pub unsafe extern "C" fn cuIpcOpenMemHandle(pdptr: *mut CUdeviceptr, handle: CUipcMemHandle, flags: c_uint) -> CUresult {
+    let real = real_or_fail!(cuIpcOpenMemHandle, IpcOpen);
+    // SAFETY: arguments forwarded unchanged.
+    let result = unsafe { real(pdptr, handle, flags) };
+    allocation_returned(result, ipc_import(Api::CuIpcOpenMemHandle), 0, || read(pdptr, 0), || 0);
+    result
+}
+
+/// Hook for `cuIpcOpenMemHandle_v2`.
+///
+/// # Safety
+/// Same contract as the driver's function.
+#[unsafe(no_mangle)]
+pub unsafe extern "C" fn cuIpcOpenMemHandle_v2(pdptr: *mut CUdeviceptr, handle: CUipcMemHandle, flags: c_uint) -> CUresult {
+    let real = real_or_fail!(cuIpcOpenMemHandle_v2, IpcOpen);
+    // SAFETY: arguments forwarded unchanged.
+    let result = unsafe { real(pdptr, handle, flags) };
+    allocation_returned(result, ipc_import(Api::CuIpcOpenMemHandleV2), 0, || read(pdptr, 0), || 0);
+    result
+}
+
+/// Hook for `cuIpcCloseMemHandle`.
+///
+/// # Safety
+/// Same contract as the driver's function.
+#[unsafe(no_mangle)]
+pub unsafe extern "C" fn cuIpcCloseMemHandle(dptr: CUdeviceptr) -> CUresult {
+    let real = real_or_fail!(cuIpcCloseMemHandle, FreeDevice);
+    let pending = free_starting(Namespace::IpcImport, dptr);
+    // SAFETY: arguments forwarded unchanged.
+    let result = unsafe { real(dptr) };
+    free_returned(pending, result, Api::CuIpcCloseMemHandle, 0);
+    result
+}

@@ -1,0 +1,457 @@
+/*
+ * Test program for the tracer, run under LD_PRELOAD over the fake driver.
+ *
+ * Each scenario makes CUDA calls and prints, for every call that should be
+ * recorded, one line describing the event the tracer must write:
+ *
+ *   E <op> <runtime api or -> <driver api> <kind> <address> <size> <device> <stream>
+ *
+ * The tests compare these lines, in order, with the decoded spool, so that
+ * addresses and sizes are checked exactly. Other lines start with a word of
+ * their own ("status", "pid", ...).
+ *
+ * Built twice: against the shared fake runtime and driver, and with the
+ * runtime linked statically (STATIC_RUNTIME), where only runtime scenarios
+ * exist and the runtime's exports cannot be hooked.
+ */
+#define _GNU_SOURCE
+#include <dlfcn.h>
+#include <errno.h>
+#include <pthread.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+typedef int CUresult;
+typedef int cudaError_t;
+typedef unsigned long long CUdeviceptr;
+typedef unsigned long long CUmemGenericAllocationHandle;
+typedef struct { void *ptr; size_t pitch, xsize, ysize; } cudaPitchedPtr;
+typedef struct { size_t width, height, depth; } cudaExtent;
+typedef struct { int x, y, z, w, f; } cudaChannelFormatDesc;
+typedef struct { int type; int id; } CUmemLocation;
+typedef struct {
+    int type;
+    int requestedHandleTypes;
+    CUmemLocation location;
+    void *win32HandleMetaData;
+    unsigned char allocFlags[8];
+} CUmemAllocationProp;
+typedef struct { char reserved[64]; } CUipcMemHandle;
+typedef struct { size_t Width, Height; int Format; unsigned NumChannels; } CUDA_ARRAY_DESCRIPTOR;
+typedef struct { size_t Width, Height, Depth; int Format; unsigned NumChannels, Flags; } CUDA_ARRAY3D_DESCRIPTOR;
+
+cudaError_t cudaSetDevice(int);
+cudaError_t cudaMemGetInfo(size_t *, size_t *);
+cudaError_t cudaMalloc(void **, size_t);
+cudaError_t cudaFree(void *);
+cudaError_t cudaMallocManaged(void **, size_t, unsigned);
+cudaError_t cudaMallocPitch(void **, size_t *, size_t, size_t);
+cudaError_t cudaMalloc3D(cudaPitchedPtr *, cudaExtent);
+cudaError_t cudaMallocAsync(void **, size_t, void *);
+cudaError_t cudaMallocAsync_ptsz(void **, size_t, void *);
+cudaError_t cudaMallocFromPoolAsync(void **, size_t, void *, void *);
+cudaError_t cudaFreeAsync(void *, void *);
+cudaError_t cudaFreeAsync_ptsz(void *, void *);
+cudaError_t cudaMallocHost(void **, size_t);
+cudaError_t cudaHostAlloc(void **, size_t, unsigned);
+cudaError_t cudaFreeHost(void *);
+cudaError_t cudaHostRegister(void *, size_t, unsigned);
+cudaError_t cudaHostUnregister(void *);
+cudaError_t cudaMallocArray(void **, const cudaChannelFormatDesc *, size_t, size_t, unsigned);
+cudaError_t cudaMalloc3DArray(void **, const cudaChannelFormatDesc *, cudaExtent, unsigned);
+cudaError_t cudaFreeArray(void *);
+cudaError_t cudaGetDriverEntryPointByVersion(const char *, void **, unsigned, unsigned long long, int *);
+
+static int static_runtime;
+
+static void check(const char *what, int status) {
+    if (status != 0) {
+        printf("status %s %d\n", what, status);
+        fflush(stdout);
+        exit(10);
+    }
+}
+
+/* One expected event. `runtime` is the runtime entry point, or "-". */
+static void expect(const char *op, const char *runtime, const char *driver, const char *kind,
+                   uint64_t address, uint64_t size, int device, uint64_t stream) {
+    const char *api = (runtime[0] != '-' && !static_runtime) ? runtime : driver;
+    printf("E %s %s %s 0x%llx %llu %d 0x%llx\n", op, api, kind, (unsigned long long)address,
+           (unsigned long long)size, device, (unsigned long long)stream);
+}
+
+static void scenario_runtime(void) {
+    void *a, *b, *managed, *pitched, *host1, *host2, *async1, *async2, *pooled, *on_device1;
+    size_t pitch;
+    /* The first recorded call creates the spool; the program's errno must survive it. */
+    errno = 4242;
+    check("cudaMalloc", cudaMalloc(&a, 1 << 20));
+    printf("errno %d\n", errno);
+    expect("alloc", "cudaMalloc", "cuMemAlloc_v2", "device", (uintptr_t)a, 1 << 20, 0, 0);
+    check("cudaMalloc", cudaMalloc(&b, 2 << 20));
+    expect("alloc", "cudaMalloc", "cuMemAlloc_v2", "device", (uintptr_t)b, 2 << 20, 0, 0);
+    check("cudaFree", cudaFree(a));
+    expect("free", "cudaFree", "cuMemFree_v2", "device", (uintptr_t)a, 1 << 20, 0, 0);
+    check("cudaFree(NULL)", cudaFree(NULL));
+
+    check("cudaMallocManaged", cudaMallocManaged(&managed, 4096, 1));
+    expect("alloc", "cudaMallocManaged", "cuMemAllocManaged", "managed", (uintptr_t)managed, 4096, 0, 0);
+    check("cudaMallocPitch", cudaMallocPitch(&pitched, &pitch, 1000, 10));
+    expect("alloc", "cudaMallocPitch", "cuMemAllocPitch_v2", "pitch", (uintptr_t)pitched, pitch * 10, 0, 0);
+    cudaPitchedPtr p3;
+    check("cudaMalloc3D", cudaMalloc3D(&p3, (cudaExtent){ 100, 4, 2 }));
+    expect("alloc", "cudaMalloc3D", "cuMemAllocPitch_v2", "pitch", (uintptr_t)p3.ptr, p3.pitch * 8, 0, 0);
+
+    check("cudaMallocHost", cudaMallocHost(&host1, 8192));
+    expect("alloc", "cudaMallocHost", "cuMemAllocHost_v2", "host-pinned", (uintptr_t)host1, 8192, -1, 0);
+    check("cudaHostAlloc", cudaHostAlloc(&host2, 4096, 0));
+    expect("alloc", "cudaHostAlloc", "cuMemHostAlloc", "host-pinned", (uintptr_t)host2, 4096, -1, 0);
+    check("cudaFreeHost", cudaFreeHost(host1));
+    expect("free", "cudaFreeHost", "cuMemFreeHost", "host-pinned", (uintptr_t)host1, 8192, -1, 0);
+    check("cudaFreeHost", cudaFreeHost(host2));
+    expect("free", "cudaFreeHost", "cuMemFreeHost", "host-pinned", (uintptr_t)host2, 4096, -1, 0);
+
+    void *stream = (void *)0x1234;
+    check("cudaMallocAsync", cudaMallocAsync(&async1, 65536, stream));
+    expect("alloc", "cudaMallocAsync", "cuMemAllocAsync", "pool", (uintptr_t)async1, 65536, 0, 0x1234);
+    check("cudaMallocAsync_ptsz", cudaMallocAsync_ptsz(&async2, 32768, NULL));
+    expect("alloc", "cudaMallocAsync_ptsz", "cuMemAllocAsync_ptsz", "pool", (uintptr_t)async2, 32768, 0, 2);
+    check("cudaMallocFromPoolAsync", cudaMallocFromPoolAsync(&pooled, 16384, (void *)0x5678, stream));
+    expect("alloc", "cudaMallocFromPoolAsync", "cuMemAllocFromPoolAsync", "pool", (uintptr_t)pooled, 16384, 0, 0x1234);
+    check("cudaFreeAsync", cudaFreeAsync(async1, stream));
+    expect("free", "cudaFreeAsync", "cuMemFreeAsync", "pool", (uintptr_t)async1, 65536, 0, 0x1234);
+    /* A stream-ordered allocation released by a plain free. */
+    check("cudaFree", cudaFree(async2));
+    expect("free", "cudaFree", "cuMemFree_v2", "pool", (uintptr_t)async2, 32768, 0, 0);
+    check("cudaFreeAsync_ptsz", cudaFreeAsync_ptsz(pooled, NULL));
+    expect("free", "cudaFreeAsync_ptsz", "cuMemFreeAsync_ptsz", "pool", (uintptr_t)pooled, 16384, 0, 2);
+
+    check("cudaSetDevice", cudaSetDevice(1));
+    check("cudaMalloc", cudaMalloc(&on_device1, 4096));
+    expect("alloc", "cudaMalloc", "cuMemAlloc_v2", "device", (uintptr_t)on_device1, 4096, 1, 0);
+    check("cudaFree", cudaFree(on_device1));
+    expect("free", "cudaFree", "cuMemFree_v2", "device", (uintptr_t)on_device1, 4096, 1, 0);
+    check("cudaSetDevice", cudaSetDevice(0));
+
+    void *array;
+    cudaChannelFormatDesc float4 = { 32, 32, 32, 32, 2 }, uchar1 = { 8, 0, 0, 0, 1 };
+    check("cudaMallocArray", cudaMallocArray(&array, &float4, 100, 0, 0));
+    expect("alloc", "cudaMallocArray", "cuArrayCreate_v2", "array", (uintptr_t)array, 1600, 0, 0);
+    check("cudaFreeArray", cudaFreeArray(array));
+    expect("free", "cudaFreeArray", "cuArrayDestroy", "array", (uintptr_t)array, 1600, 0, 0);
+    check("cudaMalloc3DArray", cudaMalloc3DArray(&array, &uchar1, (cudaExtent){ 8, 8, 8 }, 0));
+    expect("alloc", "cudaMalloc3DArray", "cuArray3DCreate_v2", "array", (uintptr_t)array, 512, 0, 0);
+    check("cudaFreeArray", cudaFreeArray(array));
+    expect("free", "cudaFreeArray", "cuArrayDestroy", "array", (uintptr_t)array, 512, 0, 0);
+
+    static char buffer[4096];
+    check("cudaHostRegister", cudaHostRegister(buffer, sizeof buffer, 0));
+    expect("alloc", "cudaHostRegister", "cuMemHostRegister_v2", "host-pinned", (uintptr_t)buffer, 4096, -1, 0);
+    check("cudaHostUnregister", cudaHostUnregister(buffer));
+    expect("free", "cudaHostUnregister", "cuMemHostUnregister", "host-pinned", (uintptr_t)buffer, 4096, -1, 0);
+
+    size_t free_bytes, total;
+    check("cudaMemGetInfo", cudaMemGetInfo(&free_bytes, &total));
+    printf("live %p %p %p %p\n", b, managed, pitched, p3.ptr);
+}
+
+static void run_threads(void *(*body)(void *), int count) {
+    pthread_t threads[64];
+    for (int i = 0; i < count; i++) pthread_create(&threads[i], NULL, body, NULL);
+    for (int i = 0; i < count; i++) pthread_join(threads[i], NULL);
+}
+
+static void *alloc_free_loop(void *unused) {
+    (void)unused;
+    for (int i = 0; i < 5000; i++) {
+        void *p;
+        check("cudaMalloc", cudaMalloc(&p, 4096));
+        check("cudaFree", cudaFree(p));
+    }
+    return NULL;
+}
+
+static void scenario_oom(void) {
+    /* Run with FAKE_CUDA_CAPACITY=1048576. */
+    void *half, *too_big;
+    check("cudaMalloc", cudaMalloc(&half, 512 << 10));
+    expect("alloc", "cudaMalloc", "cuMemAlloc_v2", "device", (uintptr_t)half, 512 << 10, 0, 0);
+    int status = cudaMalloc(&too_big, 1 << 20);
+    printf("status cudaMalloc %d\n", status);
+    expect("oom", "cudaMalloc", "cuMemAlloc_v2", "device", 0, 1 << 20, 0, 0);
+}
+
+#ifndef STATIC_RUNTIME
+CUresult cuInit(unsigned);
+CUresult cuDeviceGetCount(int *);
+CUresult cuMemAlloc(unsigned *, unsigned);
+CUresult cuMemFree(unsigned);
+CUresult cuMemAlloc_v2(CUdeviceptr *, size_t);
+CUresult cuMemFree_v2(CUdeviceptr);
+CUresult cuMemAllocPitch_v2(CUdeviceptr *, size_t *, size_t, size_t, unsigned);
+CUresult cuMemAllocManaged(CUdeviceptr *, size_t, unsigned);
+CUresult cuMemAllocHost_v2(void **, size_t);
+CUresult cuMemHostAlloc(void **, size_t, unsigned);
+CUresult cuMemFreeHost(void *);
+CUresult cuMemHostRegister_v2(void *, size_t, unsigned);
+CUresult cuMemHostUnregister(void *);
+CUresult cuArrayCreate_v2(void **, const CUDA_ARRAY_DESCRIPTOR *);
+CUresult cuArray3DCreate_v2(void **, const CUDA_ARRAY3D_DESCRIPTOR *);
+CUresult cuMipmappedArrayCreate(void **, const CUDA_ARRAY3D_DESCRIPTOR *, unsigned);
+CUresult cuArrayDestroy(void *);
+CUresult cuMipmappedArrayDestroy(void *);
+CUresult cuIpcOpenMemHandle_v2(CUdeviceptr *, CUipcMemHandle, unsigned);
+CUresult cuIpcCloseMemHandle(CUdeviceptr);
+CUresult cuMemCreate(CUmemGenericAllocationHandle *, size_t, const CUmemAllocationProp *, unsigned long long);
+
+static void scenario_driver(void) {
+    CUdeviceptr p, pitched, managed;
+    size_t pitch;
+    check("cuInit", cuInit(0));
+    check("cuMemAlloc_v2", cuMemAlloc_v2(&p, 4096));
+    expect("alloc", "-", "cuMemAlloc_v2", "device", p, 4096, 0, 0);
+    check("cuMemAllocPitch_v2", cuMemAllocPitch_v2(&pitched, &pitch, 300, 3, 4));
+    expect("alloc", "-", "cuMemAllocPitch_v2", "pitch", pitched, pitch * 3, 0, 0);
+    check("cuMemFree_v2", cuMemFree_v2(p));
+    expect("free", "-", "cuMemFree_v2", "device", p, 4096, 0, 0);
+    printf("status invalid-free %d\n", cuMemFree_v2(0x1));
+
+    unsigned small;
+    check("cuMemAlloc", cuMemAlloc(&small, 256));
+    expect("alloc", "-", "cuMemAlloc", "device", small, 256, 0, 0);
+    check("cuMemFree", cuMemFree(small));
+    expect("free", "-", "cuMemFree", "device", small, 256, 0, 0);
+
+    check("cuMemAllocManaged", cuMemAllocManaged(&managed, 8192, 1));
+    expect("alloc", "-", "cuMemAllocManaged", "managed", managed, 8192, 0, 0);
+
+    void *h1, *h2;
+    check("cuMemAllocHost_v2", cuMemAllocHost_v2(&h1, 100));
+    expect("alloc", "-", "cuMemAllocHost_v2", "host-pinned", (uintptr_t)h1, 100, -1, 0);
+    check("cuMemHostAlloc", cuMemHostAlloc(&h2, 200, 0));
+    expect("alloc", "-", "cuMemHostAlloc", "host-pinned", (uintptr_t)h2, 200, -1, 0);
+    check("cuMemFreeHost", cuMemFreeHost(h1));
+    expect("free", "-", "cuMemFreeHost", "host-pinned", (uintptr_t)h1, 100, -1, 0);
+    check("cuMemFreeHost", cuMemFreeHost(h2));
+    expect("free", "-", "cuMemFreeHost", "host-pinned", (uintptr_t)h2, 200, -1, 0);
+    static char registered[8192];
+    check("cuMemHostRegister_v2", cuMemHostRegister_v2(registered, sizeof registered, 0));
+    expect("alloc", "-", "cuMemHostRegister_v2", "host-pinned", (uintptr_t)registered, 8192, -1, 0);
+    check("cuMemHostUnregister", cuMemHostUnregister(registered));
+    expect("free", "-", "cuMemHostUnregister", "host-pinned", (uintptr_t)registered, 8192, -1, 0);
+
+    void *array, *array3d, *mipmap;
+    CUDA_ARRAY_DESCRIPTOR d2 = { 64, 32, 0x01, 1 };
+    CUDA_ARRAY3D_DESCRIPTOR d3 = { 8, 8, 8, 0x10, 2, 0 }, dm = { 8, 8, 0, 0x20, 1, 0 };
+    check("cuArrayCreate_v2", cuArrayCreate_v2(&array, &d2));
+    expect("alloc", "-", "cuArrayCreate_v2", "array", (uintptr_t)array, 2048, 0, 0);
+    check("cuArray3DCreate_v2", cuArray3DCreate_v2(&array3d, &d3));
+    expect("alloc", "-", "cuArray3DCreate_v2", "array", (uintptr_t)array3d, 2048, 0, 0);
+    check("cuMipmappedArrayCreate", cuMipmappedArrayCreate(&mipmap, &dm, 4));
+    expect("alloc", "-", "cuMipmappedArrayCreate", "array", (uintptr_t)mipmap, 340, 0, 0);
+    check("cuArrayDestroy", cuArrayDestroy(array));
+    expect("free", "-", "cuArrayDestroy", "array", (uintptr_t)array, 2048, 0, 0);
+    check("cuArrayDestroy", cuArrayDestroy(array3d));
+    expect("free", "-", "cuArrayDestroy", "array", (uintptr_t)array3d, 2048, 0, 0);
+    check("cuMipmappedArrayDestroy", cuMipmappedArrayDestroy(mipmap));
+    expect("free", "-", "cuMipmappedArrayDestroy", "array", (uintptr_t)mipmap, 340, 0, 0);
+
+    CUipcMemHandle handle;
+    memset(&handle, 0, sizeof handle);
+    uint64_t exported = 0xabc000;
+    memcpy(handle.reserved, &exported, sizeof exported);
+    CUdeviceptr imported;
+    check("cuIpcOpenMemHandle_v2", cuIpcOpenMemHandle_v2(&imported, handle, 1));
+    expect("alloc", "-", "cuIpcOpenMemHandle_v2", "ipc-import", imported, 0, 0, 0);
+    check("cuIpcCloseMemHandle", cuIpcCloseMemHandle(imported));
+    expect("free", "-", "cuIpcCloseMemHandle", "ipc-import", imported, 0, 0, 0);
+
+    check("cuMemFree_v2", cuMemFree_v2(pitched));
+    expect("free", "-", "cuMemFree_v2", "pitch", pitched, pitch * 3, 0, 0);
+}
+
+static void scenario_dlopen(void) {
+    void *handle = dlopen("libcuda.so.1", RTLD_NOW | RTLD_LOCAL);
+    if (!handle) { printf("status dlopen %s\n", dlerror()); exit(11); }
+    CUresult (*alloc)(CUdeviceptr *, size_t) = (CUresult (*)(CUdeviceptr *, size_t))dlsym(handle, "cuMemAlloc_v2");
+    CUresult (*release)(CUdeviceptr) = (CUresult (*)(CUdeviceptr))dlsym(RTLD_DEFAULT, "cuMemFree_v2");
+    CUresult (*count)(int *) = (CUresult (*)(int *))dlsym(handle, "cuDeviceGetCount");
+    if (!alloc || !release || !count) { printf("status dlsym-null\n"); exit(12); }
+    int devices = 0;
+    check("cuDeviceGetCount", count(&devices));
+    printf("devices %d\n", devices);
+    dlerror();
+    void *missing = dlsym(handle, "cuNoSuchEntryPoint");
+    printf("missing %s %s\n", missing ? "found" : "null", dlerror() ? "error" : "no-error");
+    CUdeviceptr p;
+    check("cuMemAlloc_v2", alloc(&p, 12345));
+    expect("alloc", "-", "cuMemAlloc_v2", "device", p, 12345, 0, 0);
+    check("cuMemFree_v2", release(p));
+    expect("free", "-", "cuMemFree_v2", "device", p, 12345, 0, 0);
+}
+
+static void *entry_point(const char *name, unsigned version, unsigned long long flags) {
+    void *fn = NULL;
+    int status;
+    check(name, cudaGetDriverEntryPointByVersion(name, &fn, version, flags, &status));
+    return fn;
+}
+
+static void scenario_vmm(void) {
+    CUresult (*reserve)(CUdeviceptr *, size_t, size_t, CUdeviceptr, unsigned long long) = entry_point("cuMemAddressReserve", 12000, 0);
+    CUresult (*address_free)(CUdeviceptr, size_t) = entry_point("cuMemAddressFree", 12000, 0);
+    CUresult (*create)(CUmemGenericAllocationHandle *, size_t, const CUmemAllocationProp *, unsigned long long) = entry_point("cuMemCreate", 12000, 0);
+    CUresult (*map)(CUdeviceptr, size_t, size_t, CUmemGenericAllocationHandle, unsigned long long) = entry_point("cuMemMap", 12000, 0);
+    CUresult (*unmap)(CUdeviceptr, size_t) = entry_point("cuMemUnmap", 12000, 0);
+    CUresult (*release)(CUmemGenericAllocationHandle) = entry_point("cuMemRelease", 12000, 0);
+    const size_t two_mib = 2 << 20;
+    CUdeviceptr va;
+    check("cuMemAddressReserve", reserve(&va, 2 * two_mib, 0, 0, 0));
+    expect("reserve", "-", "cuMemAddressReserve", "virtual-address", va, 2 * two_mib, -1, 0);
+    CUmemAllocationProp prop;
+    memset(&prop, 0, sizeof prop);
+    prop.type = 1;
+    prop.location.type = 1;
+    prop.location.id = 1;
+    CUmemGenericAllocationHandle handle;
+    check("cuMemCreate", create(&handle, two_mib, &prop, 0));
+    expect("alloc", "-", "cuMemCreate", "vmm-physical", handle, two_mib, 1, 0);
+    check("cuMemMap", map(va, two_mib, 0, handle, 0));
+    expect("map", "-", "cuMemMap", "virtual-address", va, two_mib, 1, 0);
+    check("cuMemMap", map(va + two_mib, two_mib, 0, handle, 0));
+    expect("map", "-", "cuMemMap", "virtual-address", va + two_mib, two_mib, 1, 0);
+    check("cuMemUnmap", unmap(va, 2 * two_mib));
+    expect("unmap", "-", "cuMemUnmap", "virtual-address", va, 2 * two_mib, -1, 0);
+    check("cuMemRelease", release(handle));
+    expect("free", "-", "cuMemRelease", "vmm-physical", handle, two_mib, 1, 0);
+    check("cuMemAddressFree", address_free(va, 2 * two_mib));
+    expect("unreserve", "-", "cuMemAddressFree", "virtual-address", va, 2 * two_mib, -1, 0);
+    printf("handle 0x%llx\n", handle);
+}
+
+static void scenario_ptsz(void) {
+    CUresult (*alloc_legacy)(CUdeviceptr *, size_t, void *) = entry_point("cuMemAllocAsync", 11020, 0);
+    CUresult (*alloc_ptsz)(CUdeviceptr *, size_t, void *) = entry_point("cuMemAllocAsync", 11020, 2);
+    CUresult (*pool_ptsz)(CUdeviceptr *, size_t, void *, void *) = entry_point("cuMemAllocFromPoolAsync", 11020, 2);
+    CUresult (*free_ptsz)(CUdeviceptr, void *) = entry_point("cuMemFreeAsync", 11020, 2);
+    CUresult (*plain_free)(CUdeviceptr) = entry_point("cuMemFree", 3020, 0);
+    printf("distinct %d\n", alloc_legacy != alloc_ptsz);
+    CUdeviceptr a, b, c;
+    check("cuMemAllocAsync_ptsz", alloc_ptsz(&a, 1000, NULL));
+    expect("alloc", "-", "cuMemAllocAsync_ptsz", "pool", a, 1000, 0, 2);
+    check("cuMemAllocFromPoolAsync_ptsz", pool_ptsz(&b, 3000, (void *)0x77, (void *)0x99));
+    expect("alloc", "-", "cuMemAllocFromPoolAsync_ptsz", "pool", b, 3000, 0, 0x99);
+    check("cuMemAllocAsync", alloc_legacy(&c, 500, (void *)0x42));
+    expect("alloc", "-", "cuMemAllocAsync", "pool", c, 500, 0, 0x42);
+    check("cuMemFreeAsync_ptsz", free_ptsz(a, NULL));
+    expect("free", "-", "cuMemFreeAsync_ptsz", "pool", a, 1000, 0, 2);
+    check("cuMemFree_v2", plain_free(b));
+    expect("free", "-", "cuMemFree_v2", "pool", b, 3000, 0, 0);
+    check("cuMemFree_v2", plain_free(c));
+    expect("free", "-", "cuMemFree_v2", "pool", c, 500, 0, 0);
+}
+
+static void scenario_driver_oom(void) {
+    scenario_oom();
+    CUdeviceptr p;
+    printf("status cuMemAlloc_v2 %d\n", cuMemAlloc_v2(&p, 2 << 20));
+    expect("oom", "-", "cuMemAlloc_v2", "device", 0, 2 << 20, 0, 0);
+    CUmemAllocationProp prop;
+    memset(&prop, 0, sizeof prop);
+    prop.type = 1;
+    prop.location.type = 1;
+    prop.location.id = 0;
+    CUmemGenericAllocationHandle handle;
+    printf("status cuMemCreate %d\n", cuMemCreate(&handle, 4 << 20, &prop, 0));
+    expect("oom", "-", "cuMemCreate", "vmm-physical", 0, 4 << 20, 0, 0);
+}
+
+static void *dlsym_loop(void *unused) {
+    (void)unused;
+    for (int i = 0; i < 2000; i++) {
+        void *p;
+        check("cudaMalloc", cudaMalloc(&p, 256));
+        check("cudaFree", cudaFree(p));
+        if (!dlsym(RTLD_DEFAULT, "cuMemAlloc_v2")) exit(13);
+    }
+    return NULL;
+}
+
+/* Forks children while other threads are inside hooks; the children must not hang. */
+static void scenario_fork_under_load(void) {
+    pthread_t threads[4];
+    for (int i = 0; i < 4; i++) pthread_create(&threads[i], NULL, dlsym_loop, NULL);
+    for (int i = 0; i < 20; i++) {
+        pid_t child = fork();
+        if (child == 0) {
+            void *handle = dlopen("libcuda.so.1", RTLD_NOW | RTLD_NOLOAD);
+            int ok = handle && dlsym(handle, "cuMemAlloc_v2") && dlsym(RTLD_DEFAULT, "cuDeviceGetCount");
+            _exit(ok ? 0 : 1);
+        }
+        int status;
+        waitpid(child, &status, 0);
+        if (!WIFEXITED(status) || WEXITSTATUS(status) != 0) { printf("status child %d\n", status); exit(14); }
+    }
+    for (int i = 0; i < 4; i++) pthread_join(threads[i], NULL);
+    printf("forks 20\n");
+}
+#endif
+
+static void scenario_fork(void) {
+    void *parent_block, *child_block;
+    check("cudaMalloc", cudaMalloc(&parent_block, 1000));
+    expect("alloc", "cudaMalloc", "cuMemAlloc_v2", "device", (uintptr_t)parent_block, 1000, 0, 0);
+    fflush(stdout);
+    pid_t child = fork();
+    if (child == 0) {
+        check("cudaMalloc", cudaMalloc(&child_block, 2000));
+        printf("child %d %p\n", getpid(), child_block);
+        check("cudaFree", cudaFree(child_block));
+        fflush(stdout);
+        _exit(0);
+    }
+    int status;
+    waitpid(child, &status, 0);
+    check("cudaFree", cudaFree(parent_block));
+    expect("free", "cudaFree", "cuMemFree_v2", "device", (uintptr_t)parent_block, 1000, 0, 0);
+    printf("parent %d child-status %d\n", getpid(), status);
+}
+
+int main(int argc, char **argv) {
+#ifdef STATIC_RUNTIME
+    static_runtime = 1;
+#endif
+    setvbuf(stdout, NULL, _IOLBF, 0);
+    const char *name = argc > 1 ? argv[1] : "";
+    if (!strcmp(name, "runtime")) scenario_runtime();
+    else if (!strcmp(name, "oom")) scenario_oom();
+    else if (!strcmp(name, "threads")) { run_threads(alloc_free_loop, 32); printf("threads 32 5000\n"); }
+    else if (!strcmp(name, "fork")) scenario_fork();
+    else if (!strcmp(name, "exec")) {
+        void *p;
+        check("cudaMalloc", cudaMalloc(&p, 3000));
+        expect("alloc", "cudaMalloc", "cuMemAlloc_v2", "device", (uintptr_t)p, 3000, 0, 0);
+        fflush(stdout);
+        execl("/proc/self/exe", argv[0], "exec-child", (char *)NULL);
+        printf("status exec failed\n");
+        return 15;
+    } else if (!strcmp(name, "exec-child")) {
+        void *p;
+        check("cudaMalloc", cudaMalloc(&p, 4000));
+        printf("exec-child %d %p\n", getpid(), p);
+    }
+#ifndef STATIC_RUNTIME
+    else if (!strcmp(name, "driver")) scenario_driver();
+    else if (!strcmp(name, "dlopen")) scenario_dlopen();
+    else if (!strcmp(name, "vmm")) scenario_vmm();
+    else if (!strcmp(name, "ptsz")) scenario_ptsz();
+    else if (!strcmp(name, "driver-oom")) scenario_driver_oom();
+    else if (!strcmp(name, "fork-under-load")) scenario_fork_under_load();
+#endif
+    else { printf("status unknown-scenario %s\n", name); return 2; }
+    return 0;
+}
