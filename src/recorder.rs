@@ -9,7 +9,7 @@
 use crate::cuda_ffi::*;
 use crate::live_table::{self, Entry, Inserted, Namespace};
 use crate::process_state::{current_tid, guarded, tracing_on};
-use crate::spool_writer::{self, monotonic_ns, Counter};
+use crate::spool_writer::{self, Counter};
 use crate::symbols::{real_fn, Sym};
 use cudatrace_events::{Api, Kind, Op, RawRecord};
 use std::cell::Cell;
@@ -125,7 +125,7 @@ fn store(seq: u64, op: Op, api: Api, kind: Kind, device: i8, address: u64, size:
         seq,
         RawRecord {
             seq_plus_one: 0,
-            time_ns: monotonic_ns(),
+            time_ns: 0,
             address,
             size,
             stream,

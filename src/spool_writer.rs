@@ -55,7 +55,7 @@ pub fn reserve_seq() -> u64 {
     NEXT_SEQ.fetch_add(1, Ordering::Relaxed)
 }
 
-/// Stores `record` in the slot of `seq` and publishes it.
+/// Stores `record` in the slot of `seq`, timestamped now, and publishes it.
 #[inline]
 pub fn write(seq: u64, mut record: RawRecord) {
     let Some(slot) = slot_for(seq) else {
@@ -63,6 +63,8 @@ pub fn write(seq: u64, mut record: RawRecord) {
         return;
     };
     record.seq_plus_one = 0;
+    // Taken once the spool exists, so no event predates its process's start time.
+    record.time_ns = monotonic_ns();
     // SAFETY: the slot belongs to `seq` alone, which this caller reserved, and
     // lies inside a live mapping of the spool.
     unsafe {

@@ -1,0 +1,246 @@
+"""Runs each GPU scenario under the tracer, checks the trace against what the
+workload itself reports, and prints a table. Exit status 1 if any fails."""
+import argparse
+import collections
+import json
+import os
+import shutil
+import subprocess
+import sys
+import tempfile
+import time
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+WORKLOADS = os.path.join(HERE, "workloads")
+DEVICE_KINDS = {"device", "managed", "pitch", "pool", "vmm-physical", "array"}
+
+
+class Run:
+    def __init__(self, returncode, stdout, stderr, seconds, processes, events, data):
+        self.returncode, self.stdout, self.stderr, self.seconds = returncode, stdout, stderr, seconds
+        self.processes, self.events, self.data = processes, events, data
+
+    def ops(self, op, api_prefix=None, kind=None):
+        return [
+            e for e in self.events
+            if e["op"] == op and (api_prefix is None or e["api"].startswith(api_prefix)) and (kind is None or e["kind"] == kind)
+        ]
+
+
+def run(args, name, argv, env=None, traced=True):
+    workdir = tempfile.mkdtemp(prefix=f"cudatrace-{name}-")
+    spool = os.path.join(workdir, "spool")
+    os.mkdir(spool)
+    out_json = os.path.join(workdir, "out.json")
+    environment = dict(os.environ, **(env or {}))
+    if traced:
+        environment["LD_PRELOAD"] = args.preload
+        environment["CUDATRACE_DIR"] = spool
+    argv = [a.replace("{out}", out_json) for a in argv]
+    start = time.perf_counter()
+    done = subprocess.run(argv, env=environment, capture_output=True, text=True, timeout=args.timeout)
+    seconds = time.perf_counter() - start
+    processes, events = [], []
+    if traced:
+        dump = subprocess.run([args.cli, "dump", "--dir", spool], capture_output=True, text=True, check=True)
+        for line in dump.stdout.splitlines():
+            record = json.loads(line)
+            (processes.append(record["process"]) if "process" in record else events.append(record))
+    data = json.load(open(out_json)) if os.path.exists(out_json) else None
+    shutil.rmtree(workdir, ignore_errors=True)
+    return Run(done.returncode, done.stdout, done.stderr, seconds, processes, events, data)
+
+
+def exited_cleanly(r):
+    if r.returncode != 0:
+        return False, f"exit {r.returncode}: {r.stderr.strip().splitlines()[-1:]}"
+    return True, ""
+
+
+def keyed(events):
+    return collections.Counter((e["address"], e["size"]) for e in events)
+
+
+def scenario_torch_caching(args):
+    r = run(args, "torch", [sys.executable, os.path.join(WORKLOADS, "torch_train.py"), "{out}", "history"])
+    ok, why = exited_cleanly(r)
+    if not ok:
+        return False, why
+    segments = r.data["segments"]
+    theirs_alloc = keyed(e | {"address": e["addr"]} for e in segments if e["action"] == "segment_alloc")
+    theirs_free = keyed(e | {"address": e["addr"]} for e in segments if e["action"] == "segment_free")
+    device0 = [e for e in r.events if e["kind"] in DEVICE_KINDS and e["device"] == 0]
+    ours_alloc = keyed(e for e in device0 if e["op"] == "alloc")
+    ours_free = keyed(e for e in device0 if e["op"] == "free")
+    missing_alloc = sum((theirs_alloc - ours_alloc).values())
+    missing_free = sum((theirs_free - ours_free).values())
+    doubled = sum(min(ours_alloc[k], 99) - theirs_alloc[k] for k in theirs_alloc if ours_alloc[k] > theirs_alloc[k])
+    extra = [e for e in device0 if e["op"] == "alloc" and (e["address"], e["size"]) not in theirs_alloc]
+    extra_by_api = collections.Counter(e["api"] for e in extra)
+    extra_caching = extra_by_api.get("cudaMalloc", 0)
+    passed = missing_alloc == 0 and missing_free == 0 and doubled == 0 and extra_caching == 0 and sum(theirs_alloc.values()) > 0
+    return passed, (
+        f"segment_alloc {sum(theirs_alloc.values())} / matched {sum(theirs_alloc.values()) - missing_alloc}; "
+        f"segment_free {sum(theirs_free.values())} / matched {sum(theirs_free.values()) - missing_free}; "
+        f"doubled {doubled}; extra allocations outside the caching allocator: {dict(extra_by_api) or 'none'}"
+    )
+
+
+def scenario_torch_overhead(args):
+    plain = run(args, "plain", [sys.executable, os.path.join(WORKLOADS, "torch_train.py"), "{out}"], traced=False)
+    traced = run(args, "traced", [sys.executable, os.path.join(WORKLOADS, "torch_train.py"), "{out}"])
+    for r in (plain, traced):
+        ok, why = exited_cleanly(r)
+        if not ok:
+            return False, why
+    a, b = plain.data["step_ms_median"], traced.data["step_ms_median"]
+    return True, f"median step {a:.2f} ms untraced, {b:.2f} ms traced ({(b - a) / a * 100:+.1f}%); {len(traced.events)} events"
+
+
+def scenario_torch_expandable(args):
+    r = run(args, "expandable", [sys.executable, os.path.join(WORKLOADS, "torch_train.py"), "{out}", "history"],
+            env={"PYTORCH_CUDA_ALLOC_CONF": "expandable_segments:True"})
+    ok, why = exited_cleanly(r)
+    if not ok:
+        return False, why
+    creates, releases = r.ops("alloc", "cuMemCreate"), r.ops("free", "cuMemRelease")
+    maps, unmaps = r.ops("map"), r.ops("unmap")
+    live = {e["address"]: e["size"] for e in creates if e["device"] == 0}
+    for e in releases:
+        live.pop(e["address"], None)
+    physical = sum(live.values())
+    reserved = r.data["reserved"]
+    theirs_mapped = sum(e["size"] for e in r.data["segments"] if e["action"] == "segment_map")
+    ours_mapped = sum(e["size"] for e in maps)
+    passed = len(creates) > 0 and len(maps) > 0 and physical == reserved
+    return passed, (
+        f"cuMemCreate {len(creates)}, cuMemRelease {len(releases)}, cuMemMap {len(maps)}, cuMemUnmap {len(unmaps)}; "
+        f"live physical {physical} B vs torch reserved {reserved} B; mapped bytes ours {ours_mapped} / torch segment_map {theirs_mapped}"
+    )
+
+
+def scenario_torch_async(args):
+    r = run(args, "async", [sys.executable, os.path.join(WORKLOADS, "torch_async.py"), "{out}"],
+            env={"PYTORCH_CUDA_ALLOC_CONF": "backend:cudaMallocAsync"})
+    ok, why = exited_cleanly(r)
+    if not ok:
+        return False, why
+    allocs, frees = keyed(r.ops("alloc", "cudaMallocAsync", "pool")), r.ops("free", kind="pool")
+    freed = collections.Counter(e["address"] for e in frees)
+    blocks = r.data["blocks"]
+    found = sum(1 for b in blocks if allocs[(b["addr"], b["size"])] == 1)
+    released = sum(1 for b in blocks if freed[b["addr"]] >= 1)
+    apis = sorted({e["api"] for e in frees})
+    return found == len(blocks) and released == len(blocks), (
+        f"{found}/{len(blocks)} tensors found as cudaMallocAsync pool allocations, {released}/{len(blocks)} freed (by {apis})"
+    )
+
+
+def scenario_static_runtime(args):
+    build = tempfile.mkdtemp(prefix="cudatrace-nvcc-")
+    binary = os.path.join(build, "static_runtime")
+    compiled = subprocess.run(["nvcc", "-o", binary, os.path.join(WORKLOADS, "static_runtime.cu")], capture_output=True, text=True)
+    if compiled.returncode != 0:
+        return False, "nvcc failed: " + compiled.stderr.strip()[-200:]
+    linked = subprocess.run(["ldd", binary], capture_output=True, text=True).stdout
+    r = run(args, "static", [binary])
+    ok, why = exited_cleanly(r)
+    if not ok:
+        return False, why
+    lines = [l.split() for l in r.stdout.splitlines()]
+    expected_allocs = [(int(l[1], 16), int(l[2])) for l in lines if l[0] == "alloc"]
+    expected_frees = [int(l[1], 16) for l in lines if l[0] == "free"]
+    async_block = [(int(l[1], 16), int(l[2])) for l in lines if l[0] == "async"][0]
+    allocs = keyed(r.ops("alloc", "cuMemAlloc_v2", "device"))
+    pool_allocs = keyed(r.ops("alloc", "cuMemAllocAsync", "pool"))
+    frees = collections.Counter(e["address"] for e in r.ops("free", "cuMemFree_v2"))
+    tagged = [e for e in r.events if e["api"].startswith("cuda")]
+    passed = (
+        all(allocs[k] == 1 for k in expected_allocs)
+        and all(frees[a] == 1 for a in expected_frees)
+        and pool_allocs[async_block] == 1
+        and not tagged
+        and "libcudart" not in linked
+    )
+    return passed, (
+        f"{sum(allocs[k] for k in expected_allocs)}/3 cudaMalloc seen as cuMemAlloc_v2, {sum(frees[a] for a in expected_frees)}/2 frees, "
+        f"cudaMallocAsync seen: {pool_allocs[async_block] == 1}; libcudart linked dynamically: {'libcudart' in linked}"
+    )
+
+
+def scenario_raw_driver(args):
+    r = run(args, "raw", [sys.executable, os.path.join(WORKLOADS, "raw_driver.py"), "{out}"])
+    ok, why = exited_cleanly(r)
+    if not ok:
+        return False, why
+    allocs = r.ops("alloc")
+    by_key = {(e["address"], e["size"]): e["api"] for e in allocs}
+    raw = r.data["ctypes"]
+    raw_api = by_key.get((raw["addr"], raw["size"]))
+    cupy = r.data.get("cupy")
+    cupy_api = by_key.get((cupy["addr"], cupy["size"])) if cupy else None
+    passed = raw_api == "cuMemAlloc_v2" and cupy_api is not None and r.data["torch_allocated_unchanged"]
+    return passed, (
+        f"ctypes cuMemAlloc_v2 64 MiB seen as {raw_api}; CuPy 32 MiB seen as {cupy_api or r.data.get('cupy_error')}; "
+        f"torch.cuda.memory_allocated unchanged: {r.data['torch_allocated_unchanged']}"
+    )
+
+
+def scenario_oom(args):
+    r = run(args, "oom", [sys.executable, os.path.join(WORKLOADS, "oom.py"), "{out}"])
+    ok, why = exited_cleanly(r)
+    if not ok:
+        return False, why
+    ooms = r.ops("oom")
+    exact = [e for e in ooms if e["size"] == r.data["request"] and e["arg2"] == r.data["total"] and e["device"] == 0]
+    desc = [f"{e['api']} {e['size']} B (free {e['arg1']}, total {e['arg2']})" for e in ooms]
+    return r.data["raised"] and len(exact) >= 1, f"torch raised: {r.data['raised']}; oom events: {desc}"
+
+
+def scenario_no_cuda(args):
+    r = run(args, "nocuda", [sys.executable, "-c", "import json; print(json.dumps([1]))"])
+    return r.returncode == 0 and not r.processes, f"spool files: {len(r.processes)}"
+
+
+SCENARIOS = [
+    ("a torch caching allocator", scenario_torch_caching),
+    ("b expandable segments", scenario_torch_expandable),
+    ("c cudaMallocAsync backend", scenario_torch_async),
+    ("d nvcc static runtime", scenario_static_runtime),
+    ("e ctypes + CuPy raw allocations", scenario_raw_driver),
+    ("f out of memory", scenario_oom),
+    ("g process without CUDA", scenario_no_cuda),
+    ("h training step overhead", scenario_torch_overhead),
+]
+
+
+def main():
+    parser = argparse.ArgumentParser()
+    parser.add_argument("--preload", required=True)
+    parser.add_argument("--cli", required=True)
+    parser.add_argument("--only", default="")
+    parser.add_argument("--timeout", type=int, default=300)
+    args = parser.parse_args()
+    for path in (args.preload, args.cli):
+        if not os.path.exists(path):
+            sys.exit(f"{path} is missing: run cargo build --release first")
+    wanted = [w for w in args.only.split(",") if w]
+    rows = []
+    for name, scenario in SCENARIOS:
+        if wanted and not any(name.startswith(w) for w in wanted):
+            continue
+        try:
+            passed, detail = scenario(args)
+        except Exception as error:  # a broken scenario is a failed row, not a dead suite
+            passed, detail = False, f"{type(error).__name__}: {error}"
+        rows.append((name, "pass" if passed else "FAIL", detail))
+        print(f"{rows[-1][1]:4}  {name}: {detail}", file=sys.stderr, flush=True)
+    print("| scenario | result | details |")
+    print("| --- | --- | --- |")
+    for row in rows:
+        print("| " + " | ".join(row) + " |")
+    sys.exit(0 if all(r[1] == "pass" for r in rows) else 1)
+
+
+if __name__ == "__main__":
+    main()
