@@ -8,14 +8,14 @@
 /// and block-compressed formats come out whole). `None` for an unknown format.
 fn doubled_bytes_per_element(format: i32) -> Option<u64> {
     Some(match format {
-        0x01 | 0x08 => 2,         // 8-bit integers
-        0x02 | 0x09 | 0x10 => 4,  // 16-bit integers, half
-        0x03 | 0x0a | 0x20 => 8,  // 32-bit integers, float
-        0xb0 => 3,                // NV12: 1.5 bytes per pixel
-        0xc0 | 0xc6 => 2,         // UNORM/SNORM INT8X1
+        0x01 | 0x08 => 2,               // 8-bit integers
+        0x02 | 0x09 | 0x10 => 4,        // 16-bit integers, half
+        0x03 | 0x0a | 0x20 => 8,        // 32-bit integers, float
+        0xb0 => 3,                      // NV12: 1.5 bytes per pixel
+        0xc0 | 0xc6 => 2,               // UNORM/SNORM INT8X1
         0xc1 | 0xc7 | 0xc3 | 0xc9 => 4, // INT8X2, INT16X1
         0xc2 | 0xc8 | 0xc4 | 0xca => 8, // INT8X4, INT16X2
-        0xc5 | 0xcb => 16,        // INT16X4
+        0xc5 | 0xcb => 16,              // INT16X4
         0x91 | 0x92 | 0x97 | 0x98 => 1, // BC1, BC4: 8 bytes per 4x4 block
         0x93..=0x96 | 0x99..=0x9e => 2, // BC2, BC3, BC5, BC6H, BC7: 16 bytes per block
         _ => return None,
@@ -38,14 +38,7 @@ pub fn array_bytes(width: u64, height: u64, depth: u64, format: i32, channels: u
 
 /// Logical bytes of a mipmapped array: every level halves each extent that is
 /// in use, down to one element.
-pub fn mipmapped_array_bytes(
-    width: u64,
-    height: u64,
-    depth: u64,
-    format: i32,
-    channels: u32,
-    levels: u32,
-) -> u64 {
+pub fn mipmapped_array_bytes(width: u64, height: u64, depth: u64, format: i32, channels: u32, levels: u32) -> u64 {
     let shrink = |extent: u64, level: u32| {
         if extent == 0 {
             0

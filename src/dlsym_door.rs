@@ -55,7 +55,10 @@ compile_error!("the dlsym trampoline is written for x86-64 only");
 
 extern "C" fn decide(handle: *mut c_void, symbol: *const c_char, caller: usize) -> Decision {
     let real = symbols::real_dlsym_address();
-    let forward = Decision { value: real, forward: 1 };
+    let forward = Decision {
+        value: real,
+        forward: 1,
+    };
     if real == 0 {
         // Without the real dlsym there is nothing to forward to.
         return Decision { value: 0, forward: 0 };
@@ -88,7 +91,8 @@ fn redirect(handle: *mut c_void, sym: Sym, caller: usize) -> Option<usize> {
         return None;
     }
     let hook = sym.hook()?;
-    let found = symbols::real_dlsym(handle, sym.name());
+    // SAFETY: the program's own handle, passed on as it gave it.
+    let found = unsafe { symbols::real_dlsym(handle, sym.name()) };
     if found == 0 {
         return Some(0);
     }
@@ -98,7 +102,8 @@ fn redirect(handle: *mut c_void, sym: Sym, caller: usize) -> Option<usize> {
         return Some(if symbols::real(sym).is_some() { hook } else { 0 });
     }
     if let Some(library) = library {
-        symbols::remember_handle(library, handle);
+        // SAFETY: a CUDA library's link map, checked above.
+        unsafe { symbols::remember_handle(library, handle) };
     }
     Some(if symbols::adopt_real(sym, found) { hook } else { found })
 }
@@ -145,7 +150,10 @@ fn caller_is_in_driver(caller: usize) -> bool {
 
 /// Works out the driver's address range from the ELF program headers it was
 /// loaded with, which sit at its load base.
-pub(crate) fn remember_driver_range(handle: *mut c_void) {
+///
+/// # Safety
+/// `handle` must be the driver's link map.
+pub(crate) unsafe fn remember_driver_range(handle: *mut c_void) {
     if DRIVER_START.load(Ordering::Acquire) != 0 {
         return;
     }

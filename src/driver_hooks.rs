@@ -56,11 +56,20 @@ fn device_memory(api: Api, kind: Kind) -> Allocation {
 /// Same contract as the driver's function.
 #[unsafe(no_mangle)]
 pub unsafe extern "C" fn cuMemAlloc(dptr: *mut CUdeviceptr_v1, bytesize: c_uint) -> CUresult {
-    let real = real_or_fail!(cuMemAlloc, unsafe extern "C" fn(*mut CUdeviceptr_v1, c_uint) -> CUresult);
+    let real = real_or_fail!(
+        cuMemAlloc,
+        unsafe extern "C" fn(*mut CUdeviceptr_v1, c_uint) -> CUresult
+    );
     // SAFETY: arguments forwarded unchanged.
     let result = unsafe { real(dptr, bytesize) };
     let size = u64::from(bytesize);
-    allocation_returned(result, device_memory(Api::CuMemAlloc, Kind::Device), size, || u64::from(read(dptr, 0)), || size);
+    allocation_returned(
+        result,
+        device_memory(Api::CuMemAlloc, Kind::Device),
+        size,
+        || u64::from(read(dptr, 0)),
+        || size,
+    );
     result
 }
 
@@ -74,7 +83,13 @@ pub unsafe extern "C" fn cuMemAlloc_v2(dptr: *mut CUdeviceptr, bytesize: usize) 
     // SAFETY: arguments forwarded unchanged.
     let result = unsafe { real(dptr, bytesize) };
     let size = bytesize as u64;
-    allocation_returned(result, device_memory(Api::CuMemAllocV2, Kind::Device), size, || read(dptr, 0), || size);
+    allocation_returned(
+        result,
+        device_memory(Api::CuMemAllocV2, Kind::Device),
+        size,
+        || read(dptr, 0),
+        || size,
+    );
     result
 }
 
@@ -96,11 +111,21 @@ pub unsafe extern "C" fn cuMemAllocPitch(
     );
     // SAFETY: arguments forwarded unchanged.
     let result = unsafe { real(dptr, pitch, width_in_bytes, height, element_size_bytes) };
-    let pitch_bytes = if result == CUDA_SUCCESS { u64::from(read(pitch, 0)) } else { 0 };
+    let pitch_bytes = if result == CUDA_SUCCESS {
+        u64::from(read(pitch, 0))
+    } else {
+        0
+    };
     let mut call = device_memory(Api::CuMemAllocPitch, Kind::Pitch);
     call.arg1 = pitch_bytes;
     let requested = u64::from(width_in_bytes) * u64::from(height);
-    allocation_returned(result, call, requested, || u64::from(read(dptr, 0)), || pitch_bytes * u64::from(height));
+    allocation_returned(
+        result,
+        call,
+        requested,
+        || u64::from(read(dptr, 0)),
+        || pitch_bytes * u64::from(height),
+    );
     result
 }
 
@@ -122,11 +147,21 @@ pub unsafe extern "C" fn cuMemAllocPitch_v2(
     );
     // SAFETY: arguments forwarded unchanged.
     let result = unsafe { real(dptr, pitch, width_in_bytes, height, element_size_bytes) };
-    let pitch_bytes = if result == CUDA_SUCCESS { read(pitch, 0) as u64 } else { 0 };
+    let pitch_bytes = if result == CUDA_SUCCESS {
+        read(pitch, 0) as u64
+    } else {
+        0
+    };
     let mut call = device_memory(Api::CuMemAllocPitchV2, Kind::Pitch);
     call.arg1 = pitch_bytes;
     let requested = (width_in_bytes as u64).saturating_mul(height as u64);
-    allocation_returned(result, call, requested, || read(dptr, 0), || pitch_bytes.saturating_mul(height as u64));
+    allocation_returned(
+        result,
+        call,
+        requested,
+        || read(dptr, 0),
+        || pitch_bytes.saturating_mul(height as u64),
+    );
     result
 }
 
@@ -136,11 +171,20 @@ pub unsafe extern "C" fn cuMemAllocPitch_v2(
 /// Same contract as the driver's function.
 #[unsafe(no_mangle)]
 pub unsafe extern "C" fn cuMemAllocManaged(dptr: *mut CUdeviceptr, bytesize: usize, flags: c_uint) -> CUresult {
-    let real = real_or_fail!(cuMemAllocManaged, unsafe extern "C" fn(*mut CUdeviceptr, usize, c_uint) -> CUresult);
+    let real = real_or_fail!(
+        cuMemAllocManaged,
+        unsafe extern "C" fn(*mut CUdeviceptr, usize, c_uint) -> CUresult
+    );
     // SAFETY: arguments forwarded unchanged.
     let result = unsafe { real(dptr, bytesize, flags) };
     let size = bytesize as u64;
-    allocation_returned(result, device_memory(Api::CuMemAllocManaged, Kind::Managed), size, || read(dptr, 0), || size);
+    allocation_returned(
+        result,
+        device_memory(Api::CuMemAllocManaged, Kind::Managed),
+        size,
+        || read(dptr, 0),
+        || size,
+    );
     result
 }
 
@@ -321,7 +365,10 @@ pub unsafe extern "C" fn cuMemCreate(
 /// Same contract as the driver's function.
 #[unsafe(no_mangle)]
 pub unsafe extern "C" fn cuMemRelease(handle: CUmemGenericAllocationHandle) -> CUresult {
-    let real = real_or_fail!(cuMemRelease, unsafe extern "C" fn(CUmemGenericAllocationHandle) -> CUresult);
+    let real = real_or_fail!(
+        cuMemRelease,
+        unsafe extern "C" fn(CUmemGenericAllocationHandle) -> CUresult
+    );
     let pending = free_starting(Namespace::VmmHandle, handle);
     // SAFETY: arguments forwarded unchanged.
     let result = unsafe { real(handle) };
@@ -347,7 +394,14 @@ pub unsafe extern "C" fn cuMemAddressReserve(
     );
     // SAFETY: arguments forwarded unchanged.
     let result = unsafe { real(ptr, size, alignment, addr, flags) };
-    let range = AddressRange { op: Op::Reserve, api: Api::CuMemAddressReserve, address: 0, size: size as u64, handle: 0, offset: 0 };
+    let range = AddressRange {
+        op: Op::Reserve,
+        api: Api::CuMemAddressReserve,
+        address: 0,
+        size: size as u64,
+        handle: 0,
+        offset: 0,
+    };
     range_returned(result, None, range, || read(ptr, 0));
     result
 }
@@ -362,7 +416,14 @@ pub unsafe extern "C" fn cuMemAddressFree(ptr: CUdeviceptr, size: usize) -> CUre
     let reserved = range_release_starting();
     // SAFETY: arguments forwarded unchanged.
     let result = unsafe { real(ptr, size) };
-    let range = AddressRange { op: Op::Unreserve, api: Api::CuMemAddressFree, address: ptr, size: size as u64, handle: 0, offset: 0 };
+    let range = AddressRange {
+        op: Op::Unreserve,
+        api: Api::CuMemAddressFree,
+        address: ptr,
+        size: size as u64,
+        handle: 0,
+        offset: 0,
+    };
     range_returned(result, reserved, range, || ptr);
     result
 }
@@ -385,7 +446,14 @@ pub unsafe extern "C" fn cuMemMap(
     );
     // SAFETY: arguments forwarded unchanged.
     let result = unsafe { real(ptr, size, offset, handle, flags) };
-    let range = AddressRange { op: Op::Map, api: Api::CuMemMap, address: ptr, size: size as u64, handle, offset: offset as u64 };
+    let range = AddressRange {
+        op: Op::Map,
+        api: Api::CuMemMap,
+        address: ptr,
+        size: size as u64,
+        handle,
+        offset: offset as u64,
+    };
     range_returned(result, None, range, || ptr);
     result
 }
@@ -400,7 +468,14 @@ pub unsafe extern "C" fn cuMemUnmap(ptr: CUdeviceptr, size: usize) -> CUresult {
     let reserved = range_release_starting();
     // SAFETY: arguments forwarded unchanged.
     let result = unsafe { real(ptr, size) };
-    let range = AddressRange { op: Op::Unmap, api: Api::CuMemUnmap, address: ptr, size: size as u64, handle: 0, offset: 0 };
+    let range = AddressRange {
+        op: Op::Unmap,
+        api: Api::CuMemUnmap,
+        address: ptr,
+        size: size as u64,
+        handle: 0,
+        offset: 0,
+    };
     range_returned(result, reserved, range, || ptr);
     result
 }
@@ -417,7 +492,10 @@ fn array_allocation(api: Api) -> Allocation {
 /// Same contract as the driver's function.
 #[unsafe(no_mangle)]
 pub unsafe extern "C" fn cuArrayCreate(handle: *mut CUarray, desc: *const CUDA_ARRAY_DESCRIPTOR_v1) -> CUresult {
-    let real = real_or_fail!(cuArrayCreate, unsafe extern "C" fn(*mut CUarray, *const CUDA_ARRAY_DESCRIPTOR_v1) -> CUresult);
+    let real = real_or_fail!(
+        cuArrayCreate,
+        unsafe extern "C" fn(*mut CUarray, *const CUDA_ARRAY_DESCRIPTOR_v1) -> CUresult
+    );
     // SAFETY: arguments forwarded unchanged.
     let result = unsafe { real(handle, desc) };
     let bytes = if desc.is_null() {
@@ -427,7 +505,13 @@ pub unsafe extern "C" fn cuArrayCreate(handle: *mut CUarray, desc: *const CUDA_A
         let d = unsafe { *desc };
         array_bytes(d.Width.into(), d.Height.into(), 0, d.Format, d.NumChannels)
     };
-    allocation_returned(result, array_allocation(Api::CuArrayCreate), bytes, || read(handle, std::ptr::null_mut()) as u64, || bytes);
+    allocation_returned(
+        result,
+        array_allocation(Api::CuArrayCreate),
+        bytes,
+        || read(handle, std::ptr::null_mut()) as u64,
+        || bytes,
+    );
     result
 }
 
@@ -437,7 +521,10 @@ pub unsafe extern "C" fn cuArrayCreate(handle: *mut CUarray, desc: *const CUDA_A
 /// Same contract as the driver's function.
 #[unsafe(no_mangle)]
 pub unsafe extern "C" fn cuArrayCreate_v2(handle: *mut CUarray, desc: *const CUDA_ARRAY_DESCRIPTOR) -> CUresult {
-    let real = real_or_fail!(cuArrayCreate_v2, unsafe extern "C" fn(*mut CUarray, *const CUDA_ARRAY_DESCRIPTOR) -> CUresult);
+    let real = real_or_fail!(
+        cuArrayCreate_v2,
+        unsafe extern "C" fn(*mut CUarray, *const CUDA_ARRAY_DESCRIPTOR) -> CUresult
+    );
     // SAFETY: arguments forwarded unchanged.
     let result = unsafe { real(handle, desc) };
     let bytes = if desc.is_null() {
@@ -447,7 +534,13 @@ pub unsafe extern "C" fn cuArrayCreate_v2(handle: *mut CUarray, desc: *const CUD
         let d = unsafe { *desc };
         array_bytes(d.Width as u64, d.Height as u64, 0, d.Format, d.NumChannels)
     };
-    allocation_returned(result, array_allocation(Api::CuArrayCreateV2), bytes, || read(handle, std::ptr::null_mut()) as u64, || bytes);
+    allocation_returned(
+        result,
+        array_allocation(Api::CuArrayCreateV2),
+        bytes,
+        || read(handle, std::ptr::null_mut()) as u64,
+        || bytes,
+    );
     result
 }
 
@@ -457,7 +550,10 @@ pub unsafe extern "C" fn cuArrayCreate_v2(handle: *mut CUarray, desc: *const CUD
 /// Same contract as the driver's function.
 #[unsafe(no_mangle)]
 pub unsafe extern "C" fn cuArray3DCreate(handle: *mut CUarray, desc: *const CUDA_ARRAY3D_DESCRIPTOR_v1) -> CUresult {
-    let real = real_or_fail!(cuArray3DCreate, unsafe extern "C" fn(*mut CUarray, *const CUDA_ARRAY3D_DESCRIPTOR_v1) -> CUresult);
+    let real = real_or_fail!(
+        cuArray3DCreate,
+        unsafe extern "C" fn(*mut CUarray, *const CUDA_ARRAY3D_DESCRIPTOR_v1) -> CUresult
+    );
     // SAFETY: arguments forwarded unchanged.
     let result = unsafe { real(handle, desc) };
     let bytes = if desc.is_null() {
@@ -467,7 +563,13 @@ pub unsafe extern "C" fn cuArray3DCreate(handle: *mut CUarray, desc: *const CUDA
         let d = unsafe { *desc };
         array_bytes(d.Width.into(), d.Height.into(), d.Depth.into(), d.Format, d.NumChannels)
     };
-    allocation_returned(result, array_allocation(Api::CuArray3DCreate), bytes, || read(handle, std::ptr::null_mut()) as u64, || bytes);
+    allocation_returned(
+        result,
+        array_allocation(Api::CuArray3DCreate),
+        bytes,
+        || read(handle, std::ptr::null_mut()) as u64,
+        || bytes,
+    );
     result
 }
 
@@ -477,7 +579,10 @@ pub unsafe extern "C" fn cuArray3DCreate(handle: *mut CUarray, desc: *const CUDA
 /// Same contract as the driver's function.
 #[unsafe(no_mangle)]
 pub unsafe extern "C" fn cuArray3DCreate_v2(handle: *mut CUarray, desc: *const CUDA_ARRAY3D_DESCRIPTOR) -> CUresult {
-    let real = real_or_fail!(cuArray3DCreate_v2, unsafe extern "C" fn(*mut CUarray, *const CUDA_ARRAY3D_DESCRIPTOR) -> CUresult);
+    let real = real_or_fail!(
+        cuArray3DCreate_v2,
+        unsafe extern "C" fn(*mut CUarray, *const CUDA_ARRAY3D_DESCRIPTOR) -> CUresult
+    );
     // SAFETY: arguments forwarded unchanged.
     let result = unsafe { real(handle, desc) };
     let bytes = if desc.is_null() {
@@ -487,7 +592,13 @@ pub unsafe extern "C" fn cuArray3DCreate_v2(handle: *mut CUarray, desc: *const C
         let d = unsafe { *desc };
         array_bytes(d.Width as u64, d.Height as u64, d.Depth as u64, d.Format, d.NumChannels)
     };
-    allocation_returned(result, array_allocation(Api::CuArray3DCreateV2), bytes, || read(handle, std::ptr::null_mut()) as u64, || bytes);
+    allocation_returned(
+        result,
+        array_allocation(Api::CuArray3DCreateV2),
+        bytes,
+        || read(handle, std::ptr::null_mut()) as u64,
+        || bytes,
+    );
     result
 }
 
@@ -512,10 +623,23 @@ pub unsafe extern "C" fn cuMipmappedArrayCreate(
     } else {
         // SAFETY: the caller passed a valid descriptor.
         let d = unsafe { *desc };
-        mipmapped_array_bytes(d.Width as u64, d.Height as u64, d.Depth as u64, d.Format, d.NumChannels, levels)
+        mipmapped_array_bytes(
+            d.Width as u64,
+            d.Height as u64,
+            d.Depth as u64,
+            d.Format,
+            d.NumChannels,
+            levels,
+        )
     };
     let call = array_allocation(Api::CuMipmappedArrayCreate);
-    allocation_returned(result, call, bytes, || read(handle, std::ptr::null_mut()) as u64, || bytes);
+    allocation_returned(
+        result,
+        call,
+        bytes,
+        || read(handle, std::ptr::null_mut()) as u64,
+        || bytes,
+    );
     result
 }
 
@@ -539,7 +663,10 @@ pub unsafe extern "C" fn cuArrayDestroy(array: CUarray) -> CUresult {
 /// Same contract as the driver's function.
 #[unsafe(no_mangle)]
 pub unsafe extern "C" fn cuMipmappedArrayDestroy(array: CUmipmappedArray) -> CUresult {
-    let real = real_or_fail!(cuMipmappedArrayDestroy, unsafe extern "C" fn(CUmipmappedArray) -> CUresult);
+    let real = real_or_fail!(
+        cuMipmappedArrayDestroy,
+        unsafe extern "C" fn(CUmipmappedArray) -> CUresult
+    );
     let pending = free_starting(Namespace::Array, array as u64);
     // SAFETY: arguments forwarded unchanged.
     let result = unsafe { real(array) };
@@ -561,11 +688,20 @@ fn host_memory(api: Api) -> Allocation {
 /// Same contract as the driver's function.
 #[unsafe(no_mangle)]
 pub unsafe extern "C" fn cuMemHostAlloc(pp: *mut *mut c_void, bytesize: usize, flags: c_uint) -> CUresult {
-    let real = real_or_fail!(cuMemHostAlloc, unsafe extern "C" fn(*mut *mut c_void, usize, c_uint) -> CUresult);
+    let real = real_or_fail!(
+        cuMemHostAlloc,
+        unsafe extern "C" fn(*mut *mut c_void, usize, c_uint) -> CUresult
+    );
     // SAFETY: arguments forwarded unchanged.
     let result = unsafe { real(pp, bytesize, flags) };
     let size = bytesize as u64;
-    allocation_returned(result, host_memory(Api::CuMemHostAlloc), size, || read(pp, std::ptr::null_mut()) as u64, || size);
+    allocation_returned(
+        result,
+        host_memory(Api::CuMemHostAlloc),
+        size,
+        || read(pp, std::ptr::null_mut()) as u64,
+        || size,
+    );
     result
 }
 
@@ -575,11 +711,20 @@ pub unsafe extern "C" fn cuMemHostAlloc(pp: *mut *mut c_void, bytesize: usize, f
 /// Same contract as the driver's function.
 #[unsafe(no_mangle)]
 pub unsafe extern "C" fn cuMemAllocHost(pp: *mut *mut c_void, bytesize: c_uint) -> CUresult {
-    let real = real_or_fail!(cuMemAllocHost, unsafe extern "C" fn(*mut *mut c_void, c_uint) -> CUresult);
+    let real = real_or_fail!(
+        cuMemAllocHost,
+        unsafe extern "C" fn(*mut *mut c_void, c_uint) -> CUresult
+    );
     // SAFETY: arguments forwarded unchanged.
     let result = unsafe { real(pp, bytesize) };
     let size = u64::from(bytesize);
-    allocation_returned(result, host_memory(Api::CuMemAllocHost), size, || read(pp, std::ptr::null_mut()) as u64, || size);
+    allocation_returned(
+        result,
+        host_memory(Api::CuMemAllocHost),
+        size,
+        || read(pp, std::ptr::null_mut()) as u64,
+        || size,
+    );
     result
 }
 
@@ -589,11 +734,20 @@ pub unsafe extern "C" fn cuMemAllocHost(pp: *mut *mut c_void, bytesize: c_uint) 
 /// Same contract as the driver's function.
 #[unsafe(no_mangle)]
 pub unsafe extern "C" fn cuMemAllocHost_v2(pp: *mut *mut c_void, bytesize: usize) -> CUresult {
-    let real = real_or_fail!(cuMemAllocHost_v2, unsafe extern "C" fn(*mut *mut c_void, usize) -> CUresult);
+    let real = real_or_fail!(
+        cuMemAllocHost_v2,
+        unsafe extern "C" fn(*mut *mut c_void, usize) -> CUresult
+    );
     // SAFETY: arguments forwarded unchanged.
     let result = unsafe { real(pp, bytesize) };
     let size = bytesize as u64;
-    allocation_returned(result, host_memory(Api::CuMemAllocHostV2), size, || read(pp, std::ptr::null_mut()) as u64, || size);
+    allocation_returned(
+        result,
+        host_memory(Api::CuMemAllocHostV2),
+        size,
+        || read(pp, std::ptr::null_mut()) as u64,
+        || size,
+    );
     result
 }
 
@@ -623,7 +777,13 @@ pub unsafe extern "C" fn cuMemHostRegister_v2(p: *mut c_void, bytesize: usize, f
     // SAFETY: arguments forwarded unchanged.
     let result = unsafe { real(p, bytesize, flags) };
     let size = bytesize as u64;
-    allocation_returned(result, host_memory(Api::CuMemHostRegisterV2), size, || p as u64, || size);
+    allocation_returned(
+        result,
+        host_memory(Api::CuMemHostRegisterV2),
+        size,
+        || p as u64,
+        || size,
+    );
     result
 }
 
@@ -669,7 +829,11 @@ fn ipc_import(api: Api) -> Allocation {
 /// # Safety
 /// Same contract as the driver's function.
 #[unsafe(no_mangle)]
-pub unsafe extern "C" fn cuIpcOpenMemHandle(pdptr: *mut CUdeviceptr, handle: CUipcMemHandle, flags: c_uint) -> CUresult {
+pub unsafe extern "C" fn cuIpcOpenMemHandle(
+    pdptr: *mut CUdeviceptr,
+    handle: CUipcMemHandle,
+    flags: c_uint,
+) -> CUresult {
     let real = real_or_fail!(cuIpcOpenMemHandle, IpcOpen);
     // SAFETY: arguments forwarded unchanged.
     let result = unsafe { real(pdptr, handle, flags) };
@@ -682,11 +846,21 @@ pub unsafe extern "C" fn cuIpcOpenMemHandle(pdptr: *mut CUdeviceptr, handle: CUi
 /// # Safety
 /// Same contract as the driver's function.
 #[unsafe(no_mangle)]
-pub unsafe extern "C" fn cuIpcOpenMemHandle_v2(pdptr: *mut CUdeviceptr, handle: CUipcMemHandle, flags: c_uint) -> CUresult {
+pub unsafe extern "C" fn cuIpcOpenMemHandle_v2(
+    pdptr: *mut CUdeviceptr,
+    handle: CUipcMemHandle,
+    flags: c_uint,
+) -> CUresult {
     let real = real_or_fail!(cuIpcOpenMemHandle_v2, IpcOpen);
     // SAFETY: arguments forwarded unchanged.
     let result = unsafe { real(pdptr, handle, flags) };
-    allocation_returned(result, ipc_import(Api::CuIpcOpenMemHandleV2), 0, || read(pdptr, 0), || 0);
+    allocation_returned(
+        result,
+        ipc_import(Api::CuIpcOpenMemHandleV2),
+        0,
+        || read(pdptr, 0),
+        || 0,
+    );
     result
 }
 

@@ -190,7 +190,10 @@ pub fn get(namespace: Namespace, address: u64) -> Option<Entry> {
     let key = key_of(namespace, address)?;
     let slots = table()?;
     let slot = &slots[find(slots, key)?];
-    Some(unpack(slot.size.load(Ordering::Acquire), slot.meta.load(Ordering::Acquire)))
+    Some(unpack(
+        slot.size.load(Ordering::Acquire),
+        slot.meta.load(Ordering::Acquire),
+    ))
 }
 
 /// Called in a forked child: the parent's allocations are not the child's.
@@ -207,14 +210,21 @@ mod tests {
     use super::*;
 
     fn entry(size: u64) -> Entry {
-        Entry { size, kind: Kind::Pool, device: 3 }
+        Entry {
+            size,
+            kind: Kind::Pool,
+            device: 3,
+        }
     }
 
     #[test]
     fn insert_is_idempotent_and_remove_returns_what_was_inserted() {
         let address = 0x7e00_0000_1000;
         assert_eq!(insert(Namespace::Device, address, entry(4096)), Inserted::New);
-        assert_eq!(insert(Namespace::Device, address, entry(4096)), Inserted::AlreadyPresent);
+        assert_eq!(
+            insert(Namespace::Device, address, entry(4096)),
+            Inserted::AlreadyPresent
+        );
         // The same number in another namespace is another allocation.
         assert_eq!(insert(Namespace::Array, address, entry(8)), Inserted::New);
         assert_eq!(get(Namespace::Device, address), Some(entry(4096)));
@@ -227,7 +237,11 @@ mod tests {
 
     #[test]
     fn host_entries_keep_a_negative_device() {
-        let host = Entry { size: 10, kind: Kind::HostPinned, device: -1 };
+        let host = Entry {
+            size: 10,
+            kind: Kind::HostPinned,
+            device: -1,
+        };
         assert_eq!(insert(Namespace::Host, 0x5555_0000, host), Inserted::New);
         assert_eq!(remove(Namespace::Host, 0x5555_0000), Some(host));
     }

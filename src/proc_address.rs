@@ -42,7 +42,8 @@ fn substitute(real_entry: usize, pfn: *mut *mut c_void) {
                 )
             };
             if found != 0 && !map.is_null() {
-                symbols::remember_handle(CudaLibrary::Driver, map);
+                // SAFETY: dladdr1 gave us the driver's link map.
+                unsafe { symbols::remember_handle(CudaLibrary::Driver, map) };
             }
         }
         // SAFETY: the driver just wrote a function pointer (or NULL) there.

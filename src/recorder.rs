@@ -115,12 +115,30 @@ pub struct Allocation {
 impl Allocation {
     /// A plain allocation of `kind` in `namespace` on the current device.
     pub fn new(api: Api, kind: Kind, namespace: Namespace) -> Allocation {
-        Allocation { api, kind, namespace, device: DeviceOf::Current, stream: 0, arg1: 0 }
+        Allocation {
+            api,
+            kind,
+            namespace,
+            device: DeviceOf::Current,
+            stream: 0,
+            arg1: 0,
+        }
     }
 }
 
 #[allow(clippy::too_many_arguments)]
-fn store(seq: u64, op: Op, api: Api, kind: Kind, device: i8, address: u64, size: u64, stream: u64, arg1: u64, arg2: u64) {
+fn store(
+    seq: u64,
+    op: Op,
+    api: Api,
+    kind: Kind,
+    device: i8,
+    address: u64,
+    size: u64,
+    stream: u64,
+    arg1: u64,
+    arg2: u64,
+) {
     spool_writer::write(
         seq,
         RawRecord {
@@ -143,13 +161,23 @@ fn store(seq: u64, op: Op, api: Api, kind: Kind, device: i8, address: u64, size:
 /// Reports an allocation call that returned `result`. `address` and `size`
 /// read the out-parameters; they are only called on success.
 #[inline]
-pub fn allocation_returned(result: CUresult, call: Allocation, requested: u64, address: impl FnOnce() -> u64, size: impl FnOnce() -> u64) {
+pub fn allocation_returned(
+    result: CUresult,
+    call: Allocation,
+    requested: u64,
+    address: impl FnOnce() -> u64,
+    size: impl FnOnce() -> u64,
+) {
     if result == CUDA_SUCCESS {
         guarded(|| {
             let address = address();
             let size = size();
             let device = ordinal(call.device);
-            let entry = Entry { size, kind: call.kind, device };
+            let entry = Entry {
+                size,
+                kind: call.kind,
+                device,
+            };
             match live_table::insert(call.namespace, address, entry) {
                 Inserted::AlreadyPresent => return,
                 Inserted::NoRoom => {
@@ -159,7 +187,18 @@ pub fn allocation_returned(result: CUresult, call: Allocation, requested: u64, a
                 Inserted::New => {}
             }
             let seq = spool_writer::reserve_seq();
-            store(seq, Op::Alloc, tagged(call.api), call.kind, device, address, size, call.stream, call.arg1, 0);
+            store(
+                seq,
+                Op::Alloc,
+                tagged(call.api),
+                call.kind,
+                device,
+                address,
+                size,
+                call.stream,
+                call.arg1,
+                0,
+            );
         });
     } else if result == CUDA_ERROR_OUT_OF_MEMORY {
         guarded(|| out_of_memory(call, requested));
@@ -170,14 +209,27 @@ fn out_of_memory(call: Allocation, requested: u64) {
     let device = ordinal(call.device);
     let (mut free, mut total) = (0usize, 0usize);
     // SAFETY: cuMemGetInfo_v2(size_t*, size_t*) is the driver's signature.
-    if let Some(get_info) = unsafe { real_fn::<unsafe extern "C" fn(*mut usize, *mut usize) -> CUresult>(Sym::cuMemGetInfo_v2) } {
+    if let Some(get_info) =
+        unsafe { real_fn::<unsafe extern "C" fn(*mut usize, *mut usize) -> CUresult>(Sym::cuMemGetInfo_v2) }
+    {
         // SAFETY: valid out-pointers; on failure we record zeros.
         if unsafe { get_info(&mut free, &mut total) } != CUDA_SUCCESS {
             (free, total) = (0, 0);
         }
     }
     let seq = spool_writer::reserve_seq();
-    store(seq, Op::Oom, tagged(call.api), call.kind, device, 0, requested, call.stream, free as u64, total as u64);
+    store(
+        seq,
+        Op::Oom,
+        tagged(call.api),
+        call.kind,
+        device,
+        0,
+        requested,
+        call.stream,
+        free as u64,
+        total as u64,
+    );
 }
 
 /// A free in flight: its table entry is removed and its sequence number
@@ -209,7 +261,12 @@ pub fn free_starting(namespace: Namespace, address: u64) -> Option<PendingFree> 
     let removed = live_table::remove(namespace, address);
     let record = removed.is_some() || TABLE_OVERFLOWED.load(Ordering::Relaxed);
     let seq = record.then(spool_writer::reserve_seq);
-    Some(PendingFree { seq, removed, namespace, address })
+    Some(PendingFree {
+        seq,
+        removed,
+        namespace,
+        address,
+    })
 }
 
 /// Call after the real free returned `result`.
@@ -296,6 +353,17 @@ pub fn range_returned(result: CUresult, reserved: Option<u64>, range: AddressRan
             _ => -1,
         };
         let seq = reserved.unwrap_or_else(spool_writer::reserve_seq);
-        store(seq, range.op, tagged(range.api), Kind::VirtualAddress, device, address(), range.size, 0, range.handle, range.offset);
+        store(
+            seq,
+            range.op,
+            tagged(range.api),
+            Kind::VirtualAddress,
+            device,
+            address(),
+            range.size,
+            0,
+            range.handle,
+            range.offset,
+        );
     });
 }

@@ -10,9 +10,7 @@
 //! the working directory); `<n>` tells apart the images of a process that
 //! called `exec`.
 
-use cudatrace_events::layout::{
-    CHUNK_RECORDS, CMDLINE_CAPACITY, HEADER_SIZE, RECORD_SIZE, SPOOL_MAGIC, SPOOL_VERSION,
-};
+use cudatrace_events::layout::{CHUNK_RECORDS, CMDLINE_CAPACITY, HEADER_SIZE, RECORD_SIZE, SPOOL_MAGIC, SPOOL_VERSION};
 use cudatrace_events::{RawRecord, SpoolHeader};
 use std::os::unix::ffi::OsStrExt;
 use std::sync::atomic::{AtomicBool, AtomicI32, AtomicPtr, AtomicU64, AtomicU8, AtomicUsize, Ordering};
@@ -188,7 +186,9 @@ fn now_ns(clock: libc::clockid_t) -> u64 {
     let mut ts = libc::timespec { tv_sec: 0, tv_nsec: 0 };
     // SAFETY: a valid clock id and out-pointer.
     unsafe { libc::clock_gettime(clock, &mut ts) };
-    (ts.tv_sec as u64).wrapping_mul(1_000_000_000).wrapping_add(ts.tv_nsec as u64)
+    (ts.tv_sec as u64)
+        .wrapping_mul(1_000_000_000)
+        .wrapping_add(ts.tv_nsec as u64)
 }
 
 /// `CLOCK_MONOTONIC` in nanoseconds (through the vDSO: no system call).

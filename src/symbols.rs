@@ -127,7 +127,10 @@ pub fn real_dlsym_address() -> usize {
 /// Calls the C library's `dlsym`. Our return address becomes the caller it
 /// sees, so this is only for lookups whose result does not depend on the
 /// caller (any handle but `RTLD_NEXT`, or `RTLD_NEXT` meant relative to us).
-pub fn real_dlsym(handle: *mut c_void, name: &CStr) -> usize {
+///
+/// # Safety
+/// `handle` must be a handle from `dlopen`, `RTLD_DEFAULT` or `RTLD_NEXT`.
+pub unsafe fn real_dlsym(handle: *mut c_void, name: &CStr) -> usize {
     let address = real_dlsym_address();
     if address == 0 {
         return 0;
@@ -180,7 +183,8 @@ fn look_up_real(sym: Sym) -> Option<usize> {
         CudaLibrary::Runtime => RUNTIME_HANDLE.load(Ordering::Acquire),
     };
     if !remembered.is_null() {
-        let address = real_dlsym(remembered, name);
+        // SAFETY: a handle the program or we got from the loader.
+        let address = unsafe { real_dlsym(remembered, name) };
         if usable(address) {
             return Some(address);
         }
@@ -190,14 +194,17 @@ fn look_up_real(sym: Sym) -> Option<usize> {
         CudaLibrary::Runtime => loaded_library_with_prefix(b"libcudart.so"),
     };
     if let Some(handle) = loaded {
-        remember_handle(sym.library(), handle);
-        let address = real_dlsym(handle, name);
+        // SAFETY: a handle from dlopen.
+        unsafe { remember_handle(sym.library(), handle) };
+        // SAFETY: a handle from dlopen.
+        let address = unsafe { real_dlsym(handle, name) };
         if usable(address) {
             return Some(address);
         }
     }
     // Last resort: whatever follows us in the global scope.
-    Some(real_dlsym(libc::RTLD_NEXT, name)).filter(|&address| usable(address))
+    // SAFETY: RTLD_NEXT is a special handle.
+    Some(unsafe { real_dlsym(libc::RTLD_NEXT, name) }).filter(|&address| usable(address))
 }
 
 fn loaded_library(soname: &CStr) -> Option<*mut c_void> {
@@ -241,14 +248,18 @@ pub fn driver_handle_known() -> bool {
 }
 
 /// Remembers the handle the program opened a CUDA library with.
-pub fn remember_handle(library: CudaLibrary, handle: *mut c_void) {
+///
+/// # Safety
+/// `handle` must be a handle from `dlopen` (a glibc link map).
+pub unsafe fn remember_handle(library: CudaLibrary, handle: *mut c_void) {
     let slot = match library {
         CudaLibrary::Driver => &DRIVER_HANDLE,
         CudaLibrary::Runtime => &RUNTIME_HANDLE,
     };
     let _ = slot.compare_exchange(std::ptr::null_mut(), handle, Ordering::AcqRel, Ordering::Acquire);
     if library == CudaLibrary::Driver {
-        crate::dlsym_door::remember_driver_range(handle);
+        // SAFETY: the caller passes a link map.
+        unsafe { crate::dlsym_door::remember_driver_range(handle) };
     }
 }
 
@@ -288,8 +299,14 @@ mod tests {
     #[test]
     fn names_libraries_and_lookup_agree() {
         assert_eq!(Sym::cuMemAlloc_v2.name(), c"cuMemAlloc_v2");
-        assert_eq!(Sym::hooked_by_name(b"cuMemAllocAsync_ptsz"), Some(Sym::cuMemAllocAsync_ptsz));
-        assert_eq!(Sym::hooked_by_name(b"cudaMallocAsync_ptsz"), Some(Sym::cudaMallocAsync_ptsz));
+        assert_eq!(
+            Sym::hooked_by_name(b"cuMemAllocAsync_ptsz"),
+            Some(Sym::cuMemAllocAsync_ptsz)
+        );
+        assert_eq!(
+            Sym::hooked_by_name(b"cudaMallocAsync_ptsz"),
+            Some(Sym::cudaMallocAsync_ptsz)
+        );
         // Symbols we only call are not hooked, so lookups of them pass through.
         assert_eq!(Sym::hooked_by_name(b"cuMemGetInfo_v2"), None);
         assert_eq!(Sym::hooked_by_name(b"cuMemcpy"), None);
@@ -305,7 +322,10 @@ mod tests {
             let name = sym.name().to_str().unwrap();
             let is_proc_address = name.starts_with("cuGetProcAddress");
             if sym.hook().is_some() && !is_proc_address {
-                assert!(cudatrace_events::Api::from_name(name).is_some(), "{name} has no Api code");
+                assert!(
+                    cudatrace_events::Api::from_name(name).is_some(),
+                    "{name} has no Api code"
+                );
             }
         }
     }

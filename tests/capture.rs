@@ -8,7 +8,12 @@ use std::collections::{HashMap, HashSet};
 use support::*;
 
 fn single_spool(run: &TracedRun) -> &Spool {
-    assert!(run.output.status.success(), "program failed: {}\n{}", run.stdout, String::from_utf8_lossy(&run.output.stderr));
+    assert!(
+        run.output.status.success(),
+        "program failed: {}\n{}",
+        run.stdout,
+        String::from_utf8_lossy(&run.output.stderr)
+    );
     assert_eq!(run.spools.len(), 1, "expected one spool, got {:?}", run.spool_paths);
     &run.spools[0]
 }
@@ -30,7 +35,10 @@ fn runtime_calls_are_recorded_once_each_under_their_runtime_names() {
     assert_clean(spool);
     assert_eq!(field(&run.stdout, "errno", 0), "4242", "the first hook changed errno");
     assert_eq!(spool.process.argv[1], "runtime");
-    assert_eq!(spool.process.pid, run.output.status.code().map(|_| spool.process.pid).unwrap());
+    assert_eq!(
+        spool.process.pid,
+        run.output.status.code().map(|_| spool.process.pid).unwrap()
+    );
     let seqs: Vec<u64> = spool.events.iter().map(|e| e.seq).collect();
     assert_eq!(seqs, (0..24).collect::<Vec<u64>>());
     // Pitched allocations carry the pitch the driver chose.
@@ -38,7 +46,11 @@ fn runtime_calls_are_recorded_once_each_under_their_runtime_names() {
     assert_eq!(pitched.arg1, 1024);
     assert_eq!(pitched.size, 10240);
     // The pool allocation records its pool.
-    let pooled = spool.events.iter().find(|e| e.api == Api::CudaMallocFromPoolAsync).unwrap();
+    let pooled = spool
+        .events
+        .iter()
+        .find(|e| e.api == Api::CudaMallocFromPoolAsync)
+        .unwrap();
     assert_eq!(pooled.arg1, 0x5678);
 }
 
@@ -87,7 +99,10 @@ fn vmm_handle_mapped_twice_is_one_allocation_and_two_mappings() {
     let handle = hex(field(&run.stdout, "handle", 0));
     let allocations: Vec<_> = spool.events.iter().filter(|e| e.op == Op::Alloc).collect();
     assert_eq!(allocations.len(), 1);
-    assert_eq!((allocations[0].kind, allocations[0].address), (Kind::VmmPhysical, handle));
+    assert_eq!(
+        (allocations[0].kind, allocations[0].address),
+        (Kind::VmmPhysical, handle)
+    );
     let maps: Vec<_> = spool.events.iter().filter(|e| e.op == Op::Map).collect();
     assert_eq!(maps.len(), 2);
     for map in maps {
@@ -102,7 +117,11 @@ fn per_thread_stream_entry_points_keep_their_abi_and_stream() {
     assert_eq!(field(&run.stdout, "distinct", 0), "1");
     assert_eq!(recorded_events(spool), expected_events(&run.stdout));
     assert_eq!(spool.events.len(), 6);
-    let pooled = spool.events.iter().find(|e| e.api == Api::CuMemAllocFromPoolAsyncPtsz).unwrap();
+    let pooled = spool
+        .events
+        .iter()
+        .find(|e| e.api == Api::CuMemAllocFromPoolAsyncPtsz)
+        .unwrap();
     assert_eq!(pooled.arg1, 0x77);
 }
 
@@ -114,11 +133,18 @@ fn out_of_memory_is_recorded_with_the_request_and_device_free_and_total() {
     let spool = single_spool(&run);
     assert_eq!(recorded_events(spool), expected_events(&run.stdout));
     let statuses: Vec<&str> = run.stdout.lines().filter(|l| l.starts_with("status ")).collect();
-    assert_eq!(statuses, ["status cudaMalloc 2", "status cuMemAlloc_v2 2", "status cuMemCreate 2"]);
+    assert_eq!(
+        statuses,
+        ["status cudaMalloc 2", "status cuMemAlloc_v2 2", "status cuMemCreate 2"]
+    );
     let ooms: Vec<_> = spool.events.iter().filter(|e| e.op == Op::Oom).collect();
     assert_eq!(ooms.len(), 3);
     for oom in ooms {
-        assert_eq!((oom.arg1, oom.arg2), (524_288, 1_048_576), "free and total bytes of {oom:?}");
+        assert_eq!(
+            (oom.arg1, oom.arg2),
+            (524_288, 1_048_576),
+            "free and total bytes of {oom:?}"
+        );
     }
 }
 
@@ -145,12 +171,19 @@ fn thirty_two_threads_lose_and_double_nothing() {
                     reused += 1;
                 }
             }
-            Op::Free => assert!(live.remove(&event.address), "free of a dead address at seq {}", event.seq),
+            Op::Free => assert!(
+                live.remove(&event.address),
+                "free of a dead address at seq {}",
+                event.seq
+            ),
             other => panic!("unexpected {other}"),
         }
     }
     assert!(live.is_empty());
-    assert!(reused > 100_000, "the fake driver reuses addresses; only {reused} reuses seen");
+    assert!(
+        reused > 100_000,
+        "the fake driver reuses addresses; only {reused} reuses seen"
+    );
     let threads: HashSet<u32> = spool.events.iter().map(|e| e.tid).collect();
     assert_eq!(threads.len(), 32);
 }
@@ -169,7 +202,10 @@ fn a_forked_child_writes_its_own_spool_under_its_own_pid() {
     assert_eq!(recorded_events(parent), expected_events(&run.stdout));
     assert_eq!(child.process.ppid, parent_pid);
     let child_events: Vec<(Op, u64, u64)> = child.events.iter().map(|e| (e.op, e.address, e.size)).collect();
-    assert_eq!(child_events, [(Op::Alloc, child_block, 2000), (Op::Free, child_block, 2000)]);
+    assert_eq!(
+        child_events,
+        [(Op::Alloc, child_block, 2000), (Op::Free, child_block, 2000)]
+    );
     assert_eq!(child.events[0].seq, 0);
 }
 
@@ -195,7 +231,10 @@ fn an_exec_d_image_is_traced_in_a_spool_of_its_own() {
     assert_eq!(recorded_events(before), expected_events(&run.stdout));
     let block = hex(field(&run.stdout, "exec-child", 1));
     assert_eq!(after.events.len(), 1);
-    assert_eq!((after.events[0].op, after.events[0].address, after.events[0].size), (Op::Alloc, block, 4000));
+    assert_eq!(
+        (after.events[0].op, after.events[0].address, after.events[0].size),
+        (Op::Alloc, block, 4000)
+    );
 }
 
 #[test]

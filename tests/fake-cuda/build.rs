@@ -4,8 +4,12 @@ use std::process::Command;
 
 fn compile(compiler: &cc::Tool, args: &[&str]) {
     let mut command = compiler.to_command();
-    command.args(["-O2", "-g", "-Wall", "-Wextra", "-Werror", "-Wno-unused-parameter"]).args(args);
-    let status = command.status().unwrap_or_else(|e| panic!("cannot run the C compiler: {e}"));
+    command
+        .args(["-O2", "-g", "-Wall", "-Wextra", "-Werror", "-Wno-unused-parameter"])
+        .args(args);
+    let status = command
+        .status()
+        .unwrap_or_else(|e| panic!("cannot run the C compiler: {e}"));
     assert!(status.success(), "C compiler failed: {command:?}");
 }
 
@@ -28,28 +32,89 @@ fn main() {
     let s = |p: &Path| p.to_str().unwrap().to_owned();
 
     let driver = lib.join("libcuda.so.1");
-    compile(&compiler, &["-shared", "-fPIC", "-fvisibility=hidden", "-Wl,-soname,libcuda.so.1",
-        &s(&c.join("fake_driver.c")), "-o", &s(&driver), "-lpthread"]);
+    compile(
+        &compiler,
+        &[
+            "-shared",
+            "-fPIC",
+            "-fvisibility=hidden",
+            "-Wl,-soname,libcuda.so.1",
+            &s(&c.join("fake_driver.c")),
+            "-o",
+            &s(&driver),
+            "-lpthread",
+        ],
+    );
     link(&driver, "libcuda.so");
 
     let runtime = lib.join("libcudart.so.13");
-    compile(&compiler, &["-shared", "-fPIC", "-Wl,-soname,libcudart.so.13",
-        &s(&c.join("fake_runtime.c")), "-o", &s(&runtime), "-ldl", "-lpthread"]);
+    compile(
+        &compiler,
+        &[
+            "-shared",
+            "-fPIC",
+            "-Wl,-soname,libcudart.so.13",
+            &s(&c.join("fake_runtime.c")),
+            "-o",
+            &s(&runtime),
+            "-ldl",
+            "-lpthread",
+        ],
+    );
     link(&runtime, "libcudart.so");
 
     let runtime_object = out.join("cudart_static.o");
-    compile(&compiler, &["-c", "-fPIC", &s(&c.join("fake_runtime.c")), "-o", &s(&runtime_object)]);
+    compile(
+        &compiler,
+        &["-c", "-fPIC", &s(&c.join("fake_runtime.c")), "-o", &s(&runtime_object)],
+    );
     let archive = lib.join("libcudart_static.a");
     let _ = std::fs::remove_file(&archive);
-    let status = Command::new("ar").args(["rcs", &s(&archive), &s(&runtime_object)]).status().unwrap();
+    let status = Command::new("ar")
+        .args(["rcs", &s(&archive), &s(&runtime_object)])
+        .status()
+        .unwrap();
     assert!(status.success(), "ar failed");
 
     let rpath = format!("-Wl,-rpath,{}", s(&lib));
     let search = format!("-L{}", s(&lib));
-    compile(&compiler, &[&s(&c.join("scenarios.c")), "-o", &s(&bin.join("scenarios")), &search, &rpath,
-        "-lcudart", "-lcuda", "-ldl", "-lpthread"]);
-    compile(&compiler, &["-DSTATIC_RUNTIME", &s(&c.join("scenarios.c")), "-o", &s(&bin.join("scenarios_static")),
-        &s(&archive), &rpath, "-ldl", "-lpthread"]);
-    compile(&compiler, &[&s(&c.join("bench_calls.c")), "-o", &s(&bin.join("bench_calls")), &search, &rpath, "-lcuda"]);
+    compile(
+        &compiler,
+        &[
+            &s(&c.join("scenarios.c")),
+            "-o",
+            &s(&bin.join("scenarios")),
+            &search,
+            &rpath,
+            "-lcudart",
+            "-lcuda",
+            "-ldl",
+            "-lpthread",
+        ],
+    );
+    compile(
+        &compiler,
+        &[
+            "-DSTATIC_RUNTIME",
+            &s(&c.join("scenarios.c")),
+            "-o",
+            &s(&bin.join("scenarios_static")),
+            &s(&archive),
+            &rpath,
+            "-ldl",
+            "-lpthread",
+        ],
+    );
+    compile(
+        &compiler,
+        &[
+            &s(&c.join("bench_calls.c")),
+            "-o",
+            &s(&bin.join("bench_calls")),
+            &search,
+            &rpath,
+            "-lcuda",
+        ],
+    );
     println!("cargo:rustc-env=FAKE_CUDA_DIR={}", s(&out));
 }

@@ -11,7 +11,11 @@ pub fn tracer_library() -> PathBuf {
     let exe = std::env::current_exe().expect("test executable path");
     let deps = exe.parent().expect("test executable has a folder");
     let library = deps.join("libcudatrace.so");
-    assert!(library.exists(), "{} is missing: build the workspace first", library.display());
+    assert!(
+        library.exists(),
+        "{} is missing: build the workspace first",
+        library.display()
+    );
     library
 }
 
@@ -19,11 +23,17 @@ pub fn tracer_library() -> PathBuf {
 pub fn scratch_dir(label: &str) -> PathBuf {
     static COUNTER: AtomicUsize = AtomicUsize::new(0);
     let exe = std::env::current_exe().unwrap();
-    let dir = exe.parent().unwrap().parent().unwrap().join("test-scratch").join(format!(
-        "{label}-{}-{}",
-        std::process::id(),
-        COUNTER.fetch_add(1, Ordering::Relaxed)
-    ));
+    let dir = exe
+        .parent()
+        .unwrap()
+        .parent()
+        .unwrap()
+        .join("test-scratch")
+        .join(format!(
+            "{label}-{}-{}",
+            std::process::id(),
+            COUNTER.fetch_add(1, Ordering::Relaxed)
+        ));
     let _ = std::fs::remove_dir_all(&dir);
     std::fs::create_dir_all(&dir).unwrap();
     dir
@@ -56,7 +66,12 @@ pub fn run_traced(label: &str, mut command: Command) -> TracedRun {
         .iter()
         .map(|path| SpoolReader::read_path(path).unwrap_or_else(|e| panic!("{}: {e}", path.display())))
         .collect();
-    TracedRun { output, stdout, spools, spool_paths }
+    TracedRun {
+        output,
+        stdout,
+        spools,
+        spool_paths,
+    }
 }
 
 /// Spool files in `dir`, sorted by (pid, image).
@@ -93,7 +108,11 @@ pub fn describe(event: &Event) -> String {
 
 /// The `E ...` lines a program printed.
 pub fn expected_events(stdout: &str) -> Vec<String> {
-    stdout.lines().filter(|line| line.starts_with("E ")).map(str::to_owned).collect()
+    stdout
+        .lines()
+        .filter(|line| line.starts_with("E "))
+        .map(str::to_owned)
+        .collect()
 }
 
 /// The spool's events in the same format.

@@ -20,7 +20,10 @@ pub fn spools_in(dir: &Path) -> Result<Vec<PathBuf>, String> {
 /// (pid, image) from `cudatrace-<pid>-<image>.spool`; unknown names sort last.
 fn spool_order(path: &Path) -> (u64, u64) {
     let stem = path.file_stem().and_then(|s| s.to_str()).unwrap_or_default();
-    let mut numbers = stem.trim_start_matches("cudatrace-").split('-').map(|n| n.parse().unwrap_or(u64::MAX));
+    let mut numbers = stem
+        .trim_start_matches("cudatrace-")
+        .split('-')
+        .map(|n| n.parse().unwrap_or(u64::MAX));
     (numbers.next().unwrap_or(u64::MAX), numbers.next().unwrap_or(u64::MAX))
 }
 

@@ -1,9 +1,7 @@
 //! Reading spool files back into events, outside the traced process.
 
 use crate::codes::{Api, Kind, Op};
-use crate::layout::{
-    RawRecord, CMDLINE_CAPACITY, HEADER_SIZE, RECORD_SIZE, SPOOL_MAGIC, SPOOL_VERSION,
-};
+use crate::layout::{RawRecord, CMDLINE_CAPACITY, HEADER_SIZE, RECORD_SIZE, SPOOL_MAGIC, SPOOL_VERSION};
 use std::path::Path;
 
 /// The process a spool file belongs to.
@@ -88,10 +86,9 @@ impl std::fmt::Display for SpoolError {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         match self {
             SpoolError::Io(e) => write!(f, "cannot read spool: {e}"),
-            SpoolError::Truncated { len } => write!(
-                f,
-                "spool is {len} bytes, shorter than its {HEADER_SIZE}-byte header"
-            ),
+            SpoolError::Truncated { len } => {
+                write!(f, "spool is {len} bytes, shorter than its {HEADER_SIZE}-byte header")
+            }
             SpoolError::NotASpool => f.write_str("not a cudatrace spool file (bad magic)"),
             SpoolError::Version { found } => write!(
                 f,
@@ -177,8 +174,7 @@ impl SpoolReader {
                 continue;
             }
             let api = Api::from_code(raw.api).ok_or_else(|| bad(format!("unknown api code {}", raw.api)))?;
-            let kind =
-                Kind::from_code(raw.kind).ok_or_else(|| bad(format!("unknown kind code {}", raw.kind)))?;
+            let kind = Kind::from_code(raw.kind).ok_or_else(|| bad(format!("unknown kind code {}", raw.kind)))?;
             if raw.seq_plus_one - 1 != index as u64 {
                 return Err(bad(format!(
                     "sequence number {} stored in slot {index}",
@@ -270,8 +266,14 @@ mod tests {
 
     #[test]
     fn rejects_bad_input_with_a_reason() {
-        assert!(matches!(SpoolReader::parse(&[0u8; 100]), Err(SpoolError::Truncated { len: 100 })));
-        assert!(matches!(SpoolReader::parse(&[0u8; HEADER_SIZE]), Err(SpoolError::NotASpool)));
+        assert!(matches!(
+            SpoolReader::parse(&[0u8; 100]),
+            Err(SpoolError::Truncated { len: 100 })
+        ));
+        assert!(matches!(
+            SpoolReader::parse(&[0u8; HEADER_SIZE]),
+            Err(SpoolError::NotASpool)
+        ));
         let mut bytes = header(1, b"");
         let mut bad = record(0, Op::Alloc, 1);
         bad[62] = 200;
