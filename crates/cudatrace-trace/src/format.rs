@@ -1,0 +1,415 @@
+//! Record types and their payload encoding.
+
+use crate::varint::{put, put_signed, put_string, Cursor};
+use cudatrace_events::{Api, Event, Kind, Op};
+
+/// First eight bytes of a trace file.
+pub const MAGIC: [u8; 8] = *b"CUTRACE\0";
+/// Version of the record encodings; readers refuse other versions.
+pub const FORMAT_VERSION: u32 = 1;
+/// Largest payload a frame may declare; anything larger is damage.
+pub const MAX_PAYLOAD: usize = 64 << 20;
+/// Most events the writer puts in one block.
+pub const EVENTS_PER_BLOCK: usize = 4096;
+
+pub(crate) const TAG_HEADER: u8 = b'H';
+pub(crate) const TAG_PROCESS: u8 = b'P';
+pub(crate) const TAG_EVENTS: u8 = b'E';
+pub(crate) const TAG_PROCESS_END: u8 = b'X';
+pub(crate) const TAG_REFUSED: u8 = b'R';
+pub(crate) const TAG_STRING: u8 = b'S';
+pub(crate) const TAG_STACK: u8 = b'K';
+pub(crate) const TAG_FOOTER: u8 = b'F';
+
+/// The first record: what wrote the trace, where and when.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Header {
+    /// [`FORMAT_VERSION`].
+    pub format_version: u32,
+    /// Version of the cudatrace that wrote the file.
+    pub tracer_version: String,
+    /// Host name.
+    pub host: String,
+    /// Wall-clock start of the run, ns since the Unix epoch.
+    pub start_realtime_ns: u64,
+    /// `CLOCK_MONOTONIC` at the same instant (event times use this clock).
+    pub start_monotonic_ns: u64,
+    /// The command that was traced.
+    pub command: Vec<String>,
+}
+
+/// A process image appeared. `process` numbers images within the trace.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct ProcessStart {
+    /// Index of this process image in the trace (0, 1, ...).
+    pub process: u32,
+    /// Process id.
+    pub pid: u32,
+    /// Parent process id.
+    pub ppid: u32,
+    /// 0 for the first image of a pid, 1 after its first `exec`, ...
+    pub image: u32,
+    /// Command line.
+    pub argv: Vec<String>,
+    /// `CLOCK_MONOTONIC` when tracing started in it.
+    pub start_monotonic_ns: u64,
+    /// Wall clock at the same instant.
+    pub start_realtime_ns: u64,
+}
+
+/// A process image ended, or the run ended while it was still running.
+#[derive(Clone, Debug, PartialEq, Eq, Default)]
+pub struct ProcessEnd {
+    /// Index from [`ProcessStart::process`].
+    pub process: u32,
+    /// Exit code, or 128 + signal number; `None` when it could not be observed.
+    pub exit_status: Option<i32>,
+    /// `CLOCK_MONOTONIC` of the exit, when known.
+    pub exit_time_ns: Option<u64>,
+    /// The process was still alive when the trace was finished.
+    pub still_running: bool,
+    /// Hooks that never completed (the process died inside one).
+    pub unfinished_records: u64,
+    /// Frees of memory never seen allocated.
+    pub unknown_frees: u64,
+    /// Allocations the in-process live table had no room for.
+    pub registry_overflows: u64,
+    /// Records the process could not store.
+    pub dropped_records: u64,
+}
+
+/// A spool the collector would not read.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Refusal {
+    /// Path of the spool.
+    pub path: String,
+    /// Owner of the spool.
+    pub uid: u32,
+    /// Why it was refused.
+    pub reason: String,
+}
+
+/// The last record of a finished trace.
+#[derive(Clone, Debug, PartialEq, Eq, Default)]
+pub struct Footer {
+    /// Process images in the trace.
+    pub processes: u64,
+    /// Events in the trace.
+    pub events: u64,
+    /// Events the processes could not record.
+    pub dropped_events: u64,
+    /// Spools refused.
+    pub refused_spools: u64,
+    /// Wall clock when the trace was finished.
+    pub end_realtime_ns: u64,
+}
+
+/// One record of a trace file.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum Record {
+    /// [`Header`].
+    Header(Header),
+    /// [`ProcessStart`].
+    Process(ProcessStart),
+    /// A block of events of one process image, in sequence order.
+    Events {
+        /// Index from [`ProcessStart::process`].
+        process: u32,
+        /// The events.
+        events: Vec<Event>,
+    },
+    /// [`ProcessEnd`].
+    ProcessEnd(ProcessEnd),
+    /// [`Refusal`].
+    Refused(Refusal),
+    /// An interned string (for stack frames).
+    String {
+        /// Its id.
+        id: u64,
+        /// Its text.
+        text: String,
+    },
+    /// An interned call stack: string ids of its frames, innermost first.
+    Stack {
+        /// Its id.
+        id: u64,
+        /// Frame string ids.
+        frames: Vec<u64>,
+    },
+    /// [`Footer`].
+    Footer(Footer),
+    /// A record type this reader does not know (written by a newer version); skipped.
+    Unknown {
+        /// Its tag byte.
+        tag: u8,
+    },
+}
+
+fn put_strings(out: &mut Vec<u8>, list: &[String]) {
+    put(out, list.len() as u64);
+    list.iter().for_each(|s| put_string(out, s));
+}
+
+fn get_strings(cursor: &mut Cursor) -> Result<Vec<String>, &'static str> {
+    let count = cursor.get()?;
+    if count > 1 << 20 {
+        return Err("implausible string count");
+    }
+    (0..count).map(|_| cursor.string()).collect()
+}
+
+const HAS_SEQ_GAP: u8 = 1;
+const HAS_TID: u8 = 2;
+const HAS_DEVICE: u8 = 4;
+const HAS_STREAM: u8 = 8;
+const HAS_ARG1: u8 = 16;
+const HAS_ARG2: u8 = 32;
+
+/// Encodes a record's payload; returns its tag.
+pub(crate) fn encode(record: &Record, out: &mut Vec<u8>) -> u8 {
+    match record {
+        Record::Header(h) => {
+            put(out, u64::from(h.format_version));
+            put_string(out, &h.tracer_version);
+            put_string(out, &h.host);
+            put(out, h.start_realtime_ns);
+            put(out, h.start_monotonic_ns);
+            put_strings(out, &h.command);
+            TAG_HEADER
+        }
+        Record::Process(p) => {
+            for v in [p.process, p.pid, p.ppid, p.image] {
+                put(out, u64::from(v));
+            }
+            put(out, p.start_monotonic_ns);
+            put(out, p.start_realtime_ns);
+            put_strings(out, &p.argv);
+            TAG_PROCESS
+        }
+        Record::Events { process, events } => {
+            encode_events(*process, events, out);
+            TAG_EVENTS
+        }
+        Record::ProcessEnd(e) => {
+            put(out, u64::from(e.process));
+            put_signed(out, e.exit_status.map_or(i64::MIN, i64::from));
+            put(out, e.exit_time_ns.map_or(0, |t| t.saturating_add(1)));
+            put(out, u64::from(e.still_running));
+            for v in [
+                e.unfinished_records,
+                e.unknown_frees,
+                e.registry_overflows,
+                e.dropped_records,
+            ] {
+                put(out, v);
+            }
+            TAG_PROCESS_END
+        }
+        Record::Refused(r) => {
+            put_string(out, &r.path);
+            put(out, u64::from(r.uid));
+            put_string(out, &r.reason);
+            TAG_REFUSED
+        }
+        Record::String { id, text } => {
+            put(out, *id);
+            put_string(out, text);
+            TAG_STRING
+        }
+        Record::Stack { id, frames } => {
+            put(out, *id);
+            put(out, frames.len() as u64);
+            frames.iter().for_each(|&f| put(out, f));
+            TAG_STACK
+        }
+        Record::Footer(f) => {
+            for v in [
+                f.processes,
+                f.events,
+                f.dropped_events,
+                f.refused_spools,
+                f.end_realtime_ns,
+            ] {
+                put(out, v);
+            }
+            TAG_FOOTER
+        }
+        Record::Unknown { tag } => *tag,
+    }
+}
+
+fn encode_events(process: u32, events: &[Event], out: &mut Vec<u8>) {
+    put(out, u64::from(process));
+    put(out, events.len() as u64);
+    let Some(first) = events.first() else { return };
+    put(out, first.seq);
+    put(out, first.time_ns);
+    let (mut seq, mut time, mut tid, mut address) = (first.seq.wrapping_sub(1), first.time_ns, 0u32, 0u64);
+    for e in events {
+        let seq_delta = e.seq.wrapping_sub(seq);
+        let mut flags = 0u8;
+        flags |= if seq_delta != 1 { HAS_SEQ_GAP } else { 0 };
+        flags |= if e.tid != tid { HAS_TID } else { 0 };
+        flags |= if e.device.is_some() { HAS_DEVICE } else { 0 };
+        flags |= if e.stream != 0 { HAS_STREAM } else { 0 };
+        flags |= if e.arg1 != 0 { HAS_ARG1 } else { 0 };
+        flags |= if e.arg2 != 0 { HAS_ARG2 } else { 0 };
+        out.push(flags);
+        out.push(e.op as u8 | (e.kind as u8) << 3);
+        out.push(e.api as u8);
+        if flags & HAS_SEQ_GAP != 0 {
+            put(out, seq_delta);
+        }
+        put_signed(out, e.time_ns.wrapping_sub(time) as i64);
+        if flags & HAS_TID != 0 {
+            put(out, u64::from(e.tid));
+        }
+        if let Some(device) = e.device {
+            out.push(device);
+        }
+        put_signed(out, e.address.wrapping_sub(address) as i64);
+        put(out, e.size);
+        for (flag, value) in [(HAS_STREAM, e.stream), (HAS_ARG1, e.arg1), (HAS_ARG2, e.arg2)] {
+            if flags & flag != 0 {
+                put(out, value);
+            }
+        }
+        (seq, time, tid, address) = (e.seq, e.time_ns, e.tid, e.address);
+    }
+}
+
+fn decode_events(cursor: &mut Cursor, pid_of: &dyn Fn(u32) -> Option<u32>) -> Result<Record, String> {
+    let process = cursor.get_u32()?;
+    let pid = pid_of(process).ok_or_else(|| format!("events of process {process}, which has no process record"))?;
+    let count = cursor.get()?;
+    if count > (MAX_PAYLOAD / 8) as u64 {
+        return Err("implausible event count".into());
+    }
+    let mut events = Vec::with_capacity(count as usize);
+    if count == 0 {
+        return Ok(Record::Events { process, events });
+    }
+    let base_seq = cursor.get()?;
+    let base_time = cursor.get()?;
+    let (mut seq, mut time, mut tid, mut address) = (base_seq.wrapping_sub(1), base_time, 0u32, 0u64);
+    for _ in 0..count {
+        let flags = cursor.byte()?;
+        let op_kind = cursor.byte()?;
+        let op = Op::from_code(op_kind & 7).ok_or("unknown op code")?;
+        let kind = Kind::from_code(op_kind >> 3).ok_or("unknown kind code")?;
+        let api = Api::from_code(cursor.byte()?).ok_or("unknown api code")?;
+        seq = seq.wrapping_add(if flags & HAS_SEQ_GAP != 0 { cursor.get()? } else { 1 });
+        time = time.wrapping_add(cursor.get_signed()? as u64);
+        if flags & HAS_TID != 0 {
+            tid = cursor.get_u32()?;
+        }
+        let device = if flags & HAS_DEVICE != 0 {
+            Some(cursor.byte()?)
+        } else {
+            None
+        };
+        address = address.wrapping_add(cursor.get_signed()? as u64);
+        let size = cursor.get()?;
+        let mut optional = |flag: u8| -> Result<u64, &'static str> {
+            if flags & flag != 0 {
+                cursor.get()
+            } else {
+                Ok(0)
+            }
+        };
+        let (stream, arg1, arg2) = (optional(HAS_STREAM)?, optional(HAS_ARG1)?, optional(HAS_ARG2)?);
+        events.push(Event {
+            pid,
+            tid,
+            seq,
+            time_ns: time,
+            device,
+            stream,
+            api,
+            op,
+            kind,
+            address,
+            size,
+            arg1,
+            arg2,
+        });
+    }
+    Ok(Record::Events { process, events })
+}
+
+/// Decodes a payload. `pid_of` maps process indexes seen so far to pids.
+pub(crate) fn decode(tag: u8, payload: &[u8], pid_of: &dyn Fn(u32) -> Option<u32>) -> Result<Record, String> {
+    let mut c = Cursor::new(payload);
+    let record = match tag {
+        TAG_HEADER => Record::Header(Header {
+            format_version: c.get_u32()?,
+            tracer_version: c.string()?,
+            host: c.string()?,
+            start_realtime_ns: c.get()?,
+            start_monotonic_ns: c.get()?,
+            command: get_strings(&mut c)?,
+        }),
+        TAG_PROCESS => Record::Process(ProcessStart {
+            process: c.get_u32()?,
+            pid: c.get_u32()?,
+            ppid: c.get_u32()?,
+            image: c.get_u32()?,
+            start_monotonic_ns: c.get()?,
+            start_realtime_ns: c.get()?,
+            argv: get_strings(&mut c)?,
+        }),
+        TAG_EVENTS => decode_events(&mut c, pid_of)?,
+        TAG_PROCESS_END => {
+            let process = c.get_u32()?;
+            let status = c.get_signed()?;
+            let exit_status = if status == i64::MIN {
+                None
+            } else {
+                Some(i32::try_from(status).map_err(|_| "exit status out of range")?)
+            };
+            let exit_time_ns = c.get()?.checked_sub(1);
+            Record::ProcessEnd(ProcessEnd {
+                process,
+                exit_status,
+                exit_time_ns,
+                still_running: c.get()? != 0,
+                unfinished_records: c.get()?,
+                unknown_frees: c.get()?,
+                registry_overflows: c.get()?,
+                dropped_records: c.get()?,
+            })
+        }
+        TAG_REFUSED => Record::Refused(Refusal {
+            path: c.string()?,
+            uid: c.get_u32()?,
+            reason: c.string()?,
+        }),
+        TAG_STRING => Record::String {
+            id: c.get()?,
+            text: c.string()?,
+        },
+        TAG_STACK => {
+            let id = c.get()?;
+            let count = c.get()?;
+            if count > (MAX_PAYLOAD as u64) {
+                return Err("implausible frame count".into());
+            }
+            Record::Stack {
+                id,
+                frames: (0..count).map(|_| c.get()).collect::<Result<_, _>>()?,
+            }
+        }
+        TAG_FOOTER => Record::Footer(Footer {
+            processes: c.get()?,
+            events: c.get()?,
+            dropped_events: c.get()?,
+            refused_spools: c.get()?,
+            end_realtime_ns: c.get()?,
+        }),
+        other => return Ok(Record::Unknown { tag: other }),
+    };
+    if !c.is_empty() {
+        return Err("trailing bytes after the record".into());
+    }
+    Ok(record)
+}

@@ -1,0 +1,19 @@
+//! The trace file `cudatrace` writes for a whole run: every process of a
+//! process tree and every memory event they made, in one file.
+//!
+//! The file is a magic number followed by framed records (see
+//! `docs/trace-format.md`). Each frame carries its length and a CRC-32, so a
+//! reader can consume a file that is still being written, or was cut short
+//! by a crash, and stop cleanly at the first damaged frame, reporting where
+//! and why. Events are stored in per-process blocks, delta- and
+//! varint-encoded (about 15 bytes an event).
+
+mod crc32;
+pub mod format;
+pub mod reader;
+mod varint;
+pub mod writer;
+
+pub use format::{Footer, Header, ProcessEnd, ProcessStart, Record, Refusal, FORMAT_VERSION, MAGIC};
+pub use reader::{Damage, TraceReader};
+pub use writer::TraceWriter;

@@ -1,0 +1,278 @@
+//! Reading a trace, record by record, stopping cleanly at damage.
+
+use crate::crc32;
+use crate::format::{decode, Record, FORMAT_VERSION, MAGIC, MAX_PAYLOAD};
+use std::collections::HashMap;
+use std::io::{self, Read};
+
+/// Where and why a reader stopped before the end of a trace.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Damage {
+    /// Byte offset of the first frame that could not be read.
+    pub offset: u64,
+    /// What was wrong with it.
+    pub reason: String,
+}
+
+impl std::fmt::Display for Damage {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(f, "at byte {}: {}", self.offset, self.reason)
+    }
+}
+
+/// Reads records from a trace. It never panics on any input: the first
+/// damaged frame ends the stream with a [`Damage`] that says where and why,
+/// after every whole record before it.
+pub struct TraceReader<R: Read> {
+    input: R,
+    offset: u64,
+    pids: HashMap<u32, u32>,
+    stopped: bool,
+}
+
+fn read_fully(input: &mut impl Read, buffer: &mut [u8]) -> io::Result<usize> {
+    let mut filled = 0;
+    while filled < buffer.len() {
+        match input.read(&mut buffer[filled..]) {
+            Ok(0) => break,
+            Ok(n) => filled += n,
+            Err(e) if e.kind() == io::ErrorKind::Interrupted => {}
+            Err(e) => return Err(e),
+        }
+    }
+    Ok(filled)
+}
+
+impl<R: Read> TraceReader<R> {
+    /// Checks the magic number and positions the reader at the first record.
+    pub fn new(mut input: R) -> Result<Self, Damage> {
+        let mut magic = [0u8; 8];
+        let got = read_fully(&mut input, &mut magic).map_err(|e| Damage {
+            offset: 0,
+            reason: e.to_string(),
+        })?;
+        if got < magic.len() || magic != MAGIC {
+            return Err(Damage {
+                offset: 0,
+                reason: "not a cudatrace trace (bad magic)".into(),
+            });
+        }
+        Ok(TraceReader {
+            input,
+            offset: 8,
+            pids: HashMap::new(),
+            stopped: false,
+        })
+    }
+
+    /// Byte offset of the next record.
+    pub fn offset(&self) -> u64 {
+        self.offset
+    }
+
+    fn damage(&mut self, reason: impl Into<String>) -> Damage {
+        self.stopped = true;
+        Damage {
+            offset: self.offset,
+            reason: reason.into(),
+        }
+    }
+
+    /// The next record; `Ok(None)` at a clean end (a frame boundary).
+    pub fn next_record(&mut self) -> Result<Option<Record>, Damage> {
+        if self.stopped {
+            return Ok(None);
+        }
+        let mut head = [0u8; 5];
+        let got = read_fully(&mut self.input, &mut head).map_err(|e| self.damage(e.to_string()))?;
+        if got == 0 {
+            self.stopped = true;
+            return Ok(None);
+        }
+        if got < head.len() {
+            return Err(self.damage(format!("truncated frame header ({got} of 5 bytes)")));
+        }
+        let tag = head[0];
+        let length = u32::from_le_bytes([head[1], head[2], head[3], head[4]]) as usize;
+        if length > MAX_PAYLOAD {
+            return Err(self.damage(format!("frame declares {length} bytes, more than any record")));
+        }
+        let mut body = vec![0u8; length + 4];
+        let got = read_fully(&mut self.input, &mut body).map_err(|e| self.damage(e.to_string()))?;
+        if got < body.len() {
+            return Err(self.damage(format!("truncated record: {got} of {} bytes", body.len())));
+        }
+        let (payload, stored) = body.split_at(length);
+        let crc = crc32::update(crc32::update(0, &head), payload);
+        if crc.to_le_bytes() != stored {
+            return Err(self.damage(format!("checksum mismatch in a '{}' record", tag.escape_ascii())));
+        }
+        let pids = &self.pids;
+        let record = match decode(tag, payload, &|process| pids.get(&process).copied()) {
+            Ok(record) => record,
+            Err(reason) => return Err(self.damage(format!("malformed '{}' record: {reason}", tag.escape_ascii()))),
+        };
+        match &record {
+            Record::Header(h) if h.format_version != FORMAT_VERSION => {
+                return Err(self.damage(format!(
+                    "trace format version {} is not supported (this build reads {FORMAT_VERSION})",
+                    h.format_version
+                )));
+            }
+            Record::Process(p) => {
+                self.pids.insert(p.process, p.pid);
+            }
+            _ => {}
+        }
+        self.offset += 5 + body.len() as u64;
+        Ok(Some(record))
+    }
+}
+
+impl<R: Read> Iterator for TraceReader<R> {
+    type Item = Result<Record, Damage>;
+
+    fn next(&mut self) -> Option<Self::Item> {
+        self.next_record().transpose()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::format::{Footer, Header, ProcessEnd, ProcessStart};
+    use crate::writer::TraceWriter;
+    use cudatrace_events::{Api, Event, Kind, Op};
+
+    fn event(seq: u64, op: Op, address: u64) -> Event {
+        Event {
+            pid: 42,
+            tid: 42 + (seq % 3) as u32,
+            seq,
+            time_ns: 1_000_000 + seq * 1500 - (seq % 2) * 700,
+            device: if seq % 5 == 0 { None } else { Some((seq % 2) as u8) },
+            stream: if seq % 4 == 0 { 2 } else { 0 },
+            api: Api::CudaMalloc,
+            op,
+            kind: Kind::Pool,
+            address,
+            size: 4096 * seq,
+            arg1: seq % 7,
+            arg2: u64::MAX - seq,
+        }
+    }
+
+    pub(crate) fn sample_trace() -> (Vec<u8>, Vec<Record>) {
+        let header = Header {
+            format_version: FORMAT_VERSION,
+            tracer_version: "0.1.0".into(),
+            host: "box".into(),
+            start_realtime_ns: 1_700_000_000_000_000_000,
+            start_monotonic_ns: 999,
+            command: vec!["python".into(), "train.py".into()],
+        };
+        let process = ProcessStart {
+            process: 0,
+            pid: 42,
+            ppid: 1,
+            image: 0,
+            argv: vec!["python".into()],
+            start_monotonic_ns: 1000,
+            start_realtime_ns: 2000,
+        };
+        let mut events: Vec<Event> = (0..10)
+            .map(|s| event(s, Op::Alloc, 0x7f00_0000_0000 + s * 8192))
+            .collect();
+        events[3].seq = 7; // a gap
+        events.iter_mut().skip(4).for_each(|e| e.seq += 4);
+        let end = ProcessEnd {
+            process: 0,
+            exit_status: Some(137),
+            exit_time_ns: Some(5000),
+            ..Default::default()
+        };
+        let footer = Footer {
+            processes: 1,
+            events: 10,
+            end_realtime_ns: 3,
+            ..Default::default()
+        };
+        let mut writer = TraceWriter::new(Vec::new(), &header).unwrap();
+        writer.process_start(&process).unwrap();
+        writer.events(0, &events).unwrap();
+        writer.process_end(&end).unwrap();
+        writer.footer(&footer).unwrap();
+        let records = vec![
+            Record::Header(header),
+            Record::Process(process),
+            Record::Events { process: 0, events },
+            Record::ProcessEnd(end),
+            Record::Footer(footer),
+        ];
+        (writer.into_inner(), records)
+    }
+
+    #[test]
+    fn every_record_round_trips() {
+        let (bytes, records) = sample_trace();
+        let read: Vec<Record> = TraceReader::new(&bytes[..]).unwrap().map(Result::unwrap).collect();
+        assert_eq!(read, records);
+    }
+
+    #[test]
+    fn truncation_keeps_every_whole_record_and_says_where_it_stopped() {
+        let (bytes, records) = sample_trace();
+        // Find each frame boundary by reading.
+        let mut reader = TraceReader::new(&bytes[..]).unwrap();
+        let mut boundaries = vec![reader.offset()];
+        while reader.next_record().unwrap().is_some() {
+            boundaries.push(reader.offset());
+        }
+        assert_eq!(*boundaries.last().unwrap() as usize, bytes.len());
+        for cut in 8..bytes.len() {
+            let whole = boundaries.iter().filter(|&&b| b as usize <= cut).count() - 1;
+            let mut reader = TraceReader::new(&bytes[..cut]).unwrap();
+            let mut got = Vec::new();
+            let ending = loop {
+                match reader.next_record() {
+                    Ok(Some(record)) => got.push(record),
+                    Ok(None) => break None,
+                    Err(damage) => break Some(damage),
+                }
+            };
+            assert_eq!(got, records[..whole], "cut at {cut}");
+            let at_boundary = boundaries.contains(&(cut as u64));
+            match ending {
+                None => assert!(at_boundary, "cut at {cut} mid-record ended cleanly"),
+                Some(damage) => {
+                    assert!(!at_boundary);
+                    assert_eq!(damage.offset, boundaries[whole]);
+                    assert!(damage.reason.starts_with("truncated"), "{}", damage.reason);
+                }
+            }
+        }
+    }
+
+    #[test]
+    fn a_flipped_bit_is_caught_by_the_checksum() {
+        let (mut bytes, records) = sample_trace();
+        let second_frame = {
+            let mut reader = TraceReader::new(&bytes[..]).unwrap();
+            reader.next_record().unwrap();
+            reader.offset() as usize
+        };
+        bytes[second_frame + 7] ^= 0x10;
+        let mut reader = TraceReader::new(&bytes[..]).unwrap();
+        assert_eq!(reader.next_record().unwrap(), Some(records[0].clone()));
+        let damage = reader.next_record().unwrap_err();
+        assert_eq!(damage.offset as usize, second_frame);
+        assert_eq!(damage.reason, "checksum mismatch in a 'P' record");
+        assert_eq!(reader.next_record(), Ok(None));
+    }
+
+    #[test]
+    fn bad_magic_is_refused() {
+        let damage = TraceReader::new(&b"CUTRSPL\0xxxx"[..]).err().unwrap();
+        assert_eq!(damage.to_string(), "at byte 0: not a cudatrace trace (bad magic)");
+    }
+}

@@ -1,0 +1,113 @@
+//! LEB128 variable-length integers and zigzag encoding for signed deltas.
+
+/// Appends `value` as LEB128.
+pub fn put(out: &mut Vec<u8>, mut value: u64) {
+    while value >= 0x80 {
+        out.push((value as u8) | 0x80);
+        value >>= 7;
+    }
+    out.push(value as u8);
+}
+
+/// Appends a signed value, zigzag-encoded.
+pub fn put_signed(out: &mut Vec<u8>, value: i64) {
+    put(out, ((value << 1) ^ (value >> 63)) as u64);
+}
+
+/// A cursor over a record payload; every read fails cleanly past the end.
+pub struct Cursor<'a> {
+    bytes: &'a [u8],
+    at: usize,
+}
+
+impl<'a> Cursor<'a> {
+    pub fn new(bytes: &'a [u8]) -> Self {
+        Cursor { bytes, at: 0 }
+    }
+
+    pub fn is_empty(&self) -> bool {
+        self.at >= self.bytes.len()
+    }
+
+    pub fn byte(&mut self) -> Result<u8, &'static str> {
+        let b = *self.bytes.get(self.at).ok_or("record ends early")?;
+        self.at += 1;
+        Ok(b)
+    }
+
+    pub fn get(&mut self) -> Result<u64, &'static str> {
+        let mut value = 0u64;
+        for shift in (0..64).step_by(7) {
+            let b = self.byte()?;
+            value |= u64::from(b & 0x7f) << shift;
+            if b & 0x80 == 0 {
+                if shift == 63 && b > 1 {
+                    return Err("varint overflows 64 bits");
+                }
+                return Ok(value);
+            }
+        }
+        Err("varint longer than 10 bytes")
+    }
+
+    pub fn get_signed(&mut self) -> Result<i64, &'static str> {
+        let raw = self.get()?;
+        Ok(((raw >> 1) as i64) ^ -((raw & 1) as i64))
+    }
+
+    pub fn get_u32(&mut self) -> Result<u32, &'static str> {
+        u32::try_from(self.get()?).map_err(|_| "value does not fit 32 bits")
+    }
+
+    pub fn bytes(&mut self, len: usize) -> Result<&'a [u8], &'static str> {
+        let end = self
+            .at
+            .checked_add(len)
+            .filter(|&end| end <= self.bytes.len())
+            .ok_or("record ends early")?;
+        let slice = &self.bytes[self.at..end];
+        self.at = end;
+        Ok(slice)
+    }
+
+    pub fn string(&mut self) -> Result<String, &'static str> {
+        let len = usize::try_from(self.get()?).map_err(|_| "string too long")?;
+        Ok(String::from_utf8_lossy(self.bytes(len)?).into_owned())
+    }
+}
+
+/// Appends a length-prefixed string.
+pub fn put_string(out: &mut Vec<u8>, text: &str) {
+    put(out, text.len() as u64);
+    out.extend_from_slice(text.as_bytes());
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn values_round_trip_at_every_width() {
+        let values = [0u64, 1, 127, 128, 300, 1 << 32, u64::MAX];
+        let signed = [0i64, -1, 1, -64, 64, i64::MIN, i64::MAX];
+        let mut out = Vec::new();
+        values.iter().for_each(|&v| put(&mut out, v));
+        signed.iter().for_each(|&v| put_signed(&mut out, v));
+        put_string(&mut out, "héllo");
+        let mut cursor = Cursor::new(&out);
+        for &v in &values {
+            assert_eq!(cursor.get(), Ok(v));
+        }
+        for &v in &signed {
+            assert_eq!(cursor.get_signed(), Ok(v));
+        }
+        assert_eq!(cursor.string().as_deref(), Ok("héllo"));
+        assert!(cursor.is_empty());
+        assert_eq!(cursor.get(), Err("record ends early"));
+        assert_eq!(Cursor::new(&[0xff; 11]).get(), Err("varint longer than 10 bytes"));
+        assert_eq!(
+            Cursor::new(&[0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0x02]).get(),
+            Err("varint overflows 64 bits")
+        );
+    }
+}

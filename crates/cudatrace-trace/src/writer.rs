@@ -1,0 +1,103 @@
+//! Appending records to a trace file.
+
+use crate::crc32;
+use crate::format::{encode, Footer, Header, ProcessEnd, ProcessStart, Record, Refusal, EVENTS_PER_BLOCK, MAGIC};
+use cudatrace_events::Event;
+use std::io::{self, Write};
+
+/// Writes a trace: the magic and header first, then records as they come.
+/// Every record is a whole frame, so a reader never sees half a record
+/// unless the writer died in the middle of `write`.
+pub struct TraceWriter<W: Write> {
+    out: W,
+    scratch: Vec<u8>,
+    bytes_written: u64,
+    events_written: u64,
+}
+
+impl<W: Write> TraceWriter<W> {
+    /// Starts a trace with its header.
+    pub fn new(out: W, header: &Header) -> io::Result<Self> {
+        let mut writer = TraceWriter {
+            out,
+            scratch: Vec::with_capacity(1 << 16),
+            bytes_written: 0,
+            events_written: 0,
+        };
+        writer.out.write_all(&MAGIC)?;
+        writer.bytes_written += MAGIC.len() as u64;
+        writer.record(&Record::Header(header.clone()))?;
+        Ok(writer)
+    }
+
+    /// Writes any record as one frame.
+    pub fn record(&mut self, record: &Record) -> io::Result<()> {
+        self.scratch.clear();
+        let tag = encode(record, &mut self.scratch);
+        let length = u32::try_from(self.scratch.len()).map_err(|_| io::Error::other("record too large"))?;
+        let mut head = [0u8; 5];
+        head[0] = tag;
+        head[1..].copy_from_slice(&length.to_le_bytes());
+        let crc = crc32::update(crc32::update(0, &head), &self.scratch);
+        let mut frame = Vec::with_capacity(self.scratch.len() + 9);
+        frame.extend_from_slice(&head);
+        frame.extend_from_slice(&self.scratch);
+        frame.extend_from_slice(&crc.to_le_bytes());
+        self.out.write_all(&frame)?;
+        self.bytes_written += frame.len() as u64;
+        Ok(())
+    }
+
+    /// Records that a process image appeared.
+    pub fn process_start(&mut self, process: &ProcessStart) -> io::Result<()> {
+        self.record(&Record::Process(process.clone()))
+    }
+
+    /// Writes events of one process image, in sequence order, in blocks.
+    pub fn events(&mut self, process: u32, events: &[Event]) -> io::Result<()> {
+        for block in events.chunks(EVENTS_PER_BLOCK) {
+            self.record(&Record::Events {
+                process,
+                events: block.to_vec(),
+            })?;
+            self.events_written += block.len() as u64;
+        }
+        Ok(())
+    }
+
+    /// Records how a process image ended.
+    pub fn process_end(&mut self, end: &ProcessEnd) -> io::Result<()> {
+        self.record(&Record::ProcessEnd(end.clone()))
+    }
+
+    /// Records a refused spool.
+    pub fn refused(&mut self, refusal: &Refusal) -> io::Result<()> {
+        self.record(&Record::Refused(refusal.clone()))
+    }
+
+    /// Finishes the trace.
+    pub fn footer(&mut self, footer: &Footer) -> io::Result<()> {
+        self.record(&Record::Footer(footer.clone()))?;
+        self.out.flush()
+    }
+
+    /// Pushes buffered records to the file.
+    pub fn flush(&mut self) -> io::Result<()> {
+        self.out.flush()
+    }
+
+    /// Bytes written so far.
+    pub fn bytes_written(&self) -> u64 {
+        self.bytes_written
+    }
+
+    /// Events written so far.
+    pub fn events_written(&self) -> u64 {
+        self.events_written
+    }
+
+    /// The underlying writer.
+    pub fn into_inner(self) -> W {
+        self.out
+    }
+}
