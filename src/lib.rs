@@ -23,3 +23,4 @@ pub mod recorder;
 pub mod runtime_hooks;
 pub mod spool_writer;
 pub mod symbols;
+pub mod tree_root;

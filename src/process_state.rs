@@ -72,10 +72,14 @@ extern "C" fn after_fork_in_child() {
     live_table::forget_parent_table();
 }
 
-/// Library constructor. It does no CUDA work and reads only the environment.
+/// Library constructor. It does no CUDA work; it reads the environment and,
+/// in the root of a traced tree, adds the tree's spool folder to it.
 extern "C" fn on_load() {
     if std::env::var_os("CUDATRACE_DISABLE").is_some_and(|v| v != "0" && !v.is_empty()) {
         turn_tracing_off();
+    }
+    if tracing_on() {
+        crate::tree_root::adopt_tree_if_root();
     }
     // SAFETY: registering a plain function pointer; the library is never unloaded.
     unsafe { libc::pthread_atfork(None, None, Some(after_fork_in_child)) };

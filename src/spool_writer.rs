@@ -13,7 +13,7 @@
 use cudatrace_events::layout::{CHUNK_RECORDS, CMDLINE_CAPACITY, HEADER_SIZE, RECORD_SIZE, SPOOL_MAGIC, SPOOL_VERSION};
 use cudatrace_events::{RawRecord, SpoolHeader};
 use std::os::unix::ffi::OsStrExt;
-use std::sync::atomic::{AtomicBool, AtomicI32, AtomicPtr, AtomicU64, AtomicU8, AtomicUsize, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicI32, AtomicPtr, AtomicU32, AtomicU64, AtomicU8, AtomicUsize, Ordering};
 
 const CHUNK_BYTES: usize = CHUNK_RECORDS * RECORD_SIZE;
 /// At most this many chunks: about a billion records per process.
@@ -208,6 +208,9 @@ fn create_spool() -> bool {
     // SAFETY: getpid/getppid have no preconditions.
     let (pid, ppid) = unsafe { (libc::getpid() as u32, libc::getppid() as u32) };
     let directory = spool_directory();
+    if !crate::tree_root::prepare_spool_dir(&directory) {
+        return false;
+    }
     let mut fd = -1;
     for image in 0..1000 {
         let path = directory.join(format!("cudatrace-{pid}-{image}.spool"));
@@ -269,7 +272,30 @@ fn create_spool() -> bool {
     }
     FD.store(fd, Ordering::Release);
     HEADER.store(header, Ordering::Release);
+    // SAFETY: registering a plain function; it checks the header itself.
+    unsafe { on_exit(record_exit, std::ptr::null_mut()) };
+    crate::tree_root::start_collector_if_first(&directory);
     true
+}
+
+unsafe extern "C" {
+    /// glibc's `on_exit`: like `atexit`, but the handler receives the exit status.
+    fn on_exit(handler: extern "C" fn(libc::c_int, *mut libc::c_void), arg: *mut libc::c_void) -> libc::c_int;
+}
+
+/// Stores how the process exited in its spool header, for the collector.
+extern "C" fn record_exit(status: libc::c_int, _arg: *mut libc::c_void) {
+    let header = HEADER.load(Ordering::Acquire);
+    if header.is_null() {
+        return;
+    }
+    // SAFETY: the header stays mapped until the process is gone; the flag is
+    // published after the values it guards.
+    unsafe {
+        (*header).exit_time_ns = monotonic_ns();
+        (*header).exit_status = status;
+        AtomicU32::from_ptr(&raw mut (*header).exit_recorded).store(1, Ordering::Release);
+    }
 }
 
 /// Called in a forked child. The inherited mappings point into the parent's

@@ -15,7 +15,7 @@ pub const RECORD_SIZE: usize = 64;
 /// Records added to the file each time the writer runs out of mapped space.
 pub const CHUNK_RECORDS: usize = 16384;
 /// Bytes of `/proc/self/cmdline` kept in the header.
-pub const CMDLINE_CAPACITY: usize = HEADER_SIZE - 80;
+pub const CMDLINE_CAPACITY: usize = HEADER_SIZE - 96;
 
 /// The header page at the start of a spool file.
 ///
@@ -47,6 +47,13 @@ pub struct SpoolHeader {
     pub registry_overflows: u64,
     /// Records dropped because the spool could not grow (disk full, mmap failure).
     pub dropped_records: u64,
+    /// `CLOCK_MONOTONIC` when the process called `exit`.
+    pub exit_time_ns: u64,
+    /// The status the process passed to `exit`.
+    pub exit_status: i32,
+    /// 1 once `exit_time_ns` and `exit_status` are set (written last); 0 while
+    /// running, or if the process ended without calling `exit` (a signal, `_exit`, `exec`).
+    pub exit_recorded: u32,
     /// Number of meaningful bytes in `cmdline`.
     pub cmdline_len: u32,
     /// Reserved, zero.

@@ -16,4 +16,4 @@ pub mod spool;
 
 pub use codes::{Api, Kind, Op};
 pub use layout::{RawRecord, SpoolHeader, SPOOL_MAGIC, SPOOL_VERSION};
-pub use spool::{Event, ProcessInfo, Spool, SpoolError, SpoolReader};
+pub use spool::{Event, ProcessInfo, Spool, SpoolError, SpoolHeaderInfo, SpoolReader};

@@ -17,6 +17,8 @@ pub struct ProcessInfo {
     pub start_monotonic_ns: u64,
     /// `CLOCK_REALTIME` at the same instant.
     pub start_realtime_ns: u64,
+    /// (status, `CLOCK_MONOTONIC` time) if the process ended by calling `exit`.
+    pub exit: Option<(i32, u64)>,
 }
 
 /// One decoded event.
@@ -116,6 +118,19 @@ fn le_u64(bytes: &[u8], at: usize) -> u64 {
     u64::from_le_bytes(b)
 }
 
+/// What a spool header says; the counters are read at the moment of reading.
+#[derive(Clone, Debug)]
+pub struct SpoolHeaderInfo {
+    /// Who wrote the spool.
+    pub process: ProcessInfo,
+    /// Frees of memory the tracer had not seen allocated.
+    pub unknown_frees: u64,
+    /// Allocations the live table had no room for.
+    pub registry_overflows: u64,
+    /// Records the writer could not store.
+    pub dropped_records: u64,
+}
+
 impl SpoolReader {
     /// Reads and decodes the spool file at `path`.
     pub fn read_path(path: &Path) -> Result<Spool, SpoolError> {
@@ -123,8 +138,8 @@ impl SpoolReader {
         Self::parse(&bytes)
     }
 
-    /// Decodes a spool file's bytes. A trailing partial record is ignored.
-    pub fn parse(bytes: &[u8]) -> Result<Spool, SpoolError> {
+    /// Decodes a spool's header page (the first [`HEADER_SIZE`] bytes).
+    pub fn parse_header(bytes: &[u8]) -> Result<SpoolHeaderInfo, SpoolError> {
         if bytes.len() < HEADER_SIZE {
             return Err(SpoolError::Truncated { len: bytes.len() });
         }
@@ -138,27 +153,68 @@ impl SpoolReader {
         {
             return Err(SpoolError::Version { found: version });
         }
-        let pid = le_u32(bytes, 24);
-        let cmdline_len = (le_u32(bytes, 72) as usize).min(CMDLINE_CAPACITY);
-        let cmdline = &bytes[80..80 + cmdline_len];
-        let argv = cmdline
+        let cmdline_len = (le_u32(bytes, 88) as usize).min(CMDLINE_CAPACITY);
+        let argv = bytes[96..96 + cmdline_len]
             .split(|&b| b == 0)
             .filter(|arg| !arg.is_empty())
             .map(|arg| String::from_utf8_lossy(arg).into_owned())
             .collect();
-        let process = ProcessInfo {
-            pid,
-            ppid: le_u32(bytes, 28),
-            argv,
-            start_monotonic_ns: le_u64(bytes, 32),
-            start_realtime_ns: le_u64(bytes, 40),
-        };
+        Ok(SpoolHeaderInfo {
+            process: ProcessInfo {
+                pid: le_u32(bytes, 24),
+                ppid: le_u32(bytes, 28),
+                argv,
+                start_monotonic_ns: le_u64(bytes, 32),
+                start_realtime_ns: le_u64(bytes, 40),
+                exit: (le_u32(bytes, 84) == 1).then(|| (le_u32(bytes, 80) as i32, le_u64(bytes, 72))),
+            },
+            unknown_frees: le_u64(bytes, 48),
+            registry_overflows: le_u64(bytes, 56),
+            dropped_records: le_u64(bytes, 64),
+        })
+    }
 
+    /// Decodes the completed record in slot `index` of `pid`'s spool, stored
+    /// at byte `offset`. `Ok(None)` for a void record.
+    pub fn decode_record(raw: &RawRecord, index: u64, pid: u32, offset: usize) -> Result<Option<Event>, SpoolError> {
+        let bad = |reason: String| SpoolError::BadRecord { offset, reason };
+        let op = Op::from_code(raw.op).ok_or_else(|| bad(format!("unknown op code {}", raw.op)))?;
+        if op == Op::Void {
+            return Ok(None);
+        }
+        let api = Api::from_code(raw.api).ok_or_else(|| bad(format!("unknown api code {}", raw.api)))?;
+        let kind = Kind::from_code(raw.kind).ok_or_else(|| bad(format!("unknown kind code {}", raw.kind)))?;
+        if raw.seq_plus_one.wrapping_sub(1) != index {
+            return Err(bad(format!(
+                "sequence number {} stored in slot {index}",
+                raw.seq_plus_one.wrapping_sub(1)
+            )));
+        }
+        Ok(Some(Event {
+            pid,
+            tid: raw.tid,
+            seq: index,
+            time_ns: raw.time_ns,
+            device: u8::try_from(raw.device).ok(),
+            stream: raw.stream,
+            api,
+            op,
+            kind,
+            address: raw.address,
+            size: raw.size,
+            arg1: raw.arg1,
+            arg2: raw.arg2,
+        }))
+    }
+
+    /// Decodes a spool file's bytes. A trailing partial record is ignored.
+    pub fn parse(bytes: &[u8]) -> Result<Spool, SpoolError> {
+        let header = Self::parse_header(bytes)?;
+        let pid = header.process.pid;
         let mut events = Vec::new();
         let mut empty_slots_since_last_record = 0u64;
         let mut unfinished_records = 0u64;
         for (index, chunk) in bytes[HEADER_SIZE..].chunks_exact(RECORD_SIZE).enumerate() {
-            let offset = HEADER_SIZE + index * RECORD_SIZE;
             let raw = RawRecord::from_bytes(chunk.try_into().expect("chunks_exact gives whole records"));
             if raw.seq_plus_one == 0 {
                 empty_slots_since_last_record += 1;
@@ -168,42 +224,18 @@ impl SpoolReader {
             // finished; empty slots at the end are just unused space.
             unfinished_records += empty_slots_since_last_record;
             empty_slots_since_last_record = 0;
-            let bad = |reason: String| SpoolError::BadRecord { offset, reason };
-            let op = Op::from_code(raw.op).ok_or_else(|| bad(format!("unknown op code {}", raw.op)))?;
-            if op == Op::Void {
-                continue;
+            let offset = HEADER_SIZE + index * RECORD_SIZE;
+            if let Some(event) = Self::decode_record(&raw, index as u64, pid, offset)? {
+                events.push(event);
             }
-            let api = Api::from_code(raw.api).ok_or_else(|| bad(format!("unknown api code {}", raw.api)))?;
-            let kind = Kind::from_code(raw.kind).ok_or_else(|| bad(format!("unknown kind code {}", raw.kind)))?;
-            if raw.seq_plus_one - 1 != index as u64 {
-                return Err(bad(format!(
-                    "sequence number {} stored in slot {index}",
-                    raw.seq_plus_one - 1
-                )));
-            }
-            events.push(Event {
-                pid,
-                tid: raw.tid,
-                seq: raw.seq_plus_one - 1,
-                time_ns: raw.time_ns,
-                device: u8::try_from(raw.device).ok(),
-                stream: raw.stream,
-                api,
-                op,
-                kind,
-                address: raw.address,
-                size: raw.size,
-                arg1: raw.arg1,
-                arg2: raw.arg2,
-            });
         }
         Ok(Spool {
-            process,
+            process: header.process,
             events,
             unfinished_records,
-            unknown_frees: le_u64(bytes, 48),
-            registry_overflows: le_u64(bytes, 56),
-            dropped_records: le_u64(bytes, 64),
+            unknown_frees: header.unknown_frees,
+            registry_overflows: header.registry_overflows,
+            dropped_records: header.dropped_records,
         })
     }
 }
@@ -221,8 +253,11 @@ mod tests {
         bytes[24..28].copy_from_slice(&pid.to_le_bytes());
         bytes[28..32].copy_from_slice(&1u32.to_le_bytes());
         bytes[48..56].copy_from_slice(&3u64.to_le_bytes());
-        bytes[72..76].copy_from_slice(&(argv.len() as u32).to_le_bytes());
-        bytes[80..80 + argv.len()].copy_from_slice(argv);
+        bytes[72..80].copy_from_slice(&555u64.to_le_bytes());
+        bytes[80..84].copy_from_slice(&3i32.to_le_bytes());
+        bytes[84..88].copy_from_slice(&1u32.to_le_bytes());
+        bytes[88..92].copy_from_slice(&(argv.len() as u32).to_le_bytes());
+        bytes[96..96 + argv.len()].copy_from_slice(argv);
         bytes
     }
 
@@ -254,6 +289,7 @@ mod tests {
         let spool = SpoolReader::parse(&bytes).unwrap();
         assert_eq!(spool.process.pid, 77);
         assert_eq!(spool.process.ppid, 1);
+        assert_eq!(spool.process.exit, Some((3, 555)));
         assert_eq!(spool.process.argv, vec!["python".to_string(), "train.py".to_string()]);
         assert_eq!(spool.unknown_frees, 3);
         assert_eq!(spool.unfinished_records, 1);

@@ -1,0 +1,174 @@
+//! Plain `LD_PRELOAD=libcudatrace.so CMD`, with no `cudatrace run` around it.
+//!
+//! The first traced process of a tree (the one that finds no `CUDATRACE_DIR`
+//! in its environment) becomes the tree's root: its constructor picks a
+//! private spool folder and a trace path and puts them in the environment,
+//! which every descendant inherits. The first process of the tree that
+//! records an event starts `cudatrace collect` for the folder; it turns the
+//! spools into one trace once the root and every traced process are gone.
+//!
+//! | `CUDATRACE_COLLECTOR` | meaning |
+//! | --- | --- |
+//! | `run` | `cudatrace run` collects: just write spools |
+//! | `spawn` | set by a tree root: the first writer starts a collector |
+//! | unset | spools only, into `CUDATRACE_DIR` (collect them by hand) |
+
+use std::ffi::{CString, OsString};
+use std::os::unix::ffi::{OsStrExt, OsStringExt};
+use std::path::{Path, PathBuf};
+
+/// Called from the library constructor, before `main` and before any other
+/// thread exists, so changing the environment is safe here.
+pub fn adopt_tree_if_root() {
+    if std::env::var_os("CUDATRACE_DIR").is_some() {
+        return;
+    }
+    // SAFETY: no preconditions.
+    let (pid, uid) = unsafe { (libc::getpid(), libc::getuid()) };
+    let base = std::env::var_os("TMPDIR")
+        .filter(|d| !d.is_empty())
+        .unwrap_or_else(|| "/tmp".into());
+    let dir = Path::new(&base)
+        .join(format!("cudatrace-{uid}"))
+        .join(format!("tree-{pid}-{}", crate::spool_writer::monotonic_ns()));
+    let cwd = std::env::current_dir().unwrap_or_else(|_| PathBuf::from("/"));
+    let out = match std::env::var_os("CUDATRACE_OUT").filter(|o| !o.is_empty()) {
+        Some(out) => cwd.join(out),
+        None => cwd.join(format!("cudatrace-{}-{pid}.trace", program_name())),
+    };
+    std::env::set_var("CUDATRACE_DIR", &dir);
+    std::env::set_var("CUDATRACE_OUT", &out);
+    std::env::set_var("CUDATRACE_COLLECTOR", "spawn");
+    std::env::set_var("CUDATRACE_ROOT_PID", pid.to_string());
+}
+
+/// Base name of argv[0].
+fn program_name() -> String {
+    let cmdline = std::fs::read("/proc/self/cmdline").unwrap_or_default();
+    let first = cmdline.split(|&b| b == 0).next().unwrap_or_default();
+    let name = first.rsplit(|&b| b == b'/').next().unwrap_or_default();
+    let name = String::from_utf8_lossy(name).replace(
+        |c: char| !c.is_ascii_alphanumeric() && c != '.' && c != '_' && c != '-',
+        "_",
+    );
+    if name.is_empty() {
+        "process".into()
+    } else {
+        name
+    }
+}
+
+fn spawn_mode() -> bool {
+    std::env::var_os("CUDATRACE_COLLECTOR").is_some_and(|v| v == "spawn")
+}
+
+/// Creates `dir` (and its parent) private to this user if this process's tree
+/// owns it. Refuses a parent that someone else owns or that others can write.
+pub fn prepare_spool_dir(dir: &Path) -> bool {
+    if !spawn_mode() {
+        return true;
+    }
+    let Some(parent) = dir.parent() else { return false };
+    use std::os::unix::fs::{DirBuilderExt, MetadataExt};
+    let mut builder = std::fs::DirBuilder::new();
+    builder.mode(0o700);
+    let _ = builder.create(parent);
+    // SAFETY: no preconditions.
+    let uid = unsafe { libc::getuid() };
+    match std::fs::symlink_metadata(parent) {
+        Ok(meta) if meta.is_dir() && meta.uid() == uid && meta.mode() & 0o022 == 0 => {}
+        _ => return false,
+    }
+    match builder.create(dir) {
+        Ok(()) => true,
+        Err(e) => e.kind() == std::io::ErrorKind::AlreadyExists,
+    }
+}
+
+/// Starts `cudatrace collect` for the tree, if this is the first process of
+/// the tree to write a spool. The helper it starts forks the collector and
+/// exits at once; we reap it here, so the program never sees a child of ours.
+pub fn start_collector_if_first(dir: &Path) {
+    if !spawn_mode() {
+        return;
+    }
+    let lock = dir.join("collector.lock");
+    let claimed = std::fs::OpenOptions::new()
+        .write(true)
+        .create_new(true)
+        .open(&lock)
+        .is_ok();
+    if !claimed {
+        return;
+    }
+    let Some(cli) = collector_program() else { return };
+    let out = std::env::var_os("CUDATRACE_OUT").unwrap_or_default();
+    let root = std::env::var_os("CUDATRACE_ROOT_PID").unwrap_or_default();
+    let args: Vec<OsString> = vec![
+        cli.clone().into(),
+        "collect".into(),
+        "--detach".into(),
+        "--root-pid".into(),
+        root,
+        "-o".into(),
+        out,
+        dir.as_os_str().to_owned(),
+    ];
+    let environment: Vec<OsString> = std::env::vars_os()
+        .filter(|(key, _)| key != "LD_PRELOAD")
+        .map(|(key, value)| {
+            let mut pair = key;
+            pair.push("=");
+            pair.push(value);
+            pair
+        })
+        .collect();
+    let to_c = |list: Vec<OsString>| -> Option<Vec<CString>> {
+        list.into_iter().map(|s| CString::new(s.into_vec()).ok()).collect()
+    };
+    let (Some(args), Some(environment)) = (to_c(args), to_c(environment)) else {
+        return;
+    };
+    let mut argv: Vec<*mut libc::c_char> = args.iter().map(|s| s.as_ptr().cast_mut()).collect();
+    argv.push(std::ptr::null_mut());
+    let mut envp: Vec<*mut libc::c_char> = environment.iter().map(|s| s.as_ptr().cast_mut()).collect();
+    envp.push(std::ptr::null_mut());
+    let Ok(program) = CString::new(cli.as_os_str().as_bytes()) else {
+        return;
+    };
+    let mut child: libc::pid_t = 0;
+    // SAFETY: NUL-terminated argument and environment arrays that outlive the call.
+    let spawned = unsafe {
+        libc::posix_spawn(
+            &mut child,
+            program.as_ptr(),
+            std::ptr::null(),
+            std::ptr::null(),
+            argv.as_ptr(),
+            envp.as_ptr(),
+        )
+    };
+    if spawned == 0 {
+        let mut status = 0;
+        // SAFETY: reaping the helper we just started; it exits right after forking.
+        unsafe { libc::waitpid(child, &mut status, 0) };
+    }
+}
+
+/// `$CUDATRACE_CLI`, or the `cudatrace` that sits next to this library.
+fn collector_program() -> Option<PathBuf> {
+    if let Some(cli) = std::env::var_os("CUDATRACE_CLI").filter(|c| !c.is_empty()) {
+        return Some(cli.into());
+    }
+    let mut info = std::mem::MaybeUninit::<libc::Dl_info>::uninit();
+    // SAFETY: dladdr fills `info` for an address inside this library.
+    let found = unsafe { libc::dladdr(collector_program as *const libc::c_void, info.as_mut_ptr()) };
+    if found == 0 {
+        return None;
+    }
+    // SAFETY: dladdr succeeded, so dli_fname is a NUL-terminated path.
+    let library = unsafe { std::ffi::CStr::from_ptr(info.assume_init().dli_fname) };
+    let library = Path::new(std::ffi::OsStr::from_bytes(library.to_bytes()));
+    let cli = library.parent()?.join("cudatrace");
+    cli.exists().then_some(cli)
+}

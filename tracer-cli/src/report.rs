@@ -1,0 +1,537 @@
+//! `cudatrace report`: per process and device, what was allocated, the peak,
+//! what was still live at exit, and every out-of-memory failure.
+//!
+//! The trace is read as a stream; memory use grows with the number of
+//! allocations live at once, not with the length of the trace.
+
+use cudatrace_events::{Api, Event, Kind, Op};
+use cudatrace_trace::{Damage, Header, ProcessEnd, ProcessStart, Record, TraceReader};
+use serde_json::{json, Value};
+use std::collections::{BTreeMap, HashMap};
+use std::path::Path;
+
+/// One allocation still live.
+#[derive(Clone, Debug)]
+struct Live {
+    size: u64,
+    api: Api,
+    kind: Kind,
+    device: Option<u8>,
+}
+
+/// Physical memory behind a VMM handle: gone once released and unmapped.
+#[derive(Clone, Debug)]
+struct Physical {
+    size: u64,
+    device: Option<u8>,
+    api: Api,
+    mappings: u32,
+    released: bool,
+}
+
+#[derive(Clone, Debug)]
+struct Oom {
+    requested_bytes: u64,
+    api: Api,
+    device_free: u64,
+    device_total: u64,
+}
+
+#[derive(Clone, Debug, Default)]
+struct DeviceStats {
+    allocations: u64,
+    frees: u64,
+    bytes_allocated: u64,
+    current: u64,
+    peak: u64,
+    ooms: Vec<Oom>,
+}
+
+#[derive(Clone, Debug, Default)]
+struct HostStats {
+    allocations: u64,
+    frees: u64,
+    current: u64,
+    peak: u64,
+}
+
+/// Everything known about one process image.
+#[derive(Default)]
+struct ProcessReport {
+    start: Option<ProcessStart>,
+    end: Option<ProcessEnd>,
+    events: u64,
+    devices: BTreeMap<u8, DeviceStats>,
+    host: HostStats,
+    /// Device-kind allocations, keyed by (is an array handle, address).
+    live: HashMap<(bool, u64), Live>,
+    live_host: HashMap<u64, u64>,
+    physical: HashMap<u64, Physical>,
+    /// VMM mappings: start -> (length, handle).
+    mappings: BTreeMap<u64, (u64, u64)>,
+}
+
+impl ProcessReport {
+    fn device(&mut self, device: Option<u8>) -> &mut DeviceStats {
+        self.devices.entry(device.unwrap_or(0)).or_default()
+    }
+
+    fn add_device_bytes(&mut self, device: Option<u8>, size: u64) {
+        let stats = self.device(device);
+        stats.allocations += 1;
+        stats.bytes_allocated += size;
+        stats.current += size;
+        stats.peak = stats.peak.max(stats.current);
+    }
+
+    fn drop_physical(&mut self, handle: u64) {
+        if let Some(physical) = self.physical.remove(&handle) {
+            match physical.device {
+                Some(_) => {
+                    let stats = self.device(physical.device);
+                    stats.current = stats.current.saturating_sub(physical.size);
+                }
+                None => self.host.current = self.host.current.saturating_sub(physical.size),
+            }
+        }
+    }
+
+    fn apply(&mut self, event: &Event) {
+        self.events += 1;
+        match (event.op, event.kind) {
+            (_, Kind::IpcImport) | (Op::Reserve | Op::Unreserve | Op::Void, _) => {}
+            (Op::Oom, _) => {
+                let oom = Oom {
+                    requested_bytes: event.size,
+                    api: event.api,
+                    device_free: event.arg1,
+                    device_total: event.arg2,
+                };
+                self.device(event.device).ooms.push(oom);
+            }
+            (Op::Alloc, Kind::HostPinned) => {
+                self.live_host.insert(event.address, event.size);
+                self.host.allocations += 1;
+                self.host.current += event.size;
+                self.host.peak = self.host.peak.max(self.host.current);
+            }
+            (Op::Free, Kind::HostPinned) => {
+                if let Some(size) = self.live_host.remove(&event.address) {
+                    self.host.frees += 1;
+                    self.host.current = self.host.current.saturating_sub(size);
+                }
+            }
+            (Op::Alloc, Kind::VmmPhysical) => {
+                let physical = Physical {
+                    size: event.size,
+                    device: event.device,
+                    api: event.api,
+                    mappings: 0,
+                    released: false,
+                };
+                if event.device.is_some() {
+                    self.add_device_bytes(event.device, event.size);
+                } else {
+                    self.host.allocations += 1;
+                    self.host.current += event.size;
+                    self.host.peak = self.host.peak.max(self.host.current);
+                }
+                self.physical.insert(event.address, physical);
+            }
+            (Op::Free, Kind::VmmPhysical) => {
+                let Some(physical) = self.physical.get_mut(&event.address) else {
+                    return;
+                };
+                physical.released = true;
+                let (unmapped, device) = (physical.mappings == 0, physical.device);
+                match device {
+                    Some(_) => self.device(device).frees += 1,
+                    None => self.host.frees += 1,
+                }
+                if unmapped {
+                    self.drop_physical(event.address);
+                }
+            }
+            (Op::Map, _) => {
+                self.mappings.insert(event.address, (event.size, event.arg1));
+                if let Some(physical) = self.physical.get_mut(&event.arg1) {
+                    physical.mappings += 1;
+                }
+            }
+            (Op::Unmap, _) => {
+                let end = event.address.saturating_add(event.size);
+                let removed: Vec<u64> = self
+                    .mappings
+                    .range(event.address..end)
+                    .map(|(&start, _)| start)
+                    .collect();
+                for start in removed {
+                    let Some((_, handle)) = self.mappings.remove(&start) else {
+                        continue;
+                    };
+                    let Some(physical) = self.physical.get_mut(&handle) else {
+                        continue;
+                    };
+                    physical.mappings = physical.mappings.saturating_sub(1);
+                    if physical.released && physical.mappings == 0 {
+                        self.drop_physical(handle);
+                    }
+                }
+            }
+            (Op::Alloc, kind) if kind.counts_as_device_memory() => {
+                let live = Live {
+                    size: event.size,
+                    api: event.api,
+                    kind,
+                    device: event.device,
+                };
+                self.live.insert((kind == Kind::Array, event.address), live);
+                self.add_device_bytes(event.device, event.size);
+            }
+            (Op::Free, kind) if kind.counts_as_device_memory() => {
+                if let Some(live) = self.live.remove(&(kind == Kind::Array, event.address)) {
+                    let stats = self.device(live.device);
+                    stats.frees += 1;
+                    stats.current = stats.current.saturating_sub(live.size);
+                }
+            }
+            _ => {}
+        }
+    }
+
+    /// Device-memory allocations live at the end, per device, sorted by address.
+    fn live_at_exit(&self) -> BTreeMap<u8, Vec<(u64, Live)>> {
+        let mut by_device: BTreeMap<u8, Vec<(u64, Live)>> = BTreeMap::new();
+        for (&(_, address), live) in &self.live {
+            by_device
+                .entry(live.device.unwrap_or(0))
+                .or_default()
+                .push((address, live.clone()));
+        }
+        for (&handle, physical) in &self.physical {
+            if let Some(device) = physical.device {
+                let live = Live {
+                    size: physical.size,
+                    api: physical.api,
+                    kind: Kind::VmmPhysical,
+                    device: Some(device),
+                };
+                by_device.entry(device).or_default().push((handle, live));
+            }
+        }
+        by_device
+            .values_mut()
+            .for_each(|list| list.sort_by_key(|(address, _)| *address));
+        by_device
+    }
+}
+
+/// The whole report.
+pub struct Report {
+    header: Option<Header>,
+    processes: Vec<ProcessReport>,
+    index_of: HashMap<u32, usize>,
+    refused: Vec<cudatrace_trace::Refusal>,
+    /// Whether the trace ended with its footer.
+    pub complete: bool,
+    /// Where reading stopped early, if it did.
+    pub damage: Option<Damage>,
+    /// Records read.
+    pub records: u64,
+}
+
+impl Report {
+    /// Reads the trace at `path`.
+    pub fn read(path: &Path) -> Result<Report, String> {
+        let file = std::fs::File::open(path).map_err(|e| format!("cannot open {}: {e}", path.display()))?;
+        let reader = TraceReader::new(std::io::BufReader::with_capacity(1 << 20, file))
+            .map_err(|damage| format!("{}: {}", path.display(), damage.reason))?;
+        let mut report = Report {
+            header: None,
+            processes: Vec::new(),
+            index_of: HashMap::new(),
+            refused: Vec::new(),
+            complete: false,
+            damage: None,
+            records: 0,
+        };
+        for record in reader {
+            let record = match record {
+                Ok(record) => record,
+                Err(damage) => {
+                    report.damage = Some(damage);
+                    break;
+                }
+            };
+            report.records += 1;
+            match record {
+                Record::Header(header) => report.header = Some(header),
+                Record::Process(start) => {
+                    report.index_of.insert(start.process, report.processes.len());
+                    report.processes.push(ProcessReport {
+                        start: Some(start),
+                        ..Default::default()
+                    });
+                }
+                Record::Events { process, events } => {
+                    if let Some(&index) = report.index_of.get(&process) {
+                        events.iter().for_each(|event| report.processes[index].apply(event));
+                    }
+                }
+                Record::ProcessEnd(end) => {
+                    if let Some(&index) = report.index_of.get(&end.process) {
+                        report.processes[index].end = Some(end);
+                    }
+                }
+                Record::Refused(refusal) => report.refused.push(refusal),
+                Record::Footer(_) => report.complete = true,
+                Record::String { .. } | Record::Stack { .. } | Record::Unknown { .. } => {}
+            }
+        }
+        Ok(report)
+    }
+
+    fn dropped_events(&self) -> u64 {
+        self.processes
+            .iter()
+            .filter_map(|p| p.end.as_ref())
+            .map(|end| end.dropped_records)
+            .sum()
+    }
+
+    /// The report as JSON (the documented shape; keys may be added, never removed).
+    pub fn to_json(&self) -> Value {
+        let processes: Vec<Value> = self
+            .processes
+            .iter()
+            .map(|process| {
+                let start = process.start.as_ref().expect("every process report has a start");
+                let end = process.end.clone().unwrap_or_default();
+                let live = process.live_at_exit();
+                let devices: Vec<Value> = process
+                    .devices
+                    .iter()
+                    .map(|(&device, stats)| {
+                        let live_list: Vec<Value> = live
+                            .get(&device)
+                            .map(|list| {
+                                list.iter()
+                                    .map(|(address, l)| json!({"address": address, "size": l.size, "api": l.api.name(), "kind": l.kind.name()}))
+                                    .collect()
+                            })
+                            .unwrap_or_default();
+                        let ooms: Vec<Value> = stats
+                            .ooms
+                            .iter()
+                            .map(|o| json!({"requested_bytes": o.requested_bytes, "api": o.api.name(), "device_free": o.device_free, "device_total": o.device_total}))
+                            .collect();
+                        json!({
+                            "device": device,
+                            "allocations": stats.allocations,
+                            "frees": stats.frees,
+                            "bytes_allocated": stats.bytes_allocated,
+                            "peak_bytes": stats.peak,
+                            "live_bytes_at_exit": stats.current,
+                            "live_at_exit": live_list,
+                            "ooms": ooms,
+                        })
+                    })
+                    .collect();
+                json!({
+                    "pid": start.pid,
+                    "ppid": start.ppid,
+                    "image": start.image,
+                    "argv": start.argv,
+                    "exit_status": end.exit_status,
+                    "still_running": end.still_running,
+                    "events": process.events,
+                    "unfinished_records": end.unfinished_records,
+                    "unknown_frees": end.unknown_frees,
+                    "devices": devices,
+                    "host_pinned": {
+                        "allocations": process.host.allocations,
+                        "frees": process.host.frees,
+                        "peak_bytes": process.host.peak,
+                        "live_bytes_at_exit": process.host.current,
+                    },
+                })
+            })
+            .collect();
+        let refused: Vec<Value> = self
+            .refused
+            .iter()
+            .map(|r| json!({"path": r.path, "uid": r.uid, "reason": r.reason}))
+            .collect();
+        json!({
+            "format_version": self.header.as_ref().map_or(cudatrace_trace::FORMAT_VERSION, |h| h.format_version),
+            "dropped_events": self.dropped_events(),
+            "complete": self.complete,
+            "damage": self.damage.as_ref().map(ToString::to_string),
+            "refused_spools": refused,
+            "processes": processes,
+        })
+    }
+
+    /// The report for people.
+    pub fn to_text(&self) -> String {
+        let mut out = String::new();
+        let events: u64 = self.processes.iter().map(|p| p.events).sum();
+        if let Some(h) = &self.header {
+            out += &format!(
+                "trace of `{}` on {} (cudatrace {}): {} processes, {} events\n",
+                h.command.join(" "),
+                h.host,
+                h.tracer_version,
+                self.processes.len(),
+                events
+            );
+        }
+        for process in &self.processes {
+            let start = process.start.as_ref().expect("every process report has a start");
+            let end = process.end.clone().unwrap_or_default();
+            let exit = match (end.exit_status, end.still_running) {
+                (_, true) => "still running at the end".to_string(),
+                (Some(status), _) if status > 128 => format!("killed by signal {} (status {status})", status - 128),
+                (Some(status), _) => format!("exit {status}"),
+                (None, _) => "exit status unknown".to_string(),
+            };
+            out += &format!(
+                "\npid {} (parent {}) {} — {exit}\n",
+                start.pid,
+                start.ppid,
+                start.argv.join(" ")
+            );
+            let live = process.live_at_exit();
+            for (device, stats) in &process.devices {
+                let live_list = live.get(device).map(Vec::as_slice).unwrap_or_default();
+                out += &format!(
+                    "  GPU {device}: {} allocations, {} frees, peak {}, live at exit {} in {} allocations\n",
+                    stats.allocations,
+                    stats.frees,
+                    bytes(stats.peak),
+                    bytes(stats.current),
+                    live_list.len()
+                );
+                let mut largest: Vec<&(u64, Live)> = live_list.iter().collect();
+                largest.sort_by_key(|(_, l)| std::cmp::Reverse(l.size));
+                for (address, l) in largest.iter().take(5) {
+                    out += &format!("    live {:>10} {} {} at {address:#x}\n", bytes(l.size), l.api, l.kind);
+                }
+                for oom in &stats.ooms {
+                    out += &format!(
+                        "    OUT OF MEMORY: {} asked for {} with {} free of {}\n",
+                        oom.api,
+                        bytes(oom.requested_bytes),
+                        bytes(oom.device_free),
+                        bytes(oom.device_total)
+                    );
+                }
+            }
+            if process.host.allocations > 0 {
+                out += &format!(
+                    "  pinned host memory: {} allocations, peak {}, live at exit {}\n",
+                    process.host.allocations,
+                    bytes(process.host.peak),
+                    bytes(process.host.current)
+                );
+            }
+            if end.unfinished_records > 0 {
+                out += &format!(
+                    "  {} calls were cut short by the process's death\n",
+                    end.unfinished_records
+                );
+            }
+        }
+        let dropped = self.dropped_events();
+        if dropped > 0 {
+            out += &format!("\n{dropped} events could not be recorded\n");
+        }
+        for refusal in &self.refused {
+            out += &format!("\nrefused {} (uid {}): {}\n", refusal.path, refusal.uid, refusal.reason);
+        }
+        out
+    }
+}
+
+/// Bytes in binary units.
+pub fn bytes(value: u64) -> String {
+    const UNITS: [&str; 5] = ["B", "KiB", "MiB", "GiB", "TiB"];
+    let mut scaled = value as f64;
+    let mut unit = 0;
+    while scaled >= 1024.0 && unit < UNITS.len() - 1 {
+        scaled /= 1024.0;
+        unit += 1;
+    }
+    if unit == 0 {
+        format!("{value} B")
+    } else {
+        format!("{scaled:.1} {}", UNITS[unit])
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn event(seq: u64, op: Op, kind: Kind, address: u64, size: u64) -> Event {
+        Event {
+            pid: 1,
+            tid: 1,
+            seq,
+            time_ns: seq,
+            device: if kind == Kind::HostPinned { None } else { Some(0) },
+            stream: 0,
+            api: Api::CuMemAllocV2,
+            op,
+            kind,
+            address,
+            size,
+            arg1: 0,
+            arg2: 0,
+        }
+    }
+
+    #[test]
+    fn vmm_memory_lives_until_released_and_unmapped() {
+        let mut p = ProcessReport::default();
+        let handle = 0x10;
+        p.apply(&event(0, Op::Alloc, Kind::VmmPhysical, handle, 100));
+        let mut map = event(1, Op::Map, Kind::VirtualAddress, 0x1000, 100);
+        map.arg1 = handle;
+        p.apply(&map);
+        let mut second = event(2, Op::Map, Kind::VirtualAddress, 0x2000, 100);
+        second.arg1 = handle;
+        p.apply(&second);
+        p.apply(&event(3, Op::Alloc, Kind::Device, 0x9000, 50));
+        assert_eq!(p.devices[&0].current, 150);
+        assert_eq!(p.devices[&0].peak, 150);
+        // Released while still mapped: still there.
+        p.apply(&event(4, Op::Free, Kind::VmmPhysical, handle, 100));
+        assert_eq!(p.devices[&0].current, 150);
+        // One unmap covering both mappings frees it.
+        p.apply(&event(5, Op::Unmap, Kind::VirtualAddress, 0x1000, 0x1100));
+        assert_eq!(p.devices[&0].current, 50);
+        assert_eq!((p.devices[&0].allocations, p.devices[&0].frees), (2, 1));
+        assert_eq!(p.devices[&0].peak, 150);
+    }
+
+    #[test]
+    fn host_pinned_and_ipc_memory_stay_out_of_device_totals() {
+        let mut p = ProcessReport::default();
+        p.apply(&event(0, Op::Alloc, Kind::HostPinned, 0x5000, 64));
+        p.apply(&event(1, Op::Alloc, Kind::IpcImport, 0x6000, 0));
+        p.apply(&event(2, Op::Free, Kind::HostPinned, 0x5000, 64));
+        assert!(p.devices.is_empty());
+        assert_eq!(
+            (p.host.allocations, p.host.frees, p.host.peak, p.host.current),
+            (1, 1, 64, 0)
+        );
+    }
+
+    #[test]
+    fn byte_counts_read_naturally() {
+        assert_eq!(bytes(512), "512 B");
+        assert_eq!(bytes(2 << 20), "2.0 MiB");
+        assert_eq!(bytes(214_748_364_800), "200.0 GiB");
+    }
+}
