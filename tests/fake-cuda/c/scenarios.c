@@ -22,6 +22,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <signal.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
@@ -401,6 +402,48 @@ static void scenario_fork_under_load(void) {
 }
 #endif
 
+
+static void *allocate_and_print(const char *label, size_t size) {
+    void *p;
+    check("cudaMalloc", cudaMalloc(&p, size));
+    printf("%s %d %p %zu\n", label, getpid(), p, size);
+    fflush(stdout);
+    return p;
+}
+
+/* A parent that forks two CUDA-using children and fork+execs a third. */
+static void scenario_tree(const char *self) {
+    allocate_and_print("parent", 1000);
+    pid_t a = fork();
+    if (a == 0) { allocate_and_print("child-a", 2000); exit(0); }
+    pid_t b = fork();
+    if (b == 0) {
+        void *p = allocate_and_print("child-b", 3000);
+        check("cudaFree", cudaFree(p));
+        exit(5);
+    }
+    pid_t c = fork();
+    if (c == 0) { execl(self, self, "exec-child", (char *)NULL); _exit(99); }
+    int status;
+    waitpid(a, &status, 0);
+    waitpid(b, &status, 0);
+    waitpid(c, &status, 0);
+}
+
+/* A child killed with SIGKILL right after its allocations. */
+static void scenario_killed_child(void) {
+    pid_t child = fork();
+    if (child == 0) {
+        allocate_and_print("victim", 1 << 20);
+        allocate_and_print("victim", 2 << 20);
+        allocate_and_print("victim", 3 << 20);
+        raise(SIGKILL);
+    }
+    int status;
+    waitpid(child, &status, 0);
+    printf("child-signal %d\n", WIFSIGNALED(status) ? WTERMSIG(status) : 0);
+}
+
 static void scenario_fork(void) {
     void *parent_block, *child_block;
     check("cudaMalloc", cudaMalloc(&parent_block, 1000));
@@ -427,10 +470,29 @@ int main(int argc, char **argv) {
 #endif
     setvbuf(stdout, NULL, _IOLBF, 0);
     const char *name = argc > 1 ? argv[1] : "";
+    printf("pid %d\n", getpid());
     if (!strcmp(name, "runtime")) scenario_runtime();
     else if (!strcmp(name, "oom")) scenario_oom();
     else if (!strcmp(name, "threads")) { run_threads(alloc_free_loop, 32); printf("threads 32 5000\n"); }
     else if (!strcmp(name, "fork")) scenario_fork();
+    else if (!strcmp(name, "tree")) scenario_tree(argv[0]);
+    else if (!strcmp(name, "killed-child")) scenario_killed_child();
+    else if (!strcmp(name, "self-kill")) {
+        allocate_and_print("block", 4096);
+        allocate_and_print("block", 8192);
+        raise(SIGKILL);
+    } else if (!strcmp(name, "exit3")) {
+        allocate_and_print("block", 4096);
+        exit(3);
+    } else if (!strcmp(name, "self-term")) {
+        allocate_and_print("block", 4096);
+        raise(SIGTERM);
+    } else if (!strcmp(name, "wait")) {
+        allocate_and_print("block", 4096);
+        printf("ready\n");
+        fflush(stdout);
+        for (int i = 0; i < 600; i++) usleep(50000);
+    }
     else if (!strcmp(name, "exec")) {
         void *p;
         check("cudaMalloc", cudaMalloc(&p, 3000));
@@ -442,7 +504,7 @@ int main(int argc, char **argv) {
     } else if (!strcmp(name, "exec-child")) {
         void *p;
         check("cudaMalloc", cudaMalloc(&p, 4000));
-        printf("exec-child %d %p\n", getpid(), p);
+        printf("exec-child %d %p 4000\n", getpid(), p);
     }
 #ifndef STATIC_RUNTIME
     else if (!strcmp(name, "driver")) scenario_driver();

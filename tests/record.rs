@@ -1,0 +1,480 @@
+//! Recording, end to end: `cudatrace run` (and plain `LD_PRELOAD`) over the
+//! fake driver, checked through `cudatrace report --json`.
+
+mod support;
+
+use serde_json::{json, Value};
+use std::path::{Path, PathBuf};
+use std::process::{Command, Output, Stdio};
+use std::time::{Duration, Instant};
+use support::*;
+
+/// The `cudatrace` binary of this build (`cargo test --workspace` builds it).
+fn cli() -> PathBuf {
+    let exe = std::env::current_exe().unwrap();
+    let cli = exe.parent().unwrap().parent().unwrap().join("cudatrace");
+    assert!(
+        cli.exists(),
+        "{} is missing: run `cargo test --workspace`",
+        cli.display()
+    );
+    cli
+}
+
+fn cudatrace(args: &[&str]) -> Command {
+    let mut command = Command::new(cli());
+    command.args(args).env("LD_LIBRARY_PATH", fake_cuda::library_dir());
+    command
+}
+
+/// `cudatrace run` of a scenario; returns (output, trace path).
+fn run_scenario(label: &str, scenario: &str, extra_env: &[(&str, &str)]) -> (Output, PathBuf) {
+    let (output, trace, _) = run_scenario_with_pid(label, scenario, extra_env);
+    (output, trace)
+}
+
+/// Like [`run_scenario`], also returning the pid of `cudatrace` itself.
+fn run_scenario_with_pid(label: &str, scenario: &str, extra_env: &[(&str, &str)]) -> (Output, PathBuf, u32) {
+    let dir = scratch_dir(label);
+    let trace = dir.join("run.trace");
+    let preload = tracer_library();
+    let program = fake_cuda::program("scenarios");
+    let mut command = cudatrace(&[
+        "run",
+        "--preload",
+        preload.to_str().unwrap(),
+        "-o",
+        trace.to_str().unwrap(),
+        "--",
+    ]);
+    command.arg(program).arg(scenario).env("TMPDIR", &dir);
+    for (key, value) in extra_env {
+        command.env(key, value);
+    }
+    let child = command.stdout(Stdio::piped()).stderr(Stdio::piped()).spawn().unwrap();
+    let pid = child.id();
+    (child.wait_with_output().unwrap(), trace, pid)
+}
+
+fn report_json(trace: &Path) -> (Value, Output) {
+    let output = cudatrace(&["report", "--json", trace.to_str().unwrap()])
+        .output()
+        .unwrap();
+    let json = serde_json::from_slice(&output.stdout).unwrap_or_else(|e| {
+        panic!(
+            "report output is not JSON ({e}): {}",
+            String::from_utf8_lossy(&output.stderr)
+        )
+    });
+    (json, output)
+}
+
+fn stdout(output: &Output) -> String {
+    String::from_utf8_lossy(&output.stdout).into_owned()
+}
+
+fn process(report: &Value, pid: u32) -> &Value {
+    report["processes"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|p| p["pid"] == pid)
+        .unwrap_or_else(|| panic!("no process {pid} in {report}"))
+}
+
+/// Every "LABEL pid address size" line the scenario printed.
+fn blocks(text: &str, label: &str) -> Vec<(u32, u64, u64)> {
+    text.lines()
+        .filter_map(|line| line.strip_prefix(label).filter(|rest| rest.starts_with(' ')))
+        .map(|rest| {
+            let fields: Vec<&str> = rest.split_whitespace().collect();
+            (fields[0].parse().unwrap(), hex(fields[1]), fields[2].parse().unwrap())
+        })
+        .collect()
+}
+
+fn live(address: u64, size: u64, api: &str, kind: &str) -> Value {
+    json!({"address": address, "size": size, "api": api, "kind": kind})
+}
+
+#[test]
+fn a_single_process_run_reports_exactly_what_it_did() {
+    let (output, trace, cudatrace_pid) = run_scenario_with_pid("single", "runtime", &[]);
+    assert_eq!(
+        output.status.code(),
+        Some(0),
+        "{}",
+        String::from_utf8_lossy(&output.stderr)
+    );
+    let text = stdout(&output);
+    let pid: u32 = field(&text, "pid", 0).parse().unwrap();
+    let live_blocks: Vec<u64> = (0..4).map(|i| hex(field(&text, "live", i))).collect();
+    let (report, report_output) = report_json(&trace);
+    assert!(report_output.status.success());
+    let program = fake_cuda::program("scenarios").display().to_string();
+    let mut live_at_exit = vec![
+        live(live_blocks[0], 2 << 20, "cudaMalloc", "device"),
+        live(live_blocks[1], 4096, "cudaMallocManaged", "managed"),
+        live(live_blocks[2], 10240, "cudaMallocPitch", "pitch"),
+        live(live_blocks[3], 4096, "cudaMalloc3D", "pitch"),
+    ];
+    live_at_exit.sort_by_key(|l| l["address"].as_u64());
+    let expected = json!({
+        "format_version": 1,
+        "dropped_events": 0,
+        "complete": true,
+        "damage": null,
+        "refused_spools": [],
+        "processes": [{
+            "pid": pid,
+            "ppid": cudatrace_pid,
+            "image": 0,
+            "argv": [program, "runtime"],
+            "exit_status": 0,
+            "still_running": false,
+            "events": 24,
+            "unfinished_records": 0,
+            "unknown_frees": 0,
+            "devices": [
+                {"device": 0, "allocations": 10, "frees": 6, "bytes_allocated": 3_280_960, "peak_bytes": 3 << 20,
+                 "live_bytes_at_exit": 2_115_584, "live_at_exit": live_at_exit, "ooms": []},
+                {"device": 1, "allocations": 1, "frees": 1, "bytes_allocated": 4096, "peak_bytes": 4096,
+                 "live_bytes_at_exit": 0, "live_at_exit": [], "ooms": []}
+            ],
+            "host_pinned": {"allocations": 3, "frees": 3, "peak_bytes": 12288, "live_bytes_at_exit": 0}
+        }]
+    });
+    assert_eq!(report, expected);
+    let stderr = String::from_utf8_lossy(&output.stderr);
+    assert!(
+        stderr.contains(&format!(
+            "cudatrace: wrote {} (1 processes, 24 events,",
+            trace.display()
+        )),
+        "{stderr}"
+    );
+    // The spool folder of the run is gone.
+    let spool_parent = trace
+        .parent()
+        .unwrap()
+        .join(format!("cudatrace-{}", unsafe { libc::geteuid() }));
+    assert_eq!(std::fs::read_dir(spool_parent).unwrap().count(), 0);
+}
+
+fn assert_tree(report: &Value, text: &str, parent_status: Option<i32>) {
+    let parent = blocks(text, "parent")[0];
+    let a = blocks(text, "child-a")[0];
+    let b = blocks(text, "child-b")[0];
+    let c = blocks(text, "exec-child")[0];
+    assert_eq!(report["processes"].as_array().unwrap().len(), 4, "{report}");
+    let expectations = [
+        (
+            parent,
+            json!(parent_status),
+            vec![live(parent.1, 1000, "cudaMalloc", "device")],
+            1,
+            0,
+        ),
+        (a, json!(0), vec![live(a.1, 2000, "cudaMalloc", "device")], 1, 0),
+        (b, json!(5), vec![], 1, 1),
+        (c, json!(0), vec![live(c.1, 4000, "cudaMalloc", "device")], 1, 0),
+    ];
+    for ((pid, _, size), status, live_list, allocations, frees) in expectations {
+        let p = process(report, pid);
+        assert_eq!(p["exit_status"], status, "pid {pid}");
+        assert_eq!(p["devices"][0]["allocations"], allocations);
+        assert_eq!(p["devices"][0]["frees"], frees);
+        assert_eq!(p["devices"][0]["peak_bytes"], size);
+        assert_eq!(p["devices"][0]["live_at_exit"], Value::Array(live_list), "pid {pid}");
+        if pid != parent.0 {
+            assert_eq!(p["ppid"], parent.0);
+        }
+    }
+    assert_eq!(process(report, c.0)["argv"][1], "exec-child");
+}
+
+#[test]
+fn a_process_tree_of_forks_and_an_exec_is_one_trace() {
+    let (output, trace) = run_scenario("tree", "tree", &[]);
+    assert_eq!(output.status.code(), Some(0));
+    let (report, _) = report_json(&trace);
+    assert_tree(&report, &stdout(&output), Some(0));
+}
+
+#[test]
+fn a_child_killed_with_sigkill_keeps_every_allocation() {
+    let (output, trace) = run_scenario("killed", "killed-child", &[]);
+    assert_eq!(output.status.code(), Some(0));
+    let text = stdout(&output);
+    assert_eq!(field(&text, "child-signal", 0), "9");
+    let victim = blocks(&text, "victim");
+    assert_eq!(victim.len(), 3);
+    let (report, _) = report_json(&trace);
+    let p = process(&report, victim[0].0);
+    let expected: Vec<Value> = victim
+        .iter()
+        .map(|&(_, address, size)| live(address, size, "cudaMalloc", "device"))
+        .collect();
+    let mut expected = expected;
+    expected.sort_by_key(|l| l["address"].as_u64());
+    assert_eq!(p["devices"][0]["live_at_exit"], Value::Array(expected));
+    assert_eq!(p["devices"][0]["live_bytes_at_exit"], 6 << 20);
+    // Its parent reaped it, so its status cannot be observed.
+    assert_eq!(p["exit_status"], Value::Null);
+    assert_eq!(p["still_running"], false);
+}
+
+#[test]
+fn the_command_s_exit_status_is_cudatrace_s_and_is_in_the_trace() {
+    for (scenario, code, blocks_expected) in [("exit3", 3, 1), ("self-term", 143, 1), ("self-kill", 137, 2)] {
+        let (output, trace) = run_scenario(scenario, scenario, &[]);
+        assert_eq!(output.status.code(), Some(code), "{scenario}");
+        let (report, _) = report_json(&trace);
+        let p = &report["processes"][0];
+        assert_eq!(p["exit_status"], code, "{scenario}");
+        let printed = blocks(&stdout(&output), "block");
+        assert_eq!(printed.len(), blocks_expected);
+        assert_eq!(
+            p["devices"][0]["live_at_exit"].as_array().unwrap().len(),
+            blocks_expected,
+            "{scenario}"
+        );
+    }
+}
+
+#[test]
+fn a_signal_sent_to_cudatrace_reaches_the_command_and_the_trace_is_finished() {
+    let dir = scratch_dir("signal");
+    let trace = dir.join("run.trace");
+    let preload = tracer_library();
+    let mut child = cudatrace(&[
+        "run",
+        "--preload",
+        preload.to_str().unwrap(),
+        "-o",
+        trace.to_str().unwrap(),
+        "--",
+    ])
+    .arg(fake_cuda::program("scenarios"))
+    .arg("wait")
+    .env("TMPDIR", &dir)
+    .stdout(Stdio::piped())
+    .spawn()
+    .unwrap();
+    let mut reader = std::io::BufReader::new(child.stdout.take().unwrap());
+    let mut line = String::new();
+    while !line.starts_with("ready") {
+        line.clear();
+        assert!(
+            std::io::BufRead::read_line(&mut reader, &mut line).unwrap() > 0,
+            "scenario ended early"
+        );
+    }
+    // SAFETY: signalling our own child.
+    unsafe { libc::kill(child.id() as i32, libc::SIGTERM) };
+    let status = child.wait().unwrap();
+    assert_eq!(status.code(), Some(143));
+    let (report, _) = report_json(&trace);
+    assert_eq!(report["complete"], true);
+    assert_eq!(report["processes"][0]["exit_status"], 143);
+    assert_eq!(report["processes"][0]["devices"][0]["live_bytes_at_exit"], 4096);
+}
+
+#[test]
+fn plain_ld_preload_writes_a_trace_for_the_tree_root() {
+    let dir = scratch_dir("plain");
+    let trace = dir.join("plain.trace");
+    let output = Command::new(fake_cuda::program("scenarios"))
+        .arg("tree")
+        .env("LD_LIBRARY_PATH", fake_cuda::library_dir())
+        .env("LD_PRELOAD", tracer_library())
+        .env_remove("CUDATRACE_DIR")
+        .env("CUDATRACE_OUT", &trace)
+        .env("CUDATRACE_CLI", cli())
+        .env("TMPDIR", &dir)
+        .output()
+        .unwrap();
+    assert!(output.status.success());
+    // The collector runs on in the background until the tree is gone.
+    let deadline = Instant::now() + Duration::from_secs(30);
+    let report = loop {
+        if trace.exists() {
+            let (report, _) = report_json(&trace);
+            if report["complete"] == true {
+                break report;
+            }
+        }
+        assert!(Instant::now() < deadline, "no finished trace at {}", trace.display());
+        std::thread::sleep(Duration::from_millis(100));
+    };
+    // The root is not the collector's child: its status comes from its own exit().
+    assert_tree(&report, &stdout(&output), Some(0));
+    let spool_parent = dir.join(format!("cudatrace-{}", unsafe { libc::geteuid() }));
+    let deadline = Instant::now() + Duration::from_secs(10);
+    while std::fs::read_dir(&spool_parent).unwrap().count() > 0 {
+        assert!(Instant::now() < deadline, "spools were not removed");
+        std::thread::sleep(Duration::from_millis(50));
+    }
+}
+
+#[test]
+fn a_damaged_trace_reports_what_came_before_the_damage() {
+    let (output, trace) = run_scenario("damaged", "runtime", &[]);
+    assert!(output.status.success());
+    let (full, _) = report_json(&trace);
+    let bytes = std::fs::read(&trace).unwrap();
+    // Cut inside the footer: everything but the footer is intact.
+    let cut = trace.with_extension("cut");
+    std::fs::write(&cut, &bytes[..bytes.len() - 3]).unwrap();
+    let (partial, out) = report_json(&cut);
+    assert_eq!(out.status.code(), Some(1));
+    assert_eq!(partial["processes"], full["processes"]);
+    assert_eq!(partial["complete"], false);
+    let footer_at = find_frame(&bytes, b'F');
+    let footer_body = bytes.len() - footer_at - 5;
+    assert_eq!(
+        partial["damage"],
+        format!(
+            "at byte {footer_at}: truncated record: {} of {footer_body} bytes",
+            footer_body - 3
+        )
+    );
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(stderr.lines().count(), 1, "{stderr}");
+    assert!(stderr.contains("is damaged at byte"), "{stderr}");
+    // A flipped byte in the first event block: the processes are known, no events.
+    let mut flipped = bytes.clone();
+    let events_at = find_frame(&bytes, b'E');
+    flipped[events_at + 8] ^= 0xff;
+    std::fs::write(&cut, &flipped).unwrap();
+    let (partial, out) = report_json(&cut);
+    assert_eq!(out.status.code(), Some(1));
+    assert_eq!(
+        partial["damage"],
+        format!("at byte {events_at}: checksum mismatch in a 'E' record")
+    );
+    assert_eq!(partial["processes"][0]["events"], 0);
+}
+
+/// Offset of the first frame with `tag`, walking the frames.
+fn find_frame(bytes: &[u8], tag: u8) -> usize {
+    let mut at = 8;
+    while bytes[at] != tag {
+        let length = u32::from_le_bytes(bytes[at + 1..at + 5].try_into().unwrap()) as usize;
+        at += 5 + length + 4;
+    }
+    at
+}
+
+#[test]
+fn bad_input_gets_one_line_and_a_non_zero_exit() {
+    let dir = scratch_dir("bad-input");
+    let garbage = dir.join("garbage.trace");
+    std::fs::write(&garbage, b"this is not a trace").unwrap();
+    let cases: Vec<(Vec<String>, &str)> = vec![
+        (
+            vec!["report".into(), garbage.display().to_string()],
+            "not a cudatrace trace (bad magic)",
+        ),
+        (
+            vec!["report".into(), dir.join("missing").display().to_string()],
+            "cannot open",
+        ),
+        (
+            vec!["report".into(), "--frobnicate".into()],
+            "unknown option --frobnicate",
+        ),
+        (vec!["run".into()], "run needs a command"),
+        (
+            vec![
+                "run".into(),
+                "--preload".into(),
+                "/nonexistent.so".into(),
+                "--".into(),
+                "true".into(),
+            ],
+            "/nonexistent.so not found",
+        ),
+        (
+            vec!["collect".into(), dir.join("nope").display().to_string()],
+            "cannot read",
+        ),
+        (vec!["launch".into()], "unknown command 'launch'"),
+    ];
+    for (args, message) in cases {
+        let output = Command::new(cli()).args(&args).output().unwrap();
+        let stderr = String::from_utf8_lossy(&output.stderr);
+        assert_eq!(output.status.code(), Some(2), "{args:?}: {stderr}");
+        assert_eq!(stderr.lines().count(), 1, "{args:?}: {stderr}");
+        assert!(
+            stderr.starts_with("cudatrace: ") && stderr.contains(message),
+            "{args:?}: {stderr}"
+        );
+    }
+    let output = cudatrace(&[
+        "run",
+        "--preload",
+        tracer_library().to_str().unwrap(),
+        "--",
+        "/no/such/program",
+    ])
+    .env("TMPDIR", &dir)
+    .output()
+    .unwrap();
+    assert_eq!(output.status.code(), Some(2));
+    assert!(String::from_utf8_lossy(&output.stderr).contains("cannot run /no/such/program"));
+}
+
+#[test]
+fn spools_of_another_user_are_refused() {
+    // SAFETY: no preconditions.
+    if unsafe { libc::geteuid() } != 0 {
+        eprintln!("skipped: only root can create a spool owned by another user");
+        return;
+    }
+    let traced = run_traced("refuse-source", program("scenarios", &["runtime"]));
+    let dir = scratch_dir("refuse");
+    std::fs::set_permissions(&dir, std::os::unix::fs::PermissionsExt::from_mode(0o700)).unwrap();
+    let ours = dir.join("cudatrace-1000-0.spool");
+    let theirs = dir.join("cudatrace-1001-0.spool");
+    std::fs::copy(&traced.spool_paths[0], &ours).unwrap();
+    std::fs::copy(&traced.spool_paths[0], &theirs).unwrap();
+    std::os::unix::fs::chown(&theirs, Some(65534), Some(65534)).unwrap();
+    let trace = dir.join("out.trace");
+    let output = cudatrace(&["collect", "-o", trace.to_str().unwrap(), dir.to_str().unwrap()])
+        .output()
+        .unwrap();
+    assert!(output.status.success(), "{}", String::from_utf8_lossy(&output.stderr));
+    let (report, _) = report_json(&trace);
+    assert_eq!(report["processes"].as_array().unwrap().len(), 1);
+    assert_eq!(report["processes"][0]["events"], 24);
+    assert_eq!(
+        report["refused_spools"],
+        json!([{"path": theirs.display().to_string(), "uid": 65534, "reason": "owned by another user"}])
+    );
+    // The refused spool is kept for inspection.
+    assert!(theirs.exists());
+    // A folder of another user is refused outright.
+    std::os::unix::fs::chown(&dir, Some(65534), Some(65534)).unwrap();
+    let output = cudatrace(&["collect", dir.to_str().unwrap()]).output().unwrap();
+    assert_eq!(output.status.code(), Some(2));
+    let stderr = String::from_utf8_lossy(&output.stderr);
+    assert!(stderr.contains("owned by uid 65534"), "{stderr}");
+}
+
+#[test]
+fn thirty_two_threads_average_under_24_bytes_an_event() {
+    let (output, trace) = run_scenario("compact", "threads", &[]);
+    assert!(output.status.success());
+    let (report, _) = report_json(&trace);
+    let events = report["processes"][0]["events"].as_u64().unwrap();
+    assert_eq!(events, 320_000);
+    assert_eq!(report["processes"][0]["devices"][0]["allocations"], 160_000);
+    assert_eq!(report["processes"][0]["devices"][0]["frees"], 160_000);
+    assert_eq!(
+        report["processes"][0]["devices"][0]["peak_bytes"].as_u64().unwrap() % 4096,
+        0
+    );
+    let bytes = std::fs::metadata(&trace).unwrap().len();
+    assert!(bytes * 100 / events <= 2400, "{bytes} bytes for {events} events");
+}
