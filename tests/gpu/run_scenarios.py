@@ -51,6 +51,47 @@ def run(args, name, argv, env=None, traced=True):
     return Run(done.returncode, done.stdout, done.stderr, seconds, processes, events, data)
 
 
+class CliRun:
+    def __init__(self, returncode, stderr, report, data, trace_bytes):
+        self.returncode, self.stderr, self.report, self.data, self.trace_bytes = returncode, stderr, report, data, trace_bytes
+
+    def process(self, pid):
+        return next((p for p in self.report["processes"] if p["pid"] == pid), None)
+
+
+def report_of(args, trace):
+    done = subprocess.run([args.cli, "report", "--json", trace], capture_output=True, text=True)
+    return json.loads(done.stdout) if done.stdout else None
+
+
+def run_cli(args, name, argv, env=None, plain_preload=False):
+    """Runs argv under `cudatrace run` (or plain LD_PRELOAD) and reads the report."""
+    workdir = tempfile.mkdtemp(prefix=f"cudatrace-{name}-")
+    trace = os.path.join(workdir, "run.trace")
+    out_json = os.path.join(workdir, "out.json")
+    argv = [a.replace("{out}", out_json) for a in argv]
+    environment = dict(os.environ, **(env or {}))
+    if plain_preload:
+        environment.update(LD_PRELOAD=args.preload, CUDATRACE_OUT=trace)
+        environment.pop("CUDATRACE_DIR", None)
+        done = subprocess.run(argv, env=environment, capture_output=True, text=True, timeout=args.timeout)
+        deadline = time.time() + 60
+        report = None
+        while time.time() < deadline:
+            report = report_of(args, trace) if os.path.exists(trace) else None
+            if report and report["complete"]:
+                break
+            time.sleep(0.2)
+    else:
+        command = [args.cli, "run", "--preload", args.preload, "-o", trace, "--"] + argv
+        done = subprocess.run(command, env=environment, capture_output=True, text=True, timeout=args.timeout)
+        report = report_of(args, trace) if os.path.exists(trace) else None
+    data = json.load(open(out_json)) if os.path.exists(out_json) else None
+    size = os.path.getsize(trace) if os.path.exists(trace) else 0
+    shutil.rmtree(workdir, ignore_errors=True)
+    return CliRun(done.returncode, done.stderr, report, data, size)
+
+
 def exited_cleanly(r):
     if r.returncode != 0:
         return False, f"exit {r.returncode}: {r.stderr.strip().splitlines()[-1:]}"
@@ -202,6 +243,85 @@ def scenario_no_cuda(args):
     return r.returncode == 0 and not r.processes, f"spool files: {len(r.processes)}"
 
 
+def live_keys(process, device=0):
+    for d in process["devices"]:
+        if d["device"] == device:
+            return {(l["address"], l["size"]): l["api"] for l in d["live_at_exit"]}
+    return {}
+
+
+def scenario_two_processes(args):
+    r = run_cli(args, "two", [sys.executable, os.path.join(WORKLOADS, "two_processes.py"), "{out}"])
+    if r.returncode != 0 or not r.report:
+        return False, f"exit {r.returncode}: {r.stderr.strip()[-300:]}"
+    found = []
+    for worker in r.data["workers"]:
+        p = r.process(worker["pid"])
+        api = live_keys(p).get((worker["addr"], worker["size"])) if p else None
+        found.append(p is not None and p["exit_status"] == 0 and api == "cuMemAlloc_v2")
+    with_cuda = [p for p in r.report["processes"] if p["devices"]]
+    return all(found) and r.report["complete"], (
+        f"{len(r.report['processes'])} processes in the trace, {len(with_cuda)} using the GPU; "
+        f"each worker's raw 48+rank MiB allocation live at exit with exit status 0: {found}"
+    )
+
+
+def scenario_dataloader(args):
+    r = run_cli(args, "loader", [sys.executable, os.path.join(WORKLOADS, "dataloader.py"), "{out}"])
+    if r.returncode != 0 or not r.report:
+        return False, f"exit {r.returncode}: {r.stderr.strip()[-300:]}"
+    main = r.process(r.data["pid"])
+    workers = r.data["workers"]
+    worker_device_use = [bool(r.process(w) and r.process(w)["devices"]) for w in workers]
+    passed = (
+        main is not None and main["exit_status"] == 0 and r.data["steps"] == 32 and len(workers) == 2
+        and not any(worker_device_use) and main["host_pinned"]["allocations"] > 0 and r.report["complete"]
+    )
+    return passed, (
+        f"{r.data['steps']} steps; workers {workers} traced without GPU memory: {not any(worker_device_use)}; "
+        f"main exit {main and main['exit_status']}, pinned host allocations {main and main['host_pinned']['allocations']}, "
+        f"device peak {main and main['devices'][0]['peak_bytes']} B"
+    )
+
+
+def scenario_killed(args):
+    r = run_cli(args, "killed", [sys.executable, os.path.join(WORKLOADS, "killed_mid_training.py"), "{out}"])
+    if not r.report or not r.data:
+        return False, f"exit {r.returncode}: no report or no segment list: {r.stderr.strip()[-300:]}"
+    p = r.process(r.data["pid"])
+    live = live_keys(p) if p else {}
+    segments = [(s["addr"], s["size"]) for s in r.data["segments"]]
+    present = sum(1 for s in segments if s in live)
+    passed = r.returncode == 137 and p is not None and p["exit_status"] == 137 and present == len(segments) > 0
+    return passed, (
+        f"cudatrace exit {r.returncode}; process exit_status {p and p['exit_status']}; "
+        f"{present}/{len(segments)} PyTorch segments live at the kill are in the trace; complete {r.report['complete']}"
+    )
+
+
+def scenario_plain_preload(args):
+    r = run_cli(args, "plain", [sys.executable, os.path.join(WORKLOADS, "torch_train.py"), "{out}"], plain_preload=True)
+    if r.returncode != 0 or not r.report or not r.report["complete"]:
+        return False, f"exit {r.returncode}, finished trace: {bool(r.report and r.report['complete'])}: {r.stderr.strip()[-300:]}"
+    p = r.report["processes"][0]
+    cached = sum(size for (address, size), api in live_keys(p).items() if api == "cudaMalloc")
+    passed = len(r.report["processes"]) == 1 and p["exit_status"] == 0 and cached == r.data["reserved"]
+    return passed, (
+        f"trace written by the tree root's own collector; exit_status {p['exit_status']}; "
+        f"cudaMalloc bytes live at exit {cached} vs torch reserved {r.data['reserved']}"
+    )
+
+
+def scenario_bytes_per_event(args):
+    r = run_cli(args, "churn", [sys.executable, os.path.join(WORKLOADS, "allocation_churn.py"), "{out}"],
+                env={"PYTORCH_CUDA_ALLOC_CONF": "backend:cudaMallocAsync"})
+    if r.returncode != 0 or not r.report:
+        return False, f"exit {r.returncode}: {r.stderr.strip()[-300:]}"
+    events = sum(p["events"] for p in r.report["processes"])
+    per_event = r.trace_bytes / max(events, 1)
+    return per_event <= 24 and events > 8000, f"{events} events in {r.trace_bytes} bytes: {per_event:.1f} bytes per event"
+
+
 SCENARIOS = [
     ("a torch caching allocator", scenario_torch_caching),
     ("b expandable segments", scenario_torch_expandable),
@@ -211,6 +331,11 @@ SCENARIOS = [
     ("f out of memory", scenario_oom),
     ("g process without CUDA", scenario_no_cuda),
     ("h training step overhead", scenario_torch_overhead),
+    ("i cudatrace run, two processes", scenario_two_processes),
+    ("j DataLoader with 2 workers", scenario_dataloader),
+    ("k SIGKILL mid-training", scenario_killed),
+    ("l plain LD_PRELOAD tree", scenario_plain_preload),
+    ("m trace bytes per event", scenario_bytes_per_event),
 ]
 
 

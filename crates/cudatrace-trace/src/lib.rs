@@ -11,6 +11,7 @@
 mod crc32;
 pub mod format;
 pub mod reader;
+pub mod synthetic;
 mod varint;
 pub mod writer;
 
