@@ -123,7 +123,8 @@ def scenario_torch_caching(args):
     return passed, (
         f"segment_alloc {sum(theirs_alloc.values())} / matched {sum(theirs_alloc.values()) - missing_alloc}; "
         f"segment_free {sum(theirs_free.values())} / matched {sum(theirs_free.values()) - missing_free}; "
-        f"doubled {doubled}; extra allocations outside the caching allocator: {dict(extra_by_api) or 'none'}"
+        f"doubled {doubled}; extra allocations outside the caching allocator: {dict(extra_by_api) or 'none'} "
+        f"(sizes {sorted(e['size'] for e in extra)})"
     )
 
 
