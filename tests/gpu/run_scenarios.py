@@ -272,10 +272,10 @@ def scenario_dataloader(args):
     if r.returncode != 0 or not r.report:
         return False, f"exit {r.returncode}: {r.stderr.strip()[-300:]}"
     main = r.process(r.data["pid"])
-    workers = r.data["workers"]
+    workers = r.data["workers"]  # two per epoch: workers are not persistent
     worker_device_use = [bool(r.process(w) and r.process(w)["devices"]) for w in workers]
     passed = (
-        main is not None and main["exit_status"] == 0 and r.data["steps"] == 32 and len(workers) == 2
+        main is not None and main["exit_status"] == 0 and r.data["steps"] == 32 and len(workers) == 4
         and not any(worker_device_use) and main["host_pinned"]["allocations"] > 0 and r.report["complete"]
     )
     return passed, (
