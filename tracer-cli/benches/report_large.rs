@@ -13,7 +13,10 @@ fn main() {
     if std::env::args().any(|a| a == "--list") {
         return;
     }
-    let events: u64 = std::env::var("CUDATRACE_BENCH_EVENTS").ok().and_then(|v| v.parse().ok()).unwrap_or(10_000_000);
+    let events: u64 = std::env::var("CUDATRACE_BENCH_EVENTS")
+        .ok()
+        .and_then(|v| v.parse().ok())
+        .unwrap_or(10_000_000);
     let path = std::env::temp_dir().join(format!("cudatrace-bench-{}.trace", std::process::id()));
     let file = std::io::BufWriter::new(std::fs::File::create(&path).expect("create trace"));
     let started = Instant::now();

@@ -152,8 +152,8 @@ fn put_strings(out: &mut Vec<u8>, list: &[String]) {
 
 fn get_strings(cursor: &mut Cursor) -> Result<Vec<String>, &'static str> {
     let count = cursor.get()?;
-    if count > 1 << 20 {
-        return Err("implausible string count");
+    if count > cursor.remaining() as u64 {
+        return Err("more strings than bytes");
     }
     (0..count).map(|_| cursor.string()).collect()
 }
@@ -282,8 +282,9 @@ fn decode_events(cursor: &mut Cursor, pid_of: &dyn Fn(u32) -> Option<u32>) -> Re
     let process = cursor.get_u32()?;
     let pid = pid_of(process).ok_or_else(|| format!("events of process {process}, which has no process record"))?;
     let count = cursor.get()?;
-    if count > (MAX_PAYLOAD / 8) as u64 {
-        return Err("implausible event count".into());
+    // An event takes at least five bytes: flags, op, api, time, address, size.
+    if count > (cursor.remaining() / 5) as u64 {
+        return Err("more events than the block has bytes for".into());
     }
     let mut events = Vec::with_capacity(count as usize);
     if count == 0 {
@@ -391,8 +392,8 @@ pub(crate) fn decode(tag: u8, payload: &[u8], pid_of: &dyn Fn(u32) -> Option<u32
         TAG_STACK => {
             let id = c.get()?;
             let count = c.get()?;
-            if count > (MAX_PAYLOAD as u64) {
-                return Err("implausible frame count".into());
+            if count > c.remaining() as u64 {
+                return Err("more frames than bytes".into());
             }
             Record::Stack {
                 id,

@@ -97,10 +97,15 @@ impl<R: Read> TraceReader<R> {
         if length > MAX_PAYLOAD {
             return Err(self.damage(format!("frame declares {length} bytes, more than any record")));
         }
-        let mut body = vec![0u8; length + 4];
-        let got = read_fully(&mut self.input, &mut body).map_err(|e| self.damage(e.to_string()))?;
-        if got < body.len() {
-            return Err(self.damage(format!("truncated record: {got} of {} bytes", body.len())));
+        // Read what is there rather than allocate what the frame claims.
+        let mut body = Vec::new();
+        let wanted = length + 4;
+        (&mut self.input)
+            .take(wanted as u64)
+            .read_to_end(&mut body)
+            .map_err(|e| self.damage(e.to_string()))?;
+        if body.len() < wanted {
+            return Err(self.damage(format!("truncated record: {} of {wanted} bytes", body.len())));
         }
         let (payload, stored) = body.split_at(length);
         let crc = crc32::update(crc32::update(0, &head), payload);
@@ -150,7 +155,11 @@ mod tests {
             tid: 42 + (seq % 3) as u32,
             seq,
             time_ns: 1_000_000 + seq * 1500 - (seq % 2) * 700,
-            device: if seq.is_multiple_of(5) { None } else { Some((seq % 2) as u8) },
+            device: if seq.is_multiple_of(5) {
+                None
+            } else {
+                Some((seq % 2) as u8)
+            },
             stream: if seq.is_multiple_of(4) { 2 } else { 0 },
             api: Api::CudaMalloc,
             op,
@@ -268,6 +277,45 @@ mod tests {
         assert_eq!(damage.offset as usize, second_frame);
         assert_eq!(damage.reason, "checksum mismatch in a 'P' record");
         assert_eq!(reader.next_record(), Ok(None));
+    }
+
+    /// A frame whose header claims more than the file holds.
+    fn frame(tag: u8, claimed: u32, payload: &[u8]) -> Vec<u8> {
+        let mut bytes = MAGIC.to_vec();
+        bytes.push(tag);
+        bytes.extend_from_slice(&claimed.to_le_bytes());
+        bytes.extend_from_slice(payload);
+        let crc = crate::crc32::update(crate::crc32::update(0, &bytes[8..13]), payload);
+        bytes.extend_from_slice(&crc.to_le_bytes());
+        bytes
+    }
+
+    #[test]
+    fn claims_larger_than_the_input_are_not_believed() {
+        // 60 MiB claimed, 3 bytes present: reported, not allocated.
+        let bytes = frame(b'H', 60 << 20, b"abc");
+        let damage = TraceReader::new(&bytes[..]).unwrap().next_record().unwrap_err();
+        assert_eq!(
+            damage.reason,
+            format!("truncated record: 7 of {} bytes", (60 << 20) + 4)
+        );
+        // A block claiming a million events in a dozen bytes.
+        let (trace, _) = sample_trace();
+        let mut reader = TraceReader::new(&trace[..]).unwrap();
+        reader.next_record().unwrap();
+        reader.next_record().unwrap(); // process 0 is now known
+        let payload = [0u8, 0xc0, 0x84, 0x3d, 1, 2, 3, 4, 5, 6, 7, 8];
+        let mut block = frame(b'E', payload.len() as u32, &payload);
+        let mut reader_input = trace[..reader.offset() as usize].to_vec();
+        reader_input.extend_from_slice(&block.split_off(8));
+        let mut reader = TraceReader::new(&reader_input[..]).unwrap();
+        reader.next_record().unwrap();
+        reader.next_record().unwrap();
+        let damage = reader.next_record().unwrap_err();
+        assert_eq!(
+            damage.reason,
+            "malformed 'E' record: more events than the block has bytes for"
+        );
     }
 
     #[test]

@@ -65,7 +65,11 @@ pub fn write_synthetic<W: Write>(out: W, events: u64, processes: u32, seed: u64)
                 let (op, api, kind, address, size) = if free {
                     let index = rng.below(live_set.len() as u64) as usize;
                     let (address, size, kind) = live_set.swap_remove(index);
-                    let api = if kind == Kind::Pool { Api::CudaFreeAsync } else { Api::CudaFree };
+                    let api = if kind == Kind::Pool {
+                        Api::CudaFreeAsync
+                    } else {
+                        Api::CudaFree
+                    };
                     (Op::Free, api, kind, address, size)
                 } else if rng.below(5000) == 0 {
                     (Op::Oom, Api::CudaMalloc, Kind::Device, 0, 1 << 36)
@@ -77,7 +81,11 @@ pub fn write_synthetic<W: Write>(out: W, events: u64, processes: u32, seed: u64)
                         continue;
                     }
                     live_set.push((address, size, kind));
-                    let api = if kind == Kind::Pool { Api::CudaMallocAsync } else { Api::CudaMalloc };
+                    let api = if kind == Kind::Pool {
+                        Api::CudaMallocAsync
+                    } else {
+                        Api::CudaMalloc
+                    };
                     (Op::Alloc, api, kind, address, size)
                 };
                 block.push(Event {
@@ -101,10 +109,20 @@ pub fn write_synthetic<W: Write>(out: W, events: u64, processes: u32, seed: u64)
         }
     }
     for process in 0..processes {
-        writer.process_end(&ProcessEnd { process, exit_status: Some(0), exit_time_ns: Some(time[process as usize]), ..Default::default() })?;
+        writer.process_end(&ProcessEnd {
+            process,
+            exit_status: Some(0),
+            exit_time_ns: Some(time[process as usize]),
+            ..Default::default()
+        })?;
     }
     let total = writer.events_written();
-    writer.footer(&Footer { processes: u64::from(processes), events: total, end_realtime_ns: 1, ..Default::default() })?;
+    writer.footer(&Footer {
+        processes: u64::from(processes),
+        events: total,
+        end_realtime_ns: 1,
+        ..Default::default()
+    })?;
     Ok(writer.bytes_written())
 }
 

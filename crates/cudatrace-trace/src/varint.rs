@@ -29,6 +29,11 @@ impl<'a> Cursor<'a> {
         self.at >= self.bytes.len()
     }
 
+    /// Bytes not read yet: an upper bound on how many items can follow.
+    pub fn remaining(&self) -> usize {
+        self.bytes.len().saturating_sub(self.at)
+    }
+
     pub fn byte(&mut self) -> Result<u8, &'static str> {
         let b = *self.bytes.get(self.at).ok_or("record ends early")?;
         self.at += 1;

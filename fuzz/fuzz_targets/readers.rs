@@ -1,0 +1,16 @@
+//! Both readers of untrusted files, the trace reader and the spool reader,
+//! on arbitrary bytes: they must stop with an error, never panic or hang.
+#![no_main]
+
+use libfuzzer_sys::fuzz_target;
+
+fuzz_target!(|data: &[u8]| {
+    if let Ok(reader) = cudatrace_trace::TraceReader::new(data) {
+        for record in reader {
+            if record.is_err() {
+                break;
+            }
+        }
+    }
+    let _ = cudatrace_events::SpoolReader::parse(data);
+});
