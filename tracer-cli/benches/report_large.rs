@@ -35,6 +35,8 @@ fn main() {
             Ok(())
         });
     }
+    // Reaped with wait4 below, which also gives its peak memory.
+    #[allow(clippy::zombie_processes)]
     let child = command.spawn().expect("run cudatrace report");
     let mut status = 0;
     let mut usage: libc::rusage = unsafe { std::mem::zeroed() };
