@@ -264,65 +264,6 @@ pub unsafe extern "C" fn cuMemAllocFromPoolAsync_ptsz(
     result
 }
 
-type FreeDevice = unsafe extern "C" fn(CUdeviceptr) -> CUresult;
-type FreeAsync = unsafe extern "C" fn(CUdeviceptr, CUstream) -> CUresult;
-
-/// Hook for the 32-bit `cuMemFree`.
-///
-/// # Safety
-/// Same contract as the driver's function.
-#[unsafe(no_mangle)]
-pub unsafe extern "C" fn cuMemFree(dptr: CUdeviceptr_v1) -> CUresult {
-    let real = real_or_fail!(cuMemFree, unsafe extern "C" fn(CUdeviceptr_v1) -> CUresult);
-    let pending = free_starting(Namespace::Device, u64::from(dptr));
-    // SAFETY: arguments forwarded unchanged.
-    let result = unsafe { real(dptr) };
-    free_returned(pending, result, Api::CuMemFree, 0);
-    result
-}
-
-/// Hook for `cuMemFree_v2`, which also frees stream-ordered allocations.
-///
-/// # Safety
-/// Same contract as the driver's function.
-#[unsafe(no_mangle)]
-pub unsafe extern "C" fn cuMemFree_v2(dptr: CUdeviceptr) -> CUresult {
-    let real = real_or_fail!(cuMemFree_v2, FreeDevice);
-    let pending = free_starting(Namespace::Device, dptr);
-    // SAFETY: arguments forwarded unchanged.
-    let result = unsafe { real(dptr) };
-    free_returned(pending, result, Api::CuMemFreeV2, 0);
-    result
-}
-
-/// Hook for `cuMemFreeAsync`.
-///
-/// # Safety
-/// Same contract as the driver's function.
-#[unsafe(no_mangle)]
-pub unsafe extern "C" fn cuMemFreeAsync(dptr: CUdeviceptr, stream: CUstream) -> CUresult {
-    let real = real_or_fail!(cuMemFreeAsync, FreeAsync);
-    let pending = free_starting(Namespace::Device, dptr);
-    // SAFETY: arguments forwarded unchanged.
-    let result = unsafe { real(dptr, stream) };
-    free_returned(pending, result, Api::CuMemFreeAsync, stream as u64);
-    result
-}
-
-/// Hook for `cuMemFreeAsync_ptsz`.
-///
-/// # Safety
-/// Same contract as the driver's function.
-#[unsafe(no_mangle)]
-pub unsafe extern "C" fn cuMemFreeAsync_ptsz(dptr: CUdeviceptr, stream: CUstream) -> CUresult {
-    let real = real_or_fail!(cuMemFreeAsync_ptsz, FreeAsync);
-    let pending = free_starting(Namespace::Device, dptr);
-    // SAFETY: arguments forwarded unchanged.
-    let result = unsafe { real(dptr, stream) };
-    free_returned(pending, result, Api::CuMemFreeAsyncPtsz, per_thread(stream));
-    result
-}
-
 // ---- Virtual memory management ------------------------------------------
 
 /// Hook for `cuMemCreate`: physical memory on `prop.location`.
@@ -355,24 +296,6 @@ pub unsafe extern "C" fn cuMemCreate(
     let mut call = Allocation::new(Api::CuMemCreate, Kind::VmmPhysical, Namespace::VmmHandle);
     call.device = DeviceOf::Known(device);
     allocation_returned(result, call, size as u64, || read(handle, 0), || size as u64);
-    result
-}
-
-/// Hook for `cuMemRelease`. The physical memory is gone once the last mapping
-/// of the handle is removed too; readers of the trace work that out.
-///
-/// # Safety
-/// Same contract as the driver's function.
-#[unsafe(no_mangle)]
-pub unsafe extern "C" fn cuMemRelease(handle: CUmemGenericAllocationHandle) -> CUresult {
-    let real = real_or_fail!(
-        cuMemRelease,
-        unsafe extern "C" fn(CUmemGenericAllocationHandle) -> CUresult
-    );
-    let pending = free_starting(Namespace::VmmHandle, handle);
-    // SAFETY: arguments forwarded unchanged.
-    let result = unsafe { real(handle) };
-    free_returned(pending, result, Api::CuMemRelease, 0);
     result
 }
 
@@ -643,37 +566,6 @@ pub unsafe extern "C" fn cuMipmappedArrayCreate(
     result
 }
 
-/// Hook for `cuArrayDestroy`.
-///
-/// # Safety
-/// Same contract as the driver's function.
-#[unsafe(no_mangle)]
-pub unsafe extern "C" fn cuArrayDestroy(array: CUarray) -> CUresult {
-    let real = real_or_fail!(cuArrayDestroy, unsafe extern "C" fn(CUarray) -> CUresult);
-    let pending = free_starting(Namespace::Array, array as u64);
-    // SAFETY: arguments forwarded unchanged.
-    let result = unsafe { real(array) };
-    free_returned(pending, result, Api::CuArrayDestroy, 0);
-    result
-}
-
-/// Hook for `cuMipmappedArrayDestroy`.
-///
-/// # Safety
-/// Same contract as the driver's function.
-#[unsafe(no_mangle)]
-pub unsafe extern "C" fn cuMipmappedArrayDestroy(array: CUmipmappedArray) -> CUresult {
-    let real = real_or_fail!(
-        cuMipmappedArrayDestroy,
-        unsafe extern "C" fn(CUmipmappedArray) -> CUresult
-    );
-    let pending = free_starting(Namespace::Array, array as u64);
-    // SAFETY: arguments forwarded unchanged.
-    let result = unsafe { real(array) };
-    free_returned(pending, result, Api::CuMipmappedArrayDestroy, 0);
-    result
-}
-
 // ---- Pinned host memory ---------------------------------------------------
 
 fn host_memory(api: Api) -> Allocation {
@@ -787,34 +679,6 @@ pub unsafe extern "C" fn cuMemHostRegister_v2(p: *mut c_void, bytesize: usize, f
     result
 }
 
-/// Hook for `cuMemFreeHost`.
-///
-/// # Safety
-/// Same contract as the driver's function.
-#[unsafe(no_mangle)]
-pub unsafe extern "C" fn cuMemFreeHost(p: *mut c_void) -> CUresult {
-    let real = real_or_fail!(cuMemFreeHost, unsafe extern "C" fn(*mut c_void) -> CUresult);
-    let pending = free_starting(Namespace::Host, p as u64);
-    // SAFETY: arguments forwarded unchanged.
-    let result = unsafe { real(p) };
-    free_returned(pending, result, Api::CuMemFreeHost, 0);
-    result
-}
-
-/// Hook for `cuMemHostUnregister`.
-///
-/// # Safety
-/// Same contract as the driver's function.
-#[unsafe(no_mangle)]
-pub unsafe extern "C" fn cuMemHostUnregister(p: *mut c_void) -> CUresult {
-    let real = real_or_fail!(cuMemHostUnregister, unsafe extern "C" fn(*mut c_void) -> CUresult);
-    let pending = free_starting(Namespace::Host, p as u64);
-    // SAFETY: arguments forwarded unchanged.
-    let result = unsafe { real(p) };
-    free_returned(pending, result, Api::CuMemHostUnregister, 0);
-    result
-}
-
 // ---- Memory imported from other processes ----------------------------------
 
 type IpcOpen = unsafe extern "C" fn(*mut CUdeviceptr, CUipcMemHandle, c_uint) -> CUresult;
@@ -864,16 +728,55 @@ pub unsafe extern "C" fn cuIpcOpenMemHandle_v2(
     result
 }
 
-/// Hook for `cuIpcCloseMemHandle`.
-///
-/// # Safety
-/// Same contract as the driver's function.
-#[unsafe(no_mangle)]
-pub unsafe extern "C" fn cuIpcCloseMemHandle(dptr: CUdeviceptr) -> CUresult {
-    let real = real_or_fail!(cuIpcCloseMemHandle, FreeDevice);
-    let pending = free_starting(Namespace::IpcImport, dptr);
-    // SAFETY: arguments forwarded unchanged.
-    let result = unsafe { real(dptr) };
-    free_returned(pending, result, Api::CuIpcCloseMemHandle, 0);
-    result
+// ---- Frees ------------------------------------------------------------------
+
+/// Defines hooks that give memory back: the free is sequenced before the
+/// real call (see `recorder::free_starting`) and recorded after it succeeds.
+macro_rules! free_hooks {
+    ($(
+        $(#[$doc:meta])*
+        $name:ident => $api:ident, $namespace:ident,
+            ( $( $arg:ident : $ty:ty ),* ), address: $address:expr, stream: $stream:expr;
+    )*) => {$(
+        $(#[$doc])*
+        ///
+        /// # Safety
+        /// Same contract as the driver's function.
+        #[unsafe(no_mangle)]
+        pub unsafe extern "C" fn $name($( $arg: $ty ),*) -> CUresult {
+            let real = real_or_fail!($name, unsafe extern "C" fn($( $ty ),*) -> CUresult);
+            let pending = free_starting(Namespace::$namespace, $address);
+            // SAFETY: arguments forwarded unchanged.
+            let result = unsafe { real($( $arg ),*) };
+            free_returned(pending, result, Api::$api, $stream);
+            result
+        }
+    )*};
+}
+
+free_hooks! {
+    /// Hook for the 32-bit `cuMemFree`.
+    cuMemFree => CuMemFree, Device, (dptr: CUdeviceptr_v1), address: u64::from(dptr), stream: 0;
+    /// Hook for `cuMemFree_v2`, which also frees stream-ordered allocations.
+    cuMemFree_v2 => CuMemFreeV2, Device, (dptr: CUdeviceptr), address: dptr, stream: 0;
+    /// Hook for `cuMemFreeAsync`.
+    cuMemFreeAsync => CuMemFreeAsync, Device, (dptr: CUdeviceptr, stream: CUstream),
+        address: dptr, stream: stream as u64;
+    /// Hook for `cuMemFreeAsync_ptsz` (per-thread default stream).
+    cuMemFreeAsync_ptsz => CuMemFreeAsyncPtsz, Device, (dptr: CUdeviceptr, stream: CUstream),
+        address: dptr, stream: per_thread(stream);
+    /// Hook for `cuMemRelease`. The physical memory is gone once the last
+    /// mapping of the handle is removed too; readers of the trace work that out.
+    cuMemRelease => CuMemRelease, VmmHandle, (handle: CUmemGenericAllocationHandle), address: handle, stream: 0;
+    /// Hook for `cuArrayDestroy`.
+    cuArrayDestroy => CuArrayDestroy, Array, (array: CUarray), address: array as u64, stream: 0;
+    /// Hook for `cuMipmappedArrayDestroy`.
+    cuMipmappedArrayDestroy => CuMipmappedArrayDestroy, Array, (array: CUmipmappedArray),
+        address: array as u64, stream: 0;
+    /// Hook for `cuMemFreeHost`.
+    cuMemFreeHost => CuMemFreeHost, Host, (p: *mut c_void), address: p as u64, stream: 0;
+    /// Hook for `cuMemHostUnregister`.
+    cuMemHostUnregister => CuMemHostUnregister, Host, (p: *mut c_void), address: p as u64, stream: 0;
+    /// Hook for `cuIpcCloseMemHandle`.
+    cuIpcCloseMemHandle => CuIpcCloseMemHandle, IpcImport, (dptr: CUdeviceptr), address: dptr, stream: 0;
 }

@@ -7,17 +7,20 @@ use crate::writer::TraceWriter;
 use cudatrace_events::{Api, Event, Kind, Op};
 use std::io::{self, Write};
 
-struct Rng(u64);
+/// A small deterministic xorshift generator, for synthetic data and fuzzing.
+pub struct Rng(pub u64);
 
 impl Rng {
-    fn next(&mut self) -> u64 {
+    /// The next pseudo-random number.
+    pub fn next_u64(&mut self) -> u64 {
         self.0 ^= self.0 << 13;
         self.0 ^= self.0 >> 7;
         self.0 ^= self.0 << 17;
         self.0
     }
-    fn below(&mut self, n: u64) -> u64 {
-        self.next() % n
+    /// A number below `n` (`n` > 0).
+    pub fn below(&mut self, n: u64) -> u64 {
+        self.next_u64() % n.max(1)
     }
 }
 

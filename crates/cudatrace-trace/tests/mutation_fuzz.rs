@@ -5,21 +5,8 @@
 //! `CUDATRACE_FUZZ_ITERATIONS` sets how long it runs (default 20,000).
 
 use cudatrace_events::{Api, Event, Kind, Op};
+use cudatrace_trace::synthetic::Rng;
 use cudatrace_trace::{Footer, Header, ProcessStart, Record, TraceReader, TraceWriter, FORMAT_VERSION};
-
-struct Rng(u64);
-
-impl Rng {
-    fn next(&mut self) -> u64 {
-        self.0 ^= self.0 << 13;
-        self.0 ^= self.0 >> 7;
-        self.0 ^= self.0 << 17;
-        self.0
-    }
-    fn below(&mut self, n: usize) -> usize {
-        (self.next() % n.max(1) as u64) as usize
-    }
-}
 
 fn seed_trace() -> Vec<u8> {
     let header = Header {
@@ -98,28 +85,28 @@ fn mutated_traces_never_panic_the_reader() {
     let mut rng = Rng(0x9E37_79B9_7F4A_7C15);
     for _ in 0..iterations {
         let mut bytes = seed.clone();
-        for _ in 0..1 + rng.below(4) {
+        for _ in 0..1 + rng.below(4) as usize {
             match rng.below(5) {
-                0 => bytes.truncate(rng.below(bytes.len() + 1)),
+                0 => bytes.truncate(rng.below(bytes.len() as u64 + 1) as usize),
                 1 => {
-                    let at = rng.below(bytes.len());
+                    let at = rng.below(bytes.len() as u64) as usize;
                     if let Some(b) = bytes.get_mut(at) {
                         *b ^= 1 << rng.below(8);
                     }
                 }
                 2 => {
-                    let at = rng.below(bytes.len());
+                    let at = rng.below(bytes.len() as u64) as usize;
                     if let Some(b) = bytes.get_mut(at) {
-                        *b = rng.next() as u8;
+                        *b = rng.next_u64() as u8;
                     }
                 }
                 3 => {
-                    let at = rng.below(bytes.len() + 1);
-                    bytes.insert(at.min(bytes.len()), rng.next() as u8);
+                    let at = rng.below(bytes.len() as u64 + 1) as usize;
+                    bytes.insert(at.min(bytes.len()), rng.next_u64() as u8);
                 }
                 _ => {
                     if !bytes.is_empty() {
-                        let at = rng.below(bytes.len());
+                        let at = rng.below(bytes.len() as u64) as usize;
                         bytes.remove(at);
                     }
                 }
