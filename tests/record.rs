@@ -99,7 +99,15 @@ fn live(address: u64, size: u64, api: &str, kind: &str) -> Value {
 
 #[test]
 fn a_single_process_run_reports_exactly_what_it_did() {
+    let wall_clock_ns = || {
+        std::time::SystemTime::now()
+            .duration_since(std::time::UNIX_EPOCH)
+            .unwrap()
+            .as_nanos() as u64
+    };
+    let before = wall_clock_ns();
     let (output, trace, cudatrace_pid) = run_scenario_with_pid("single", "runtime", &[]);
+    let after = wall_clock_ns();
     assert_eq!(
         output.status.code(),
         Some(0),
@@ -109,8 +117,16 @@ fn a_single_process_run_reports_exactly_what_it_did() {
     let text = stdout(&output);
     let pid: u32 = field(&text, "pid", 0).parse().unwrap();
     let live_blocks: Vec<u64> = (0..4).map(|i| hex(field(&text, "live", i))).collect();
-    let (report, report_output) = report_json(&trace);
+    let (mut report, report_output) = report_json(&trace);
     assert!(report_output.status.success());
+    // Times are checked against the test's clock, then left out of the exact comparison.
+    let times = report["processes"][0].as_object_mut().unwrap();
+    let started = times.remove("start_time_ns").unwrap().as_u64().unwrap();
+    let exited = times.remove("exit_time_ns").unwrap().as_u64().unwrap();
+    assert!(
+        before <= started && started <= exited && exited <= after,
+        "{before} {started} {exited} {after}"
+    );
     let program = fake_cuda::program("scenarios").display().to_string();
     let mut live_at_exit = vec![
         live(live_blocks[0], 2 << 20, "cudaMalloc", "device"),

@@ -323,6 +323,27 @@ def scenario_bytes_per_event(args):
     return per_event <= 24 and events > 8000, f"{events} events in {r.trace_bytes} bytes: {per_event:.1f} bytes per event"
 
 
+def scenario_torchrun(args):
+    workdir = tempfile.mkdtemp(prefix="cudatrace-torchrun-")
+    marker = os.path.join(workdir, "ranks")
+    r = run_cli(args, "torchrun", [sys.executable, "-m", "torch.distributed.run", "--nproc_per_node=2", "--master_port=29533",
+                                   os.path.join(WORKLOADS, "torchrun_ranks.py"), marker])
+    ranks = [json.load(open(f"{marker}.rank{i}")) for i in range(2) if os.path.exists(f"{marker}.rank{i}")]
+    shutil.rmtree(workdir, ignore_errors=True)
+    if r.returncode != 0 or not r.report or len(ranks) != 2:
+        return False, f"exit {r.returncode}, ranks reported {len(ranks)}: {r.stderr.strip()[-300:]}"
+    checks = []
+    for rank in ranks:
+        p = r.process(rank["pid"])
+        cached = sum(size for (address, size), api in live_keys(p).items() if api == "cudaMalloc") if p else -1
+        checks.append(p is not None and p["exit_status"] == 0 and cached == rank["reserved"] and rank["sum"] == 3.0)
+    launcher = [p for p in r.report["processes"] if not p["devices"]]
+    return all(checks), (
+        f"{len(r.report['processes'])} processes in the trace ({len(launcher)} without GPU memory); "
+        f"each rank found with exit 0 and cudaMalloc bytes live = its torch reserved: {checks}"
+    )
+
+
 SCENARIOS = [
     ("a torch caching allocator", scenario_torch_caching),
     ("b expandable segments", scenario_torch_expandable),
@@ -337,6 +358,7 @@ SCENARIOS = [
     ("k SIGKILL mid-training", scenario_killed),
     ("l plain LD_PRELOAD tree", scenario_plain_preload),
     ("m trace bytes per event", scenario_bytes_per_event),
+    ("n torchrun, 2 ranks", scenario_torchrun),
 ]
 
 

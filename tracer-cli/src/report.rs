@@ -337,8 +337,14 @@ impl Report {
                         })
                     })
                     .collect();
+                let exit_time = end
+                    .exit_time_ns
+                    .filter(|&t| t >= start.start_monotonic_ns)
+                    .map(|t| start.start_realtime_ns + (t - start.start_monotonic_ns));
                 json!({
                     "pid": start.pid,
+                    "start_time_ns": start.start_realtime_ns,
+                    "exit_time_ns": exit_time,
                     "ppid": start.ppid,
                     "image": start.image,
                     "argv": start.argv,
