@@ -33,12 +33,11 @@ fn run_scenario(label: &str, scenario: &str, extra_env: &[(&str, &str)]) -> (Out
     (output, trace)
 }
 
-/// Like [`run_scenario`], also returning the pid of `cudatrace` itself.
-fn run_scenario_with_pid(label: &str, scenario: &str, extra_env: &[(&str, &str)]) -> (Output, PathBuf, u32) {
+/// `cudatrace run -o <fresh folder>/run.trace -- scenarios SCENARIO`, spooling in that folder.
+fn run_command(label: &str, scenario: &str) -> (Command, PathBuf) {
     let dir = scratch_dir(label);
     let trace = dir.join("run.trace");
     let preload = tracer_library();
-    let program = fake_cuda::program("scenarios");
     let mut command = cudatrace(&[
         "run",
         "--preload",
@@ -47,7 +46,16 @@ fn run_scenario_with_pid(label: &str, scenario: &str, extra_env: &[(&str, &str)]
         trace.to_str().unwrap(),
         "--",
     ]);
-    command.arg(program).arg(scenario).env("TMPDIR", &dir);
+    command
+        .arg(fake_cuda::program("scenarios"))
+        .arg(scenario)
+        .env("TMPDIR", &dir);
+    (command, trace)
+}
+
+/// Like [`run_scenario`], also returning the pid of `cudatrace` itself.
+fn run_scenario_with_pid(label: &str, scenario: &str, extra_env: &[(&str, &str)]) -> (Output, PathBuf, u32) {
+    let (mut command, trace) = run_command(label, scenario);
     for (key, value) in extra_env {
         command.env(key, value);
     }
@@ -260,23 +268,8 @@ fn the_command_s_exit_status_is_cudatrace_s_and_is_in_the_trace() {
 
 #[test]
 fn a_signal_sent_to_cudatrace_reaches_the_command_and_the_trace_is_finished() {
-    let dir = scratch_dir("signal");
-    let trace = dir.join("run.trace");
-    let preload = tracer_library();
-    let mut child = cudatrace(&[
-        "run",
-        "--preload",
-        preload.to_str().unwrap(),
-        "-o",
-        trace.to_str().unwrap(),
-        "--",
-    ])
-    .arg(fake_cuda::program("scenarios"))
-    .arg("wait")
-    .env("TMPDIR", &dir)
-    .stdout(Stdio::piped())
-    .spawn()
-    .unwrap();
+    let (mut command, trace) = run_command("signal", "wait");
+    let mut child = command.stdout(Stdio::piped()).spawn().unwrap();
     let mut reader = std::io::BufReader::new(child.stdout.take().unwrap());
     let mut line = String::new();
     while !line.starts_with("ready") {

@@ -85,13 +85,7 @@ pub fn collect(options: CollectOptions) -> Result<i32, String> {
         private_dir::remove_spools(&options.dir);
     }
     if !options.detach {
-        eprintln!(
-            "cudatrace: wrote {} ({} processes, {} events, {} bytes)",
-            output.display(),
-            summary.processes,
-            summary.events,
-            summary.bytes
-        );
+        eprintln!("{}", summary.describe(&output));
     }
     Ok(0)
 }

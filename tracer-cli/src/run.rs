@@ -136,13 +136,7 @@ pub fn run(options: RunOptions) -> Result<i32, String> {
     if !options.keep_spools && summary.refused == 0 {
         private_dir::remove_spools(&run_dir);
     }
-    eprintln!(
-        "cudatrace: wrote {} ({} processes, {} events, {} bytes)",
-        output.display(),
-        summary.processes,
-        summary.events,
-        summary.bytes
-    );
+    eprintln!("{}", summary.describe(&output));
     if summary.dropped_events > 0 {
         eprintln!(
             "cudatrace: {} events could not be recorded (see the report)",

@@ -55,6 +55,19 @@ pub struct Summary {
     pub bytes: u64,
 }
 
+impl Summary {
+    /// The line `run` and `collect` print when they are done.
+    pub fn describe(&self, trace: &Path) -> String {
+        format!(
+            "cudatrace: wrote {} ({} processes, {} events, {} bytes)",
+            trace.display(),
+            self.processes,
+            self.events,
+            self.bytes
+        )
+    }
+}
+
 struct Shared {
     dir: PathBuf,
     draining: AtomicBool,
