@@ -1,6 +1,7 @@
 //! Recording, end to end: `cudatrace run` (and plain `LD_PRELOAD`) over the
 //! fake driver, checked through `cudatrace report --json`.
 
+#[path = "../../tests/support/mod.rs"]
 mod support;
 
 use serde_json::{json, Value};
