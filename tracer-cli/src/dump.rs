@@ -41,6 +41,7 @@ fn process_line(path: &Path, spool: &Spool) -> serde_json::Value {
             "unknown_frees": spool.unknown_frees,
             "registry_overflows": spool.registry_overflows,
             "dropped_records": spool.dropped_records,
+            "released_records": spool.released_records,
         }
     })
 }

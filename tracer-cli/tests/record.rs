@@ -35,7 +35,7 @@ fn run_scenario(label: &str, scenario: &str, extra_env: &[(&str, &str)]) -> (Out
 }
 
 /// `cudatrace run -o <fresh folder>/run.trace -- scenarios SCENARIO`, spooling in that folder.
-fn run_command(label: &str, scenario: &str) -> (Command, PathBuf) {
+fn run_command(label: &str, scenario: &str, options: &[&str]) -> (Command, PathBuf) {
     let dir = scratch_dir(label);
     let trace = dir.join("run.trace");
     let preload = tracer_library();
@@ -45,8 +45,8 @@ fn run_command(label: &str, scenario: &str) -> (Command, PathBuf) {
         preload.to_str().unwrap(),
         "-o",
         trace.to_str().unwrap(),
-        "--",
     ]);
+    command.args(options).arg("--");
     command
         .arg(fake_cuda::program("scenarios"))
         .arg(scenario)
@@ -56,7 +56,7 @@ fn run_command(label: &str, scenario: &str) -> (Command, PathBuf) {
 
 /// Like [`run_scenario`], also returning the pid of `cudatrace` itself.
 fn run_scenario_with_pid(label: &str, scenario: &str, extra_env: &[(&str, &str)]) -> (Output, PathBuf, u32) {
-    let (mut command, trace) = run_command(label, scenario);
+    let (mut command, trace) = run_command(label, scenario, &[]);
     for (key, value) in extra_env {
         command.env(key, value);
     }
@@ -269,7 +269,7 @@ fn the_command_s_exit_status_is_cudatrace_s_and_is_in_the_trace() {
 
 #[test]
 fn a_signal_sent_to_cudatrace_reaches_the_command_and_the_trace_is_finished() {
-    let (mut command, trace) = run_command("signal", "wait");
+    let (mut command, trace) = run_command("signal", "wait", &[]);
     let mut child = command.stdout(Stdio::piped()).spawn().unwrap();
     let mut reader = std::io::BufReader::new(child.stdout.take().unwrap());
     let mut line = String::new();
@@ -487,4 +487,32 @@ fn thirty_two_threads_average_under_24_bytes_an_event() {
     );
     let bytes = std::fs::metadata(&trace).unwrap().len();
     assert!(bytes * 100 / events <= 2400, "{bytes} bytes for {events} events");
+}
+
+#[test]
+fn spool_space_is_given_back_while_the_run_goes_on() {
+    // Keep the spool to look at it, in a folder of its own.
+    let (mut command, trace) = run_command("punch", "threads", &["--keep-spools"]);
+    let spool_base = scratch_dir("punch-spools");
+    let output = command.env("TMPDIR", &spool_base).output().unwrap();
+    assert!(output.status.success(), "{}", String::from_utf8_lossy(&output.stderr));
+    let user_folder = spool_base.join(format!("cudatrace-{}", unsafe { libc::geteuid() }));
+    let run_folder = std::fs::read_dir(&user_folder).unwrap().next().unwrap().unwrap().path();
+    let spool = std::fs::read_dir(&run_folder)
+        .unwrap()
+        .map(|e| e.unwrap().path())
+        .find(|p| p.extension().is_some_and(|e| e == "spool"))
+        .unwrap();
+    use std::os::unix::fs::MetadataExt;
+    let meta = std::fs::metadata(&spool).unwrap();
+    // 320,000 records: twenty 1 MiB chunks were written, all read to the end.
+    assert_eq!(meta.len(), 4096 + 20 * (1 << 20));
+    let allocated = meta.blocks() * 512;
+    assert!(allocated <= 4096 + (1 << 20), "{allocated} bytes still allocated");
+    // The kept spool says its records went to the trace, and reads as such.
+    let kept = cudatrace_events::SpoolReader::read_path(&spool).unwrap();
+    assert_eq!(kept.released_records, 20 * 16384);
+    assert_eq!((kept.events.len(), kept.unfinished_records), (0, 0));
+    let (report, _) = report_json(&trace);
+    assert_eq!(report["processes"][0]["events"], 320_000);
 }

@@ -16,6 +16,8 @@ pub const RECORD_SIZE: usize = 64;
 pub const CHUNK_RECORDS: usize = 16384;
 /// Bytes of `/proc/self/cmdline` kept in the header.
 pub const CMDLINE_CAPACITY: usize = HEADER_SIZE - 96;
+/// Offset of [`SpoolHeader::released_chunks`], which the collector writes.
+pub const RELEASED_CHUNKS_OFFSET: u64 = 92;
 
 /// The header page at the start of a spool file.
 ///
@@ -56,8 +58,9 @@ pub struct SpoolHeader {
     pub exit_recorded: u32,
     /// Number of meaningful bytes in `cmdline`.
     pub cmdline_len: u32,
-    /// Reserved, zero.
-    pub reserved: u32,
+    /// Chunks the collector has read, saved to the trace and given back to
+    /// the file system; their records read as zeros. Written by the collector.
+    pub released_chunks: u32,
     /// The process's argv as in `/proc/self/cmdline`: NUL-separated, truncated.
     pub cmdline: [u8; CMDLINE_CAPACITY],
 }

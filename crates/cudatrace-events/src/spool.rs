@@ -1,7 +1,7 @@
 //! Reading spool files back into events, outside the traced process.
 
 use crate::codes::{Api, Kind, Op};
-use crate::layout::{RawRecord, CMDLINE_CAPACITY, HEADER_SIZE, RECORD_SIZE, SPOOL_MAGIC, SPOOL_VERSION};
+use crate::layout::{RawRecord, CHUNK_RECORDS, CMDLINE_CAPACITY, HEADER_SIZE, RECORD_SIZE, SPOOL_MAGIC, SPOOL_VERSION};
 use std::path::Path;
 
 /// The process a spool file belongs to.
@@ -67,6 +67,8 @@ pub struct Spool {
     pub registry_overflows: u64,
     /// Records the writer could not store.
     pub dropped_records: u64,
+    /// Records already collected into a trace and released from the file.
+    pub released_records: u64,
 }
 
 /// Why a spool file could not be read.
@@ -129,6 +131,9 @@ pub struct SpoolHeaderInfo {
     pub registry_overflows: u64,
     /// Records the writer could not store.
     pub dropped_records: u64,
+    /// Records already collected into a trace and released from the file:
+    /// reading starts after them.
+    pub released_records: u64,
 }
 
 impl SpoolReader {
@@ -171,6 +176,7 @@ impl SpoolReader {
             unknown_frees: le_u64(bytes, 48),
             registry_overflows: le_u64(bytes, 56),
             dropped_records: le_u64(bytes, 64),
+            released_records: u64::from(le_u32(bytes, 92)) * CHUNK_RECORDS as u64,
         })
     }
 
@@ -214,7 +220,12 @@ impl SpoolReader {
         let mut events = Vec::new();
         let mut empty_slots_since_last_record = 0u64;
         let mut unfinished_records = 0u64;
-        for (index, chunk) in bytes[HEADER_SIZE..].chunks_exact(RECORD_SIZE).enumerate() {
+        let released = usize::try_from(header.released_records).unwrap_or(usize::MAX);
+        let records = bytes[HEADER_SIZE..]
+            .chunks_exact(RECORD_SIZE)
+            .enumerate()
+            .skip(released);
+        for (index, chunk) in records {
             let raw = RawRecord::from_bytes(chunk.try_into().expect("chunks_exact gives whole records"));
             if raw.seq_plus_one == 0 {
                 empty_slots_since_last_record += 1;
@@ -236,6 +247,7 @@ impl SpoolReader {
             unknown_frees: header.unknown_frees,
             registry_overflows: header.registry_overflows,
             dropped_records: header.dropped_records,
+            released_records: header.released_records,
         })
     }
 }

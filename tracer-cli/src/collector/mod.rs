@@ -13,7 +13,7 @@ mod liveness;
 mod spool_tail;
 
 pub use liveness::Liveness;
-use spool_tail::{spool_name, SpoolTail};
+use spool_tail::{spool_name, Release, SpoolTail};
 
 use crossbeam_channel::{Receiver, RecvTimeoutError, Sender};
 use cudatrace_events::Event;
@@ -35,6 +35,8 @@ const IDLE_SPOOL_PAUSE: Duration = Duration::from_millis(5);
 enum Message {
     Process(ProcessStart),
     Events(u32, Vec<Event>),
+    /// Spool chunks whose events were all sent before this message.
+    Release(Release),
     End(ProcessEnd),
     Refused(Refusal),
     Finish,
@@ -247,7 +249,10 @@ fn scan(shared: &Shared, to_writer: &Sender<Message>, to_readers: &Sender<SpoolT
                 seen.insert(path);
                 continue;
             }
-            let opened = File::open(&path)
+            let opened = std::fs::OpenOptions::new()
+                .read(true)
+                .write(true)
+                .open(&path)
                 .map_err(|e| e.to_string())
                 .and_then(|file| SpoolTail::open(&path, file, next_process, image));
             match opened {
@@ -336,6 +341,9 @@ fn follow(shared: &Shared, to_writer: &Sender<Message>, tail: &mut SpoolTail) ->
             progressed = true;
             let _ = to_writer.send(Message::Events(tail.process, events));
         }
+        if let Some(release) = tail.chunks_to_release() {
+            let _ = to_writer.send(Message::Release(release));
+        }
         if at_end || !final_pass {
             break;
         }
@@ -386,6 +394,11 @@ fn write_trace(mut trace: TraceWriter<BufWriter<File>>, inbox: Receiver<Message>
                 trace.process_start(&start).map_err(io)?;
             }
             Message::Events(process, events) => trace.events(process, &events).map_err(io)?,
+            Message::Release(release) => {
+                // Only once the events are in the trace file may the spool let them go.
+                trace.flush().map_err(io)?;
+                release.apply();
+            }
             Message::End(end) => {
                 summary.dropped_events += end.dropped_records;
                 trace.process_end(&end).map_err(io)?;

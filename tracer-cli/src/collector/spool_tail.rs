@@ -1,14 +1,47 @@
 //! Follows one spool file while its process writes it.
 
 use super::liveness::Liveness;
-use cudatrace_events::layout::{HEADER_SIZE, RECORD_SIZE};
+use cudatrace_events::layout::{CHUNK_RECORDS, HEADER_SIZE, RECORD_SIZE, RELEASED_CHUNKS_OFFSET};
 use cudatrace_events::{Event, RawRecord, SpoolHeaderInfo, SpoolReader};
 use std::fs::File;
+use std::os::fd::AsRawFd;
 use std::os::unix::fs::FileExt;
 use std::path::{Path, PathBuf};
 
 /// Records read per call, so that one busy process cannot hog a reader.
 const BATCH_RECORDS: usize = 16384;
+
+/// Chunks of a spool whose records are all read. Every slot in them is
+/// complete, so their writer never touches them again.
+pub struct Release {
+    file: File,
+    from_chunk: u64,
+    to_chunk: u64,
+}
+
+impl Release {
+    /// Punches the chunks out of the file (it keeps its size; the range reads
+    /// as zeros) and notes in the header how far that went. A file system
+    /// without hole punching keeps the space until the run ends.
+    pub fn apply(self) {
+        let chunk_bytes = (CHUNK_RECORDS * RECORD_SIZE) as u64;
+        let start = HEADER_SIZE as u64 + self.from_chunk * chunk_bytes;
+        let length = (self.to_chunk - self.from_chunk) * chunk_bytes;
+        // SAFETY: punching a hole in a range of our own descriptor's file.
+        let punched = unsafe {
+            libc::fallocate(
+                self.file.as_raw_fd(),
+                libc::FALLOC_FL_PUNCH_HOLE | libc::FALLOC_FL_KEEP_SIZE,
+                start as libc::off_t,
+                length as libc::off_t,
+            )
+        };
+        if punched == 0 {
+            let chunks = u32::try_from(self.to_chunk).unwrap_or(u32::MAX);
+            let _ = self.file.write_all_at(&chunks.to_le_bytes(), RELEASED_CHUNKS_OFFSET);
+        }
+    }
+}
 
 /// Reading position in one spool.
 pub struct SpoolTail {
@@ -24,6 +57,7 @@ pub struct SpoolTail {
     pub liveness: Liveness,
     file: File,
     next_index: u64,
+    released_chunks: u64,
     empty_run: u64,
     /// Slots reserved by hooks that never completed.
     pub unfinished: u64,
@@ -62,7 +96,8 @@ impl SpoolTail {
             image,
             liveness: Liveness::watch(info.process.pid),
             file,
-            next_index: 0,
+            next_index: info.released_records,
+            released_chunks: info.released_records / CHUNK_RECORDS as u64,
             empty_run: 0,
             unfinished: 0,
             buffer: vec![0u8; BATCH_RECORDS * RECORD_SIZE],
@@ -111,5 +146,22 @@ impl SpoolTail {
             self.next_index = index + 1;
         }
         Ok((events, first + count >= slots))
+    }
+
+    /// The chunks read to the end since the last call, to be given back to
+    /// the file system once their events are safely in the trace.
+    pub fn chunks_to_release(&mut self) -> Option<Release> {
+        let whole = self.next_index / CHUNK_RECORDS as u64;
+        if whole <= self.released_chunks {
+            return None;
+        }
+        let file = self.file.try_clone().ok()?;
+        let release = Release {
+            file,
+            from_chunk: self.released_chunks,
+            to_chunk: whole,
+        };
+        self.released_chunks = whole;
+        Some(release)
     }
 }
