@@ -87,6 +87,12 @@ fn redirect(handle: *mut c_void, sym: Sym, caller: usize) -> Option<usize> {
     } else {
         Some(cuda_library_of_handle(handle)?)
     };
+    if let Some(library) = library {
+        // Remembering the driver's handle also learns its address range, which
+        // the caller check below needs even on the driver's very first lookup.
+        // SAFETY: a CUDA library's link map, checked above.
+        unsafe { symbols::remember_handle(library, handle) };
+    }
     if caller_is_in_driver(caller) {
         return None;
     }
@@ -100,10 +106,6 @@ fn redirect(handle: *mut c_void, sym: Sym, caller: usize) -> Option<usize> {
         // RTLD_DEFAULT found our own export. Without us the program would get
         // the real one, or nothing if no CUDA library defines the name.
         return Some(if symbols::real(sym).is_some() { hook } else { 0 });
-    }
-    if let Some(library) = library {
-        // SAFETY: a CUDA library's link map, checked above.
-        unsafe { symbols::remember_handle(library, handle) };
     }
     Some(if symbols::adopt_real(sym, found) { hook } else { found })
 }

@@ -92,6 +92,15 @@ fn lookups_through_dlsym_get_hooks_and_other_names_pass_through() {
 }
 
 #[test]
+fn the_driver_looking_itself_up_gets_its_own_functions() {
+    let run = run_traced("self-lookup", program("scenarios", &["driver-self-lookup"]));
+    let spool = single_spool(&run);
+    assert_eq!(field(&run.stdout, "self-lookup-first", 0), "1");
+    assert_eq!(field(&run.stdout, "self-lookup-later", 0), "1");
+    assert_eq!(spool.events.len(), 1);
+}
+
+#[test]
 fn vmm_handle_mapped_twice_is_one_allocation_and_two_mappings() {
     let run = run_traced("vmm", program("scenarios", &["vmm"]));
     let spool = single_spool(&run);

@@ -15,6 +15,7 @@
  * real malloc() memory so that programs may touch them.
  */
 #define _GNU_SOURCE
+#include <dlfcn.h>
 #include <pthread.h>
 #include <stdint.h>
 #include <stdlib.h>
@@ -449,6 +450,16 @@ HIDDEN CUresult impl_cuGetProcAddress(const char *symbol, void **pfn, int versio
     return impl_cuGetProcAddress_v2(symbol, pfn, version, flags, NULL);
 }
 
+/* ---- Test hook: the driver looking itself up --------------------------------- */
+
+/* The real driver resolves some of its own entry points with dlsym. Such a
+ * lookup must reach the driver's own function, never a tracer's hook: returns
+ * 1 when dlsym on our own handle gives back our own cuMemAlloc_v2. */
+HIDDEN int impl_fakeCudaLooksItselfUp(void) {
+    void *self = dlopen("libcuda.so.1", RTLD_NOW | RTLD_NOLOAD);
+    return self && dlsym(self, "cuMemAlloc_v2") == (void *)impl_cuMemAlloc_v2;
+}
+
 /* ---- Exports ------------------------------------------------------------- */
 
 CUresult cuInit(unsigned) EXPORT(cuInit);
@@ -495,3 +506,4 @@ CUresult cuIpcOpenMemHandle_v2(CUdeviceptr *, CUipcMemHandle, unsigned) EXPORT(c
 CUresult cuIpcCloseMemHandle(CUdeviceptr) EXPORT(cuIpcCloseMemHandle);
 CUresult cuGetProcAddress(const char *, void **, int, unsigned long long) EXPORT(cuGetProcAddress);
 CUresult cuGetProcAddress_v2(const char *, void **, int, unsigned long long, int *) EXPORT(cuGetProcAddress_v2);
+int fakeCudaLooksItselfUp(void) EXPORT(fakeCudaLooksItselfUp);

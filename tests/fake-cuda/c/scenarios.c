@@ -208,6 +208,7 @@ CUresult cuMipmappedArrayDestroy(void *);
 CUresult cuIpcOpenMemHandle_v2(CUdeviceptr *, CUipcMemHandle, unsigned);
 CUresult cuIpcCloseMemHandle(CUdeviceptr);
 CUresult cuMemCreate(CUmemGenericAllocationHandle *, size_t, const CUmemAllocationProp *, unsigned long long);
+int fakeCudaLooksItselfUp(void);
 
 static void scenario_driver(void) {
     CUdeviceptr p, pitched, managed;
@@ -513,6 +514,13 @@ int main(int argc, char **argv) {
     else if (!strcmp(name, "ptsz")) scenario_ptsz();
     else if (!strcmp(name, "driver-oom")) scenario_driver_oom();
     else if (!strcmp(name, "fork-under-load")) scenario_fork_under_load();
+    else if (!strcmp(name, "driver-self-lookup")) {
+        /* First before any other CUDA call, then again once the tracer knows the driver. */
+        printf("self-lookup-first %d\n", fakeCudaLooksItselfUp());
+        CUdeviceptr p;
+        check("cuMemAlloc_v2", cuMemAlloc_v2(&p, 4096));
+        printf("self-lookup-later %d\n", fakeCudaLooksItselfUp());
+    }
 #endif
     else { printf("status unknown-scenario %s\n", name); return 2; }
     return 0;
