@@ -11,7 +11,7 @@
 //! called `exec`.
 
 use cudatrace_events::layout::{CHUNK_RECORDS, CMDLINE_CAPACITY, HEADER_SIZE, RECORD_SIZE, SPOOL_MAGIC, SPOOL_VERSION};
-use cudatrace_events::{RawRecord, SpoolHeader};
+use cudatrace_events::{naming, RawRecord, SpoolHeader};
 use std::os::unix::ffi::OsStrExt;
 use std::sync::atomic::{AtomicBool, AtomicI32, AtomicPtr, AtomicU32, AtomicU64, AtomicU8, AtomicUsize, Ordering};
 
@@ -213,7 +213,7 @@ fn create_spool() -> bool {
     }
     let mut fd = -1;
     for image in 0..1000 {
-        let path = directory.join(format!("cudatrace-{pid}-{image}.spool"));
+        let path = directory.join(naming::spool_file_name(pid, image));
         let Ok(c_path) = std::ffi::CString::new(path.as_os_str().as_bytes()) else {
             return false;
         };

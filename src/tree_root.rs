@@ -13,6 +13,7 @@
 //! | `spawn` | set by a tree root: the first writer starts a collector |
 //! | unset | spools only, into `CUDATRACE_DIR` (collect them by hand) |
 
+use cudatrace_events::naming;
 use std::ffi::{CString, OsString};
 use std::os::unix::ffi::{OsStrExt, OsStringExt};
 use std::path::{Path, PathBuf};
@@ -29,12 +30,12 @@ pub fn adopt_tree_if_root() {
         .filter(|d| !d.is_empty())
         .unwrap_or_else(|| "/tmp".into());
     let dir = Path::new(&base)
-        .join(format!("cudatrace-{uid}"))
+        .join(naming::user_folder_name(uid))
         .join(format!("tree-{pid}-{}", crate::spool_writer::monotonic_ns()));
     let cwd = std::env::current_dir().unwrap_or_else(|_| PathBuf::from("/"));
     let out = match std::env::var_os("CUDATRACE_OUT").filter(|o| !o.is_empty()) {
         Some(out) => cwd.join(out),
-        None => cwd.join(format!("cudatrace-{}-{pid}.trace", program_name())),
+        None => cwd.join(naming::default_trace_name(&argv0(), pid as u32)),
     };
     std::env::set_var("CUDATRACE_DIR", &dir);
     std::env::set_var("CUDATRACE_OUT", &out);
@@ -42,20 +43,11 @@ pub fn adopt_tree_if_root() {
     std::env::set_var("CUDATRACE_ROOT_PID", pid.to_string());
 }
 
-/// Base name of argv[0].
-fn program_name() -> String {
+/// The program's argv[0].
+fn argv0() -> String {
     let cmdline = std::fs::read("/proc/self/cmdline").unwrap_or_default();
     let first = cmdline.split(|&b| b == 0).next().unwrap_or_default();
-    let name = first.rsplit(|&b| b == b'/').next().unwrap_or_default();
-    let name = String::from_utf8_lossy(name).replace(
-        |c: char| !c.is_ascii_alphanumeric() && c != '.' && c != '_' && c != '-',
-        "_",
-    );
-    if name.is_empty() {
-        "process".into()
-    } else {
-        name
-    }
+    String::from_utf8_lossy(first).into_owned()
 }
 
 fn spawn_mode() -> bool {
@@ -92,7 +84,7 @@ pub fn start_collector_if_first(dir: &Path) {
     if !spawn_mode() {
         return;
     }
-    let lock = dir.join("collector.lock");
+    let lock = dir.join(naming::COLLECTOR_LOCK);
     let claimed = std::fs::OpenOptions::new()
         .write(true)
         .create_new(true)

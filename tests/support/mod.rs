@@ -76,20 +76,7 @@ pub fn run_traced(label: &str, mut command: Command) -> TracedRun {
 
 /// Spool files in `dir`, sorted by (pid, image).
 pub fn spool_files(dir: &Path) -> Vec<PathBuf> {
-    let mut files: Vec<(u64, u64, PathBuf)> = std::fs::read_dir(dir)
-        .unwrap()
-        .map(|entry| entry.unwrap().path())
-        .filter(|path| path.extension().is_some_and(|e| e == "spool"))
-        .map(|path| {
-            let stem = path.file_stem().unwrap().to_str().unwrap().to_owned();
-            let mut parts = stem.trim_start_matches("cudatrace-").split('-');
-            let pid = parts.next().unwrap().parse().unwrap();
-            let image = parts.next().unwrap().parse().unwrap();
-            (pid, image, path)
-        })
-        .collect();
-    files.sort();
-    files.into_iter().map(|(_, _, path)| path).collect()
+    cudatrace_events::naming::spool_files_in(dir).unwrap()
 }
 
 /// An event in the line format the C programs print for what they expect.

@@ -1,30 +1,13 @@
 //! `cudatrace dump`: spool files as JSON lines.
 
-use cudatrace_events::{Event, Spool, SpoolReader};
+use cudatrace_events::{naming, Event, Spool, SpoolReader};
 use serde_json::json;
 use std::io::Write;
 use std::path::{Path, PathBuf};
 
-/// The `*.spool` files in `dir`, ordered by pid and then by image.
+/// The spool files in `dir`, ordered by pid and then by image.
 pub fn spools_in(dir: &Path) -> Result<Vec<PathBuf>, String> {
-    let entries = std::fs::read_dir(dir).map_err(|e| format!("cannot read {}: {e}", dir.display()))?;
-    let mut files: Vec<((u64, u64), PathBuf)> = entries
-        .filter_map(|entry| entry.ok().map(|e| e.path()))
-        .filter(|path| path.extension().is_some_and(|ext| ext == "spool"))
-        .map(|path| (spool_order(&path), path))
-        .collect();
-    files.sort();
-    Ok(files.into_iter().map(|(_, path)| path).collect())
-}
-
-/// (pid, image) from `cudatrace-<pid>-<image>.spool`; unknown names sort last.
-fn spool_order(path: &Path) -> (u64, u64) {
-    let stem = path.file_stem().and_then(|s| s.to_str()).unwrap_or_default();
-    let mut numbers = stem
-        .trim_start_matches("cudatrace-")
-        .split('-')
-        .map(|n| n.parse().unwrap_or(u64::MAX));
-    (numbers.next().unwrap_or(u64::MAX), numbers.next().unwrap_or(u64::MAX))
+    naming::spool_files_in(dir).map_err(|e| format!("cannot read {}: {e}", dir.display()))
 }
 
 fn process_line(path: &Path, spool: &Spool) -> serde_json::Value {

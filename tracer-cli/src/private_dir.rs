@@ -1,5 +1,6 @@
 //! The folder a run's spools go to: private to the user who runs cudatrace.
 
+use cudatrace_events::naming;
 use std::os::unix::fs::{DirBuilderExt, MetadataExt};
 use std::path::{Path, PathBuf};
 
@@ -14,7 +15,7 @@ fn user_folder() -> Result<PathBuf, String> {
     let base = std::env::var_os("TMPDIR")
         .filter(|d| !d.is_empty())
         .unwrap_or_else(|| "/tmp".into());
-    let folder = Path::new(&base).join(format!("cudatrace-{}", uid()));
+    let folder = Path::new(&base).join(naming::user_folder_name(uid()));
     let _ = std::fs::DirBuilder::new().mode(0o700).create(&folder);
     let meta = std::fs::symlink_metadata(&folder).map_err(|e| format!("cannot create {}: {e}", folder.display()))?;
     if !meta.is_dir() || meta.uid() != uid() || meta.mode() & 0o022 != 0 {
@@ -62,8 +63,8 @@ pub fn check_owned(dir: &Path) -> Result<(), String> {
 pub fn remove_spools(dir: &Path) {
     if let Ok(entries) = std::fs::read_dir(dir) {
         for path in entries.filter_map(|e| e.ok().map(|e| e.path())) {
-            let name = path.file_name().and_then(|n| n.to_str()).unwrap_or_default();
-            if (name.starts_with("cudatrace-") && name.ends_with(".spool")) || name == "collector.lock" {
+            let is_lock = path.file_name().is_some_and(|n| n == naming::COLLECTOR_LOCK);
+            if is_lock || naming::parse_spool_file_name(&path).is_some() {
                 let _ = std::fs::remove_file(&path);
             }
         }

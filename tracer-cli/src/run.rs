@@ -3,6 +3,7 @@
 
 use crate::collector::{header_for, monotonic_ns, Collector};
 use crate::private_dir;
+use cudatrace_events::naming;
 use std::os::unix::process::ExitStatusExt;
 use std::path::PathBuf;
 use std::process::Command;
@@ -71,20 +72,6 @@ fn install_signal_forwarding() {
     }
 }
 
-fn first_word(command: &[String]) -> String {
-    let first = command.first().map(String::as_str).unwrap_or("cmd");
-    let name = first.rsplit('/').next().unwrap_or(first);
-    name.chars()
-        .map(|c| {
-            if c.is_ascii_alphanumeric() || "._-".contains(c) {
-                c
-            } else {
-                '_'
-            }
-        })
-        .collect()
-}
-
 /// Runs the command; returns the exit code cudatrace should exit with.
 pub fn run(options: RunOptions) -> Result<i32, String> {
     let preload = preload_library(options.preload)?;
@@ -114,7 +101,7 @@ pub fn run(options: RunOptions) -> Result<i32, String> {
     CHILD.store(pid as i32, Ordering::Relaxed);
     let output = match options.output {
         Some(path) => path,
-        None => PathBuf::from(format!("cudatrace-{}-{pid}.trace", first_word(&options.command))),
+        None => PathBuf::from(naming::default_trace_name(&options.command[0], pid)),
     };
     let collector = Collector::start(&run_dir, &output, &header_for(options.command.clone()));
     let collector = match collector {

@@ -182,7 +182,7 @@ fn a_single_process_run_reports_exactly_what_it_did() {
     let spool_parent = trace
         .parent()
         .unwrap()
-        .join(format!("cudatrace-{}", unsafe { libc::geteuid() }));
+        .join(cudatrace_events::naming::user_folder_name(unsafe { libc::geteuid() }));
     assert_eq!(std::fs::read_dir(spool_parent).unwrap().count(), 0);
 }
 
@@ -319,7 +319,7 @@ fn plain_ld_preload_writes_a_trace_for_the_tree_root() {
     };
     // The root is not the collector's child: its status comes from its own exit().
     assert_tree(&report, &stdout(&output), Some(0));
-    let spool_parent = dir.join(format!("cudatrace-{}", unsafe { libc::geteuid() }));
+    let spool_parent = dir.join(cudatrace_events::naming::user_folder_name(unsafe { libc::geteuid() }));
     let deadline = Instant::now() + Duration::from_secs(10);
     while std::fs::read_dir(&spool_parent).unwrap().count() > 0 {
         assert!(Instant::now() < deadline, "spools were not removed");
@@ -496,7 +496,7 @@ fn spool_space_is_given_back_while_the_run_goes_on() {
     let spool_base = scratch_dir("punch-spools");
     let output = command.env("TMPDIR", &spool_base).output().unwrap();
     assert!(output.status.success(), "{}", String::from_utf8_lossy(&output.stderr));
-    let user_folder = spool_base.join(format!("cudatrace-{}", unsafe { libc::geteuid() }));
+    let user_folder = spool_base.join(cudatrace_events::naming::user_folder_name(unsafe { libc::geteuid() }));
     let run_folder = std::fs::read_dir(&user_folder).unwrap().next().unwrap().unwrap().path();
     let spool = std::fs::read_dir(&run_folder)
         .unwrap()

@@ -12,6 +12,7 @@
 
 pub mod codes;
 pub mod layout;
+pub mod naming;
 pub mod spool;
 
 pub use codes::{Api, Kind, Op};

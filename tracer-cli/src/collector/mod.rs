@@ -13,10 +13,10 @@ mod liveness;
 mod spool_tail;
 
 pub use liveness::Liveness;
-use spool_tail::{spool_name, Release, SpoolTail};
+use spool_tail::{Release, SpoolTail};
 
 use crossbeam_channel::{Receiver, RecvTimeoutError, Sender};
-use cudatrace_events::Event;
+use cudatrace_events::{naming, Event};
 use cudatrace_trace::{Footer, Header, ProcessEnd, ProcessStart, Refusal, TraceWriter};
 use std::collections::{HashMap, HashSet};
 use std::fs::File;
@@ -224,7 +224,7 @@ fn scan(shared: &Shared, to_writer: &Sender<Message>, to_readers: &Sender<SpoolT
             .unwrap_or_default()
             .into_iter()
             .filter(|path| !seen.contains(path))
-            .filter_map(|path| spool_name(&path).map(|(pid, image)| (pid, image, path)))
+            .filter_map(|path| naming::parse_spool_file_name(&path).map(|(pid, image)| (pid, image, path)))
             .collect();
         found.sort();
         for (pid, image, path) in found {

@@ -64,14 +64,6 @@ pub struct SpoolTail {
     buffer: Vec<u8>,
 }
 
-/// `(pid, image)` from `cudatrace-<pid>-<image>.spool`.
-pub fn spool_name(path: &Path) -> Option<(u32, u32)> {
-    let name = path.file_name()?.to_str()?;
-    let stem = name.strip_prefix("cudatrace-")?.strip_suffix(".spool")?;
-    let (pid, image) = stem.split_once('-')?;
-    Some((pid.parse().ok()?, image.parse().ok()?))
-}
-
 impl SpoolTail {
     /// Opens a spool whose header is complete; `None` if it is not yet.
     pub fn open(
