@@ -48,50 +48,160 @@ fn device_memory(api: Api, kind: Kind) -> Allocation {
     Allocation::new(api, kind, Namespace::Device)
 }
 
-// ---- Device memory -------------------------------------------------------
+// ---- Allocations ------------------------------------------------------------
 
-/// Hook for the 32-bit `cuMemAlloc` of the pre-3.2 ABI.
-///
-/// # Safety
-/// Same contract as the driver's function.
-#[unsafe(no_mangle)]
-pub unsafe extern "C" fn cuMemAlloc(dptr: *mut CUdeviceptr_v1, bytesize: c_uint) -> CUresult {
-    let real = real_or_fail!(
-        cuMemAlloc,
-        unsafe extern "C" fn(*mut CUdeviceptr_v1, c_uint) -> CUresult
-    );
-    // SAFETY: arguments forwarded unchanged.
-    let result = unsafe { real(dptr, bytesize) };
-    let size = u64::from(bytesize);
-    allocation_returned(
-        result,
-        device_memory(Api::CuMemAlloc, Kind::Device),
-        size,
-        || u64::from(read(dptr, 0)),
-        || size,
-    );
-    result
+fn pool_allocation(api: Api, stream: u64, pool: CUmemoryPool) -> Allocation {
+    let mut call = device_memory(api, Kind::Pool);
+    call.stream = stream;
+    call.arg1 = pool as u64;
+    call
 }
 
-/// Hook for `cuMemAlloc_v2`.
-///
-/// # Safety
-/// Same contract as the driver's function.
-#[unsafe(no_mangle)]
-pub unsafe extern "C" fn cuMemAlloc_v2(dptr: *mut CUdeviceptr, bytesize: usize) -> CUresult {
-    let real = real_or_fail!(cuMemAlloc_v2, unsafe extern "C" fn(*mut CUdeviceptr, usize) -> CUresult);
-    // SAFETY: arguments forwarded unchanged.
-    let result = unsafe { real(dptr, bytesize) };
-    let size = bytesize as u64;
-    allocation_returned(
-        result,
-        device_memory(Api::CuMemAllocV2, Kind::Device),
-        size,
-        || read(dptr, 0),
-        || size,
-    );
-    result
+/// `cuMemCreate`'s physical memory lives on `prop.location`: a device, or the host.
+fn vmm_physical(prop: *const CUmemAllocationProp) -> Allocation {
+    let location = if prop.is_null() {
+        None
+    } else {
+        // SAFETY: the caller passed a valid property struct.
+        Some(unsafe { (*prop).location })
+    };
+    let device = match location {
+        Some(location) if location.type_ == CU_MEM_LOCATION_TYPE_DEVICE => i8::try_from(location.id).unwrap_or(-1),
+        _ => -1,
+    };
+    let mut call = Allocation::new(Api::CuMemCreate, Kind::VmmPhysical, Namespace::VmmHandle);
+    call.device = DeviceOf::Known(device);
+    call
 }
+
+fn array_allocation(api: Api) -> Allocation {
+    Allocation::new(api, Kind::Array, Namespace::Array)
+}
+
+fn host_memory(api: Api) -> Allocation {
+    let mut call = Allocation::new(api, Kind::HostPinned, Namespace::Host);
+    call.device = DeviceOf::Known(-1);
+    call
+}
+
+fn ipc_import(api: Api) -> Allocation {
+    Allocation::new(api, Kind::IpcImport, Namespace::IpcImport)
+}
+
+/// The bytes of the array a descriptor describes; 0 for a NULL descriptor.
+fn described<D: Copy>(desc: *const D, bytes: impl FnOnce(D) -> u64) -> u64 {
+    if desc.is_null() {
+        0
+    } else {
+        // SAFETY: the caller passed a valid descriptor.
+        bytes(unsafe { *desc })
+    }
+}
+
+/// Defines hooks that create memory whose size is known from the arguments:
+/// after the real call, `call` describes the allocation, `bytes` its size (or
+/// the size asked for, if the call ran out of memory) and `address` reads the
+/// out-parameter the driver wrote (only on success).
+macro_rules! alloc_hooks {
+    ($(
+        $(#[$doc:meta])*
+        $name:ident ( $( $arg:ident : $ty:ty ),* ) => $call:expr, bytes: $bytes:expr, address: $address:expr;
+    )*) => {$(
+        $(#[$doc])*
+        ///
+        /// # Safety
+        /// Same contract as the driver's function.
+        #[unsafe(no_mangle)]
+        pub unsafe extern "C" fn $name($( $arg: $ty ),*) -> CUresult {
+            let real = real_or_fail!($name, unsafe extern "C" fn($( $ty ),*) -> CUresult);
+            // SAFETY: arguments forwarded unchanged.
+            let result = unsafe { real($( $arg ),*) };
+            let bytes: u64 = $bytes;
+            allocation_returned(result, $call, bytes, || $address, || bytes);
+            result
+        }
+    )*};
+}
+
+alloc_hooks! {
+    /// Hook for the 32-bit `cuMemAlloc` of the pre-3.2 ABI.
+    cuMemAlloc(dptr: *mut CUdeviceptr_v1, bytesize: c_uint) => device_memory(Api::CuMemAlloc, Kind::Device),
+        bytes: u64::from(bytesize), address: u64::from(read(dptr, 0));
+    /// Hook for `cuMemAlloc_v2`.
+    cuMemAlloc_v2(dptr: *mut CUdeviceptr, bytesize: usize) => device_memory(Api::CuMemAllocV2, Kind::Device),
+        bytes: bytesize as u64, address: read(dptr, 0);
+    /// Hook for `cuMemAllocManaged`.
+    cuMemAllocManaged(dptr: *mut CUdeviceptr, bytesize: usize, flags: c_uint)
+        => device_memory(Api::CuMemAllocManaged, Kind::Managed), bytes: bytesize as u64, address: read(dptr, 0);
+    /// Hook for `cuMemAllocAsync`.
+    cuMemAllocAsync(dptr: *mut CUdeviceptr, bytesize: usize, stream: CUstream)
+        => pool_allocation(Api::CuMemAllocAsync, stream as u64, std::ptr::null_mut()),
+        bytes: bytesize as u64, address: read(dptr, 0);
+    /// Hook for `cuMemAllocAsync_ptsz` (per-thread default stream).
+    cuMemAllocAsync_ptsz(dptr: *mut CUdeviceptr, bytesize: usize, stream: CUstream)
+        => pool_allocation(Api::CuMemAllocAsyncPtsz, per_thread(stream), std::ptr::null_mut()),
+        bytes: bytesize as u64, address: read(dptr, 0);
+    /// Hook for `cuMemAllocFromPoolAsync`.
+    cuMemAllocFromPoolAsync(dptr: *mut CUdeviceptr, bytesize: usize, pool: CUmemoryPool, stream: CUstream)
+        => pool_allocation(Api::CuMemAllocFromPoolAsync, stream as u64, pool),
+        bytes: bytesize as u64, address: read(dptr, 0);
+    /// Hook for `cuMemAllocFromPoolAsync_ptsz`.
+    cuMemAllocFromPoolAsync_ptsz(dptr: *mut CUdeviceptr, bytesize: usize, pool: CUmemoryPool, stream: CUstream)
+        => pool_allocation(Api::CuMemAllocFromPoolAsyncPtsz, per_thread(stream), pool),
+        bytes: bytesize as u64, address: read(dptr, 0);
+    /// Hook for `cuMemCreate`: physical memory on `prop.location`, recorded under its handle.
+    cuMemCreate(handle: *mut CUmemGenericAllocationHandle, size: usize, prop: *const CUmemAllocationProp, flags: u64)
+        => vmm_physical(prop), bytes: size as u64, address: read(handle, 0);
+    /// Hook for `cuArrayCreate` (the 32-bit descriptor).
+    cuArrayCreate(handle: *mut CUarray, desc: *const CUDA_ARRAY_DESCRIPTOR_v1) => array_allocation(Api::CuArrayCreate),
+        bytes: described(desc, |d| array_bytes(d.Width.into(), d.Height.into(), 0, d.Format, d.NumChannels)),
+        address: read(handle, std::ptr::null_mut()) as u64;
+    /// Hook for `cuArrayCreate_v2`.
+    cuArrayCreate_v2(handle: *mut CUarray, desc: *const CUDA_ARRAY_DESCRIPTOR) => array_allocation(Api::CuArrayCreateV2),
+        bytes: described(desc, |d| array_bytes(d.Width as u64, d.Height as u64, 0, d.Format, d.NumChannels)),
+        address: read(handle, std::ptr::null_mut()) as u64;
+    /// Hook for `cuArray3DCreate` (the 32-bit descriptor).
+    cuArray3DCreate(handle: *mut CUarray, desc: *const CUDA_ARRAY3D_DESCRIPTOR_v1)
+        => array_allocation(Api::CuArray3DCreate),
+        bytes: described(desc, |d| array_bytes(d.Width.into(), d.Height.into(), d.Depth.into(), d.Format, d.NumChannels)),
+        address: read(handle, std::ptr::null_mut()) as u64;
+    /// Hook for `cuArray3DCreate_v2`.
+    cuArray3DCreate_v2(handle: *mut CUarray, desc: *const CUDA_ARRAY3D_DESCRIPTOR)
+        => array_allocation(Api::CuArray3DCreateV2),
+        bytes: described(desc, |d| array_bytes(d.Width as u64, d.Height as u64, d.Depth as u64, d.Format, d.NumChannels)),
+        address: read(handle, std::ptr::null_mut()) as u64;
+    /// Hook for `cuMipmappedArrayCreate`.
+    cuMipmappedArrayCreate(handle: *mut CUmipmappedArray, desc: *const CUDA_ARRAY3D_DESCRIPTOR, levels: c_uint)
+        => array_allocation(Api::CuMipmappedArrayCreate),
+        bytes: described(desc, |d| {
+            mipmapped_array_bytes(d.Width as u64, d.Height as u64, d.Depth as u64, d.Format, d.NumChannels, levels)
+        }),
+        address: read(handle, std::ptr::null_mut()) as u64;
+    /// Hook for `cuMemHostAlloc`.
+    cuMemHostAlloc(pp: *mut *mut c_void, bytesize: usize, flags: c_uint) => host_memory(Api::CuMemHostAlloc),
+        bytes: bytesize as u64, address: read(pp, std::ptr::null_mut()) as u64;
+    /// Hook for the 32-bit-size `cuMemAllocHost`.
+    cuMemAllocHost(pp: *mut *mut c_void, bytesize: c_uint) => host_memory(Api::CuMemAllocHost),
+        bytes: u64::from(bytesize), address: read(pp, std::ptr::null_mut()) as u64;
+    /// Hook for `cuMemAllocHost_v2`.
+    cuMemAllocHost_v2(pp: *mut *mut c_void, bytesize: usize) => host_memory(Api::CuMemAllocHostV2),
+        bytes: bytesize as u64, address: read(pp, std::ptr::null_mut()) as u64;
+    /// Hook for `cuMemHostRegister`.
+    cuMemHostRegister(p: *mut c_void, bytesize: usize, flags: c_uint) => host_memory(Api::CuMemHostRegister),
+        bytes: bytesize as u64, address: p as u64;
+    /// Hook for `cuMemHostRegister_v2`.
+    cuMemHostRegister_v2(p: *mut c_void, bytesize: usize, flags: c_uint) => host_memory(Api::CuMemHostRegisterV2),
+        bytes: bytesize as u64, address: p as u64;
+    /// Hook for `cuIpcOpenMemHandle`. The size of imported memory is not known
+    /// without a further driver call, so it is recorded as 0.
+    cuIpcOpenMemHandle(pdptr: *mut CUdeviceptr, handle: CUipcMemHandle, flags: c_uint)
+        => ipc_import(Api::CuIpcOpenMemHandle), bytes: 0, address: read(pdptr, 0);
+    /// Hook for `cuIpcOpenMemHandle_v2`.
+    cuIpcOpenMemHandle_v2(pdptr: *mut CUdeviceptr, handle: CUipcMemHandle, flags: c_uint)
+        => ipc_import(Api::CuIpcOpenMemHandleV2), bytes: 0, address: read(pdptr, 0);
+}
+
+// ---- Pitched memory: the size is known only from the pitch the driver chose --------
 
 /// Hook for the 32-bit `cuMemAllocPitch`.
 ///
@@ -165,139 +275,7 @@ pub unsafe extern "C" fn cuMemAllocPitch_v2(
     result
 }
 
-/// Hook for `cuMemAllocManaged`.
-///
-/// # Safety
-/// Same contract as the driver's function.
-#[unsafe(no_mangle)]
-pub unsafe extern "C" fn cuMemAllocManaged(dptr: *mut CUdeviceptr, bytesize: usize, flags: c_uint) -> CUresult {
-    let real = real_or_fail!(
-        cuMemAllocManaged,
-        unsafe extern "C" fn(*mut CUdeviceptr, usize, c_uint) -> CUresult
-    );
-    // SAFETY: arguments forwarded unchanged.
-    let result = unsafe { real(dptr, bytesize, flags) };
-    let size = bytesize as u64;
-    allocation_returned(
-        result,
-        device_memory(Api::CuMemAllocManaged, Kind::Managed),
-        size,
-        || read(dptr, 0),
-        || size,
-    );
-    result
-}
-
-type AllocAsync = unsafe extern "C" fn(*mut CUdeviceptr, usize, CUstream) -> CUresult;
-type AllocFromPoolAsync = unsafe extern "C" fn(*mut CUdeviceptr, usize, CUmemoryPool, CUstream) -> CUresult;
-
-fn pool_allocation(api: Api, stream: u64, pool: CUmemoryPool) -> Allocation {
-    let mut call = device_memory(api, Kind::Pool);
-    call.stream = stream;
-    call.arg1 = pool as u64;
-    call
-}
-
-/// Hook for `cuMemAllocAsync`.
-///
-/// # Safety
-/// Same contract as the driver's function.
-#[unsafe(no_mangle)]
-pub unsafe extern "C" fn cuMemAllocAsync(dptr: *mut CUdeviceptr, bytesize: usize, stream: CUstream) -> CUresult {
-    let real = real_or_fail!(cuMemAllocAsync, AllocAsync);
-    // SAFETY: arguments forwarded unchanged.
-    let result = unsafe { real(dptr, bytesize, stream) };
-    let call = pool_allocation(Api::CuMemAllocAsync, stream as u64, std::ptr::null_mut());
-    allocation_returned(result, call, bytesize as u64, || read(dptr, 0), || bytesize as u64);
-    result
-}
-
-/// Hook for `cuMemAllocAsync_ptsz` (per-thread default stream).
-///
-/// # Safety
-/// Same contract as the driver's function.
-#[unsafe(no_mangle)]
-pub unsafe extern "C" fn cuMemAllocAsync_ptsz(dptr: *mut CUdeviceptr, bytesize: usize, stream: CUstream) -> CUresult {
-    let real = real_or_fail!(cuMemAllocAsync_ptsz, AllocAsync);
-    // SAFETY: arguments forwarded unchanged.
-    let result = unsafe { real(dptr, bytesize, stream) };
-    let call = pool_allocation(Api::CuMemAllocAsyncPtsz, per_thread(stream), std::ptr::null_mut());
-    allocation_returned(result, call, bytesize as u64, || read(dptr, 0), || bytesize as u64);
-    result
-}
-
-/// Hook for `cuMemAllocFromPoolAsync`.
-///
-/// # Safety
-/// Same contract as the driver's function.
-#[unsafe(no_mangle)]
-pub unsafe extern "C" fn cuMemAllocFromPoolAsync(
-    dptr: *mut CUdeviceptr,
-    bytesize: usize,
-    pool: CUmemoryPool,
-    stream: CUstream,
-) -> CUresult {
-    let real = real_or_fail!(cuMemAllocFromPoolAsync, AllocFromPoolAsync);
-    // SAFETY: arguments forwarded unchanged.
-    let result = unsafe { real(dptr, bytesize, pool, stream) };
-    let call = pool_allocation(Api::CuMemAllocFromPoolAsync, stream as u64, pool);
-    allocation_returned(result, call, bytesize as u64, || read(dptr, 0), || bytesize as u64);
-    result
-}
-
-/// Hook for `cuMemAllocFromPoolAsync_ptsz`.
-///
-/// # Safety
-/// Same contract as the driver's function.
-#[unsafe(no_mangle)]
-pub unsafe extern "C" fn cuMemAllocFromPoolAsync_ptsz(
-    dptr: *mut CUdeviceptr,
-    bytesize: usize,
-    pool: CUmemoryPool,
-    stream: CUstream,
-) -> CUresult {
-    let real = real_or_fail!(cuMemAllocFromPoolAsync_ptsz, AllocFromPoolAsync);
-    // SAFETY: arguments forwarded unchanged.
-    let result = unsafe { real(dptr, bytesize, pool, stream) };
-    let call = pool_allocation(Api::CuMemAllocFromPoolAsyncPtsz, per_thread(stream), pool);
-    allocation_returned(result, call, bytesize as u64, || read(dptr, 0), || bytesize as u64);
-    result
-}
-
-// ---- Virtual memory management ------------------------------------------
-
-/// Hook for `cuMemCreate`: physical memory on `prop.location`.
-///
-/// # Safety
-/// Same contract as the driver's function.
-#[unsafe(no_mangle)]
-pub unsafe extern "C" fn cuMemCreate(
-    handle: *mut CUmemGenericAllocationHandle,
-    size: usize,
-    prop: *const CUmemAllocationProp,
-    flags: u64,
-) -> CUresult {
-    let real = real_or_fail!(
-        cuMemCreate,
-        unsafe extern "C" fn(*mut CUmemGenericAllocationHandle, usize, *const CUmemAllocationProp, u64) -> CUresult
-    );
-    // SAFETY: arguments forwarded unchanged.
-    let result = unsafe { real(handle, size, prop, flags) };
-    let location = if prop.is_null() {
-        None
-    } else {
-        // SAFETY: the caller passed a valid property struct.
-        Some(unsafe { (*prop).location })
-    };
-    let device = match location {
-        Some(location) if location.type_ == CU_MEM_LOCATION_TYPE_DEVICE => i8::try_from(location.id).unwrap_or(-1),
-        _ => -1,
-    };
-    let mut call = Allocation::new(Api::CuMemCreate, Kind::VmmPhysical, Namespace::VmmHandle);
-    call.device = DeviceOf::Known(device);
-    allocation_returned(result, call, size as u64, || read(handle, 0), || size as u64);
-    result
-}
+// ---- Virtual address space ------------------------------------------------
 
 /// Hook for `cuMemAddressReserve`: address space only, never counted as memory.
 ///
@@ -320,7 +298,6 @@ pub unsafe extern "C" fn cuMemAddressReserve(
     let range = AddressRange {
         op: Op::Reserve,
         api: Api::CuMemAddressReserve,
-        address: 0,
         size: size as u64,
         handle: 0,
         offset: 0,
@@ -342,7 +319,6 @@ pub unsafe extern "C" fn cuMemAddressFree(ptr: CUdeviceptr, size: usize) -> CUre
     let range = AddressRange {
         op: Op::Unreserve,
         api: Api::CuMemAddressFree,
-        address: ptr,
         size: size as u64,
         handle: 0,
         offset: 0,
@@ -372,7 +348,6 @@ pub unsafe extern "C" fn cuMemMap(
     let range = AddressRange {
         op: Op::Map,
         api: Api::CuMemMap,
-        address: ptr,
         size: size as u64,
         handle,
         offset: offset as u64,
@@ -394,337 +369,11 @@ pub unsafe extern "C" fn cuMemUnmap(ptr: CUdeviceptr, size: usize) -> CUresult {
     let range = AddressRange {
         op: Op::Unmap,
         api: Api::CuMemUnmap,
-        address: ptr,
         size: size as u64,
         handle: 0,
         offset: 0,
     };
     range_returned(result, reserved, range, || ptr);
-    result
-}
-
-// ---- Arrays ---------------------------------------------------------------
-
-fn array_allocation(api: Api) -> Allocation {
-    Allocation::new(api, Kind::Array, Namespace::Array)
-}
-
-/// Hook for `cuArrayCreate` (the 32-bit descriptor).
-///
-/// # Safety
-/// Same contract as the driver's function.
-#[unsafe(no_mangle)]
-pub unsafe extern "C" fn cuArrayCreate(handle: *mut CUarray, desc: *const CUDA_ARRAY_DESCRIPTOR_v1) -> CUresult {
-    let real = real_or_fail!(
-        cuArrayCreate,
-        unsafe extern "C" fn(*mut CUarray, *const CUDA_ARRAY_DESCRIPTOR_v1) -> CUresult
-    );
-    // SAFETY: arguments forwarded unchanged.
-    let result = unsafe { real(handle, desc) };
-    let bytes = if desc.is_null() {
-        0
-    } else {
-        // SAFETY: the caller passed a valid descriptor.
-        let d = unsafe { *desc };
-        array_bytes(d.Width.into(), d.Height.into(), 0, d.Format, d.NumChannels)
-    };
-    allocation_returned(
-        result,
-        array_allocation(Api::CuArrayCreate),
-        bytes,
-        || read(handle, std::ptr::null_mut()) as u64,
-        || bytes,
-    );
-    result
-}
-
-/// Hook for `cuArrayCreate_v2`.
-///
-/// # Safety
-/// Same contract as the driver's function.
-#[unsafe(no_mangle)]
-pub unsafe extern "C" fn cuArrayCreate_v2(handle: *mut CUarray, desc: *const CUDA_ARRAY_DESCRIPTOR) -> CUresult {
-    let real = real_or_fail!(
-        cuArrayCreate_v2,
-        unsafe extern "C" fn(*mut CUarray, *const CUDA_ARRAY_DESCRIPTOR) -> CUresult
-    );
-    // SAFETY: arguments forwarded unchanged.
-    let result = unsafe { real(handle, desc) };
-    let bytes = if desc.is_null() {
-        0
-    } else {
-        // SAFETY: the caller passed a valid descriptor.
-        let d = unsafe { *desc };
-        array_bytes(d.Width as u64, d.Height as u64, 0, d.Format, d.NumChannels)
-    };
-    allocation_returned(
-        result,
-        array_allocation(Api::CuArrayCreateV2),
-        bytes,
-        || read(handle, std::ptr::null_mut()) as u64,
-        || bytes,
-    );
-    result
-}
-
-/// Hook for `cuArray3DCreate` (the 32-bit descriptor).
-///
-/// # Safety
-/// Same contract as the driver's function.
-#[unsafe(no_mangle)]
-pub unsafe extern "C" fn cuArray3DCreate(handle: *mut CUarray, desc: *const CUDA_ARRAY3D_DESCRIPTOR_v1) -> CUresult {
-    let real = real_or_fail!(
-        cuArray3DCreate,
-        unsafe extern "C" fn(*mut CUarray, *const CUDA_ARRAY3D_DESCRIPTOR_v1) -> CUresult
-    );
-    // SAFETY: arguments forwarded unchanged.
-    let result = unsafe { real(handle, desc) };
-    let bytes = if desc.is_null() {
-        0
-    } else {
-        // SAFETY: the caller passed a valid descriptor.
-        let d = unsafe { *desc };
-        array_bytes(d.Width.into(), d.Height.into(), d.Depth.into(), d.Format, d.NumChannels)
-    };
-    allocation_returned(
-        result,
-        array_allocation(Api::CuArray3DCreate),
-        bytes,
-        || read(handle, std::ptr::null_mut()) as u64,
-        || bytes,
-    );
-    result
-}
-
-/// Hook for `cuArray3DCreate_v2`.
-///
-/// # Safety
-/// Same contract as the driver's function.
-#[unsafe(no_mangle)]
-pub unsafe extern "C" fn cuArray3DCreate_v2(handle: *mut CUarray, desc: *const CUDA_ARRAY3D_DESCRIPTOR) -> CUresult {
-    let real = real_or_fail!(
-        cuArray3DCreate_v2,
-        unsafe extern "C" fn(*mut CUarray, *const CUDA_ARRAY3D_DESCRIPTOR) -> CUresult
-    );
-    // SAFETY: arguments forwarded unchanged.
-    let result = unsafe { real(handle, desc) };
-    let bytes = if desc.is_null() {
-        0
-    } else {
-        // SAFETY: the caller passed a valid descriptor.
-        let d = unsafe { *desc };
-        array_bytes(d.Width as u64, d.Height as u64, d.Depth as u64, d.Format, d.NumChannels)
-    };
-    allocation_returned(
-        result,
-        array_allocation(Api::CuArray3DCreateV2),
-        bytes,
-        || read(handle, std::ptr::null_mut()) as u64,
-        || bytes,
-    );
-    result
-}
-
-/// Hook for `cuMipmappedArrayCreate`.
-///
-/// # Safety
-/// Same contract as the driver's function.
-#[unsafe(no_mangle)]
-pub unsafe extern "C" fn cuMipmappedArrayCreate(
-    handle: *mut CUmipmappedArray,
-    desc: *const CUDA_ARRAY3D_DESCRIPTOR,
-    levels: c_uint,
-) -> CUresult {
-    let real = real_or_fail!(
-        cuMipmappedArrayCreate,
-        unsafe extern "C" fn(*mut CUmipmappedArray, *const CUDA_ARRAY3D_DESCRIPTOR, c_uint) -> CUresult
-    );
-    // SAFETY: arguments forwarded unchanged.
-    let result = unsafe { real(handle, desc, levels) };
-    let bytes = if desc.is_null() {
-        0
-    } else {
-        // SAFETY: the caller passed a valid descriptor.
-        let d = unsafe { *desc };
-        mipmapped_array_bytes(
-            d.Width as u64,
-            d.Height as u64,
-            d.Depth as u64,
-            d.Format,
-            d.NumChannels,
-            levels,
-        )
-    };
-    let call = array_allocation(Api::CuMipmappedArrayCreate);
-    allocation_returned(
-        result,
-        call,
-        bytes,
-        || read(handle, std::ptr::null_mut()) as u64,
-        || bytes,
-    );
-    result
-}
-
-// ---- Pinned host memory ---------------------------------------------------
-
-fn host_memory(api: Api) -> Allocation {
-    let mut call = Allocation::new(api, Kind::HostPinned, Namespace::Host);
-    call.device = DeviceOf::Known(-1);
-    call
-}
-
-/// Hook for `cuMemHostAlloc`.
-///
-/// # Safety
-/// Same contract as the driver's function.
-#[unsafe(no_mangle)]
-pub unsafe extern "C" fn cuMemHostAlloc(pp: *mut *mut c_void, bytesize: usize, flags: c_uint) -> CUresult {
-    let real = real_or_fail!(
-        cuMemHostAlloc,
-        unsafe extern "C" fn(*mut *mut c_void, usize, c_uint) -> CUresult
-    );
-    // SAFETY: arguments forwarded unchanged.
-    let result = unsafe { real(pp, bytesize, flags) };
-    let size = bytesize as u64;
-    allocation_returned(
-        result,
-        host_memory(Api::CuMemHostAlloc),
-        size,
-        || read(pp, std::ptr::null_mut()) as u64,
-        || size,
-    );
-    result
-}
-
-/// Hook for the 32-bit-size `cuMemAllocHost`.
-///
-/// # Safety
-/// Same contract as the driver's function.
-#[unsafe(no_mangle)]
-pub unsafe extern "C" fn cuMemAllocHost(pp: *mut *mut c_void, bytesize: c_uint) -> CUresult {
-    let real = real_or_fail!(
-        cuMemAllocHost,
-        unsafe extern "C" fn(*mut *mut c_void, c_uint) -> CUresult
-    );
-    // SAFETY: arguments forwarded unchanged.
-    let result = unsafe { real(pp, bytesize) };
-    let size = u64::from(bytesize);
-    allocation_returned(
-        result,
-        host_memory(Api::CuMemAllocHost),
-        size,
-        || read(pp, std::ptr::null_mut()) as u64,
-        || size,
-    );
-    result
-}
-
-/// Hook for `cuMemAllocHost_v2`.
-///
-/// # Safety
-/// Same contract as the driver's function.
-#[unsafe(no_mangle)]
-pub unsafe extern "C" fn cuMemAllocHost_v2(pp: *mut *mut c_void, bytesize: usize) -> CUresult {
-    let real = real_or_fail!(
-        cuMemAllocHost_v2,
-        unsafe extern "C" fn(*mut *mut c_void, usize) -> CUresult
-    );
-    // SAFETY: arguments forwarded unchanged.
-    let result = unsafe { real(pp, bytesize) };
-    let size = bytesize as u64;
-    allocation_returned(
-        result,
-        host_memory(Api::CuMemAllocHostV2),
-        size,
-        || read(pp, std::ptr::null_mut()) as u64,
-        || size,
-    );
-    result
-}
-
-type HostRegister = unsafe extern "C" fn(*mut c_void, usize, c_uint) -> CUresult;
-
-/// Hook for `cuMemHostRegister`.
-///
-/// # Safety
-/// Same contract as the driver's function.
-#[unsafe(no_mangle)]
-pub unsafe extern "C" fn cuMemHostRegister(p: *mut c_void, bytesize: usize, flags: c_uint) -> CUresult {
-    let real = real_or_fail!(cuMemHostRegister, HostRegister);
-    // SAFETY: arguments forwarded unchanged.
-    let result = unsafe { real(p, bytesize, flags) };
-    let size = bytesize as u64;
-    allocation_returned(result, host_memory(Api::CuMemHostRegister), size, || p as u64, || size);
-    result
-}
-
-/// Hook for `cuMemHostRegister_v2`.
-///
-/// # Safety
-/// Same contract as the driver's function.
-#[unsafe(no_mangle)]
-pub unsafe extern "C" fn cuMemHostRegister_v2(p: *mut c_void, bytesize: usize, flags: c_uint) -> CUresult {
-    let real = real_or_fail!(cuMemHostRegister_v2, HostRegister);
-    // SAFETY: arguments forwarded unchanged.
-    let result = unsafe { real(p, bytesize, flags) };
-    let size = bytesize as u64;
-    allocation_returned(
-        result,
-        host_memory(Api::CuMemHostRegisterV2),
-        size,
-        || p as u64,
-        || size,
-    );
-    result
-}
-
-// ---- Memory imported from other processes ----------------------------------
-
-type IpcOpen = unsafe extern "C" fn(*mut CUdeviceptr, CUipcMemHandle, c_uint) -> CUresult;
-
-fn ipc_import(api: Api) -> Allocation {
-    Allocation::new(api, Kind::IpcImport, Namespace::IpcImport)
-}
-
-/// Hook for `cuIpcOpenMemHandle`. The size of imported memory is not known
-/// without a further driver call, so it is recorded as 0.
-///
-/// # Safety
-/// Same contract as the driver's function.
-#[unsafe(no_mangle)]
-pub unsafe extern "C" fn cuIpcOpenMemHandle(
-    pdptr: *mut CUdeviceptr,
-    handle: CUipcMemHandle,
-    flags: c_uint,
-) -> CUresult {
-    let real = real_or_fail!(cuIpcOpenMemHandle, IpcOpen);
-    // SAFETY: arguments forwarded unchanged.
-    let result = unsafe { real(pdptr, handle, flags) };
-    allocation_returned(result, ipc_import(Api::CuIpcOpenMemHandle), 0, || read(pdptr, 0), || 0);
-    result
-}
-
-/// Hook for `cuIpcOpenMemHandle_v2`.
-///
-/// # Safety
-/// Same contract as the driver's function.
-#[unsafe(no_mangle)]
-pub unsafe extern "C" fn cuIpcOpenMemHandle_v2(
-    pdptr: *mut CUdeviceptr,
-    handle: CUipcMemHandle,
-    flags: c_uint,
-) -> CUresult {
-    let real = real_or_fail!(cuIpcOpenMemHandle_v2, IpcOpen);
-    // SAFETY: arguments forwarded unchanged.
-    let result = unsafe { real(pdptr, handle, flags) };
-    allocation_returned(
-        result,
-        ipc_import(Api::CuIpcOpenMemHandleV2),
-        0,
-        || read(pdptr, 0),
-        || 0,
-    );
     result
 }
 

@@ -317,8 +317,6 @@ pub struct AddressRange {
     pub op: Op,
     /// Driver entry point.
     pub api: Api,
-    /// Start of the range.
-    pub address: u64,
     /// Length of the range.
     pub size: u64,
     /// Physical handle, for `Map`.
