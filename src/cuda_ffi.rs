@@ -3,7 +3,7 @@
 //!
 //! Every enum is a plain integer: the driver may return values a newer header
 //! added, and a Rust enum holding an unknown discriminant is undefined behaviour.
-#![allow(non_camel_case_types, non_snake_case, non_upper_case_globals, dead_code)]
+#![allow(non_camel_case_types, non_snake_case, non_upper_case_globals)]
 
 use std::ffi::{c_char, c_int, c_uint, c_void};
 
@@ -30,8 +30,6 @@ pub type cuuint64_t = u64;
 /// `CUdriverProcAddressQueryResult` (an enum).
 pub type CUdriverProcAddressQueryResult = c_int;
 
-/// `CU_GET_PROC_ADDRESS_PER_THREAD_DEFAULT_STREAM`.
-pub const CU_GET_PROC_ADDRESS_PER_THREAD_DEFAULT_STREAM: cuuint64_t = 2;
 /// `CU_STREAM_PER_THREAD`: the handle `_ptsz` entry points use for stream 0.
 pub const CU_STREAM_PER_THREAD: u64 = 2;
 /// `CU_MEM_LOCATION_TYPE_DEVICE`.

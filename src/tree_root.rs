@@ -61,17 +61,12 @@ pub fn prepare_spool_dir(dir: &Path) -> bool {
         return true;
     }
     let Some(parent) = dir.parent() else { return false };
-    use std::os::unix::fs::{DirBuilderExt, MetadataExt};
-    let mut builder = std::fs::DirBuilder::new();
-    builder.mode(0o700);
-    let _ = builder.create(parent);
     // SAFETY: no preconditions.
-    let uid = unsafe { libc::getuid() };
-    match std::fs::symlink_metadata(parent) {
-        Ok(meta) if meta.is_dir() && meta.uid() == uid && meta.mode() & 0o022 == 0 => {}
-        _ => return false,
+    if naming::ensure_private_folder(parent, unsafe { libc::getuid() }).is_err() {
+        return false;
     }
-    match builder.create(dir) {
+    use std::os::unix::fs::DirBuilderExt;
+    match std::fs::DirBuilder::new().mode(0o700).create(dir) {
         Ok(()) => true,
         Err(e) => e.kind() == std::io::ErrorKind::AlreadyExists,
     }

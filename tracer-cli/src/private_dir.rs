@@ -16,14 +16,7 @@ fn user_folder() -> Result<PathBuf, String> {
         .filter(|d| !d.is_empty())
         .unwrap_or_else(|| "/tmp".into());
     let folder = Path::new(&base).join(naming::user_folder_name(uid()));
-    let _ = std::fs::DirBuilder::new().mode(0o700).create(&folder);
-    let meta = std::fs::symlink_metadata(&folder).map_err(|e| format!("cannot create {}: {e}", folder.display()))?;
-    if !meta.is_dir() || meta.uid() != uid() || meta.mode() & 0o022 != 0 {
-        return Err(format!(
-            "refusing {}: not a private folder of this user",
-            folder.display()
-        ));
-    }
+    naming::ensure_private_folder(&folder, uid())?;
     Ok(folder)
 }
 

@@ -34,6 +34,22 @@ pub fn user_folder_name(uid: u32) -> String {
     format!("cudatrace-{uid}")
 }
 
+/// Makes sure `folder` exists and is private to user `uid`: creates it with
+/// mode 0700 if missing, and refuses a symlink, a folder of someone else, or
+/// one that others may write to.
+pub fn ensure_private_folder(folder: &Path, uid: u32) -> Result<(), String> {
+    use std::os::unix::fs::{DirBuilderExt, MetadataExt};
+    let _ = std::fs::DirBuilder::new().mode(0o700).create(folder);
+    let meta = std::fs::symlink_metadata(folder).map_err(|e| format!("cannot create {}: {e}", folder.display()))?;
+    if !meta.is_dir() || meta.uid() != uid || meta.mode() & 0o022 != 0 {
+        return Err(format!(
+            "refusing {}: not a private folder of this user",
+            folder.display()
+        ));
+    }
+    Ok(())
+}
+
 /// `cudatrace-<program>-<pid>.trace`, `program` being the base name of the
 /// traced command with anything unusual in it replaced by `_`.
 pub fn default_trace_name(command: &str, pid: u32) -> String {
@@ -83,5 +99,24 @@ mod tests {
         assert_eq!(default_trace_name("my prog", 1), "cudatrace-my_prog-1.trace");
         assert_eq!(default_trace_name("", 5), "cudatrace-process-5.trace");
         assert_eq!(user_folder_name(1000), "cudatrace-1000");
+    }
+
+    #[test]
+    fn private_folders_are_created_0700_and_others_refused() {
+        use std::os::unix::fs::{MetadataExt, PermissionsExt};
+        let base = std::env::temp_dir().join(format!("cudatrace-naming-{}", std::process::id()));
+        let _ = std::fs::remove_dir_all(&base);
+        std::fs::create_dir_all(&base).unwrap();
+        let uid = std::fs::metadata(&base).unwrap().uid();
+        let folder = base.join("mine");
+        assert_eq!(ensure_private_folder(&folder, uid), Ok(()));
+        assert_eq!(std::fs::metadata(&folder).unwrap().mode() & 0o777, 0o700);
+        assert_eq!(ensure_private_folder(&folder, uid), Ok(()));
+        std::fs::set_permissions(&folder, std::fs::Permissions::from_mode(0o777)).unwrap();
+        let refused = format!("refusing {}: not a private folder of this user", folder.display());
+        assert_eq!(ensure_private_folder(&folder, uid), Err(refused.clone()));
+        std::fs::set_permissions(&folder, std::fs::Permissions::from_mode(0o700)).unwrap();
+        assert_eq!(ensure_private_folder(&folder, uid + 1), Err(refused));
+        std::fs::remove_dir_all(&base).unwrap();
     }
 }
