@@ -47,12 +47,29 @@ struct DeviceStats {
     ooms: Vec<Oom>,
 }
 
+impl DeviceStats {
+    fn add(&mut self, size: u64) {
+        self.allocations += 1;
+        self.bytes_allocated += size;
+        self.current += size;
+        self.peak = self.peak.max(self.current);
+    }
+}
+
 #[derive(Clone, Debug, Default)]
 struct HostStats {
     allocations: u64,
     frees: u64,
     current: u64,
     peak: u64,
+}
+
+impl HostStats {
+    fn add(&mut self, size: u64) {
+        self.allocations += 1;
+        self.current += size;
+        self.peak = self.peak.max(self.current);
+    }
 }
 
 /// Everything known about one process image.
@@ -74,14 +91,6 @@ struct ProcessReport {
 impl ProcessReport {
     fn device(&mut self, device: Option<u8>) -> &mut DeviceStats {
         self.devices.entry(device.unwrap_or(0)).or_default()
-    }
-
-    fn add_device_bytes(&mut self, device: Option<u8>, size: u64) {
-        let stats = self.device(device);
-        stats.allocations += 1;
-        stats.bytes_allocated += size;
-        stats.current += size;
-        stats.peak = stats.peak.max(stats.current);
     }
 
     fn drop_physical(&mut self, handle: u64) {
@@ -111,9 +120,7 @@ impl ProcessReport {
             }
             (Op::Alloc, Kind::HostPinned) => {
                 self.live_host.insert(event.address, event.size);
-                self.host.allocations += 1;
-                self.host.current += event.size;
-                self.host.peak = self.host.peak.max(self.host.current);
+                self.host.add(event.size);
             }
             (Op::Free, Kind::HostPinned) => {
                 if let Some(size) = self.live_host.remove(&event.address) {
@@ -129,12 +136,9 @@ impl ProcessReport {
                     mappings: 0,
                     released: false,
                 };
-                if event.device.is_some() {
-                    self.add_device_bytes(event.device, event.size);
-                } else {
-                    self.host.allocations += 1;
-                    self.host.current += event.size;
-                    self.host.peak = self.host.peak.max(self.host.current);
+                match event.device {
+                    Some(_) => self.device(event.device).add(event.size),
+                    None => self.host.add(event.size),
                 }
                 self.physical.insert(event.address, physical);
             }
@@ -186,7 +190,7 @@ impl ProcessReport {
                     device: event.device,
                 };
                 self.live.insert((kind == Kind::Array, event.address), live);
-                self.add_device_bytes(event.device, event.size);
+                self.device(event.device).add(event.size);
             }
             (Op::Free, kind) if kind.counts_as_device_memory() => {
                 if let Some(live) = self.live.remove(&(kind == Kind::Array, event.address)) {
