@@ -8,10 +8,12 @@
 use crate::array_bytes::{array_bytes, mipmapped_array_bytes};
 use crate::cuda_ffi::*;
 use crate::live_table::Namespace;
+use crate::process_state::guarded;
 use crate::recorder::{
     allocation_returned, free_returned, free_starting, range_release_starting, range_returned, AddressRange,
     Allocation, DeviceOf,
 };
+use crate::spool_writer;
 use crate::symbols::{real_fn, Sym};
 use cudatrace_events::{Api, Kind, Op};
 use std::ffi::{c_uint, c_void};
@@ -46,6 +48,24 @@ fn per_thread(stream: CUstream) -> u64 {
 
 fn device_memory(api: Api, kind: Kind) -> Allocation {
     Allocation::new(api, kind, Namespace::Device)
+}
+
+// ---- Initialisation ---------------------------------------------------------
+
+/// Hook for `cuInit`: a process that initialises CUDA gets its spool, and
+/// with it a place in the trace, even if it never allocates.
+///
+/// # Safety
+/// Same contract as the driver's function.
+#[unsafe(no_mangle)]
+pub unsafe extern "C" fn cuInit(flags: c_uint) -> CUresult {
+    let real = real_or_fail!(cuInit, unsafe extern "C" fn(c_uint) -> CUresult);
+    // SAFETY: arguments forwarded unchanged.
+    let result = unsafe { real(flags) };
+    if result == CUDA_SUCCESS {
+        guarded(spool_writer::open_now);
+    }
+    result
 }
 
 // ---- Allocations ------------------------------------------------------------

@@ -142,7 +142,7 @@ fn store(
     spool_writer::write(
         seq,
         RawRecord {
-            seq_plus_one: 0,
+            commit: 0,
             time_ns: 0,
             address,
             size,
@@ -300,10 +300,25 @@ pub fn free_returned(pending: Option<PendingFree>, result: CUresult, api: Api, s
             }
             (Some(seq), removed) => {
                 // The free failed: the memory is still allocated.
-                if let Some(entry) = removed {
-                    live_table::insert(pending.namespace, pending.address, entry);
-                }
-                store(seq, Op::Void, Api::Unknown, Kind::Device, -1, 0, 0, 0, 0, 0);
+                let (kind, device) = match removed {
+                    Some(entry) => {
+                        live_table::insert(pending.namespace, pending.address, entry);
+                        (entry.kind, entry.device)
+                    }
+                    None => (default_kind(pending.namespace), -1),
+                };
+                store(
+                    seq,
+                    Op::Failed,
+                    tagged(api),
+                    kind,
+                    device,
+                    pending.address,
+                    0,
+                    stream,
+                    0,
+                    0,
+                );
             }
         }
     });
@@ -342,7 +357,18 @@ pub fn range_returned(result: CUresult, reserved: Option<u64>, range: AddressRan
     guarded(|| {
         if result != CUDA_SUCCESS {
             if let Some(seq) = reserved {
-                store(seq, Op::Void, Api::Unknown, Kind::Device, -1, 0, 0, 0, 0, 0);
+                store(
+                    seq,
+                    Op::Failed,
+                    tagged(range.api),
+                    Kind::VirtualAddress,
+                    -1,
+                    address(),
+                    range.size,
+                    0,
+                    0,
+                    0,
+                );
             }
             return;
         }

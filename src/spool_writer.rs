@@ -3,21 +3,36 @@
 //! The file is mapped `MAP_SHARED`, so a record is in the page cache, and so
 //! in the file, the moment the hook stores it: nothing is lost if the process
 //! is then killed. A record costs two atomic operations and some stores; the
-//! only system calls are the file's creation on the first event and one
-//! `ftruncate` + `mmap` per [`CHUNK_RECORDS`] records.
+//! only system calls are the file's creation and, per [`CHUNK_RECORDS`]
+//! records, one `getrlimit`, one `fallocate` and one `mmap`.
+//!
+//! Disk space is reserved with `fallocate` before a chunk is mapped, so a
+//! store never touches a page without disk behind it (which would raise
+//! `SIGBUS` in the program), and the file size limit is checked first (a
+//! file growing past `RLIMIT_FSIZE` raises `SIGXFSZ`). When a chunk cannot be
+//! reserved the process carries on untraced for those records: each is
+//! counted in the header with the first `errno`, and growth is tried again
+//! after a pause, since the collector gives space back as it goes.
+//!
+//! Records are published as `layout` describes: the body first, then the
+//! commit word with release ordering.
 //!
 //! Files are named `cudatrace-<pid>-<n>.spool` in `$CUDATRACE_DIR` (default:
 //! the working directory); `<n>` tells apart the images of a process that
 //! called `exec`.
 
-use cudatrace_events::layout::{CHUNK_RECORDS, CMDLINE_CAPACITY, HEADER_SIZE, RECORD_SIZE, SPOOL_MAGIC, SPOOL_VERSION};
+use cudatrace_events::layout::{
+    commit_word, CHUNK_BYTES, CHUNK_RECORDS, CMDLINE_CAPACITY, HEADER_SIZE, RECORD_SIZE, SPOOL_MAGIC, SPOOL_VERSION,
+};
 use cudatrace_events::{naming, RawRecord, SpoolHeader};
 use std::os::unix::ffi::OsStrExt;
 use std::sync::atomic::{AtomicBool, AtomicI32, AtomicPtr, AtomicU32, AtomicU64, AtomicU8, AtomicUsize, Ordering};
 
-const CHUNK_BYTES: usize = CHUNK_RECORDS * RECORD_SIZE;
-/// At most this many chunks: about a billion records per process.
-const MAX_CHUNKS: usize = 1 << 16;
+/// At most this many chunks: 2^32 records per process image.
+const MAX_CHUNKS: usize = 1 << 18;
+/// After a chunk could not be reserved, records are dropped without trying
+/// again for this long.
+const RETRY_PAUSE_NS: u64 = 50_000_000;
 
 const CLOSED: u8 = 0;
 const OPENING: u8 = 1;
@@ -27,12 +42,17 @@ const FAILED: u8 = 3;
 static STATE: AtomicU8 = AtomicU8::new(CLOSED);
 static FD: AtomicI32 = AtomicI32::new(-1);
 static HEADER: AtomicPtr<SpoolHeader> = AtomicPtr::new(std::ptr::null_mut());
-static NEXT_SEQ: AtomicU64 = AtomicU64::new(0);
+/// Sequence numbers for a process whose spool could not be created.
+static UNSPOOLED_SEQ: AtomicU64 = AtomicU64::new(0);
 static CHUNKS: [AtomicPtr<RawRecord>; MAX_CHUNKS] = [const { AtomicPtr::new(std::ptr::null_mut()) }; MAX_CHUNKS];
-/// Guards growing the file; held only around `ftruncate` + `mmap`.
+/// One past the highest chunk ever mapped.
+static MAPPED_CHUNKS: AtomicUsize = AtomicUsize::new(0);
+/// Guards growing the file; held only around reserving and mapping a chunk.
 static GROW_LOCK: AtomicBool = AtomicBool::new(false);
-/// Chunks the file has room for (only changed under `GROW_LOCK`).
-static FILE_CHUNKS: AtomicUsize = AtomicUsize::new(0);
+/// `CLOCK_MONOTONIC` before which growth is not tried again.
+static RETRY_AFTER_NS: AtomicU64 = AtomicU64::new(0);
+/// The `errno` of the last failed growth, for the records dropped meanwhile.
+static LAST_GROW_ERRNO: AtomicI32 = AtomicI32::new(0);
 
 /// Counters kept in the spool header, so that they survive a crash.
 #[derive(Clone, Copy)]
@@ -41,66 +61,109 @@ pub enum Counter {
     UnknownFree,
     /// An allocation the live table had no room for.
     RegistryOverflow,
-    /// A record that could not be stored.
-    DroppedRecord,
 }
 
 /// Reserves the next sequence number. Frees take theirs before calling the
 /// driver, so that a free is always ordered before any reuse of its address
-/// by another thread.
+/// by another thread. The counter lives in the spool header, so readers know
+/// how many were handed out.
 #[inline]
 pub fn reserve_seq() -> u64 {
-    NEXT_SEQ.fetch_add(1, Ordering::Relaxed)
+    let header = if ensure_open() {
+        HEADER.load(Ordering::Acquire)
+    } else {
+        std::ptr::null_mut()
+    };
+    if header.is_null() {
+        return UNSPOOLED_SEQ.fetch_add(1, Ordering::Relaxed);
+    }
+    // SAFETY: the header stays mapped while the state is OPEN; the field is
+    // 8-byte aligned.
+    unsafe { AtomicU64::from_ptr(&raw mut (*header).reserved_seqs) }.fetch_add(1, Ordering::Relaxed)
 }
 
 /// Stores `record` in the slot of `seq`, timestamped now, and publishes it.
 #[inline]
 pub fn write(seq: u64, mut record: RawRecord) {
-    let Some(slot) = slot_for(seq) else {
-        bump(Counter::DroppedRecord);
-        return;
+    let slot = match slot_for(seq) {
+        Ok(slot) => slot,
+        Err(errno) => {
+            note_dropped(errno);
+            return;
+        }
     };
-    record.seq_plus_one = 0;
     // Taken once the spool exists, so no event predates its process's start time.
     record.time_ns = monotonic_ns();
+    let body = record.body_words();
+    let commit = commit_word(seq, &body);
+    let words = slot.cast::<u64>();
     // SAFETY: the slot belongs to `seq` alone, which this caller reserved, and
-    // lies inside a live mapping of the spool.
+    // lies inside a live, reserved mapping of the spool. The commit word goes
+    // last, with release ordering, so a reader that sees it sees the body.
     unsafe {
-        slot.write(record);
-        AtomicU64::from_ptr(slot.cast::<u64>()).store(seq + 1, Ordering::Release);
+        for (i, word) in body.iter().enumerate() {
+            words.add(i + 1).write_volatile(*word);
+        }
+        AtomicU64::from_ptr(words).store(commit, Ordering::Release);
     }
 }
 
 /// Adds one to a header counter.
 pub fn bump(counter: Counter) {
-    if !ensure_open() {
-        return;
-    }
-    let header = HEADER.load(Ordering::Acquire);
+    let Some(header) = open_header() else { return };
     // SAFETY: the header stays mapped while the state is OPEN.
     unsafe {
         let field = match counter {
             Counter::UnknownFree => &raw mut (*header).unknown_frees,
             Counter::RegistryOverflow => &raw mut (*header).registry_overflows,
-            Counter::DroppedRecord => &raw mut (*header).dropped_records,
         };
         AtomicU64::from_ptr(field).fetch_add(1, Ordering::Relaxed);
     }
 }
 
-#[inline]
-fn slot_for(seq: u64) -> Option<*mut RawRecord> {
+/// Counts a record that could not be stored, remembering the first reason.
+fn note_dropped(errno: i32) {
+    let Some(header) = open_header() else { return };
+    // SAFETY: the header stays mapped while the state is OPEN.
+    unsafe {
+        AtomicU64::from_ptr(&raw mut (*header).dropped_records).fetch_add(1, Ordering::Relaxed);
+        let _ = AtomicI32::from_ptr(&raw mut (*header).drop_errno).compare_exchange(
+            0,
+            errno.max(1),
+            Ordering::Relaxed,
+            Ordering::Relaxed,
+        );
+    }
+}
+
+fn open_header() -> Option<*mut SpoolHeader> {
     if !ensure_open() {
         return None;
     }
+    let header = HEADER.load(Ordering::Acquire);
+    (!header.is_null()).then_some(header)
+}
+
+/// Creates this process's spool now if it has none yet: called when the
+/// process initialises CUDA, so that it appears in the trace even if it
+/// never allocates.
+pub fn open_now() {
+    ensure_open();
+}
+
+#[inline]
+fn slot_for(seq: u64) -> Result<*mut RawRecord, i32> {
+    if !ensure_open() {
+        return Err(libc::ENOENT);
+    }
     let chunk = (seq / CHUNK_RECORDS as u64) as usize;
     let within = (seq % CHUNK_RECORDS as u64) as usize;
-    let mut base = CHUNKS.get(chunk)?.load(Ordering::Acquire);
+    let mut base = CHUNKS.get(chunk).ok_or(libc::EFBIG)?.load(Ordering::Acquire);
     if base.is_null() {
         base = map_chunk(chunk)?;
     }
     // SAFETY: `within` < CHUNK_RECORDS, the number of records in the mapping.
-    Some(unsafe { base.add(within) })
+    Ok(unsafe { base.add(within) })
 }
 
 fn lock_grow() {
@@ -113,29 +176,29 @@ fn lock_grow() {
 }
 
 #[cold]
-fn map_chunk(chunk: usize) -> Option<*mut RawRecord> {
+fn map_chunk(chunk: usize) -> Result<*mut RawRecord, i32> {
+    if monotonic_ns() < RETRY_AFTER_NS.load(Ordering::Relaxed) {
+        return Err(LAST_GROW_ERRNO.load(Ordering::Relaxed));
+    }
     lock_grow();
     let result = map_chunk_locked(chunk);
+    if let Err(errno) = result {
+        LAST_GROW_ERRNO.store(errno, Ordering::Relaxed);
+        RETRY_AFTER_NS.store(monotonic_ns() + RETRY_PAUSE_NS, Ordering::Relaxed);
+    }
     GROW_LOCK.store(false, Ordering::Release);
     result
 }
 
-fn map_chunk_locked(chunk: usize) -> Option<*mut RawRecord> {
+fn map_chunk_locked(chunk: usize) -> Result<*mut RawRecord, i32> {
     let existing = CHUNKS[chunk].load(Ordering::Acquire);
     if !existing.is_null() {
-        return Some(existing);
+        return Ok(existing);
     }
     let fd = FD.load(Ordering::Acquire);
-    if FILE_CHUNKS.load(Ordering::Relaxed) <= chunk {
-        let length = HEADER_SIZE + (chunk + 1) * CHUNK_BYTES;
-        // SAFETY: growing our own file; never shrinks it, since only this
-        // lock holder changes its size and chunks only ever increase.
-        if unsafe { libc::ftruncate(fd, length as libc::off_t) } != 0 {
-            return None;
-        }
-        FILE_CHUNKS.store(chunk + 1, Ordering::Relaxed);
-    }
-    // SAFETY: a shared mapping of a range the file now covers.
+    let offset = HEADER_SIZE + chunk * CHUNK_BYTES;
+    reserve(fd, offset as u64, CHUNK_BYTES as u64)?;
+    // SAFETY: a shared mapping of a range whose blocks are now reserved.
     let base = unsafe {
         libc::mmap(
             std::ptr::null_mut(),
@@ -143,15 +206,65 @@ fn map_chunk_locked(chunk: usize) -> Option<*mut RawRecord> {
             libc::PROT_READ | libc::PROT_WRITE,
             libc::MAP_SHARED,
             fd,
-            (HEADER_SIZE + chunk * CHUNK_BYTES) as libc::off_t,
+            offset as libc::off_t,
         )
     };
     if base == libc::MAP_FAILED {
-        return None;
+        return Err(errno());
     }
     let base = base.cast::<RawRecord>();
     CHUNKS[chunk].store(base, Ordering::Release);
-    Some(base)
+    MAPPED_CHUNKS.fetch_max(chunk + 1, Ordering::Relaxed);
+    Ok(base)
+}
+
+fn errno() -> i32 {
+    std::io::Error::last_os_error().raw_os_error().unwrap_or(libc::EIO)
+}
+
+/// Makes sure bytes `offset..offset + length` of the file have disk blocks,
+/// growing the file if needed, without ever raising `SIGXFSZ`.
+fn reserve(fd: i32, offset: u64, length: u64) -> Result<(), i32> {
+    let end = offset + length;
+    let mut limit = libc::rlimit {
+        rlim_cur: 0,
+        rlim_max: 0,
+    };
+    // SAFETY: a valid out-pointer.
+    if unsafe { libc::getrlimit(libc::RLIMIT_FSIZE, &mut limit) } == 0
+        && limit.rlim_cur != libc::RLIM_INFINITY
+        && end > limit.rlim_cur
+    {
+        return Err(libc::EFBIG);
+    }
+    loop {
+        // SAFETY: allocating blocks of our own file.
+        if unsafe { libc::fallocate(fd, 0, offset as libc::off_t, length as libc::off_t) } == 0 {
+            return Ok(());
+        }
+        match errno() {
+            libc::EINTR => continue,
+            libc::EOPNOTSUPP => return reserve_by_writing(fd, offset, length),
+            other => return Err(other),
+        }
+    }
+}
+
+/// For file systems without `fallocate`: writing zeros makes them allocate.
+fn reserve_by_writing(fd: i32, offset: u64, length: u64) -> Result<(), i32> {
+    static ZEROS: [u8; 4096] = [0; 4096];
+    let mut at = offset;
+    while at < offset + length {
+        let piece = (offset + length - at).min(ZEROS.len() as u64) as usize;
+        // SAFETY: writing from a static buffer into our own file.
+        let written = unsafe { libc::pwrite(fd, ZEROS.as_ptr().cast(), piece, at as libc::off_t) };
+        match written {
+            n if n > 0 => at += n as u64,
+            _ if errno() == libc::EINTR => {}
+            _ => return Err(errno()),
+        }
+    }
+    Ok(())
 }
 
 #[inline]
@@ -197,11 +310,35 @@ pub fn monotonic_ns() -> u64 {
     now_ns(libc::CLOCK_MONOTONIC)
 }
 
-fn spool_directory() -> std::path::PathBuf {
+/// `$CUDATRACE_DIR`, or the working directory.
+pub fn spool_directory() -> std::path::PathBuf {
     match std::env::var_os("CUDATRACE_DIR") {
         Some(dir) if !dir.is_empty() => dir.into(),
         _ => ".".into(),
     }
+}
+
+/// Opens a new spool file for this pid, numbering images of the same pid.
+fn create_file(directory: &std::path::Path, pid: u32) -> Option<i32> {
+    for image in 0..1000 {
+        let path = directory.join(naming::spool_file_name(pid, image));
+        let c_path = std::ffi::CString::new(path.as_os_str().as_bytes()).ok()?;
+        // SAFETY: a NUL-terminated path.
+        let fd = unsafe {
+            libc::open(
+                c_path.as_ptr(),
+                libc::O_RDWR | libc::O_CREAT | libc::O_EXCL | libc::O_CLOEXEC,
+                0o600,
+            )
+        };
+        if fd >= 0 {
+            return Some(fd);
+        }
+        if errno() != libc::EEXIST {
+            return None;
+        }
+    }
+    None
 }
 
 fn create_spool() -> bool {
@@ -211,33 +348,18 @@ fn create_spool() -> bool {
     if !crate::tree_root::prepare_spool_dir(&directory) {
         return false;
     }
-    let mut fd = -1;
-    for image in 0..1000 {
-        let path = directory.join(naming::spool_file_name(pid, image));
-        let Ok(c_path) = std::ffi::CString::new(path.as_os_str().as_bytes()) else {
-            return false;
-        };
-        // SAFETY: a NUL-terminated path.
-        fd = unsafe {
-            libc::open(
-                c_path.as_ptr(),
-                libc::O_RDWR | libc::O_CREAT | libc::O_EXCL | libc::O_CLOEXEC,
-                0o600,
-            )
-        };
-        if fd >= 0 || std::io::Error::last_os_error().raw_os_error() != Some(libc::EEXIST) {
-            break;
-        }
-    }
-    if fd < 0 {
+    let Some(fd) = create_file(&directory, pid) else {
+        return false;
+    };
+    // An empty file is left behind when even the header has no room: the
+    // collector then reports the process as unrecorded.
+    if reserve(fd, 0, HEADER_SIZE as u64).is_err() {
+        // SAFETY: closing our own descriptor.
+        unsafe { libc::close(fd) };
         return false;
     }
     // SAFETY: fd is ours; the header page is mapped shared like the records.
     let header = unsafe {
-        if libc::ftruncate(fd, HEADER_SIZE as libc::off_t) != 0 {
-            libc::close(fd);
-            return false;
-        }
         libc::mmap(
             std::ptr::null_mut(),
             HEADER_SIZE,
@@ -255,10 +377,11 @@ fn create_spool() -> bool {
     let header = header.cast::<SpoolHeader>();
     let cmdline = std::fs::read("/proc/self/cmdline").unwrap_or_default();
     let cmdline_len = cmdline.len().min(CMDLINE_CAPACITY);
-    // SAFETY: the mapping is HEADER_SIZE bytes, the size of SpoolHeader, and zeroed.
+    // SAFETY: the mapping is HEADER_SIZE bytes, the size of SpoolHeader, and
+    // zeroed. The magic goes last, with release ordering: a reader that sees
+    // it sees a whole header.
     unsafe {
         let h = &mut *header;
-        h.magic = SPOOL_MAGIC;
         h.version = SPOOL_VERSION;
         h.record_size = RECORD_SIZE as u32;
         h.header_size = HEADER_SIZE as u32;
@@ -269,6 +392,7 @@ fn create_spool() -> bool {
         h.start_realtime_ns = now_ns(libc::CLOCK_REALTIME);
         h.cmdline[..cmdline_len].copy_from_slice(&cmdline[..cmdline_len]);
         h.cmdline_len = cmdline_len as u32;
+        AtomicU64::from_ptr((&raw mut h.magic).cast()).store(u64::from_le_bytes(SPOOL_MAGIC), Ordering::Release);
     }
     FD.store(fd, Ordering::Release);
     HEADER.store(header, Ordering::Release);
@@ -302,7 +426,7 @@ extern "C" fn record_exit(status: libc::c_int, _arg: *mut libc::c_void) {
 /// spool: drop them so that the child starts a spool of its own. Any lock a
 /// parent thread held at the fork is released, since that thread is gone.
 pub fn forget_parent_spool() {
-    let mapped = FILE_CHUNKS.load(Ordering::Relaxed).min(MAX_CHUNKS);
+    let mapped = MAPPED_CHUNKS.swap(0, Ordering::Relaxed).min(MAX_CHUNKS);
     for chunk in &CHUNKS[..mapped] {
         let base = chunk.swap(std::ptr::null_mut(), Ordering::AcqRel);
         if !base.is_null() {
@@ -320,8 +444,8 @@ pub fn forget_parent_spool() {
         // SAFETY: the child's copy of the parent's descriptor.
         unsafe { libc::close(fd) };
     }
-    FILE_CHUNKS.store(0, Ordering::Relaxed);
-    NEXT_SEQ.store(0, Ordering::Relaxed);
+    UNSPOOLED_SEQ.store(0, Ordering::Relaxed);
+    RETRY_AFTER_NS.store(0, Ordering::Relaxed);
     GROW_LOCK.store(false, Ordering::Release);
     STATE.store(CLOSED, Ordering::Release);
 }

@@ -49,7 +49,7 @@ macro_rules! symbol_table {
 symbol_table! {
     hooked in proc_address: cuGetProcAddress, cuGetProcAddress_v2;
     hooked in driver_hooks:
-        cuMemAlloc, cuMemAlloc_v2, cuMemAllocPitch, cuMemAllocPitch_v2, cuMemAllocManaged,
+        cuInit, cuMemAlloc, cuMemAlloc_v2, cuMemAllocPitch, cuMemAllocPitch_v2, cuMemAllocManaged,
         cuMemAllocAsync, cuMemAllocAsync_ptsz, cuMemAllocFromPoolAsync, cuMemAllocFromPoolAsync_ptsz,
         cuMemCreate, cuArrayCreate, cuArrayCreate_v2, cuArray3DCreate, cuArray3DCreate_v2,
         cuMipmappedArrayCreate,
@@ -320,8 +320,8 @@ mod tests {
     fn every_hooked_symbol_is_an_api_the_event_format_knows() {
         for &sym in Sym::ALL {
             let name = sym.name().to_str().unwrap();
-            let is_proc_address = name.starts_with("cuGetProcAddress");
-            if sym.hook().is_some() && !is_proc_address {
+            let not_an_allocation = name.starts_with("cuGetProcAddress") || name == "cuInit";
+            if sym.hook().is_some() && !not_an_allocation {
                 assert!(
                     cudatrace_events::Api::from_name(name).is_some(),
                     "{name} has no Api code"

@@ -19,10 +19,12 @@ fn single_spool(run: &TracedRun) -> &Spool {
 }
 
 fn assert_clean(spool: &Spool) {
-    assert_eq!(spool.unfinished_records, 0);
-    assert_eq!(spool.unknown_frees, 0);
-    assert_eq!(spool.registry_overflows, 0);
-    assert_eq!(spool.dropped_records, 0);
+    assert_eq!(spool.unwritten_records, 0);
+    assert_eq!(spool.damaged_records, 0);
+    assert_eq!(spool.header.unknown_frees, 0);
+    assert_eq!(spool.header.registry_overflows, 0);
+    assert_eq!(spool.header.dropped_records, 0);
+    assert_eq!(spool.header.reserved_seqs, spool.events.len() as u64);
 }
 
 #[test]
@@ -34,10 +36,10 @@ fn runtime_calls_are_recorded_once_each_under_their_runtime_names() {
     assert_eq!(recorded_events(spool), expected);
     assert_clean(spool);
     assert_eq!(field(&run.stdout, "errno", 0), "4242", "the first hook changed errno");
-    assert_eq!(spool.process.argv[1], "runtime");
+    assert_eq!(spool.process().argv[1], "runtime");
     assert_eq!(
-        spool.process.pid,
-        run.output.status.code().map(|_| spool.process.pid).unwrap()
+        spool.process().pid,
+        run.output.status.code().map(|_| spool.process().pid).unwrap()
     );
     let seqs: Vec<u64> = spool.events.iter().map(|e| e.seq).collect();
     assert_eq!(seqs, (0..24).collect::<Vec<u64>>());
@@ -205,11 +207,11 @@ fn a_forked_child_writes_its_own_spool_under_its_own_pid() {
     let parent_pid: u32 = field(&run.stdout, "parent", 0).parse().unwrap();
     let child_pid: u32 = field(&run.stdout, "child", 0).parse().unwrap();
     let child_block = hex(field(&run.stdout, "child", 1));
-    let by_pid: HashMap<u32, &Spool> = run.spools.iter().map(|s| (s.process.pid, s)).collect();
+    let by_pid: HashMap<u32, &Spool> = run.spools.iter().map(|s| (s.process().pid, s)).collect();
     let parent = by_pid[&parent_pid];
     let child = by_pid[&child_pid];
     assert_eq!(recorded_events(parent), expected_events(&run.stdout));
-    assert_eq!(child.process.ppid, parent_pid);
+    assert_eq!(child.process().ppid, parent_pid);
     let child_events: Vec<(Op, u64, u64)> = child.events.iter().map(|e| (e.op, e.address, e.size)).collect();
     assert_eq!(
         child_events,
@@ -234,9 +236,9 @@ fn an_exec_d_image_is_traced_in_a_spool_of_its_own() {
     assert!(run.output.status.success(), "{}", run.stdout);
     assert_eq!(run.spools.len(), 2, "{:?}", run.spool_paths);
     let (before, after) = (&run.spools[0], &run.spools[1]);
-    assert_eq!(before.process.pid, after.process.pid);
-    assert_eq!(before.process.argv.last().unwrap(), "exec");
-    assert_eq!(after.process.argv.last().unwrap(), "exec-child");
+    assert_eq!(before.process().pid, after.process().pid);
+    assert_eq!(before.process().argv.last().unwrap(), "exec");
+    assert_eq!(after.process().argv.last().unwrap(), "exec-child");
     assert_eq!(recorded_events(before), expected_events(&run.stdout));
     let block = hex(field(&run.stdout, "exec-child", 1));
     assert_eq!(after.events.len(), 1);
@@ -257,6 +259,15 @@ fn a_process_that_never_touches_cuda_writes_nothing() {
         .unwrap();
     assert!(status.success());
     assert!(spool_files(&dir).is_empty());
+}
+
+#[test]
+fn a_process_that_initialises_cuda_has_a_spool_even_without_allocating() {
+    let run = run_traced("init-only", program("scenarios", &["init-only"]));
+    let spool = single_spool(&run);
+    assert!(spool.events.is_empty());
+    assert_eq!(spool.process().argv[1], "init-only");
+    assert_clean(spool);
 }
 
 #[test]
@@ -281,11 +292,12 @@ fn the_library_exports_only_dlsym_and_the_cuda_entry_points() {
         .lines()
         .filter_map(|line| line.split_whitespace().nth(2).map(str::to_owned))
         .collect();
-    assert_eq!(names.len(), 60, "{names:?}");
+    assert_eq!(names.len(), 61, "{names:?}");
     for name in &names {
         let cuda = name.starts_with("cu") && name[2..].starts_with(|c: char| c.is_ascii_uppercase() || c == 'd');
         assert!(name == "dlsym" || cuda, "unexpected export {name}");
     }
     assert!(names.iter().any(|n| n == "cuGetProcAddress_v2"));
+    assert!(names.iter().any(|n| n == "cuInit"));
     assert!(names.iter().any(|n| n == "cudaMallocFromPoolAsync_ptsz"));
 }

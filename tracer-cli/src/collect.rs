@@ -1,27 +1,17 @@
-//! `cudatrace collect`: turns a folder of spools into a trace. Started by the
-//! library itself for plain `LD_PRELOAD` runs, or by hand after a crash.
+//! `cudatrace collect`: turns a folder of spools into a trace. By hand after
+//! a crash, or for spools written with `CUDATRACE_DIR`; or, with `--detach`,
+//! started by the library itself for a plain `LD_PRELOAD` tree.
 
-use crate::collector::{header_for, Collector, Liveness};
-use crate::private_dir;
-use std::path::PathBuf;
+use crate::cli::CollectArgs;
+use crate::collector::{header_for, Collector};
+use crate::liveness::Liveness;
+use crate::terminal::say;
+use crate::{output, recover, spool_dir, Failure};
+use std::path::{Path, PathBuf};
 use std::time::Duration;
 
 /// How long to wait, once the root is gone, for traced processes still running.
 const GRACE: Duration = Duration::from_secs(10);
-
-/// Options of `cudatrace collect`.
-pub struct CollectOptions {
-    /// The spool folder.
-    pub dir: PathBuf,
-    /// `-o`; default: the folder's name with `.trace`.
-    pub output: Option<PathBuf>,
-    /// `--root-pid`: keep collecting until this process has exited.
-    pub root_pid: Option<u32>,
-    /// `--detach`: return at once and collect in the background.
-    pub detach: bool,
-    /// `--keep-spools`.
-    pub keep_spools: bool,
-}
 
 fn command_line(pid: u32) -> Vec<String> {
     std::fs::read(format!("/proc/{pid}/cmdline"))
@@ -58,18 +48,72 @@ fn detach() -> Result<(), String> {
 }
 
 /// Collects; returns the exit code.
-pub fn collect(options: CollectOptions) -> Result<i32, String> {
-    private_dir::check_owned(&options.dir)?;
-    let output = options
+pub fn collect(args: CollectArgs) -> Result<u8, Failure> {
+    spool_dir::check_owned(&args.dir)?;
+    if args.detach {
+        return collect_tree(args);
+    }
+    let old = recover::trace_named_in(&args.dir);
+    let destination = args
         .output
         .clone()
-        .unwrap_or_else(|| options.dir.with_extension("trace"));
-    let root = options.root_pid.map(|pid| (pid, command_line(pid)));
-    if options.detach {
-        detach()?;
+        .or_else(|| old.clone())
+        .unwrap_or_else(|| args.dir.with_extension("trace"));
+    let completing_old = old.as_deref().is_some_and(|old| same_file(old, &destination));
+    let (staged, file) = output::stage(&destination, args.force || completing_old)?;
+    let (recovered, file) = match recover::recover(&args.dir, old.as_deref(), file) {
+        Ok(done) => done,
+        Err(reason) => {
+            staged.abandon();
+            return Err(reason.into());
+        }
+    };
+    staged.commit(file)?;
+    if let Some(old) = &old {
+        for damage in &recovered.old_trace_damage {
+            say(&format!(
+                "cudatrace: {} is damaged {damage}; events it held that the spools no longer have are lost",
+                old.display()
+            ));
+        }
     }
+    let summary = &recovered.summary;
+    say(&summary.describe(&destination));
+    for line in summary.warnings(&args.dir) {
+        say(&line);
+    }
+    if !args.keep_spools && summary.refused == 0 && summary.damaged_spools == 0 {
+        spool_dir::remove_spools(&args.dir, false);
+    }
+    Ok(0)
+}
+
+fn same_file(a: &Path, b: &Path) -> bool {
+    use std::os::unix::fs::MetadataExt;
+    match (std::fs::metadata(a), std::fs::metadata(b)) {
+        (Ok(a), Ok(b)) => a.dev() == b.dev() && a.ino() == b.ino(),
+        _ => false,
+    }
+}
+
+/// The collector of a plain `LD_PRELOAD` tree: follows the spools while the
+/// tree runs, writing the trace in place (beside it if another cudatrace is
+/// writing that path), then removes the folder the tree's root made.
+fn collect_tree(args: CollectArgs) -> Result<u8, Failure> {
+    let destination = args.output.clone().unwrap_or_else(|| args.dir.with_extension("trace"));
+    let root = args.root_pid.map(|pid| (pid, command_line(pid)));
+    detach()?;
+    let claimed = output::claim_in_place_or_beside(&destination)?;
+    if claimed.path != destination {
+        say(&format!(
+            "cudatrace: {} is being written by another cudatrace; writing {} instead",
+            destination.display(),
+            claimed.path.display()
+        ));
+    }
+    let trace: PathBuf = claimed.path.clone();
     let command = root.as_ref().map(|(_, argv)| argv.clone()).unwrap_or_default();
-    let collector = Collector::start(&options.dir, &output, &header_for(command))?;
+    let collector = Collector::start(&args.dir, claimed, &header_for(command), args.keep_spools)?;
     let grace = match root {
         Some((pid, _)) => {
             let mut root = Liveness::watch(pid);
@@ -80,12 +124,21 @@ pub fn collect(options: CollectOptions) -> Result<i32, String> {
         }
         None => Duration::ZERO,
     };
-    let summary = collector.finish(grace)?;
-    if !options.keep_spools && summary.refused == 0 {
-        private_dir::remove_spools(&options.dir);
+    match collector.finish(grace) {
+        Ok(summary) => {
+            if !args.keep_spools && summary.refused == 0 && summary.damaged_spools == 0 {
+                spool_dir::remove_spools(&args.dir, true);
+            }
+            for line in summary.warnings(&args.dir) {
+                say(&line);
+            }
+            Ok(0)
+        }
+        Err(failure) => Err(Failure::from(format!(
+            "{}; the spools are kept in {dir}: once there is room, `cudatrace collect {dir}` finishes {}",
+            failure.message,
+            trace.display(),
+            dir = args.dir.display()
+        ))),
     }
-    if !options.detach {
-        eprintln!("{}", summary.describe(&output));
-    }
-    Ok(0)
 }

@@ -1,30 +1,31 @@
-//! `cudatrace dump`: spool files as JSON lines.
+//! `cudatrace dump`: spool files as JSON lines, streamed: each file's header
+//! is checked before anything else is read, and records are printed as they
+//! are read, so any file of any size can be given.
 
-use cudatrace_events::{naming, Event, Spool, SpoolReader};
+use crate::cli::DumpArgs;
+use crate::spool_tail::SpoolTail;
+use crate::terminal::Stdout;
+use crate::Failure;
+use cudatrace_events::{naming, Event, Pass, SpoolHeaderInfo};
 use serde_json::json;
-use std::io::Write;
 use std::path::{Path, PathBuf};
 
-/// The spool files in `dir`, ordered by pid and then by image.
-pub fn spools_in(dir: &Path) -> Result<Vec<PathBuf>, String> {
-    naming::spool_files_in(dir).map_err(|e| format!("cannot read {}: {e}", dir.display()))
-}
-
-fn process_line(path: &Path, spool: &Spool) -> serde_json::Value {
+fn process_line(path: &Path, header: &SpoolHeaderInfo) -> serde_json::Value {
+    let process = &header.process;
     json!({
         "process": {
             "file": path.display().to_string(),
-            "pid": spool.process.pid,
-            "ppid": spool.process.ppid,
-            "argv": spool.process.argv,
-            "start_monotonic_ns": spool.process.start_monotonic_ns,
-            "start_realtime_ns": spool.process.start_realtime_ns,
-            "events": spool.events.len(),
-            "unfinished_records": spool.unfinished_records,
-            "unknown_frees": spool.unknown_frees,
-            "registry_overflows": spool.registry_overflows,
-            "dropped_records": spool.dropped_records,
-            "released_records": spool.released_records,
+            "pid": process.pid,
+            "ppid": process.ppid,
+            "argv": process.argv,
+            "start_monotonic_ns": process.start_monotonic_ns,
+            "start_realtime_ns": process.start_realtime_ns,
+            "reserved_events": header.reserved_seqs,
+            "unknown_frees": header.unknown_frees,
+            "registry_overflows": header.registry_overflows,
+            "dropped_records": header.dropped_records,
+            "drop_errno": header.drop_errno,
+            "released_records": header.released_records,
         }
     })
 }
@@ -47,20 +48,52 @@ fn event_line(event: &Event) -> serde_json::Value {
     })
 }
 
+fn end_line(tail: &SpoolTail, events: u64, header: &SpoolHeaderInfo) -> serde_json::Value {
+    json!({
+        "spool_end": {
+            "pid": tail.pid,
+            "events": events,
+            "unwritten_records": tail.cursor.unwritten,
+            "unfinished_records": tail.cursor.unwritten.saturating_sub(header.dropped_records),
+            "damaged_records": tail.cursor.damaged,
+        }
+    })
+}
+
 /// Prints every file; stops at the first unreadable one, after printing the
 /// files before it.
-pub fn print(files: &[PathBuf]) -> Result<(), String> {
-    let stdout = std::io::stdout();
-    let mut out = std::io::BufWriter::new(stdout.lock());
-    for path in files {
-        let spool = SpoolReader::read_path(path).map_err(|e| format!("{}: {e}", path.display()))?;
-        let lines = std::iter::once(process_line(path, &spool)).chain(spool.events.iter().map(event_line));
-        for line in lines {
-            if writeln!(out, "{line}").is_err() {
-                return Ok(()); // the reader went away (e.g. `| head`)
+pub fn command(args: DumpArgs) -> Result<u8, Failure> {
+    let mut files: Vec<PathBuf> = args.spools;
+    if let Some(dir) = &args.dir {
+        files.extend(naming::spool_files_in(dir).map_err(|e| format!("cannot read {}: {e}", dir.display()))?);
+    }
+    let mut out = Stdout::new();
+    for path in &files {
+        let image = naming::parse_spool_file_name(path).map_or(0, |(_, image)| image);
+        let (mut tail, header) =
+            SpoolTail::open(path, 0, image, false).map_err(|e| format!("{}: {e}", path.display()))?;
+        if !out.write(&format!("{}\n", process_line(path, &header)))? {
+            return Ok(0);
+        }
+        let mut count = 0u64;
+        loop {
+            let (events, at_end) = tail.read_batch(Pass::Final)?;
+            for event in &events {
+                if !out.write(&format!("{}\n", event_line(event)))? {
+                    return Ok(0);
+                }
+            }
+            count += events.len() as u64;
+            if at_end {
+                break;
             }
         }
+        let header = tail.header();
+        tail.finish(&header);
+        if !out.write(&format!("{}\n", end_line(&tail, count, &header)))? {
+            return Ok(0);
+        }
     }
-    out.flush().ok();
-    Ok(())
+    out.finish()?;
+    Ok(0)
 }

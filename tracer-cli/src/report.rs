@@ -4,11 +4,42 @@
 //! The trace is read as a stream; memory use grows with the number of
 //! allocations live at once, not with the length of the trace.
 
+use crate::cli::ReportArgs;
+use crate::terminal::Stdout;
+use crate::Failure;
 use cudatrace_events::{Api, Event, Kind, Op};
-use cudatrace_trace::{Damage, Header, ProcessEnd, ProcessStart, Record, TraceReader};
+use cudatrace_trace::{Damage, DamagedSpool, Header, ProcessEnd, ProcessStart, Record, TraceReader};
 use serde_json::{json, Value};
 use std::collections::{BTreeMap, HashMap};
 use std::path::Path;
+
+/// A device as the report groups memory: an ordinal, or unknown (the
+/// tracer could not learn which device an allocation was on).
+#[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord)]
+enum DeviceKey {
+    Gpu(u8),
+    Unknown,
+}
+
+impl DeviceKey {
+    fn of(device: Option<u8>) -> DeviceKey {
+        device.map_or(DeviceKey::Unknown, DeviceKey::Gpu)
+    }
+
+    fn json(self) -> Value {
+        match self {
+            DeviceKey::Gpu(ordinal) => json!(ordinal),
+            DeviceKey::Unknown => Value::Null,
+        }
+    }
+
+    fn label(self) -> String {
+        match self {
+            DeviceKey::Gpu(ordinal) => format!("GPU {ordinal}"),
+            DeviceKey::Unknown => "unknown device".to_string(),
+        }
+    }
+}
 
 /// One allocation still live.
 #[derive(Clone, Debug)]
@@ -78,7 +109,13 @@ struct ProcessReport {
     start: Option<ProcessStart>,
     end: Option<ProcessEnd>,
     events: u64,
-    devices: BTreeMap<u8, DeviceStats>,
+    /// One past the highest sequence number seen.
+    next_seq: u64,
+    /// Sequence numbers skipped so far.
+    gaps: u64,
+    /// Allocations at an address already live: their free was never seen.
+    reused_without_free: u64,
+    devices: BTreeMap<DeviceKey, DeviceStats>,
     host: HostStats,
     /// Device-kind allocations, keyed by (is an array handle, address).
     live: HashMap<(bool, u64), Live>,
@@ -90,25 +127,43 @@ struct ProcessReport {
 
 impl ProcessReport {
     fn device(&mut self, device: Option<u8>) -> &mut DeviceStats {
-        self.devices.entry(device.unwrap_or(0)).or_default()
+        self.devices.entry(DeviceKey::of(device)).or_default()
     }
 
+    /// Physical memory goes back only once released and no longer mapped:
+    /// that is when it counts as freed.
     fn drop_physical(&mut self, handle: u64) {
         if let Some(physical) = self.physical.remove(&handle) {
             match physical.device {
                 Some(_) => {
                     let stats = self.device(physical.device);
+                    stats.frees += 1;
                     stats.current = stats.current.saturating_sub(physical.size);
                 }
-                None => self.host.current = self.host.current.saturating_sub(physical.size),
+                None => {
+                    self.host.frees += 1;
+                    self.host.current = self.host.current.saturating_sub(physical.size);
+                }
             }
         }
     }
 
+    /// Events lost: gaps in the sequence numbers, and those the process
+    /// handed out after the last one in the trace.
+    fn lost_events(&self) -> u64 {
+        let trailing = self
+            .end
+            .as_ref()
+            .map_or(0, |end| end.reserved_events.saturating_sub(self.next_seq));
+        self.gaps + trailing
+    }
+
     fn apply(&mut self, event: &Event) {
         self.events += 1;
+        self.gaps += event.seq.saturating_sub(self.next_seq);
+        self.next_seq = self.next_seq.max(event.seq + 1);
         match (event.op, event.kind) {
-            (_, Kind::IpcImport) | (Op::Reserve | Op::Unreserve | Op::Void, _) => {}
+            (_, Kind::IpcImport) | (Op::Reserve | Op::Unreserve | Op::Failed, _) => {}
             (Op::Oom, _) => {
                 let oom = Oom {
                     requested_bytes: event.size,
@@ -119,7 +174,11 @@ impl ProcessReport {
                 self.device(event.device).ooms.push(oom);
             }
             (Op::Alloc, Kind::HostPinned) => {
-                self.live_host.insert(event.address, event.size);
+                if let Some(size) = self.live_host.insert(event.address, event.size) {
+                    self.reused_without_free += 1;
+                    self.host.frees += 1;
+                    self.host.current = self.host.current.saturating_sub(size);
+                }
                 self.host.add(event.size);
             }
             (Op::Free, Kind::HostPinned) => {
@@ -136,6 +195,10 @@ impl ProcessReport {
                     mappings: 0,
                     released: false,
                 };
+                if self.physical.contains_key(&event.address) {
+                    self.reused_without_free += 1;
+                    self.drop_physical(event.address);
+                }
                 match event.device {
                     Some(_) => self.device(event.device).add(event.size),
                     None => self.host.add(event.size),
@@ -147,12 +210,7 @@ impl ProcessReport {
                     return;
                 };
                 physical.released = true;
-                let (unmapped, device) = (physical.mappings == 0, physical.device);
-                match device {
-                    Some(_) => self.device(device).frees += 1,
-                    None => self.host.frees += 1,
-                }
-                if unmapped {
+                if physical.mappings == 0 {
                     self.drop_physical(event.address);
                 }
             }
@@ -189,7 +247,12 @@ impl ProcessReport {
                     kind,
                     device: event.device,
                 };
-                self.live.insert((kind == Kind::Array, event.address), live);
+                if let Some(old) = self.live.insert((kind == Kind::Array, event.address), live) {
+                    self.reused_without_free += 1;
+                    let stats = self.device(old.device);
+                    stats.frees += 1;
+                    stats.current = stats.current.saturating_sub(old.size);
+                }
                 self.device(event.device).add(event.size);
             }
             (Op::Free, kind) if kind.counts_as_device_memory() => {
@@ -204,11 +267,11 @@ impl ProcessReport {
     }
 
     /// Device-memory allocations live at the end, per device, sorted by address.
-    fn live_at_exit(&self) -> BTreeMap<u8, Vec<(u64, Live)>> {
-        let mut by_device: BTreeMap<u8, Vec<(u64, Live)>> = BTreeMap::new();
+    fn live_at_exit(&self) -> BTreeMap<DeviceKey, Vec<(u64, Live)>> {
+        let mut by_device: BTreeMap<DeviceKey, Vec<(u64, Live)>> = BTreeMap::new();
         for (&(_, address), live) in &self.live {
             by_device
-                .entry(live.device.unwrap_or(0))
+                .entry(DeviceKey::of(live.device))
                 .or_default()
                 .push((address, live.clone()));
         }
@@ -220,7 +283,10 @@ impl ProcessReport {
                     kind: Kind::VmmPhysical,
                     device: Some(device),
                 };
-                by_device.entry(device).or_default().push((handle, live));
+                by_device
+                    .entry(DeviceKey::Gpu(device))
+                    .or_default()
+                    .push((handle, live));
             }
         }
         by_device
@@ -236,10 +302,13 @@ pub struct Report {
     processes: Vec<ProcessReport>,
     index_of: HashMap<u32, usize>,
     refused: Vec<cudatrace_trace::Refusal>,
+    damaged_spools: Vec<DamagedSpool>,
     /// Whether the trace ended with its footer.
     pub complete: bool,
     /// Where reading stopped early, if it did.
     pub damage: Option<Damage>,
+    /// Damaged frames that were skipped, reading on after each.
+    pub skipped: Vec<Damage>,
     /// Records read.
     pub records: u64,
 }
@@ -255,13 +324,19 @@ impl Report {
             processes: Vec::new(),
             index_of: HashMap::new(),
             refused: Vec::new(),
+            damaged_spools: Vec::new(),
             complete: false,
             damage: None,
+            skipped: Vec::new(),
             records: 0,
         };
         for record in reader {
             let record = match record {
                 Ok(record) => record,
+                Err(damage) if damage.skipped => {
+                    report.skipped.push(damage);
+                    continue;
+                }
                 Err(damage) => {
                     report.damage = Some(damage);
                     break;
@@ -288,6 +363,7 @@ impl Report {
                     }
                 }
                 Record::Refused(refusal) => report.refused.push(refusal),
+                Record::DamagedSpool(spool) => report.damaged_spools.push(spool),
                 Record::Footer(_) => report.complete = true,
                 Record::String { .. } | Record::Stack { .. } | Record::Unknown { .. } => {}
             }
@@ -301,6 +377,11 @@ impl Report {
             .filter_map(|p| p.end.as_ref())
             .map(|end| end.dropped_records)
             .sum()
+    }
+
+    /// Events that happened but are not in the trace.
+    pub fn lost_events(&self) -> u64 {
+        self.processes.iter().map(ProcessReport::lost_events).sum()
     }
 
     /// The report as JSON (the documented shape; keys may be added, never removed).
@@ -330,7 +411,7 @@ impl Report {
                             .map(|o| json!({"requested_bytes": o.requested_bytes, "api": o.api.name(), "device_free": o.device_free, "device_total": o.device_total}))
                             .collect();
                         json!({
-                            "device": device,
+                            "device": device.json(),
                             "allocations": stats.allocations,
                             "frees": stats.frees,
                             "bytes_allocated": stats.bytes_allocated,
@@ -355,8 +436,13 @@ impl Report {
                     "exit_status": end.exit_status,
                     "still_running": end.still_running,
                     "events": process.events,
+                    "lost_events": process.lost_events(),
+                    "dropped_events": end.dropped_records,
+                    "drop_reason": end.drop_errno.map(crate::errno::describe),
                     "unfinished_records": end.unfinished_records,
+                    "damaged_records": end.damaged_records,
                     "unknown_frees": end.unknown_frees,
+                    "reused_without_free": process.reused_without_free,
                     "devices": devices,
                     "host_pinned": {
                         "allocations": process.host.allocations,
@@ -372,12 +458,21 @@ impl Report {
             .iter()
             .map(|r| json!({"path": r.path, "uid": r.uid, "reason": r.reason}))
             .collect();
+        let damaged_spools: Vec<Value> = self
+            .damaged_spools
+            .iter()
+            .map(|d| json!({"pid": d.pid, "image": d.image, "path": d.path, "reason": d.reason}))
+            .collect();
+        let skipped: Vec<Value> = self.skipped.iter().map(|d| json!(d.to_string())).collect();
         json!({
             "format_version": self.header.as_ref().map_or(cudatrace_trace::FORMAT_VERSION, |h| h.format_version),
+            "lost_events": self.lost_events(),
             "dropped_events": self.dropped_events(),
             "complete": self.complete,
             "damage": self.damage.as_ref().map(ToString::to_string),
+            "skipped_damage": skipped,
             "refused_spools": refused,
+            "damaged_spools": damaged_spools,
             "processes": processes,
         })
     }
@@ -415,7 +510,8 @@ impl Report {
             for (device, stats) in &process.devices {
                 let live_list = live.get(device).map(Vec::as_slice).unwrap_or_default();
                 out += &format!(
-                    "  GPU {device}: {} allocations, {} frees, peak {}, live at exit {} in {} allocations\n",
+                    "  {}: {} allocations, {} frees, peak {}, live at exit {} in {} allocations\n",
+                    device.label(),
                     stats.allocations,
                     stats.frees,
                     bytes(stats.peak),
@@ -445,22 +541,96 @@ impl Report {
                     bytes(process.host.current)
                 );
             }
-            if end.unfinished_records > 0 {
-                out += &format!(
-                    "  {} calls were cut short by the process's death\n",
-                    end.unfinished_records
-                );
-            }
+            out += &process.lost_text(&end);
         }
-        let dropped = self.dropped_events();
-        if dropped > 0 {
-            out += &format!("\n{dropped} events could not be recorded\n");
+        let lost = self.lost_events();
+        if lost > 0 {
+            out += &format!("\nthe trace lacks {lost} events in all\n");
         }
         for refusal in &self.refused {
             out += &format!("\nrefused {} (uid {}): {}\n", refusal.path, refusal.uid, refusal.reason);
         }
+        for spool in &self.damaged_spools {
+            out += &format!(
+                "\npid {} (image {}): spool {} could not be read, nothing of it is in the trace: {}\n",
+                spool.pid, spool.image, spool.path, spool.reason
+            );
+        }
         out
     }
+
+    /// Reads `args.trace` and prints the report; 1 if the trace is damaged.
+    pub fn print(&self, args: &ReportArgs) -> Result<u8, Failure> {
+        let text = if args.json {
+            format!("{}\n", self.to_json())
+        } else {
+            self.to_text()
+        };
+        let mut out = Stdout::new();
+        if !out.write(&text)? || !out.finish()? {
+            return Ok(0);
+        }
+        let path = args.trace.display();
+        let mut code = 0;
+        if !self.skipped.is_empty() {
+            crate::terminal::say(&format!(
+                "cudatrace: {path} has {} damaged frames, skipped (the first {}); the events they held are counted as lost",
+                self.skipped.len(),
+                self.skipped[0]
+            ));
+            code = 1;
+        }
+        if let Some(damage) = &self.damage {
+            crate::terminal::say(&format!(
+                "cudatrace: {path} is damaged {damage}; the report covers the {} records before it",
+                self.records
+            ));
+            code = 1;
+        } else if !self.complete {
+            crate::terminal::say(&format!(
+                "cudatrace: {path} has no footer: it is still being written, or its writer was stopped"
+            ));
+        }
+        Ok(code)
+    }
+}
+
+impl ProcessReport {
+    /// The lines saying what the trace lacks of this process, and why.
+    fn lost_text(&self, end: &ProcessEnd) -> String {
+        let lost = self.lost_events();
+        if lost == 0 {
+            return String::new();
+        }
+        let mut reasons = Vec::new();
+        if end.dropped_records > 0 {
+            let why = end
+                .drop_errno
+                .map_or_else(|| "unknown reason".into(), crate::errno::describe);
+            reasons.push(format!("{} could not be stored ({why})", end.dropped_records));
+        }
+        if end.unfinished_records > 0 {
+            let when = if end.still_running {
+                "were in flight when the trace ended"
+            } else {
+                "were cut short by the process's death"
+            };
+            reasons.push(format!("{} {when}", end.unfinished_records));
+        }
+        if end.damaged_records > 0 {
+            reasons.push(format!("{} were damaged in the spool", end.damaged_records));
+        }
+        let explained = end.dropped_records + end.unfinished_records + end.damaged_records;
+        if lost > explained {
+            reasons.push(format!("{} are missing from the trace", lost - explained));
+        }
+        format!("  LOST {lost} events: {}\n", reasons.join("; "))
+    }
+}
+
+/// `cudatrace report`.
+pub fn command(args: ReportArgs) -> Result<u8, Failure> {
+    Report::read(&args.trace)?.print(&args)
 }
 
 /// Bytes in binary units.
@@ -501,8 +671,25 @@ mod tests {
         }
     }
 
+    /// Allocations minus frees, against the allocations live at the end, per device.
+    fn balance(p: &ProcessReport) -> Vec<(DeviceKey, u64, usize)> {
+        let live = p.live_at_exit();
+        p.devices
+            .iter()
+            .map(|(&device, stats)| {
+                (
+                    device,
+                    stats.allocations - stats.frees,
+                    live.get(&device).map_or(0, Vec::len),
+                )
+            })
+            .collect()
+    }
+
+    const GPU0: DeviceKey = DeviceKey::Gpu(0);
+
     #[test]
-    fn vmm_memory_lives_until_released_and_unmapped() {
+    fn vmm_memory_is_freed_at_its_last_unmap_after_release() {
         let mut p = ProcessReport::default();
         let handle = 0x10;
         p.apply(&event(0, Op::Alloc, Kind::VmmPhysical, handle, 100));
@@ -513,16 +700,80 @@ mod tests {
         second.arg1 = handle;
         p.apply(&second);
         p.apply(&event(3, Op::Alloc, Kind::Device, 0x9000, 50));
-        assert_eq!(p.devices[&0].current, 150);
-        assert_eq!(p.devices[&0].peak, 150);
-        // Released while still mapped: still there.
+        assert_eq!(p.devices[&GPU0].current, 150);
+        assert_eq!(p.devices[&GPU0].peak, 150);
+        // Released while still mapped: neither gone nor freed.
         p.apply(&event(4, Op::Free, Kind::VmmPhysical, handle, 100));
-        assert_eq!(p.devices[&0].current, 150);
+        assert_eq!(p.devices[&GPU0].current, 150);
+        assert_eq!((p.devices[&GPU0].allocations, p.devices[&GPU0].frees), (2, 0));
+        assert_eq!(balance(&p), vec![(GPU0, 2, 2)]);
         // One unmap covering both mappings frees it.
         p.apply(&event(5, Op::Unmap, Kind::VirtualAddress, 0x1000, 0x1100));
-        assert_eq!(p.devices[&0].current, 50);
-        assert_eq!((p.devices[&0].allocations, p.devices[&0].frees), (2, 1));
-        assert_eq!(p.devices[&0].peak, 150);
+        assert_eq!(p.devices[&GPU0].current, 50);
+        assert_eq!((p.devices[&GPU0].allocations, p.devices[&GPU0].frees), (2, 1));
+        assert_eq!(p.devices[&GPU0].peak, 150);
+        assert_eq!(balance(&p), vec![(GPU0, 1, 1)]);
+        // Unmapped first, then released: freed at the release.
+        p.apply(&event(6, Op::Alloc, Kind::VmmPhysical, 0x20, 64));
+        p.apply(&event(7, Op::Free, Kind::VmmPhysical, 0x20, 64));
+        assert_eq!((p.devices[&GPU0].allocations, p.devices[&GPU0].frees), (3, 2));
+        assert_eq!(balance(&p), vec![(GPU0, 1, 1)]);
+        assert_eq!(p.lost_events(), 0);
+    }
+
+    #[test]
+    fn memory_on_an_unknown_device_is_not_counted_as_device_0() {
+        let mut p = ProcessReport::default();
+        p.apply(&event(0, Op::Alloc, Kind::Device, 0x1000, 10));
+        let mut unknown = event(1, Op::Alloc, Kind::Device, 0x2000, 20);
+        unknown.device = None;
+        p.apply(&unknown);
+        let mut freed = event(2, Op::Free, Kind::Device, 0x2000, 20);
+        freed.device = None;
+        p.apply(&freed);
+        let mut again = event(3, Op::Alloc, Kind::Pool, 0x3000, 30);
+        again.device = None;
+        p.apply(&again);
+        assert_eq!(p.devices[&GPU0].current, 10);
+        assert_eq!(p.devices[&DeviceKey::Unknown].current, 30);
+        assert_eq!(p.devices[&DeviceKey::Unknown].allocations, 2);
+        assert_eq!(balance(&p), vec![(GPU0, 1, 1), (DeviceKey::Unknown, 1, 1)]);
+        assert_eq!(DeviceKey::Unknown.json(), Value::Null);
+        assert_eq!(DeviceKey::Unknown.label(), "unknown device");
+    }
+
+    #[test]
+    fn lost_events_are_the_gaps_in_sequence_numbers_and_what_came_after_the_last() {
+        let mut p = ProcessReport::default();
+        for seq in [0, 1, 4, 5, 9] {
+            p.apply(&event(seq, Op::Alloc, Kind::Device, 0x1000 * (seq + 1), 8));
+        }
+        assert_eq!(p.lost_events(), 5);
+        p.end = Some(ProcessEnd {
+            reserved_events: 12,
+            ..Default::default()
+        });
+        assert_eq!(p.lost_events(), 7);
+    }
+
+    #[test]
+    fn an_address_allocated_twice_frees_the_first_allocation() {
+        let mut p = ProcessReport::default();
+        p.apply(&event(0, Op::Alloc, Kind::Device, 0x1000, 10));
+        p.apply(&event(1, Op::Alloc, Kind::Device, 0x1000, 30));
+        assert_eq!(p.reused_without_free, 1);
+        assert_eq!(p.devices[&GPU0].current, 30);
+        assert_eq!(balance(&p), vec![(GPU0, 1, 1)]);
+    }
+
+    #[test]
+    fn failed_calls_change_nothing() {
+        let mut p = ProcessReport::default();
+        p.apply(&event(0, Op::Alloc, Kind::Device, 0x1000, 10));
+        p.apply(&event(1, Op::Failed, Kind::Device, 0x1000, 0));
+        assert_eq!((p.devices[&GPU0].allocations, p.devices[&GPU0].frees), (1, 0));
+        assert_eq!(p.devices[&GPU0].current, 10);
+        assert_eq!((p.events, p.lost_events()), (2, 0));
     }
 
     #[test]

@@ -1,29 +1,21 @@
 //! `cudatrace run`: runs a command under the tracer and collects every
 //! process of its tree into one trace.
 
-use crate::collector::{header_for, monotonic_ns, Collector};
-use crate::private_dir;
+use crate::cli::RunArgs;
+use crate::collector::{header_for, monotonic_ns, Collector, Summary};
+use crate::output;
+use crate::terminal::say;
+use crate::{spool_dir, Failure};
 use cudatrace_events::naming;
+use std::ffi::OsString;
 use std::os::unix::process::ExitStatusExt;
-use std::path::PathBuf;
-use std::process::Command;
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command};
 use std::sync::atomic::{AtomicI32, Ordering};
 use std::time::Duration;
 
 /// How long to wait, after the command exits, for descendants still running.
 const GRACE: Duration = Duration::from_secs(2);
-
-/// Options of `cudatrace run`.
-pub struct RunOptions {
-    /// `-o`.
-    pub output: Option<PathBuf>,
-    /// `--preload`.
-    pub preload: Option<PathBuf>,
-    /// `--keep-spools`.
-    pub keep_spools: bool,
-    /// The command and its arguments.
-    pub command: Vec<String>,
-}
 
 /// The library to preload: `--preload`, `$CUDATRACE_PRELOAD`, or the one next to this binary.
 fn preload_library(flag: Option<PathBuf>) -> Result<PathBuf, String> {
@@ -72,70 +64,145 @@ fn install_signal_forwarding() {
     }
 }
 
+/// Starts the command, as a shell would report failing to: 127 when it is
+/// not found, 126 when it cannot be executed.
+fn spawn(mut command: Command, program: &OsString) -> Result<Child, Failure> {
+    command.spawn().map_err(|e| Failure {
+        message: format!("cannot run {}: {e}", Path::new(program).display()),
+        code: if e.kind() == std::io::ErrorKind::NotFound {
+            127
+        } else {
+            126
+        },
+    })
+}
+
+/// Waits for the command; its exit code, 128 + N for signal N.
+fn wait(child: &mut Child) -> Result<u8, Failure> {
+    let status = child
+        .wait()
+        .map_err(|e| Failure::from(format!("cannot wait for the command: {e}")))?;
+    CHILD.store(0, Ordering::Relaxed);
+    let code = status.code().unwrap_or_else(|| 128 + status.signal().unwrap_or(0));
+    Ok(u8::try_from(code & 0xff).unwrap_or(1))
+}
+
 /// Runs the command; returns the exit code cudatrace should exit with.
-pub fn run(options: RunOptions) -> Result<i32, String> {
-    let preload = preload_library(options.preload)?;
-    let run_dir = private_dir::create_run_dir()?;
+pub fn run(args: RunArgs) -> Result<u8, Failure> {
+    let preload = preload_library(args.preload)?;
+    // The destination is settled before the command starts.
+    let claimed = match &args.output {
+        Some(path) => Some(output::claim_in_place(path)?),
+        None => {
+            output::check_folder_writable(Path::new("."))?;
+            None
+        }
+    };
+    let program = args.command[0].clone();
+    let mut command = Command::new(&program);
+    command.args(&args.command[1..]);
+    let run_dir = match spool_dir::create_run_dir() {
+        Ok(dir) => dir,
+        Err(reason) => {
+            say(&format!("cudatrace: nothing is recorded: {reason}"));
+            if let Some(claimed) = claimed {
+                claimed.abandon();
+            }
+            let mut child = spawn(command, &program)?;
+            return wait(&mut child);
+        }
+    };
     let mut ld_preload = preload.into_os_string();
     if let Some(existing) = std::env::var_os("LD_PRELOAD").filter(|p| !p.is_empty()) {
         ld_preload.push(":");
         ld_preload.push(existing);
     }
-    let mut command = Command::new(&options.command[0]);
     command
-        .args(&options.command[1..])
         .env("LD_PRELOAD", ld_preload)
         .env("CUDATRACE_DIR", &run_dir)
         .env("CUDATRACE_COLLECTOR", "run")
         .env_remove("CUDATRACE_OUT")
         .env_remove("CUDATRACE_ROOT_PID");
     install_signal_forwarding();
-    let mut child = match command.spawn() {
+    let mut child = match spawn(command, &program) {
         Ok(child) => child,
-        Err(e) => {
-            private_dir::remove_spools(&run_dir);
-            return Err(format!("cannot run {}: {e}", options.command[0]));
+        Err(failure) => {
+            spool_dir::remove_spools(&run_dir, true);
+            if let Some(claimed) = claimed {
+                claimed.abandon();
+            }
+            return Err(failure);
         }
     };
     let pid = child.id();
     CHILD.store(pid as i32, Ordering::Relaxed);
-    let output = match options.output {
-        Some(path) => path,
-        None => PathBuf::from(naming::default_trace_name(&options.command[0], pid)),
-    };
-    let collector = Collector::start(&run_dir, &output, &header_for(options.command.clone()));
-    let collector = match collector {
-        Ok(collector) => collector,
-        Err(e) => {
-            // The command runs on untraced-but-spooled; its spools stay for `cudatrace collect`.
-            let _ = child.wait();
-            return Err(format!("{e} (spools kept in {})", run_dir.display()));
+    let started = match claimed {
+        Some(claimed) => Ok(claimed),
+        None => output::claim_in_place(&PathBuf::from(naming::default_trace_name(
+            &program.to_string_lossy(),
+            pid,
+        ))),
+    }
+    .and_then(|output| {
+        let trace = output.path.clone();
+        let header = header_for(args.command.iter().map(|a| a.to_string_lossy().into_owned()).collect());
+        Collector::start(&run_dir, output, &header, args.keep_spools).map(|collector| (collector, trace))
+    });
+    let (collector, trace) = match started {
+        Ok(started) => started,
+        Err(reason) => {
+            // The command runs on, spooled; its spools stay for `cudatrace collect`.
+            say(&format!("cudatrace: {reason}"));
+            let code = wait(&mut child)?;
+            say(&format!(
+                "cudatrace: the spools are kept in {}; run `cudatrace collect {} -o TRACE` (the command exited with status {code})",
+                run_dir.display(),
+                run_dir.display()
+            ));
+            return Ok(code);
         }
     };
     collector.hold(pid);
-    let status = child.wait().map_err(|e| format!("cannot wait for the command: {e}"))?;
-    let code = status.code().unwrap_or_else(|| 128 + status.signal().unwrap_or(0));
-    collector.record_exit(pid, code, monotonic_ns());
-    CHILD.store(0, Ordering::Relaxed);
-    let summary = collector
-        .finish(GRACE)
-        .map_err(|e| format!("{e} (spools kept in {})", run_dir.display()))?;
-    if !options.keep_spools && summary.refused == 0 {
-        private_dir::remove_spools(&run_dir);
+    let code = wait(&mut child)?;
+    collector.record_exit(pid, i32::from(code), monotonic_ns());
+    match collector.finish(GRACE) {
+        Ok(summary) => finished(&summary, &trace, &run_dir, args.keep_spools),
+        Err(failure) => {
+            say(&format!("cudatrace: {}", failure.message));
+            say(&format!(
+                "cudatrace: the spools are kept in {dir}; once there is room, `cudatrace collect {dir}` finishes {} (the command exited with status {code})",
+                trace.display(),
+                dir = run_dir.display()
+            ));
+        }
     }
-    eprintln!("{}", summary.describe(&output));
-    if summary.dropped_events > 0 {
-        eprintln!(
-            "cudatrace: {} events could not be recorded (see the report)",
-            summary.dropped_events
-        );
+    Ok(code)
+}
+
+/// What `run` says once the trace is written, and what it leaves behind.
+fn finished(summary: &Summary, trace: &Path, run_dir: &Path, keep_spools: bool) {
+    let keep = keep_spools || summary.refused > 0 || summary.damaged_spools > 0;
+    if !keep {
+        spool_dir::remove_spools(run_dir, true);
+    }
+    if summary.processes == 0 && summary.damaged_spools == 0 {
+        say(&format!(
+            "cudatrace: no process loaded libcuda; nothing to record (wrote an empty trace {})",
+            trace.display()
+        ));
+    } else {
+        say(&summary.describe(trace));
+    }
+    for line in summary.warnings(run_dir) {
+        say(&line);
     }
     if summary.refused > 0 {
-        eprintln!(
+        say(&format!(
             "cudatrace: refused {} spool files not owned by this user; kept {}",
             summary.refused,
             run_dir.display()
-        );
+        ));
+    } else if keep && !keep_spools {
+        say(&format!("cudatrace: kept the spools in {}", run_dir.display()));
     }
-    Ok(code)
 }

@@ -145,11 +145,14 @@ fn a_single_process_run_reports_exactly_what_it_did() {
     ];
     live_at_exit.sort_by_key(|l| l["address"].as_u64());
     let expected = json!({
-        "format_version": 1,
+        "format_version": 2,
+        "lost_events": 0,
         "dropped_events": 0,
         "complete": true,
         "damage": null,
+        "skipped_damage": [],
         "refused_spools": [],
+        "damaged_spools": [],
         "processes": [{
             "pid": pid,
             "ppid": cudatrace_pid,
@@ -158,8 +161,13 @@ fn a_single_process_run_reports_exactly_what_it_did() {
             "exit_status": 0,
             "still_running": false,
             "events": 24,
+            "lost_events": 0,
+            "dropped_events": 0,
+            "drop_reason": null,
             "unfinished_records": 0,
+            "damaged_records": 0,
             "unknown_frees": 0,
+            "reused_without_free": 0,
             "devices": [
                 {"device": 0, "allocations": 10, "frees": 6, "bytes_allocated": 3_280_960, "peak_bytes": 3 << 20,
                  "live_bytes_at_exit": 2_115_584, "live_at_exit": live_at_exit, "ooms": []},
@@ -352,18 +360,32 @@ fn a_damaged_trace_reports_what_came_before_the_damage() {
     let stderr = String::from_utf8_lossy(&out.stderr);
     assert_eq!(stderr.lines().count(), 1, "{stderr}");
     assert!(stderr.contains("is damaged at byte"), "{stderr}");
-    // A flipped byte in the first event block: the processes are known, no events.
+    // A flipped byte in the event block: the frame after it verifies, so the
+    // block is skipped and reading goes on; its 24 events count as lost.
     let mut flipped = bytes.clone();
     let events_at = find_frame(&bytes, b'E');
     flipped[events_at + 8] ^= 0xff;
     std::fs::write(&cut, &flipped).unwrap();
     let (partial, out) = report_json(&cut);
     assert_eq!(out.status.code(), Some(1));
+    assert_eq!(partial["damage"], Value::Null);
     assert_eq!(
-        partial["damage"],
-        format!("at byte {events_at}: checksum mismatch in a 'E' record")
+        partial["skipped_damage"],
+        json!([format!("at byte {events_at}: checksum mismatch in a 'E' record")])
     );
+    assert_eq!(partial["complete"], true);
     assert_eq!(partial["processes"][0]["events"], 0);
+    assert_eq!(partial["processes"][0]["exit_status"], 0);
+    assert_eq!(partial["processes"][0]["lost_events"], 24);
+    assert_eq!(partial["lost_events"], 24);
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(
+        stderr.trim_end(),
+        format!(
+            "cudatrace: {} has 1 damaged frames, skipped (the first at byte {events_at}: checksum mismatch in a 'E' record); the events they held are counted as lost",
+            cut.display()
+        )
+    );
 }
 
 /// Offset of the first frame with `tag`, walking the frames.
@@ -392,9 +414,12 @@ fn bad_input_gets_one_line_and_a_non_zero_exit() {
         ),
         (
             vec!["report".into(), "--frobnicate".into()],
-            "unknown option --frobnicate",
+            "unexpected argument '--frobnicate' found (see --help)",
         ),
-        (vec!["run".into()], "run needs a command"),
+        (
+            vec!["run".into()],
+            "the following required arguments were not provided: <CMD>... (see --help)",
+        ),
         (
             vec![
                 "run".into(),
@@ -409,7 +434,7 @@ fn bad_input_gets_one_line_and_a_non_zero_exit() {
             vec!["collect".into(), dir.join("nope").display().to_string()],
             "cannot read",
         ),
-        (vec!["launch".into()], "unknown command 'launch'"),
+        (vec!["launch".into()], "unrecognized subcommand 'launch' (see --help)"),
     ];
     for (args, message) in cases {
         let output = Command::new(cli()).args(&args).output().unwrap();
@@ -431,8 +456,12 @@ fn bad_input_gets_one_line_and_a_non_zero_exit() {
     .env("TMPDIR", &dir)
     .output()
     .unwrap();
-    assert_eq!(output.status.code(), Some(2));
-    assert!(String::from_utf8_lossy(&output.stderr).contains("cannot run /no/such/program"));
+    // As a shell says it: 127 for a command not found.
+    assert_eq!(output.status.code(), Some(127));
+    assert_eq!(
+        String::from_utf8_lossy(&output.stderr),
+        "cudatrace: cannot run /no/such/program: No such file or directory (os error 2)\n"
+    );
 }
 
 #[test]
@@ -489,30 +518,82 @@ fn thirty_two_threads_average_under_24_bytes_an_event() {
     assert!(bytes * 100 / events <= 2400, "{bytes} bytes for {events} events");
 }
 
+/// The spool files of the one run folder under `tmpdir`.
+fn run_spools(tmpdir: &Path) -> Vec<PathBuf> {
+    let user_folder = tmpdir.join(cudatrace_events::naming::user_folder_name(unsafe { libc::geteuid() }));
+    let run_folder = std::fs::read_dir(&user_folder).unwrap().next().unwrap().unwrap().path();
+    spool_files(&run_folder)
+}
+
 #[test]
-fn spool_space_is_given_back_while_the_run_goes_on() {
-    // Keep the spool to look at it, in a folder of its own.
-    let (mut command, trace) = run_command("punch", "threads", &["--keep-spools"]);
-    let spool_base = scratch_dir("punch-spools");
+fn keep_spools_keeps_every_record() {
+    let (mut command, trace) = run_command("keep", "threads", &["--keep-spools"]);
+    let spool_base = scratch_dir("keep-spools");
     let output = command.env("TMPDIR", &spool_base).output().unwrap();
     assert!(output.status.success(), "{}", String::from_utf8_lossy(&output.stderr));
-    let user_folder = spool_base.join(cudatrace_events::naming::user_folder_name(unsafe { libc::geteuid() }));
-    let run_folder = std::fs::read_dir(&user_folder).unwrap().next().unwrap().unwrap().path();
-    let spool = std::fs::read_dir(&run_folder)
-        .unwrap()
-        .map(|e| e.unwrap().path())
-        .find(|p| p.extension().is_some_and(|e| e == "spool"))
-        .unwrap();
+    let spools = run_spools(&spool_base);
+    assert_eq!(spools.len(), 1);
     use std::os::unix::fs::MetadataExt;
-    let meta = std::fs::metadata(&spool).unwrap();
-    // 320,000 records: twenty 1 MiB chunks were written, all read to the end.
+    let meta = std::fs::metadata(&spools[0]).unwrap();
+    // 320,000 records: twenty 1 MiB chunks, all still on disk.
     assert_eq!(meta.len(), 4096 + 20 * (1 << 20));
-    let allocated = meta.blocks() * 512;
-    assert!(allocated <= 4096 + (1 << 20), "{allocated} bytes still allocated");
-    // The kept spool says its records went to the trace, and reads as such.
-    let kept = cudatrace_events::SpoolReader::read_path(&spool).unwrap();
-    assert_eq!(kept.released_records, 20 * 16384);
-    assert_eq!((kept.events.len(), kept.unfinished_records), (0, 0));
+    assert!(
+        meta.blocks() * 512 >= 20 * (1 << 20),
+        "{} bytes allocated",
+        meta.blocks() * 512
+    );
+    let kept = cudatrace_events::SpoolReader::read_path(&spools[0]).unwrap();
+    assert_eq!(kept.header.released_records, 0);
+    assert_eq!(
+        (kept.events.len(), kept.unwritten_records, kept.damaged_records),
+        (320_000, 0, 0)
+    );
     let (report, _) = report_json(&trace);
     assert_eq!(report["processes"][0]["events"], 320_000);
+}
+
+#[test]
+fn spool_space_is_given_back_while_the_run_goes_on() {
+    let (mut command, trace) = run_command("punch", "loop", &[]);
+    let spool_base = scratch_dir("punch-spools");
+    command
+        .args(["100000", "1", "wait"])
+        .env("TMPDIR", &spool_base)
+        .env("FAKE_CUDA_CAPACITY", "1099511627776")
+        .stdin(Stdio::piped())
+        .stdout(Stdio::piped());
+    let mut child = command.spawn().unwrap();
+    let mut reader = std::io::BufReader::new(child.stdout.take().unwrap());
+    let mut line = String::new();
+    while !line.starts_with("ready") {
+        line.clear();
+        assert!(
+            std::io::BufRead::read_line(&mut reader, &mut line).unwrap() > 0,
+            "scenario ended early"
+        );
+    }
+    // 150,000 records fill nine whole chunks and part of a tenth. Once the
+    // collector has synced the trace, the nine are given back.
+    let spool = run_spools(&spool_base).pop().unwrap();
+    use std::os::unix::fs::MetadataExt;
+    let deadline = Instant::now() + Duration::from_secs(20);
+    let released = loop {
+        let header = cudatrace_events::SpoolFile::open(&spool, false).unwrap().header();
+        if header.released_records == 9 * 16384 || Instant::now() > deadline {
+            break header.released_records;
+        }
+        std::thread::sleep(Duration::from_millis(50));
+    };
+    assert_eq!(released, 9 * 16384);
+    let meta = std::fs::metadata(&spool).unwrap();
+    assert_eq!(meta.len(), 4096 + 10 * (1 << 20));
+    // The header and the tenth chunk (reserved whole) stay, plus whatever
+    // the file system keeps for its own bookkeeping: well under two chunks.
+    let allocated = meta.blocks() * 512;
+    assert!(allocated < 2 << 20, "{allocated} bytes still allocated");
+    drop(child.stdin.take());
+    assert!(child.wait().unwrap().success());
+    let (report, _) = report_json(&trace);
+    assert_eq!(report["processes"][0]["events"], 150_000);
+    assert_eq!(report["lost_events"], 0);
 }

@@ -48,8 +48,6 @@ macro_rules! code_enum {
 code_enum! {
     /// What a record says happened.
     pub enum Op {
-        /// A reserved sequence number whose call failed; carries nothing.
-        Void = 0 => "void",
         /// Memory (or an imported mapping) came into existence.
         Alloc = 1 => "alloc",
         /// Memory recorded by an earlier `Alloc` went away.
@@ -64,6 +62,9 @@ code_enum! {
         Reserve = 6 => "reserve",
         /// Reserved address space was given back (`cuMemAddressFree`).
         Unreserve = 7 => "unreserve",
+        /// A sequence number reserved by a free or unmap whose call failed:
+        /// nothing changed. Kept so that sequence numbers have no gaps.
+        Failed = 8 => "failed",
     }
 }
 
@@ -192,7 +193,9 @@ mod tests {
         }
         assert_eq!(Api::from_code(63), None);
         assert_eq!(Kind::from_code(9), None);
-        assert_eq!(Op::from_code(8), None);
+        // Zero is never an op: it marks a slot not yet written.
+        assert_eq!(Op::from_code(0), None);
+        assert_eq!(Op::from_code(9), None);
     }
 
     #[test]

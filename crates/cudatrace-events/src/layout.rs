@@ -1,23 +1,42 @@
 //! Byte layout of a spool file: one header page, then fixed-size records.
 //!
 //! All integers are little-endian (the only byte order the tracer runs on).
-//! The file is created sparse and grows in chunks of [`CHUNK_RECORDS`]
-//! records; a record slot that was never written reads as zeros.
+//! The file grows in chunks of [`CHUNK_RECORDS`] records, each reserved on
+//! disk before the writer touches it; a record slot that was never written
+//! reads as zeros.
+//!
+//! # Publication protocol
+//!
+//! A writer fills words 1 to 7 of its slot, then stores word 0, the *commit
+//! word*, with release ordering. The commit word holds the sequence number
+//! plus one in its low 48 bits and a 16-bit check of the other seven words
+//! in its high 16 bits ([`commit_word`]). A reader loads the commit word with
+//! acquire ordering, then the body; the record is complete only when the
+//! commit word is non-zero, names this slot's sequence number, the check
+//! matches the body, and the op code is non-zero. Anything else is "not yet
+//! written" while the writer lives, and damage once it is gone.
 
 /// First eight bytes of every spool file.
 pub const SPOOL_MAGIC: [u8; 8] = *b"CUTRSPL\0";
 /// Version of this layout; bumped on any incompatible change.
-pub const SPOOL_VERSION: u32 = 1;
+pub const SPOOL_VERSION: u32 = 2;
 /// Size of the header page; records start at this offset.
 pub const HEADER_SIZE: usize = 4096;
 /// Size of one record in bytes.
 pub const RECORD_SIZE: usize = 64;
-/// Records added to the file each time the writer runs out of mapped space.
+/// Records added to the file each time the writer runs out of reserved space.
 pub const CHUNK_RECORDS: usize = 16384;
+/// Bytes of one chunk.
+pub const CHUNK_BYTES: usize = CHUNK_RECORDS * RECORD_SIZE;
+/// Offset of the command line in the header.
+pub const CMDLINE_OFFSET: usize = 112;
 /// Bytes of `/proc/self/cmdline` kept in the header.
-pub const CMDLINE_CAPACITY: usize = HEADER_SIZE - 96;
+pub const CMDLINE_CAPACITY: usize = HEADER_SIZE - CMDLINE_OFFSET;
 /// Offset of [`SpoolHeader::released_chunks`], which the collector writes.
 pub const RELEASED_CHUNKS_OFFSET: u64 = 92;
+/// Sequence numbers are the low 48 bits of the commit word.
+pub const SEQ_BITS: u32 = 48;
+const SEQ_MASK: u64 = (1 << SEQ_BITS) - 1;
 
 /// The header page at the start of a spool file.
 ///
@@ -43,11 +62,12 @@ pub struct SpoolHeader {
     pub start_monotonic_ns: u64,
     /// `CLOCK_REALTIME` at the same instant: the wall-clock anchor of the process.
     pub start_realtime_ns: u64,
-    /// Frees of memory the tracer never saw allocated (not recorded as events).
+    /// Frees of memory the tracer never saw allocated.
     pub unknown_frees: u64,
     /// Allocations that could not be entered in the live table because it was full.
     pub registry_overflows: u64,
-    /// Records dropped because the spool could not grow (disk full, mmap failure).
+    /// Records dropped because the spool could not grow (disk full, file
+    /// size limit, mmap failure); their sequence numbers are gaps.
     pub dropped_records: u64,
     /// `CLOCK_MONOTONIC` when the process called `exit`.
     pub exit_time_ns: u64,
@@ -58,25 +78,31 @@ pub struct SpoolHeader {
     pub exit_recorded: u32,
     /// Number of meaningful bytes in `cmdline`.
     pub cmdline_len: u32,
-    /// Chunks the collector has read, saved to the trace and given back to
-    /// the file system; their records read as zeros. Written by the collector.
+    /// Chunks the collector has read, saved durably to the trace and given
+    /// back to the file system; their records read as zeros. Written by the collector.
     pub released_chunks: u32,
+    /// Sequence numbers handed out so far: every one below this was either
+    /// stored, dropped, or is in flight in a hook.
+    pub reserved_seqs: u64,
+    /// The `errno` of the first failure that made a record be dropped; 0 if none.
+    pub drop_errno: i32,
+    /// Zero; room for later use.
+    pub spare: u32,
     /// The process's argv as in `/proc/self/cmdline`: NUL-separated, truncated.
     pub cmdline: [u8; CMDLINE_CAPACITY],
 }
 
 const _: () = assert!(std::mem::size_of::<SpoolHeader>() == HEADER_SIZE);
+const _: () = assert!(std::mem::offset_of!(SpoolHeader, released_chunks) == RELEASED_CHUNKS_OFFSET as usize);
+const _: () = assert!(std::mem::offset_of!(SpoolHeader, cmdline) == CMDLINE_OFFSET);
 
-/// One event as stored in the spool.
-///
-/// `seq_plus_one` is written last, with release ordering: a slot whose
-/// `seq_plus_one` is zero was never completed (its hook had not returned) and
-/// is ignored by readers.
+/// One event as stored in the spool. See the module documentation for the
+/// order in which its words are written and read.
 #[repr(C)]
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
 pub struct RawRecord {
-    /// Per-process sequence number plus one; zero marks an unfinished slot.
-    pub seq_plus_one: u64,
+    /// The commit word ([`commit_word`]); zero marks a slot not yet written.
+    pub commit: u64,
     /// `CLOCK_MONOTONIC` in nanoseconds.
     pub time_ns: u64,
     /// Device or host address, or the handle for arrays and VMM physical memory.
@@ -92,7 +118,7 @@ pub struct RawRecord {
     pub arg2: u64,
     /// Kernel thread id of the caller.
     pub tid: u32,
-    /// [`crate::Op`] code.
+    /// [`crate::Op`] code; never zero in a written record.
     pub op: u8,
     /// [`crate::Kind`] code.
     pub kind: u8,
@@ -104,51 +130,111 @@ pub struct RawRecord {
 
 const _: () = assert!(std::mem::size_of::<RawRecord>() == RECORD_SIZE);
 
-impl RawRecord {
-    /// Decodes a record from its stored bytes.
-    pub fn from_bytes(bytes: &[u8; RECORD_SIZE]) -> RawRecord {
-        let word = |i: usize| {
-            let mut b = [0u8; 8];
-            b.copy_from_slice(&bytes[i * 8..i * 8 + 8]);
-            u64::from_le_bytes(b)
-        };
-        RawRecord {
-            seq_plus_one: word(0),
-            time_ns: word(1),
-            address: word(2),
-            size: word(3),
-            stream: word(4),
-            arg1: word(5),
-            arg2: word(6),
-            tid: u32::from_le_bytes([bytes[56], bytes[57], bytes[58], bytes[59]]),
-            op: bytes[60],
-            kind: bytes[61],
-            api: bytes[62],
-            device: bytes[63] as i8,
-        }
-    }
+/// Odd multipliers for the check, one per word.
+const CHECK_FACTORS: [u64; 8] = [
+    0x9E37_79B9_7F4A_7C15,
+    0xC2B2_AE3D_27D4_EB4F,
+    0x1656_67B1_9E37_79F9,
+    0xD6E8_FEB8_6659_FD93,
+    0xA076_1D64_78BD_642F,
+    0xE703_7ED1_A0B4_28DB,
+    0x8EBC_6AF0_9C88_C6E3,
+    0x5899_65CC_7537_4CC3,
+];
 
-    /// Encodes a record as it is stored.
-    pub fn to_bytes(&self) -> [u8; RECORD_SIZE] {
-        let mut out = [0u8; RECORD_SIZE];
-        let words = [
-            self.seq_plus_one,
+/// The 16-bit check of a record body (words 1 to 7) for sequence number
+/// `seq`. The products are independent, so this costs a few cycles.
+#[inline]
+pub fn body_check(seq: u64, body: &[u64; 7]) -> u16 {
+    let mut sum = (seq.wrapping_add(1) ^ 0x5EED).wrapping_mul(CHECK_FACTORS[0]);
+    for (word, factor) in body.iter().zip(&CHECK_FACTORS[1..]) {
+        sum = sum.wrapping_add((word ^ (word >> 32)).wrapping_mul(*factor));
+    }
+    ((sum ^ (sum >> 32)).wrapping_mul(CHECK_FACTORS[0]) >> 48) as u16
+}
+
+/// The commit word of a record with sequence number `seq` and this body.
+#[inline]
+pub fn commit_word(seq: u64, body: &[u64; 7]) -> u64 {
+    ((seq.wrapping_add(1)) & SEQ_MASK) | (u64::from(body_check(seq, body)) << SEQ_BITS)
+}
+
+/// The sequence number a non-zero commit word names.
+#[inline]
+pub fn committed_seq(commit: u64) -> u64 {
+    (commit & SEQ_MASK).wrapping_sub(1)
+}
+
+/// Whether `commit` is the commit word of sequence number `seq` with this body.
+#[inline]
+pub fn commit_matches(commit: u64, seq: u64, body: &[u64; 7]) -> bool {
+    commit != 0 && commit == commit_word(seq, body)
+}
+
+impl RawRecord {
+    /// Words 1 to 7, as the check covers them.
+    #[inline]
+    pub fn body_words(&self) -> [u64; 7] {
+        let last = u64::from(self.tid)
+            | u64::from(self.op) << 32
+            | u64::from(self.kind) << 40
+            | u64::from(self.api) << 48
+            | u64::from(self.device as u8) << 56;
+        [
             self.time_ns,
             self.address,
             self.size,
             self.stream,
             self.arg1,
             self.arg2,
-        ];
-        for (i, w) in words.iter().enumerate() {
-            out[i * 8..i * 8 + 8].copy_from_slice(&w.to_le_bytes());
+            last,
+        ]
+    }
+
+    /// Decodes a record from its stored bytes.
+    pub fn from_bytes(bytes: &[u8; RECORD_SIZE]) -> RawRecord {
+        let mut words = [0u64; 8];
+        for (i, word) in words.iter_mut().enumerate() {
+            let mut b = [0u8; 8];
+            b.copy_from_slice(&bytes[i * 8..i * 8 + 8]);
+            *word = u64::from_le_bytes(b);
         }
-        out[56..60].copy_from_slice(&self.tid.to_le_bytes());
-        out[60] = self.op;
-        out[61] = self.kind;
-        out[62] = self.api;
-        out[63] = self.device as u8;
+        RawRecord::from_words(&words)
+    }
+
+    /// Decodes a record from its eight little-endian words.
+    pub fn from_words(words: &[u64; 8]) -> RawRecord {
+        let last = words[7];
+        RawRecord {
+            commit: words[0],
+            time_ns: words[1],
+            address: words[2],
+            size: words[3],
+            stream: words[4],
+            arg1: words[5],
+            arg2: words[6],
+            tid: last as u32,
+            op: (last >> 32) as u8,
+            kind: (last >> 40) as u8,
+            api: (last >> 48) as u8,
+            device: (last >> 56) as u8 as i8,
+        }
+    }
+
+    /// Encodes a record as it is stored.
+    pub fn to_bytes(&self) -> [u8; RECORD_SIZE] {
+        let mut out = [0u8; RECORD_SIZE];
+        out[..8].copy_from_slice(&self.commit.to_le_bytes());
+        for (i, w) in self.body_words().iter().enumerate() {
+            out[8 + i * 8..16 + i * 8].copy_from_slice(&w.to_le_bytes());
+        }
         out
+    }
+
+    /// This record with the commit word for sequence number `seq` filled in.
+    pub fn committed(mut self, seq: u64) -> RawRecord {
+        self.commit = commit_word(seq, &self.body_words());
+        self
     }
 }
 
@@ -156,10 +242,9 @@ impl RawRecord {
 mod tests {
     use super::*;
 
-    #[test]
-    fn record_bytes_round_trip_and_match_the_in_memory_layout() {
-        let record = RawRecord {
-            seq_plus_one: 7,
+    fn sample() -> RawRecord {
+        RawRecord {
+            commit: 0,
             time_ns: 123_456_789,
             address: 0x7f00_0000_1000,
             size: 4096,
@@ -171,12 +256,39 @@ mod tests {
             kind: 3,
             api: 66,
             device: -1,
-        };
+        }
+        .committed(6)
+    }
+
+    #[test]
+    fn record_bytes_round_trip_and_match_the_in_memory_layout() {
+        let record = sample();
         let bytes = record.to_bytes();
         assert_eq!(RawRecord::from_bytes(&bytes), record);
         // The writer stores the struct directly; the reader decodes bytes.
         // Both must agree on where each field lies.
         let in_memory: [u8; RECORD_SIZE] = unsafe { std::mem::transmute(record) };
         assert_eq!(in_memory, bytes);
+    }
+
+    #[test]
+    fn the_commit_word_names_the_sequence_number_and_checks_the_body() {
+        let record = sample();
+        assert_eq!(committed_seq(record.commit), 6);
+        assert!(commit_matches(record.commit, 6, &record.body_words()));
+        assert!(!commit_matches(record.commit, 7, &record.body_words()));
+        // Any one word torn back to its unwritten zero fails the check.
+        for word in 0..7 {
+            let mut body = record.body_words();
+            body[word] = 0;
+            assert!(!commit_matches(record.commit, 6, &body), "word {word}");
+        }
+        // As does any single flipped bit.
+        for bit in 0..(7 * 64) {
+            let mut body = record.body_words();
+            body[bit / 64] ^= 1 << (bit % 64);
+            assert!(!commit_matches(record.commit, 6, &body), "bit {bit}");
+        }
+        assert!(!commit_matches(0, 6, &record.body_words()));
     }
 }

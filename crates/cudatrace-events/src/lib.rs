@@ -5,16 +5,21 @@
 //! fixed-layout [`RawRecord`] into a per-process *spool file* mapped with
 //! `MAP_SHARED`; the kernel keeps those pages when the process dies, so every
 //! record whose hook has returned survives a crash. Outside the process,
-//! [`spool::SpoolReader`] turns a spool file back into [`Event`]s.
+//! [`SpoolFile`] and [`SpoolCursor`] turn a spool file back into [`Event`]s,
+//! following the publication protocol described in [`layout`].
 //!
 //! Nothing in this crate allocates or locks on the writer side: the hook only
 //! needs [`RawRecord`], [`SpoolHeader`] and the code enums.
 
 pub mod codes;
+pub mod cursor;
 pub mod layout;
 pub mod naming;
 pub mod spool;
+pub mod spool_file;
 
 pub use codes::{Api, Kind, Op};
+pub use cursor::{Pass, SlotSource, SpoolCursor};
 pub use layout::{RawRecord, SpoolHeader, SPOOL_MAGIC, SPOOL_VERSION};
-pub use spool::{Event, ProcessInfo, Spool, SpoolError, SpoolHeaderInfo, SpoolReader};
+pub use spool::{classify, Event, ProcessInfo, SlotState, Spool, SpoolError, SpoolHeaderInfo, SpoolReader};
+pub use spool_file::SpoolFile;

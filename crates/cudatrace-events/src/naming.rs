@@ -6,6 +6,11 @@ use std::path::{Path, PathBuf};
 /// Created by whichever process of a plain-`LD_PRELOAD` tree starts its collector.
 pub const COLLECTOR_LOCK: &str = "collector.lock";
 
+/// Written by a collector into the spool folder: the path of the trace it
+/// writes. Spool space is given back only for events durably in that trace,
+/// so recovery reads it back from there.
+pub const TRACE_POINTER: &str = "trace.path";
+
 /// `cudatrace-<pid>-<image>.spool`: `image` counts the `exec`s of one pid.
 pub fn spool_file_name(pid: u32, image: u32) -> String {
     format!("cudatrace-{pid}-{image}.spool")

@@ -1,7 +1,12 @@
-//! Reading spool files back into events, outside the traced process.
+//! Reading spool files back into events, outside the traced process: the
+//! header, and what each record slot holds.
 
 use crate::codes::{Api, Kind, Op};
-use crate::layout::{RawRecord, CHUNK_RECORDS, CMDLINE_CAPACITY, HEADER_SIZE, RECORD_SIZE, SPOOL_MAGIC, SPOOL_VERSION};
+use crate::cursor::{Pass, SlotSource, SpoolCursor};
+use crate::layout::{
+    commit_matches, committed_seq, RawRecord, CHUNK_RECORDS, CMDLINE_CAPACITY, CMDLINE_OFFSET, HEADER_SIZE,
+    RECORD_SIZE, SPOOL_MAGIC, SPOOL_VERSION,
+};
 use std::path::Path;
 
 /// The process a spool file belongs to.
@@ -52,23 +57,78 @@ pub struct Event {
     pub arg2: u64,
 }
 
-/// Everything a spool file holds.
+/// What one record slot holds.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum SlotState {
+    /// Nothing yet: the commit word is zero.
+    Unwritten,
+    /// The commit word is set but the record is not whole: it names another
+    /// slot, fails its check, or holds codes no writer stores. While the
+    /// writer lives this means "not yet"; once it is gone, damage.
+    Incomplete(&'static str),
+    /// A whole record.
+    Complete(Event),
+}
+
+/// Decides what the slot of sequence number `index` holds, for process `pid`.
+pub fn classify(raw: &RawRecord, index: u64, pid: u32) -> SlotState {
+    if raw.commit == 0 {
+        return SlotState::Unwritten;
+    }
+    if committed_seq(raw.commit) != index & ((1 << crate::layout::SEQ_BITS) - 1) {
+        return SlotState::Incomplete("its sequence number belongs to another slot");
+    }
+    if !commit_matches(raw.commit, index, &raw.body_words()) {
+        return SlotState::Incomplete("its check does not match its contents");
+    }
+    let (Some(op), Some(api), Some(kind)) = (
+        Op::from_code(raw.op),
+        Api::from_code(raw.api),
+        Kind::from_code(raw.kind),
+    ) else {
+        return SlotState::Incomplete("it holds an unknown code");
+    };
+    SlotState::Complete(Event {
+        pid,
+        tid: raw.tid,
+        seq: index,
+        time_ns: raw.time_ns,
+        device: u8::try_from(raw.device).ok(),
+        stream: raw.stream,
+        api,
+        op,
+        kind,
+        address: raw.address,
+        size: raw.size,
+        arg1: raw.arg1,
+        arg2: raw.arg2,
+    })
+}
+
+/// Everything a spool file holds, read once its process is gone.
 #[derive(Clone, Debug)]
 pub struct Spool {
-    /// Who wrote it.
-    pub process: ProcessInfo,
-    /// Completed events in sequence order, without void slots.
+    /// What its header says.
+    pub header: SpoolHeaderInfo,
+    /// Whole records in sequence order, failed calls included.
     pub events: Vec<Event>,
-    /// Slots that were reserved but never completed (the process died inside a hook).
-    pub unfinished_records: u64,
-    /// Frees of memory the tracer had not seen allocated.
-    pub unknown_frees: u64,
-    /// Allocations the live table had no room for.
-    pub registry_overflows: u64,
-    /// Records the writer could not store.
-    pub dropped_records: u64,
-    /// Records already collected into a trace and released from the file.
-    pub released_records: u64,
+    /// Sequence numbers handed out whose slot was never written: dropped
+    /// records, and calls cut short by the process's death.
+    pub unwritten_records: u64,
+    /// Slots whose record is not whole.
+    pub damaged_records: u64,
+}
+
+impl Spool {
+    /// The process that wrote it.
+    pub fn process(&self) -> &ProcessInfo {
+        &self.header.process
+    }
+
+    /// Calls cut short by the process's death: unwritten slots that were not dropped.
+    pub fn unfinished_records(&self) -> u64 {
+        self.unwritten_records.saturating_sub(self.header.dropped_records)
+    }
 }
 
 /// Why a spool file could not be read.
@@ -76,20 +136,30 @@ pub struct Spool {
 pub enum SpoolError {
     /// The file could not be read at all.
     Io(std::io::Error),
+    /// Not a regular file (a device, a pipe, a folder).
+    NotAFile,
     /// The file is shorter than its header.
-    Truncated { len: usize },
+    Truncated {
+        /// Bytes in the file.
+        len: u64,
+    },
     /// The file does not start with [`SPOOL_MAGIC`].
     NotASpool,
     /// The file was written by an incompatible tracer.
-    Version { found: u32 },
-    /// A completed record holds a code this reader does not know.
-    BadRecord { offset: usize, reason: String },
+    Version {
+        /// The version the file declares.
+        found: u32,
+    },
 }
 
 impl std::fmt::Display for SpoolError {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         match self {
             SpoolError::Io(e) => write!(f, "cannot read spool: {e}"),
+            SpoolError::NotAFile => f.write_str("not a regular file"),
+            SpoolError::Truncated { len: 0 } => {
+                f.write_str("spool is empty: its process could not reserve space for it (disk full?)")
+            }
             SpoolError::Truncated { len } => {
                 write!(f, "spool is {len} bytes, shorter than its {HEADER_SIZE}-byte header")
             }
@@ -98,17 +168,11 @@ impl std::fmt::Display for SpoolError {
                 f,
                 "spool format version {found} is not supported (this build reads {SPOOL_VERSION})"
             ),
-            SpoolError::BadRecord { offset, reason } => {
-                write!(f, "corrupt record at byte {offset}: {reason}")
-            }
         }
     }
 }
 
 impl std::error::Error for SpoolError {}
-
-/// Decodes spool files.
-pub struct SpoolReader;
 
 fn le_u32(bytes: &[u8], at: usize) -> u32 {
     u32::from_le_bytes([bytes[at], bytes[at + 1], bytes[at + 2], bytes[at + 3]])
@@ -131,22 +195,33 @@ pub struct SpoolHeaderInfo {
     pub registry_overflows: u64,
     /// Records the writer could not store.
     pub dropped_records: u64,
+    /// The `errno` that made the first record be dropped, if any was.
+    pub drop_errno: Option<i32>,
     /// Records already collected into a trace and released from the file:
     /// reading starts after them.
     pub released_records: u64,
+    /// Sequence numbers handed out so far.
+    pub reserved_seqs: u64,
 }
 
+/// Decodes spool files held in memory.
+pub struct SpoolReader;
+
 impl SpoolReader {
-    /// Reads and decodes the spool file at `path`.
+    /// Reads and decodes the spool file at `path`, through a mapping of it,
+    /// checking its header before reading anything else.
     pub fn read_path(path: &Path) -> Result<Spool, SpoolError> {
-        let bytes = std::fs::read(path).map_err(SpoolError::Io)?;
-        Self::parse(&bytes)
+        let mut file = crate::spool_file::SpoolFile::open(path, false)?;
+        let header = file.header();
+        read_all(&mut file, header)
     }
 
     /// Decodes a spool's header page (the first [`HEADER_SIZE`] bytes).
     pub fn parse_header(bytes: &[u8]) -> Result<SpoolHeaderInfo, SpoolError> {
         if bytes.len() < HEADER_SIZE {
-            return Err(SpoolError::Truncated { len: bytes.len() });
+            return Err(SpoolError::Truncated {
+                len: bytes.len() as u64,
+            });
         }
         if bytes[0..8] != SPOOL_MAGIC {
             return Err(SpoolError::NotASpool);
@@ -155,15 +230,17 @@ impl SpoolReader {
         if version != SPOOL_VERSION
             || le_u32(bytes, 12) as usize != RECORD_SIZE
             || le_u32(bytes, 16) as usize != HEADER_SIZE
+            || le_u32(bytes, 20) as usize != CHUNK_RECORDS
         {
             return Err(SpoolError::Version { found: version });
         }
         let cmdline_len = (le_u32(bytes, 88) as usize).min(CMDLINE_CAPACITY);
-        let argv = bytes[96..96 + cmdline_len]
+        let argv = bytes[CMDLINE_OFFSET..CMDLINE_OFFSET + cmdline_len]
             .split(|&b| b == 0)
             .filter(|arg| !arg.is_empty())
             .map(|arg| String::from_utf8_lossy(arg).into_owned())
             .collect();
+        let drop_errno = le_u32(bytes, 104) as i32;
         Ok(SpoolHeaderInfo {
             process: ProcessInfo {
                 pid: le_u32(bytes, 24),
@@ -176,106 +253,75 @@ impl SpoolReader {
             unknown_frees: le_u64(bytes, 48),
             registry_overflows: le_u64(bytes, 56),
             dropped_records: le_u64(bytes, 64),
+            drop_errno: (drop_errno != 0).then_some(drop_errno),
             released_records: u64::from(le_u32(bytes, 92)) * CHUNK_RECORDS as u64,
+            reserved_seqs: le_u64(bytes, 96),
         })
     }
 
-    /// Decodes the completed record in slot `index` of `pid`'s spool, stored
-    /// at byte `offset`. `Ok(None)` for a void record.
-    pub fn decode_record(raw: &RawRecord, index: u64, pid: u32, offset: usize) -> Result<Option<Event>, SpoolError> {
-        let bad = |reason: String| SpoolError::BadRecord { offset, reason };
-        let op = Op::from_code(raw.op).ok_or_else(|| bad(format!("unknown op code {}", raw.op)))?;
-        if op == Op::Void {
-            return Ok(None);
-        }
-        let api = Api::from_code(raw.api).ok_or_else(|| bad(format!("unknown api code {}", raw.api)))?;
-        let kind = Kind::from_code(raw.kind).ok_or_else(|| bad(format!("unknown kind code {}", raw.kind)))?;
-        if raw.seq_plus_one.wrapping_sub(1) != index {
-            return Err(bad(format!(
-                "sequence number {} stored in slot {index}",
-                raw.seq_plus_one.wrapping_sub(1)
-            )));
-        }
-        Ok(Some(Event {
-            pid,
-            tid: raw.tid,
-            seq: index,
-            time_ns: raw.time_ns,
-            device: u8::try_from(raw.device).ok(),
-            stream: raw.stream,
-            api,
-            op,
-            kind,
-            address: raw.address,
-            size: raw.size,
-            arg1: raw.arg1,
-            arg2: raw.arg2,
-        }))
-    }
-
-    /// Decodes a spool file's bytes. A trailing partial record is ignored.
+    /// Decodes a whole spool file held in memory, as after its process has
+    /// gone: a trailing partial record is ignored.
     pub fn parse(bytes: &[u8]) -> Result<Spool, SpoolError> {
         let header = Self::parse_header(bytes)?;
-        let pid = header.process.pid;
-        let mut events = Vec::new();
-        let mut empty_slots_since_last_record = 0u64;
-        let mut unfinished_records = 0u64;
-        let released = usize::try_from(header.released_records).unwrap_or(usize::MAX);
-        let records = bytes[HEADER_SIZE..]
-            .chunks_exact(RECORD_SIZE)
-            .enumerate()
-            .skip(released);
-        for (index, chunk) in records {
-            let raw = RawRecord::from_bytes(chunk.try_into().expect("chunks_exact gives whole records"));
-            if raw.seq_plus_one == 0 {
-                empty_slots_since_last_record += 1;
-                continue;
-            }
-            // Empty slots followed by a completed one were reserved but never
-            // finished; empty slots at the end are just unused space.
-            unfinished_records += empty_slots_since_last_record;
-            empty_slots_since_last_record = 0;
-            let offset = HEADER_SIZE + index * RECORD_SIZE;
-            if let Some(event) = Self::decode_record(&raw, index as u64, pid, offset)? {
-                events.push(event);
-            }
-        }
-        Ok(Spool {
-            process: header.process,
-            events,
-            unfinished_records,
-            unknown_frees: header.unknown_frees,
-            registry_overflows: header.registry_overflows,
-            dropped_records: header.dropped_records,
-            released_records: header.released_records,
-        })
+        read_all(&mut SlotBytes(&bytes[HEADER_SIZE..]), header)
+    }
+}
+
+fn read_all(source: &mut impl SlotSource, header: SpoolHeaderInfo) -> Result<Spool, SpoolError> {
+    let mut cursor = SpoolCursor::new(header.process.pid, header.released_records);
+    let mut events = Vec::new();
+    while !cursor.read(source, Pass::Final, usize::MAX, &mut events)? {}
+    cursor.finish(header.reserved_seqs);
+    Ok(Spool {
+        events,
+        unwritten_records: cursor.unwritten,
+        damaged_records: cursor.damaged,
+        header,
+    })
+}
+
+/// Record slots held in memory.
+struct SlotBytes<'a>(&'a [u8]);
+
+impl SlotSource for SlotBytes<'_> {
+    fn slot_count(&mut self) -> Result<u64, SpoolError> {
+        Ok((self.0.len() / RECORD_SIZE) as u64)
+    }
+
+    fn slot(&mut self, index: u64) -> RawRecord {
+        let at = index as usize * RECORD_SIZE;
+        let bytes: &[u8; RECORD_SIZE] = self.0[at..at + RECORD_SIZE].try_into().expect("whole record");
+        RawRecord::from_bytes(bytes)
     }
 }
 
 #[cfg(test)]
-mod tests {
+pub(crate) mod tests {
     use super::*;
 
-    fn header(pid: u32, argv: &[u8]) -> Vec<u8> {
+    pub(crate) fn header(pid: u32, argv: &[u8], reserved: u64) -> Vec<u8> {
         let mut bytes = vec![0u8; HEADER_SIZE];
         bytes[0..8].copy_from_slice(&SPOOL_MAGIC);
         bytes[8..12].copy_from_slice(&SPOOL_VERSION.to_le_bytes());
         bytes[12..16].copy_from_slice(&(RECORD_SIZE as u32).to_le_bytes());
         bytes[16..20].copy_from_slice(&(HEADER_SIZE as u32).to_le_bytes());
+        bytes[20..24].copy_from_slice(&(CHUNK_RECORDS as u32).to_le_bytes());
         bytes[24..28].copy_from_slice(&pid.to_le_bytes());
         bytes[28..32].copy_from_slice(&1u32.to_le_bytes());
         bytes[48..56].copy_from_slice(&3u64.to_le_bytes());
+        bytes[64..72].copy_from_slice(&1u64.to_le_bytes());
         bytes[72..80].copy_from_slice(&555u64.to_le_bytes());
         bytes[80..84].copy_from_slice(&3i32.to_le_bytes());
         bytes[84..88].copy_from_slice(&1u32.to_le_bytes());
         bytes[88..92].copy_from_slice(&(argv.len() as u32).to_le_bytes());
-        bytes[96..96 + argv.len()].copy_from_slice(argv);
+        bytes[96..104].copy_from_slice(&reserved.to_le_bytes());
+        bytes[104..108].copy_from_slice(&28i32.to_le_bytes());
+        bytes[CMDLINE_OFFSET..CMDLINE_OFFSET + argv.len()].copy_from_slice(argv);
         bytes
     }
 
-    fn record(seq: u64, op: Op, address: u64) -> [u8; RECORD_SIZE] {
+    pub(crate) fn record(seq: u64, op: Op, address: u64) -> RawRecord {
         RawRecord {
-            seq_plus_one: seq + 1,
             time_ns: 1000 + seq,
             address,
             size: 256,
@@ -286,30 +332,86 @@ mod tests {
             device: 0,
             ..Default::default()
         }
-        .to_bytes()
+        .committed(seq)
     }
 
     #[test]
-    fn decodes_header_and_completed_records_and_counts_unfinished_slots() {
-        let mut bytes = header(77, b"python\0train.py\0");
-        bytes.extend_from_slice(&record(0, Op::Alloc, 0x1000));
-        bytes.extend_from_slice(&[0u8; RECORD_SIZE]); // reserved, never finished
-        bytes.extend_from_slice(&record(2, Op::Void, 0));
-        bytes.extend_from_slice(&record(3, Op::Free, 0x1000));
-        bytes.extend_from_slice(&[0u8; RECORD_SIZE * 4]); // unused tail
+    fn decodes_header_and_whole_records_and_counts_every_gap() {
+        let mut bytes = header(77, b"python\0train.py\0", 7);
+        bytes.extend_from_slice(&record(0, Op::Alloc, 0x1000).to_bytes());
+        bytes.extend_from_slice(&[0u8; RECORD_SIZE]); // reserved, never written
+        bytes.extend_from_slice(&record(2, Op::Failed, 0).to_bytes());
+        bytes.extend_from_slice(&record(3, Op::Free, 0x1000).to_bytes());
+        let mut torn = record(4, Op::Alloc, 0x2000);
+        torn.size = 0; // a word the writer had not stored yet
+        bytes.extend_from_slice(&torn.to_bytes());
+        bytes.extend_from_slice(&[0u8; RECORD_SIZE * 4]); // slots 5 and 6 reserved, then unused space
         bytes.extend_from_slice(&[1u8; 10]); // partial record at the end
         let spool = SpoolReader::parse(&bytes).unwrap();
-        assert_eq!(spool.process.pid, 77);
-        assert_eq!(spool.process.ppid, 1);
-        assert_eq!(spool.process.exit, Some((3, 555)));
-        assert_eq!(spool.process.argv, vec!["python".to_string(), "train.py".to_string()]);
-        assert_eq!(spool.unknown_frees, 3);
-        assert_eq!(spool.unfinished_records, 1);
-        let seqs: Vec<u64> = spool.events.iter().map(|e| e.seq).collect();
-        assert_eq!(seqs, vec![0, 3]);
-        assert_eq!(spool.events[1].op, Op::Free);
-        assert_eq!(spool.events[1].address, 0x1000);
-        assert_eq!(spool.events[1].device, Some(0));
+        assert_eq!(spool.process().pid, 77);
+        assert_eq!(spool.process().ppid, 1);
+        assert_eq!(spool.process().exit, Some((3, 555)));
+        assert_eq!(spool.process().argv, vec!["python".to_string(), "train.py".to_string()]);
+        assert_eq!(spool.header.unknown_frees, 3);
+        assert_eq!(spool.header.drop_errno, Some(28));
+        assert_eq!(spool.header.reserved_seqs, 7);
+        // Slot 1, and slots 5 and 6 below the 7 reserved, were never written.
+        assert_eq!(spool.unwritten_records, 3);
+        assert_eq!(spool.damaged_records, 1);
+        assert_eq!(spool.unfinished_records(), 2);
+        let seqs: Vec<(u64, Op)> = spool.events.iter().map(|e| (e.seq, e.op)).collect();
+        assert_eq!(seqs, vec![(0, Op::Alloc), (2, Op::Failed), (3, Op::Free)]);
+        assert_eq!(spool.events[2].address, 0x1000);
+        assert_eq!(spool.events[2].device, Some(0));
+    }
+
+    #[test]
+    fn a_set_commit_word_with_a_zero_or_torn_body_is_not_a_record() {
+        // Every word non-zero, so that each one missing is a real tear.
+        let whole = RawRecord {
+            stream: 0x1234,
+            arg1: 7,
+            arg2: 8,
+            ..record(5, Op::Alloc, 0x7000)
+        }
+        .committed(5);
+        assert!(matches!(classify(&whole, 5, 1), SlotState::Complete(_)));
+        // The commit word stored, nothing else: what a copy made out of order sees.
+        let zero_body = RawRecord {
+            commit: whole.commit,
+            ..Default::default()
+        };
+        assert_eq!(
+            classify(&zero_body, 5, 1),
+            SlotState::Incomplete("its check does not match its contents")
+        );
+        // Each word of the body missing in turn.
+        let words = whole.to_bytes();
+        for word in 1..8 {
+            let mut torn = words;
+            torn[word * 8..word * 8 + 8].fill(0);
+            let state = classify(&RawRecord::from_bytes(&torn), 5, 1);
+            assert!(matches!(state, SlotState::Incomplete(_)), "word {word}: {state:?}");
+        }
+        // Half of the commit word itself.
+        let mut half = words;
+        half[4..8].fill(0);
+        assert!(matches!(
+            classify(&RawRecord::from_bytes(&half), 5, 1),
+            SlotState::Incomplete(_)
+        ));
+        // A whole record in the wrong slot.
+        assert_eq!(
+            classify(&whole, 6, 1),
+            SlotState::Incomplete("its sequence number belongs to another slot")
+        );
+        // A zero op with a matching check is still not a record.
+        let no_op = RawRecord { op: 0, ..whole }.committed(5);
+        assert_eq!(
+            classify(&no_op, 5, 1),
+            SlotState::Incomplete("it holds an unknown code")
+        );
+        assert_eq!(classify(&RawRecord::default(), 5, 1), SlotState::Unwritten);
     }
 
     #[test]
@@ -322,11 +424,11 @@ mod tests {
             SpoolReader::parse(&[0u8; HEADER_SIZE]),
             Err(SpoolError::NotASpool)
         ));
-        let mut bytes = header(1, b"");
-        let mut bad = record(0, Op::Alloc, 1);
-        bad[62] = 200;
-        bytes.extend_from_slice(&bad);
-        let err = SpoolReader::parse(&bytes).unwrap_err();
-        assert_eq!(err.to_string(), "corrupt record at byte 4096: unknown api code 200");
+        let mut old = header(1, b"", 0);
+        old[8..12].copy_from_slice(&1u32.to_le_bytes());
+        assert_eq!(
+            SpoolReader::parse(&old).unwrap_err().to_string(),
+            "spool format version 1 is not supported (this build reads 2)"
+        );
     }
 }

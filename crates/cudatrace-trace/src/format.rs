@@ -6,7 +6,7 @@ use cudatrace_events::{Api, Event, Kind, Op};
 /// First eight bytes of a trace file.
 pub const MAGIC: [u8; 8] = *b"CUTRACE\0";
 /// Version of the record encodings; readers refuse other versions.
-pub const FORMAT_VERSION: u32 = 1;
+pub const FORMAT_VERSION: u32 = 2;
 /// Largest payload a frame may declare; anything larger is damage.
 pub const MAX_PAYLOAD: usize = 64 << 20;
 /// Most events the writer puts in one block.
@@ -17,6 +17,7 @@ pub(crate) const TAG_PROCESS: u8 = b'P';
 pub(crate) const TAG_EVENTS: u8 = b'E';
 pub(crate) const TAG_PROCESS_END: u8 = b'X';
 pub(crate) const TAG_REFUSED: u8 = b'R';
+pub(crate) const TAG_DAMAGED_SPOOL: u8 = b'D';
 pub(crate) const TAG_STRING: u8 = b'S';
 pub(crate) const TAG_STACK: u8 = b'K';
 pub(crate) const TAG_FOOTER: u8 = b'F';
@@ -74,8 +75,29 @@ pub struct ProcessEnd {
     pub unknown_frees: u64,
     /// Allocations the in-process live table had no room for.
     pub registry_overflows: u64,
-    /// Records the process could not store.
+    /// Records the process could not store (disk full, file size limit).
     pub dropped_records: u64,
+    /// The `errno` that made the first record be dropped.
+    pub drop_errno: Option<i32>,
+    /// Sequence numbers the process handed out: events `0..reserved_events`
+    /// happened, and those missing from the trace are lost.
+    pub reserved_events: u64,
+    /// Records found damaged in the spool.
+    pub damaged_records: u64,
+}
+
+/// A spool that could not be read at all: its process is in the trace only
+/// through this record.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct DamagedSpool {
+    /// Process id, from the spool's name.
+    pub pid: u32,
+    /// Image number, from the spool's name.
+    pub image: u32,
+    /// Path of the spool.
+    pub path: String,
+    /// What is wrong with it.
+    pub reason: String,
 }
 
 /// A spool the collector would not read.
@@ -102,6 +124,11 @@ pub struct Footer {
     pub refused_spools: u64,
     /// Wall clock when the trace was finished.
     pub end_realtime_ns: u64,
+    /// Events that happened but are not in the trace, from the gaps in each
+    /// process's sequence numbers.
+    pub lost_events: u64,
+    /// Spools that could not be read at all.
+    pub damaged_spools: u64,
 }
 
 /// One record of a trace file.
@@ -122,6 +149,8 @@ pub enum Record {
     ProcessEnd(ProcessEnd),
     /// [`Refusal`].
     Refused(Refusal),
+    /// [`DamagedSpool`].
+    DamagedSpool(DamagedSpool),
     /// An interned string (for stack frames).
     String {
         /// Its id.
@@ -203,6 +232,9 @@ pub(crate) fn encode(record: &Record, out: &mut Vec<u8>) -> u8 {
             ] {
                 put(out, v);
             }
+            put_signed(out, e.drop_errno.map_or(0, i64::from));
+            put(out, e.reserved_events);
+            put(out, e.damaged_records);
             TAG_PROCESS_END
         }
         Record::Refused(r) => {
@@ -210,6 +242,13 @@ pub(crate) fn encode(record: &Record, out: &mut Vec<u8>) -> u8 {
             put(out, u64::from(r.uid));
             put_string(out, &r.reason);
             TAG_REFUSED
+        }
+        Record::DamagedSpool(d) => {
+            put(out, u64::from(d.pid));
+            put(out, u64::from(d.image));
+            put_string(out, &d.path);
+            put_string(out, &d.reason);
+            TAG_DAMAGED_SPOOL
         }
         Record::String { id, text } => {
             put(out, *id);
@@ -229,6 +268,8 @@ pub(crate) fn encode(record: &Record, out: &mut Vec<u8>) -> u8 {
                 f.dropped_events,
                 f.refused_spools,
                 f.end_realtime_ns,
+                f.lost_events,
+                f.damaged_spools,
             ] {
                 put(out, v);
             }
@@ -255,7 +296,7 @@ fn encode_events(process: u32, events: &[Event], out: &mut Vec<u8>) {
         flags |= if e.arg1 != 0 { HAS_ARG1 } else { 0 };
         flags |= if e.arg2 != 0 { HAS_ARG2 } else { 0 };
         out.push(flags);
-        out.push(e.op as u8 | (e.kind as u8) << 3);
+        out.push(e.op as u8 | (e.kind as u8) << 4);
         out.push(e.api as u8);
         if flags & HAS_SEQ_GAP != 0 {
             put(out, seq_delta);
@@ -296,8 +337,8 @@ fn decode_events(cursor: &mut Cursor, pid_of: &dyn Fn(u32) -> Option<u32>) -> Re
     for _ in 0..count {
         let flags = cursor.byte()?;
         let op_kind = cursor.byte()?;
-        let op = Op::from_code(op_kind & 7).ok_or("unknown op code")?;
-        let kind = Kind::from_code(op_kind >> 3).ok_or("unknown kind code")?;
+        let op = Op::from_code(op_kind & 15).ok_or("unknown op code")?;
+        let kind = Kind::from_code(op_kind >> 4).ok_or("unknown kind code")?;
         let api = Api::from_code(cursor.byte()?).ok_or("unknown api code")?;
         seq = seq.wrapping_add(if flags & HAS_SEQ_GAP != 0 { cursor.get()? } else { 1 });
         time = time.wrapping_add(cursor.get_signed()? as u64);
@@ -378,11 +419,23 @@ pub(crate) fn decode(tag: u8, payload: &[u8], pid_of: &dyn Fn(u32) -> Option<u32
                 unknown_frees: c.get()?,
                 registry_overflows: c.get()?,
                 dropped_records: c.get()?,
+                drop_errno: match c.get_signed()? {
+                    0 => None,
+                    errno => Some(i32::try_from(errno).map_err(|_| "errno out of range")?),
+                },
+                reserved_events: c.get()?,
+                damaged_records: c.get()?,
             })
         }
         TAG_REFUSED => Record::Refused(Refusal {
             path: c.string()?,
             uid: c.get_u32()?,
+            reason: c.string()?,
+        }),
+        TAG_DAMAGED_SPOOL => Record::DamagedSpool(DamagedSpool {
+            pid: c.get_u32()?,
+            image: c.get_u32()?,
+            path: c.string()?,
             reason: c.string()?,
         }),
         TAG_STRING => Record::String {
@@ -406,6 +459,8 @@ pub(crate) fn decode(tag: u8, payload: &[u8], pid_of: &dyn Fn(u32) -> Option<u32
             dropped_events: c.get()?,
             refused_spools: c.get()?,
             end_realtime_ns: c.get()?,
+            lost_events: c.get()?,
+            damaged_spools: c.get()?,
         }),
         other => return Ok(Record::Unknown { tag: other }),
     };

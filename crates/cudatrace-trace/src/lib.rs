@@ -15,6 +15,6 @@ pub mod synthetic;
 mod varint;
 pub mod writer;
 
-pub use format::{Footer, Header, ProcessEnd, ProcessStart, Record, Refusal, FORMAT_VERSION, MAGIC};
+pub use format::{DamagedSpool, Footer, Header, ProcessEnd, ProcessStart, Record, Refusal, FORMAT_VERSION, MAGIC};
 pub use reader::{Damage, TraceReader};
 pub use writer::TraceWriter;

@@ -5,13 +5,16 @@ use crate::format::{decode, Record, FORMAT_VERSION, MAGIC, MAX_PAYLOAD};
 use std::collections::HashMap;
 use std::io::{self, Read};
 
-/// Where and why a reader stopped before the end of a trace.
+/// A frame that could not be read: where, why, and whether reading went on.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct Damage {
-    /// Byte offset of the first frame that could not be read.
+    /// Byte offset of the damaged frame.
     pub offset: u64,
     /// What was wrong with it.
     pub reason: String,
+    /// The frame after it verified, so it was skipped and reading went on;
+    /// otherwise reading stopped here.
+    pub skipped: bool,
 }
 
 impl std::fmt::Display for Damage {
@@ -20,14 +23,31 @@ impl std::fmt::Display for Damage {
     }
 }
 
-/// Reads records from a trace. It never panics on any input: the first
-/// damaged frame ends the stream with a [`Damage`] that says where and why,
-/// after every whole record before it.
+/// Reads records from a trace. It never panics on any input. A damaged
+/// frame is reported as a [`Damage`]; if the frame after it verifies, the
+/// damaged one is skipped and reading goes on, otherwise the stream ends
+/// there, after every whole record before it.
 pub struct TraceReader<R: Read> {
     input: R,
     offset: u64,
     pids: HashMap<u32, u32>,
     stopped: bool,
+    /// A frame read ahead to decide whether to skip the one before it.
+    ahead: Option<Frame>,
+}
+
+/// One frame as read, not yet decoded.
+struct Frame {
+    offset: u64,
+    tag: u8,
+    payload: Vec<u8>,
+    checksum_ok: bool,
+}
+
+impl Frame {
+    fn end(&self) -> u64 {
+        self.offset + 9 + self.payload.len() as u64
+    }
 }
 
 fn read_fully(input: &mut impl Read, buffer: &mut [u8]) -> io::Result<usize> {
@@ -50,11 +70,13 @@ impl<R: Read> TraceReader<R> {
         let got = read_fully(&mut input, &mut magic).map_err(|e| Damage {
             offset: 0,
             reason: e.to_string(),
+            skipped: false,
         })?;
         if got < magic.len() || magic != MAGIC {
             return Err(Damage {
                 offset: 0,
                 reason: "not a cudatrace trace (bad magic)".into(),
+                skipped: false,
             });
         }
         Ok(TraceReader {
@@ -62,6 +84,7 @@ impl<R: Read> TraceReader<R> {
             offset: 8,
             pids: HashMap::new(),
             stopped: false,
+            ahead: None,
         })
     }
 
@@ -70,32 +93,30 @@ impl<R: Read> TraceReader<R> {
         self.offset
     }
 
-    fn damage(&mut self, reason: impl Into<String>) -> Damage {
+    fn stop(&mut self, offset: u64, reason: impl Into<String>) -> Damage {
         self.stopped = true;
         Damage {
-            offset: self.offset,
+            offset,
             reason: reason.into(),
+            skipped: false,
         }
     }
 
-    /// The next record; `Ok(None)` at a clean end (a frame boundary).
-    pub fn next_record(&mut self) -> Result<Option<Record>, Damage> {
-        if self.stopped {
-            return Ok(None);
-        }
+    /// Reads the frame at `offset`: `Ok(None)` at a clean end, `Err` with
+    /// the reason when it is cut short or cannot be a frame.
+    fn read_frame(&mut self, offset: u64) -> Result<Option<Frame>, String> {
         let mut head = [0u8; 5];
-        let got = read_fully(&mut self.input, &mut head).map_err(|e| self.damage(e.to_string()))?;
+        let got = read_fully(&mut self.input, &mut head).map_err(|e| e.to_string())?;
         if got == 0 {
-            self.stopped = true;
             return Ok(None);
         }
         if got < head.len() {
-            return Err(self.damage(format!("truncated frame header ({got} of 5 bytes)")));
+            return Err(format!("truncated frame header ({got} of 5 bytes)"));
         }
         let tag = head[0];
         let length = u32::from_le_bytes([head[1], head[2], head[3], head[4]]) as usize;
         if length > MAX_PAYLOAD {
-            return Err(self.damage(format!("frame declares {length} bytes, more than any record")));
+            return Err(format!("frame declares {length} bytes, more than any record"));
         }
         // Read what is there rather than allocate what the frame claims.
         let mut body = Vec::new();
@@ -103,34 +124,80 @@ impl<R: Read> TraceReader<R> {
         (&mut self.input)
             .take(wanted as u64)
             .read_to_end(&mut body)
-            .map_err(|e| self.damage(e.to_string()))?;
+            .map_err(|e| e.to_string())?;
         if body.len() < wanted {
-            return Err(self.damage(format!("truncated record: {} of {wanted} bytes", body.len())));
+            return Err(format!("truncated record: {} of {wanted} bytes", body.len()));
         }
-        let (payload, stored) = body.split_at(length);
-        let crc = crc32::update(crc32::update(0, &head), payload);
-        if crc.to_le_bytes() != stored {
-            return Err(self.damage(format!("checksum mismatch in a '{}' record", tag.escape_ascii())));
+        let stored = body.split_off(length);
+        let crc = crc32::update(crc32::update(0, &head), &body);
+        Ok(Some(Frame {
+            offset,
+            tag,
+            payload: body,
+            checksum_ok: crc.to_le_bytes()[..] == stored[..],
+        }))
+    }
+
+    fn decode_frame(&mut self, frame: &Frame) -> Result<Record, String> {
+        let tag = frame.tag.escape_ascii();
+        if !frame.checksum_ok {
+            return Err(format!("checksum mismatch in a '{tag}' record"));
         }
         let pids = &self.pids;
-        let record = match decode(tag, payload, &|process| pids.get(&process).copied()) {
-            Ok(record) => record,
-            Err(reason) => return Err(self.damage(format!("malformed '{}' record: {reason}", tag.escape_ascii()))),
-        };
+        let record = decode(frame.tag, &frame.payload, &|process| pids.get(&process).copied())
+            .map_err(|reason| format!("malformed '{tag}' record: {reason}"))?;
         match &record {
             Record::Header(h) if h.format_version != FORMAT_VERSION => {
-                return Err(self.damage(format!(
+                return Err(format!(
                     "trace format version {} is not supported (this build reads {FORMAT_VERSION})",
                     h.format_version
-                )));
+                ));
             }
             Record::Process(p) => {
                 self.pids.insert(p.process, p.pid);
             }
             _ => {}
         }
-        self.offset += 5 + body.len() as u64;
-        Ok(Some(record))
+        Ok(record)
+    }
+
+    /// The next record; `Ok(None)` at a clean end (a frame boundary).
+    pub fn next_record(&mut self) -> Result<Option<Record>, Damage> {
+        if self.stopped {
+            return Ok(None);
+        }
+        let frame = match self.ahead.take() {
+            Some(frame) => frame,
+            None => match self.read_frame(self.offset) {
+                Ok(Some(frame)) => frame,
+                Ok(None) => {
+                    self.stopped = true;
+                    return Ok(None);
+                }
+                Err(reason) => return Err(self.stop(self.offset, reason)),
+            },
+        };
+        let reason = match self.decode_frame(&frame) {
+            Ok(record) => {
+                self.offset = frame.end();
+                return Ok(Some(record));
+            }
+            Err(reason) => reason,
+        };
+        self.offset = frame.end();
+        // Without its header, nothing after it can be read with confidence.
+        let resumable = frame.offset != MAGIC.len() as u64;
+        match self.read_frame(self.offset) {
+            Ok(Some(next)) if resumable && next.checksum_ok => {
+                self.ahead = Some(next);
+                Err(Damage {
+                    offset: frame.offset,
+                    reason,
+                    skipped: true,
+                })
+            }
+            _ => Err(self.stop(frame.offset, reason)),
+        }
     }
 }
 
@@ -262,21 +329,115 @@ mod tests {
         }
     }
 
+    /// Byte offsets of every frame of a whole trace.
+    fn frame_offsets(bytes: &[u8]) -> Vec<usize> {
+        let mut reader = TraceReader::new(bytes).unwrap();
+        let mut offsets = vec![reader.offset() as usize];
+        while reader.next_record().unwrap().is_some() {
+            offsets.push(reader.offset() as usize);
+        }
+        offsets.pop();
+        offsets
+    }
+
+    fn read_all(bytes: &[u8]) -> Vec<Result<Record, Damage>> {
+        TraceReader::new(bytes).unwrap().collect()
+    }
+
     #[test]
-    fn a_flipped_bit_is_caught_by_the_checksum() {
-        let (mut bytes, records) = sample_trace();
-        let second_frame = {
-            let mut reader = TraceReader::new(&bytes[..]).unwrap();
-            reader.next_record().unwrap();
-            reader.offset() as usize
-        };
-        bytes[second_frame + 7] ^= 0x10;
-        let mut reader = TraceReader::new(&bytes[..]).unwrap();
-        assert_eq!(reader.next_record().unwrap(), Some(records[0].clone()));
-        let damage = reader.next_record().unwrap_err();
-        assert_eq!(damage.offset as usize, second_frame);
-        assert_eq!(damage.reason, "checksum mismatch in a 'P' record");
-        assert_eq!(reader.next_record(), Ok(None));
+    fn a_damaged_frame_is_skipped_when_the_next_one_verifies() {
+        let (bytes, records) = sample_trace();
+        let frames = frame_offsets(&bytes);
+        // Flip a bit in the events block (the third frame).
+        let mut damaged = bytes.clone();
+        damaged[frames[2] + 7] ^= 0x10;
+        let read = read_all(&damaged);
+        assert_eq!(
+            read,
+            vec![
+                Ok(records[0].clone()),
+                Ok(records[1].clone()),
+                Err(Damage {
+                    offset: frames[2] as u64,
+                    reason: "checksum mismatch in a 'E' record".into(),
+                    skipped: true
+                }),
+                Ok(records[3].clone()),
+                Ok(records[4].clone()),
+            ]
+        );
+        // The process record damaged: its events cannot be placed either, and
+        // are skipped in turn; the records after them read.
+        let mut damaged = bytes.clone();
+        damaged[frames[1] + 7] ^= 0x10;
+        let read = read_all(&damaged);
+        assert_eq!(read.len(), 5);
+        assert_eq!(read[0], Ok(records[0].clone()));
+        assert_eq!(
+            read[1],
+            Err(Damage {
+                offset: frames[1] as u64,
+                reason: "checksum mismatch in a 'P' record".into(),
+                skipped: true
+            })
+        );
+        assert_eq!(
+            read[2],
+            Err(Damage {
+                offset: frames[2] as u64,
+                reason: "malformed 'E' record: events of process 0, which has no process record".into(),
+                skipped: true
+            })
+        );
+        assert_eq!(read[3..], [Ok(records[3].clone()), Ok(records[4].clone())]);
+    }
+
+    #[test]
+    fn reading_stops_at_damage_when_the_next_frame_does_not_verify() {
+        let (bytes, records) = sample_trace();
+        let frames = frame_offsets(&bytes);
+        let mut damaged = bytes.clone();
+        damaged[frames[2] + 7] ^= 0x10;
+        damaged[frames[3] + 6] ^= 0x01;
+        let read = read_all(&damaged);
+        assert_eq!(
+            read,
+            vec![
+                Ok(records[0].clone()),
+                Ok(records[1].clone()),
+                Err(Damage {
+                    offset: frames[2] as u64,
+                    reason: "checksum mismatch in a 'E' record".into(),
+                    skipped: false
+                }),
+            ]
+        );
+        // The last frame damaged: nothing follows it to resume at.
+        let mut damaged = bytes.clone();
+        damaged[frames[4] + 6] ^= 0x01;
+        let read = read_all(&damaged);
+        assert_eq!(read.len(), 5);
+        assert_eq!(
+            read[4],
+            Err(Damage {
+                offset: frames[4] as u64,
+                reason: "checksum mismatch in a 'F' record".into(),
+                skipped: false
+            })
+        );
+        // A damaged header ends reading even though the next frame verifies.
+        let mut damaged = bytes.clone();
+        damaged[frames[0] + 7] ^= 0x10;
+        let read = read_all(&damaged);
+        assert_eq!(read.len(), 1);
+        assert!(matches!(
+            &read[0],
+            Err(Damage {
+                offset: 8,
+                skipped: false,
+                ..
+            })
+        ));
     }
 
     /// A frame whose header claims more than the file holds.

@@ -1,18 +1,26 @@
 //! Appending records to a trace file.
 
 use crate::crc32;
-use crate::format::{encode, Footer, Header, ProcessEnd, ProcessStart, Record, Refusal, EVENTS_PER_BLOCK, MAGIC};
+use crate::format::{
+    encode, DamagedSpool, Footer, Header, ProcessEnd, ProcessStart, Record, Refusal, EVENTS_PER_BLOCK, MAGIC,
+};
 use cudatrace_events::Event;
+use std::collections::HashMap;
 use std::io::{self, Write};
 
 /// Writes a trace: the magic and header first, then records as they come.
 /// Every record is a whole frame, so a reader never sees half a record
 /// unless the writer died in the middle of `write`.
+///
+/// It also counts the events lost: the gaps in each process's sequence
+/// numbers, and those it handed out after the last one written.
 pub struct TraceWriter<W: Write> {
     out: W,
     scratch: Vec<u8>,
     bytes_written: u64,
     events_written: u64,
+    next_seq: HashMap<u32, u64>,
+    lost_events: u64,
 }
 
 impl<W: Write> TraceWriter<W> {
@@ -23,6 +31,8 @@ impl<W: Write> TraceWriter<W> {
             scratch: Vec::with_capacity(1 << 16),
             bytes_written: 0,
             events_written: 0,
+            next_seq: HashMap::new(),
+            lost_events: 0,
         };
         writer.out.write_all(&MAGIC)?;
         writer.bytes_written += MAGIC.len() as u64;
@@ -55,6 +65,11 @@ impl<W: Write> TraceWriter<W> {
 
     /// Writes events of one process image, in sequence order, in blocks.
     pub fn events(&mut self, process: u32, events: &[Event]) -> io::Result<()> {
+        let next = self.next_seq.entry(process).or_insert(0);
+        for event in events {
+            self.lost_events += event.seq.saturating_sub(*next);
+            *next = (*next).max(event.seq + 1);
+        }
         for block in events.chunks(EVENTS_PER_BLOCK) {
             self.record(&Record::Events {
                 process,
@@ -67,12 +82,25 @@ impl<W: Write> TraceWriter<W> {
 
     /// Records how a process image ended.
     pub fn process_end(&mut self, end: &ProcessEnd) -> io::Result<()> {
+        let next = self.next_seq.get(&end.process).copied().unwrap_or(0);
+        self.lost_events += end.reserved_events.saturating_sub(next);
         self.record(&Record::ProcessEnd(end.clone()))
     }
 
     /// Records a refused spool.
     pub fn refused(&mut self, refusal: &Refusal) -> io::Result<()> {
         self.record(&Record::Refused(refusal.clone()))
+    }
+
+    /// Records a spool that could not be read.
+    pub fn damaged_spool(&mut self, damage: &DamagedSpool) -> io::Result<()> {
+        self.record(&Record::DamagedSpool(damage.clone()))
+    }
+
+    /// Events lost so far: gaps in the sequence numbers written, and those
+    /// handed out after the last one written of each ended process.
+    pub fn lost_events(&self) -> u64 {
+        self.lost_events
     }
 
     /// Finishes the trace.
@@ -94,6 +122,11 @@ impl<W: Write> TraceWriter<W> {
     /// Events written so far.
     pub fn events_written(&self) -> u64 {
         self.events_written
+    }
+
+    /// The underlying writer, to sync it.
+    pub fn get_ref(&self) -> &W {
+        &self.out
     }
 
     /// The underlying writer.

@@ -66,6 +66,7 @@ fn read_all(bytes: &[u8]) -> usize {
         match item {
             Ok(Record::Events { events, .. }) => count += events.len(),
             Ok(_) => count += 1,
+            Err(damage) if damage.skipped => {}
             Err(_) => break,
         }
         assert!(count < 1_000_000, "reader did not stop");

@@ -60,15 +60,25 @@ enum { SYMBOL_FOUND = 0, SYMBOL_NOT_FOUND = 1, VERSION_NOT_SUFFICIENT = 2 };
 
 /* ---- Device address space ------------------------------------------------ */
 
-typedef struct { uint64_t address, size; int device, live; } Block;
+typedef struct { uint64_t address, size; int device, live, next_free; } Block;
+
+#define MAX_BLOCKS (1 << 20)
+#define ADDRESS_SLOTS (1 << 21)
+#define FREE_LIST_SLOTS (1 << 16)
 
 static pthread_mutex_t lock = PTHREAD_MUTEX_INITIALIZER;
-static Block blocks[1 << 16];
+static Block blocks[MAX_BLOCKS];
 static int block_count;
 static uint64_t next_address[MAX_DEVICES];
 static uint64_t next_low_address = 0x10000000ull;
 static uint64_t used_bytes[MAX_DEVICES];
 static __thread int current_device;
+
+/* Live blocks by address (index + 1; 0 is empty, -1 a removed entry). */
+static int by_address[ADDRESS_SLOTS];
+/* Freed blocks of one (size, device, low) as a LIFO list through next_free. */
+typedef struct { uint64_t size; int device, low, head, used; } FreeList;
+static FreeList free_lists[FREE_LIST_SLOTS];
 
 static uint64_t capacity(void) {
     const char *text = getenv("FAKE_CUDA_CAPACITY");
@@ -81,6 +91,32 @@ static int device_count(void) {
     return count < 1 ? 1 : (count > MAX_DEVICES ? MAX_DEVICES : count);
 }
 
+static uint64_t mix(uint64_t key) { return (key ^ (key >> 31)) * 0x9E3779B97F4A7C15ull; }
+
+static int *address_slot(uint64_t address, int for_insert) {
+    for (uint64_t i = mix(address) >> 43;; i = (i + 1) & (ADDRESS_SLOTS - 1)) {
+        int *slot = &by_address[i];
+        if (*slot == 0) return for_insert ? slot : NULL;
+        if (*slot == -1) {
+            if (for_insert) return slot;
+            continue;
+        }
+        if (blocks[*slot - 1].address == address) return slot;
+    }
+}
+
+static FreeList *free_list(uint64_t size, int device, int low) {
+    uint64_t key = size * 8 + (uint64_t)device * 2 + (uint64_t)low;
+    for (uint64_t i = mix(key) >> 48;; i = (i + 1) & (FREE_LIST_SLOTS - 1)) {
+        FreeList *list = &free_lists[i];
+        if (!list->used) {
+            *list = (FreeList){ size, device, low, -1, 1 };
+            return list;
+        }
+        if (list->size == size && list->device == device && list->low == low) return list;
+    }
+}
+
 /* Reuses the most recently freed block of the same size, else takes new space. */
 static CUresult allocate(uint64_t size, int device, int low, uint64_t *address) {
     if (size == 0) return CUDA_ERROR_INVALID_VALUE;
@@ -89,16 +125,12 @@ static CUresult allocate(uint64_t size, int device, int low, uint64_t *address) 
         pthread_mutex_unlock(&lock);
         return CUDA_ERROR_OUT_OF_MEMORY;
     }
-    int reuse = -1;
-    for (int i = block_count - 1; i >= 0; i--) {
-        int is_low = blocks[i].address < 0x100000000ull;
-        if (!blocks[i].live && blocks[i].size == size && blocks[i].device == device && is_low == low) {
-            reuse = i;
-            break;
-        }
-    }
-    if (reuse < 0) {
-        if (block_count == (int)(sizeof blocks / sizeof blocks[0])) {
+    FreeList *list = free_list(size, device, low);
+    int reuse = list->head;
+    if (reuse >= 0) {
+        list->head = blocks[reuse].next_free;
+    } else {
+        if (block_count == MAX_BLOCKS) {
             pthread_mutex_unlock(&lock);
             return CUDA_ERROR_OUT_OF_MEMORY;
         }
@@ -111,6 +143,7 @@ static CUresult allocate(uint64_t size, int device, int low, uint64_t *address) 
         *next += (size + 511) & ~511ull;
     }
     blocks[reuse].live = 1;
+    *address_slot(blocks[reuse].address, 1) = reuse + 1;
     used_bytes[device] += size;
     *address = blocks[reuse].address;
     pthread_mutex_unlock(&lock);
@@ -119,20 +152,20 @@ static CUresult allocate(uint64_t size, int device, int low, uint64_t *address) 
 
 static CUresult release(uint64_t address) {
     pthread_mutex_lock(&lock);
-    for (int i = block_count - 1; i >= 0; i--) {
-        if (blocks[i].live && blocks[i].address == address) {
-            blocks[i].live = 0;
-            used_bytes[blocks[i].device] -= blocks[i].size;
-            /* Move the freed block to the end so that it is found first. */
-            Block freed = blocks[i];
-            memmove(&blocks[i], &blocks[i + 1], (size_t)(block_count - i - 1) * sizeof(Block));
-            blocks[block_count - 1] = freed;
-            pthread_mutex_unlock(&lock);
-            return CUDA_SUCCESS;
-        }
+    int *slot = address_slot(address, 0);
+    if (!slot) {
+        pthread_mutex_unlock(&lock);
+        return CUDA_ERROR_INVALID_VALUE;
     }
+    Block *block = &blocks[*slot - 1];
+    *slot = -1;
+    block->live = 0;
+    used_bytes[block->device] -= block->size;
+    FreeList *list = free_list(block->size, block->device, block->address < 0x100000000ull);
+    block->next_free = list->head;
+    list->head = (int)(block - blocks);
     pthread_mutex_unlock(&lock);
-    return CUDA_ERROR_INVALID_VALUE;
+    return CUDA_SUCCESS;
 }
 
 /* ---- Context ------------------------------------------------------------ */

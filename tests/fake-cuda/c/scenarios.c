@@ -176,6 +176,37 @@ static void *alloc_free_loop(void *unused) {
     return NULL;
 }
 
+/* A tight allocation loop: block i is 4 to 32 KiB; every second block is
+ * freed at once, the others stay live. Several threads run it at once. */
+static int loop_iterations;
+static uint64_t loop_live_bytes;
+static pthread_mutex_t loop_lock = PTHREAD_MUTEX_INITIALIZER;
+
+static void *allocation_loop(void *unused) {
+    (void)unused;
+    uint64_t kept = 0;
+    for (int i = 0; i < loop_iterations; i++) {
+        void *p;
+        size_t size = 4096u * (1u + (unsigned)(i * 7) % 8u);
+        check("cudaMalloc", cudaMalloc(&p, size));
+        if (i % 2) check("cudaFree", cudaFree(p));
+        else kept += size;
+    }
+    pthread_mutex_lock(&loop_lock);
+    loop_live_bytes += kept;
+    pthread_mutex_unlock(&loop_lock);
+    return NULL;
+}
+
+static void scenario_loop(int iterations, int threads) {
+    loop_iterations = iterations;
+    if (threads <= 1) allocation_loop(NULL);
+    else run_threads(allocation_loop, threads);
+    long allocations = (long)iterations * (threads < 1 ? 1 : threads);
+    printf("loop allocations %ld frees %ld live-bytes %llu\n", allocations, allocations / 2,
+           (unsigned long long)loop_live_bytes);
+}
+
 static void scenario_oom(void) {
     /* Run with FAKE_CUDA_CAPACITY=1048576. */
     void *half, *too_big;
@@ -475,6 +506,16 @@ int main(int argc, char **argv) {
     if (!strcmp(name, "runtime")) scenario_runtime();
     else if (!strcmp(name, "oom")) scenario_oom();
     else if (!strcmp(name, "threads")) { run_threads(alloc_free_loop, 32); printf("threads 32 5000\n"); }
+    else if (!strcmp(name, "loop")) {
+        scenario_loop(argc > 2 ? atoi(argv[2]) : 100000, argc > 3 ? atoi(argv[3]) : 1);
+        if (argc > 4 && !strcmp(argv[4], "wait")) {
+            /* Stay alive, with the spool written, until stdin closes. */
+            printf("ready\n");
+            fflush(stdout);
+            char buffer[64];
+            while (read(0, buffer, sizeof buffer) > 0) {}
+        }
+    }
     else if (!strcmp(name, "fork")) scenario_fork();
     else if (!strcmp(name, "tree")) scenario_tree(argv[0]);
     else if (!strcmp(name, "killed-child")) scenario_killed_child();
@@ -514,6 +555,7 @@ int main(int argc, char **argv) {
     else if (!strcmp(name, "ptsz")) scenario_ptsz();
     else if (!strcmp(name, "driver-oom")) scenario_driver_oom();
     else if (!strcmp(name, "fork-under-load")) scenario_fork_under_load();
+    else if (!strcmp(name, "init-only")) check("cuInit", cuInit(0));
     else if (!strcmp(name, "driver-self-lookup")) {
         /* First before any other CUDA call, then again once the tracer knows the driver. */
         printf("self-lookup-first %d\n", fakeCudaLooksItselfUp());

@@ -1,25 +1,26 @@
-//! The collector: turns the spools of a traced process tree into one trace,
-//! while the processes run.
+//! The live collector: turns the spools of a traced process tree into one
+//! trace while the processes run.
 //!
 //! - a scanner thread finds new spool files in the run folder and refuses
 //!   any that are not ours;
 //! - a pool of reader threads follows the spools (a spool is a unit of work
 //!   passed between them through a channel);
-//! - one writer thread appends to the trace everything the others send it,
-//!   through a crossbeam channel, and flushes whenever it runs dry, so the
-//!   trace is readable while it is written.
+//! - one writer thread ([`sink`]) appends to the trace everything the others
+//!   send it, through a crossbeam channel, and flushes whenever it runs dry,
+//!   so the trace is readable while it is written.
 
-mod liveness;
-mod spool_tail;
+mod sink;
 
-pub use liveness::Liveness;
-use spool_tail::{Release, SpoolTail};
+pub use sink::{describe_io, TraceFailure};
 
+use crate::liveness::Liveness;
+use crate::output::InPlace;
+use crate::spool_tail::{damaged_spool, may_become_readable, SpoolTail};
 use crossbeam_channel::{Receiver, RecvTimeoutError, Sender};
-use cudatrace_events::{naming, Event};
-use cudatrace_trace::{Footer, Header, ProcessEnd, ProcessStart, Refusal, TraceWriter};
+use cudatrace_events::{naming, Pass};
+use cudatrace_trace::{Header, ProcessEnd, Refusal, TraceWriter};
+use sink::{Message, Sink};
 use std::collections::{HashMap, HashSet};
-use std::fs::File;
 use std::io::BufWriter;
 use std::os::unix::fs::MetadataExt;
 use std::path::{Path, PathBuf};
@@ -31,28 +32,23 @@ use std::time::{Duration, Instant};
 const SCAN_INTERVAL: Duration = Duration::from_millis(20);
 const IDLE_SPOOL_PAUSE: Duration = Duration::from_millis(5);
 
-/// What the writer thread is told.
-enum Message {
-    Process(ProcessStart),
-    Events(u32, Vec<Event>),
-    /// Spool chunks whose events were all sent before this message.
-    Release(Release),
-    End(ProcessEnd),
-    Refused(Refusal),
-    Finish,
-}
-
-/// What a finished collection wrote.
+/// What a collection wrote.
 #[derive(Clone, Debug, Default)]
 pub struct Summary {
     /// Process images in the trace.
     pub processes: u64,
     /// Events in the trace.
     pub events: u64,
-    /// Events the processes could not record.
+    /// Events that happened but are not in the trace (gaps in sequence numbers).
+    pub lost_events: u64,
+    /// Of those, events the processes could not store.
     pub dropped_events: u64,
+    /// Why the first of those could not be stored.
+    pub drop_errno: Option<i32>,
     /// Spools refused.
     pub refused: u64,
+    /// Spools that could not be read at all.
+    pub damaged_spools: u64,
     /// Bytes of the trace file.
     pub bytes: u64,
 }
@@ -68,17 +64,47 @@ impl Summary {
             self.bytes
         )
     }
+
+    /// Lines about what the trace lacks, naming `spool_dir` when a process
+    /// could not store events there.
+    pub fn warnings(&self, spool_dir: &Path) -> Vec<String> {
+        let mut lines = Vec::new();
+        if self.dropped_events > 0 {
+            let reason = self
+                .drop_errno
+                .map_or_else(|| "unknown".to_string(), crate::errno::describe);
+            lines.push(format!(
+                "cudatrace: {} events could not be recorded: no room for spools in {} ({reason})",
+                self.dropped_events,
+                spool_dir.display()
+            ));
+        }
+        if self.lost_events > self.dropped_events {
+            lines.push(format!(
+                "cudatrace: the trace lacks {} events in all (see `cudatrace report`)",
+                self.lost_events
+            ));
+        }
+        if self.damaged_spools > 0 {
+            lines.push(format!(
+                "cudatrace: {} spool files could not be read (see `cudatrace report`)",
+                self.damaged_spools
+            ));
+        }
+        lines
+    }
 }
 
 struct Shared {
     dir: PathBuf,
+    keep_spools: bool,
     draining: AtomicBool,
     scanner_done: AtomicBool,
     active_spools: AtomicUsize,
     latest_image: Mutex<HashMap<u32, u32>>,
     exits: Mutex<HashMap<u32, (i32, u64)>>,
     held: Mutex<HashSet<u32>>,
-    reader_errors: Mutex<Vec<String>>,
+    drop_reported: AtomicBool,
 }
 
 /// A running collection.
@@ -87,7 +113,7 @@ pub struct Collector {
     to_writer: Sender<Message>,
     scanner: JoinHandle<()>,
     readers: Vec<JoinHandle<()>>,
-    writer: JoinHandle<Result<Summary, String>>,
+    writer: JoinHandle<Result<Summary, TraceFailure>>,
 }
 
 /// `CLOCK_MONOTONIC` now, the clock of event times.
@@ -128,27 +154,44 @@ pub fn header_for(command: Vec<String>) -> Header {
     }
 }
 
+/// Names the trace in the spool folder, so that `collect` finds it after a crash.
+fn point_to_trace(dir: &Path, trace: &Path) -> Result<(), String> {
+    let absolute = std::path::absolute(trace).map_err(|e| format!("{}: {e}", trace.display()))?;
+    let pointer = dir.join(naming::TRACE_POINTER);
+    let staging = dir.join(format!("{}.new", naming::TRACE_POINTER));
+    std::fs::write(&staging, absolute.as_os_str().as_encoded_bytes())
+        .and_then(|()| std::fs::rename(&staging, &pointer))
+        .map_err(|e| describe_io("write", &pointer, &e))
+}
+
 impl Collector {
-    /// Starts collecting the spools of `dir` into a new trace at `trace_path`.
-    pub fn start(dir: &Path, trace_path: &Path, header: &Header) -> Result<Collector, String> {
-        let file = File::create(trace_path).map_err(|e| format!("cannot create {}: {e}", trace_path.display()))?;
-        let trace = TraceWriter::new(BufWriter::with_capacity(1 << 20, file), header)
-            .map_err(|e| format!("cannot write {}: {e}", trace_path.display()))?;
+    /// Starts collecting the spools of `dir` into the claimed trace `output`.
+    /// With `keep_spools`, no spool space is given back.
+    pub fn start(dir: &Path, output: InPlace, header: &Header, keep_spools: bool) -> Result<Collector, String> {
+        point_to_trace(dir, &output.path)?;
+        let trace = TraceWriter::new(BufWriter::with_capacity(1 << 20, output.file), header)
+            .map_err(|e| describe_io("write", &output.path, &e))?;
         let shared = Arc::new(Shared {
             dir: dir.to_owned(),
+            keep_spools,
             draining: AtomicBool::new(false),
             scanner_done: AtomicBool::new(false),
             active_spools: AtomicUsize::new(0),
             latest_image: Mutex::new(HashMap::new()),
             exits: Mutex::new(HashMap::new()),
             held: Mutex::new(HashSet::new()),
-            reader_errors: Mutex::new(Vec::new()),
+            drop_reported: AtomicBool::new(false),
         });
         let (to_writer, writer_inbox) = crossbeam_channel::unbounded();
         let (to_readers, reader_inbox) = crossbeam_channel::unbounded::<SpoolTail>();
+        let sink = Sink {
+            trace,
+            path: output.path,
+            keep_spools,
+        };
         let writer = std::thread::Builder::new()
             .name("cudatrace-writer".into())
-            .spawn(move || write_trace(trace, writer_inbox))
+            .spawn(move || sink.run(writer_inbox))
             .map_err(|e| e.to_string())?;
         let reader_count = std::thread::available_parallelism().map_or(2, |n| n.get()).clamp(2, 8);
         let readers = (0..reader_count)
@@ -190,25 +233,25 @@ impl Collector {
 
     /// Finishes the trace: waits up to `grace` for traced processes still
     /// running, reads every spool to its end, writes the footer.
-    pub fn finish(self, grace: Duration) -> Result<Summary, String> {
+    pub fn finish(self, grace: Duration) -> Result<Summary, TraceFailure> {
         self.shared.held.lock().unwrap().clear();
         let deadline = Instant::now() + grace;
         while Instant::now() < deadline && self.shared.active_spools.load(Ordering::Acquire) > 0 {
             std::thread::sleep(SCAN_INTERVAL);
         }
         self.shared.draining.store(true, Ordering::Release);
-        self.scanner.join().map_err(|_| "the spool scanner panicked")?;
+        // Threads of ours that panicked are a bug; the trace is still finished.
+        let _ = self.scanner.join();
         for reader in self.readers {
-            reader.join().map_err(|_| "a spool reader panicked")?;
+            let _ = reader.join();
         }
-        self.to_writer
-            .send(Message::Finish)
-            .map_err(|_| "the trace writer stopped early")?;
-        let summary = self.writer.join().map_err(|_| "the trace writer panicked")??;
-        if let Some(error) = self.shared.reader_errors.lock().unwrap().first() {
-            return Err(error.clone());
+        let _ = self.to_writer.send(Message::Finish);
+        match self.writer.join() {
+            Ok(result) => result,
+            Err(_) => Err(TraceFailure {
+                message: "the trace writer failed".into(),
+            }),
         }
-        Ok(summary)
     }
 }
 
@@ -228,16 +271,8 @@ fn scan(shared: &Shared, to_writer: &Sender<Message>, to_readers: &Sender<SpoolT
             .collect();
         found.sort();
         for (pid, image, path) in found {
-            let refuse = |reason: String, owner: u32| {
-                Message::Refused(Refusal {
-                    path: path.display().to_string(),
-                    uid: owner,
-                    reason,
-                })
-            };
-            let metadata = match std::fs::symlink_metadata(&path) {
-                Ok(m) => m,
-                Err(_) => continue,
+            let Ok(metadata) = std::fs::symlink_metadata(&path) else {
+                continue;
             };
             if !metadata.file_type().is_file() || metadata.uid() != uid {
                 let reason = if metadata.file_type().is_file() {
@@ -245,44 +280,30 @@ fn scan(shared: &Shared, to_writer: &Sender<Message>, to_readers: &Sender<SpoolT
                 } else {
                     "not a regular file"
                 };
-                let _ = to_writer.send(refuse(reason.into(), metadata.uid()));
+                let _ = to_writer.send(Message::Refused(Refusal {
+                    path: path.display().to_string(),
+                    uid: metadata.uid(),
+                    reason: reason.into(),
+                }));
                 seen.insert(path);
                 continue;
             }
-            let opened = std::fs::OpenOptions::new()
-                .read(true)
-                .write(true)
-                .open(&path)
-                .map_err(|e| e.to_string())
-                .and_then(|file| SpoolTail::open(&path, file, next_process, image));
-            match opened {
-                Ok(Some((tail, info))) => {
+            match SpoolTail::open(&path, next_process, image, true) {
+                Ok((tail, header)) => {
                     seen.insert(path);
-                    let start = ProcessStart {
-                        process: next_process,
-                        pid,
-                        ppid: info.process.ppid,
-                        image,
-                        argv: info.process.argv,
-                        start_monotonic_ns: info.process.start_monotonic_ns,
-                        start_realtime_ns: info.process.start_realtime_ns,
-                    };
                     next_process += 1;
                     let mut latest = shared.latest_image.lock().unwrap();
                     let entry = latest.entry(pid).or_insert(image);
                     *entry = (*entry).max(image);
                     drop(latest);
                     shared.active_spools.fetch_add(1, Ordering::AcqRel);
-                    let _ = to_writer.send(Message::Process(start));
+                    let _ = to_writer.send(Message::Process(tail.start_record(&header)));
                     let _ = to_readers.send(tail);
                 }
-                Ok(None) if !last_pass => {} // header not written yet: look again later
-                Ok(None) => {
-                    let _ = to_writer.send(refuse("its process died before writing the header".into(), uid));
-                    seen.insert(path);
-                }
-                Err(reason) => {
-                    let _ = to_writer.send(refuse(reason, uid));
+                // The header is still being written: look again later.
+                Err(error) if may_become_readable(&error) && !last_pass && !Liveness::watch(pid).is_dead() => {}
+                Err(error) => {
+                    let _ = to_writer.send(Message::Damaged(damaged_spool(&path, pid, image, &error)));
                     seen.insert(path);
                 }
             }
@@ -307,23 +328,16 @@ fn read_spools(shared: &Shared, to_writer: &Sender<Message>, inbox: &Receiver<Sp
             }
             Err(RecvTimeoutError::Disconnected) => return,
         };
-        match follow(shared, to_writer, &mut tail) {
-            Ok(true) => {
-                shared.active_spools.fetch_sub(1, Ordering::AcqRel);
-            }
-            Ok(false) => {
-                let _ = requeue.send(tail);
-            }
-            Err(error) => {
-                shared.reader_errors.lock().unwrap().push(error);
-                shared.active_spools.fetch_sub(1, Ordering::AcqRel);
-            }
+        if follow(shared, to_writer, &mut tail) {
+            shared.active_spools.fetch_sub(1, Ordering::AcqRel);
+        } else {
+            let _ = requeue.send(tail);
         }
     }
 }
 
 /// Reads what is new in one spool; true once the spool is finished.
-fn follow(shared: &Shared, to_writer: &Sender<Message>, tail: &mut SpoolTail) -> Result<bool, String> {
+fn follow(shared: &Shared, to_writer: &Sender<Message>, tail: &mut SpoolTail) -> bool {
     let draining = shared.draining.load(Ordering::Acquire);
     let held = !draining && shared.held.lock().unwrap().contains(&tail.pid);
     let superseded = shared
@@ -334,27 +348,76 @@ fn follow(shared: &Shared, to_writer: &Sender<Message>, tail: &mut SpoolTail) ->
         .is_some_and(|&latest| latest > tail.image);
     let dead = tail.liveness.is_dead();
     let final_pass = !held && (draining || dead || superseded);
+    // Slots read are never written again: live reads stop at the first one
+    // not yet whole, and a final read of a dead image has no writer left.
+    let settled = !final_pass || dead || superseded;
+    let pass = if final_pass { Pass::Final } else { Pass::Live };
     let mut progressed = false;
+    let mut failure = None;
     loop {
-        let (events, at_end) = tail.read_batch(final_pass)?;
+        let (events, at_end) = match tail.read_batch(pass) {
+            Ok(read) => read,
+            Err(error) => {
+                failure = Some(error);
+                break;
+            }
+        };
         if !events.is_empty() {
             progressed = true;
             let _ = to_writer.send(Message::Events(tail.process, events));
         }
-        if let Some(release) = tail.chunks_to_release() {
-            let _ = to_writer.send(Message::Release(release));
+        if settled && !shared.keep_spools {
+            if let Some(release) = tail.chunks_to_release() {
+                let _ = to_writer.send(Message::Release(release));
+            }
         }
         if at_end || !final_pass {
             break;
         }
     }
-    if !final_pass {
+    let header = tail.header();
+    if header.dropped_records > 0 && !shared.drop_reported.swap(true, Ordering::Relaxed) {
+        let reason = header
+            .drop_errno
+            .map_or_else(|| "unknown".to_string(), crate::errno::describe);
+        eprintln!(
+            "cudatrace: pid {} cannot store events in {} ({reason}); they are being lost",
+            tail.pid,
+            shared.dir.display()
+        );
+    }
+    if failure.is_none() && !final_pass {
         if !progressed {
             std::thread::sleep(IDLE_SPOOL_PAUSE);
         }
-        return Ok(false);
+        return false;
     }
-    let header = tail.header()?;
+    if let Some(reason) = failure {
+        let error = cudatrace_events::SpoolError::Io(std::io::Error::other(reason));
+        let _ = to_writer.send(Message::Damaged(damaged_spool(
+            &tail.path, tail.pid, tail.image, &error,
+        )));
+    }
+    tail.finish(&header);
+    let _ = to_writer.send(Message::End(end_of(
+        shared,
+        tail,
+        &header,
+        dead || superseded,
+        superseded,
+    )));
+    true
+}
+
+/// How a process image ended: the status its parent saw if cudatrace is
+/// that parent, else what it recorded when it called `exit`.
+fn end_of(
+    shared: &Shared,
+    tail: &SpoolTail,
+    header: &cudatrace_events::SpoolHeaderInfo,
+    gone: bool,
+    superseded: bool,
+) -> ProcessEnd {
     let observed = shared
         .exits
         .lock()
@@ -365,70 +428,8 @@ fn follow(shared: &Shared, to_writer: &Sender<Message>, tail: &mut SpoolTail) ->
     let (exit_status, exit_time_ns) = match (observed, header.process.exit) {
         (Some((status, time)), _) => (Some(status), Some(time)),
         (None, Some((status, time))) => (Some(status), Some(time)),
-        (None, None) if dead || superseded => (None, Some(monotonic_ns())),
+        (None, None) if gone => (None, Some(monotonic_ns())),
         (None, None) => (None, None),
     };
-    let _ = to_writer.send(Message::End(ProcessEnd {
-        process: tail.process,
-        exit_status,
-        exit_time_ns,
-        still_running: !(dead || superseded),
-        unfinished_records: tail.unfinished,
-        unknown_frees: header.unknown_frees,
-        registry_overflows: header.registry_overflows,
-        dropped_records: header.dropped_records,
-    }));
-    Ok(true)
-}
-
-fn write_trace(mut trace: TraceWriter<BufWriter<File>>, inbox: Receiver<Message>) -> Result<Summary, String> {
-    let mut summary = Summary::default();
-    let io = |e: std::io::Error| format!("cannot write the trace: {e}");
-    loop {
-        let message = inbox
-            .recv()
-            .map_err(|_| "the collector stopped without finishing the trace")?;
-        match message {
-            Message::Process(start) => {
-                summary.processes += 1;
-                trace.process_start(&start).map_err(io)?;
-            }
-            Message::Events(process, events) => trace.events(process, &events).map_err(io)?,
-            Message::Release(release) => {
-                // Only once the events are in the trace file may the spool let them go.
-                trace.flush().map_err(io)?;
-                release.apply();
-            }
-            Message::End(end) => {
-                summary.dropped_events += end.dropped_records;
-                trace.process_end(&end).map_err(io)?;
-            }
-            Message::Refused(refusal) => {
-                summary.refused += 1;
-                trace.refused(&refusal).map_err(io)?;
-            }
-            Message::Finish => {
-                summary.events = trace.events_written();
-                let footer = Footer {
-                    processes: summary.processes,
-                    events: summary.events,
-                    dropped_events: summary.dropped_events,
-                    refused_spools: summary.refused,
-                    end_realtime_ns: realtime_ns(),
-                };
-                trace.footer(&footer).map_err(io)?;
-                summary.bytes = trace.bytes_written();
-                trace
-                    .into_inner()
-                    .into_inner()
-                    .map_err(|e| io(e.into_error()))?
-                    .sync_all()
-                    .map_err(io)?;
-                return Ok(summary);
-            }
-        }
-        if inbox.is_empty() {
-            trace.flush().map_err(io)?;
-        }
-    }
+    tail.end_record(header, exit_status, exit_time_ns, !gone)
 }

@@ -20,9 +20,20 @@ fn user_folder() -> Result<PathBuf, String> {
     Ok(folder)
 }
 
-/// A new, empty run folder, mode 0700.
+/// A new, empty run folder, mode 0700: inside `$CUDATRACE_DIR` if it is
+/// set, else inside `$TMPDIR/cudatrace-<uid>`.
 pub fn create_run_dir() -> Result<PathBuf, String> {
-    let folder = user_folder()?;
+    let folder = match std::env::var_os("CUDATRACE_DIR").filter(|d| !d.is_empty()) {
+        Some(chosen) => {
+            let chosen = PathBuf::from(chosen);
+            let meta = std::fs::metadata(&chosen).map_err(|e| format!("CUDATRACE_DIR={}: {e}", chosen.display()))?;
+            if !meta.is_dir() {
+                return Err(format!("CUDATRACE_DIR={}: not a folder", chosen.display()));
+            }
+            chosen
+        }
+        None => user_folder()?,
+    };
     let nanos = std::time::SystemTime::now()
         .duration_since(std::time::UNIX_EPOCH)
         .map_or(0, |d| d.as_nanos());
@@ -30,7 +41,7 @@ pub fn create_run_dir() -> Result<PathBuf, String> {
     std::fs::DirBuilder::new()
         .mode(0o700)
         .create(&dir)
-        .map_err(|e| format!("cannot create {}: {e}", dir.display()))?;
+        .map_err(|e| format!("cannot create a spool folder in {}: {e}", folder.display()))?;
     Ok(dir)
 }
 
@@ -51,16 +62,21 @@ pub fn check_owned(dir: &Path) -> Result<(), String> {
     Ok(())
 }
 
-/// Deletes the spools (and the collector lock) of a finished run, then the
-/// folder if that left it empty.
-pub fn remove_spools(dir: &Path) {
+/// Deletes the spools (and the files cudatrace keeps beside them) of a
+/// finished collection; then, if cudatrace created the folder, the folder
+/// if that left it empty. A folder of the user's is never removed.
+pub fn remove_spools(dir: &Path, cudatrace_made_it: bool) {
     if let Ok(entries) = std::fs::read_dir(dir) {
         for path in entries.filter_map(|e| e.ok().map(|e| e.path())) {
-            let is_lock = path.file_name().is_some_and(|n| n == naming::COLLECTOR_LOCK);
-            if is_lock || naming::parse_spool_file_name(&path).is_some() {
+            let ours = path
+                .file_name()
+                .is_some_and(|n| n == naming::COLLECTOR_LOCK || n == naming::TRACE_POINTER);
+            if ours || naming::parse_spool_file_name(&path).is_some() {
                 let _ = std::fs::remove_file(&path);
             }
         }
     }
-    let _ = std::fs::remove_dir(dir);
+    if cudatrace_made_it {
+        let _ = std::fs::remove_dir(dir);
+    }
 }

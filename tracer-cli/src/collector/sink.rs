@@ -1,0 +1,156 @@
+//! The collector's writer thread: appends everything the readers send to
+//! the trace, and gives spool space back only once the events it held are
+//! durably in the trace, which the spool folder names, so that recovery
+//! after a crash can always find every event.
+
+use super::{realtime_ns, Summary};
+use crate::spool_tail::Release;
+use crossbeam_channel::{Receiver, RecvTimeoutError};
+use cudatrace_events::Event;
+use cudatrace_trace::{DamagedSpool, Footer, ProcessEnd, ProcessStart, Refusal, TraceWriter};
+use std::fs::File;
+use std::io::BufWriter;
+use std::path::PathBuf;
+use std::time::{Duration, Instant};
+
+/// Spool space is given back at most this often, each time after one
+/// `fdatasync` of the trace.
+const SYNC_INTERVAL: Duration = Duration::from_millis(250);
+/// ... or as soon as this many chunks (1 MiB each) wait to be given back.
+const SYNC_CHUNKS: usize = 256;
+
+/// What the writer thread is told.
+pub enum Message {
+    Process(ProcessStart),
+    Events(u32, Vec<Event>),
+    /// Spool chunks whose events were all sent before this message.
+    Release(Release),
+    End(ProcessEnd),
+    Refused(Refusal),
+    Damaged(DamagedSpool),
+    Finish,
+}
+
+/// How the trace could not be written.
+pub struct TraceFailure {
+    /// One line: what failed, where, and the `errno`.
+    pub message: String,
+}
+
+/// `Error` for the I/O failure of `path`, naming the full disk plainly.
+pub fn describe_io(action: &str, path: &std::path::Path, error: &std::io::Error) -> String {
+    let folder = path
+        .parent()
+        .filter(|p| !p.as_os_str().is_empty())
+        .unwrap_or(std::path::Path::new("."));
+    match error.raw_os_error() {
+        Some(libc::ENOSPC) | Some(libc::EDQUOT) => format!(
+            "cannot {action} {}: the disk holding {} is full ({})",
+            path.display(),
+            folder.display(),
+            crate::errno::describe(error.raw_os_error().unwrap_or(0))
+        ),
+        Some(code) => format!("cannot {action} {}: {}", path.display(), crate::errno::describe(code)),
+        None => format!("cannot {action} {}: {error}", path.display()),
+    }
+}
+
+pub struct Sink {
+    pub trace: TraceWriter<BufWriter<File>>,
+    pub path: PathBuf,
+    pub keep_spools: bool,
+}
+
+impl Sink {
+    /// Runs until told to finish, or until the trace cannot be written.
+    pub fn run(mut self, inbox: Receiver<Message>) -> Result<Summary, TraceFailure> {
+        let mut summary = Summary::default();
+        let mut pending: Vec<Release> = Vec::new();
+        let mut last_sync = Instant::now();
+        loop {
+            let message = match inbox.recv_timeout(SYNC_INTERVAL) {
+                Ok(message) => Some(message),
+                // Quiet: give back what waits, if anything does.
+                Err(RecvTimeoutError::Timeout) => None,
+                Err(RecvTimeoutError::Disconnected) => {
+                    return Err(self.fail("collect into", std::io::Error::other("the collector stopped early")));
+                }
+            };
+            let written = match message {
+                None => Ok(()),
+                Some(Message::Process(start)) => {
+                    summary.processes += 1;
+                    self.trace.process_start(&start)
+                }
+                Some(Message::Events(process, events)) => self.trace.events(process, &events),
+                Some(Message::Release(release)) => {
+                    if !self.keep_spools {
+                        pending.push(release);
+                    }
+                    Ok(())
+                }
+                Some(Message::End(end)) => {
+                    summary.dropped_events += end.dropped_records;
+                    if let Some(errno) = end.drop_errno {
+                        summary.drop_errno.get_or_insert(errno);
+                    }
+                    self.trace.process_end(&end)
+                }
+                Some(Message::Refused(refusal)) => {
+                    summary.refused += 1;
+                    self.trace.refused(&refusal)
+                }
+                Some(Message::Damaged(damage)) => {
+                    summary.damaged_spools += 1;
+                    self.trace.damaged_spool(&damage)
+                }
+                Some(Message::Finish) => return self.finish(summary),
+            };
+            if let Err(error) = written {
+                return Err(self.fail("write the trace", error));
+            }
+            if inbox.is_empty() {
+                if let Err(error) = self.trace.flush() {
+                    return Err(self.fail("write the trace", error));
+                }
+                let due = last_sync.elapsed() >= SYNC_INTERVAL || pending.len() >= SYNC_CHUNKS;
+                if !pending.is_empty() && due {
+                    if let Err(error) = self.trace.get_ref().get_ref().sync_data() {
+                        return Err(self.fail("write the trace", error));
+                    }
+                    pending.drain(..).for_each(Release::apply);
+                    last_sync = Instant::now();
+                }
+            }
+        }
+    }
+
+    fn fail(&self, action: &str, error: std::io::Error) -> TraceFailure {
+        TraceFailure {
+            message: describe_io(action, &self.path, &error),
+        }
+    }
+
+    fn finish(mut self, mut summary: Summary) -> Result<Summary, TraceFailure> {
+        summary.events = self.trace.events_written();
+        summary.lost_events = self.trace.lost_events();
+        let footer = Footer {
+            processes: summary.processes,
+            events: summary.events,
+            dropped_events: summary.dropped_events,
+            refused_spools: summary.refused,
+            end_realtime_ns: realtime_ns(),
+            lost_events: summary.lost_events,
+            damaged_spools: summary.damaged_spools,
+        };
+        let written = self
+            .trace
+            .footer(&footer)
+            .and_then(|()| self.trace.get_ref().get_ref().sync_all());
+        if let Err(error) = written {
+            return Err(self.fail("write the trace", error));
+        }
+        summary.bytes = self.trace.bytes_written();
+        Ok(summary)
+    }
+}

@@ -1,0 +1,321 @@
+//! Where a trace is written, and how two writers are kept apart.
+//!
+//! `run` (and the collector a plain `LD_PRELOAD` tree starts) writes its
+//! trace in place, so that it can be read while it grows and found after a
+//! crash; an exclusive `flock` on the file keeps a second cudatrace from
+//! writing the same path at the same time. `collect` writes beside the
+//! destination and renames the finished trace into place, so that the
+//! destination is never a half-written file.
+
+use std::fs::File;
+use std::io::ErrorKind;
+use std::os::fd::AsRawFd;
+use std::os::unix::fs::OpenOptionsExt;
+use std::path::{Path, PathBuf};
+
+/// A trace file claimed for writing in place.
+pub struct InPlace {
+    /// Its path.
+    pub path: PathBuf,
+    /// The open, locked, emptied file.
+    pub file: File,
+    created: bool,
+}
+
+impl InPlace {
+    /// Removes the file again if this claim created it: nothing was written.
+    pub fn abandon(self) {
+        if self.created {
+            let _ = std::fs::remove_file(&self.path);
+        }
+    }
+}
+
+/// "cannot write PATH: REASON", naming a missing folder rather than the file.
+fn cannot_write(path: &Path, error: std::io::Error) -> String {
+    let parent = folder_of(path);
+    match error.kind() {
+        ErrorKind::NotFound => format!(
+            "cannot write {}: folder {} does not exist",
+            path.display(),
+            parent.display()
+        ),
+        ErrorKind::IsADirectory => format!("cannot write {}: it is a folder", path.display()),
+        _ => format!("cannot write {}: {error}", path.display()),
+    }
+}
+
+fn folder_of(path: &Path) -> PathBuf {
+    match path.parent() {
+        Some(parent) if !parent.as_os_str().is_empty() => parent.to_owned(),
+        _ => PathBuf::from("."),
+    }
+}
+
+/// Checks that a trace could be created in `folder`, before anything starts.
+pub fn check_folder_writable(folder: &Path) -> Result<(), String> {
+    let c_path = std::ffi::CString::new(folder.as_os_str().as_encoded_bytes())
+        .map_err(|_| format!("{} is not a valid path", folder.display()))?;
+    // SAFETY: a NUL-terminated path.
+    if unsafe { libc::access(c_path.as_ptr(), libc::W_OK | libc::X_OK) } != 0 {
+        let error = std::io::Error::last_os_error();
+        return Err(format!("cannot write a trace in {}: {error}", folder.display()));
+    }
+    Ok(())
+}
+
+/// Claims `path` for writing in place. Refuses a folder, a path in a missing
+/// or read-only folder, and a trace that another cudatrace is writing now.
+/// A finished trace already there is replaced.
+pub fn claim_in_place(path: &Path) -> Result<InPlace, String> {
+    if path.is_dir() {
+        return Err(format!("cannot write {}: it is a folder", path.display()));
+    }
+    let existed = path.exists();
+    let file = std::fs::OpenOptions::new()
+        .read(true)
+        .write(true)
+        .create(true)
+        .truncate(false)
+        .mode(0o644)
+        .open(path)
+        .map_err(|e| cannot_write(path, e))?;
+    // SAFETY: locking our own descriptor.
+    if unsafe { libc::flock(file.as_raw_fd(), libc::LOCK_EX | libc::LOCK_NB) } != 0 {
+        return Err(format!(
+            "{} is being written by another cudatrace right now; choose another -o",
+            path.display()
+        ));
+    }
+    file.set_len(0).map_err(|e| cannot_write(path, e))?;
+    Ok(InPlace {
+        path: path.to_owned(),
+        file,
+        created: !existed,
+    })
+}
+
+/// Like [`claim_in_place`], but when another cudatrace is writing `path`,
+/// writes beside it (`NAME-2.trace`, `NAME-3.trace`, ...) instead.
+pub fn claim_in_place_or_beside(path: &Path) -> Result<InPlace, String> {
+    let first = match claim_in_place(path) {
+        Ok(claimed) => return Ok(claimed),
+        Err(error) => error,
+    };
+    let stem = path
+        .file_stem()
+        .map(|s| s.to_string_lossy().into_owned())
+        .unwrap_or_default();
+    let extension = path
+        .extension()
+        .map(|e| format!(".{}", e.to_string_lossy()))
+        .unwrap_or_default();
+    for n in 2..100 {
+        let beside = path.with_file_name(format!("{stem}-{n}{extension}"));
+        if let Ok(claimed) = claim_in_place(&beside) {
+            return Ok(claimed);
+        }
+    }
+    Err(first)
+}
+
+/// A trace written to a temporary file beside its destination.
+pub struct Staged {
+    /// Where the trace goes once finished.
+    pub destination: PathBuf,
+    /// Where it is written meanwhile.
+    pub temporary: PathBuf,
+    replace: bool,
+}
+
+/// Prepares to write a trace to `destination`, returning the temporary file
+/// to write. Refuses an existing file unless `replace`, a folder, and a
+/// missing or read-only folder.
+pub fn stage(destination: &Path, replace: bool) -> Result<(Staged, File), String> {
+    if destination.is_dir() {
+        return Err(format!("cannot write {}: it is a folder", destination.display()));
+    }
+    if destination.exists() && !replace {
+        return Err(format!(
+            "{} exists and may be the only copy of a trace; pass --force to replace it",
+            destination.display()
+        ));
+    }
+    let name = destination
+        .file_name()
+        .map(|n| n.to_string_lossy().into_owned())
+        .ok_or_else(|| format!("{} is not a file name", destination.display()))?;
+    let temporary = folder_of(destination).join(format!(".{name}.cudatrace-{}.partial", std::process::id()));
+    let file = std::fs::OpenOptions::new()
+        .write(true)
+        .create_new(true)
+        .mode(0o644)
+        .open(&temporary)
+        .map_err(|e| cannot_write(destination, e))?;
+    let staged = Staged {
+        destination: destination.to_owned(),
+        temporary,
+        replace,
+    };
+    Ok((staged, file))
+}
+
+impl Staged {
+    /// Moves the finished, synced trace into place.
+    pub fn commit(self, file: File) -> Result<(), String> {
+        let fail = |what: String| {
+            let _ = std::fs::remove_file(&self.temporary);
+            what
+        };
+        file.sync_all()
+            .map_err(|e| fail(format!("cannot write {}: {e}", self.destination.display())))?;
+        drop(file);
+        let renamed = if self.replace {
+            std::fs::rename(&self.temporary, &self.destination)
+        } else {
+            rename_no_replace(&self.temporary, &self.destination)
+        };
+        renamed.map_err(|e| {
+            fail(match e.kind() {
+                ErrorKind::AlreadyExists => format!(
+                    "{} appeared while the trace was written; pass --force to replace it",
+                    self.destination.display()
+                ),
+                _ => format!("cannot write {}: {e}", self.destination.display()),
+            })
+        })?;
+        if let Ok(folder) = File::open(folder_of(&self.destination)) {
+            let _ = folder.sync_all();
+        }
+        Ok(())
+    }
+
+    /// Gives up: removes the temporary file.
+    pub fn abandon(self) {
+        let _ = std::fs::remove_file(&self.temporary);
+    }
+}
+
+fn rename_no_replace(from: &Path, to: &Path) -> std::io::Result<()> {
+    let from = std::ffi::CString::new(from.as_os_str().as_encoded_bytes())?;
+    let to = std::ffi::CString::new(to.as_os_str().as_encoded_bytes())?;
+    // SAFETY: NUL-terminated paths relative to the working directory.
+    let done = unsafe {
+        libc::renameat2(
+            libc::AT_FDCWD,
+            from.as_ptr(),
+            libc::AT_FDCWD,
+            to.as_ptr(),
+            libc::RENAME_NOREPLACE,
+        )
+    };
+    if done == 0 {
+        Ok(())
+    } else {
+        Err(std::io::Error::last_os_error())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn scratch(label: &str) -> PathBuf {
+        let dir = std::env::temp_dir().join(format!("cudatrace-output-{label}-{}", std::process::id()));
+        let _ = std::fs::remove_dir_all(&dir);
+        std::fs::create_dir_all(&dir).unwrap();
+        dir
+    }
+
+    #[test]
+    fn a_trace_being_written_is_not_claimed_twice_and_the_second_writes_beside_it() {
+        let dir = scratch("claim");
+        let path = dir.join("run.trace");
+        std::fs::write(&path, b"finished trace").unwrap();
+        let first = claim_in_place(&path).unwrap();
+        assert_eq!(
+            std::fs::metadata(&path).unwrap().len(),
+            0,
+            "a finished trace is replaced"
+        );
+        let refused = claim_in_place(&path).err().unwrap();
+        assert_eq!(
+            refused,
+            format!(
+                "{} is being written by another cudatrace right now; choose another -o",
+                path.display()
+            )
+        );
+        let beside = claim_in_place_or_beside(&path).unwrap();
+        assert_eq!(beside.path, dir.join("run-2.trace"));
+        drop(first);
+        let again = claim_in_place(&path).unwrap();
+        again.abandon();
+        assert!(
+            path.exists(),
+            "abandoning a claim never removes a file it did not create"
+        );
+        beside.abandon();
+        assert!(!dir.join("run-2.trace").exists());
+        std::fs::remove_dir_all(&dir).unwrap();
+    }
+
+    #[test]
+    fn unwritable_destinations_are_refused_with_the_reason() {
+        let dir = scratch("refuse");
+        let missing = dir.join("no-such-folder").join("x.trace");
+        assert_eq!(
+            claim_in_place(&missing).err().unwrap(),
+            format!(
+                "cannot write {}: folder {} does not exist",
+                missing.display(),
+                dir.join("no-such-folder").display()
+            )
+        );
+        assert_eq!(
+            claim_in_place(&dir).err().unwrap(),
+            format!("cannot write {}: it is a folder", dir.display())
+        );
+        assert_eq!(
+            stage(&dir, true).err().unwrap(),
+            format!("cannot write {}: it is a folder", dir.display())
+        );
+        std::fs::remove_dir_all(&dir).unwrap();
+    }
+
+    #[test]
+    fn a_staged_trace_replaces_an_existing_file_only_when_asked() {
+        let dir = scratch("stage");
+        let path = dir.join("out.trace");
+        std::fs::write(&path, b"old").unwrap();
+        assert_eq!(
+            stage(&path, false).err().unwrap(),
+            format!(
+                "{} exists and may be the only copy of a trace; pass --force to replace it",
+                path.display()
+            )
+        );
+        let (staged, mut file) = stage(&path, true).unwrap();
+        std::io::Write::write_all(&mut file, b"new").unwrap();
+        assert_eq!(
+            std::fs::read(&path).unwrap(),
+            b"old",
+            "the destination is untouched until commit"
+        );
+        let temporary = staged.temporary.clone();
+        staged.commit(file).unwrap();
+        assert_eq!(std::fs::read(&path).unwrap(), b"new");
+        assert!(!temporary.exists());
+        // Something appearing at the destination meanwhile is not replaced.
+        let fresh = dir.join("fresh.trace");
+        let (staged, file) = stage(&fresh, false).unwrap();
+        std::fs::write(&fresh, b"someone else's").unwrap();
+        assert!(staged
+            .commit(file)
+            .err()
+            .unwrap()
+            .contains("appeared while the trace was written"));
+        assert_eq!(std::fs::read(&fresh).unwrap(), b"someone else's");
+        std::fs::remove_dir_all(&dir).unwrap();
+    }
+}

@@ -1,0 +1,383 @@
+//! `collect` by hand: turns a folder of spools into a trace once their
+//! processes are gone, merging in the trace a collector was writing when it
+//! stopped, if the folder names one.
+//!
+//! A collector gives spool space back only for events durably in its trace,
+//! so between that trace and the spools every event is somewhere. Both hold
+//! each process's events in sequence order; they are merged process by
+//! process, in one pass over the old trace, with any event found in both
+//! written once. What neither holds shows as gaps in the sequence numbers
+//! and is counted as lost.
+
+use crate::collector::{header_for, Summary};
+use crate::liveness::Liveness;
+use crate::spool_tail::{damaged_spool, SpoolTail};
+use cudatrace_events::{naming, Event, Pass, SpoolHeaderInfo};
+use cudatrace_trace::{
+    Damage, DamagedSpool, Footer, Header, ProcessEnd, ProcessStart, Record, Refusal, TraceReader, TraceWriter,
+};
+use std::collections::{BTreeMap, HashMap, HashSet, VecDeque};
+use std::io::{BufReader, BufWriter, Write};
+use std::os::unix::fs::MetadataExt;
+use std::path::{Path, PathBuf};
+
+/// A process image, keyed by (pid, image) across the old trace and the spools.
+type Key = (u32, u32);
+
+/// One process image being merged.
+struct Merge {
+    /// Its index in the new trace, once its start is written.
+    index: Option<u32>,
+    spool: Option<(SpoolTail, SpoolHeaderInfo)>,
+    /// Spool events read but not yet written.
+    ahead: VecDeque<Event>,
+    spool_exhausted: bool,
+    /// The next sequence number to write: everything below is written or lost.
+    next_seq: u64,
+    /// How the old trace said it ended.
+    old_end: Option<ProcessEnd>,
+}
+
+impl Merge {
+    fn new(spool: Option<(SpoolTail, SpoolHeaderInfo)>) -> Merge {
+        Merge {
+            index: None,
+            spool,
+            ahead: VecDeque::new(),
+            spool_exhausted: false,
+            next_seq: 0,
+            old_end: None,
+        }
+    }
+
+    /// Spool events below sequence number `limit` not written yet.
+    fn spool_events_below(&mut self, limit: u64) -> Result<Vec<Event>, String> {
+        let mut out = Vec::new();
+        loop {
+            while let Some(event) = self.ahead.front() {
+                if event.seq >= limit {
+                    return Ok(out);
+                }
+                let event = self.ahead.pop_front().expect("front exists");
+                if event.seq >= self.next_seq {
+                    self.next_seq = event.seq + 1;
+                    out.push(event);
+                }
+            }
+            let Some((tail, _)) = self.spool.as_mut().filter(|_| !self.spool_exhausted) else {
+                return Ok(out);
+            };
+            let (events, at_end) = tail.read_batch(Pass::Final)?;
+            self.ahead.extend(events);
+            self.spool_exhausted = at_end;
+        }
+    }
+
+    /// Old-trace events not written yet, after any spool events before them.
+    fn merge_block(&mut self, events: Vec<Event>) -> Result<Vec<Event>, String> {
+        let Some(first) = events.first().map(|e| e.seq) else {
+            return Ok(Vec::new());
+        };
+        let mut out = self.spool_events_below(first)?;
+        for event in events {
+            if event.seq >= self.next_seq {
+                self.next_seq = event.seq + 1;
+                out.push(event);
+            }
+        }
+        Ok(out)
+    }
+}
+
+/// Where the merge writes.
+struct Output<'a> {
+    trace: &'a mut TraceWriter<BufWriter<std::fs::File>>,
+    summary: Summary,
+    next_index: u32,
+}
+
+impl Output<'_> {
+    fn io(&self, e: std::io::Error) -> String {
+        format!("cannot write the trace: {e}")
+    }
+
+    fn start(&mut self, merge: &mut Merge, mut start: ProcessStart) -> Result<u32, String> {
+        if let Some(index) = merge.index {
+            return Ok(index);
+        }
+        start.process = self.next_index;
+        self.next_index += 1;
+        merge.index = Some(start.process);
+        self.summary.processes += 1;
+        self.trace.process_start(&start).map_err(|e| self.io(e))?;
+        Ok(start.process)
+    }
+
+    fn events(&mut self, index: u32, events: &[Event]) -> Result<(), String> {
+        if events.is_empty() {
+            return Ok(());
+        }
+        self.trace.events(index, events).map_err(|e| self.io(e))
+    }
+}
+
+/// What `collect` found besides events.
+pub struct Recovered {
+    /// Counts for the summary line.
+    pub summary: Summary,
+    /// Damage found in the old trace.
+    pub old_trace_damage: Vec<Damage>,
+}
+
+/// The trace a collector of `dir` was writing, if the folder names one that exists.
+pub fn trace_named_in(dir: &Path) -> Option<PathBuf> {
+    let named = std::fs::read(dir.join(naming::TRACE_POINTER)).ok()?;
+    let path = PathBuf::from(String::from_utf8_lossy(&named).into_owned());
+    path.is_file().then_some(path)
+}
+
+/// The header of the old trace, if it has a readable one.
+fn old_header(old: Option<&Path>) -> Option<Header> {
+    let file = std::fs::File::open(old?).ok()?;
+    match TraceReader::new(BufReader::new(file)).ok()?.next_record() {
+        Ok(Some(Record::Header(header))) => Some(header),
+        _ => None,
+    }
+}
+
+/// Spools of `dir` by (pid, image): opened, refused, or unreadable.
+fn open_spools(
+    dir: &Path,
+    refusals: &mut Vec<Refusal>,
+    damaged: &mut Vec<DamagedSpool>,
+) -> Result<BTreeMap<Key, (SpoolTail, SpoolHeaderInfo)>, String> {
+    let paths = naming::spool_files_in(dir).map_err(|e| format!("cannot read {}: {e}", dir.display()))?;
+    // SAFETY: no preconditions.
+    let uid = unsafe { libc::geteuid() };
+    let mut spools = BTreeMap::new();
+    for path in paths {
+        let Some((pid, image)) = naming::parse_spool_file_name(&path) else {
+            continue;
+        };
+        let Ok(metadata) = std::fs::symlink_metadata(&path) else {
+            continue;
+        };
+        if !metadata.file_type().is_file() || metadata.uid() != uid {
+            refusals.push(Refusal {
+                path: path.display().to_string(),
+                uid: metadata.uid(),
+                reason: if metadata.file_type().is_file() {
+                    "owned by another user".into()
+                } else {
+                    "not a regular file".into()
+                },
+            });
+            continue;
+        }
+        match SpoolTail::open(&path, 0, image, false) {
+            Ok(opened) => {
+                spools.insert((pid, image), opened);
+            }
+            Err(error) => damaged.push(damaged_spool(&path, pid, image, &error)),
+        }
+    }
+    Ok(spools)
+}
+
+/// Writes the trace of `dir` (merging `old`, the trace its collector was
+/// writing, if any) to `file`.
+pub fn recover(dir: &Path, old: Option<&Path>, file: std::fs::File) -> Result<(Recovered, std::fs::File), String> {
+    let mut refusals = Vec::new();
+    let mut damaged = Vec::new();
+    let spools = open_spools(dir, &mut refusals, &mut damaged)?;
+    let header = old_header(old).unwrap_or_else(|| {
+        let first = spools.values().min_by_key(|(_, h)| h.process.start_monotonic_ns);
+        header_for(first.map(|(_, h)| h.process.argv.clone()).unwrap_or_default())
+    });
+    let header = Header {
+        tracer_version: env!("CARGO_PKG_VERSION").to_string(),
+        ..header
+    };
+    let mut trace = TraceWriter::new(BufWriter::with_capacity(1 << 20, file), &header)
+        .map_err(|e| format!("cannot write the trace: {e}"))?;
+    let mut merges: BTreeMap<Key, Merge> = spools
+        .into_iter()
+        .map(|(key, spool)| (key, Merge::new(Some(spool))))
+        .collect();
+    let mut out = Output {
+        trace: &mut trace,
+        summary: Summary::default(),
+        next_index: 0,
+    };
+    let mut old_trace_damage = Vec::new();
+    let mut refused_paths: HashSet<String> = refusals.iter().map(|r| r.path.clone()).collect();
+    let mut damaged_keys: HashSet<Key> = damaged.iter().map(|d| (d.pid, d.image)).collect();
+    if let Some(old) = old {
+        merge_old_trace(
+            old,
+            &mut merges,
+            &mut out,
+            &mut old_trace_damage,
+            &mut refusals,
+            &mut refused_paths,
+            &mut damaged,
+            &mut damaged_keys,
+        )?;
+    }
+    for merge in merges.values_mut() {
+        finish_process(merge, &mut out)?;
+    }
+    for refusal in &refusals {
+        out.summary.refused += 1;
+        out.trace
+            .refused(refusal)
+            .map_err(|e| format!("cannot write the trace: {e}"))?;
+    }
+    for damage in &damaged {
+        out.summary.damaged_spools += 1;
+        out.trace
+            .damaged_spool(damage)
+            .map_err(|e| format!("cannot write the trace: {e}"))?;
+    }
+    let mut summary = out.summary;
+    summary.events = trace.events_written();
+    summary.lost_events = trace.lost_events();
+    let footer = Footer {
+        processes: summary.processes,
+        events: summary.events,
+        dropped_events: summary.dropped_events,
+        refused_spools: summary.refused,
+        end_realtime_ns: crate::collector::realtime_ns(),
+        lost_events: summary.lost_events,
+        damaged_spools: summary.damaged_spools,
+    };
+    trace
+        .footer(&footer)
+        .map_err(|e| format!("cannot write the trace: {e}"))?;
+    summary.bytes = trace.bytes_written();
+    let mut buffered = trace.into_inner();
+    buffered.flush().map_err(|e| format!("cannot write the trace: {e}"))?;
+    let file = buffered
+        .into_inner()
+        .map_err(|e| format!("cannot write the trace: {}", e.error()))?;
+    Ok((
+        Recovered {
+            summary,
+            old_trace_damage,
+        },
+        file,
+    ))
+}
+
+#[allow(clippy::too_many_arguments)]
+fn merge_old_trace(
+    old: &Path,
+    merges: &mut BTreeMap<Key, Merge>,
+    out: &mut Output,
+    damage: &mut Vec<Damage>,
+    refusals: &mut Vec<Refusal>,
+    refused_paths: &mut HashSet<String>,
+    damaged: &mut Vec<DamagedSpool>,
+    damaged_keys: &mut HashSet<Key>,
+) -> Result<(), String> {
+    let file = std::fs::File::open(old).map_err(|e| format!("cannot open {}: {e}", old.display()))?;
+    let reader = match TraceReader::new(BufReader::with_capacity(1 << 20, file)) {
+        Ok(reader) => reader,
+        Err(error) => {
+            damage.push(error);
+            return Ok(());
+        }
+    };
+    let mut keys: HashMap<u32, Key> = HashMap::new();
+    for record in reader {
+        let record = match record {
+            Ok(record) => record,
+            Err(error) => {
+                damage.push(error);
+                continue;
+            }
+        };
+        match record {
+            Record::Process(start) => {
+                let key = (start.pid, start.image);
+                keys.insert(start.process, key);
+                let merge = merges.entry(key).or_insert_with(|| Merge::new(None));
+                out.start(merge, start)?;
+            }
+            Record::Events { process, events } => {
+                let Some(merge) = keys.get(&process).and_then(|key| merges.get_mut(key)) else {
+                    continue;
+                };
+                let index = merge.index.expect("started when its process record was read");
+                let merged = merge.merge_block(events)?;
+                out.events(index, &merged)?;
+            }
+            Record::ProcessEnd(end) => {
+                if let Some(merge) = keys.get(&end.process).and_then(|key| merges.get_mut(key)) {
+                    merge.old_end = Some(end);
+                }
+            }
+            Record::Refused(refusal) => {
+                if refused_paths.insert(refusal.path.clone()) {
+                    refusals.push(refusal);
+                }
+            }
+            Record::DamagedSpool(spool) => {
+                if damaged_keys.insert((spool.pid, spool.image)) && !merges.contains_key(&(spool.pid, spool.image)) {
+                    damaged.push(spool);
+                }
+            }
+            Record::Header(_)
+            | Record::Footer(_)
+            | Record::String { .. }
+            | Record::Stack { .. }
+            | Record::Unknown { .. } => {}
+        }
+    }
+    Ok(())
+}
+
+/// Writes what the spool holds after everything already written, and how
+/// the process ended.
+fn finish_process(merge: &mut Merge, out: &mut Output) -> Result<(), String> {
+    let index = match (&merge.spool, merge.index) {
+        (_, Some(index)) => index,
+        (Some((tail, header)), None) => {
+            let start = tail.start_record(header);
+            out.start(merge, start)?
+        }
+        (None, None) => return Ok(()),
+    };
+    let rest = merge.spool_events_below(u64::MAX)?;
+    out.events(index, &rest)?;
+    let end = match merge.spool.as_mut() {
+        Some((tail, _)) => {
+            let header = tail.header();
+            tail.finish(&header);
+            let gone = Liveness::watch(tail.pid).is_dead();
+            let (status, time) = match (header.process.exit, &merge.old_end) {
+                (_, Some(old)) if old.exit_status.is_some() => (old.exit_status, old.exit_time_ns),
+                (Some((status, time)), _) => (Some(status), Some(time)),
+                (None, Some(old)) => (old.exit_status, old.exit_time_ns),
+                (None, None) => (None, None),
+            };
+            let mut end = tail.end_record(&header, status, time, !gone);
+            end.process = index;
+            end
+        }
+        None => match merge.old_end.clone() {
+            Some(mut end) => {
+                end.process = index;
+                end
+            }
+            None => return Ok(()),
+        },
+    };
+    out.summary.dropped_events += end.dropped_records;
+    if let Some(errno) = end.drop_errno {
+        out.summary.drop_errno.get_or_insert(errno);
+    }
+    out.trace
+        .process_end(&end)
+        .map_err(|e| format!("cannot write the trace: {e}"))
+}

@@ -1,0 +1,188 @@
+//! Following one spool file: reading its records in sequence order while
+//! its process runs, and once it is gone; and what the trace says about the
+//! process at its start and end. Shared by the live collector and `collect`.
+
+use crate::liveness::Liveness;
+use cudatrace_events::layout::{CHUNK_BYTES, CHUNK_RECORDS, HEADER_SIZE, RELEASED_CHUNKS_OFFSET};
+use cudatrace_events::{Event, Pass, SpoolCursor, SpoolError, SpoolFile, SpoolHeaderInfo};
+use cudatrace_trace::{DamagedSpool, ProcessEnd, ProcessStart};
+use std::fs::File;
+use std::os::fd::AsRawFd;
+use std::os::unix::fs::FileExt;
+use std::path::{Path, PathBuf};
+
+/// Slots read per call, so that one busy process cannot hog a reader.
+const BATCH_SLOTS: usize = 16384;
+
+/// Chunks of a spool whose records are all read. Every slot in them is
+/// settled, so their writer never touches them again.
+pub struct Release {
+    file: File,
+    from_chunk: u64,
+    to_chunk: u64,
+}
+
+impl Release {
+    /// Punches the chunks out of the file (it keeps its size; the range reads
+    /// as zeros) and notes in the header how far that went. Only to be
+    /// applied once the trace holding their events is durable. A file system
+    /// without hole punching keeps the space until the run ends.
+    pub fn apply(self) {
+        let start = HEADER_SIZE as u64 + self.from_chunk * CHUNK_BYTES as u64;
+        let length = (self.to_chunk - self.from_chunk) * CHUNK_BYTES as u64;
+        // SAFETY: punching a hole in a range of our own descriptor's file.
+        let punched = unsafe {
+            libc::fallocate(
+                self.file.as_raw_fd(),
+                libc::FALLOC_FL_PUNCH_HOLE | libc::FALLOC_FL_KEEP_SIZE,
+                start as libc::off_t,
+                length as libc::off_t,
+            )
+        };
+        if punched == 0 {
+            let chunks = u32::try_from(self.to_chunk).unwrap_or(u32::MAX);
+            let _ = self.file.write_all_at(&chunks.to_le_bytes(), RELEASED_CHUNKS_OFFSET);
+        }
+    }
+}
+
+/// Reading position in one spool.
+pub struct SpoolTail {
+    /// The spool file.
+    pub path: PathBuf,
+    /// Index of this process image in the trace.
+    pub process: u32,
+    /// Its pid.
+    pub pid: u32,
+    /// Which image of the pid (0, then 1 after an exec, ...).
+    pub image: u32,
+    /// Whether the process is alive.
+    pub liveness: Liveness,
+    spool: SpoolFile,
+    /// How far reading got, and what it found.
+    pub cursor: SpoolCursor,
+    released_chunks: u64,
+}
+
+/// Whether a spool that cannot be opened yet may still become readable: its
+/// header is being written (or not yet reserved) by a live process.
+pub fn may_become_readable(error: &SpoolError) -> bool {
+    matches!(error, SpoolError::Truncated { .. } | SpoolError::NotASpool)
+}
+
+impl SpoolTail {
+    /// Opens a spool whose header is complete.
+    pub fn open(
+        path: &Path,
+        process: u32,
+        image: u32,
+        writable: bool,
+    ) -> Result<(SpoolTail, SpoolHeaderInfo), SpoolError> {
+        let spool = SpoolFile::open(path, writable)?;
+        let header = spool.header();
+        let tail = SpoolTail {
+            path: path.to_owned(),
+            process,
+            pid: header.process.pid,
+            image,
+            liveness: Liveness::watch(header.process.pid),
+            spool,
+            cursor: SpoolCursor::new(header.process.pid, header.released_records),
+            released_chunks: header.released_records / CHUNK_RECORDS as u64,
+        };
+        Ok((tail, header))
+    }
+
+    /// The header as it is now (its counters and exit fields change).
+    pub fn header(&self) -> SpoolHeaderInfo {
+        self.spool.header()
+    }
+
+    /// Reads up to one batch of records after the last one read. Returns
+    /// the events and whether the end of the file was reached.
+    pub fn read_batch(&mut self, pass: Pass) -> Result<(Vec<Event>, bool), String> {
+        let mut events = Vec::new();
+        let at_end = self
+            .cursor
+            .read(&mut self.spool, pass, BATCH_SLOTS, &mut events)
+            .map_err(|e| format!("{}: {e}", self.path.display()))?;
+        self.spool.forget_before(self.cursor.next);
+        Ok((events, at_end))
+    }
+
+    /// Ends a final read: slots handed out but never stored are counted.
+    pub fn finish(&mut self, header: &SpoolHeaderInfo) {
+        self.cursor.finish(header.reserved_seqs);
+    }
+
+    /// The chunks read to the end since the last call, to be given back to
+    /// the file system once their events are safely in the trace. Only while
+    /// every slot read is settled: live reads stop at the first slot not yet
+    /// whole, and final reads of a dead process have no writer left.
+    pub fn chunks_to_release(&mut self) -> Option<Release> {
+        let whole = self.cursor.next / CHUNK_RECORDS as u64;
+        if whole <= self.released_chunks {
+            return None;
+        }
+        let file = self.spool.file().try_clone().ok()?;
+        let release = Release {
+            file,
+            from_chunk: self.released_chunks,
+            to_chunk: whole,
+        };
+        self.released_chunks = whole;
+        Some(release)
+    }
+
+    /// The trace's record of this process image starting.
+    pub fn start_record(&self, header: &SpoolHeaderInfo) -> ProcessStart {
+        ProcessStart {
+            process: self.process,
+            pid: self.pid,
+            ppid: header.process.ppid,
+            image: self.image,
+            argv: header.process.argv.clone(),
+            start_monotonic_ns: header.process.start_monotonic_ns,
+            start_realtime_ns: header.process.start_realtime_ns,
+        }
+    }
+
+    /// The trace's record of this process image ending, after a final read.
+    pub fn end_record(
+        &self,
+        header: &SpoolHeaderInfo,
+        exit_status: Option<i32>,
+        exit_time_ns: Option<u64>,
+        still_running: bool,
+    ) -> ProcessEnd {
+        ProcessEnd {
+            process: self.process,
+            exit_status,
+            exit_time_ns,
+            still_running,
+            unfinished_records: self.cursor.unwritten.saturating_sub(header.dropped_records),
+            unknown_frees: header.unknown_frees,
+            registry_overflows: header.registry_overflows,
+            dropped_records: header.dropped_records,
+            drop_errno: header.drop_errno,
+            reserved_events: header.reserved_seqs,
+            damaged_records: self.cursor.damaged,
+        }
+    }
+}
+
+/// The trace's record of a spool that cannot be read at all.
+pub fn damaged_spool(path: &Path, pid: u32, image: u32, error: &SpoolError) -> DamagedSpool {
+    let reason = match error {
+        SpoolError::NotASpool => {
+            "its header was never completed (the process died while creating it), or is damaged".into()
+        }
+        other => other.to_string(),
+    };
+    DamagedSpool {
+        pid,
+        image,
+        path: path.display().to_string(),
+        reason,
+    }
+}
