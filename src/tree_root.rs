@@ -1,15 +1,19 @@
 //! Plain `LD_PRELOAD=libcudatrace.so CMD`, with no `cudatrace run` around it.
 //!
-//! The first traced process of a tree (the one that finds no `CUDATRACE_DIR`
-//! in its environment) becomes the tree's root: its constructor picks a
-//! private spool folder and a trace path and puts them in the environment,
-//! which every descendant inherits. The first process of the tree that
-//! records an event starts `cudatrace collect` for the folder; it turns the
-//! spools into one trace once the root and every traced process are gone.
+//! The first traced process of a tree (the one that finds no
+//! `CUDATRACE_ROOT_PID` in its environment) becomes the tree's root: its
+//! constructor checks where spools will go and puts its decisions in the
+//! environment, which every descendant inherits. Without `CUDATRACE_DIR` it
+//! picks a private spool folder and a trace path; the first process of the
+//! tree that records an event starts `cudatrace collect` for the folder,
+//! which turns the spools into one trace once the root and every traced
+//! process are gone. When the spool folder cannot be used, the root says so
+//! in one line on stderr (unless `CUDATRACE_QUIET=1`) and the whole tree
+//! runs untraced.
 //!
 //! | `CUDATRACE_COLLECTOR` | meaning |
 //! | --- | --- |
-//! | `run` | `cudatrace run` collects: just write spools |
+//! | `run` | `cudatrace run` collects (and checked the folder): just write spools |
 //! | `spawn` | set by a tree root: the first writer starts a collector |
 //! | unset | spools only, into `CUDATRACE_DIR` (collect them by hand) |
 
@@ -18,29 +22,73 @@ use std::ffi::{CString, OsString};
 use std::os::unix::ffi::{OsStrExt, OsStringExt};
 use std::path::{Path, PathBuf};
 
+fn set(key: &str, value: impl AsRef<std::ffi::OsStr>) {
+    // SAFETY: called from the library constructor, before `main` and before
+    // any other thread exists.
+    unsafe { std::env::set_var(key, value) };
+}
+
 /// Called from the library constructor, before `main` and before any other
 /// thread exists, so changing the environment is safe here.
 pub fn adopt_tree_if_root() {
-    if std::env::var_os("CUDATRACE_DIR").is_some() {
+    let inherited = ["CUDATRACE_ROOT_PID", "CUDATRACE_COLLECTOR"];
+    if inherited.iter().any(|key| std::env::var_os(key).is_some()) {
         return;
     }
     // SAFETY: no preconditions.
     let (pid, uid) = unsafe { (libc::getpid(), libc::getuid()) };
+    set("CUDATRACE_ROOT_PID", pid.to_string());
+    if let Some(chosen) = std::env::var_os("CUDATRACE_DIR").filter(|d| !d.is_empty()) {
+        if let Err(reason) = writable_folder(Path::new(&chosen)) {
+            untrace_tree(&format!("CUDATRACE_DIR={}: {reason}", Path::new(&chosen).display()));
+        }
+        return;
+    }
     let base = std::env::var_os("TMPDIR")
         .filter(|d| !d.is_empty())
         .unwrap_or_else(|| "/tmp".into());
-    let dir = Path::new(&base)
-        .join(naming::user_folder_name(uid))
-        .join(format!("tree-{pid}-{}", crate::spool_writer::monotonic_ns()));
+    let user_folder = Path::new(&base).join(naming::user_folder_name(uid));
+    let usable = naming::ensure_private_folder(&user_folder, uid).and_then(|()| writable_folder(&user_folder));
+    if let Err(reason) = usable {
+        untrace_tree(&format!("cannot keep spools in {}: {reason}", user_folder.display()));
+        return;
+    }
+    let dir = user_folder.join(format!("tree-{pid}-{}", crate::spool_writer::monotonic_ns()));
     let cwd = std::env::current_dir().unwrap_or_else(|_| PathBuf::from("/"));
     let out = match std::env::var_os("CUDATRACE_OUT").filter(|o| !o.is_empty()) {
         Some(out) => cwd.join(out),
         None => cwd.join(naming::default_trace_name(&argv0(), pid as u32)),
     };
-    std::env::set_var("CUDATRACE_DIR", &dir);
-    std::env::set_var("CUDATRACE_OUT", &out);
-    std::env::set_var("CUDATRACE_COLLECTOR", "spawn");
-    std::env::set_var("CUDATRACE_ROOT_PID", pid.to_string());
+    set("CUDATRACE_DIR", &dir);
+    set("CUDATRACE_OUT", &out);
+    set("CUDATRACE_COLLECTOR", "spawn");
+}
+
+/// Whether spools can be created in `folder`; why not otherwise.
+fn writable_folder(folder: &Path) -> Result<(), String> {
+    let metadata = std::fs::metadata(folder).map_err(|e| e.to_string())?;
+    if !metadata.is_dir() {
+        return Err("not a folder".into());
+    }
+    let c_path = CString::new(folder.as_os_str().as_bytes()).map_err(|e| e.to_string())?;
+    // SAFETY: a NUL-terminated path.
+    if unsafe { libc::access(c_path.as_ptr(), libc::W_OK | libc::X_OK) } != 0 {
+        return Err(std::io::Error::last_os_error().to_string());
+    }
+    Ok(())
+}
+
+/// Nothing of this tree can be recorded: say so once, here in its root, and
+/// turn recording off for the root and, through the environment, for every
+/// process it starts.
+fn untrace_tree(reason: &str) {
+    if std::env::var_os("CUDATRACE_QUIET").is_none_or(|v| v != "1") {
+        let line = format!("cudatrace: nothing is recorded: {reason}\n");
+        // SAFETY: writing a buffer we own to stderr; a failure is ignored.
+        unsafe { libc::write(2, line.as_ptr().cast(), line.len()) };
+    }
+    crate::process_state::turn_tracing_off();
+    set("CUDATRACE_DISABLE", "1");
 }
 
 /// The program's argv[0].

@@ -46,6 +46,12 @@ impl From<&str> for Failure {
 }
 
 fn main() -> ExitCode {
+    // A trace growing past the file size limit must fail with EFBIG, which
+    // cudatrace reports, not kill it (and the trace) with SIGXFSZ. Commands
+    // it runs get the default back (see `run`).
+    // SAFETY: setting a disposition before any thread exists.
+    let inherited = unsafe { libc::signal(libc::SIGXFSZ, libc::SIG_IGN) };
+    run::INHERITED_SIGXFSZ.store(inherited, std::sync::atomic::Ordering::Relaxed);
     let cli = match cli::Cli::try_parse() {
         Ok(cli) => cli,
         Err(error) => return terminal::parse_error(&error),

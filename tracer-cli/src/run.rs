@@ -8,10 +8,10 @@ use crate::terminal::say;
 use crate::{spool_dir, Failure};
 use cudatrace_events::naming;
 use std::ffi::OsString;
-use std::os::unix::process::ExitStatusExt;
+use std::os::unix::process::{CommandExt, ExitStatusExt};
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command};
-use std::sync::atomic::{AtomicI32, Ordering};
+use std::sync::atomic::{AtomicI32, AtomicUsize, Ordering};
 use std::time::Duration;
 
 /// How long to wait, after the command exits, for descendants still running.
@@ -37,6 +37,9 @@ fn preload_library(flag: Option<PathBuf>) -> Result<PathBuf, String> {
 }
 
 static CHILD: AtomicI32 = AtomicI32::new(0);
+
+/// The SIGXFSZ disposition cudatrace was started with, which `main` replaced.
+pub static INHERITED_SIGXFSZ: AtomicUsize = AtomicUsize::new(libc::SIG_DFL);
 
 /// Signals sent to cudatrace itself with `kill` go on to the command. Signals
 /// from the terminal (si_code SI_KERNEL) already reach the command, which
@@ -101,6 +104,14 @@ pub fn run(args: RunArgs) -> Result<u8, Failure> {
     let program = args.command[0].clone();
     let mut command = Command::new(&program);
     command.args(&args.command[1..]);
+    // SAFETY: only an async-signal-safe call between fork and exec; it gives
+    // the command the SIGXFSZ disposition cudatrace itself was started with.
+    unsafe {
+        command.pre_exec(|| {
+            libc::signal(libc::SIGXFSZ, INHERITED_SIGXFSZ.load(Ordering::Relaxed));
+            Ok(())
+        })
+    };
     let run_dir = match spool_dir::create_run_dir() {
         Ok(dir) => dir,
         Err(reason) => {

@@ -67,7 +67,7 @@ pub struct SpoolTail {
 /// Whether a spool that cannot be opened yet may still become readable: its
 /// header is being written (or not yet reserved) by a live process.
 pub fn may_become_readable(error: &SpoolError) -> bool {
-    matches!(error, SpoolError::Truncated { .. } | SpoolError::NotASpool)
+    matches!(error, SpoolError::Truncated { .. } | SpoolError::Unfinished)
 }
 
 impl SpoolTail {
@@ -173,16 +173,10 @@ impl SpoolTail {
 
 /// The trace's record of a spool that cannot be read at all.
 pub fn damaged_spool(path: &Path, pid: u32, image: u32, error: &SpoolError) -> DamagedSpool {
-    let reason = match error {
-        SpoolError::NotASpool => {
-            "its header was never completed (the process died while creating it), or is damaged".into()
-        }
-        other => other.to_string(),
-    };
     DamagedSpool {
         pid,
         image,
         path: path.display().to_string(),
-        reason,
+        reason: error.to_string(),
     }
 }

@@ -1,110 +1,12 @@
 //! Recording, end to end: `cudatrace run` (and plain `LD_PRELOAD`) over the
 //! fake driver, checked through `cudatrace report --json`.
 
-#[path = "../../tests/support/mod.rs"]
-mod support;
+mod common;
 
+use common::*;
 use serde_json::{json, Value};
-use std::path::{Path, PathBuf};
-use std::process::{Command, Output, Stdio};
+use std::process::{Command, Stdio};
 use std::time::{Duration, Instant};
-use support::*;
-
-/// The `cudatrace` binary of this build (`cargo test --workspace` builds it).
-fn cli() -> PathBuf {
-    let exe = std::env::current_exe().unwrap();
-    let cli = exe.parent().unwrap().parent().unwrap().join("cudatrace");
-    assert!(
-        cli.exists(),
-        "{} is missing: run `cargo test --workspace`",
-        cli.display()
-    );
-    cli
-}
-
-fn cudatrace(args: &[&str]) -> Command {
-    let mut command = Command::new(cli());
-    command.args(args).env("LD_LIBRARY_PATH", fake_cuda::library_dir());
-    command
-}
-
-/// `cudatrace run` of a scenario; returns (output, trace path).
-fn run_scenario(label: &str, scenario: &str, extra_env: &[(&str, &str)]) -> (Output, PathBuf) {
-    let (output, trace, _) = run_scenario_with_pid(label, scenario, extra_env);
-    (output, trace)
-}
-
-/// `cudatrace run -o <fresh folder>/run.trace -- scenarios SCENARIO`, spooling in that folder.
-fn run_command(label: &str, scenario: &str, options: &[&str]) -> (Command, PathBuf) {
-    let dir = scratch_dir(label);
-    let trace = dir.join("run.trace");
-    let preload = tracer_library();
-    let mut command = cudatrace(&[
-        "run",
-        "--preload",
-        preload.to_str().unwrap(),
-        "-o",
-        trace.to_str().unwrap(),
-    ]);
-    command.args(options).arg("--");
-    command
-        .arg(fake_cuda::program("scenarios"))
-        .arg(scenario)
-        .env("TMPDIR", &dir);
-    (command, trace)
-}
-
-/// Like [`run_scenario`], also returning the pid of `cudatrace` itself.
-fn run_scenario_with_pid(label: &str, scenario: &str, extra_env: &[(&str, &str)]) -> (Output, PathBuf, u32) {
-    let (mut command, trace) = run_command(label, scenario, &[]);
-    for (key, value) in extra_env {
-        command.env(key, value);
-    }
-    let child = command.stdout(Stdio::piped()).stderr(Stdio::piped()).spawn().unwrap();
-    let pid = child.id();
-    (child.wait_with_output().unwrap(), trace, pid)
-}
-
-fn report_json(trace: &Path) -> (Value, Output) {
-    let output = cudatrace(&["report", "--json", trace.to_str().unwrap()])
-        .output()
-        .unwrap();
-    let json = serde_json::from_slice(&output.stdout).unwrap_or_else(|e| {
-        panic!(
-            "report output is not JSON ({e}): {}",
-            String::from_utf8_lossy(&output.stderr)
-        )
-    });
-    (json, output)
-}
-
-fn stdout(output: &Output) -> String {
-    String::from_utf8_lossy(&output.stdout).into_owned()
-}
-
-fn process(report: &Value, pid: u32) -> &Value {
-    report["processes"]
-        .as_array()
-        .unwrap()
-        .iter()
-        .find(|p| p["pid"] == pid)
-        .unwrap_or_else(|| panic!("no process {pid} in {report}"))
-}
-
-/// Every "LABEL pid address size" line the scenario printed.
-fn blocks(text: &str, label: &str) -> Vec<(u32, u64, u64)> {
-    text.lines()
-        .filter_map(|line| line.strip_prefix(label).filter(|rest| rest.starts_with(' ')))
-        .map(|rest| {
-            let fields: Vec<&str> = rest.split_whitespace().collect();
-            (fields[0].parse().unwrap(), hex(fields[1]), fields[2].parse().unwrap())
-        })
-        .collect()
-}
-
-fn live(address: u64, size: u64, api: &str, kind: &str) -> Value {
-    json!({"address": address, "size": size, "api": api, "kind": kind})
-}
 
 #[test]
 fn a_single_process_run_reports_exactly_what_it_did() {
@@ -516,13 +418,6 @@ fn thirty_two_threads_average_under_24_bytes_an_event() {
     );
     let bytes = std::fs::metadata(&trace).unwrap().len();
     assert!(bytes * 100 / events <= 2400, "{bytes} bytes for {events} events");
-}
-
-/// The spool files of the one run folder under `tmpdir`.
-fn run_spools(tmpdir: &Path) -> Vec<PathBuf> {
-    let user_folder = tmpdir.join(cudatrace_events::naming::user_folder_name(unsafe { libc::geteuid() }));
-    let run_folder = std::fs::read_dir(&user_folder).unwrap().next().unwrap().unwrap().path();
-    spool_files(&run_folder)
 }
 
 #[test]

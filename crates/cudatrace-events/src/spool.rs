@@ -143,6 +143,8 @@ pub enum SpoolError {
         /// Bytes in the file.
         len: u64,
     },
+    /// The header is all zeros: its writer has not finished it (or died first).
+    Unfinished,
     /// The file does not start with [`SPOOL_MAGIC`].
     NotASpool,
     /// The file was written by an incompatible tracer.
@@ -163,6 +165,7 @@ impl std::fmt::Display for SpoolError {
             SpoolError::Truncated { len } => {
                 write!(f, "spool is {len} bytes, shorter than its {HEADER_SIZE}-byte header")
             }
+            SpoolError::Unfinished => f.write_str("its header was never completed (its process died creating it?)"),
             SpoolError::NotASpool => f.write_str("not a cudatrace spool file (bad magic)"),
             SpoolError::Version { found } => write!(
                 f,
@@ -224,7 +227,12 @@ impl SpoolReader {
             });
         }
         if bytes[0..8] != SPOOL_MAGIC {
-            return Err(SpoolError::NotASpool);
+            let unfinished = bytes[0..8] == [0; 8];
+            return Err(if unfinished {
+                SpoolError::Unfinished
+            } else {
+                SpoolError::NotASpool
+            });
         }
         let version = le_u32(bytes, 8);
         if version != SPOOL_VERSION
@@ -422,6 +430,10 @@ pub(crate) mod tests {
         ));
         assert!(matches!(
             SpoolReader::parse(&[0u8; HEADER_SIZE]),
+            Err(SpoolError::Unfinished)
+        ));
+        assert!(matches!(
+            SpoolReader::parse(&[7u8; HEADER_SIZE]),
             Err(SpoolError::NotASpool)
         ));
         let mut old = header(1, b"", 0);

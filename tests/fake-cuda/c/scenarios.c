@@ -366,6 +366,33 @@ static void scenario_vmm(void) {
     printf("handle 0x%llx\n", handle);
 }
 
+/* Two handles released while still mapped: the first is then unmapped and
+ * its memory goes back; the second stays mapped, and so live, to the end. */
+static void scenario_vmm_release_mapped(void) {
+    CUresult (*reserve)(CUdeviceptr *, size_t, size_t, CUdeviceptr, unsigned long long) = entry_point("cuMemAddressReserve", 12000, 0);
+    CUresult (*create)(CUmemGenericAllocationHandle *, size_t, const CUmemAllocationProp *, unsigned long long) = entry_point("cuMemCreate", 12000, 0);
+    CUresult (*map)(CUdeviceptr, size_t, size_t, CUmemGenericAllocationHandle, unsigned long long) = entry_point("cuMemMap", 12000, 0);
+    CUresult (*unmap)(CUdeviceptr, size_t) = entry_point("cuMemUnmap", 12000, 0);
+    CUresult (*release)(CUmemGenericAllocationHandle) = entry_point("cuMemRelease", 12000, 0);
+    const size_t two_mib = 2 << 20;
+    CUdeviceptr va;
+    check("cuMemAddressReserve", reserve(&va, 2 * two_mib, 0, 0, 0));
+    CUmemAllocationProp prop;
+    memset(&prop, 0, sizeof prop);
+    prop.type = 1;
+    prop.location.type = 1;
+    prop.location.id = 0;
+    CUmemGenericAllocationHandle first, second;
+    check("cuMemCreate", create(&first, two_mib, &prop, 0));
+    check("cuMemCreate", create(&second, two_mib, &prop, 0));
+    check("cuMemMap", map(va, two_mib, 0, first, 0));
+    check("cuMemMap", map(va + two_mib, two_mib, 0, second, 0));
+    check("cuMemRelease", release(first));
+    check("cuMemRelease", release(second));
+    check("cuMemUnmap", unmap(va, two_mib));
+    printf("live-handle 0x%llx\n", second);
+}
+
 static void scenario_ptsz(void) {
     CUresult (*alloc_legacy)(CUdeviceptr *, size_t, void *) = entry_point("cuMemAllocAsync", 11020, 0);
     CUresult (*alloc_ptsz)(CUdeviceptr *, size_t, void *) = entry_point("cuMemAllocAsync", 11020, 2);
@@ -514,6 +541,8 @@ int main(int argc, char **argv) {
             fflush(stdout);
             char buffer[64];
             while (read(0, buffer, sizeof buffer) > 0) {}
+        } else if (argc > 4) {
+            return atoi(argv[4]);
         }
     }
     else if (!strcmp(name, "fork")) scenario_fork();
@@ -552,6 +581,7 @@ int main(int argc, char **argv) {
     else if (!strcmp(name, "driver")) scenario_driver();
     else if (!strcmp(name, "dlopen")) scenario_dlopen();
     else if (!strcmp(name, "vmm")) scenario_vmm();
+    else if (!strcmp(name, "vmm-release-mapped")) scenario_vmm_release_mapped();
     else if (!strcmp(name, "ptsz")) scenario_ptsz();
     else if (!strcmp(name, "driver-oom")) scenario_driver_oom();
     else if (!strcmp(name, "fork-under-load")) scenario_fork_under_load();

@@ -1,0 +1,145 @@
+//! Helpers for the CLI's end-to-end tests: running `cudatrace` over the
+//! fake driver and reading its reports.
+#![allow(dead_code)]
+
+#[path = "../../../tests/support/mod.rs"]
+mod support;
+
+pub use support::*;
+
+use serde_json::{json, Value};
+use std::io::BufRead;
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, Output, Stdio};
+
+/// The `cudatrace` binary of this build (`cargo test --workspace` builds it).
+pub fn cli() -> PathBuf {
+    let exe = std::env::current_exe().unwrap();
+    let cli = exe.parent().unwrap().parent().unwrap().join("cudatrace");
+    assert!(
+        cli.exists(),
+        "{} is missing: run `cargo test --workspace`",
+        cli.display()
+    );
+    cli
+}
+
+pub fn cudatrace(args: &[&str]) -> Command {
+    let mut command = Command::new(cli());
+    command.args(args).env("LD_LIBRARY_PATH", fake_cuda::library_dir());
+    command
+}
+
+/// `cudatrace run` of a scenario; returns (output, trace path).
+pub fn run_scenario(label: &str, scenario: &str, extra_env: &[(&str, &str)]) -> (Output, PathBuf) {
+    let (output, trace, _) = run_scenario_with_pid(label, scenario, extra_env);
+    (output, trace)
+}
+
+/// `cudatrace run -o <fresh folder>/run.trace -- scenarios SCENARIO`, spooling in that folder.
+pub fn run_command(label: &str, scenario: &str, options: &[&str]) -> (Command, PathBuf) {
+    let dir = scratch_dir(label);
+    let trace = dir.join("run.trace");
+    let preload = tracer_library();
+    let mut command = cudatrace(&[
+        "run",
+        "--preload",
+        preload.to_str().unwrap(),
+        "-o",
+        trace.to_str().unwrap(),
+    ]);
+    command.args(options).arg("--");
+    command
+        .arg(fake_cuda::program("scenarios"))
+        .arg(scenario)
+        .env("TMPDIR", &dir);
+    (command, trace)
+}
+
+/// Like [`run_scenario`], also returning the pid of `cudatrace` itself.
+pub fn run_scenario_with_pid(label: &str, scenario: &str, extra_env: &[(&str, &str)]) -> (Output, PathBuf, u32) {
+    let (mut command, trace) = run_command(label, scenario, &[]);
+    for (key, value) in extra_env {
+        command.env(key, value);
+    }
+    let child = command.stdout(Stdio::piped()).stderr(Stdio::piped()).spawn().unwrap();
+    let pid = child.id();
+    (child.wait_with_output().unwrap(), trace, pid)
+}
+
+pub fn report_json(trace: &Path) -> (Value, Output) {
+    let output = cudatrace(&["report", "--json", trace.to_str().unwrap()])
+        .output()
+        .unwrap();
+    let json = serde_json::from_slice(&output.stdout).unwrap_or_else(|e| {
+        panic!(
+            "report output is not JSON ({e}): {}",
+            String::from_utf8_lossy(&output.stderr)
+        )
+    });
+    (json, output)
+}
+
+pub fn stdout(output: &Output) -> String {
+    String::from_utf8_lossy(&output.stdout).into_owned()
+}
+
+pub fn process(report: &Value, pid: u32) -> &Value {
+    report["processes"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|p| p["pid"] == pid)
+        .unwrap_or_else(|| panic!("no process {pid} in {report}"))
+}
+
+/// Every "LABEL pid address size" line the scenario printed.
+pub fn blocks(text: &str, label: &str) -> Vec<(u32, u64, u64)> {
+    text.lines()
+        .filter_map(|line| line.strip_prefix(label).filter(|rest| rest.starts_with(' ')))
+        .map(|rest| {
+            let fields: Vec<&str> = rest.split_whitespace().collect();
+            (fields[0].parse().unwrap(), hex(fields[1]), fields[2].parse().unwrap())
+        })
+        .collect()
+}
+
+pub fn live(address: u64, size: u64, api: &str, kind: &str) -> Value {
+    json!({"address": address, "size": size, "api": api, "kind": kind})
+}
+
+/// Reads `child`'s stdout until a line starting with `word`.
+pub fn wait_for_line(child: &mut Child, word: &str) -> std::io::BufReader<std::process::ChildStdout> {
+    let mut reader = std::io::BufReader::new(child.stdout.take().expect("stdout is piped"));
+    let mut line = String::new();
+    while !line.starts_with(word) {
+        line.clear();
+        assert!(
+            reader.read_line(&mut line).unwrap() > 0,
+            "no line '{word}' before the end"
+        );
+    }
+    reader
+}
+
+/// The spool files of the one run folder under `tmpdir`.
+pub fn run_spools(tmpdir: &Path) -> Vec<PathBuf> {
+    let user_folder = tmpdir.join(cudatrace_events::naming::user_folder_name(unsafe { libc::geteuid() }));
+    let run_folder = std::fs::read_dir(&user_folder).unwrap().next().unwrap().unwrap().path();
+    spool_files(&run_folder)
+}
+
+/// Lines of a report, by key, for the fields the tests compare exactly.
+pub fn counts(report: &Value) -> Value {
+    let p = &report["processes"][0];
+    let d = &p["devices"][0];
+    json!({
+        "complete": report["complete"],
+        "lost_events": report["lost_events"],
+        "events": p["events"],
+        "allocations": d["allocations"],
+        "frees": d["frees"],
+        "live_bytes_at_exit": d["live_bytes_at_exit"],
+        "exit_status": p["exit_status"],
+    })
+}

@@ -1,0 +1,436 @@
+//! No event is lost, and the traced program never pays for cudatrace's
+//! failures: live reading under load, full disks, file size limits, a killed
+//! collector, damaged spools. Every count is checked exactly against what
+//! the program itself did.
+
+mod common;
+
+use common::*;
+use serde_json::{json, Value};
+use std::path::{Path, PathBuf};
+use std::process::{Command, Output, Stdio};
+use std::time::{Duration, Instant};
+
+/// Device bytes for the fake driver: enough for every loop.
+const ROOMY: &str = "1099511627776";
+
+/// (allocations, frees, live bytes) from the loop scenario's own line.
+fn loop_log(stdout: &str) -> (u64, u64, u64) {
+    let number = |i| field(stdout, "loop", i).parse::<u64>().unwrap();
+    (number(1), number(3), number(5))
+}
+
+/// The counts a report must show for a loop that lost nothing.
+fn exact(stdout: &str, exit_status: i32) -> Value {
+    let (allocations, frees, live) = loop_log(stdout);
+    json!({
+        "complete": true,
+        "lost_events": 0,
+        "events": allocations + frees,
+        "allocations": allocations,
+        "frees": frees,
+        "live_bytes_at_exit": live,
+        "exit_status": exit_status,
+    })
+}
+
+fn stderr(output: &Output) -> String {
+    String::from_utf8_lossy(&output.stderr).into_owned()
+}
+
+/// `cudatrace run [options] -o DIR/run.trace -- PROGRAM...` in a fresh folder.
+fn run_program(label: &str, options: &[&str], program: &[&str]) -> (Command, PathBuf, PathBuf) {
+    let dir = scratch_dir(label);
+    let trace = dir.join("run.trace");
+    let mut command = cudatrace(&["run", "--preload", tracer_library().to_str().unwrap()]);
+    command.arg("-o").arg(&trace).args(options).arg("--").args(program);
+    command.env("TMPDIR", &dir).env("FAKE_CUDA_CAPACITY", ROOMY);
+    (command, trace, dir)
+}
+
+fn scenarios() -> String {
+    fake_cuda::program("scenarios").display().to_string()
+}
+
+/// `command` in a mount namespace of its own, where a tmpfs of `size` is
+/// mounted on `dir`: a small disk that fills up, and vanishes afterwards.
+fn on_small_disk(dir: &Path, size: &str, command: &Command) -> Command {
+    let mut wrapped = Command::new("unshare");
+    wrapped
+        .args([
+            "-rm",
+            "sh",
+            "-c",
+            r#"mount -t tmpfs -o size="$1" tmpfs "$2" && shift 2 && exec "$@""#,
+            "sh",
+            size,
+        ])
+        .arg(dir)
+        .arg(command.get_program())
+        .args(command.get_args());
+    for (key, value) in command.get_envs() {
+        match value {
+            Some(value) => wrapped.env(key, value),
+            None => wrapped.env_remove(key),
+        };
+    }
+    wrapped
+}
+
+#[test]
+fn a_tight_allocation_loop_read_live_loses_nothing_run_after_run() {
+    for round in 0..5 {
+        let (mut command, trace, _) = run_program(&format!("loop-{round}"), &[], &[&scenarios(), "loop", "100000"]);
+        let output = command.output().unwrap();
+        assert_eq!(output.status.code(), Some(0), "round {round}: {}", stderr(&output));
+        let text = String::from_utf8_lossy(&output.stdout);
+        assert_eq!(loop_log(&text), (100_000, 50_000, 819_200_000));
+        let (report, _) = report_json(&trace);
+        assert_eq!(counts(&report), exact(&text, 0), "round {round}");
+        assert_eq!(report["processes"][0]["unfinished_records"], 0);
+    }
+}
+
+#[test]
+fn many_threads_read_live_lose_nothing() {
+    for round in 0..3 {
+        let (mut command, trace, _) =
+            run_program(&format!("threads-{round}"), &[], &[&scenarios(), "loop", "25000", "8"]);
+        let output = command.output().unwrap();
+        assert_eq!(output.status.code(), Some(0), "{}", stderr(&output));
+        let text = String::from_utf8_lossy(&output.stdout);
+        assert_eq!(loop_log(&text).0, 200_000);
+        let (report, _) = report_json(&trace);
+        assert_eq!(counts(&report), exact(&text, 0), "round {round}");
+    }
+}
+
+#[test]
+fn a_full_spool_disk_drops_events_counted_with_their_reason_and_the_program_runs_on() {
+    let (mut command, trace, dir) = run_program("full-spools", &["--keep-spools"], &[&scenarios(), "loop", "100000"]);
+    let spools = dir.join("spools");
+    std::fs::create_dir(&spools).unwrap();
+    command.env("CUDATRACE_DIR", &spools);
+    let output = on_small_disk(&spools, "2m", &command).output().unwrap();
+    // The program ran to its end and exited as it would untraced.
+    assert_eq!(output.status.code(), Some(0), "{}", stderr(&output));
+    let text = String::from_utf8_lossy(&output.stdout);
+    assert_eq!(loop_log(&text), (100_000, 50_000, 819_200_000));
+    // Header and first chunk fit in 2 MiB; the second chunk does not. Kept
+    // spools give nothing back, so every record after the first chunk is dropped.
+    let (report, _) = report_json(&trace);
+    let p = &report["processes"][0];
+    assert_eq!(report["complete"], true);
+    assert_eq!(p["events"], 16_384);
+    assert_eq!(p["lost_events"], 150_000 - 16_384);
+    assert_eq!(p["dropped_events"], 150_000 - 16_384);
+    assert_eq!(p["drop_reason"], "ENOSPC: No space left on device");
+    assert_eq!(
+        (&p["unfinished_records"], &p["damaged_records"]),
+        (&json!(0), &json!(0))
+    );
+    assert_eq!(report["lost_events"], 150_000 - 16_384);
+    let lines: Vec<String> = stderr(&output).lines().map(str::to_owned).collect();
+    let run_dir = format!("{}/run-", spools.display());
+    let said = |start: &str, end: &str| {
+        lines
+            .iter()
+            .filter(|l| l.starts_with(start) && l.ends_with(end))
+            .count()
+    };
+    assert_eq!(
+        said(
+            &format!("cudatrace: 133616 events could not be recorded: no room for spools in {run_dir}"),
+            "(ENOSPC: No space left on device)"
+        ),
+        1,
+        "{lines:?}"
+    );
+    let pid = p["pid"].as_u64().unwrap();
+    assert_eq!(
+        said(
+            &format!("cudatrace: pid {pid} cannot store events in {run_dir}"),
+            "(ENOSPC: No space left on device); they are being lost"
+        ),
+        1,
+        "{lines:?}"
+    );
+    let text_report = cudatrace(&["report", trace.to_str().unwrap()]).output().unwrap();
+    assert!(
+        String::from_utf8_lossy(&text_report.stdout)
+            .contains("LOST 133616 events: 133616 could not be stored (ENOSPC: No space left on device)"),
+        "{}",
+        String::from_utf8_lossy(&text_report.stdout)
+    );
+}
+
+#[test]
+fn a_full_spool_disk_while_space_is_given_back_loses_only_what_it_counts() {
+    let (mut command, trace, dir) = run_program("full-spools-live", &[], &[&scenarios(), "loop", "100000", "2"]);
+    let spools = dir.join("spools");
+    std::fs::create_dir(&spools).unwrap();
+    command.env("CUDATRACE_DIR", &spools);
+    let output = on_small_disk(&spools, "2m", &command).output().unwrap();
+    assert_eq!(output.status.code(), Some(0), "{}", stderr(&output));
+    let text = String::from_utf8_lossy(&output.stdout);
+    let (allocations, frees, _) = loop_log(&text);
+    let (report, _) = report_json(&trace);
+    let p = &report["processes"][0];
+    // How many are dropped depends on when the collector gives space back;
+    // that every event is either in the trace or counted as dropped does not.
+    let (events, lost, dropped) = (
+        p["events"].as_u64().unwrap(),
+        p["lost_events"].as_u64().unwrap(),
+        p["dropped_events"].as_u64().unwrap(),
+    );
+    assert_eq!(events + lost, allocations + frees);
+    assert_eq!(lost, dropped);
+    assert!(events >= 16_384, "{events}");
+}
+
+#[test]
+fn a_file_size_limit_drops_events_and_never_raises_sigxfsz_in_the_program() {
+    // 1.5 MiB: the header and the first chunk fit, the second does not.
+    let (mut command, trace, _) = run_program(
+        "fsize",
+        &[],
+        &[
+            "prlimit",
+            "--fsize=1572864:1572864",
+            &scenarios(),
+            "loop",
+            "100000",
+            "1",
+            "7",
+        ],
+    );
+    let output = command.output().unwrap();
+    assert_eq!(output.status.code(), Some(7), "{}", stderr(&output));
+    let text = String::from_utf8_lossy(&output.stdout);
+    assert_eq!(loop_log(&text), (100_000, 50_000, 819_200_000));
+    let (report, _) = report_json(&trace);
+    let p = report["processes"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|p| p["events"] != 0)
+        .unwrap();
+    assert_eq!(p["events"], 16_384);
+    assert_eq!(p["dropped_events"], 150_000 - 16_384);
+    assert_eq!(p["lost_events"], 150_000 - 16_384);
+    assert_eq!(p["drop_reason"], "EFBIG: File too large");
+    assert_eq!(p["exit_status"], 7);
+}
+
+#[test]
+fn a_full_trace_disk_keeps_the_spools_and_collect_recovers_every_event() {
+    let dir = scratch_dir("full-trace");
+    let (small, spools) = (dir.join("small"), dir.join("spools"));
+    std::fs::create_dir(&small).unwrap();
+    std::fs::create_dir(&spools).unwrap();
+    let recovered = dir.join("recovered.trace");
+    // Inside one namespace: the run, whose trace fills a 256 KiB disk, then
+    // the recovery, which reads what that trace holds and the kept spools.
+    let script = r#"
+        cudatrace=$1 preload=$2 small=$3 spools=$4 recovered=$5; shift 5
+        "$cudatrace" run --preload "$preload" -o "$small/run.trace" -- "$@"
+        echo "run-exit $?"
+        "$cudatrace" collect -o "$recovered" "$spools"/run-*
+        echo "collect-exit $?"
+    "#;
+    let mut command = Command::new("sh");
+    command
+        .args(["-c", script, "sh"])
+        .arg(cli())
+        .arg(tracer_library())
+        .args([&small, &spools, &recovered])
+        .args([&scenarios(), "loop", "100000", "1", "3"])
+        .env("LD_LIBRARY_PATH", fake_cuda::library_dir())
+        .env("FAKE_CUDA_CAPACITY", ROOMY)
+        .env("CUDATRACE_DIR", &spools);
+    let output = on_small_disk(&small, "256k", &command).output().unwrap();
+    let text = String::from_utf8_lossy(&output.stdout);
+    let err = stderr(&output);
+    // cudatrace failed, and said so, but exited with the command's status.
+    assert_eq!(field(&text, "run-exit", 0), "3", "{err}");
+    assert_eq!(field(&text, "collect-exit", 0), "0", "{err}");
+    let trace = small.join("run.trace");
+    let lines: Vec<&str> = err.lines().collect();
+    assert!(
+        lines.contains(
+            &format!(
+                "cudatrace: cannot write the trace {}: the disk holding {} is full (ENOSPC: No space left on device)",
+                trace.display(),
+                small.display()
+            )
+            .as_str()
+        ),
+        "{err}"
+    );
+    let kept = lines
+        .iter()
+        .find(|l| l.starts_with(&format!("cudatrace: the spools are kept in {}/run-", spools.display())))
+        .unwrap_or_else(|| panic!("{err}"));
+    assert!(
+        kept.ends_with(&format!(
+            "finishes {} (the command exited with status 3)",
+            trace.display()
+        )),
+        "{kept}"
+    );
+    let (report, _) = report_json(&recovered);
+    assert_eq!(counts(&report), exact(&text, 3));
+    assert_eq!(report["processes"].as_array().unwrap().len(), 1);
+}
+
+/// Reads `spool`'s header until `done` holds for it, for up to 20 s.
+fn wait_for_header(spool: &Path, done: impl Fn(&cudatrace_events::SpoolHeaderInfo) -> bool) -> bool {
+    let deadline = Instant::now() + Duration::from_secs(20);
+    while Instant::now() < deadline {
+        if let Ok(file) = cudatrace_events::SpoolFile::open(spool, false) {
+            if done(&file.header()) {
+                return true;
+            }
+        }
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    false
+}
+
+#[test]
+fn collect_after_the_collector_is_killed_returns_every_event() {
+    let (mut command, trace, dir) =
+        run_program("killed-collector", &[], &[&scenarios(), "loop", "100000", "1", "wait"]);
+    let spools = dir.join("spools");
+    std::fs::create_dir(&spools).unwrap();
+    let mut run = command
+        .env("CUDATRACE_DIR", &spools)
+        .stdin(Stdio::piped())
+        .stdout(Stdio::piped())
+        .spawn()
+        .unwrap();
+    let mut program_out = wait_for_line(&mut run, "ready");
+    let run_dir = std::fs::read_dir(&spools).unwrap().next().unwrap().unwrap().path();
+    let spool = spool_files(&run_dir).pop().unwrap();
+    // Wait until the collector has given spool chunks back: their events are
+    // then only in its trace.
+    assert!(wait_for_header(&spool, |h| h.released_records > 0));
+    // SAFETY: killing our own child.
+    unsafe { libc::kill(run.id() as i32, libc::SIGKILL) };
+    run.wait().unwrap();
+    // The program runs on; let it finish, and read the rest of what it printed.
+    drop(run.stdin.take());
+    let mut rest = String::new();
+    std::io::Read::read_to_string(&mut program_out, &mut rest).unwrap();
+    assert!(wait_for_header(&spool, |h| h.process.exit.is_some()));
+    let output = cudatrace(&["collect", run_dir.to_str().unwrap()]).output().unwrap();
+    assert_eq!(output.status.code(), Some(0), "{}", stderr(&output));
+    // By default the trace the collector was writing is completed in place.
+    assert!(
+        stderr(&output).starts_with(&format!(
+            "cudatrace: wrote {} (1 processes, 150000 events,",
+            trace.display()
+        )),
+        "{}",
+        stderr(&output)
+    );
+    let (report, _) = report_json(&trace);
+    assert_eq!(
+        counts(&report),
+        json!({"complete": true, "lost_events": 0, "events": 150_000, "allocations": 100_000,
+               "frees": 50_000, "live_bytes_at_exit": 819_200_000, "exit_status": 0})
+    );
+    // Everything is in the trace now: the spools are gone, the folder stays.
+    assert!(spool_files(&run_dir).is_empty());
+    assert!(run_dir.is_dir());
+}
+
+/// Writes `bytes` at `offset` of `path`.
+fn overwrite(path: &Path, offset: u64, bytes: &[u8]) {
+    use std::os::unix::fs::FileExt;
+    let file = std::fs::OpenOptions::new().write(true).open(path).unwrap();
+    file.write_all_at(bytes, offset).unwrap();
+}
+
+#[test]
+fn collect_marks_damaged_spools_and_the_report_shows_it() {
+    let dir = scratch_dir("damaged-spools");
+    // Spools only (no collector): a parent and its forked child.
+    let run = {
+        let mut command = program("scenarios", &["fork"]);
+        command.env("LD_PRELOAD", tracer_library()).env("CUDATRACE_DIR", &dir);
+        command.output().unwrap()
+    };
+    assert!(run.status.success());
+    let text = String::from_utf8_lossy(&run.stdout).into_owned();
+    let parent_pid: u64 = field(&text, "parent", 0).parse().unwrap();
+    let child_pid: u64 = field(&text, "child", 0).parse().unwrap();
+    let spools = spool_files(&dir);
+    let by_pid = |pid: u64| {
+        spools
+            .iter()
+            .find(|p| {
+                p.file_name()
+                    .unwrap()
+                    .to_str()
+                    .unwrap()
+                    .starts_with(&format!("cudatrace-{pid}-"))
+            })
+            .unwrap()
+            .clone()
+    };
+    // The parent's first record loses a byte of its size; the child's header its magic.
+    overwrite(&by_pid(parent_pid), 4096 + 24, &[0xee]);
+    overwrite(&by_pid(child_pid), 0, b"XXXXXXXX");
+    let trace = dir.join("out.trace");
+    let output = cudatrace(&["collect", "-o", trace.to_str().unwrap(), dir.to_str().unwrap()])
+        .output()
+        .unwrap();
+    assert_eq!(output.status.code(), Some(0), "{}", stderr(&output));
+    let (report, _) = report_json(&trace);
+    assert_eq!(
+        report["damaged_spools"],
+        json!([{"pid": child_pid, "image": 0, "path": by_pid(child_pid).display().to_string(),
+                "reason": "not a cudatrace spool file (bad magic)"}])
+    );
+    let parent = &report["processes"][0];
+    assert_eq!(parent["pid"], parent_pid);
+    assert_eq!(
+        (&parent["events"], &parent["damaged_records"], &parent["lost_events"]),
+        (&json!(1), &json!(1), &json!(1))
+    );
+    assert_eq!(report["lost_events"], 1);
+    let text_report = cudatrace(&["report", trace.to_str().unwrap()]).output().unwrap();
+    let shown = String::from_utf8_lossy(&text_report.stdout);
+    assert!(shown.contains("LOST 1 events: 1 were damaged in the spool"), "{shown}");
+    assert!(
+        shown.contains(&format!(
+            "pid {child_pid} (image 0): spool {} could not be read, nothing of it is in the trace: not a cudatrace spool file (bad magic)",
+            by_pid(child_pid).display()
+        )),
+        "{shown}"
+    );
+    // Damaged spools are kept for a look.
+    assert_eq!(spool_files(&dir).len(), 2);
+    assert!(
+        stderr(&output).contains("1 spool files could not be read"),
+        "{}",
+        stderr(&output)
+    );
+}
+
+#[test]
+fn a_vmm_handle_released_while_mapped_is_freed_at_its_last_unmap() {
+    let (output, trace) = run_scenario("vmm-release", "vmm-release-mapped", &[]);
+    assert!(output.status.success());
+    let live_handle = hex(field(&String::from_utf8_lossy(&output.stdout), "live-handle", 0));
+    let (report, _) = report_json(&trace);
+    let device = &report["processes"][0]["devices"][0];
+    // Two created, one gone at its unmap; the other is still mapped at exit.
+    assert_eq!((&device["allocations"], &device["frees"]), (&json!(2), &json!(1)));
+    assert_eq!(
+        device["live_at_exit"],
+        json!([{"address": live_handle, "size": 2 << 20, "api": "cuMemCreate", "kind": "vmm-physical"}])
+    );
+    assert_eq!(device["live_bytes_at_exit"], 2 << 20);
+}
