@@ -45,7 +45,10 @@ def run(args, name, argv, env=None, traced=True):
         dump = subprocess.run([args.cli, "dump", "--dir", spool], capture_output=True, text=True, check=True)
         for line in dump.stdout.splitlines():
             record = json.loads(line)
-            (processes.append(record["process"]) if "process" in record else events.append(record))
+            if "process" in record:
+                processes.append(record["process"])
+            elif "op" in record:
+                events.append(record)
     data = json.load(open(out_json)) if os.path.exists(out_json) else None
     shutil.rmtree(workdir, ignore_errors=True)
     return Run(done.returncode, done.stdout, done.stderr, seconds, processes, events, data)

@@ -1,0 +1,416 @@
+//! The command line as a user meets it: destinations refused before the
+//! command starts, two writers of one trace, `collect` leaving the user's
+//! files alone, a spool folder that cannot be used, closed pipes, exit
+//! codes, and what `run` says of a program that never uses CUDA.
+
+mod common;
+
+use common::*;
+use serde_json::json;
+use std::path::Path;
+use std::process::{Command, Output, Stdio};
+
+fn stderr(output: &Output) -> String {
+    String::from_utf8_lossy(&output.stderr).into_owned()
+}
+
+/// `cudatrace run -o TRACE -- touch MARKER`: whether the command ran shows in MARKER.
+fn run_touching(trace: &Path, marker: &Path) -> Command {
+    let mut command = cudatrace(&["run", "--preload", tracer_library().to_str().unwrap(), "-o"]);
+    command.arg(trace).arg("--").arg("touch").arg(marker);
+    command
+}
+
+#[test]
+fn an_output_that_cannot_be_written_is_refused_before_the_command_starts() {
+    let dir = scratch_dir("refused-output");
+    let marker = dir.join("ran");
+    let missing = dir.join("no-such-folder").join("x.trace");
+    let cases = [
+        (
+            missing.clone(),
+            format!(
+                "cudatrace: cannot write {}: folder {} does not exist\n",
+                missing.display(),
+                dir.join("no-such-folder").display()
+            ),
+        ),
+        (
+            dir.clone(),
+            format!("cudatrace: cannot write {}: it is a folder\n", dir.display()),
+        ),
+    ];
+    for (trace, message) in cases {
+        let output = run_touching(&trace, &marker).env("TMPDIR", &dir).output().unwrap();
+        assert_eq!(output.status.code(), Some(2));
+        assert_eq!(stderr(&output), message);
+        assert!(!marker.exists(), "the command ran");
+    }
+    // A read-only folder, in a mount namespace of the test's own.
+    let readonly = dir.join("readonly");
+    std::fs::create_dir(&readonly).unwrap();
+    let trace = readonly.join("x.trace");
+    let mut command = Command::new("unshare");
+    command
+        .args([
+            "-rm",
+            "sh",
+            "-c",
+            r#"mount -o bind,ro "$1" "$1" && shift && exec "$@""#,
+            "sh",
+        ])
+        .arg(&readonly)
+        .arg(cli())
+        .args(["run", "--preload", tracer_library().to_str().unwrap(), "-o"])
+        .arg(&trace)
+        .arg("--")
+        .arg("touch")
+        .arg(&marker)
+        .env("TMPDIR", &dir);
+    let output = command.output().unwrap();
+    assert_eq!(output.status.code(), Some(2), "{}", stderr(&output));
+    assert_eq!(
+        stderr(&output),
+        format!(
+            "cudatrace: cannot write {}: Read-only file system (os error 30)\n",
+            trace.display()
+        )
+    );
+    assert!(!marker.exists(), "the command ran");
+}
+
+#[test]
+fn a_second_run_to_the_same_trace_is_refused_while_the_first_writes_it() {
+    let (mut first, trace) = run_command("same-output", "wait", &[]);
+    let mut first = first.stdout(Stdio::piped()).spawn().unwrap();
+    let _program_out = wait_for_line(&mut first, "ready");
+    let marker = trace.with_file_name("second-ran");
+    let second = run_touching(&trace, &marker)
+        .env("TMPDIR", trace.parent().unwrap())
+        .output()
+        .unwrap();
+    assert_eq!(second.status.code(), Some(2));
+    assert_eq!(
+        stderr(&second),
+        format!(
+            "cudatrace: {} is being written by another cudatrace right now; choose another -o\n",
+            trace.display()
+        )
+    );
+    assert!(!marker.exists(), "the second command ran");
+    // SAFETY: signalling our own child; cudatrace passes SIGTERM on.
+    unsafe { libc::kill(first.id() as i32, libc::SIGTERM) };
+    assert_eq!(first.wait().unwrap().code(), Some(143));
+    let (report, _) = report_json(&trace);
+    assert_eq!(report["complete"], true);
+    assert_eq!(report["processes"][0]["devices"][0]["live_bytes_at_exit"], 4096);
+    // Once the first is done, a later run may replace its finished trace.
+    let third = run_touching(&trace, &marker)
+        .env("TMPDIR", trace.parent().unwrap())
+        .output()
+        .unwrap();
+    assert_eq!(third.status.code(), Some(0), "{}", stderr(&third));
+    assert!(marker.exists());
+    let (report, _) = report_json(&trace);
+    assert_eq!(report["processes"], json!([]));
+}
+
+/// Spools written by the user's own choice of folder, without a collector.
+fn spools_in(dir: &Path) {
+    let output = program("scenarios", &["runtime"])
+        .env("LD_PRELOAD", tracer_library())
+        .env("CUDATRACE_DIR", dir)
+        .output()
+        .unwrap();
+    assert!(output.status.success());
+    assert_eq!(spool_files(dir).len(), 1);
+}
+
+#[test]
+fn collect_replaces_an_existing_trace_only_with_force_and_keeps_the_user_s_folder() {
+    let dir = scratch_dir("collect-existing");
+    let spools = dir.join("spools");
+    std::fs::create_dir(&spools).unwrap();
+    spools_in(&spools);
+    let existing = dir.join("existing.trace");
+    std::fs::write(&existing, b"the only copy").unwrap();
+    let output = cudatrace(&["collect", "-o", existing.to_str().unwrap(), spools.to_str().unwrap()])
+        .output()
+        .unwrap();
+    assert_eq!(output.status.code(), Some(2));
+    assert_eq!(
+        stderr(&output),
+        format!(
+            "cudatrace: {} exists and may be the only copy of a trace; pass --force to replace it\n",
+            existing.display()
+        )
+    );
+    assert_eq!(std::fs::read(&existing).unwrap(), b"the only copy");
+    assert_eq!(
+        spool_files(&spools).len(),
+        1,
+        "spools were removed by a refused collect"
+    );
+    let output = cudatrace(&[
+        "collect",
+        "--force",
+        "-o",
+        existing.to_str().unwrap(),
+        spools.to_str().unwrap(),
+    ])
+    .output()
+    .unwrap();
+    assert_eq!(output.status.code(), Some(0), "{}", stderr(&output));
+    let (report, _) = report_json(&existing);
+    assert_eq!(report["processes"][0]["events"], 24);
+    // The spools went into the trace; the folder, which the user made, stays.
+    assert!(spool_files(&spools).is_empty());
+    assert!(spools.is_dir());
+    // With nothing named, the trace goes beside the folder; --keep-spools keeps them.
+    spools_in(&spools);
+    let output = cudatrace(&["collect", "--keep-spools", spools.to_str().unwrap()])
+        .output()
+        .unwrap();
+    assert_eq!(output.status.code(), Some(0), "{}", stderr(&output));
+    let (report, _) = report_json(&dir.join("spools.trace"));
+    assert_eq!(report["processes"][0]["events"], 24);
+    assert_eq!(spool_files(&spools).len(), 1);
+}
+
+#[test]
+fn an_unusable_spool_folder_is_said_once_for_the_whole_tree_and_the_program_runs_unchanged() {
+    let dir = scratch_dir("bad-spool-dir");
+    let nowhere = dir.join("nowhere");
+    let expected_line = format!(
+        "cudatrace: nothing is recorded: CUDATRACE_DIR={}: No such file or directory (os error 2)\n",
+        nowhere.display()
+    );
+    let plain = |quiet: bool| {
+        let mut command = program("scenarios", &["tree"]);
+        command
+            .env("LD_PRELOAD", tracer_library())
+            .env("CUDATRACE_DIR", &nowhere);
+        if quiet {
+            command.env("CUDATRACE_QUIET", "1");
+        }
+        command.output().unwrap()
+    };
+    let untraced = program("scenarios", &["tree"]).output().unwrap();
+    let lines = |output: &Output| {
+        let text = String::from_utf8_lossy(&output.stdout).into_owned();
+        let mut words: Vec<String> = text.lines().map(|l| l.split(' ').next().unwrap().to_owned()).collect();
+        words.sort();
+        words
+    };
+    // Four processes (three forks and an exec), one line.
+    let output = plain(false);
+    assert_eq!(output.status.code(), Some(0));
+    assert_eq!(stderr(&output), expected_line);
+    assert_eq!(lines(&output), lines(&untraced));
+    assert!(!nowhere.exists());
+    let output = plain(true);
+    assert_eq!(output.status.code(), Some(0));
+    assert_eq!(stderr(&output), "");
+    // Under `cudatrace run`, cudatrace says it, and runs the command untraced.
+    let trace = dir.join("run.trace");
+    let output = cudatrace(&[
+        "run",
+        "--preload",
+        tracer_library().to_str().unwrap(),
+        "-o",
+        trace.to_str().unwrap(),
+        "--",
+    ])
+    .arg(fake_cuda::program("scenarios"))
+    .arg("exit3")
+    .env("CUDATRACE_DIR", &nowhere)
+    .output()
+    .unwrap();
+    assert_eq!(output.status.code(), Some(3));
+    assert_eq!(stderr(&output), expected_line);
+    assert!(!trace.exists());
+}
+
+#[test]
+fn run_honours_cudatrace_dir_for_its_spools() {
+    let dir = scratch_dir("run-spool-dir");
+    let spools = dir.join("big-disk");
+    std::fs::create_dir(&spools).unwrap();
+    let (mut command, trace) = run_command("run-spool-dir", "runtime", &["--keep-spools"]);
+    let output = command.env("CUDATRACE_DIR", &spools).output().unwrap();
+    assert!(output.status.success(), "{}", stderr(&output));
+    let run_dirs: Vec<_> = std::fs::read_dir(&spools).unwrap().map(|e| e.unwrap().path()).collect();
+    assert_eq!(run_dirs.len(), 1);
+    assert_eq!(spool_files(&run_dirs[0]).len(), 1);
+    let (report, _) = report_json(&trace);
+    assert_eq!(report["processes"][0]["events"], 24);
+}
+
+/// Runs `command` with stdout a pipe whose reading end is already closed,
+/// as under `| head` once head has exited: every write fails with EPIPE.
+fn with_stdout_closed(mut command: Command) -> Output {
+    let mut fds = [0; 2];
+    // SAFETY: a two-element array for pipe(2).
+    assert_eq!(unsafe { libc::pipe(fds.as_mut_ptr()) }, 0);
+    // SAFETY: both descriptors were just created and are owned here.
+    let (reading, writing) = unsafe {
+        use std::os::fd::FromRawFd;
+        (
+            std::os::fd::OwnedFd::from_raw_fd(fds[0]),
+            std::os::fd::OwnedFd::from_raw_fd(fds[1]),
+        )
+    };
+    drop(reading);
+    command
+        .stdout(Stdio::from(writing))
+        .stderr(Stdio::piped())
+        .output()
+        .unwrap()
+}
+
+#[test]
+fn output_to_a_closed_pipe_ends_quietly() {
+    let (mut command, trace) = run_command("closed-pipe", "loop", &["--keep-spools"]);
+    let spool_base = trace.parent().unwrap().to_owned();
+    let output = command
+        .arg("2000")
+        .env("FAKE_CUDA_CAPACITY", "1099511627776")
+        .output()
+        .unwrap();
+    assert!(output.status.success());
+    let mut cases = vec![
+        cudatrace(&["report", "--json", trace.to_str().unwrap()]),
+        cudatrace(&["report", trace.to_str().unwrap()]),
+        cudatrace(&["--help"]),
+        cudatrace(&["run", "--help"]),
+        cudatrace(&["--version"]),
+    ];
+    let mut dump = cudatrace(&["dump"]);
+    dump.args(run_spools(&spool_base));
+    cases.push(dump);
+    for command in cases {
+        let shown = format!("{command:?}");
+        let output = with_stdout_closed(command);
+        assert_eq!(output.status.code(), Some(0), "{shown}: {}", stderr(&output));
+        assert_eq!(stderr(&output), "", "{shown}");
+    }
+}
+
+#[test]
+fn dump_checks_each_file_before_reading_it() {
+    let dir = scratch_dir("dump-input");
+    let zeros = dir.join("zeros.spool");
+    std::fs::write(&zeros, vec![0u8; 8 << 20]).unwrap();
+    let garbage = dir.join("garbage.spool");
+    std::fs::write(&garbage, vec![0x41u8; 8 << 20]).unwrap();
+    let empty = dir.join("empty.spool");
+    std::fs::write(&empty, b"").unwrap();
+    let cases = [
+        ("/dev/zero".to_string(), "/dev/zero: not a regular file".to_string()),
+        (
+            zeros.display().to_string(),
+            format!(
+                "{}: its header was never completed (its process died creating it?)",
+                zeros.display()
+            ),
+        ),
+        (
+            garbage.display().to_string(),
+            format!("{}: not a cudatrace spool file (bad magic)", garbage.display()),
+        ),
+        (
+            empty.display().to_string(),
+            format!(
+                "{}: spool is empty: its process could not reserve space for it (disk full?)",
+                empty.display()
+            ),
+        ),
+    ];
+    for (path, message) in cases {
+        let output = cudatrace(&["dump", &path]).output().unwrap();
+        assert_eq!(output.status.code(), Some(2), "{path}");
+        assert_eq!(stderr(&output), format!("cudatrace: {message}\n"));
+        assert!(output.stdout.is_empty());
+    }
+}
+
+#[test]
+fn a_command_that_cannot_be_executed_exits_126_as_in_a_shell() {
+    let dir = scratch_dir("not-executable");
+    let script = dir.join("script.sh");
+    std::fs::write(&script, "echo hi\n").unwrap();
+    for target in [script.as_path(), dir.as_path()] {
+        let output = cudatrace(&["run", "--preload", tracer_library().to_str().unwrap(), "--"])
+            .arg(target)
+            .env("TMPDIR", &dir)
+            .current_dir(&dir)
+            .output()
+            .unwrap();
+        assert_eq!(output.status.code(), Some(126), "{}", stderr(&output));
+        assert_eq!(
+            stderr(&output),
+            format!(
+                "cudatrace: cannot run {}: Permission denied (os error 13)\n",
+                target.display()
+            )
+        );
+    }
+}
+
+#[test]
+fn a_program_without_cuda_is_said_to_record_nothing_and_one_that_only_initialises_is_in_the_trace() {
+    let dir = scratch_dir("no-cuda-run");
+    let trace = dir.join("true.trace");
+    let output = cudatrace(&[
+        "run",
+        "--preload",
+        tracer_library().to_str().unwrap(),
+        "-o",
+        trace.to_str().unwrap(),
+        "--",
+        "true",
+    ])
+    .env("TMPDIR", &dir)
+    .output()
+    .unwrap();
+    assert_eq!(output.status.code(), Some(0));
+    assert_eq!(
+        stderr(&output),
+        format!(
+            "cudatrace: no process loaded libcuda; nothing to record (wrote an empty trace {})\n",
+            trace.display()
+        )
+    );
+    let (report, _) = report_json(&trace);
+    assert_eq!(report["processes"], json!([]));
+    let (output, trace) = run_scenario("init-only-run", "init-only", &[]);
+    assert!(output.status.success());
+    let (report, _) = report_json(&trace);
+    assert_eq!(report["processes"].as_array().unwrap().len(), 1);
+    assert_eq!(report["processes"][0]["events"], 0);
+    assert_eq!(report["processes"][0]["exit_status"], 0);
+}
+
+#[test]
+fn every_subcommand_has_its_own_help() {
+    for (command, usage) in [
+        ("run", "Usage: cudatrace run [OPTIONS] <CMD>..."),
+        ("collect", "Usage: cudatrace collect [OPTIONS] <DIR>"),
+        ("report", "Usage: cudatrace report [OPTIONS] <TRACE>"),
+        ("dump", "Usage: cudatrace dump [OPTIONS] [SPOOL]..."),
+    ] {
+        let output = cudatrace(&[command, "--help"]).output().unwrap();
+        assert_eq!(output.status.code(), Some(0), "{command}");
+        let text = String::from_utf8_lossy(&output.stdout);
+        assert!(text.contains(usage), "{command}: {text}");
+    }
+    // A command's own flags after CMD belong to it.
+    let dir = scratch_dir("run-args");
+    let output = cudatrace(&["run", "--preload", tracer_library().to_str().unwrap(), "-o"])
+        .arg(dir.join("t.trace"))
+        .args(["sh", "-c", "exit 4", "--help"])
+        .env("TMPDIR", &dir)
+        .output()
+        .unwrap();
+    assert_eq!(output.status.code(), Some(4), "{}", stderr(&output));
+}
