@@ -434,3 +434,22 @@ fn a_vmm_handle_released_while_mapped_is_freed_at_its_last_unmap() {
     );
     assert_eq!(device["live_bytes_at_exit"], 2 << 20);
 }
+
+#[test]
+fn allocations_on_an_unknown_device_are_counted_apart_from_device_0() {
+    let (mut command, trace, _) = run_program("unknown-device", &[], &[&scenarios(), "loop", "10"]);
+    let output = command.env("FAKE_CUDA_NO_CONTEXT", "1").output().unwrap();
+    assert!(output.status.success(), "{}", stderr(&output));
+    let (report, _) = report_json(&trace);
+    let devices = report["processes"][0]["devices"].as_array().unwrap();
+    assert_eq!(devices.len(), 1);
+    assert_eq!(devices[0]["device"], Value::Null);
+    assert_eq!((&devices[0]["allocations"], &devices[0]["frees"]), (&json!(10), &json!(5)));
+    assert_eq!(devices[0]["live_at_exit"].as_array().unwrap().len(), 5);
+    let text = cudatrace(&["report", trace.to_str().unwrap()]).output().unwrap();
+    assert!(
+        String::from_utf8_lossy(&text.stdout).contains("  unknown device: 10 allocations, 5 frees,"),
+        "{}",
+        String::from_utf8_lossy(&text.stdout)
+    );
+}

@@ -172,7 +172,12 @@ static CUresult release(uint64_t address) {
 
 HIDDEN CUresult impl_cuInit(unsigned flags) { (void)flags; return CUDA_SUCCESS; }
 HIDDEN CUresult impl_cuDeviceGetCount(int *count) { *count = device_count(); return CUDA_SUCCESS; }
-HIDDEN CUresult impl_cuCtxGetDevice(CUdevice *device) { *device = current_device; return CUDA_SUCCESS; }
+/* FAKE_CUDA_NO_CONTEXT: no context is current, so the device of an allocation cannot be asked. */
+HIDDEN CUresult impl_cuCtxGetDevice(CUdevice *device) {
+    if (getenv("FAKE_CUDA_NO_CONTEXT")) return 201; /* CUDA_ERROR_INVALID_CONTEXT */
+    *device = current_device;
+    return CUDA_SUCCESS;
+}
 /* Contexts are the device ordinal plus one. */
 HIDDEN CUresult impl_cuCtxSetCurrent(CUcontext ctx) {
     intptr_t device = (intptr_t)ctx - 1;
