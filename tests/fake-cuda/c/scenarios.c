@@ -23,7 +23,10 @@
 #include <stdlib.h>
 #include <string.h>
 #include <signal.h>
+#include <fcntl.h>
+#include <sys/mman.h>
 #include <sys/wait.h>
+#include <time.h>
 #include <unistd.h>
 
 typedef int CUresult;
@@ -205,6 +208,82 @@ static void scenario_loop(int iterations, int threads) {
     long allocations = (long)iterations * (threads < 1 ? 1 : threads);
     printf("loop allocations %ld frees %ld live-bytes %llu\n", allocations, allocations / 2,
            (unsigned long long)loop_live_bytes);
+}
+
+/* The soak test's workload: PROCESSES children of THREADS threads each
+ * allocate and free blocks for SECONDS, each thread at up to RATE calls a
+ * second (0: as fast as it can). Each thread counts what it did, after
+ * each call returns, in a file mapped shared (LOGDIR/soak-<pid>.log), which
+ * survives the process being killed: a killed thread may have made one call
+ * more than its log says. The parent writes LOGDIR/done when all are gone. */
+typedef struct { uint64_t allocations, frees, live_bytes, done; } SoakLog;
+
+static SoakLog *soak_logs;
+static double soak_seconds, soak_rate;
+static int soak_thread_index;
+static pthread_mutex_t soak_lock = PTHREAD_MUTEX_INITIALIZER;
+
+static double now_seconds(void) {
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return ts.tv_sec + ts.tv_nsec / 1e9;
+}
+
+static void *soak_thread(void *unused) {
+    (void)unused;
+    pthread_mutex_lock(&soak_lock);
+    SoakLog *log = &soak_logs[soak_thread_index++];
+    pthread_mutex_unlock(&soak_lock);
+    void *live[64] = { 0 };
+    size_t sizes[64] = { 0 };
+    uint64_t state = (uint64_t)(uintptr_t)log ^ (uint64_t)getpid() * 0x9E3779B97F4A7C15ull;
+    double start = now_seconds(), end = start + soak_seconds;
+    for (uint64_t i = 0;; i++) {
+        if ((i & 63) == 0) {
+            double now = now_seconds();
+            if (now > end) break;
+            double due = soak_rate > 0 ? start + i / soak_rate : now;
+            if (due > now) usleep((useconds_t)((due - now) * 1e6));
+        }
+        state ^= state << 13; state ^= state >> 7; state ^= state << 17;
+        int slot = (int)(state % 64);
+        if (live[slot]) {
+            check("cudaFree", cudaFree(live[slot]));
+            __atomic_store_n(&log->live_bytes, log->live_bytes - sizes[slot], __ATOMIC_RELAXED);
+            __atomic_store_n(&log->frees, log->frees + 1, __ATOMIC_RELEASE);
+            live[slot] = NULL;
+        } else {
+            size_t size = 4096u * (1u + (unsigned)((state >> 8) % 16u));
+            check("cudaMalloc", cudaMalloc(&live[slot], size));
+            sizes[slot] = size;
+            __atomic_store_n(&log->live_bytes, log->live_bytes + size, __ATOMIC_RELAXED);
+            __atomic_store_n(&log->allocations, log->allocations + 1, __ATOMIC_RELEASE);
+        }
+    }
+    __atomic_store_n(&log->done, 1, __ATOMIC_RELEASE);
+    return NULL;
+}
+
+static void scenario_soak(int processes, int threads, double seconds, const char *logdir, double rate) {
+    for (int p = 0; p < processes; p++) {
+        if (fork() != 0) continue;
+        char path[4096];
+        snprintf(path, sizeof path, "%s/soak-%d.log", logdir, getpid());
+        int fd = open(path, O_RDWR | O_CREAT | O_TRUNC, 0644);
+        if (fd < 0 || ftruncate(fd, (off_t)(threads * sizeof(SoakLog))) != 0) _exit(20);
+        soak_logs = mmap(NULL, threads * sizeof(SoakLog), PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0);
+        if (soak_logs == MAP_FAILED) _exit(21);
+        soak_seconds = seconds;
+        soak_rate = rate;
+        run_threads(soak_thread, threads);
+        exit(0);
+    }
+    while (wait(NULL) > 0) {}
+    char path[4096];
+    snprintf(path, sizeof path, "%s/done", logdir);
+    FILE *done = fopen(path, "w");
+    if (done) fclose(done);
+    printf("soak done\n");
 }
 
 static void scenario_oom(void) {
@@ -545,6 +624,7 @@ int main(int argc, char **argv) {
             return atoi(argv[4]);
         }
     }
+    else if (!strcmp(name, "soak") && argc > 5) scenario_soak(atoi(argv[2]), atoi(argv[3]), atof(argv[4]), argv[5], argc > 6 ? atof(argv[6]) : 0);
     else if (!strcmp(name, "fork")) scenario_fork();
     else if (!strcmp(name, "tree")) scenario_tree(argv[0]);
     else if (!strcmp(name, "killed-child")) scenario_killed_child();
