@@ -55,8 +55,9 @@ def run(args, name, argv, env=None, traced=True):
 
 
 class CliRun:
-    def __init__(self, returncode, stderr, report, data, trace_bytes):
+    def __init__(self, returncode, stderr, report, data, trace_bytes, stdout=""):
         self.returncode, self.stderr, self.report, self.data, self.trace_bytes = returncode, stderr, report, data, trace_bytes
+        self.stdout = stdout
 
     def process(self, pid):
         return next((p for p in self.report["processes"] if p["pid"] == pid), None)
@@ -92,7 +93,7 @@ def run_cli(args, name, argv, env=None, plain_preload=False):
     data = json.load(open(out_json)) if os.path.exists(out_json) else None
     size = os.path.getsize(trace) if os.path.exists(trace) else 0
     shutil.rmtree(workdir, ignore_errors=True)
-    return CliRun(done.returncode, done.stderr, report, data, size)
+    return CliRun(done.returncode, done.stderr, report, data, size, done.stdout)
 
 
 def exited_cleanly(r):
@@ -347,6 +348,36 @@ def scenario_torchrun(args):
     )
 
 
+def scenario_async_loop(args):
+    build = tempfile.mkdtemp(prefix="cudatrace-nvcc-")
+    binary = os.path.join(build, "async_loop")
+    compiled = subprocess.run(["nvcc", "-O2", "-o", binary, os.path.join(WORKLOADS, "async_loop.cu")],
+                              capture_output=True, text=True)
+    if compiled.returncode != 0:
+        return False, "nvcc failed: " + compiled.stderr.strip()[-200:]
+    rows = []
+    for round in range(5):
+        r = run_cli(args, f"asyncloop{round}", [binary, "100000"])
+        words = next((l.split() for l in r.stdout.splitlines() if l.startswith("async-loop")), None)
+        if r.returncode != 0 or not r.report or not words:
+            return False, f"round {round}: exit {r.returncode}: {r.stderr.strip()[-300:]}"
+        allocations, frees = int(words[2]), int(words[4])
+        p = next((p for p in r.report["processes"] if p["events"]), None)
+        if p is None:
+            return False, f"round {round}: no process with events in the trace"
+        device = p["devices"][0]
+        exact = (
+            r.report["complete"] and r.report["lost_events"] == 0 and p["lost_events"] == 0
+            and device["allocations"] == allocations and device["frees"] == frees
+            and p["events"] == allocations + frees and device["live_bytes_at_exit"] == 0
+        )
+        rows.append((exact, p["events"], allocations + frees, p["lost_events"]))
+    shutil.rmtree(build, ignore_errors=True)
+    return all(row[0] for row in rows), "; ".join(
+        f"run {i + 1}: {events}/{expected} events, lost {lost}" for i, (_, events, expected, lost) in enumerate(rows)
+    )
+
+
 SCENARIOS = [
     ("a torch caching allocator", scenario_torch_caching),
     ("b expandable segments", scenario_torch_expandable),
@@ -362,6 +393,7 @@ SCENARIOS = [
     ("l plain LD_PRELOAD tree", scenario_plain_preload),
     ("m trace bytes per event", scenario_bytes_per_event),
     ("n torchrun, 2 ranks", scenario_torchrun),
+    ("o cudaMallocAsync loop, 5 runs", scenario_async_loop),
 ]
 
 
