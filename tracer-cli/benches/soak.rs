@@ -83,9 +83,21 @@ fn main() {
 
     let started = Instant::now();
     let mut run = Command::new(&cli)
-        .args(["run", "--preload", library.to_str().unwrap(), "-o", trace.to_str().unwrap(), "--"])
+        .args([
+            "run",
+            "--preload",
+            library.to_str().unwrap(),
+            "-o",
+            trace.to_str().unwrap(),
+            "--",
+        ])
         .arg(fake_cuda::program("scenarios"))
-        .args(["soak", &PROCESSES.to_string(), &THREADS.to_string(), &seconds.to_string()])
+        .args([
+            "soak",
+            &PROCESSES.to_string(),
+            &THREADS.to_string(),
+            &seconds.to_string(),
+        ])
         .arg(&logs)
         .arg(rate.to_string())
         .env("LD_LIBRARY_PATH", fake_cuda::library_dir())
@@ -94,10 +106,17 @@ fn main() {
         .stdout(Stdio::null())
         .spawn()
         .unwrap();
-    wait_until("the workers' logs", Duration::from_secs(30), || read_logs(&logs).len() == PROCESSES);
+    wait_until("the workers' logs", Duration::from_secs(30), || {
+        read_logs(&logs).len() == PROCESSES
+    });
     let workers: Vec<u32> = read_logs(&logs).iter().map(|l| l.0).collect();
     // Kills, at fractions of the run: two workers, then cudatrace itself, then a third worker.
-    let plan = [(0.25, Some(workers[1])), (0.4, Some(workers[4])), (0.5, None), (0.6, Some(workers[6]))];
+    let plan = [
+        (0.25, Some(workers[1])),
+        (0.4, Some(workers[4])),
+        (0.5, None),
+        (0.6, Some(workers[6])),
+    ];
     let mut killed = Vec::new();
     for (at, victim) in plan {
         let when = Duration::from_secs_f64(seconds * at);
@@ -130,7 +149,11 @@ fn main() {
     let collect_time = collecting.elapsed();
     assert!(collect.status.success(), "{}", String::from_utf8_lossy(&collect.stderr));
     let reporting = Instant::now();
-    let report = Command::new(&cli).args(["report", "--json"]).arg(&trace).output().unwrap();
+    let report = Command::new(&cli)
+        .args(["report", "--json"])
+        .arg(&trace)
+        .output()
+        .unwrap();
     let report_time = reporting.elapsed();
     let report: Value = serde_json::from_slice(&report.stdout).unwrap();
     assert_eq!(report["complete"], true);
@@ -149,9 +172,14 @@ fn main() {
     println!("| --- | --- | --- | --- | --- | --- | --- | --- |");
     let mut total_events = 0u64;
     for (pid, allocations, frees, live, finished) in read_logs(&logs) {
-        let p = processes.get(&u64::from(pid)).unwrap_or_else(|| panic!("pid {pid} missing from the trace"));
+        let p = processes
+            .get(&u64::from(pid))
+            .unwrap_or_else(|| panic!("pid {pid} missing from the trace"));
         let device = &p["devices"][0];
-        let (got_allocations, got_frees) = (device["allocations"].as_u64().unwrap(), device["frees"].as_u64().unwrap());
+        let (got_allocations, got_frees) = (
+            device["allocations"].as_u64().unwrap(),
+            device["frees"].as_u64().unwrap(),
+        );
         let got_live = device["live_bytes_at_exit"].as_u64().unwrap();
         let lost = p["lost_events"].as_u64().unwrap();
         let was_killed = killed.contains(&pid);
@@ -171,7 +199,11 @@ fn main() {
             assert_eq!(lost, p["unfinished_records"].as_u64().unwrap(), "pid {pid}");
         } else {
             assert_eq!(finished, THREADS, "pid {pid} did not finish");
-            assert_eq!((got_allocations, got_frees, got_live, lost), (allocations, frees, live, 0), "pid {pid}");
+            assert_eq!(
+                (got_allocations, got_frees, got_live, lost),
+                (allocations, frees, live, 0),
+                "pid {pid}"
+            );
             assert_eq!(p["exit_status"], 0, "pid {pid}");
         }
     }
@@ -188,6 +220,9 @@ fn main() {
         collect_time.as_secs_f64(),
         report_time.as_secs_f64()
     );
-    println!("\nevery count exact: {} lost events in all, each in a killed process's in-flight call", report["lost_events"]);
+    println!(
+        "\nevery count exact: {} lost events in all, each in a killed process's in-flight call",
+        report["lost_events"]
+    );
     std::fs::remove_dir_all(&work).ok();
 }

@@ -82,7 +82,13 @@ pub fn collect(args: CollectArgs) -> Result<u8, Failure> {
     for line in summary.warnings(&args.dir) {
         say(&line);
     }
-    if !args.keep_spools && summary.refused == 0 && summary.damaged_spools == 0 {
+    if summary.still_running > 0 {
+        say(&format!(
+            "cudatrace: {} traced processes are still running; their spools are kept in {}: collect again once they are done",
+            summary.still_running,
+            args.dir.display()
+        ));
+    } else if !args.keep_spools && summary.refused == 0 && summary.damaged_spools == 0 {
         spool_dir::remove_spools(&args.dir, false);
     }
     Ok(0)

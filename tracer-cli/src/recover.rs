@@ -374,6 +374,7 @@ fn finish_process(merge: &mut Merge, out: &mut Output) -> Result<(), String> {
         },
     };
     out.summary.dropped_events += end.dropped_records;
+    out.summary.still_running += u64::from(end.still_running);
     if let Some(errno) = end.drop_errno {
         out.summary.drop_errno.get_or_insert(errno);
     }

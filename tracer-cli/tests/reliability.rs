@@ -444,7 +444,10 @@ fn allocations_on_an_unknown_device_are_counted_apart_from_device_0() {
     let devices = report["processes"][0]["devices"].as_array().unwrap();
     assert_eq!(devices.len(), 1);
     assert_eq!(devices[0]["device"], Value::Null);
-    assert_eq!((&devices[0]["allocations"], &devices[0]["frees"]), (&json!(10), &json!(5)));
+    assert_eq!(
+        (&devices[0]["allocations"], &devices[0]["frees"]),
+        (&json!(10), &json!(5))
+    );
     assert_eq!(devices[0]["live_at_exit"].as_array().unwrap().len(), 5);
     let text = cudatrace(&["report", trace.to_str().unwrap()]).output().unwrap();
     assert!(
@@ -452,4 +455,54 @@ fn allocations_on_an_unknown_device_are_counted_apart_from_device_0() {
         "{}",
         String::from_utf8_lossy(&text.stdout)
     );
+}
+
+#[test]
+fn collect_while_a_process_runs_keeps_its_spool_for_a_later_collect() {
+    let dir = scratch_dir("collect-running");
+    let mut command = program("scenarios", &["loop", "1000", "1", "wait"]);
+    let mut running = command
+        .env("LD_PRELOAD", tracer_library())
+        .env("CUDATRACE_DIR", &dir)
+        .stdin(Stdio::piped())
+        .stdout(Stdio::piped())
+        .spawn()
+        .unwrap();
+    let _out = wait_for_line(&mut running, "ready");
+    let trace = dir.join("early.trace");
+    let output = cudatrace(&["collect", "-o", trace.to_str().unwrap(), dir.to_str().unwrap()])
+        .output()
+        .unwrap();
+    assert_eq!(output.status.code(), Some(0), "{}", stderr(&output));
+    assert!(
+        stderr(&output).contains(&format!(
+            "cudatrace: 1 traced processes are still running; their spools are kept in {}: collect again once they are done",
+            dir.display()
+        )),
+        "{}",
+        stderr(&output)
+    );
+    let (report, _) = report_json(&trace);
+    assert_eq!(report["processes"][0]["still_running"], true);
+    assert_eq!(report["processes"][0]["events"], 1500);
+    assert_eq!(spool_files(&dir).len(), 1);
+    drop(running.stdin.take());
+    assert!(running.wait().unwrap().success());
+    let output = cudatrace(&[
+        "collect",
+        "--force",
+        "-o",
+        trace.to_str().unwrap(),
+        dir.to_str().unwrap(),
+    ])
+    .output()
+    .unwrap();
+    assert_eq!(output.status.code(), Some(0), "{}", stderr(&output));
+    let (report, _) = report_json(&trace);
+    assert_eq!(
+        counts(&report),
+        json!({"complete": true, "lost_events": 0, "events": 1500, "allocations": 1000, "frees": 500,
+               "live_bytes_at_exit": 8_192_000, "exit_status": 0})
+    );
+    assert!(spool_files(&dir).is_empty());
 }

@@ -49,6 +49,8 @@ pub struct Summary {
     pub refused: u64,
     /// Spools that could not be read at all.
     pub damaged_spools: u64,
+    /// Processes still running when the trace was finished.
+    pub still_running: u64,
     /// Bytes of the trace file.
     pub bytes: u64,
 }

@@ -91,6 +91,7 @@ impl Sink {
                 }
                 Some(Message::End(end)) => {
                     summary.dropped_events += end.dropped_records;
+                    summary.still_running += u64::from(end.still_running);
                     if let Some(errno) = end.drop_errno {
                         summary.drop_errno.get_or_insert(errno);
                     }
