@@ -21,6 +21,7 @@ pub mod proc_address;
 pub mod process_state;
 pub mod recorder;
 pub mod runtime_hooks;
+pub mod spool_chunks;
 pub mod spool_writer;
 pub mod symbols;
 pub mod tree_root;

@@ -4,15 +4,11 @@
 //! in the file, the moment the hook stores it: nothing is lost if the process
 //! is then killed. A record costs two atomic operations and some stores; the
 //! only system calls are the file's creation and, per [`CHUNK_RECORDS`]
-//! records, one `getrlimit`, one `fallocate` and one `mmap`.
+//! records, those that reserve and map a chunk ([`spool_chunks`]).
 //!
-//! Disk space is reserved with `fallocate` before a chunk is mapped, so a
-//! store never touches a page without disk behind it (which would raise
-//! `SIGBUS` in the program), and the file size limit is checked first (a
-//! file growing past `RLIMIT_FSIZE` raises `SIGXFSZ`). When a chunk cannot be
-//! reserved the process carries on untraced for those records: each is
-//! counted in the header with the first `errno`, and growth is tried again
-//! after a pause, since the collector gives space back as it goes.
+//! When a record cannot be stored (its chunk cannot be reserved) the process
+//! carries on untraced for that record: it is counted in the header with the
+//! first `errno`, and a tombstone marks its slot once the chunk exists.
 //!
 //! Records are published as `layout` describes: the body first, then the
 //! commit word with release ordering.
@@ -20,19 +16,16 @@
 //! Files are named `cudatrace-<pid>-<n>.spool` in `$CUDATRACE_DIR` (default:
 //! the working directory); `<n>` tells apart the images of a process that
 //! called `exec`.
+//!
+//! [`spool_chunks`]: crate::spool_chunks
 
+use crate::spool_chunks;
 use cudatrace_events::layout::{
-    commit_word, CHUNK_BYTES, CHUNK_RECORDS, CMDLINE_CAPACITY, HEADER_SIZE, RECORD_SIZE, SPOOL_MAGIC, SPOOL_VERSION,
+    commit_word, CHUNK_RECORDS, CMDLINE_CAPACITY, HEADER_SIZE, RECORD_SIZE, SPOOL_MAGIC, SPOOL_VERSION,
 };
 use cudatrace_events::{naming, RawRecord, SpoolHeader};
 use std::os::unix::ffi::OsStrExt;
-use std::sync::atomic::{AtomicBool, AtomicI32, AtomicPtr, AtomicU32, AtomicU64, AtomicU8, AtomicUsize, Ordering};
-
-/// At most this many chunks: 2^32 records per process image.
-const MAX_CHUNKS: usize = 1 << 18;
-/// After a chunk could not be reserved, records are dropped without trying
-/// again for this long.
-const RETRY_PAUSE_NS: u64 = 50_000_000;
+use std::sync::atomic::{AtomicI32, AtomicPtr, AtomicU32, AtomicU64, AtomicU8, Ordering};
 
 const CLOSED: u8 = 0;
 const OPENING: u8 = 1;
@@ -44,15 +37,6 @@ static FD: AtomicI32 = AtomicI32::new(-1);
 static HEADER: AtomicPtr<SpoolHeader> = AtomicPtr::new(std::ptr::null_mut());
 /// Sequence numbers for a process whose spool could not be created.
 static UNSPOOLED_SEQ: AtomicU64 = AtomicU64::new(0);
-static CHUNKS: [AtomicPtr<RawRecord>; MAX_CHUNKS] = [const { AtomicPtr::new(std::ptr::null_mut()) }; MAX_CHUNKS];
-/// One past the highest chunk ever mapped.
-static MAPPED_CHUNKS: AtomicUsize = AtomicUsize::new(0);
-/// Guards growing the file; held only around reserving and mapping a chunk.
-static GROW_LOCK: AtomicBool = AtomicBool::new(false);
-/// `CLOCK_MONOTONIC` before which growth is not tried again.
-static RETRY_AFTER_NS: AtomicU64 = AtomicU64::new(0);
-/// The `errno` of the last failed growth, for the records dropped meanwhile.
-static LAST_GROW_ERRNO: AtomicI32 = AtomicI32::new(0);
 
 /// Counters kept in the spool header, so that they survive a crash.
 #[derive(Clone, Copy)]
@@ -89,6 +73,7 @@ pub fn write(seq: u64, mut record: RawRecord) {
         Ok(slot) => slot,
         Err(errno) => {
             note_dropped(errno);
+            spool_chunks::note_dropped_seq(seq);
             return;
         }
     };
@@ -156,115 +141,11 @@ fn slot_for(seq: u64) -> Result<*mut RawRecord, i32> {
     if !ensure_open() {
         return Err(libc::ENOENT);
     }
-    let chunk = (seq / CHUNK_RECORDS as u64) as usize;
-    let within = (seq % CHUNK_RECORDS as u64) as usize;
-    let mut base = CHUNKS.get(chunk).ok_or(libc::EFBIG)?.load(Ordering::Acquire);
-    if base.is_null() {
-        base = map_chunk(chunk)?;
-    }
-    // SAFETY: `within` < CHUNK_RECORDS, the number of records in the mapping.
-    Ok(unsafe { base.add(within) })
-}
-
-fn lock_grow() {
-    while GROW_LOCK
-        .compare_exchange_weak(false, true, Ordering::Acquire, Ordering::Relaxed)
-        .is_err()
-    {
-        std::thread::yield_now();
-    }
-}
-
-#[cold]
-fn map_chunk(chunk: usize) -> Result<*mut RawRecord, i32> {
-    if monotonic_ns() < RETRY_AFTER_NS.load(Ordering::Relaxed) {
-        return Err(LAST_GROW_ERRNO.load(Ordering::Relaxed));
-    }
-    lock_grow();
-    let result = map_chunk_locked(chunk);
-    if let Err(errno) = result {
-        LAST_GROW_ERRNO.store(errno, Ordering::Relaxed);
-        RETRY_AFTER_NS.store(monotonic_ns() + RETRY_PAUSE_NS, Ordering::Relaxed);
-    }
-    GROW_LOCK.store(false, Ordering::Release);
-    result
-}
-
-fn map_chunk_locked(chunk: usize) -> Result<*mut RawRecord, i32> {
-    let existing = CHUNKS[chunk].load(Ordering::Acquire);
-    if !existing.is_null() {
-        return Ok(existing);
-    }
-    let fd = FD.load(Ordering::Acquire);
-    let offset = HEADER_SIZE + chunk * CHUNK_BYTES;
-    reserve(fd, offset as u64, CHUNK_BYTES as u64)?;
-    // SAFETY: a shared mapping of a range whose blocks are now reserved.
-    let base = unsafe {
-        libc::mmap(
-            std::ptr::null_mut(),
-            CHUNK_BYTES,
-            libc::PROT_READ | libc::PROT_WRITE,
-            libc::MAP_SHARED,
-            fd,
-            offset as libc::off_t,
-        )
-    };
-    if base == libc::MAP_FAILED {
-        return Err(errno());
-    }
-    let base = base.cast::<RawRecord>();
-    CHUNKS[chunk].store(base, Ordering::Release);
-    MAPPED_CHUNKS.fetch_max(chunk + 1, Ordering::Relaxed);
-    Ok(base)
+    spool_chunks::slot(FD.load(Ordering::Acquire), seq)
 }
 
 fn errno() -> i32 {
     std::io::Error::last_os_error().raw_os_error().unwrap_or(libc::EIO)
-}
-
-/// Makes sure bytes `offset..offset + length` of the file have disk blocks,
-/// growing the file if needed, without ever raising `SIGXFSZ`.
-fn reserve(fd: i32, offset: u64, length: u64) -> Result<(), i32> {
-    let end = offset + length;
-    let mut limit = libc::rlimit {
-        rlim_cur: 0,
-        rlim_max: 0,
-    };
-    // SAFETY: a valid out-pointer.
-    if unsafe { libc::getrlimit(libc::RLIMIT_FSIZE, &mut limit) } == 0
-        && limit.rlim_cur != libc::RLIM_INFINITY
-        && end > limit.rlim_cur
-    {
-        return Err(libc::EFBIG);
-    }
-    loop {
-        // SAFETY: allocating blocks of our own file.
-        if unsafe { libc::fallocate(fd, 0, offset as libc::off_t, length as libc::off_t) } == 0 {
-            return Ok(());
-        }
-        match errno() {
-            libc::EINTR => continue,
-            libc::EOPNOTSUPP => return reserve_by_writing(fd, offset, length),
-            other => return Err(other),
-        }
-    }
-}
-
-/// For file systems without `fallocate`: writing zeros makes them allocate.
-fn reserve_by_writing(fd: i32, offset: u64, length: u64) -> Result<(), i32> {
-    static ZEROS: [u8; 4096] = [0; 4096];
-    let mut at = offset;
-    while at < offset + length {
-        let piece = (offset + length - at).min(ZEROS.len() as u64) as usize;
-        // SAFETY: writing from a static buffer into our own file.
-        let written = unsafe { libc::pwrite(fd, ZEROS.as_ptr().cast(), piece, at as libc::off_t) };
-        match written {
-            n if n > 0 => at += n as u64,
-            _ if errno() == libc::EINTR => {}
-            _ => return Err(errno()),
-        }
-    }
-    Ok(())
 }
 
 #[inline]
@@ -353,7 +234,7 @@ fn create_spool() -> bool {
     };
     // An empty file is left behind when even the header has no room: the
     // collector then reports the process as unrecorded.
-    if reserve(fd, 0, HEADER_SIZE as u64).is_err() {
+    if spool_chunks::reserve(fd, 0, HEADER_SIZE as u64).is_err() {
         // SAFETY: closing our own descriptor.
         unsafe { libc::close(fd) };
         return false;
@@ -426,17 +307,10 @@ extern "C" fn record_exit(status: libc::c_int, _arg: *mut libc::c_void) {
 /// spool: drop them so that the child starts a spool of its own. Any lock a
 /// parent thread held at the fork is released, since that thread is gone.
 pub fn forget_parent_spool() {
-    let mapped = MAPPED_CHUNKS.swap(0, Ordering::Relaxed).min(MAX_CHUNKS);
-    for chunk in &CHUNKS[..mapped] {
-        let base = chunk.swap(std::ptr::null_mut(), Ordering::AcqRel);
-        if !base.is_null() {
-            // SAFETY: the child's inherited view of the parent's chunk, no longer used.
-            unsafe { libc::munmap(base.cast(), CHUNK_BYTES) };
-        }
-    }
+    spool_chunks::forget_parent();
     let header = HEADER.swap(std::ptr::null_mut(), Ordering::AcqRel);
     if !header.is_null() {
-        // SAFETY: as above, for the header page.
+        // SAFETY: the child's inherited view of the parent's header page.
         unsafe { libc::munmap(header.cast(), HEADER_SIZE) };
     }
     let fd = FD.swap(-1, Ordering::AcqRel);
@@ -445,7 +319,5 @@ pub fn forget_parent_spool() {
         unsafe { libc::close(fd) };
     }
     UNSPOOLED_SEQ.store(0, Ordering::Relaxed);
-    RETRY_AFTER_NS.store(0, Ordering::Relaxed);
-    GROW_LOCK.store(false, Ordering::Release);
     STATE.store(CLOSED, Ordering::Release);
 }

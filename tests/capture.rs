@@ -3,7 +3,7 @@
 
 mod support;
 
-use cudatrace_events::{Api, Kind, Op, Spool};
+use cudatrace_events::{Api, Kind, Op, Spool, SpoolReader};
 use std::collections::{HashMap, HashSet};
 use support::*;
 
@@ -221,13 +221,57 @@ fn a_forked_child_writes_its_own_spool_under_its_own_pid() {
 }
 
 #[test]
-fn forking_while_other_threads_are_in_hooks_never_hangs_a_child() {
+fn forking_while_other_threads_are_in_hooks_never_hangs_a_child_and_each_keeps_its_own_spool() {
     let run = run_traced("fork-load", program("scenarios", &["fork-under-load"]));
-    let spool = single_spool(&run);
+    assert!(run.output.status.success(), "{}", run.stdout);
     assert_eq!(field(&run.stdout, "forks", 0), "20");
-    // The children made no allocations, so only the parent has a spool.
-    assert_eq!(spool.events.len(), 4 * 2000 * 2);
-    assert_clean(spool);
+    let parent_pid: u32 = field(&run.stdout, "pid", 0).parse().unwrap();
+    assert_eq!(run.spools.len(), 21, "{:?}", run.spool_paths);
+    for spool in &run.spools {
+        assert_clean(spool);
+        if spool.process().pid == parent_pid {
+            assert_eq!(spool.events.len(), 4 * 2000 * 2);
+            continue;
+        }
+        // Each child: its own allocation and free, numbered from 0.
+        let events: Vec<(u64, Op, u64)> = spool.events.iter().map(|e| (e.seq, e.op, e.size)).collect();
+        assert_eq!(
+            events,
+            [(0, Op::Alloc, 512), (1, Op::Free, 512)],
+            "pid {}",
+            spool.process().pid
+        );
+        assert_eq!(spool.process().ppid, parent_pid);
+    }
+}
+
+#[test]
+fn a_long_spool_costs_the_program_two_memory_mappings() {
+    let dir = scratch_dir("mappings");
+    let mut child = program("scenarios", &["loop", "200000", "1", "wait"])
+        .env("LD_PRELOAD", tracer_library())
+        .env("CUDATRACE_DIR", &dir)
+        .env("FAKE_CUDA_CAPACITY", "1099511627776")
+        .stdin(std::process::Stdio::piped())
+        .stdout(std::process::Stdio::piped())
+        .spawn()
+        .unwrap();
+    let mut out = std::io::BufReader::new(child.stdout.take().unwrap());
+    let mut line = String::new();
+    while !line.starts_with("ready") {
+        line.clear();
+        assert!(std::io::BufRead::read_line(&mut out, &mut line).unwrap() > 0);
+    }
+    // 300,000 records fill 19 chunks; mapped one after another in reserved
+    // address space, they merge into one mapping beside the header's.
+    let maps = std::fs::read_to_string(format!("/proc/{}/maps", child.id())).unwrap();
+    let spool_mappings = maps.lines().filter(|l| l.ends_with(".spool")).count();
+    drop(child.stdin.take());
+    assert!(child.wait().unwrap().success());
+    assert_eq!(spool_mappings, 2, "{maps}");
+    let spool = SpoolReader::read_path(&spool_files(&dir)[0]).unwrap();
+    assert_eq!(spool.events.len(), 300_000);
+    assert_clean(&spool);
 }
 
 #[test]

@@ -54,6 +54,18 @@ pub fn collect(args: CollectArgs) -> Result<u8, Failure> {
         return collect_tree(args);
     }
     let old = recover::trace_named_in(&args.dir);
+    // A collector still writing that trace owns the folder: merging behind
+    // its back would miss what it gives back meanwhile.
+    let _old_lock = match &old {
+        Some(old) => Some(output::lock_shared(old).map_err(|()| {
+            format!(
+                "{} is still being written by a running cudatrace, which collects {}; let it finish first",
+                old.display(),
+                args.dir.display()
+            )
+        })?),
+        None => None,
+    };
     let destination = args
         .output
         .clone()
@@ -88,8 +100,9 @@ pub fn collect(args: CollectArgs) -> Result<u8, Failure> {
             summary.still_running,
             args.dir.display()
         ));
-    } else if !args.keep_spools && summary.refused == 0 && summary.damaged_spools == 0 {
-        spool_dir::remove_spools(&args.dir, false);
+    }
+    if !args.keep_spools {
+        spool_dir::remove_spools(&args.dir, &summary.collected, false);
     }
     Ok(0)
 }
@@ -132,8 +145,8 @@ fn collect_tree(args: CollectArgs) -> Result<u8, Failure> {
     };
     match collector.finish(grace) {
         Ok(summary) => {
-            if !args.keep_spools && summary.refused == 0 && summary.damaged_spools == 0 {
-                spool_dir::remove_spools(&args.dir, true);
+            if !args.keep_spools {
+                spool_dir::remove_spools(&args.dir, &summary.collected, true);
             }
             for line in summary.warnings(&args.dir) {
                 say(&line);

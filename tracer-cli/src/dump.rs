@@ -54,7 +54,7 @@ fn end_line(tail: &SpoolTail, events: u64, header: &SpoolHeaderInfo) -> serde_js
             "pid": tail.pid,
             "events": events,
             "unwritten_records": tail.cursor.unwritten,
-            "unfinished_records": tail.cursor.unwritten.saturating_sub(header.dropped_records),
+            "unfinished_records": cudatrace_events::unfinished(tail.cursor.unwritten, header.dropped_records),
             "damaged_records": tail.cursor.damaged,
         }
     })

@@ -23,6 +23,11 @@ pub struct InPlace {
 }
 
 impl InPlace {
+    /// Empties the file, to write the trace into it.
+    pub fn start(&self) -> Result<(), String> {
+        self.file.set_len(0).map_err(|e| cannot_write(&self.path, e))
+    }
+
     /// Removes the file again if this claim created it: nothing was written.
     pub fn abandon(self) {
         if self.created {
@@ -66,7 +71,8 @@ pub fn check_folder_writable(folder: &Path) -> Result<(), String> {
 
 /// Claims `path` for writing in place. Refuses a folder, a path in a missing
 /// or read-only folder, and a trace that another cudatrace is writing now.
-/// A finished trace already there is replaced.
+/// A finished trace already there is replaced once writing starts
+/// ([`InPlace::start`]); until then it is left as it was.
 pub fn claim_in_place(path: &Path) -> Result<InPlace, String> {
     if path.is_dir() {
         return Err(format!("cannot write {}: it is a folder", path.display()));
@@ -87,7 +93,6 @@ pub fn claim_in_place(path: &Path) -> Result<InPlace, String> {
             path.display()
         ));
     }
-    file.set_len(0).map_err(|e| cannot_write(path, e))?;
     Ok(InPlace {
         path: path.to_owned(),
         file,
@@ -117,6 +122,19 @@ pub fn claim_in_place_or_beside(path: &Path) -> Result<InPlace, String> {
         }
     }
     Err(first)
+}
+
+/// Opens `path` with a shared lock, which a cudatrace writing it in place
+/// holds exclusively; `Err` while one does.
+pub fn lock_shared(path: &Path) -> Result<Option<File>, ()> {
+    let Ok(file) = File::open(path) else {
+        return Ok(None);
+    };
+    // SAFETY: locking our own descriptor.
+    if unsafe { libc::flock(file.as_raw_fd(), libc::LOCK_SH | libc::LOCK_NB) } != 0 {
+        return Err(());
+    }
+    Ok(Some(file))
 }
 
 /// A trace written to a temporary file beside its destination.
@@ -234,6 +252,12 @@ mod tests {
         std::fs::write(&path, b"finished trace").unwrap();
         let first = claim_in_place(&path).unwrap();
         assert_eq!(
+            std::fs::read(&path).unwrap(),
+            b"finished trace",
+            "untouched until writing starts"
+        );
+        first.start().unwrap();
+        assert_eq!(
             std::fs::metadata(&path).unwrap().len(),
             0,
             "a finished trace is replaced"
@@ -249,11 +273,13 @@ mod tests {
         let beside = claim_in_place_or_beside(&path).unwrap();
         assert_eq!(beside.path, dir.join("run-2.trace"));
         drop(first);
+        std::fs::write(&path, b"another finished trace").unwrap();
         let again = claim_in_place(&path).unwrap();
         again.abandon();
-        assert!(
-            path.exists(),
-            "abandoning a claim never removes a file it did not create"
+        assert_eq!(
+            std::fs::read(&path).unwrap(),
+            b"another finished trace",
+            "abandoning a claim leaves a file it did not create as it was"
         );
         beside.abandon();
         assert!(!dir.join("run-2.trace").exists());

@@ -11,14 +11,13 @@
 
 use crate::collector::{header_for, Summary};
 use crate::liveness::Liveness;
-use crate::spool_tail::{damaged_spool, SpoolTail};
+use crate::spool_tail::{check_spool_file, damaged_spool, SpoolTail};
 use cudatrace_events::{naming, Event, Pass, SpoolHeaderInfo};
 use cudatrace_trace::{
     Damage, DamagedSpool, Footer, Header, ProcessEnd, ProcessStart, Record, Refusal, TraceReader, TraceWriter,
 };
 use std::collections::{BTreeMap, HashMap, HashSet, VecDeque};
 use std::io::{BufReader, BufWriter, Write};
-use std::os::unix::fs::MetadataExt;
 use std::path::{Path, PathBuf};
 
 /// A process image, keyed by (pid, image) across the old trace and the spools.
@@ -152,27 +151,18 @@ fn open_spools(
     damaged: &mut Vec<DamagedSpool>,
 ) -> Result<BTreeMap<Key, (SpoolTail, SpoolHeaderInfo)>, String> {
     let paths = naming::spool_files_in(dir).map_err(|e| format!("cannot read {}: {e}", dir.display()))?;
-    // SAFETY: no preconditions.
-    let uid = unsafe { libc::geteuid() };
     let mut spools = BTreeMap::new();
     for path in paths {
         let Some((pid, image)) = naming::parse_spool_file_name(&path) else {
             continue;
         };
-        let Ok(metadata) = std::fs::symlink_metadata(&path) else {
-            continue;
-        };
-        if !metadata.file_type().is_file() || metadata.uid() != uid {
-            refusals.push(Refusal {
-                path: path.display().to_string(),
-                uid: metadata.uid(),
-                reason: if metadata.file_type().is_file() {
-                    "owned by another user".into()
-                } else {
-                    "not a regular file".into()
-                },
-            });
-            continue;
+        match check_spool_file(&path) {
+            Ok(()) => {}
+            Err(None) => continue,
+            Err(Some(refusal)) => {
+                refusals.push(refusal);
+                continue;
+            }
         }
         match SpoolTail::open(&path, 0, image, false) {
             Ok(opened) => {
@@ -224,8 +214,15 @@ pub fn recover(dir: &Path, old: Option<&Path>, file: std::fs::File) -> Result<(R
             &mut damaged_keys,
         )?;
     }
-    for merge in merges.values_mut() {
-        finish_process(merge, &mut out)?;
+    let mut latest_image: HashMap<u32, u32> = HashMap::new();
+    for &(pid, image) in merges.keys() {
+        let latest = latest_image.entry(pid).or_insert(image);
+        *latest = (*latest).max(image);
+    }
+    for (&(pid, image), merge) in merges.iter_mut() {
+        // An image followed by another of the same pid ended at its exec.
+        let superseded = latest_image[&pid] > image;
+        finish_process(merge, superseded, &mut out)?;
     }
     for refusal in &refusals {
         out.summary.refused += 1;
@@ -339,7 +336,7 @@ fn merge_old_trace(
 
 /// Writes what the spool holds after everything already written, and how
 /// the process ended.
-fn finish_process(merge: &mut Merge, out: &mut Output) -> Result<(), String> {
+fn finish_process(merge: &mut Merge, superseded: bool, out: &mut Output) -> Result<(), String> {
     let index = match (&merge.spool, merge.index) {
         (_, Some(index)) => index,
         (Some((tail, header)), None) => {
@@ -354,7 +351,10 @@ fn finish_process(merge: &mut Merge, out: &mut Output) -> Result<(), String> {
         Some((tail, _)) => {
             let header = tail.header();
             tail.finish(&header);
-            let gone = Liveness::watch(tail.pid).is_dead();
+            let gone = superseded || Liveness::watch(tail.pid).is_dead();
+            if gone && tail.cursor.damaged == 0 {
+                out.summary.collected.push(tail.path.clone());
+            }
             let (status, time) = match (header.process.exit, &merge.old_end) {
                 (_, Some(old)) if old.exit_status.is_some() => (old.exit_status, old.exit_time_ns),
                 (Some((status, time)), _) => (Some(status), Some(time)),

@@ -552,7 +552,7 @@ impl Report {
         }
         for spool in &self.damaged_spools {
             out += &format!(
-                "\npid {} (image {}): spool {} could not be read, nothing of it is in the trace: {}\n",
+                "\npid {} (image {}): spool {} could not be read: {}\n",
                 spool.pid, spool.image, spool.path, spool.reason
             );
         }

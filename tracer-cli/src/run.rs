@@ -138,7 +138,7 @@ pub fn run(args: RunArgs) -> Result<u8, Failure> {
     let mut child = match spawn(command, &program) {
         Ok(child) => child,
         Err(failure) => {
-            spool_dir::remove_spools(&run_dir, true);
+            spool_dir::remove_spools(&run_dir, &[], true);
             if let Some(claimed) = claimed {
                 claimed.abandon();
             }
@@ -192,9 +192,8 @@ pub fn run(args: RunArgs) -> Result<u8, Failure> {
 
 /// What `run` says once the trace is written, and what it leaves behind.
 fn finished(summary: &Summary, trace: &Path, run_dir: &Path, keep_spools: bool) {
-    let keep = keep_spools || summary.refused > 0 || summary.damaged_spools > 0;
-    if !keep {
-        spool_dir::remove_spools(run_dir, true);
+    if !keep_spools {
+        spool_dir::remove_spools(run_dir, &summary.collected, true);
     }
     if summary.processes == 0 && summary.damaged_spools == 0 {
         say(&format!(
@@ -213,7 +212,17 @@ fn finished(summary: &Summary, trace: &Path, run_dir: &Path, keep_spools: bool) 
             summary.refused,
             run_dir.display()
         ));
-    } else if keep && !keep_spools {
-        say(&format!("cudatrace: kept the spools in {}", run_dir.display()));
+    } else if summary.still_running > 0 {
+        say(&format!(
+            "cudatrace: {} traced processes were still running; their spools are kept in {}: `cudatrace collect {}` once they are done adds what they did after",
+            summary.still_running,
+            run_dir.display(),
+            run_dir.display()
+        ));
+    } else if !keep_spools && run_dir.exists() {
+        say(&format!(
+            "cudatrace: kept the spools that could not be read in {}",
+            run_dir.display()
+        ));
     }
 }

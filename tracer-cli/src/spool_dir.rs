@@ -62,19 +62,21 @@ pub fn check_owned(dir: &Path) -> Result<(), String> {
     Ok(())
 }
 
-/// Deletes the spools (and the files cudatrace keeps beside them) of a
-/// finished collection; then, if cudatrace created the folder, the folder
-/// if that left it empty. A folder of the user's is never removed.
-pub fn remove_spools(dir: &Path, cudatrace_made_it: bool) {
-    if let Ok(entries) = std::fs::read_dir(dir) {
-        for path in entries.filter_map(|e| e.ok().map(|e| e.path())) {
-            let ours = path
-                .file_name()
-                .is_some_and(|n| n == naming::COLLECTOR_LOCK || n == naming::TRACE_POINTER);
-            if ours || naming::parse_spool_file_name(&path).is_some() {
-                let _ = std::fs::remove_file(&path);
-            }
-        }
+/// Deletes the `collected` spools, whose records are all in a finished
+/// trace. Once no spool is left, also the files cudatrace keeps beside them
+/// and, if cudatrace created the folder, the folder. A spool that appeared
+/// meanwhile, or that was refused, damaged or still being written, stays,
+/// and so does a folder of the user's.
+pub fn remove_spools(dir: &Path, collected: &[PathBuf], cudatrace_made_it: bool) {
+    for spool in collected {
+        let _ = std::fs::remove_file(spool);
+    }
+    let left = naming::spool_files_in(dir).map_or(1, |spools| spools.len());
+    if left > 0 {
+        return;
+    }
+    for name in [naming::COLLECTOR_LOCK, naming::TRACE_POINTER] {
+        let _ = std::fs::remove_file(dir.join(name));
     }
     if cudatrace_made_it {
         let _ = std::fs::remove_dir(dir);

@@ -5,7 +5,7 @@
 use crate::liveness::Liveness;
 use cudatrace_events::layout::{CHUNK_BYTES, CHUNK_RECORDS, HEADER_SIZE, RELEASED_CHUNKS_OFFSET};
 use cudatrace_events::{Event, Pass, SpoolCursor, SpoolError, SpoolFile, SpoolHeaderInfo};
-use cudatrace_trace::{DamagedSpool, ProcessEnd, ProcessStart};
+use cudatrace_trace::{DamagedSpool, ProcessEnd, ProcessStart, Refusal};
 use std::fs::File;
 use std::os::fd::AsRawFd;
 use std::os::unix::fs::FileExt;
@@ -23,15 +23,25 @@ pub struct Release {
 }
 
 impl Release {
-    /// Punches the chunks out of the file (it keeps its size; the range reads
-    /// as zeros) and notes in the header how far that went. Only to be
-    /// applied once the trace holding their events is durable. A file system
-    /// without hole punching keeps the space until the run ends.
+    /// Notes in the header that the chunks are collected, then punches
+    /// them out of the file (it keeps its size; the range reads as zeros).
+    /// In that order, so that a reader never takes a punched chunk for
+    /// records. Only to be applied once the trace holding their events is
+    /// durable. A file system without hole punching keeps the space until
+    /// the run ends.
     pub fn apply(self) {
+        let chunks = u32::try_from(self.to_chunk).unwrap_or(u32::MAX);
+        if self
+            .file
+            .write_all_at(&chunks.to_le_bytes(), RELEASED_CHUNKS_OFFSET)
+            .is_err()
+        {
+            return;
+        }
         let start = HEADER_SIZE as u64 + self.from_chunk * CHUNK_BYTES as u64;
         let length = (self.to_chunk - self.from_chunk) * CHUNK_BYTES as u64;
         // SAFETY: punching a hole in a range of our own descriptor's file.
-        let punched = unsafe {
+        unsafe {
             libc::fallocate(
                 self.file.as_raw_fd(),
                 libc::FALLOC_FL_PUNCH_HOLE | libc::FALLOC_FL_KEEP_SIZE,
@@ -39,10 +49,6 @@ impl Release {
                 length as libc::off_t,
             )
         };
-        if punched == 0 {
-            let chunks = u32::try_from(self.to_chunk).unwrap_or(u32::MAX);
-            let _ = self.file.write_all_at(&chunks.to_le_bytes(), RELEASED_CHUNKS_OFFSET);
-        }
     }
 }
 
@@ -160,7 +166,7 @@ impl SpoolTail {
             exit_status,
             exit_time_ns,
             still_running,
-            unfinished_records: self.cursor.unwritten.saturating_sub(header.dropped_records),
+            unfinished_records: cudatrace_events::unfinished(self.cursor.unwritten, header.dropped_records),
             unknown_frees: header.unknown_frees,
             registry_overflows: header.registry_overflows,
             dropped_records: header.dropped_records,
@@ -169,6 +175,27 @@ impl SpoolTail {
             damaged_records: self.cursor.damaged,
         }
     }
+}
+
+/// Whether a file found in a spool folder may be read: a regular file owned
+/// by this user. `Err(None)` if it has vanished, `Err(Some(refusal))` if not.
+pub fn check_spool_file(path: &Path) -> Result<(), Option<Refusal>> {
+    use std::os::unix::fs::MetadataExt;
+    let metadata = std::fs::symlink_metadata(path).map_err(|_| None)?;
+    // SAFETY: no preconditions.
+    let uid = unsafe { libc::geteuid() };
+    let reason = if !metadata.file_type().is_file() {
+        "not a regular file"
+    } else if metadata.uid() != uid {
+        "owned by another user"
+    } else {
+        return Ok(());
+    };
+    Err(Some(Refusal {
+        path: path.display().to_string(),
+        uid: metadata.uid(),
+        reason: reason.into(),
+    }))
 }
 
 /// The trace's record of a spool that cannot be read at all.

@@ -80,6 +80,30 @@ fn an_output_that_cannot_be_written_is_refused_before_the_command_starts() {
 }
 
 #[test]
+fn a_run_that_cannot_start_leaves_an_existing_trace_as_it_was() {
+    let dir = scratch_dir("failed-start");
+    let trace = dir.join("results.trace");
+    std::fs::write(&trace, b"yesterday's results").unwrap();
+    let output = cudatrace(&["run", "--preload", tracer_library().to_str().unwrap(), "-o"])
+        .arg(&trace)
+        .args(["--", "/no/such/program"])
+        .env("TMPDIR", &dir)
+        .output()
+        .unwrap();
+    assert_eq!(output.status.code(), Some(127));
+    assert_eq!(std::fs::read(&trace).unwrap(), b"yesterday's results");
+    let output = cudatrace(&["run", "--preload", tracer_library().to_str().unwrap(), "-o"])
+        .arg(&trace)
+        .args(["--", "true"])
+        .env("TMPDIR", &dir)
+        .env("CUDATRACE_DIR", dir.join("nowhere"))
+        .output()
+        .unwrap();
+    assert_eq!(output.status.code(), Some(0));
+    assert_eq!(std::fs::read(&trace).unwrap(), b"yesterday's results");
+}
+
+#[test]
 fn a_second_run_to_the_same_trace_is_refused_while_the_first_writes_it() {
     let (mut first, trace) = run_command("same-output", "wait", &[]);
     let mut first = first.stdout(Stdio::piped()).spawn().unwrap();

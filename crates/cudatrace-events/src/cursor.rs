@@ -31,7 +31,8 @@ pub struct SpoolCursor {
     pub next: u64,
     /// Unwritten slots since the last record: gaps if a record follows.
     pending: u64,
-    /// Unwritten slots between records, or below the reserved count.
+    /// Slots below the reserved count that hold no record: dropped (with or
+    /// without a tombstone) or cut short.
     pub unwritten: u64,
     /// Slots whose commit word is set but whose record is not whole.
     pub damaged: u64,
@@ -65,6 +66,9 @@ impl SpoolCursor {
                 SlotState::Complete(event) => {
                     self.unwritten += std::mem::take(&mut self.pending);
                     out.push(event);
+                }
+                SlotState::Dropped => {
+                    self.unwritten += std::mem::take(&mut self.pending) + 1;
                 }
                 _ if pass == Pass::Live => return Ok(false),
                 SlotState::Unwritten => self.pending += 1,

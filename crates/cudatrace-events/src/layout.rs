@@ -34,6 +34,9 @@ pub const CMDLINE_OFFSET: usize = 112;
 pub const CMDLINE_CAPACITY: usize = HEADER_SIZE - CMDLINE_OFFSET;
 /// Offset of [`SpoolHeader::released_chunks`], which the collector writes.
 pub const RELEASED_CHUNKS_OFFSET: u64 = 92;
+/// The op byte of a tombstone: the record of this sequence number was
+/// dropped (it could not be stored when it happened). Never an event.
+pub const DROPPED_OP: u8 = 0xff;
 /// Sequence numbers are the low 48 bits of the commit word.
 pub const SEQ_BITS: u32 = 48;
 const SEQ_MASK: u64 = (1 << SEQ_BITS) - 1;

@@ -21,5 +21,5 @@ pub mod spool_file;
 pub use codes::{Api, Kind, Op};
 pub use cursor::{Pass, SlotSource, SpoolCursor};
 pub use layout::{RawRecord, SpoolHeader, SPOOL_MAGIC, SPOOL_VERSION};
-pub use spool::{classify, Event, ProcessInfo, SlotState, Spool, SpoolError, SpoolHeaderInfo, SpoolReader};
+pub use spool::{classify, unfinished, Event, ProcessInfo, SlotState, Spool, SpoolError, SpoolHeaderInfo, SpoolReader};
 pub use spool_file::SpoolFile;

@@ -4,8 +4,8 @@
 use crate::codes::{Api, Kind, Op};
 use crate::cursor::{Pass, SlotSource, SpoolCursor};
 use crate::layout::{
-    commit_matches, committed_seq, RawRecord, CHUNK_RECORDS, CMDLINE_CAPACITY, CMDLINE_OFFSET, HEADER_SIZE,
-    RECORD_SIZE, SPOOL_MAGIC, SPOOL_VERSION,
+    commit_matches, committed_seq, RawRecord, SpoolHeader, CHUNK_RECORDS, CMDLINE_CAPACITY, CMDLINE_OFFSET,
+    HEADER_SIZE, RECORD_SIZE, SPOOL_MAGIC, SPOOL_VERSION,
 };
 use std::path::Path;
 
@@ -62,6 +62,9 @@ pub struct Event {
 pub enum SlotState {
     /// Nothing yet: the commit word is zero.
     Unwritten,
+    /// A tombstone: the record of this sequence number was dropped, for
+    /// lack of space when it happened. Settled, but no event.
+    Dropped,
     /// The commit word is set but the record is not whole: it names another
     /// slot, fails its check, or holds codes no writer stores. While the
     /// writer lives this means "not yet"; once it is gone, damage.
@@ -80,6 +83,9 @@ pub fn classify(raw: &RawRecord, index: u64, pid: u32) -> SlotState {
     }
     if !commit_matches(raw.commit, index, &raw.body_words()) {
         return SlotState::Incomplete("its check does not match its contents");
+    }
+    if raw.op == crate::layout::DROPPED_OP {
+        return SlotState::Dropped;
     }
     let (Some(op), Some(api), Some(kind)) = (
         Op::from_code(raw.op),
@@ -127,8 +133,14 @@ impl Spool {
 
     /// Calls cut short by the process's death: unwritten slots that were not dropped.
     pub fn unfinished_records(&self) -> u64 {
-        self.unwritten_records.saturating_sub(self.header.dropped_records)
+        unfinished(self.unwritten_records, self.header.dropped_records)
     }
+}
+
+/// Of `unwritten` slots (gaps), those not `dropped` for lack of space: calls
+/// cut short by the process's death, or still in flight.
+pub fn unfinished(unwritten: u64, dropped: u64) -> u64 {
+    unwritten.saturating_sub(dropped)
 }
 
 /// Why a spool file could not be read.
@@ -221,6 +233,7 @@ impl SpoolReader {
 
     /// Decodes a spool's header page (the first [`HEADER_SIZE`] bytes).
     pub fn parse_header(bytes: &[u8]) -> Result<SpoolHeaderInfo, SpoolError> {
+        use std::mem::offset_of;
         if bytes.len() < HEADER_SIZE {
             return Err(SpoolError::Truncated {
                 len: bytes.len() as u64,
@@ -234,36 +247,44 @@ impl SpoolReader {
                 SpoolError::NotASpool
             });
         }
-        let version = le_u32(bytes, 8);
+        let u32_at = |offset| le_u32(bytes, offset);
+        let u64_at = |offset| le_u64(bytes, offset);
+        let version = u32_at(offset_of!(SpoolHeader, version));
         if version != SPOOL_VERSION
-            || le_u32(bytes, 12) as usize != RECORD_SIZE
-            || le_u32(bytes, 16) as usize != HEADER_SIZE
-            || le_u32(bytes, 20) as usize != CHUNK_RECORDS
+            || u32_at(offset_of!(SpoolHeader, record_size)) as usize != RECORD_SIZE
+            || u32_at(offset_of!(SpoolHeader, header_size)) as usize != HEADER_SIZE
+            || u32_at(offset_of!(SpoolHeader, chunk_records)) as usize != CHUNK_RECORDS
         {
             return Err(SpoolError::Version { found: version });
         }
-        let cmdline_len = (le_u32(bytes, 88) as usize).min(CMDLINE_CAPACITY);
+        let cmdline_len = (u32_at(offset_of!(SpoolHeader, cmdline_len)) as usize).min(CMDLINE_CAPACITY);
         let argv = bytes[CMDLINE_OFFSET..CMDLINE_OFFSET + cmdline_len]
             .split(|&b| b == 0)
             .filter(|arg| !arg.is_empty())
             .map(|arg| String::from_utf8_lossy(arg).into_owned())
             .collect();
-        let drop_errno = le_u32(bytes, 104) as i32;
+        let drop_errno = u32_at(offset_of!(SpoolHeader, drop_errno)) as i32;
+        let exit_recorded = u32_at(offset_of!(SpoolHeader, exit_recorded)) == 1;
         Ok(SpoolHeaderInfo {
             process: ProcessInfo {
-                pid: le_u32(bytes, 24),
-                ppid: le_u32(bytes, 28),
+                pid: u32_at(offset_of!(SpoolHeader, pid)),
+                ppid: u32_at(offset_of!(SpoolHeader, ppid)),
                 argv,
-                start_monotonic_ns: le_u64(bytes, 32),
-                start_realtime_ns: le_u64(bytes, 40),
-                exit: (le_u32(bytes, 84) == 1).then(|| (le_u32(bytes, 80) as i32, le_u64(bytes, 72))),
+                start_monotonic_ns: u64_at(offset_of!(SpoolHeader, start_monotonic_ns)),
+                start_realtime_ns: u64_at(offset_of!(SpoolHeader, start_realtime_ns)),
+                exit: exit_recorded.then(|| {
+                    (
+                        u32_at(offset_of!(SpoolHeader, exit_status)) as i32,
+                        u64_at(offset_of!(SpoolHeader, exit_time_ns)),
+                    )
+                }),
             },
-            unknown_frees: le_u64(bytes, 48),
-            registry_overflows: le_u64(bytes, 56),
-            dropped_records: le_u64(bytes, 64),
+            unknown_frees: u64_at(offset_of!(SpoolHeader, unknown_frees)),
+            registry_overflows: u64_at(offset_of!(SpoolHeader, registry_overflows)),
+            dropped_records: u64_at(offset_of!(SpoolHeader, dropped_records)),
             drop_errno: (drop_errno != 0).then_some(drop_errno),
-            released_records: u64::from(le_u32(bytes, 92)) * CHUNK_RECORDS as u64,
-            reserved_seqs: le_u64(bytes, 96),
+            released_records: u64::from(u32_at(offset_of!(SpoolHeader, released_chunks))) * CHUNK_RECORDS as u64,
+            reserved_seqs: u64_at(offset_of!(SpoolHeader, reserved_seqs)),
         })
     }
 

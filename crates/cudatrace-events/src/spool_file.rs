@@ -4,7 +4,11 @@
 //! about the order or the width of its loads.
 //!
 //! Only the part of the file that exists is ever mapped, chunk by chunk, so
-//! a file that ends early never faults.
+//! a file that ends early never faults. A chunk with a hole (a range with no
+//! disk blocks, which the writer never leaves below the end of the file, but
+//! a crash or another program might) is read with `pread` instead: reading a
+//! hole through a mapping of a full tmpfs raises `SIGBUS`. Records read that
+//! way are still checked by their commit word.
 
 use crate::cursor::SlotSource;
 use crate::layout::{RawRecord, CHUNK_BYTES, CHUNK_RECORDS, HEADER_SIZE, RECORD_SIZE};
@@ -12,6 +16,7 @@ use crate::spool::{SpoolError, SpoolHeaderInfo, SpoolReader};
 use std::collections::BTreeMap;
 use std::fs::File;
 use std::os::fd::AsRawFd;
+use std::os::unix::fs::FileExt;
 use std::path::Path;
 use std::sync::atomic::{AtomicU64, Ordering};
 
@@ -71,11 +76,27 @@ impl Drop for Mapping {
 // SAFETY: the mapping is read-only from our side and reads are atomic loads.
 unsafe impl Send for Mapping {}
 
+/// How the slots of one chunk are read.
+enum ChunkView {
+    Mapped(Mapping),
+    /// The chunk has a hole: read with `pread`, up to this many bytes.
+    Copied(usize),
+}
+
+impl ChunkView {
+    fn covers(&self, end: usize) -> bool {
+        match self {
+            ChunkView::Mapped(mapping) => mapping.length >= end,
+            ChunkView::Copied(length) => *length >= end,
+        }
+    }
+}
+
 /// An open spool file.
 pub struct SpoolFile {
     file: File,
     header: Mapping,
-    chunks: BTreeMap<u64, Mapping>,
+    chunks: BTreeMap<u64, ChunkView>,
 }
 
 impl SpoolFile {
@@ -105,14 +126,21 @@ impl SpoolFile {
         Ok(spool)
     }
 
+    /// The header's bytes: the magic first (the writer stores it last), then
+    /// the other words from the last to the first, each with acquire
+    /// ordering, so that a flag is read before the fields it guards (which
+    /// lie before it).
     fn header_bytes(&self) -> Vec<u8> {
-        let mut bytes = Vec::with_capacity(HEADER_SIZE);
-        for at in (0..HEADER_SIZE).step_by(RECORD_SIZE) {
-            for word in self.header.words(at) {
-                bytes.extend_from_slice(&word.to_le_bytes());
-            }
+        let word = |i: usize| {
+            // SAFETY: inside the header mapping, 8-byte aligned.
+            unsafe { AtomicU64::from_ptr(self.header.base.add(i * 8).cast_mut().cast()) }.load(Ordering::Acquire)
+        };
+        let mut words = vec![0u64; HEADER_SIZE / 8];
+        words[0] = word(0);
+        for i in (1..words.len()).rev() {
+            words[i] = word(i);
         }
-        bytes
+        words.iter().flat_map(|w| w.to_le_bytes()).collect()
     }
 
     /// The header as it is now: its counters and exit fields change while
@@ -133,6 +161,14 @@ impl SpoolFile {
     }
 }
 
+/// Whether bytes `offset..offset + length` of `file` include a hole.
+fn has_hole(file: &File, offset: u64, length: usize) -> bool {
+    // SAFETY: a query on our own descriptor; it moves the file offset, which
+    // nothing here uses (reads give their offset).
+    let hole = unsafe { libc::lseek(file.as_raw_fd(), offset as libc::off_t, libc::SEEK_HOLE) };
+    hole >= 0 && (hole as u64) < offset + length as u64
+}
+
 impl SlotSource for SpoolFile {
     fn slot_count(&mut self) -> Result<u64, SpoolError> {
         let length = self.file.metadata().map_err(SpoolError::Io)?.len();
@@ -142,24 +178,35 @@ impl SlotSource for SpoolFile {
     fn slot(&mut self, index: u64) -> RawRecord {
         let chunk = index / CHUNK_RECORDS as u64;
         let within = (index % CHUNK_RECORDS as u64) as usize * RECORD_SIZE;
-        let mapped = self
+        let offset = HEADER_SIZE as u64 + chunk * CHUNK_BYTES as u64;
+        if !self
             .chunks
             .get(&chunk)
-            .is_some_and(|m| m.length >= within + RECORD_SIZE);
-        if !mapped {
-            // Map as much of the chunk as the file holds now; the caller only
+            .is_some_and(|view| view.covers(within + RECORD_SIZE))
+        {
+            // As much of the chunk as the file holds now; the caller only
             // asks for slots below `slot_count`.
-            let offset = HEADER_SIZE as u64 + chunk * CHUNK_BYTES as u64;
             let present = self.file.metadata().map_or(0, |m| m.len()).saturating_sub(offset);
             let length = (present.min(CHUNK_BYTES as u64) as usize).max(within + RECORD_SIZE);
-            match Mapping::new(&self.file, offset, length) {
-                Ok(mapping) => {
-                    self.chunks.insert(chunk, mapping);
+            let view = if has_hole(&self.file, offset, length) {
+                ChunkView::Copied(length)
+            } else {
+                match Mapping::new(&self.file, offset, length) {
+                    Ok(mapping) => ChunkView::Mapped(mapping),
+                    Err(_) => ChunkView::Copied(length),
                 }
-                // Address space exhausted: the slot reads as not yet written.
-                Err(_) => return RawRecord::default(),
+            };
+            self.chunks.insert(chunk, view);
+        }
+        match &self.chunks[&chunk] {
+            ChunkView::Mapped(mapping) => RawRecord::from_words(&mapping.words(within)),
+            ChunkView::Copied(_) => {
+                let mut bytes = [0u8; RECORD_SIZE];
+                match self.file.read_exact_at(&mut bytes, offset + within as u64) {
+                    Ok(()) => RawRecord::from_bytes(&bytes),
+                    Err(_) => RawRecord::default(),
+                }
             }
         }
-        RawRecord::from_words(&self.chunks[&chunk].words(within))
     }
 }

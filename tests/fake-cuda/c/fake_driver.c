@@ -67,6 +67,11 @@ typedef struct { uint64_t address, size; int device, live, next_free; } Block;
 #define FREE_LIST_SLOTS (1 << 16)
 
 static pthread_mutex_t lock = PTHREAD_MUTEX_INITIALIZER;
+
+/* Unlike the real driver, usable in a child forked while another thread held
+ * the lock, so that tests can have forked children allocate. */
+static void reset_lock_in_child(void) { pthread_mutex_init(&lock, NULL); }
+__attribute__((constructor)) static void fork_safe(void) { pthread_atfork(NULL, NULL, reset_lock_in_child); }
 static Block blocks[MAX_BLOCKS];
 static int block_count;
 static uint64_t next_address[MAX_DEVICES];

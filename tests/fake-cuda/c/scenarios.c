@@ -520,7 +520,9 @@ static void *dlsym_loop(void *unused) {
     return NULL;
 }
 
-/* Forks children while other threads are inside hooks; the children must not hang. */
+/* Forks children while other threads are inside hooks (and growing the
+ * spool); the children must not hang, and what each child records must go
+ * to its own spool. */
 static void scenario_fork_under_load(void) {
     pthread_t threads[4];
     for (int i = 0; i < 4; i++) pthread_create(&threads[i], NULL, dlsym_loop, NULL);
@@ -529,6 +531,8 @@ static void scenario_fork_under_load(void) {
         if (child == 0) {
             void *handle = dlopen("libcuda.so.1", RTLD_NOW | RTLD_NOLOAD);
             int ok = handle && dlsym(handle, "cuMemAlloc_v2") && dlsym(RTLD_DEFAULT, "cuDeviceGetCount");
+            CUdeviceptr p;
+            if (cuMemAlloc_v2(&p, 512) != 0 || cuMemFree_v2(p) != 0) _exit(2);
             _exit(ok ? 0 : 1);
         }
         int status;

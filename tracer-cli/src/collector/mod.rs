@@ -15,14 +15,13 @@ pub use sink::{describe_io, TraceFailure};
 
 use crate::liveness::Liveness;
 use crate::output::InPlace;
-use crate::spool_tail::{damaged_spool, may_become_readable, SpoolTail};
+use crate::spool_tail::{check_spool_file, damaged_spool, may_become_readable, SpoolTail};
 use crossbeam_channel::{Receiver, RecvTimeoutError, Sender};
 use cudatrace_events::{naming, Pass};
-use cudatrace_trace::{Header, ProcessEnd, Refusal, TraceWriter};
+use cudatrace_trace::{Header, ProcessEnd, TraceWriter};
 use sink::{Message, Sink};
 use std::collections::{HashMap, HashSet};
 use std::io::BufWriter;
-use std::os::unix::fs::MetadataExt;
 use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex};
@@ -51,6 +50,9 @@ pub struct Summary {
     pub damaged_spools: u64,
     /// Processes still running when the trace was finished.
     pub still_running: u64,
+    /// Spools read to their end, undamaged, of processes that are gone:
+    /// every record they hold is in the trace.
+    pub collected: Vec<PathBuf>,
     /// Bytes of the trace file.
     pub bytes: u64,
 }
@@ -171,6 +173,7 @@ impl Collector {
     /// With `keep_spools`, no spool space is given back.
     pub fn start(dir: &Path, output: InPlace, header: &Header, keep_spools: bool) -> Result<Collector, String> {
         point_to_trace(dir, &output.path)?;
+        output.start()?;
         let trace = TraceWriter::new(BufWriter::with_capacity(1 << 20, output.file), header)
             .map_err(|e| describe_io("write", &output.path, &e))?;
         let shared = Arc::new(Shared {
@@ -260,8 +263,6 @@ impl Collector {
 fn scan(shared: &Shared, to_writer: &Sender<Message>, to_readers: &Sender<SpoolTail>) {
     let mut seen: HashSet<PathBuf> = HashSet::new();
     let mut next_process = 0u32;
-    // SAFETY: no preconditions.
-    let uid = unsafe { libc::geteuid() };
     loop {
         let last_pass = shared.draining.load(Ordering::Acquire);
         let mut found: Vec<(u32, u32, PathBuf)> = std::fs::read_dir(&shared.dir)
@@ -273,22 +274,14 @@ fn scan(shared: &Shared, to_writer: &Sender<Message>, to_readers: &Sender<SpoolT
             .collect();
         found.sort();
         for (pid, image, path) in found {
-            let Ok(metadata) = std::fs::symlink_metadata(&path) else {
-                continue;
-            };
-            if !metadata.file_type().is_file() || metadata.uid() != uid {
-                let reason = if metadata.file_type().is_file() {
-                    "owned by another user"
-                } else {
-                    "not a regular file"
-                };
-                let _ = to_writer.send(Message::Refused(Refusal {
-                    path: path.display().to_string(),
-                    uid: metadata.uid(),
-                    reason: reason.into(),
-                }));
-                seen.insert(path);
-                continue;
+            match check_spool_file(&path) {
+                Ok(()) => {}
+                Err(None) => continue,
+                Err(Some(refusal)) => {
+                    let _ = to_writer.send(Message::Refused(refusal));
+                    seen.insert(path);
+                    continue;
+                }
             }
             match SpoolTail::open(&path, next_process, image, true) {
                 Ok((tail, header)) => {
@@ -394,6 +387,8 @@ fn follow(shared: &Shared, to_writer: &Sender<Message>, tail: &mut SpoolTail) ->
         }
         return false;
     }
+    let gone = dead || superseded;
+    let collected = (gone && failure.is_none() && tail.cursor.damaged == 0).then(|| tail.path.clone());
     if let Some(reason) = failure {
         let error = cudatrace_events::SpoolError::Io(std::io::Error::other(reason));
         let _ = to_writer.send(Message::Damaged(damaged_spool(
@@ -401,13 +396,8 @@ fn follow(shared: &Shared, to_writer: &Sender<Message>, tail: &mut SpoolTail) ->
         )));
     }
     tail.finish(&header);
-    let _ = to_writer.send(Message::End(end_of(
-        shared,
-        tail,
-        &header,
-        dead || superseded,
-        superseded,
-    )));
+    let end = end_of(shared, tail, &header, gone, superseded);
+    let _ = to_writer.send(Message::End(end, collected));
     true
 }
 

@@ -25,7 +25,8 @@ pub enum Message {
     Events(u32, Vec<Event>),
     /// Spool chunks whose events were all sent before this message.
     Release(Release),
-    End(ProcessEnd),
+    /// A process image ended; its spool, if every record of it is now sent.
+    End(ProcessEnd, Option<PathBuf>),
     Refused(Refusal),
     Damaged(DamagedSpool),
     Finish,
@@ -89,7 +90,8 @@ impl Sink {
                     }
                     Ok(())
                 }
-                Some(Message::End(end)) => {
+                Some(Message::End(end, collected)) => {
+                    summary.collected.extend(collected);
                     summary.dropped_events += end.dropped_records;
                     summary.still_running += u64::from(end.still_running);
                     if let Some(errno) = end.drop_errno {
@@ -110,18 +112,24 @@ impl Sink {
             if let Err(error) = written {
                 return Err(self.fail("write the trace", error));
             }
+            // Readers may follow the trace: flush whenever there is a pause.
             if inbox.is_empty() {
                 if let Err(error) = self.trace.flush() {
                     return Err(self.fail("write the trace", error));
                 }
-                let due = last_sync.elapsed() >= SYNC_INTERVAL || pending.len() >= SYNC_CHUNKS;
-                if !pending.is_empty() && due {
-                    if let Err(error) = self.trace.get_ref().get_ref().sync_data() {
-                        return Err(self.fail("write the trace", error));
-                    }
-                    pending.drain(..).for_each(Release::apply);
-                    last_sync = Instant::now();
+            }
+            // Give space back regularly, under load too.
+            let due = pending.len() >= SYNC_CHUNKS || last_sync.elapsed() >= SYNC_INTERVAL;
+            if !pending.is_empty() && due {
+                let synced = self
+                    .trace
+                    .flush()
+                    .and_then(|()| self.trace.get_ref().get_ref().sync_data());
+                if let Err(error) = synced {
+                    return Err(self.fail("write the trace", error));
                 }
+                pending.drain(..).for_each(Release::apply);
+                last_sync = Instant::now();
             }
         }
     }
