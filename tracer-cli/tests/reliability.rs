@@ -588,6 +588,12 @@ fn collect_refuses_a_folder_whose_collector_is_still_writing() {
         .unwrap();
     let _out = wait_for_line(&mut run, "ready");
     let run_dir = std::fs::read_dir(&spools).unwrap().next().unwrap().unwrap().path();
+    // The program may be ready before its collector has named its trace.
+    let deadline = Instant::now() + Duration::from_secs(30);
+    while !run_dir.join("trace.path").exists() {
+        assert!(Instant::now() < deadline, "the collector never named its trace");
+        std::thread::sleep(Duration::from_millis(20));
+    }
     let output = cudatrace(&["collect", run_dir.to_str().unwrap()]).output().unwrap();
     assert_eq!(output.status.code(), Some(2));
     assert_eq!(
