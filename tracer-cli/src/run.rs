@@ -37,6 +37,8 @@ fn preload_library(flag: Option<PathBuf>) -> Result<PathBuf, String> {
 }
 
 static CHILD: AtomicI32 = AtomicI32::new(0);
+/// A signal to forward that arrived before the command's pid was known.
+static PENDING_SIGNAL: AtomicI32 = AtomicI32::new(0);
 
 /// The SIGXFSZ disposition cudatrace was started with, which `main` replaced.
 pub static INHERITED_SIGXFSZ: AtomicUsize = AtomicUsize::new(libc::SIG_DFL);
@@ -48,9 +50,24 @@ extern "C" fn forward_signal(signal: libc::c_int, info: *mut libc::siginfo_t, _c
     let child = CHILD.load(Ordering::Relaxed);
     // SAFETY: the kernel passes a valid siginfo to SA_SIGINFO handlers.
     let sent_by_a_process = unsafe { (*info).si_code } <= 0;
-    if child > 0 && sent_by_a_process {
+    if !sent_by_a_process {
+        return;
+    }
+    if child > 0 {
         // SAFETY: kill is async-signal-safe.
         unsafe { libc::kill(child, signal) };
+    } else {
+        PENDING_SIGNAL.store(signal, Ordering::SeqCst);
+    }
+}
+
+/// Makes `pid` the command signals go to, passing on any that came first.
+fn forward_to(pid: u32) {
+    CHILD.store(pid as i32, Ordering::SeqCst);
+    let pending = PENDING_SIGNAL.swap(0, Ordering::SeqCst);
+    if pending != 0 {
+        // SAFETY: signalling the command we just started.
+        unsafe { libc::kill(pid as i32, pending) };
     }
 }
 
@@ -92,6 +109,7 @@ fn wait(child: &mut Child) -> Result<u8, Failure> {
 
 /// Runs the command; returns the exit code cudatrace should exit with.
 pub fn run(args: RunArgs) -> Result<u8, Failure> {
+    install_signal_forwarding();
     let preload = preload_library(args.preload)?;
     // The destination is settled before the command starts.
     let claimed = match &args.output {
@@ -120,6 +138,7 @@ pub fn run(args: RunArgs) -> Result<u8, Failure> {
                 claimed.abandon();
             }
             let mut child = spawn(command, &program)?;
+            forward_to(child.id());
             return wait(&mut child);
         }
     };
@@ -134,7 +153,6 @@ pub fn run(args: RunArgs) -> Result<u8, Failure> {
         .env("CUDATRACE_COLLECTOR", "run")
         .env_remove("CUDATRACE_OUT")
         .env_remove("CUDATRACE_ROOT_PID");
-    install_signal_forwarding();
     let mut child = match spawn(command, &program) {
         Ok(child) => child,
         Err(failure) => {
@@ -146,7 +164,7 @@ pub fn run(args: RunArgs) -> Result<u8, Failure> {
         }
     };
     let pid = child.id();
-    CHILD.store(pid as i32, Ordering::Relaxed);
+    forward_to(pid);
     let started = match claimed {
         Some(claimed) => Ok(claimed),
         None => output::claim_in_place(&PathBuf::from(naming::default_trace_name(
