@@ -19,9 +19,11 @@ use std::time::{Duration, Instant};
 const PROCESSES: usize = 8;
 const THREADS: u64 = 8;
 
-fn target_dir() -> PathBuf {
+/// The folder of this benchmark's executable, where cargo also puts the
+/// `libcudatrace.so` it built for it (a dev-dependency).
+fn deps_dir() -> PathBuf {
     let exe = std::env::current_exe().expect("bench executable path");
-    exe.parent().expect("deps").parent().expect("profile folder").to_owned()
+    exe.parent().expect("deps").to_owned()
 }
 
 fn env_number(key: &str, default: f64) -> f64 {
@@ -71,9 +73,10 @@ fn main() {
     }
     let seconds = env_number("CUDATRACE_SOAK_SECONDS", 180.0);
     let rate = env_number("CUDATRACE_SOAK_RATE", 4000.0);
-    let target = target_dir();
+    let deps = deps_dir();
+    let target = deps.parent().expect("profile folder");
     let cli = target.join("cudatrace");
-    let library = target.join("libcudatrace.so");
+    let library = deps.join("libcudatrace.so");
     assert!(cli.exists() && library.exists(), "build the workspace first");
     let work = target.join(format!("soak-{}", std::process::id()));
     let (logs, spools) = (work.join("logs"), work.join("spools"));
