@@ -171,8 +171,8 @@ fn main() {
         "{PROCESSES} processes x {THREADS} threads, {seconds} s at up to {rate} calls/s a thread; killed {killed:?} and cudatrace run at {:.0} s\n",
         seconds * 0.5
     );
-    println!("| pid | killed | log allocations | trace allocations | log frees | trace frees | lost events | live bytes equal |");
-    println!("| --- | --- | --- | --- | --- | --- | --- | --- |");
+    println!("| pid | killed | log allocations | trace allocations | log frees | trace frees | lost events |");
+    println!("| --- | --- | --- | --- | --- | --- | --- |");
     let mut total_events = 0u64;
     for (pid, allocations, frees, live, finished) in read_logs(&logs) {
         let p = processes
@@ -188,17 +188,25 @@ fn main() {
         let was_killed = killed.contains(&pid);
         total_events += p["events"].as_u64().unwrap();
         println!(
-            "| {pid} | {} | {allocations} | {got_allocations} | {frees} | {got_frees} | {lost} | {} |",
+            "| {pid} | {} | {allocations} | {got_allocations} | {frees} | {got_frees} | {lost} |",
             if was_killed { "yes" } else { "no" },
-            got_live == live
         );
-        assert_eq!(p["events"].as_u64().unwrap(), got_allocations + got_frees, "pid {pid}");
+        // A free cut short by a kill, whose address another thread then
+        // reused, shows as a free the report infers at the reuse.
+        let inferred_frees = p["reused_without_free"].as_u64().unwrap();
+        let recorded_frees = got_frees - inferred_frees;
+        assert_eq!(
+            p["events"].as_u64().unwrap(),
+            got_allocations + recorded_frees,
+            "pid {pid}"
+        );
         if was_killed {
-            // The call each thread was inside may be in the trace and not in
-            // the log, or cut short and counted lost; nothing else.
-            let extra = (got_allocations - allocations) + (got_frees - frees);
-            assert!(got_allocations >= allocations && got_frees >= frees, "pid {pid}");
+            // Each thread's call in flight at the kill is in the trace but not
+            // yet in the log, or cut short and counted lost; nothing else.
+            assert!(got_allocations >= allocations && recorded_frees >= frees, "pid {pid}");
+            let extra = (got_allocations - allocations) + (recorded_frees - frees);
             assert!(extra + lost <= THREADS, "pid {pid}: {extra} extra, {lost} lost");
+            assert!(inferred_frees <= lost, "pid {pid}");
             assert_eq!(lost, p["unfinished_records"].as_u64().unwrap(), "pid {pid}");
         } else {
             assert_eq!(finished, THREADS, "pid {pid} did not finish");
