@@ -413,34 +413,56 @@ static void *entry_point(const char *name, unsigned version, unsigned long long 
     return fn;
 }
 
-static void scenario_vmm(void) {
-    CUresult (*reserve)(CUdeviceptr *, size_t, size_t, CUdeviceptr, unsigned long long) = entry_point("cuMemAddressReserve", 12000, 0);
-    CUresult (*address_free)(CUdeviceptr, size_t) = entry_point("cuMemAddressFree", 12000, 0);
-    CUresult (*create)(CUmemGenericAllocationHandle *, size_t, const CUmemAllocationProp *, unsigned long long) = entry_point("cuMemCreate", 12000, 0);
-    CUresult (*map)(CUdeviceptr, size_t, size_t, CUmemGenericAllocationHandle, unsigned long long) = entry_point("cuMemMap", 12000, 0);
-    CUresult (*unmap)(CUdeviceptr, size_t) = entry_point("cuMemUnmap", 12000, 0);
-    CUresult (*release)(CUmemGenericAllocationHandle) = entry_point("cuMemRelease", 12000, 0);
-    const size_t two_mib = 2 << 20;
-    CUdeviceptr va;
-    check("cuMemAddressReserve", reserve(&va, 2 * two_mib, 0, 0, 0));
-    expect("reserve", "-", "cuMemAddressReserve", "virtual-address", va, 2 * two_mib, -1, 0);
+/* The VMM entry points, as the runtime hands them out. */
+typedef struct {
+    CUresult (*reserve)(CUdeviceptr *, size_t, size_t, CUdeviceptr, unsigned long long);
+    CUresult (*address_free)(CUdeviceptr, size_t);
+    CUresult (*create)(CUmemGenericAllocationHandle *, size_t, const CUmemAllocationProp *, unsigned long long);
+    CUresult (*map)(CUdeviceptr, size_t, size_t, CUmemGenericAllocationHandle, unsigned long long);
+    CUresult (*unmap)(CUdeviceptr, size_t);
+    CUresult (*release)(CUmemGenericAllocationHandle);
+} Vmm;
+
+static Vmm vmm_entry_points(void) {
+    Vmm vmm;
+    vmm.reserve = entry_point("cuMemAddressReserve", 12000, 0);
+    vmm.address_free = entry_point("cuMemAddressFree", 12000, 0);
+    vmm.create = entry_point("cuMemCreate", 12000, 0);
+    vmm.map = entry_point("cuMemMap", 12000, 0);
+    vmm.unmap = entry_point("cuMemUnmap", 12000, 0);
+    vmm.release = entry_point("cuMemRelease", 12000, 0);
+    return vmm;
+}
+
+/* Physical memory on `device`. */
+static CUmemGenericAllocationHandle vmm_create(Vmm *vmm, size_t size, int device) {
     CUmemAllocationProp prop;
     memset(&prop, 0, sizeof prop);
     prop.type = 1;
     prop.location.type = 1;
-    prop.location.id = 1;
+    prop.location.id = device;
     CUmemGenericAllocationHandle handle;
-    check("cuMemCreate", create(&handle, two_mib, &prop, 0));
+    check("cuMemCreate", vmm->create(&handle, size, &prop, 0));
+    return handle;
+}
+
+static void scenario_vmm(void) {
+    Vmm vmm = vmm_entry_points();
+    const size_t two_mib = 2 << 20;
+    CUdeviceptr va;
+    check("cuMemAddressReserve", vmm.reserve(&va, 2 * two_mib, 0, 0, 0));
+    expect("reserve", "-", "cuMemAddressReserve", "virtual-address", va, 2 * two_mib, -1, 0);
+    CUmemGenericAllocationHandle handle = vmm_create(&vmm, two_mib, 1);
     expect("alloc", "-", "cuMemCreate", "vmm-physical", handle, two_mib, 1, 0);
-    check("cuMemMap", map(va, two_mib, 0, handle, 0));
+    check("cuMemMap", vmm.map(va, two_mib, 0, handle, 0));
     expect("map", "-", "cuMemMap", "virtual-address", va, two_mib, 1, 0);
-    check("cuMemMap", map(va + two_mib, two_mib, 0, handle, 0));
+    check("cuMemMap", vmm.map(va + two_mib, two_mib, 0, handle, 0));
     expect("map", "-", "cuMemMap", "virtual-address", va + two_mib, two_mib, 1, 0);
-    check("cuMemUnmap", unmap(va, 2 * two_mib));
+    check("cuMemUnmap", vmm.unmap(va, 2 * two_mib));
     expect("unmap", "-", "cuMemUnmap", "virtual-address", va, 2 * two_mib, -1, 0);
-    check("cuMemRelease", release(handle));
+    check("cuMemRelease", vmm.release(handle));
     expect("free", "-", "cuMemRelease", "vmm-physical", handle, two_mib, 1, 0);
-    check("cuMemAddressFree", address_free(va, 2 * two_mib));
+    check("cuMemAddressFree", vmm.address_free(va, 2 * two_mib));
     expect("unreserve", "-", "cuMemAddressFree", "virtual-address", va, 2 * two_mib, -1, 0);
     printf("handle 0x%llx\n", handle);
 }
@@ -448,27 +470,16 @@ static void scenario_vmm(void) {
 /* Two handles released while still mapped: the first is then unmapped and
  * its memory goes back; the second stays mapped, and so live, to the end. */
 static void scenario_vmm_release_mapped(void) {
-    CUresult (*reserve)(CUdeviceptr *, size_t, size_t, CUdeviceptr, unsigned long long) = entry_point("cuMemAddressReserve", 12000, 0);
-    CUresult (*create)(CUmemGenericAllocationHandle *, size_t, const CUmemAllocationProp *, unsigned long long) = entry_point("cuMemCreate", 12000, 0);
-    CUresult (*map)(CUdeviceptr, size_t, size_t, CUmemGenericAllocationHandle, unsigned long long) = entry_point("cuMemMap", 12000, 0);
-    CUresult (*unmap)(CUdeviceptr, size_t) = entry_point("cuMemUnmap", 12000, 0);
-    CUresult (*release)(CUmemGenericAllocationHandle) = entry_point("cuMemRelease", 12000, 0);
+    Vmm vmm = vmm_entry_points();
     const size_t two_mib = 2 << 20;
     CUdeviceptr va;
-    check("cuMemAddressReserve", reserve(&va, 2 * two_mib, 0, 0, 0));
-    CUmemAllocationProp prop;
-    memset(&prop, 0, sizeof prop);
-    prop.type = 1;
-    prop.location.type = 1;
-    prop.location.id = 0;
-    CUmemGenericAllocationHandle first, second;
-    check("cuMemCreate", create(&first, two_mib, &prop, 0));
-    check("cuMemCreate", create(&second, two_mib, &prop, 0));
-    check("cuMemMap", map(va, two_mib, 0, first, 0));
-    check("cuMemMap", map(va + two_mib, two_mib, 0, second, 0));
-    check("cuMemRelease", release(first));
-    check("cuMemRelease", release(second));
-    check("cuMemUnmap", unmap(va, two_mib));
+    check("cuMemAddressReserve", vmm.reserve(&va, 2 * two_mib, 0, 0, 0));
+    CUmemGenericAllocationHandle first = vmm_create(&vmm, two_mib, 0), second = vmm_create(&vmm, two_mib, 0);
+    check("cuMemMap", vmm.map(va, two_mib, 0, first, 0));
+    check("cuMemMap", vmm.map(va + two_mib, two_mib, 0, second, 0));
+    check("cuMemRelease", vmm.release(first));
+    check("cuMemRelease", vmm.release(second));
+    check("cuMemUnmap", vmm.unmap(va, two_mib));
     printf("live-handle 0x%llx\n", second);
 }
 
