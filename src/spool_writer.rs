@@ -69,7 +69,11 @@ pub fn reserve_seq() -> u64 {
 /// Stores `record` in the slot of `seq`, timestamped now, and publishes it.
 #[inline]
 pub fn write(seq: u64, mut record: RawRecord) {
-    let slot = match slot_for(seq) {
+    // Without a spool there is nothing to store, count or mark.
+    if !ensure_open() {
+        return;
+    }
+    let slot = match spool_chunks::slot(FD.load(Ordering::Acquire), seq) {
         Ok(slot) => slot,
         Err(errno) => {
             note_dropped(errno);
@@ -134,14 +138,6 @@ fn open_header() -> Option<*mut SpoolHeader> {
 /// never allocates.
 pub fn open_now() {
     ensure_open();
-}
-
-#[inline]
-fn slot_for(seq: u64) -> Result<*mut RawRecord, i32> {
-    if !ensure_open() {
-        return Err(libc::ENOENT);
-    }
-    spool_chunks::slot(FD.load(Ordering::Acquire), seq)
 }
 
 fn errno() -> i32 {
