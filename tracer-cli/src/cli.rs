@@ -94,6 +94,6 @@ pub struct DumpArgs {
     #[arg(long, value_name = "DIR")]
     pub dir: Option<PathBuf>,
     /// Spool files to dump.
-    #[arg(value_name = "SPOOL", required_unless_present = "dir")]
+    #[arg(value_name = "SPOOL")]
     pub spools: Vec<PathBuf>,
 }

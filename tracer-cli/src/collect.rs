@@ -6,6 +6,7 @@ use crate::cli::CollectArgs;
 use crate::collector::{header_for, Collector};
 use crate::liveness::Liveness;
 use crate::terminal::say;
+use crate::wording::count;
 use crate::{output, recover, spool_dir, Failure};
 use std::path::{Path, PathBuf};
 use std::time::Duration;
@@ -53,7 +54,12 @@ pub fn collect(args: CollectArgs) -> Result<u8, Failure> {
     if args.detach {
         return collect_tree(args);
     }
+    let spools = cudatrace_events::naming::spool_files_in(&args.dir)
+        .map_err(|e| format!("cannot read {}: {e}", args.dir.display()))?;
     let old = recover::trace_named_in(&args.dir);
+    if spools.is_empty() && old.is_none() {
+        return Err(format!("{} holds no spool files: nothing to collect", args.dir.display()).into());
+    }
     // A collector still writing that trace owns the folder: merging behind
     // its back would miss what it gives back meanwhile.
     let _old_lock = match &old {
@@ -70,34 +76,45 @@ pub fn collect(args: CollectArgs) -> Result<u8, Failure> {
         .output
         .clone()
         .or_else(|| old.clone())
-        .unwrap_or_else(|| args.dir.with_extension("trace"));
+        .map_or_else(|| beside(&args.dir), Ok)?;
     let completing_old = old.as_deref().is_some_and(|old| same_file(old, &destination));
     let (staged, file) = output::stage(&destination, args.force || completing_old)?;
-    let (recovered, file) = match recover::recover(&args.dir, old.as_deref(), file) {
+    let kept = |reason: String| {
+        format!(
+            "{reason}; nothing was changed, the spools are kept in {}",
+            args.dir.display()
+        )
+    };
+    let (recovered, file) = match recover::recover(&args.dir, old.as_deref(), file, &destination) {
         Ok(done) => done,
         Err(reason) => {
             staged.abandon();
-            return Err(reason.into());
+            return Err(kept(reason).into());
         }
     };
-    staged.commit(file)?;
+    staged.commit(file).map_err(kept)?;
+    let summary = &recovered.summary;
     if let Some(old) = &old {
         for damage in &recovered.old_trace_damage {
-            say(&format!(
-                "cudatrace: {} is damaged {damage}; events it held that the spools no longer have are lost",
-                old.display()
-            ));
+            let outcome = if summary.lost_events == 0 {
+                "what it lacked came from the spools".to_string()
+            } else {
+                format!(
+                    "the trace lacks {} (see `cudatrace report`)",
+                    count(summary.lost_events, "event", "events")
+                )
+            };
+            say(&format!("cudatrace: {} was damaged {damage}; {outcome}", old.display()));
         }
     }
-    let summary = &recovered.summary;
     say(&summary.describe(&destination));
     for line in summary.warnings(&args.dir) {
         say(&line);
     }
     if summary.still_running > 0 {
         say(&format!(
-            "cudatrace: {} traced processes are still running; their spools are kept in {}: collect again once they are done",
-            summary.still_running,
+            "cudatrace: {} still running; their spools are kept in {}: collect again once they are done",
+            count(summary.still_running, "traced process is", "traced processes are"),
             args.dir.display()
         ));
     }
@@ -105,6 +122,18 @@ pub fn collect(args: CollectArgs) -> Result<u8, Failure> {
         spool_dir::remove_spools(&args.dir, &summary.collected, false);
     }
     Ok(0)
+}
+
+/// `DIR.trace`, beside the folder (also for `.` or `spools/`).
+fn beside(dir: &Path) -> Result<PathBuf, String> {
+    let absolute = std::path::absolute(dir).map_err(|e| format!("{}: {e}", dir.display()))?;
+    let normal: PathBuf = absolute.components().collect();
+    let name = normal
+        .file_name()
+        .ok_or_else(|| format!("{} has no name to call its trace by; pass -o TRACE", dir.display()))?;
+    let mut file = name.to_owned();
+    file.push(".trace");
+    Ok(normal.with_file_name(file))
 }
 
 fn same_file(a: &Path, b: &Path) -> bool {
@@ -119,7 +148,7 @@ fn same_file(a: &Path, b: &Path) -> bool {
 /// tree runs, writing the trace in place (beside it if another cudatrace is
 /// writing that path), then removes the folder the tree's root made.
 fn collect_tree(args: CollectArgs) -> Result<u8, Failure> {
-    let destination = args.output.clone().unwrap_or_else(|| args.dir.with_extension("trace"));
+    let destination = args.output.clone().map_or_else(|| beside(&args.dir), Ok)?;
     let root = args.root_pid.map(|pid| (pid, command_line(pid)));
     detach()?;
     let claimed = output::claim_in_place_or_beside(&destination)?;

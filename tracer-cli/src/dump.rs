@@ -60,9 +60,20 @@ fn end_line(tail: &SpoolTail, events: u64, header: &SpoolHeaderInfo) -> serde_js
     })
 }
 
+/// Whether `path` starts like a trace file.
+fn is_trace(path: &Path) -> bool {
+    let mut magic = [0u8; 8];
+    std::fs::File::open(path)
+        .and_then(|mut file| std::io::Read::read_exact(&mut file, &mut magic))
+        .is_ok_and(|()| magic == cudatrace_trace::MAGIC)
+}
+
 /// Prints every file; stops at the first unreadable one, after printing the
 /// files before it.
 pub fn command(args: DumpArgs) -> Result<u8, Failure> {
+    if args.spools.is_empty() && args.dir.is_none() {
+        return Err("dump needs spool files, or --dir DIR (see --help)".into());
+    }
     let mut files: Vec<PathBuf> = args.spools;
     if let Some(dir) = &args.dir {
         files.extend(naming::spool_files_in(dir).map_err(|e| format!("cannot read {}: {e}", dir.display()))?);
@@ -70,6 +81,14 @@ pub fn command(args: DumpArgs) -> Result<u8, Failure> {
     let mut out = Stdout::new();
     for path in &files {
         let image = naming::parse_spool_file_name(path).map_or(0, |(_, image)| image);
+        if is_trace(path) {
+            return Err(format!(
+                "{} is a trace, not a spool: `cudatrace report {}` reads it",
+                path.display(),
+                path.display()
+            )
+            .into());
+        }
         let (mut tail, header) =
             SpoolTail::open(path, 0, image, false).map_err(|e| format!("{}: {e}", path.display()))?;
         if !out.write(&format!("{}\n", process_line(path, &header)))? {

@@ -20,6 +20,7 @@ mod run;
 mod spool_dir;
 mod spool_tail;
 mod terminal;
+mod wording;
 
 use clap::Parser;
 use std::process::ExitCode;

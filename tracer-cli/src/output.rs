@@ -40,7 +40,7 @@ impl InPlace {
 fn cannot_write(path: &Path, error: std::io::Error) -> String {
     let parent = folder_of(path);
     match error.kind() {
-        ErrorKind::NotFound => format!(
+        ErrorKind::NotFound if !parent.is_dir() => format!(
             "cannot write {}: folder {} does not exist",
             path.display(),
             parent.display()

@@ -9,7 +9,7 @@
 //! written once. What neither holds shows as gaps in the sequence numbers
 //! and is counted as lost.
 
-use crate::collector::{header_for, Summary};
+use crate::collector::{describe_io, header_for, Summary};
 use crate::liveness::Liveness;
 use crate::spool_tail::{check_spool_file, damaged_spool, SpoolTail};
 use cudatrace_events::{naming, Event, Pass, SpoolHeaderInfo};
@@ -91,13 +91,14 @@ impl Merge {
 /// Where the merge writes.
 struct Output<'a> {
     trace: &'a mut TraceWriter<BufWriter<std::fs::File>>,
+    destination: &'a Path,
     summary: Summary,
     next_index: u32,
 }
 
 impl Output<'_> {
     fn io(&self, e: std::io::Error) -> String {
-        format!("cannot write the trace: {e}")
+        describe_io("write", self.destination, &e)
     }
 
     fn start(&mut self, merge: &mut Merge, mut start: ProcessStart) -> Result<u32, String> {
@@ -175,8 +176,14 @@ fn open_spools(
 }
 
 /// Writes the trace of `dir` (merging `old`, the trace its collector was
-/// writing, if any) to `file`.
-pub fn recover(dir: &Path, old: Option<&Path>, file: std::fs::File) -> Result<(Recovered, std::fs::File), String> {
+/// writing, if any) to `file`, which becomes `destination`.
+pub fn recover(
+    dir: &Path,
+    old: Option<&Path>,
+    file: std::fs::File,
+    destination: &Path,
+) -> Result<(Recovered, std::fs::File), String> {
+    let io = |e: std::io::Error| describe_io("write", destination, &e);
     let mut refusals = Vec::new();
     let mut damaged = Vec::new();
     let spools = open_spools(dir, &mut refusals, &mut damaged)?;
@@ -188,14 +195,14 @@ pub fn recover(dir: &Path, old: Option<&Path>, file: std::fs::File) -> Result<(R
         tracer_version: env!("CARGO_PKG_VERSION").to_string(),
         ..header
     };
-    let mut trace = TraceWriter::new(BufWriter::with_capacity(1 << 20, file), &header)
-        .map_err(|e| format!("cannot write the trace: {e}"))?;
+    let mut trace = TraceWriter::new(BufWriter::with_capacity(1 << 20, file), &header).map_err(io)?;
     let mut merges: BTreeMap<Key, Merge> = spools
         .into_iter()
         .map(|(key, spool)| (key, Merge::new(Some(spool))))
         .collect();
     let mut out = Output {
         trace: &mut trace,
+        destination,
         summary: Summary::default(),
         next_index: 0,
     };
@@ -253,10 +260,8 @@ pub fn recover(dir: &Path, old: Option<&Path>, file: std::fs::File) -> Result<(R
         .map_err(|e| format!("cannot write the trace: {e}"))?;
     summary.bytes = trace.bytes_written();
     let mut buffered = trace.into_inner();
-    buffered.flush().map_err(|e| format!("cannot write the trace: {e}"))?;
-    let file = buffered
-        .into_inner()
-        .map_err(|e| format!("cannot write the trace: {}", e.error()))?;
+    buffered.flush().map_err(io)?;
+    let file = buffered.into_inner().map_err(|e| io(e.into_error()))?;
     Ok((
         Recovered {
             summary,

@@ -6,12 +6,16 @@
 
 use crate::cli::ReportArgs;
 use crate::terminal::Stdout;
+use crate::wording::{bytes, count};
 use crate::Failure;
 use cudatrace_events::{Api, Event, Kind, Op};
 use cudatrace_trace::{Damage, DamagedSpool, Header, ProcessEnd, ProcessStart, Record, TraceReader};
 use serde_json::{json, Value};
 use std::collections::{BTreeMap, HashMap};
 use std::path::Path;
+
+/// Live allocations the text report lists per device, largest first.
+const LARGEST_SHOWN: usize = 5;
 
 /// A device as the report groups memory: an ordinal, or unknown (the
 /// tracer could not learn which device an allocation was on).
@@ -483,12 +487,12 @@ impl Report {
         let events: u64 = self.processes.iter().map(|p| p.events).sum();
         if let Some(h) = &self.header {
             out += &format!(
-                "trace of `{}` on {} (cudatrace {}): {} processes, {} events\n",
+                "trace of `{}` on {} (cudatrace {}): {}, {}\n",
                 h.command.join(" "),
                 h.host,
                 h.tracer_version,
-                self.processes.len(),
-                events
+                count(self.processes.len() as u64, "process", "processes"),
+                count(events, "event", "events")
             );
         }
         for process in &self.processes {
@@ -510,18 +514,24 @@ impl Report {
             for (device, stats) in &process.devices {
                 let live_list = live.get(device).map(Vec::as_slice).unwrap_or_default();
                 out += &format!(
-                    "  {}: {} allocations, {} frees, peak {}, live at exit {} in {} allocations\n",
+                    "  {}: {}, {}, peak {}, live at exit {} in {}\n",
                     device.label(),
-                    stats.allocations,
-                    stats.frees,
+                    count(stats.allocations, "allocation", "allocations"),
+                    count(stats.frees, "free", "frees"),
                     bytes(stats.peak),
                     bytes(stats.current),
-                    live_list.len()
+                    count(live_list.len() as u64, "allocation", "allocations")
                 );
                 let mut largest: Vec<&(u64, Live)> = live_list.iter().collect();
                 largest.sort_by_key(|(_, l)| std::cmp::Reverse(l.size));
-                for (address, l) in largest.iter().take(5) {
+                for (address, l) in largest.iter().take(LARGEST_SHOWN) {
                     out += &format!("    live {:>10} {} {} at {address:#x}\n", bytes(l.size), l.api, l.kind);
+                }
+                if largest.len() > LARGEST_SHOWN {
+                    out += &format!(
+                        "    ... and {} more (all in `cudatrace report --json`)\n",
+                        largest.len() - LARGEST_SHOWN
+                    );
                 }
                 for oom in &stats.ooms {
                     out += &format!(
@@ -535,8 +545,9 @@ impl Report {
             }
             if process.host.allocations > 0 {
                 out += &format!(
-                    "  pinned host memory: {} allocations, peak {}, live at exit {}\n",
-                    process.host.allocations,
+                    "  pinned host memory: {}, {}, peak {}, live at exit {}\n",
+                    count(process.host.allocations, "allocation", "allocations"),
+                    count(process.host.frees, "free", "frees"),
                     bytes(process.host.peak),
                     bytes(process.host.current)
                 );
@@ -545,7 +556,7 @@ impl Report {
         }
         let lost = self.lost_events();
         if lost > 0 {
-            out += &format!("\nthe trace lacks {lost} events in all\n");
+            out += &format!("\nthe trace lacks {} in all\n", count(lost, "event", "events"));
         }
         for refusal in &self.refused {
             out += &format!("\nrefused {} (uid {}): {}\n", refusal.path, refusal.uid, refusal.reason);
@@ -574,8 +585,8 @@ impl Report {
         let mut code = 0;
         if !self.skipped.is_empty() {
             crate::terminal::say(&format!(
-                "cudatrace: {path} has {} damaged frames, skipped (the first {}); the events they held are counted as lost",
-                self.skipped.len(),
+                "cudatrace: {path} has {}, skipped (the first {}); the events they held are counted as lost",
+                count(self.skipped.len() as u64, "damaged frame", "damaged frames"),
                 self.skipped[0]
             ));
             code = 1;
@@ -611,42 +622,32 @@ impl ProcessReport {
         }
         if end.unfinished_records > 0 {
             let when = if end.still_running {
-                "were in flight when the trace ended"
+                "in flight when the trace ended"
             } else {
-                "were cut short by the process's death"
+                "cut short by the process's death"
             };
-            reasons.push(format!("{} {when}", end.unfinished_records));
+            reasons.push(format!("{} {when}", count(end.unfinished_records, "was", "were")));
         }
         if end.damaged_records > 0 {
-            reasons.push(format!("{} were damaged in the spool", end.damaged_records));
+            reasons.push(format!(
+                "{} damaged in the spool",
+                count(end.damaged_records, "was", "were")
+            ));
         }
         let explained = end.dropped_records + end.unfinished_records + end.damaged_records;
         if lost > explained {
-            reasons.push(format!("{} are missing from the trace", lost - explained));
+            reasons.push(format!(
+                "{} missing from the trace",
+                count(lost - explained, "is", "are")
+            ));
         }
-        format!("  LOST {lost} events: {}\n", reasons.join("; "))
+        format!("  LOST {}: {}\n", count(lost, "event", "events"), reasons.join("; "))
     }
 }
 
 /// `cudatrace report`.
 pub fn command(args: ReportArgs) -> Result<u8, Failure> {
     Report::read(&args.trace)?.print(&args)
-}
-
-/// Bytes in binary units.
-pub fn bytes(value: u64) -> String {
-    const UNITS: [&str; 5] = ["B", "KiB", "MiB", "GiB", "TiB"];
-    let mut scaled = value as f64;
-    let mut unit = 0;
-    while scaled >= 1024.0 && unit < UNITS.len() - 1 {
-        scaled /= 1024.0;
-        unit += 1;
-    }
-    if unit == 0 {
-        format!("{value} B")
-    } else {
-        format!("{scaled:.1} {}", UNITS[unit])
-    }
 }
 
 #[cfg(test)]
@@ -787,12 +788,5 @@ mod tests {
             (p.host.allocations, p.host.frees, p.host.peak, p.host.current),
             (1, 1, 64, 0)
         );
-    }
-
-    #[test]
-    fn byte_counts_read_naturally() {
-        assert_eq!(bytes(512), "512 B");
-        assert_eq!(bytes(2 << 20), "2.0 MiB");
-        assert_eq!(bytes(214_748_364_800), "200.0 GiB");
     }
 }

@@ -5,6 +5,7 @@ use crate::cli::RunArgs;
 use crate::collector::{header_for, monotonic_ns, Collector, Summary};
 use crate::output;
 use crate::terminal::say;
+use crate::wording::count;
 use crate::{spool_dir, Failure};
 use cudatrace_events::naming;
 use std::ffi::OsString;
@@ -213,11 +214,14 @@ fn finished(summary: &Summary, trace: &Path, run_dir: &Path, keep_spools: bool) 
     if !keep_spools {
         spool_dir::remove_spools(run_dir, &summary.collected, true);
     }
+    let disabled = std::env::var_os("CUDATRACE_DISABLE").is_some_and(|v| v != "0" && !v.is_empty());
     if summary.processes == 0 && summary.damaged_spools == 0 {
-        say(&format!(
-            "cudatrace: no process loaded libcuda; nothing to record (wrote an empty trace {})",
-            trace.display()
-        ));
+        let why = if disabled {
+            "CUDATRACE_DISABLE is set; nothing was recorded"
+        } else {
+            "no process loaded libcuda; nothing to record"
+        };
+        say(&format!("cudatrace: {why} (wrote an empty trace {})", trace.display()));
     } else {
         say(&summary.describe(trace));
     }
@@ -232,8 +236,8 @@ fn finished(summary: &Summary, trace: &Path, run_dir: &Path, keep_spools: bool) 
         ));
     } else if summary.still_running > 0 {
         say(&format!(
-            "cudatrace: {} traced processes were still running; their spools are kept in {}: `cudatrace collect {}` once they are done adds what they did after",
-            summary.still_running,
+            "cudatrace: {} still running; their spools are kept in {}: `cudatrace collect {}` once they are done adds what they did after",
+            count(summary.still_running, "traced process was", "traced processes were"),
             run_dir.display(),
             run_dir.display()
         ));

@@ -20,10 +20,20 @@ fn user_folder() -> Result<PathBuf, String> {
     Ok(folder)
 }
 
-/// A new, empty run folder, mode 0700: inside `$CUDATRACE_DIR` if it is
-/// set, else inside `$TMPDIR/cudatrace-<uid>`.
+/// The spool folder the user chose: `$CUDATRACE_DIR`, unless a tracer set it
+/// (`CUDATRACE_COLLECTOR` then says so: this cudatrace runs inside a traced
+/// tree, and the folder belongs to that tree's collection, not to the user).
+fn chosen_spool_folder() -> Option<std::ffi::OsString> {
+    if std::env::var_os("CUDATRACE_COLLECTOR").is_some() {
+        return None;
+    }
+    std::env::var_os("CUDATRACE_DIR").filter(|d| !d.is_empty())
+}
+
+/// A new, empty run folder, mode 0700: inside `$CUDATRACE_DIR` if the user
+/// set it, else inside `$TMPDIR/cudatrace-<uid>`.
 pub fn create_run_dir() -> Result<PathBuf, String> {
-    let folder = match std::env::var_os("CUDATRACE_DIR").filter(|d| !d.is_empty()) {
+    let folder = match chosen_spool_folder() {
         Some(chosen) => {
             let chosen = PathBuf::from(chosen);
             let meta = std::fs::metadata(&chosen).map_err(|e| format!("CUDATRACE_DIR={}: {e}", chosen.display()))?;

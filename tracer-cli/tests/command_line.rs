@@ -438,3 +438,109 @@ fn every_subcommand_has_its_own_help() {
         .unwrap();
     assert_eq!(output.status.code(), Some(4), "{}", stderr(&output));
 }
+
+#[test]
+fn run_inside_a_preloaded_tree_traces_its_command_into_its_own_trace() {
+    let dir = scratch_dir("preloaded-parent");
+    let inner = dir.join("inner.trace");
+    let run = format!(
+        "{} run --preload {} -o {} -- {} runtime",
+        cli().display(),
+        tracer_library().display(),
+        inner.display(),
+        fake_cuda::program("scenarios").display()
+    );
+    // A shell exported LD_PRELOAD, as a user's profile might: the shell
+    // becomes a traced tree's root and cudatrace runs inside that tree.
+    let output = Command::new("sh")
+        .args(["-c", &run])
+        .env("LD_PRELOAD", tracer_library())
+        .env("LD_LIBRARY_PATH", fake_cuda::library_dir())
+        .env("TMPDIR", &dir)
+        .env("CUDATRACE_OUT", dir.join("outer.trace"))
+        .output()
+        .unwrap();
+    assert_eq!(output.status.code(), Some(0), "{}", stderr(&output));
+    let (report, _) = report_json(&inner);
+    assert_eq!(report["processes"].as_array().unwrap().len(), 1);
+    assert_eq!(report["processes"][0]["events"], 24);
+    assert!(
+        !dir.join("outer.trace").exists(),
+        "the outer tree recorded the inner command"
+    );
+}
+
+#[test]
+fn collect_says_when_there_is_nothing_to_collect_and_names_a_trace_for_dot() {
+    let dir = scratch_dir("nothing-to-collect");
+    let empty = dir.join("empty");
+    std::fs::create_dir(&empty).unwrap();
+    let output = cudatrace(&["collect", empty.to_str().unwrap()]).output().unwrap();
+    assert_eq!(output.status.code(), Some(2));
+    assert_eq!(
+        stderr(&output),
+        format!(
+            "cudatrace: {} holds no spool files: nothing to collect\n",
+            empty.display()
+        )
+    );
+    assert!(!dir.join("empty.trace").exists());
+    // `collect .` from inside the folder writes the trace beside it.
+    let spools = dir.join("spools");
+    std::fs::create_dir(&spools).unwrap();
+    spools_in(&spools);
+    let output = cudatrace(&["collect", "."]).current_dir(&spools).output().unwrap();
+    assert_eq!(output.status.code(), Some(0), "{}", stderr(&output));
+    let (report, _) = report_json(&dir.join("spools.trace"));
+    assert_eq!(report["processes"][0]["events"], 24);
+}
+
+#[test]
+fn dump_without_files_or_of_a_trace_says_what_to_do() {
+    let output = cudatrace(&["dump"]).output().unwrap();
+    assert_eq!(output.status.code(), Some(2));
+    assert_eq!(
+        stderr(&output),
+        "cudatrace: dump needs spool files, or --dir DIR (see --help)\n"
+    );
+    let (run, trace) = run_scenario("dump-a-trace", "runtime", &[]);
+    assert!(run.status.success());
+    let output = cudatrace(&["dump", trace.to_str().unwrap()]).output().unwrap();
+    assert_eq!(output.status.code(), Some(2));
+    assert_eq!(
+        stderr(&output),
+        format!(
+            "cudatrace: {} is a trace, not a spool: `cudatrace report {}` reads it\n",
+            trace.display(),
+            trace.display()
+        )
+    );
+}
+
+#[test]
+fn the_text_report_says_how_many_live_allocations_it_does_not_list() {
+    let (mut command, trace) = run_command("many-live", "loop", &[]);
+    assert!(command.arg("20").output().unwrap().status.success());
+    let output = cudatrace(&["report", trace.to_str().unwrap()]).output().unwrap();
+    let text = String::from_utf8_lossy(&output.stdout);
+    assert!(text.contains("  GPU 0: 20 allocations, 10 frees, peak "), "{text}");
+    assert_eq!(text.lines().filter(|l| l.starts_with("    live ")).count(), 5, "{text}");
+    assert!(
+        text.contains("    ... and 5 more (all in `cudatrace report --json`)\n"),
+        "{text}"
+    );
+}
+
+#[test]
+fn run_says_so_when_recording_is_disabled() {
+    let (mut command, trace) = run_command("disabled-run", "runtime", &[]);
+    let output = command.env("CUDATRACE_DISABLE", "1").output().unwrap();
+    assert_eq!(output.status.code(), Some(0));
+    assert_eq!(
+        stderr(&output),
+        format!(
+            "cudatrace: CUDATRACE_DISABLE is set; nothing was recorded (wrote an empty trace {})\n",
+            trace.display()
+        )
+    );
+}

@@ -82,10 +82,7 @@ fn a_single_process_run_reports_exactly_what_it_did() {
     assert_eq!(report, expected);
     let stderr = String::from_utf8_lossy(&output.stderr);
     assert!(
-        stderr.contains(&format!(
-            "cudatrace: wrote {} (1 processes, 24 events,",
-            trace.display()
-        )),
+        stderr.contains(&format!("cudatrace: wrote {} (1 process, 24 events,", trace.display())),
         "{stderr}"
     );
     // The spool folder of the run is gone.
@@ -276,7 +273,7 @@ fn a_damaged_trace_reports_what_came_before_the_damage() {
     assert_eq!(
         stderr.trim_end(),
         format!(
-            "cudatrace: {} has 1 damaged frames, skipped (the first at byte {events_at}: checksum mismatch in a 'E' record); the events they held are counted as lost",
+            "cudatrace: {} has 1 damaged frame, skipped (the first at byte {events_at}: checksum mismatch in a 'E' record); the events they held are counted as lost",
             cut.display()
         )
     );

@@ -397,7 +397,7 @@ fn collect_after_the_collector_is_killed_returns_every_event() {
     // By default the trace the collector was writing is completed in place.
     assert!(
         stderr(&output).starts_with(&format!(
-            "cudatrace: wrote {} (1 processes, 150000 events,",
+            "cudatrace: wrote {} (1 process, 150000 events,",
             trace.display()
         )),
         "{}",
@@ -471,7 +471,7 @@ fn collect_marks_damaged_spools_and_the_report_shows_it() {
     assert_eq!(report["lost_events"], 1);
     let text_report = cudatrace(&["report", trace.to_str().unwrap()]).output().unwrap();
     let shown = String::from_utf8_lossy(&text_report.stdout);
-    assert!(shown.contains("LOST 1 events: 1 were damaged in the spool"), "{shown}");
+    assert!(shown.contains("LOST 1 event: 1 was damaged in the spool"), "{shown}");
     assert!(
         shown.contains(&format!(
             "pid {child_pid} (image 0): spool {} could not be read: not a cudatrace spool file (bad magic)",
@@ -482,7 +482,7 @@ fn collect_marks_damaged_spools_and_the_report_shows_it() {
     // Damaged spools are kept for a look.
     assert_eq!(spool_files(&dir).len(), 2);
     assert!(
-        stderr(&output).contains("1 spool files could not be read"),
+        stderr(&output).contains("1 spool file could not be read"),
         "{}",
         stderr(&output)
     );
@@ -545,7 +545,7 @@ fn collect_while_a_process_runs_keeps_its_spool_for_a_later_collect() {
     assert_eq!(output.status.code(), Some(0), "{}", stderr(&output));
     assert!(
         stderr(&output).contains(&format!(
-            "cudatrace: 1 traced processes are still running; their spools are kept in {}: collect again once they are done",
+            "cudatrace: 1 traced process is still running; their spools are kept in {}: collect again once they are done",
             dir.display()
         )),
         "{}",

@@ -16,6 +16,7 @@ pub use sink::{describe_io, TraceFailure};
 use crate::liveness::Liveness;
 use crate::output::InPlace;
 use crate::spool_tail::{check_spool_file, damaged_spool, may_become_readable, SpoolTail};
+use crate::wording::count;
 use crossbeam_channel::{Receiver, RecvTimeoutError, Sender};
 use cudatrace_events::{naming, Pass};
 use cudatrace_trace::{Header, ProcessEnd, TraceWriter};
@@ -61,10 +62,10 @@ impl Summary {
     /// The line `run` and `collect` print when they are done.
     pub fn describe(&self, trace: &Path) -> String {
         format!(
-            "cudatrace: wrote {} ({} processes, {} events, {} bytes)",
+            "cudatrace: wrote {} ({}, {}, {} bytes)",
             trace.display(),
-            self.processes,
-            self.events,
+            count(self.processes, "process", "processes"),
+            count(self.events, "event", "events"),
             self.bytes
         )
     }
@@ -78,21 +79,21 @@ impl Summary {
                 .drop_errno
                 .map_or_else(|| "unknown".to_string(), crate::errno::describe);
             lines.push(format!(
-                "cudatrace: {} events could not be recorded: no room for spools in {} ({reason})",
-                self.dropped_events,
+                "cudatrace: {} could not be recorded: no room for spools in {} ({reason})",
+                count(self.dropped_events, "event", "events"),
                 spool_dir.display()
             ));
         }
         if self.lost_events > self.dropped_events {
             lines.push(format!(
-                "cudatrace: the trace lacks {} events in all (see `cudatrace report`)",
-                self.lost_events
+                "cudatrace: the trace lacks {} in all (see `cudatrace report`)",
+                count(self.lost_events, "event", "events")
             ));
         }
         if self.damaged_spools > 0 {
             lines.push(format!(
-                "cudatrace: {} spool files could not be read (see `cudatrace report`)",
-                self.damaged_spools
+                "cudatrace: {} could not be read (see `cudatrace report`)",
+                count(self.damaged_spools, "spool file", "spool files")
             ));
         }
         lines
@@ -104,6 +105,8 @@ struct Shared {
     keep_spools: bool,
     draining: AtomicBool,
     scanner_done: AtomicBool,
+    /// Passes the scanner has finished over the folder.
+    scans: AtomicUsize,
     active_spools: AtomicUsize,
     latest_image: Mutex<HashMap<u32, u32>>,
     exits: Mutex<HashMap<u32, (i32, u64)>>,
@@ -181,6 +184,7 @@ impl Collector {
             keep_spools,
             draining: AtomicBool::new(false),
             scanner_done: AtomicBool::new(false),
+            scans: AtomicUsize::new(0),
             active_spools: AtomicUsize::new(0),
             latest_image: Mutex::new(HashMap::new()),
             exits: Mutex::new(HashMap::new()),
@@ -241,6 +245,12 @@ impl Collector {
     pub fn finish(self, grace: Duration) -> Result<Summary, TraceFailure> {
         self.shared.held.lock().unwrap().clear();
         let deadline = Instant::now() + grace;
+        // Let the scanner see spools created just before now, so that the
+        // grace covers the processes that wrote them.
+        let seen = self.shared.scans.load(Ordering::Acquire);
+        while Instant::now() < deadline && self.shared.scans.load(Ordering::Acquire) < seen + 2 {
+            std::thread::sleep(Duration::from_millis(2));
+        }
         while Instant::now() < deadline && self.shared.active_spools.load(Ordering::Acquire) > 0 {
             std::thread::sleep(SCAN_INTERVAL);
         }
@@ -307,6 +317,7 @@ fn scan(shared: &Shared, to_writer: &Sender<Message>, to_readers: &Sender<SpoolT
             shared.scanner_done.store(true, Ordering::Release);
             return;
         }
+        shared.scans.fetch_add(1, Ordering::AcqRel);
         std::thread::sleep(SCAN_INTERVAL);
     }
 }
