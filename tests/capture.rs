@@ -314,6 +314,41 @@ fn a_process_that_initialises_cuda_has_a_spool_even_without_allocating() {
     assert_clean(spool);
 }
 
+/// `scenarios loop 100000` with `fallocate` failing with `errno`.
+fn loop_without_fallocate(errno: i32) -> std::process::Command {
+    let mut command = std::process::Command::new(fake_cuda::program("deny_syscall"));
+    command
+        .arg(libc::SYS_fallocate.to_string())
+        .arg(errno.to_string())
+        .arg(fake_cuda::program("scenarios"))
+        .args(["loop", "100000"])
+        .env("LD_LIBRARY_PATH", fake_cuda::library_dir())
+        .env("FAKE_CUDA_CAPACITY", "1099511627776");
+    command
+}
+
+#[test]
+fn without_fallocate_space_is_reserved_by_writing_and_nothing_is_lost() {
+    let run = run_traced("no-fallocate", loop_without_fallocate(libc::EOPNOTSUPP));
+    let spool = single_spool(&run);
+    assert_eq!(spool.events.len(), 150_000);
+    assert_clean(spool);
+    // Any other failure is no room: here not even for the header, so the
+    // spool stays empty, the program runs on untraced, and the empty file
+    // tells the collector so.
+    let dir = scratch_dir("fallocate-enospc");
+    let output = loop_without_fallocate(libc::ENOSPC)
+        .env("LD_PRELOAD", tracer_library())
+        .env("CUDATRACE_DIR", &dir)
+        .output()
+        .unwrap();
+    assert!(output.status.success());
+    assert_eq!(field(&String::from_utf8_lossy(&output.stdout), "loop", 1), "100000");
+    let spools = spool_files(&dir);
+    assert_eq!(spools.len(), 1);
+    assert_eq!(std::fs::metadata(&spools[0]).unwrap().len(), 0);
+}
+
 #[test]
 fn cudatrace_disable_turns_recording_off_but_not_the_program() {
     let mut command = program("scenarios", &["runtime"]);

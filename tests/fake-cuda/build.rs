@@ -25,7 +25,13 @@ fn main() {
     std::fs::create_dir_all(&lib).unwrap();
     std::fs::create_dir_all(&bin).unwrap();
     let c = Path::new("c");
-    for file in ["fake_driver.c", "fake_runtime.c", "scenarios.c", "bench_calls.c"] {
+    for file in [
+        "fake_driver.c",
+        "fake_runtime.c",
+        "scenarios.c",
+        "bench_calls.c",
+        "deny_syscall.c",
+    ] {
         println!("cargo:rerun-if-changed=c/{file}");
     }
     let compiler = cc::Build::new().get_compiler();
@@ -115,6 +121,10 @@ fn main() {
             &rpath,
             "-lcuda",
         ],
+    );
+    compile(
+        &compiler,
+        &[&s(&c.join("deny_syscall.c")), "-o", &s(&bin.join("deny_syscall"))],
     );
     println!("cargo:rustc-env=FAKE_CUDA_DIR={}", s(&out));
 }

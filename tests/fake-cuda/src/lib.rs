@@ -14,7 +14,8 @@ pub fn library_dir() -> PathBuf {
 }
 
 /// A test program: `scenarios` (dynamic runtime), `scenarios_static`
-/// (statically linked runtime) or `bench_calls`.
+/// (statically linked runtime), `bench_calls`, or `deny_syscall` (runs a
+/// program with one system call failing with a chosen errno).
 pub fn program(name: &str) -> PathBuf {
     root().join("bin").join(name)
 }
