@@ -16,6 +16,7 @@ pub use sink::{describe_io, TraceFailure};
 use crate::liveness::Liveness;
 use crate::output::InPlace;
 use crate::spool_tail::{check_spool_file, damaged_spool, may_become_readable, SpoolTail};
+use crate::terminal::say;
 use crate::wording::count;
 use crossbeam_channel::{Receiver, RecvTimeoutError, Sender};
 use cudatrace_events::{naming, Pass};
@@ -386,11 +387,11 @@ fn follow(shared: &Shared, to_writer: &Sender<Message>, tail: &mut SpoolTail) ->
         let reason = header
             .drop_errno
             .map_or_else(|| "unknown".to_string(), crate::errno::describe);
-        eprintln!(
+        say(&format!(
             "cudatrace: pid {} cannot store events in {} ({reason}); they are being lost",
             tail.pid,
             shared.dir.display()
-        );
+        ));
     }
     if failure.is_none() && !final_pass {
         if !progressed {
