@@ -131,8 +131,9 @@ pub struct Recovered {
 
 /// The trace a collector of `dir` was writing, if the folder names one that exists.
 pub fn trace_named_in(dir: &Path) -> Option<PathBuf> {
+    use std::os::unix::ffi::OsStringExt;
     let named = std::fs::read(dir.join(naming::TRACE_POINTER)).ok()?;
-    let path = PathBuf::from(String::from_utf8_lossy(&named).into_owned());
+    let path = PathBuf::from(std::ffi::OsString::from_vec(named));
     path.is_file().then_some(path)
 }
 
@@ -233,15 +234,11 @@ pub fn recover(
     }
     for refusal in &refusals {
         out.summary.refused += 1;
-        out.trace
-            .refused(refusal)
-            .map_err(|e| format!("cannot write the trace: {e}"))?;
+        out.trace.refused(refusal).map_err(io)?;
     }
     for damage in &damaged {
         out.summary.damaged_spools += 1;
-        out.trace
-            .damaged_spool(damage)
-            .map_err(|e| format!("cannot write the trace: {e}"))?;
+        out.trace.damaged_spool(damage).map_err(io)?;
     }
     let mut summary = out.summary;
     summary.events = trace.events_written();
@@ -255,9 +252,7 @@ pub fn recover(
         lost_events: summary.lost_events,
         damaged_spools: summary.damaged_spools,
     };
-    trace
-        .footer(&footer)
-        .map_err(|e| format!("cannot write the trace: {e}"))?;
+    trace.footer(&footer).map_err(io)?;
     summary.bytes = trace.bytes_written();
     let mut buffered = trace.into_inner();
     buffered.flush().map_err(io)?;
@@ -383,7 +378,5 @@ fn finish_process(merge: &mut Merge, superseded: bool, out: &mut Output) -> Resu
     if let Some(errno) = end.drop_errno {
         out.summary.drop_errno.get_or_insert(errno);
     }
-    out.trace
-        .process_end(&end)
-        .map_err(|e| format!("cannot write the trace: {e}"))
+    out.trace.process_end(&end).map_err(|e| out.io(e))
 }

@@ -16,8 +16,8 @@ fn stderr(output: &Output) -> String {
 
 /// `cudatrace run -o TRACE -- touch MARKER`: whether the command ran shows in MARKER.
 fn run_touching(trace: &Path, marker: &Path) -> Command {
-    let mut command = cudatrace(&["run", "--preload", tracer_library().to_str().unwrap(), "-o"]);
-    command.arg(trace).arg("--").arg("touch").arg(marker);
+    let mut command = cudatrace_run();
+    command.arg("-o").arg(trace).arg("--").arg("touch").arg(marker);
     command
 }
 
@@ -84,7 +84,8 @@ fn a_run_that_cannot_start_leaves_an_existing_trace_as_it_was() {
     let dir = scratch_dir("failed-start");
     let trace = dir.join("results.trace");
     std::fs::write(&trace, b"yesterday's results").unwrap();
-    let output = cudatrace(&["run", "--preload", tracer_library().to_str().unwrap(), "-o"])
+    let output = cudatrace_run()
+        .arg("-o")
         .arg(&trace)
         .args(["--", "/no/such/program"])
         .env("TMPDIR", &dir)
@@ -92,7 +93,8 @@ fn a_run_that_cannot_start_leaves_an_existing_trace_as_it_was() {
         .unwrap();
     assert_eq!(output.status.code(), Some(127));
     assert_eq!(std::fs::read(&trace).unwrap(), b"yesterday's results");
-    let output = cudatrace(&["run", "--preload", tracer_library().to_str().unwrap(), "-o"])
+    let output = cudatrace_run()
+        .arg("-o")
         .arg(&trace)
         .args(["--", "true"])
         .env("TMPDIR", &dir)
@@ -237,19 +239,15 @@ fn an_unusable_spool_folder_is_said_once_for_the_whole_tree_and_the_program_runs
     assert_eq!(stderr(&output), "");
     // Under `cudatrace run`, cudatrace says it, and runs the command untraced.
     let trace = dir.join("run.trace");
-    let output = cudatrace(&[
-        "run",
-        "--preload",
-        tracer_library().to_str().unwrap(),
-        "-o",
-        trace.to_str().unwrap(),
-        "--",
-    ])
-    .arg(fake_cuda::program("scenarios"))
-    .arg("exit3")
-    .env("CUDATRACE_DIR", &nowhere)
-    .output()
-    .unwrap();
+    let output = cudatrace_run()
+        .arg("-o")
+        .arg(&trace)
+        .arg("--")
+        .arg(fake_cuda::program("scenarios"))
+        .arg("exit3")
+        .env("CUDATRACE_DIR", &nowhere)
+        .output()
+        .unwrap();
     assert_eq!(output.status.code(), Some(3));
     assert_eq!(stderr(&output), expected_line);
     assert!(!trace.exists());
@@ -364,7 +362,8 @@ fn a_command_that_cannot_be_executed_exits_126_as_in_a_shell() {
     let script = dir.join("script.sh");
     std::fs::write(&script, "echo hi\n").unwrap();
     for target in [script.as_path(), dir.as_path()] {
-        let output = cudatrace(&["run", "--preload", tracer_library().to_str().unwrap(), "--"])
+        let output = cudatrace_run()
+            .arg("--")
             .arg(target)
             .env("TMPDIR", &dir)
             .current_dir(&dir)
@@ -385,18 +384,13 @@ fn a_command_that_cannot_be_executed_exits_126_as_in_a_shell() {
 fn a_program_without_cuda_is_said_to_record_nothing_and_one_that_only_initialises_is_in_the_trace() {
     let dir = scratch_dir("no-cuda-run");
     let trace = dir.join("true.trace");
-    let output = cudatrace(&[
-        "run",
-        "--preload",
-        tracer_library().to_str().unwrap(),
-        "-o",
-        trace.to_str().unwrap(),
-        "--",
-        "true",
-    ])
-    .env("TMPDIR", &dir)
-    .output()
-    .unwrap();
+    let output = cudatrace_run()
+        .arg("-o")
+        .arg(&trace)
+        .args(["--", "true"])
+        .env("TMPDIR", &dir)
+        .output()
+        .unwrap();
     assert_eq!(output.status.code(), Some(0));
     assert_eq!(
         stderr(&output),
@@ -430,7 +424,8 @@ fn every_subcommand_has_its_own_help() {
     }
     // A command's own flags after CMD belong to it.
     let dir = scratch_dir("run-args");
-    let output = cudatrace(&["run", "--preload", tracer_library().to_str().unwrap(), "-o"])
+    let output = cudatrace_run()
+        .arg("-o")
         .arg(dir.join("t.trace"))
         .args(["sh", "-c", "exit 4", "--help"])
         .env("TMPDIR", &dir)

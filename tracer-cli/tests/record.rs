@@ -337,16 +337,11 @@ fn bad_input_gets_one_line_and_a_non_zero_exit() {
             "{args:?}: {stderr}"
         );
     }
-    let output = cudatrace(&[
-        "run",
-        "--preload",
-        tracer_library().to_str().unwrap(),
-        "--",
-        "/no/such/program",
-    ])
-    .env("TMPDIR", &dir)
-    .output()
-    .unwrap();
+    let output = cudatrace_run()
+        .args(["--", "/no/such/program"])
+        .env("TMPDIR", &dir)
+        .output()
+        .unwrap();
     // As a shell says it: 127 for a command not found.
     assert_eq!(output.status.code(), Some(127));
     assert_eq!(

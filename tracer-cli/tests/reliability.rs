@@ -42,7 +42,7 @@ fn stderr(output: &Output) -> String {
 fn run_program(label: &str, options: &[&str], program: &[&str]) -> (Command, PathBuf, PathBuf) {
     let dir = scratch_dir(label);
     let trace = dir.join("run.trace");
-    let mut command = cudatrace(&["run", "--preload", tracer_library().to_str().unwrap()]);
+    let mut command = cudatrace_run();
     command.arg("-o").arg(&trace).args(options).arg("--").args(program);
     command.env("TMPDIR", &dir).env("FAKE_CUDA_CAPACITY", ROOMY);
     (command, trace, dir)

@@ -176,7 +176,10 @@ impl Collector {
     /// Starts collecting the spools of `dir` into the claimed trace `output`.
     /// With `keep_spools`, no spool space is given back.
     pub fn start(dir: &Path, output: InPlace, header: &Header, keep_spools: bool) -> Result<Collector, String> {
-        point_to_trace(dir, &output.path)?;
+        if let Err(reason) = point_to_trace(dir, &output.path) {
+            output.abandon();
+            return Err(reason);
+        }
         output.start()?;
         let trace = TraceWriter::new(BufWriter::with_capacity(1 << 20, output.file), header)
             .map_err(|e| describe_io("write", &output.path, &e))?;
@@ -197,7 +200,6 @@ impl Collector {
         let sink = Sink {
             trace,
             path: output.path,
-            keep_spools,
         };
         let writer = std::thread::Builder::new()
             .name("cudatrace-writer".into())

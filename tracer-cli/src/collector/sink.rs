@@ -59,7 +59,6 @@ pub fn describe_io(action: &str, path: &std::path::Path, error: &std::io::Error)
 pub struct Sink {
     pub trace: TraceWriter<BufWriter<File>>,
     pub path: PathBuf,
-    pub keep_spools: bool,
 }
 
 impl Sink {
@@ -85,9 +84,7 @@ impl Sink {
                 }
                 Some(Message::Events(process, events)) => self.trace.events(process, &events),
                 Some(Message::Release(release)) => {
-                    if !self.keep_spools {
-                        pending.push(release);
-                    }
+                    pending.push(release);
                     Ok(())
                 }
                 Some(Message::End(end, collected)) => {

@@ -36,19 +36,19 @@ pub fn run_scenario(label: &str, scenario: &str, extra_env: &[(&str, &str)]) -> 
     (output, trace)
 }
 
+/// `cudatrace run` preloading this build's library; options and CMD follow.
+pub fn cudatrace_run() -> Command {
+    let mut command = cudatrace(&["run", "--preload"]);
+    command.arg(tracer_library());
+    command
+}
+
 /// `cudatrace run -o <fresh folder>/run.trace -- scenarios SCENARIO`, spooling in that folder.
 pub fn run_command(label: &str, scenario: &str, options: &[&str]) -> (Command, PathBuf) {
     let dir = scratch_dir(label);
     let trace = dir.join("run.trace");
-    let preload = tracer_library();
-    let mut command = cudatrace(&[
-        "run",
-        "--preload",
-        preload.to_str().unwrap(),
-        "-o",
-        trace.to_str().unwrap(),
-    ]);
-    command.args(options).arg("--");
+    let mut command = cudatrace_run();
+    command.arg("-o").arg(&trace).args(options).arg("--");
     command
         .arg(fake_cuda::program("scenarios"))
         .arg(scenario)
