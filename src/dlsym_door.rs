@@ -63,7 +63,11 @@ extern "C" fn decide(handle: *mut c_void, symbol: *const c_char, caller: usize) 
         // Without the real dlsym there is nothing to forward to.
         return Decision { value: 0, forward: 0 };
     }
-    if !tracing_on() || handle == libc::RTLD_NEXT || symbol.is_null() {
+    if !tracing_on() {
+        return forward;
+    }
+    let _ = std::panic::catch_unwind(crate::dlopen_door::catch_up);
+    if handle == libc::RTLD_NEXT || symbol.is_null() {
         return forward;
     }
     // SAFETY: dlsym's contract: a NUL-terminated name.

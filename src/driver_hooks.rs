@@ -63,7 +63,10 @@ pub unsafe extern "C" fn cuInit(flags: c_uint) -> CUresult {
     // SAFETY: arguments forwarded unchanged.
     let result = unsafe { real(flags) };
     if result == CUDA_SUCCESS {
-        guarded(spool_writer::open_now);
+        guarded(|| {
+            crate::dlopen_door::catch_up();
+            spool_writer::open_now();
+        });
     }
     result
 }

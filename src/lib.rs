@@ -13,15 +13,21 @@
 //! reports) happens outside the traced process, in the `cudatrace` CLI.
 
 pub mod array_bytes;
+pub mod call_stack;
 pub mod cuda_ffi;
+pub mod dlopen_door;
 pub mod dlsym_door;
 pub mod driver_hooks;
 pub mod live_table;
+pub mod module_map;
+pub mod native_unwind;
 pub mod proc_address;
 pub mod process_state;
+pub mod python_frames;
 pub mod recorder;
 pub mod runtime_hooks;
 pub mod spool_chunks;
 pub mod spool_writer;
+pub mod stack_table;
 pub mod symbols;
 pub mod tree_root;

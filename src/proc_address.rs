@@ -77,6 +77,7 @@ pub unsafe extern "C" fn cuGetProcAddress(
     let result = unsafe { real(symbol, pfn, cuda_version, flags) };
     if result == CUDA_SUCCESS {
         substitute(real as usize, pfn);
+        crate::process_state::guarded(crate::dlopen_door::catch_up);
     }
     result
 }
@@ -101,6 +102,7 @@ pub unsafe extern "C" fn cuGetProcAddress_v2(
     let result = unsafe { real(symbol, pfn, cuda_version, flags, symbol_status) };
     if result == CUDA_SUCCESS {
         substitute(real as usize, pfn);
+        crate::process_state::guarded(crate::dlopen_door::catch_up);
     }
     result
 }

@@ -63,6 +63,14 @@ pub fn guarded(record: impl FnOnce()) {
     unsafe { *libc::__errno_location() = errno };
 }
 
+extern "C" fn before_fork() {
+    crate::module_map::before_fork();
+}
+
+extern "C" fn after_fork_in_parent() {
+    crate::module_map::after_fork_in_parent();
+}
+
 /// The child side of `fork`: it has one thread, a copy of the parent's
 /// memory, and the parent's spool mapped shared. It must write its own spool
 /// and must not inherit locks held by parent threads that no longer exist.
@@ -70,6 +78,8 @@ extern "C" fn after_fork_in_child() {
     FORK_GENERATION.fetch_add(1, Ordering::Relaxed);
     spool_writer::forget_parent_spool();
     live_table::forget_parent_table();
+    crate::call_stack::forget_parent_stacks();
+    crate::module_map::after_fork_in_child();
 }
 
 /// Library constructor. It does no CUDA work; it reads the environment and,
@@ -80,9 +90,14 @@ extern "C" fn on_load() {
     }
     if tracing_on() {
         crate::tree_root::adopt_tree_if_root();
+        crate::call_stack::configure_from_environment();
+        let _ = std::panic::catch_unwind(|| {
+            crate::python_frames::resolve();
+            crate::module_map::rebuild();
+        });
     }
     // SAFETY: registering a plain function pointer; the library is never unloaded.
-    unsafe { libc::pthread_atfork(None, None, Some(after_fork_in_child)) };
+    unsafe { libc::pthread_atfork(Some(before_fork), Some(after_fork_in_parent), Some(after_fork_in_child)) };
 }
 
 #[used]

@@ -154,6 +154,8 @@ fn store(
             kind: kind as u8,
             api: api as u8,
             device,
+            stack: crate::call_stack::capture(),
+            spare: 0,
         },
     );
 }

@@ -140,6 +140,11 @@ pub fn open_now() {
     ensure_open();
 }
 
+/// Whether this process's spool exists (without creating it).
+pub fn is_open() -> bool {
+    STATE.load(Ordering::SeqCst) == OPEN
+}
+
 fn errno() -> i32 {
     std::io::Error::last_os_error().raw_os_error().unwrap_or(libc::EIO)
 }
@@ -161,6 +166,9 @@ fn open_slow() -> bool {
     {
         let opened = create_spool();
         STATE.store(if opened { OPEN } else { FAILED }, Ordering::Release);
+        if opened {
+            crate::module_map::write_all_to_spool();
+        }
         return opened;
     }
     loop {
@@ -290,6 +298,8 @@ extern "C" fn record_exit(status: libc::c_int, _arg: *mut libc::c_void) {
     if header.is_null() {
         return;
     }
+    // Libraries loaded since the last rebuild point still get symbolized.
+    let _ = std::panic::catch_unwind(crate::dlopen_door::catch_up);
     // SAFETY: the header stays mapped until the process is gone; the flag is
     // published after the values it guards.
     unsafe {

@@ -18,13 +18,22 @@ fn single_spool(run: &TracedRun) -> &Spool {
     &run.spools[0]
 }
 
-fn assert_clean(spool: &Spool) {
+/// Sequence numbers of the memory events and the stack records, in order.
+fn all_seqs(spool: &Spool, stack_records: &[cudatrace_events::Event]) -> Vec<u64> {
+    let mut seqs: Vec<u64> = spool.events.iter().chain(stack_records).map(|e| e.seq).collect();
+    seqs.sort_unstable();
+    seqs
+}
+
+/// No record lost or damaged: every sequence number handed out is a memory
+/// event or one of the `stack_records` (stack nodes and blobs).
+fn assert_clean(spool: &Spool, stack_records: usize) {
     assert_eq!(spool.unwritten_records, 0);
     assert_eq!(spool.damaged_records, 0);
     assert_eq!(spool.header.unknown_frees, 0);
     assert_eq!(spool.header.registry_overflows, 0);
     assert_eq!(spool.header.dropped_records, 0);
-    assert_eq!(spool.header.reserved_seqs, spool.events.len() as u64);
+    assert_eq!(spool.header.reserved_seqs, (spool.events.len() + stack_records) as u64);
 }
 
 #[test]
@@ -34,15 +43,18 @@ fn runtime_calls_are_recorded_once_each_under_their_runtime_names() {
     let expected = expected_events(&run.stdout);
     assert_eq!(expected.len(), 24);
     assert_eq!(recorded_events(spool), expected);
-    assert_clean(spool);
+    assert_clean(spool, run.stack_records[0].len());
     assert_eq!(field(&run.stdout, "errno", 0), "4242", "the first hook changed errno");
     assert_eq!(spool.process().argv[1], "runtime");
     assert_eq!(
         spool.process().pid,
         run.output.status.code().map(|_| spool.process().pid).unwrap()
     );
-    let seqs: Vec<u64> = spool.events.iter().map(|e| e.seq).collect();
-    assert_eq!(seqs, (0..24).collect::<Vec<u64>>());
+    assert_eq!(spool.events.len(), 24);
+    assert_eq!(
+        all_seqs(spool, &run.stack_records[0]),
+        (0..spool.header.reserved_seqs).collect::<Vec<u64>>()
+    );
     // Pitched allocations carry the pitch the driver chose.
     let pitched = spool.events.iter().find(|e| e.api == Api::CudaMallocPitch).unwrap();
     assert_eq!(pitched.arg1, 1024);
@@ -64,7 +76,7 @@ fn a_statically_linked_runtime_is_seen_through_cu_get_proc_address() {
     assert_eq!(expected.len(), 24);
     assert!(expected[0].starts_with("E alloc cuMemAlloc_v2 device "));
     assert_eq!(recorded_events(spool), expected);
-    assert_clean(spool);
+    assert_clean(spool, run.stack_records[0].len());
 }
 
 #[test]
@@ -74,7 +86,7 @@ fn direct_driver_calls_of_every_kind_are_recorded_and_results_kept() {
     let expected = expected_events(&run.stdout);
     assert_eq!(expected.len(), 21);
     assert_eq!(recorded_events(spool), expected);
-    assert_clean(spool);
+    assert_clean(spool, run.stack_records[0].len());
     // A failing free returns the driver's error and records nothing.
     assert_eq!(field(&run.stdout, "status", 1), "1");
     // The 32-bit entry point's address fits in 32 bits.
@@ -163,10 +175,12 @@ fn out_of_memory_is_recorded_with_the_request_and_device_free_and_total() {
 fn thirty_two_threads_lose_and_double_nothing() {
     let run = run_traced("threads", program("scenarios", &["threads"]));
     let spool = single_spool(&run);
-    assert_clean(spool);
+    assert_clean(spool, run.stack_records[0].len());
     assert_eq!(spool.events.len(), 2 * 32 * 5000);
-    let seqs: Vec<u64> = spool.events.iter().map(|e| e.seq).collect();
-    assert_eq!(seqs, (0..2 * 32 * 5000).collect::<Vec<u64>>());
+    assert_eq!(
+        all_seqs(spool, &run.stack_records[0]),
+        (0..spool.header.reserved_seqs).collect::<Vec<u64>>()
+    );
     // Replaying in sequence order, every free must find its allocation live and
     // every allocation must find its address free, even though addresses are
     // reused across threads the moment they are freed.
@@ -217,7 +231,12 @@ fn a_forked_child_writes_its_own_spool_under_its_own_pid() {
         child_events,
         [(Op::Alloc, child_block, 2000), (Op::Free, child_block, 2000)]
     );
-    assert_eq!(child.events[0].seq, 0);
+    let child_records = &run.stack_records[run.spools.iter().position(|s| s.process().pid == child_pid).unwrap()];
+    assert_eq!(
+        all_seqs(child, child_records)[0],
+        0,
+        "the child numbers its records from 0"
+    );
 }
 
 #[test]
@@ -227,19 +246,24 @@ fn forking_while_other_threads_are_in_hooks_never_hangs_a_child_and_each_keeps_i
     assert_eq!(field(&run.stdout, "forks", 0), "20");
     let parent_pid: u32 = field(&run.stdout, "pid", 0).parse().unwrap();
     assert_eq!(run.spools.len(), 21, "{:?}", run.spool_paths);
-    for spool in &run.spools {
-        assert_clean(spool);
+    for (spool, stack_records) in run.spools.iter().zip(&run.stack_records) {
+        assert_clean(spool, stack_records.len());
         if spool.process().pid == parent_pid {
             assert_eq!(spool.events.len(), 4 * 2000 * 2);
             continue;
         }
-        // Each child: its own allocation and free, numbered from 0.
-        let events: Vec<(u64, Op, u64)> = spool.events.iter().map(|e| (e.seq, e.op, e.size)).collect();
+        // Each child: its own allocation and free, numbered from 0 with its
+        // own module map and stack nodes.
+        let events: Vec<(Op, u64)> = spool.events.iter().map(|e| (e.op, e.size)).collect();
         assert_eq!(
             events,
-            [(0, Op::Alloc, 512), (1, Op::Free, 512)],
+            [(Op::Alloc, 512), (Op::Free, 512)],
             "pid {}",
             spool.process().pid
+        );
+        assert_eq!(
+            all_seqs(spool, stack_records),
+            (0..spool.header.reserved_seqs).collect::<Vec<u64>>()
         );
         assert_eq!(spool.process().ppid, parent_pid);
     }
@@ -269,9 +293,11 @@ fn a_long_spool_costs_the_program_two_memory_mappings() {
     drop(child.stdin.take());
     assert!(child.wait().unwrap().success());
     assert_eq!(spool_mappings, 2, "{maps}");
-    let spool = SpoolReader::read_path(&spool_files(&dir)[0]).unwrap();
+    let mut spool = SpoolReader::read_path(&spool_files(&dir)[0]).unwrap();
+    let (memory, stacks): (Vec<_>, Vec<_>) = spool.events.drain(..).partition(|e| e.op.is_memory_event());
+    spool.events = memory;
     assert_eq!(spool.events.len(), 300_000);
-    assert_clean(&spool);
+    assert_clean(&spool, stacks.len());
 }
 
 #[test]
@@ -311,7 +337,7 @@ fn a_process_that_initialises_cuda_has_a_spool_even_without_allocating() {
     let spool = single_spool(&run);
     assert!(spool.events.is_empty());
     assert_eq!(spool.process().argv[1], "init-only");
-    assert_clean(spool);
+    assert_clean(spool, run.stack_records[0].len());
 }
 
 /// `scenarios loop 100000` with `fallocate` failing with `errno`.
@@ -332,7 +358,7 @@ fn without_fallocate_space_is_reserved_by_writing_and_nothing_is_lost() {
     let run = run_traced("no-fallocate", loop_without_fallocate(libc::EOPNOTSUPP));
     let spool = single_spool(&run);
     assert_eq!(spool.events.len(), 150_000);
-    assert_clean(spool);
+    assert_clean(spool, run.stack_records[0].len());
     // Any other failure is no room: here not even for the header, so the
     // spool stays empty, the program runs on untraced, and the empty file
     // tells the collector so.
@@ -360,7 +386,7 @@ fn cudatrace_disable_turns_recording_off_but_not_the_program() {
 }
 
 #[test]
-fn the_library_exports_only_dlsym_and_the_cuda_entry_points() {
+fn the_library_exports_only_dlsym_dlopen_and_the_cuda_entry_points() {
     let output = std::process::Command::new("nm")
         .args(["-D", "--defined-only"])
         .arg(tracer_library())
@@ -371,10 +397,10 @@ fn the_library_exports_only_dlsym_and_the_cuda_entry_points() {
         .lines()
         .filter_map(|line| line.split_whitespace().nth(2).map(str::to_owned))
         .collect();
-    assert_eq!(names.len(), 61, "{names:?}");
+    assert_eq!(names.len(), 62, "{names:?}");
     for name in &names {
         let cuda = name.starts_with("cu") && name[2..].starts_with(|c: char| c.is_ascii_uppercase() || c == 'd');
-        assert!(name == "dlsym" || cuda, "unexpected export {name}");
+        assert!(name == "dlsym" || name == "dlopen" || cuda, "unexpected export {name}");
     }
     assert!(names.iter().any(|n| n == "cuGetProcAddress_v2"));
     assert!(names.iter().any(|n| n == "cuInit"));

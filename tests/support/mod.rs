@@ -43,8 +43,11 @@ pub fn scratch_dir(label: &str) -> PathBuf {
 pub struct TracedRun {
     pub output: Output,
     pub stdout: String,
-    /// Every spool file written, ordered by file name (pid, then image).
+    /// Every spool file written, ordered by file name (pid, then image),
+    /// with only the memory events in `events`.
     pub spools: Vec<Spool>,
+    /// The stack nodes and blobs of each spool, in the same order.
+    pub stack_records: Vec<Vec<Event>>,
     pub spool_paths: Vec<PathBuf>,
 }
 
@@ -62,14 +65,25 @@ pub fn run_traced(label: &str, mut command: Command) -> TracedRun {
     let output = command.output().expect("run test program");
     let stdout = String::from_utf8_lossy(&output.stdout).into_owned();
     let spool_paths = spool_files(&dir);
-    let spools = spool_paths
+    let mut spools: Vec<Spool> = spool_paths
         .iter()
         .map(|path| SpoolReader::read_path(path).unwrap_or_else(|e| panic!("{}: {e}", path.display())))
+        .collect();
+    let stack_records = spools
+        .iter_mut()
+        .map(|spool| {
+            let (memory, stacks) = std::mem::take(&mut spool.events)
+                .into_iter()
+                .partition(|event| event.op.is_memory_event());
+            spool.events = memory;
+            stacks
+        })
         .collect();
     TracedRun {
         output,
         stdout,
         spools,
+        stack_records,
         spool_paths,
     }
 }

@@ -14,11 +14,13 @@ mod dump;
 mod errno;
 mod liveness;
 mod output;
+mod python_lines;
 mod recover;
 mod report;
 mod run;
 mod spool_dir;
 mod spool_tail;
+mod symbolize;
 mod terminal;
 mod wording;
 

@@ -94,6 +94,7 @@ struct Output<'a> {
     destination: &'a Path,
     summary: Summary,
     next_index: u32,
+    stacks: crate::symbolize::StackCatalog,
 }
 
 impl Output<'_> {
@@ -117,6 +118,7 @@ impl Output<'_> {
         if events.is_empty() {
             return Ok(());
         }
+        self.stacks.observe(index, events);
         self.trace.events(index, events).map_err(|e| self.io(e))
     }
 }
@@ -206,6 +208,7 @@ pub fn recover(
         destination,
         summary: Summary::default(),
         next_index: 0,
+        stacks: Default::default(),
     };
     let mut old_trace_damage = Vec::new();
     let mut refused_paths: HashSet<String> = refusals.iter().map(|r| r.path.clone()).collect();
@@ -239,6 +242,9 @@ pub fn recover(
     for damage in &damaged {
         out.summary.damaged_spools += 1;
         out.trace.damaged_spool(damage).map_err(io)?;
+    }
+    for record in std::mem::take(&mut out.stacks).into_records() {
+        out.trace.record(&record).map_err(io)?;
     }
     let mut summary = out.summary;
     summary.events = trace.events_written();
@@ -327,7 +333,7 @@ fn merge_old_trace(
             Record::Header(_)
             | Record::Footer(_)
             | Record::String { .. }
-            | Record::Stack { .. }
+            | Record::Symbols { .. }
             | Record::Unknown { .. } => {}
         }
     }

@@ -8,14 +8,59 @@ use crate::cli::ReportArgs;
 use crate::terminal::Stdout;
 use crate::wording::{bytes, count};
 use crate::Failure;
+use cudatrace_events::stacks::StackNode;
 use cudatrace_events::{Api, Event, Kind, Op};
-use cudatrace_trace::{Damage, DamagedSpool, Header, ProcessEnd, ProcessStart, Record, TraceReader};
+use cudatrace_trace::{Damage, DamagedSpool, Header, ProcessEnd, ProcessStart, Record, SymbolFrame, TraceReader};
 use serde_json::{json, Value};
 use std::collections::{BTreeMap, HashMap};
 use std::path::Path;
 
 /// Live allocations the text report lists per device, largest first.
 const LARGEST_SHOWN: usize = 5;
+/// Frames of one stack shown in the text report.
+const FRAMES_SHOWN: usize = 16;
+/// Longest parent chain followed (guards against a damaged node table).
+const MAX_STACK_NODES: usize = 4096;
+
+/// One source frame of a resolved stack.
+#[derive(Clone, Debug, PartialEq, Eq)]
+struct Frame {
+    function: String,
+    file: Option<String>,
+    line: Option<u32>,
+    module: Option<String>,
+}
+
+impl Frame {
+    fn json(&self) -> Value {
+        json!({"function": self.function, "file": self.file, "line": self.line, "module": self.module})
+    }
+
+    fn text(&self) -> String {
+        let mut out = self.function.clone();
+        if let Some(file) = &self.file {
+            out += &format!(" ({file}");
+            if let Some(line) = self.line {
+                out += &format!(":{line}");
+            }
+            out += ")";
+        }
+        if let Some(module) = &self.module {
+            let name = module.rsplit('/').next().unwrap_or(module);
+            if name != crate::symbolize::PYTHON_MODULE && !out.contains(name) {
+                out += &format!(" [{name}]");
+            }
+        }
+        out
+    }
+}
+
+/// Call sites, largest first: (stack, bytes, allocations).
+fn largest_call_sites(by_stack: &ByStack) -> Vec<(u32, u64, u64)> {
+    let mut sites: Vec<(u32, u64, u64)> = by_stack.iter().map(|(&s, &(b, n))| (s, b, n)).collect();
+    sites.sort_by_key(|&(stack, bytes, _)| (std::cmp::Reverse(bytes), stack));
+    sites
+}
 
 /// A device as the report groups memory: an ordinal, or unknown (the
 /// tracer could not learn which device an allocation was on).
@@ -52,6 +97,7 @@ struct Live {
     api: Api,
     kind: Kind,
     device: Option<u8>,
+    stack: u32,
 }
 
 /// Physical memory behind a VMM handle: gone once released and unmapped.
@@ -62,6 +108,7 @@ struct Physical {
     api: Api,
     mappings: u32,
     released: bool,
+    stack: u32,
 }
 
 #[derive(Clone, Debug)]
@@ -70,7 +117,11 @@ struct Oom {
     api: Api,
     device_free: u64,
     device_total: u64,
+    stack: u32,
 }
+
+/// Bytes and allocations live per call stack (innermost node id).
+type ByStack = HashMap<u32, (u64, u64)>;
 
 #[derive(Clone, Debug, Default)]
 struct DeviceStats {
@@ -80,14 +131,47 @@ struct DeviceStats {
     current: u64,
     peak: u64,
     ooms: Vec<Oom>,
+    live_by_stack: ByStack,
+    /// What was live when the peak was reached.
+    peak_by_stack: ByStack,
+    /// The peak was raised and not yet copied into `peak_by_stack`: copied
+    /// when memory first goes down again (or at the end), so that a climb
+    /// costs one copy, not one per allocation.
+    peak_pending: bool,
 }
 
 impl DeviceStats {
-    fn add(&mut self, size: u64) {
+    fn add(&mut self, size: u64, stack: u32) {
         self.allocations += 1;
         self.bytes_allocated += size;
         self.current += size;
-        self.peak = self.peak.max(self.current);
+        let entry = self.live_by_stack.entry(stack).or_default();
+        entry.0 += size;
+        entry.1 += 1;
+        if self.current > self.peak {
+            self.peak = self.current;
+            self.peak_pending = true;
+        }
+    }
+
+    fn remove(&mut self, size: u64, stack: u32) {
+        self.settle_peak();
+        self.frees += 1;
+        self.current = self.current.saturating_sub(size);
+        if let Some(entry) = self.live_by_stack.get_mut(&stack) {
+            entry.0 = entry.0.saturating_sub(size);
+            entry.1 = entry.1.saturating_sub(1);
+            if entry.1 == 0 {
+                self.live_by_stack.remove(&stack);
+            }
+        }
+    }
+
+    fn settle_peak(&mut self) {
+        if self.peak_pending {
+            self.peak_by_stack = self.live_by_stack.clone();
+            self.peak_pending = false;
+        }
     }
 }
 
@@ -127,9 +211,48 @@ struct ProcessReport {
     physical: HashMap<u64, Physical>,
     /// VMM mappings: start -> (length, handle).
     mappings: BTreeMap<u64, (u64, u64)>,
+    /// Stack nodes by id.
+    stack_nodes: HashMap<u32, StackNode>,
+    /// Source frames of each stack node, from the trace's symbols.
+    stack_symbols: HashMap<u32, Vec<SymbolFrame>>,
 }
 
 impl ProcessReport {
+    /// The frames of stack `stack`, innermost first; empty for 0.
+    fn stack(&self, stack: u32, strings: &HashMap<u64, String>) -> Vec<Frame> {
+        let text = |id: u64| (id != 0).then(|| strings.get(&id).cloned().unwrap_or_else(|| format!("<string {id}>")));
+        let mut frames = Vec::new();
+        let mut node = stack;
+        for _ in 0..MAX_STACK_NODES {
+            if node == 0 {
+                break;
+            }
+            let known = self.stack_nodes.get(&node);
+            match self.stack_symbols.get(&node) {
+                Some(symbols) => frames.extend(symbols.iter().map(|f| Frame {
+                    function: text(f.function).unwrap_or_else(|| "<unknown>".into()),
+                    file: text(f.file),
+                    line: (f.line != 0).then_some(f.line),
+                    module: text(f.module),
+                })),
+                None => frames.push(Frame {
+                    function: known.map_or_else(
+                        || format!("<stack node {node} missing from the trace>"),
+                        |n| format!("0x{:x}", n.value),
+                    ),
+                    file: None,
+                    line: None,
+                    module: None,
+                }),
+            }
+            match known {
+                Some(n) => node = n.parent,
+                None => break,
+            }
+        }
+        frames
+    }
+
     fn device(&mut self, device: Option<u8>) -> &mut DeviceStats {
         self.devices.entry(DeviceKey::of(device)).or_default()
     }
@@ -139,11 +262,7 @@ impl ProcessReport {
     fn drop_physical(&mut self, handle: u64) {
         if let Some(physical) = self.physical.remove(&handle) {
             match physical.device {
-                Some(_) => {
-                    let stats = self.device(physical.device);
-                    stats.frees += 1;
-                    stats.current = stats.current.saturating_sub(physical.size);
-                }
+                Some(_) => self.device(physical.device).remove(physical.size, physical.stack),
                 None => {
                     self.host.frees += 1;
                     self.host.current = self.host.current.saturating_sub(physical.size);
@@ -163,9 +282,15 @@ impl ProcessReport {
     }
 
     fn apply(&mut self, event: &Event) {
-        self.events += 1;
         self.gaps += event.seq.saturating_sub(self.next_seq);
         self.next_seq = self.next_seq.max(event.seq + 1);
+        if !event.op.is_memory_event() {
+            if let Some(node) = StackNode::from_event(event) {
+                self.stack_nodes.insert(node.id, node);
+            }
+            return;
+        }
+        self.events += 1;
         match (event.op, event.kind) {
             (_, Kind::IpcImport) | (Op::Reserve | Op::Unreserve | Op::Failed, _) => {}
             (Op::Oom, _) => {
@@ -174,6 +299,7 @@ impl ProcessReport {
                     api: event.api,
                     device_free: event.arg1,
                     device_total: event.arg2,
+                    stack: event.stack,
                 };
                 self.device(event.device).ooms.push(oom);
             }
@@ -198,13 +324,14 @@ impl ProcessReport {
                     api: event.api,
                     mappings: 0,
                     released: false,
+                    stack: event.stack,
                 };
                 if self.physical.contains_key(&event.address) {
                     self.reused_without_free += 1;
                     self.drop_physical(event.address);
                 }
                 match event.device {
-                    Some(_) => self.device(event.device).add(event.size),
+                    Some(_) => self.device(event.device).add(event.size, event.stack),
                     None => self.host.add(event.size),
                 }
                 self.physical.insert(event.address, physical);
@@ -250,20 +377,17 @@ impl ProcessReport {
                     api: event.api,
                     kind,
                     device: event.device,
+                    stack: event.stack,
                 };
                 if let Some(old) = self.live.insert((kind == Kind::Array, event.address), live) {
                     self.reused_without_free += 1;
-                    let stats = self.device(old.device);
-                    stats.frees += 1;
-                    stats.current = stats.current.saturating_sub(old.size);
+                    self.device(old.device).remove(old.size, old.stack);
                 }
-                self.device(event.device).add(event.size);
+                self.device(event.device).add(event.size, event.stack);
             }
             (Op::Free, kind) if kind.counts_as_device_memory() => {
                 if let Some(live) = self.live.remove(&(kind == Kind::Array, event.address)) {
-                    let stats = self.device(live.device);
-                    stats.frees += 1;
-                    stats.current = stats.current.saturating_sub(live.size);
+                    self.device(live.device).remove(live.size, live.stack);
                 }
             }
             _ => {}
@@ -286,6 +410,7 @@ impl ProcessReport {
                     api: physical.api,
                     kind: Kind::VmmPhysical,
                     device: Some(device),
+                    stack: physical.stack,
                 };
                 by_device
                     .entry(DeviceKey::Gpu(device))
@@ -315,6 +440,8 @@ pub struct Report {
     pub skipped: Vec<Damage>,
     /// Records read.
     pub records: u64,
+    /// Interned texts of stack frames.
+    strings: HashMap<u64, String>,
 }
 
 impl Report {
@@ -333,6 +460,7 @@ impl Report {
             damage: None,
             skipped: Vec::new(),
             records: 0,
+            strings: HashMap::new(),
         };
         for record in reader {
             let record = match record {
@@ -369,8 +497,20 @@ impl Report {
                 Record::Refused(refusal) => report.refused.push(refusal),
                 Record::DamagedSpool(spool) => report.damaged_spools.push(spool),
                 Record::Footer(_) => report.complete = true,
-                Record::String { .. } | Record::Stack { .. } | Record::Unknown { .. } => {}
+                Record::String { id, text } => {
+                    report.strings.insert(id, text);
+                }
+                Record::Symbols { process, nodes } => {
+                    if let Some(&index) = report.index_of.get(&process) {
+                        let symbols = &mut report.processes[index].stack_symbols;
+                        symbols.extend(nodes.into_iter().map(|n| (n.node, n.frames)));
+                    }
+                }
+                Record::Unknown { .. } => {}
             }
+        }
+        for process in &mut report.processes {
+            process.devices.values_mut().for_each(DeviceStats::settle_peak);
         }
         Ok(report)
     }
@@ -397,6 +537,8 @@ impl Report {
                 let start = process.start.as_ref().expect("every process report has a start");
                 let end = process.end.clone().unwrap_or_default();
                 let live = process.live_at_exit();
+                let stack_json =
+                    |stack: u32| -> Value { process.stack(stack, &self.strings).iter().map(Frame::json).collect() };
                 let devices: Vec<Value> = process
                     .devices
                     .iter()
@@ -405,15 +547,21 @@ impl Report {
                             .get(&device)
                             .map(|list| {
                                 list.iter()
-                                    .map(|(address, l)| json!({"address": address, "size": l.size, "api": l.api.name(), "kind": l.kind.name()}))
+                                    .map(|(address, l)| json!({"address": address, "size": l.size, "api": l.api.name(), "kind": l.kind.name(), "stack": stack_json(l.stack)}))
                                     .collect()
                             })
                             .unwrap_or_default();
                         let ooms: Vec<Value> = stats
                             .ooms
                             .iter()
-                            .map(|o| json!({"requested_bytes": o.requested_bytes, "api": o.api.name(), "device_free": o.device_free, "device_total": o.device_total}))
+                            .map(|o| json!({"requested_bytes": o.requested_bytes, "api": o.api.name(), "device_free": o.device_free, "device_total": o.device_total, "stack": stack_json(o.stack)}))
                             .collect();
+                        let sites = |by_stack: &ByStack| -> Vec<Value> {
+                            largest_call_sites(by_stack)
+                                .into_iter()
+                                .map(|(stack, bytes, allocations)| json!({"bytes": bytes, "allocations": allocations, "stack": stack_json(stack)}))
+                                .collect()
+                        };
                         json!({
                             "device": device.json(),
                             "allocations": stats.allocations,
@@ -422,6 +570,8 @@ impl Report {
                             "peak_bytes": stats.peak,
                             "live_bytes_at_exit": stats.current,
                             "live_at_exit": live_list,
+                            "live_at_exit_by_call_site": sites(&stats.live_by_stack),
+                            "peak_by_call_site": sites(&stats.peak_by_stack),
                             "ooms": ooms,
                         })
                     })
@@ -533,6 +683,12 @@ impl Report {
                         largest.len() - LARGEST_SHOWN
                     );
                 }
+                out += &self.call_sites_text(process, "live at exit", &stats.live_by_stack);
+                out += &self.call_sites_text(
+                    process,
+                    &format!("at the peak of {}", bytes(stats.peak)),
+                    &stats.peak_by_stack,
+                );
                 for oom in &stats.ooms {
                     out += &format!(
                         "    OUT OF MEMORY: {} asked for {} with {} free of {}\n",
@@ -541,6 +697,7 @@ impl Report {
                         bytes(oom.device_free),
                         bytes(oom.device_total)
                     );
+                    out += &self.stack_text(process, oom.stack, "      ");
                 }
             }
             if process.host.allocations > 0 {
@@ -566,6 +723,42 @@ impl Report {
                 "\npid {} (image {}): spool {} could not be read: {}\n",
                 spool.pid, spool.image, spool.path, spool.reason
             );
+        }
+        out
+    }
+
+    /// The largest call sites of `by_stack`, each with its stack.
+    fn call_sites_text(&self, process: &ProcessReport, what: &str, by_stack: &ByStack) -> String {
+        let sites = largest_call_sites(by_stack);
+        if sites.is_empty() || sites.iter().all(|&(stack, _, _)| stack == 0) {
+            return String::new();
+        }
+        let mut out = format!("    call sites {what}:\n");
+        for &(stack, size, allocations) in sites.iter().take(LARGEST_SHOWN) {
+            out += &format!(
+                "      {} in {}\n",
+                bytes(size),
+                count(allocations, "allocation", "allocations")
+            );
+            out += &self.stack_text(process, stack, "        ");
+        }
+        if sites.len() > LARGEST_SHOWN {
+            out += &format!("      ... and {} more call sites\n", sites.len() - LARGEST_SHOWN);
+        }
+        out
+    }
+
+    fn stack_text(&self, process: &ProcessReport, stack: u32, indent: &str) -> String {
+        let frames = process.stack(stack, &self.strings);
+        if frames.is_empty() {
+            return format!("{indent}(no call stack recorded)\n");
+        }
+        let mut out = String::new();
+        for frame in frames.iter().take(FRAMES_SHOWN) {
+            out += &format!("{indent}{}\n", frame.text());
+        }
+        if frames.len() > FRAMES_SHOWN {
+            out += &format!("{indent}... {} more frames\n", frames.len() - FRAMES_SHOWN);
         }
         out
     }
@@ -669,6 +862,7 @@ mod tests {
             size,
             arg1: 0,
             arg2: 0,
+            stack: 0,
         }
     }
 

@@ -4,6 +4,7 @@
 mod common;
 
 use common::*;
+use cudatrace_events::layout::{CHUNK_BYTES, CHUNK_RECORDS, HEADER_SIZE};
 use serde_json::{json, Value};
 use std::process::{Command, Stdio};
 use std::time::{Duration, Instant};
@@ -47,7 +48,7 @@ fn a_single_process_run_reports_exactly_what_it_did() {
     ];
     live_at_exit.sort_by_key(|l| l["address"].as_u64());
     let expected = json!({
-        "format_version": 2,
+        "format_version": 3,
         "lost_events": 0,
         "dropped_events": 0,
         "complete": true,
@@ -267,8 +268,10 @@ fn a_damaged_trace_reports_what_came_before_the_damage() {
     assert_eq!(partial["complete"], true);
     assert_eq!(partial["processes"][0]["events"], 0);
     assert_eq!(partial["processes"][0]["exit_status"], 0);
-    assert_eq!(partial["processes"][0]["lost_events"], 24);
-    assert_eq!(partial["lost_events"], 24);
+    let records_in_block = records_of_first_block(&trace);
+    assert!(records_in_block > 24, "24 events and their stack records");
+    assert_eq!(partial["processes"][0]["lost_events"], records_in_block);
+    assert_eq!(partial["lost_events"], records_in_block);
     let stderr = String::from_utf8_lossy(&out.stderr);
     assert_eq!(
         stderr.trim_end(),
@@ -414,19 +417,38 @@ fn keep_spools_keeps_every_record() {
     assert_eq!(spools.len(), 1);
     use std::os::unix::fs::MetadataExt;
     let meta = std::fs::metadata(&spools[0]).unwrap();
-    // 320,000 records: twenty 1 MiB chunks, all still on disk.
-    assert_eq!(meta.len(), 4096 + 20 * (1 << 20));
+    let kept = cudatrace_events::SpoolReader::read_path(&spools[0]).unwrap();
+    assert_eq!(kept.header.released_records, 0);
+    let memory_events = kept.events.iter().filter(|e| e.op.is_memory_event()).count();
+    assert_eq!(
+        (
+            memory_events,
+            kept.events.len() as u64,
+            kept.unwritten_records,
+            kept.damaged_records
+        ),
+        (320_000, kept.header.reserved_seqs, 0, 0)
+    );
+    // 320,000 events and the stack records: whole chunks, all still on disk.
+    let chunks = kept.header.reserved_seqs.div_ceil(CHUNK_RECORDS as u64);
+    assert_eq!(meta.len(), (HEADER_SIZE + chunks as usize * CHUNK_BYTES) as u64);
     assert!(
-        meta.blocks() * 512 >= 20 * (1 << 20),
+        meta.blocks() * 512 >= chunks * CHUNK_BYTES as u64,
         "{} bytes allocated",
         meta.blocks() * 512
     );
-    let kept = cudatrace_events::SpoolReader::read_path(&spools[0]).unwrap();
-    assert_eq!(kept.header.released_records, 0);
-    assert_eq!(
-        (kept.events.len(), kept.unwritten_records, kept.damaged_records),
-        (320_000, 0, 0)
-    );
     let (report, _) = report_json(&trace);
     assert_eq!(report["processes"][0]["events"], 320_000);
+}
+
+/// Records (memory events and stack records) in the first event block of a trace.
+fn records_of_first_block(trace: &std::path::Path) -> u64 {
+    let file = std::io::BufReader::new(std::fs::File::open(trace).unwrap());
+    cudatrace_trace::TraceReader::new(file)
+        .unwrap()
+        .find_map(|record| match record.unwrap() {
+            cudatrace_trace::Record::Events { events, .. } => Some(events.len() as u64),
+            _ => None,
+        })
+        .unwrap()
 }

@@ -65,6 +65,20 @@ code_enum! {
         /// A sequence number reserved by a free or unmap whose call failed:
         /// nothing changed. Kept so that sequence numbers have no gaps.
         Failed = 8 => "failed",
+        /// Not a memory event: a call-stack node interned by the process
+        /// (see [`crate::stacks`]).
+        StackNode = 9 => "stack-node",
+        /// Not a memory event: a piece of a module or code-object
+        /// description (see [`crate::stacks`]).
+        Blob = 10 => "blob",
+    }
+}
+
+impl Op {
+    /// Whether the record says something about memory (rather than
+    /// describing call stacks).
+    pub fn is_memory_event(self) -> bool {
+        !matches!(self, Op::StackNode | Op::Blob)
     }
 }
 
@@ -195,7 +209,7 @@ mod tests {
         assert_eq!(Kind::from_code(9), None);
         // Zero is never an op: it marks a slot not yet written.
         assert_eq!(Op::from_code(0), None);
-        assert_eq!(Op::from_code(9), None);
+        assert_eq!(Op::from_code(11), None);
     }
 
     #[test]

@@ -7,9 +7,9 @@
 //!
 //! # Publication protocol
 //!
-//! A writer fills words 1 to 7 of its slot, then stores word 0, the *commit
+//! A writer fills words 1 to 8 of its slot, then stores word 0, the *commit
 //! word*, with release ordering. The commit word holds the sequence number
-//! plus one in its low 48 bits and a 16-bit check of the other seven words
+//! plus one in its low 48 bits and a 16-bit check of the other eight words
 //! in its high 16 bits ([`commit_word`]). A reader loads the commit word with
 //! acquire ordering, then the body; the record is complete only when the
 //! commit word is non-zero, names this slot's sequence number, the check
@@ -19,11 +19,11 @@
 /// First eight bytes of every spool file.
 pub const SPOOL_MAGIC: [u8; 8] = *b"CUTRSPL\0";
 /// Version of this layout; bumped on any incompatible change.
-pub const SPOOL_VERSION: u32 = 2;
+pub const SPOOL_VERSION: u32 = 3;
 /// Size of the header page; records start at this offset.
 pub const HEADER_SIZE: usize = 4096;
 /// Size of one record in bytes.
-pub const RECORD_SIZE: usize = 64;
+pub const RECORD_SIZE: usize = 72;
 /// Records added to the file each time the writer runs out of reserved space.
 pub const CHUNK_RECORDS: usize = 16384;
 /// Bytes of one chunk.
@@ -129,12 +129,16 @@ pub struct RawRecord {
     pub api: u8,
     /// Device ordinal, or -1 for host memory or when unknown.
     pub device: i8,
+    /// Id of the call stack's innermost node (see [`crate::stacks`]); 0 = none.
+    pub stack: u32,
+    /// Zero; room for later use.
+    pub spare: u32,
 }
 
 const _: () = assert!(std::mem::size_of::<RawRecord>() == RECORD_SIZE);
 
 /// Odd multipliers for the check, one per word.
-const CHECK_FACTORS: [u64; 8] = [
+const CHECK_FACTORS: [u64; 9] = [
     0x9E37_79B9_7F4A_7C15,
     0xC2B2_AE3D_27D4_EB4F,
     0x1656_67B1_9E37_79F9,
@@ -143,12 +147,13 @@ const CHECK_FACTORS: [u64; 8] = [
     0xE703_7ED1_A0B4_28DB,
     0x8EBC_6AF0_9C88_C6E3,
     0x5899_65CC_7537_4CC3,
+    0x94D0_49BB_1331_11EB,
 ];
 
-/// The 16-bit check of a record body (words 1 to 7) for sequence number
+/// The 16-bit check of a record body (words 1 to 8) for sequence number
 /// `seq`. The products are independent, so this costs a few cycles.
 #[inline]
-pub fn body_check(seq: u64, body: &[u64; 7]) -> u16 {
+pub fn body_check(seq: u64, body: &[u64; 8]) -> u16 {
     let mut sum = (seq.wrapping_add(1) ^ 0x5EED).wrapping_mul(CHECK_FACTORS[0]);
     for (word, factor) in body.iter().zip(&CHECK_FACTORS[1..]) {
         sum = sum.wrapping_add((word ^ (word >> 32)).wrapping_mul(*factor));
@@ -158,7 +163,7 @@ pub fn body_check(seq: u64, body: &[u64; 7]) -> u16 {
 
 /// The commit word of a record with sequence number `seq` and this body.
 #[inline]
-pub fn commit_word(seq: u64, body: &[u64; 7]) -> u64 {
+pub fn commit_word(seq: u64, body: &[u64; 8]) -> u64 {
     ((seq.wrapping_add(1)) & SEQ_MASK) | (u64::from(body_check(seq, body)) << SEQ_BITS)
 }
 
@@ -170,14 +175,14 @@ pub fn committed_seq(commit: u64) -> u64 {
 
 /// Whether `commit` is the commit word of sequence number `seq` with this body.
 #[inline]
-pub fn commit_matches(commit: u64, seq: u64, body: &[u64; 7]) -> bool {
+pub fn commit_matches(commit: u64, seq: u64, body: &[u64; 8]) -> bool {
     commit != 0 && commit == commit_word(seq, body)
 }
 
 impl RawRecord {
-    /// Words 1 to 7, as the check covers them.
+    /// Words 1 to 8, as the check covers them.
     #[inline]
-    pub fn body_words(&self) -> [u64; 7] {
+    pub fn body_words(&self) -> [u64; 8] {
         let last = u64::from(self.tid)
             | u64::from(self.op) << 32
             | u64::from(self.kind) << 40
@@ -191,12 +196,13 @@ impl RawRecord {
             self.arg1,
             self.arg2,
             last,
+            u64::from(self.stack) | u64::from(self.spare) << 32,
         ]
     }
 
     /// Decodes a record from its stored bytes.
     pub fn from_bytes(bytes: &[u8; RECORD_SIZE]) -> RawRecord {
-        let mut words = [0u64; 8];
+        let mut words = [0u64; RECORD_SIZE / 8];
         for (i, word) in words.iter_mut().enumerate() {
             let mut b = [0u8; 8];
             b.copy_from_slice(&bytes[i * 8..i * 8 + 8]);
@@ -205,8 +211,8 @@ impl RawRecord {
         RawRecord::from_words(&words)
     }
 
-    /// Decodes a record from its eight little-endian words.
-    pub fn from_words(words: &[u64; 8]) -> RawRecord {
+    /// Decodes a record from its nine little-endian words.
+    pub fn from_words(words: &[u64; RECORD_SIZE / 8]) -> RawRecord {
         let last = words[7];
         RawRecord {
             commit: words[0],
@@ -221,6 +227,8 @@ impl RawRecord {
             kind: (last >> 40) as u8,
             api: (last >> 48) as u8,
             device: (last >> 56) as u8 as i8,
+            stack: words[8] as u32,
+            spare: (words[8] >> 32) as u32,
         }
     }
 
@@ -259,6 +267,8 @@ mod tests {
             kind: 3,
             api: 66,
             device: -1,
+            stack: 77,
+            spare: 0,
         }
         .committed(6)
     }
@@ -281,13 +291,13 @@ mod tests {
         assert!(commit_matches(record.commit, 6, &record.body_words()));
         assert!(!commit_matches(record.commit, 7, &record.body_words()));
         // Any one word torn back to its unwritten zero fails the check.
-        for word in 0..7 {
+        for word in 0..8 {
             let mut body = record.body_words();
             body[word] = 0;
             assert!(!commit_matches(record.commit, 6, &body), "word {word}");
         }
         // As does any single flipped bit.
-        for bit in 0..(7 * 64) {
+        for bit in 0..(8 * 64) {
             let mut body = record.body_words();
             body[bit / 64] ^= 1 << (bit % 64);
             assert!(!commit_matches(record.commit, 6, &body), "bit {bit}");

@@ -17,6 +17,7 @@ pub mod layout;
 pub mod naming;
 pub mod spool;
 pub mod spool_file;
+pub mod stacks;
 
 pub use codes::{Api, Kind, Op};
 pub use cursor::{Pass, SlotSource, SpoolCursor};

@@ -55,6 +55,8 @@ pub struct Event {
     pub arg1: u64,
     /// Op-specific payload (see [`RawRecord::arg2`]).
     pub arg2: u64,
+    /// Innermost node of the call stack (see [`crate::stacks`]); 0 = none recorded.
+    pub stack: u32,
 }
 
 /// What one record slot holds.
@@ -108,6 +110,7 @@ pub fn classify(raw: &RawRecord, index: u64, pid: u32) -> SlotState {
         size: raw.size,
         arg1: raw.arg1,
         arg2: raw.arg2,
+        stack: raw.stack,
     })
 }
 
@@ -401,6 +404,8 @@ pub(crate) mod tests {
             stream: 0x1234,
             arg1: 7,
             arg2: 8,
+            stack: 0,
+            spare: 0,
             ..record(5, Op::Alloc, 0x7000)
         }
         .committed(5);
@@ -461,7 +466,7 @@ pub(crate) mod tests {
         old[8..12].copy_from_slice(&1u32.to_le_bytes());
         assert_eq!(
             SpoolReader::parse(&old).unwrap_err().to_string(),
-            "spool format version 1 is not supported (this build reads 2)"
+            "spool format version 1 is not supported (this build reads 3)"
         );
     }
 }

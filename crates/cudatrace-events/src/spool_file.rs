@@ -49,7 +49,7 @@ impl Mapping {
     }
 
     /// The eight words at byte `at`, the first with acquire ordering.
-    fn words(&self, at: usize) -> [u64; 8] {
+    fn words(&self, at: usize) -> [u64; RECORD_SIZE / 8] {
         debug_assert!(at + RECORD_SIZE <= self.length && at.is_multiple_of(8));
         let word = |i: usize| {
             // SAFETY: inside the mapping and 8-byte aligned (mappings are page
@@ -57,7 +57,7 @@ impl Mapping {
             // words only through atomic stores or plain aligned stores.
             unsafe { AtomicU64::from_ptr(self.base.add(at + i * 8).cast_mut().cast()) }
         };
-        let mut words = [0u64; 8];
+        let mut words = [0u64; RECORD_SIZE / 8];
         words[0] = word(0).load(Ordering::Acquire);
         for (i, out) in words.iter_mut().enumerate().skip(1) {
             *out = word(i).load(Ordering::Relaxed);

@@ -6,7 +6,9 @@ use cudatrace_events::{Api, Event, Kind, Op};
 /// First eight bytes of a trace file.
 pub const MAGIC: [u8; 8] = *b"CUTRACE\0";
 /// Version of the record encodings; readers refuse other versions.
-pub const FORMAT_VERSION: u32 = 2;
+pub const FORMAT_VERSION: u32 = 3;
+/// Oldest version readers still accept (it has no call stacks).
+pub const OLDEST_READABLE_VERSION: u32 = 2;
 /// Largest payload a frame may declare; anything larger is damage.
 pub const MAX_PAYLOAD: usize = 64 << 20;
 /// Most events the writer puts in one block.
@@ -19,7 +21,7 @@ pub(crate) const TAG_PROCESS_END: u8 = b'X';
 pub(crate) const TAG_REFUSED: u8 = b'R';
 pub(crate) const TAG_DAMAGED_SPOOL: u8 = b'D';
 pub(crate) const TAG_STRING: u8 = b'S';
-pub(crate) const TAG_STACK: u8 = b'K';
+pub(crate) const TAG_SYMBOLS: u8 = b'K';
 pub(crate) const TAG_FOOTER: u8 = b'F';
 
 /// The first record: what wrote the trace, where and when.
@@ -131,6 +133,30 @@ pub struct Footer {
     pub damaged_spools: u64,
 }
 
+/// The source frames one stack node stands for: one, or several where
+/// the compiler inlined calls (innermost first).
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct NodeSymbols {
+    /// The node id (see `cudatrace_events::stacks`).
+    pub node: u32,
+    /// Its frames, innermost first.
+    pub frames: Vec<SymbolFrame>,
+}
+
+/// One resolved source frame. Text fields are [`Record::String`] ids; 0
+/// means unknown.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Default)]
+pub struct SymbolFrame {
+    /// Function name (demangled), or `module+0xoffset` without symbols.
+    pub function: u64,
+    /// Source file.
+    pub file: u64,
+    /// Line; 0 if unknown.
+    pub line: u32,
+    /// Module path (the shared object, or `python` for Python frames).
+    pub module: u64,
+}
+
 /// One record of a trace file.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub enum Record {
@@ -151,19 +177,19 @@ pub enum Record {
     Refused(Refusal),
     /// [`DamagedSpool`].
     DamagedSpool(DamagedSpool),
-    /// An interned string (for stack frames).
+    /// An interned string (for stack frames); ids start at 1.
     String {
         /// Its id.
         id: u64,
         /// Its text.
         text: String,
     },
-    /// An interned call stack: string ids of its frames, innermost first.
-    Stack {
-        /// Its id.
-        id: u64,
-        /// Frame string ids.
-        frames: Vec<u64>,
+    /// What the stack nodes of one process image resolved to.
+    Symbols {
+        /// Index from [`ProcessStart::process`].
+        process: u32,
+        /// Nodes and their frames.
+        nodes: Vec<NodeSymbols>,
     },
     /// [`Footer`].
     Footer(Footer),
@@ -193,6 +219,7 @@ const HAS_DEVICE: u8 = 4;
 const HAS_STREAM: u8 = 8;
 const HAS_ARG1: u8 = 16;
 const HAS_ARG2: u8 = 32;
+const HAS_STACK: u8 = 64;
 
 /// Encodes a record's payload; returns its tag.
 pub(crate) fn encode(record: &Record, out: &mut Vec<u8>) -> u8 {
@@ -255,11 +282,20 @@ pub(crate) fn encode(record: &Record, out: &mut Vec<u8>) -> u8 {
             put_string(out, text);
             TAG_STRING
         }
-        Record::Stack { id, frames } => {
-            put(out, *id);
-            put(out, frames.len() as u64);
-            frames.iter().for_each(|&f| put(out, f));
-            TAG_STACK
+        Record::Symbols { process, nodes } => {
+            put(out, u64::from(*process));
+            put(out, nodes.len() as u64);
+            for node in nodes {
+                put(out, u64::from(node.node));
+                put(out, node.frames.len() as u64);
+                for frame in &node.frames {
+                    put(out, frame.function);
+                    put(out, frame.file);
+                    put(out, u64::from(frame.line));
+                    put(out, frame.module);
+                }
+            }
+            TAG_SYMBOLS
         }
         Record::Footer(f) => {
             for v in [
@@ -295,6 +331,7 @@ fn encode_events(process: u32, events: &[Event], out: &mut Vec<u8>) {
         flags |= if e.stream != 0 { HAS_STREAM } else { 0 };
         flags |= if e.arg1 != 0 { HAS_ARG1 } else { 0 };
         flags |= if e.arg2 != 0 { HAS_ARG2 } else { 0 };
+        flags |= if e.stack != 0 { HAS_STACK } else { 0 };
         out.push(flags);
         out.push(e.op as u8 | (e.kind as u8) << 4);
         out.push(e.api as u8);
@@ -310,7 +347,12 @@ fn encode_events(process: u32, events: &[Event], out: &mut Vec<u8>) {
         }
         put_signed(out, e.address.wrapping_sub(address) as i64);
         put(out, e.size);
-        for (flag, value) in [(HAS_STREAM, e.stream), (HAS_ARG1, e.arg1), (HAS_ARG2, e.arg2)] {
+        for (flag, value) in [
+            (HAS_STREAM, e.stream),
+            (HAS_ARG1, e.arg1),
+            (HAS_ARG2, e.arg2),
+            (HAS_STACK, u64::from(e.stack)),
+        ] {
             if flags & flag != 0 {
                 put(out, value);
             }
@@ -360,6 +402,7 @@ fn decode_events(cursor: &mut Cursor, pid_of: &dyn Fn(u32) -> Option<u32>) -> Re
             }
         };
         let (stream, arg1, arg2) = (optional(HAS_STREAM)?, optional(HAS_ARG1)?, optional(HAS_ARG2)?);
+        let stack = u32::try_from(optional(HAS_STACK)?).map_err(|_| "stack id out of range")?;
         events.push(Event {
             pid,
             tid,
@@ -374,6 +417,7 @@ fn decode_events(cursor: &mut Cursor, pid_of: &dyn Fn(u32) -> Option<u32>) -> Re
             size,
             arg1,
             arg2,
+            stack,
         });
     }
     Ok(Record::Events { process, events })
@@ -442,16 +486,32 @@ pub(crate) fn decode(tag: u8, payload: &[u8], pid_of: &dyn Fn(u32) -> Option<u32
             id: c.get()?,
             text: c.string()?,
         },
-        TAG_STACK => {
-            let id = c.get()?;
+        TAG_SYMBOLS => {
+            let process = c.get_u32()?;
             let count = c.get()?;
             if count > c.remaining() as u64 {
-                return Err("more frames than bytes".into());
+                return Err("more nodes than bytes".into());
             }
-            Record::Stack {
-                id,
-                frames: (0..count).map(|_| c.get()).collect::<Result<_, _>>()?,
+            let mut nodes = Vec::with_capacity(count as usize);
+            for _ in 0..count {
+                let node = c.get_u32()?;
+                let frame_count = c.get()?;
+                if frame_count > c.remaining() as u64 {
+                    return Err("more frames than bytes".into());
+                }
+                let frames = (0..frame_count)
+                    .map(|_| {
+                        Ok(SymbolFrame {
+                            function: c.get()?,
+                            file: c.get()?,
+                            line: c.get_u32()?,
+                            module: c.get()?,
+                        })
+                    })
+                    .collect::<Result<_, &'static str>>()?;
+                nodes.push(NodeSymbols { node, frames });
             }
+            Record::Symbols { process, nodes }
         }
         TAG_FOOTER => Record::Footer(Footer {
             processes: c.get()?,

@@ -15,6 +15,9 @@ pub mod synthetic;
 mod varint;
 pub mod writer;
 
-pub use format::{DamagedSpool, Footer, Header, ProcessEnd, ProcessStart, Record, Refusal, FORMAT_VERSION, MAGIC};
+pub use format::{
+    DamagedSpool, Footer, Header, NodeSymbols, ProcessEnd, ProcessStart, Record, Refusal, SymbolFrame, FORMAT_VERSION,
+    MAGIC, OLDEST_READABLE_VERSION,
+};
 pub use reader::{Damage, TraceReader};
 pub use writer::TraceWriter;

@@ -1,7 +1,7 @@
 //! Reading a trace, record by record, stopping cleanly at damage.
 
 use crate::crc32;
-use crate::format::{decode, Record, FORMAT_VERSION, MAGIC, MAX_PAYLOAD};
+use crate::format::{decode, Record, FORMAT_VERSION, MAGIC, MAX_PAYLOAD, OLDEST_READABLE_VERSION};
 use std::collections::HashMap;
 use std::io::{self, Read};
 
@@ -147,9 +147,9 @@ impl<R: Read> TraceReader<R> {
         let record = decode(frame.tag, &frame.payload, &|process| pids.get(&process).copied())
             .map_err(|reason| format!("malformed '{tag}' record: {reason}"))?;
         match &record {
-            Record::Header(h) if h.format_version != FORMAT_VERSION => {
+            Record::Header(h) if !(OLDEST_READABLE_VERSION..=FORMAT_VERSION).contains(&h.format_version) => {
                 return Err(format!(
-                    "trace format version {} is not supported (this build reads {FORMAT_VERSION})",
+                    "trace format version {} is not supported (this build reads {OLDEST_READABLE_VERSION} to {FORMAT_VERSION})",
                     h.format_version
                 ));
             }
@@ -235,6 +235,7 @@ mod tests {
             size: 4096 * seq,
             arg1: seq % 7,
             arg2: u64::MAX - seq,
+            stack: (seq % 4) as u32,
         }
     }
 

@@ -105,6 +105,7 @@ pub fn write_synthetic<W: Write>(out: W, events: u64, processes: u32, seed: u64)
                     size,
                     arg1: if op == Op::Oom { 1 << 30 } else { 0 },
                     arg2: if op == Op::Oom { 80 << 30 } else { 0 },
+                    stack: 1 + rng.below(50) as u32,
                 });
                 seq[process] += 1;
             }

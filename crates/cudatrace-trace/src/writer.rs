@@ -75,7 +75,7 @@ impl<W: Write> TraceWriter<W> {
                 process,
                 events: block.to_vec(),
             })?;
-            self.events_written += block.len() as u64;
+            self.events_written += block.iter().filter(|e| e.op.is_memory_event()).count() as u64;
         }
         Ok(())
     }

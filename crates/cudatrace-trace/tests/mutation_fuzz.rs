@@ -45,6 +45,7 @@ fn seed_trace() -> Vec<u8> {
                 size: 4096,
                 arg1: 0,
                 arg2: 0,
+                stack: (seq % 3) as u32,
             })
             .collect();
         writer.events(process, &events).unwrap();

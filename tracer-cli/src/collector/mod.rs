@@ -200,6 +200,7 @@ impl Collector {
         let sink = Sink {
             trace,
             path: output.path,
+            stacks: Default::default(),
         };
         let writer = std::thread::Builder::new()
             .name("cudatrace-writer".into())

@@ -5,6 +5,7 @@
 
 use super::{realtime_ns, Summary};
 use crate::spool_tail::Release;
+use crate::symbolize::StackCatalog;
 use crossbeam_channel::{Receiver, RecvTimeoutError};
 use cudatrace_events::Event;
 use cudatrace_trace::{DamagedSpool, Footer, ProcessEnd, ProcessStart, Refusal, TraceWriter};
@@ -59,6 +60,8 @@ pub fn describe_io(action: &str, path: &std::path::Path, error: &std::io::Error)
 pub struct Sink {
     pub trace: TraceWriter<BufWriter<File>>,
     pub path: PathBuf,
+    /// Stack nodes seen, symbolized when the run is over.
+    pub stacks: StackCatalog,
 }
 
 impl Sink {
@@ -82,7 +85,10 @@ impl Sink {
                     summary.processes += 1;
                     self.trace.process_start(&start)
                 }
-                Some(Message::Events(process, events)) => self.trace.events(process, &events),
+                Some(Message::Events(process, events)) => {
+                    self.stacks.observe(process, &events);
+                    self.trace.events(process, &events)
+                }
                 Some(Message::Release(release)) => {
                     pending.push(release);
                     Ok(())
@@ -138,6 +144,11 @@ impl Sink {
     }
 
     fn finish(mut self, mut summary: Summary) -> Result<Summary, TraceFailure> {
+        for record in std::mem::take(&mut self.stacks).into_records() {
+            if let Err(error) = self.trace.record(&record) {
+                return Err(self.fail("write the trace", error));
+            }
+        }
         summary.events = self.trace.events_written();
         summary.lost_events = self.trace.lost_events();
         let footer = Footer {

@@ -68,6 +68,24 @@ pub fn run_scenario_with_pid(label: &str, scenario: &str, extra_env: &[(&str, &s
 }
 
 pub fn report_json(trace: &Path) -> (Value, Output) {
+    let (mut json, output) = report_json_with_stacks(trace);
+    for process in json["processes"].as_array_mut().into_iter().flatten() {
+        for device in process["devices"].as_array_mut().into_iter().flatten() {
+            let device = device.as_object_mut().unwrap();
+            device.remove("live_at_exit_by_call_site");
+            device.remove("peak_by_call_site");
+            for key in ["live_at_exit", "ooms"] {
+                for entry in device[key].as_array_mut().into_iter().flatten() {
+                    entry.as_object_mut().unwrap().remove("stack");
+                }
+            }
+        }
+    }
+    (json, output)
+}
+
+/// `cudatrace report --json` of `trace`, call stacks and all.
+pub fn report_json_with_stacks(trace: &Path) -> (Value, Output) {
     let output = cudatrace(&["report", "--json", trace.to_str().unwrap()])
         .output()
         .unwrap();
