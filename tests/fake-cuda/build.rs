@@ -31,6 +31,8 @@ fn main() {
         "scenarios.c",
         "bench_calls.c",
         "deny_syscall.c",
+        "stack_names.c",
+        "stack_plugin.c",
     ] {
         println!("cargo:rerun-if-changed=c/{file}");
     }
@@ -125,6 +127,45 @@ fn main() {
     compile(
         &compiler,
         &[&s(&c.join("deny_syscall.c")), "-o", &s(&bin.join("deny_syscall"))],
+    );
+    // Known frame names, with and without frame pointers.
+    for (name, frame_pointers) in [
+        ("stack_names_fp", "-fno-omit-frame-pointer"),
+        ("stack_names_nofp", "-fomit-frame-pointer"),
+    ] {
+        compile(
+            &compiler,
+            &[
+                "-g",
+                "-O2",
+                frame_pointers,
+                &s(&c.join("stack_names.c")),
+                "-o",
+                &s(&bin.join(name)),
+                &search,
+                &rpath,
+                "-lcudart",
+                "-ldl",
+                "-lpthread",
+            ],
+        );
+    }
+    compile(
+        &compiler,
+        &[
+            "-g",
+            "-O2",
+            "-fomit-frame-pointer",
+            "-shared",
+            "-fPIC",
+            &s(&c.join("stack_plugin.c")),
+            "-o",
+            &s(&lib.join("libstack_plugin.so")),
+            &search,
+            &rpath,
+            "-lcudart",
+            "-lpthread",
+        ],
     );
     println!("cargo:rustc-env=FAKE_CUDA_DIR={}", s(&out));
 }

@@ -47,9 +47,41 @@ pub struct RunArgs {
     /// is written.
     #[arg(long)]
     pub keep_spools: bool,
+    /// Which call stacks each event carries [default: $CUDATRACE_STACKS, else all].
+    #[arg(long, value_enum, value_name = "WHICH")]
+    pub stacks: Option<Stacks>,
+    /// Deepest stack recorded, in frames (at most 256) [default:
+    /// $CUDATRACE_MAX_DEPTH, else 64].
+    #[arg(long, value_name = "N", value_parser = clap::value_parser!(u32).range(1..=256))]
+    pub max_depth: Option<u32>,
     /// The command to run, and its arguments.
     #[arg(required = true, trailing_var_arg = true, value_name = "CMD")]
     pub command: Vec<OsString>,
+}
+
+/// Which frames stacks hold.
+#[derive(clap::ValueEnum, Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Stacks {
+    /// No stacks.
+    None,
+    /// Native (C, C++, Rust) frames.
+    Native,
+    /// Python frames.
+    Python,
+    /// Both, interleaved.
+    All,
+}
+
+impl Stacks {
+    /// The value of `CUDATRACE_STACKS`.
+    pub fn name(self) -> &'static str {
+        match self {
+            Stacks::None => "none",
+            Stacks::Native => "native",
+            Stacks::Python => "python",
+            Stacks::All => "all",
+        }
+    }
 }
 
 /// `cudatrace collect`.

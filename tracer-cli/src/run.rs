@@ -154,6 +154,12 @@ pub fn run(args: RunArgs) -> Result<u8, Failure> {
         .env("CUDATRACE_COLLECTOR", "run")
         .env_remove("CUDATRACE_OUT")
         .env_remove("CUDATRACE_ROOT_PID");
+    if let Some(stacks) = args.stacks {
+        command.env("CUDATRACE_STACKS", stacks.name());
+    }
+    if let Some(depth) = args.max_depth {
+        command.env("CUDATRACE_MAX_DEPTH", depth.to_string());
+    }
     let mut child = match spawn(command, &program) {
         Ok(child) => child,
         Err(failure) => {

@@ -1,0 +1,58 @@
+/* Call stacks with names the tests look for.
+ *
+ *   stack_names direct       : main -> outer_frame -> inner_frame -> cudaMalloc
+ *   stack_names plugin LIB   : dlopen(LIB) after start, then its plugin_allocate
+ *                              calls cudaMalloc
+ *   stack_names thread       : a thread of its own calls cudaMalloc
+ *
+ * Each allocation stays live, so it shows in `live at exit`. Frames are
+ * noinline so that every name survives optimisation; the file is built with
+ * and without frame pointers. */
+int cudaMalloc(void **block, unsigned long bytes);
+#include <dlfcn.h>
+#include <pthread.h>
+#include <stdio.h>
+#include <string.h>
+
+#define NOINLINE __attribute__((noinline))
+
+NOINLINE void inner_frame(size_t bytes) {
+    void *block = 0;
+    if (cudaMalloc(&block, bytes) != 0) { /* line 21 */
+        printf("cudaMalloc failed\n");
+    }
+    __asm__ volatile("" ::: "memory");
+}
+
+NOINLINE void outer_frame(size_t bytes) {
+    inner_frame(bytes); /* line 28 */
+    __asm__ volatile("" ::: "memory");
+}
+
+static void *thread_body(void *arg) {
+    (void)arg;
+    outer_frame(3 << 20);
+    return 0;
+}
+
+int main(int argc, char **argv) {
+    const char *what = argc > 1 ? argv[1] : "direct";
+    if (strcmp(what, "direct") == 0) {
+        outer_frame(1 << 20);
+    } else if (strcmp(what, "plugin") == 0 && argc > 2) {
+        void *plugin = dlopen(argv[2], RTLD_NOW);
+        void (*allocate)(size_t) = plugin ? (void (*)(size_t))dlsym(plugin, "plugin_allocate") : 0;
+        if (!allocate) {
+            printf("cannot load %s\n", argv[2]);
+            return 2;
+        }
+        allocate(2 << 20);
+    } else if (strcmp(what, "thread") == 0) {
+        pthread_t thread;
+        pthread_create(&thread, 0, thread_body, 0);
+        pthread_join(thread, 0);
+    } else {
+        return 2;
+    }
+    return 0;
+}

@@ -1,0 +1,207 @@
+//! Call stacks: the report names the functions, files and lines that hold
+//! memory, for native code (with and without frame pointers, in a library
+//! loaded after start) and for Python code.
+
+mod common;
+
+use common::*;
+use serde_json::Value;
+use std::path::PathBuf;
+use std::process::Command;
+
+/// `cudatrace run -o <fresh>/run.trace [options] -- program args...`.
+fn traced(label: &str, options: &[&str], program: &[&std::ffi::OsStr]) -> (Command, PathBuf) {
+    let dir = scratch_dir(label);
+    let trace = dir.join("run.trace");
+    let mut command = cudatrace_run();
+    command
+        .arg("-o")
+        .arg(&trace)
+        .args(options)
+        .arg("--")
+        .args(program)
+        .env("TMPDIR", &dir);
+    (command, trace)
+}
+
+/// (function, file name, line) of each frame of the first live allocation.
+fn live_stack(report: &Value) -> Vec<(String, String, u64)> {
+    report["processes"][0]["devices"][0]["live_at_exit"][0]["stack"]
+        .as_array()
+        .unwrap_or_else(|| panic!("no stack in {report}"))
+        .iter()
+        .map(|f| {
+            let file = f["file"].as_str().unwrap_or("").rsplit('/').next().unwrap().to_owned();
+            (
+                f["function"].as_str().unwrap().to_owned(),
+                file,
+                f["line"].as_u64().unwrap_or(0),
+            )
+        })
+        .collect()
+}
+
+fn frame(function: &str, file: &str, line: u64) -> (String, String, u64) {
+    (function.to_owned(), file.to_owned(), line)
+}
+
+#[test]
+fn native_frames_name_function_file_and_line_with_and_without_frame_pointers() {
+    for program in ["stack_names_fp", "stack_names_nofp"] {
+        let (mut command, trace) = traced(
+            program,
+            &[],
+            &[fake_cuda::program(program).as_os_str(), "direct".as_ref()],
+        );
+        assert!(command.output().unwrap().status.success());
+        let (report, _) = report_json_with_stacks(&trace);
+        let stack = live_stack(&report);
+        // Innermost first; the runtime hook records the call, so the
+        // program's own frames come first.
+        let program_frames: Vec<_> = stack.iter().filter(|f| f.1 == "stack_names.c").cloned().collect();
+        assert_eq!(
+            program_frames,
+            vec![
+                frame("inner_frame", "stack_names.c", 21),
+                frame("outer_frame", "stack_names.c", 28),
+                frame("main", "stack_names.c", 41),
+            ],
+            "{program}: {stack:?}"
+        );
+        assert_eq!(
+            stack[..3],
+            program_frames[..],
+            "{program}: nothing of cudatrace's own in the stack"
+        );
+        let text = String::from_utf8(cudatrace(&["report", trace.to_str().unwrap()]).output().unwrap().stdout).unwrap();
+        assert!(
+            text.contains("    call sites live at exit:\n      1.0 MiB in 1 allocation\n"),
+            "{text}"
+        );
+        assert!(text.contains("inner_frame ("), "{text}");
+    }
+}
+
+#[test]
+fn a_library_loaded_after_start_is_symbolized() {
+    let plugin = fake_cuda::library_dir().join("libstack_plugin.so");
+    let program = fake_cuda::program("stack_names_nofp");
+    let (mut command, trace) = traced(
+        "plugin",
+        &[],
+        &[program.as_os_str(), "plugin".as_ref(), plugin.as_os_str()],
+    );
+    let output = command.output().unwrap();
+    assert!(output.status.success(), "{}", String::from_utf8_lossy(&output.stdout));
+    let (report, _) = report_json_with_stacks(&trace);
+    let stack = live_stack(&report);
+    let plugin_frames: Vec<_> = stack.iter().filter(|f| f.1 == "stack_plugin.c").cloned().collect();
+    assert_eq!(
+        plugin_frames,
+        vec![
+            frame("plugin_inner", "stack_plugin.c", 8),
+            frame("plugin_allocate", "stack_plugin.c", 13)
+        ],
+        "{stack:?}"
+    );
+    let modules: Vec<&str> = report["processes"][0]["devices"][0]["live_at_exit"][0]["stack"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .filter_map(|f| f["module"].as_str())
+        .collect();
+    assert!(
+        modules.iter().any(|m| m.ends_with("/libstack_plugin.so")),
+        "{modules:?}"
+    );
+}
+
+#[test]
+fn stacks_none_records_no_stack_and_max_depth_cuts_with_a_marker() {
+    let program = fake_cuda::program("stack_names_fp");
+    let (mut command, trace) = traced(
+        "no-stacks",
+        &["--stacks", "none"],
+        &[program.as_os_str(), "direct".as_ref()],
+    );
+    assert!(command.output().unwrap().status.success());
+    let (report, _) = report_json_with_stacks(&trace);
+    assert_eq!(live_stack(&report), vec![]);
+    let (mut command, trace) = traced(
+        "depth",
+        &["--max-depth", "2"],
+        &[program.as_os_str(), "direct".as_ref()],
+    );
+    assert!(command.output().unwrap().status.success());
+    let (report, _) = report_json_with_stacks(&trace);
+    let stack = live_stack(&report);
+    assert_eq!(stack.len(), 3, "{stack:?}");
+    assert_eq!(stack[0], frame("inner_frame", "stack_names.c", 21));
+    assert_eq!(stack[1], frame("outer_frame", "stack_names.c", 28));
+    assert_eq!(stack[2].0, "[stack truncated at the depth limit]");
+    let refused = cudatrace(&["run", "--max-depth", "0", "--", "true"]).output().unwrap();
+    assert_eq!(refused.status.code(), Some(2));
+}
+
+/// Python with ctypes into the fake runtime, under `cudatrace run`.
+fn python_run(label: &str, script: &str) -> PathBuf {
+    let dir = scratch_dir(label);
+    let path = dir.join("program.py");
+    std::fs::write(&path, script).unwrap();
+    let (mut command, trace) = traced(label, &[], &["python3".as_ref(), path.as_os_str()]);
+    let runtime = fake_cuda::library_dir().join("libcudart.so.13");
+    let output = command.env("FAKE_CUDART", runtime).output().unwrap();
+    assert!(output.status.success(), "{}", String::from_utf8_lossy(&output.stderr));
+    trace
+}
+
+const PYTHON_PROGRAM: &str = r#"import ctypes, os, threading
+cudart = ctypes.CDLL(os.environ["FAKE_CUDART"])
+
+def allocate(size):
+    block = ctypes.c_void_p()
+    assert cudart.cudaMalloc(ctypes.byref(block), ctypes.c_size_t(size)) == 0
+    return block
+
+def build_model():
+    return allocate(5 << 20)
+
+held = [build_model()]
+"#;
+
+#[test]
+fn python_frames_name_the_functions_and_lines_that_allocated() {
+    let trace = python_run("python", PYTHON_PROGRAM);
+    let (report, _) = report_json_with_stacks(&trace);
+    let python_frames: Vec<_> = live_stack(&report)
+        .into_iter()
+        .filter(|f| f.1 == "program.py")
+        .collect();
+    assert_eq!(
+        python_frames,
+        vec![
+            frame("allocate", "program.py", 6),
+            frame("build_model", "program.py", 10),
+            frame("<module>", "program.py", 12),
+        ]
+    );
+}
+
+#[test]
+fn a_thread_without_a_python_thread_state_gets_native_frames_and_the_marker() {
+    // The C thread that allocates is not a Python thread: no Python frames.
+    let script = format!(
+        "import ctypes, os\nlib = ctypes.CDLL({:?})\nlib.run_thread_allocation()\n",
+        fake_cuda::library_dir().join("libstack_plugin.so").to_str().unwrap()
+    );
+    let trace = python_run("python-thread", &script);
+    let (report, _) = report_json_with_stacks(&trace);
+    let stack = live_stack(&report);
+    assert!(stack.iter().any(|f| f.0 == "plugin_inner"), "{stack:?}");
+    assert_eq!(
+        stack.last().unwrap().0,
+        "[Python frames not available: this thread has no Python thread state]",
+        "{stack:?}"
+    );
+    assert!(!stack.iter().any(|f| f.1.ends_with(".py")), "{stack:?}");
+}
