@@ -378,6 +378,48 @@ def scenario_async_loop(args):
     )
 
 
+def stacks_of(report):
+    """Every call-site stack of the report: live at exit, at the peak and OOMs."""
+    for process in report["processes"]:
+        for device in process["devices"]:
+            for site in device.get("live_at_exit_by_call_site", []) + device.get("peak_by_call_site", []):
+                yield site["stack"]
+            for oom in device["ooms"]:
+                yield oom.get("stack", [])
+
+
+def has_frame(report, file_suffix, line=None, function=None):
+    return any(
+        (f.get("file") or "").endswith(file_suffix)
+        and (line is None or f.get("line") == line)
+        and (function is None or f.get("function") == function)
+        for stack in stacks_of(report)
+        for f in stack
+    )
+
+
+def scenario_stacks(args):
+    torch_run = run_cli(args, "stacks-torch", [sys.executable, os.path.join(WORKLOADS, "torch_train.py"), "{out}"])
+    if torch_run.returncode != 0 or not torch_run.report:
+        return False, f"torch exit {torch_run.returncode}: {torch_run.stderr.strip().splitlines()[-1:]}"
+    model_line = has_frame(torch_run.report, "torch_train.py", 18)
+    forward_line = has_frame(torch_run.report, "torch_train.py", 25)
+    ctypes_run = run_cli(args, "stacks-ctypes", [sys.executable, os.path.join(WORKLOADS, "named_ctypes.py")])
+    if ctypes_run.returncode != 0 or not ctypes_run.report:
+        return False, f"ctypes exit {ctypes_run.returncode}: {ctypes_run.stderr.strip().splitlines()[-1:]}"
+    named = has_frame(ctypes_run.report, "named_ctypes.py", 16, "reserve_workspace_for_audit")
+    unnamed = sum(
+        1
+        for stack in stacks_of(torch_run.report)
+        if stack and not any((f.get("file") or "").endswith(".py") for f in stack)
+    )
+    passed = model_line and forward_line and named
+    return passed, (
+        f"model built at torch_train.py:18 named: {model_line}; forward torch_train.py:25 named: {forward_line}; "
+        f"ctypes reserve_workspace_for_audit named_ctypes.py:16: {named}; call sites without a Python frame: {unnamed}"
+    )
+
+
 SCENARIOS = [
     ("a torch caching allocator", scenario_torch_caching),
     ("b expandable segments", scenario_torch_expandable),
@@ -394,6 +436,7 @@ SCENARIOS = [
     ("m trace bytes per event", scenario_bytes_per_event),
     ("n torchrun, 2 ranks", scenario_torchrun),
     ("o cudaMallocAsync loop, 5 runs", scenario_async_loop),
+    ("p call stacks: torch and ctypes lines", scenario_stacks),
 ]
 
 
