@@ -407,7 +407,7 @@ def scenario_stacks(args):
     ctypes_run = run_cli(args, "stacks-ctypes", [sys.executable, os.path.join(WORKLOADS, "named_ctypes.py")])
     if ctypes_run.returncode != 0 or not ctypes_run.report:
         return False, f"ctypes exit {ctypes_run.returncode}: {ctypes_run.stderr.strip().splitlines()[-1:]}"
-    named = has_frame(ctypes_run.report, "named_ctypes.py", 16, "reserve_workspace_for_audit")
+    named = has_frame(ctypes_run.report, "named_ctypes.py", 15, "reserve_workspace_for_audit")
     unnamed = sum(
         1
         for stack in stacks_of(torch_run.report)
@@ -416,7 +416,7 @@ def scenario_stacks(args):
     passed = model_line and forward_line and named
     return passed, (
         f"model built at torch_train.py:18 named: {model_line}; forward torch_train.py:25 named: {forward_line}; "
-        f"ctypes reserve_workspace_for_audit named_ctypes.py:16: {named}; call sites without a Python frame: {unnamed}"
+        f"ctypes reserve_workspace_for_audit named_ctypes.py:15: {named}; call sites without a Python frame: {unnamed}"
     )
 
 
