@@ -33,8 +33,6 @@ struct Slot {
 }
 
 static TABLE: AtomicPtr<Slot> = AtomicPtr::new(std::ptr::null_mut());
-/// Bytes the table's slots in use take, for the report of what tracing costs.
-static NODES: AtomicU64 = AtomicU64::new(0);
 
 /// Kind given to the keys that mark a Python code object as described
 /// (never a frame kind).
@@ -100,7 +98,6 @@ pub fn intern(kind: u8, value: u64, parent: u32, offset: u32) -> Option<(u32, bo
                     slot.value.store(value, Ordering::Relaxed);
                     slot.parent_offset.store(parent_offset, Ordering::Relaxed);
                     slot.ready.store(u32::from(kind) + 1, Ordering::Release);
-                    NODES.fetch_add(1, Ordering::Relaxed);
                     return Some((index as u32 + 1, true));
                 }
                 Err(current) => seen = current,
@@ -174,11 +171,6 @@ pub fn write_blob(kind: u8, key: u64, blob: &[u8]) {
     }
 }
 
-/// Nodes interned so far in this process.
-pub fn node_count() -> u64 {
-    NODES.load(Ordering::Relaxed)
-}
-
 /// In a forked child: nodes were published to the parent's spool, so the
 /// child starts an empty table and publishes the nodes it uses again.
 pub fn forget_parent_table() {
@@ -187,7 +179,6 @@ pub fn forget_parent_table() {
         // SAFETY: the child's private copy of the parent's table.
         unsafe { libc::munmap(old.cast(), SLOTS * std::mem::size_of::<Slot>()) };
     }
-    NODES.store(0, Ordering::Relaxed);
 }
 
 #[cfg(test)]
