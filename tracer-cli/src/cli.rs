@@ -27,8 +27,15 @@ pub enum Command {
     /// Summarise a trace: per process and GPU, allocations, peak, memory live
     /// at exit, out-of-memory failures, and any events the trace lacks.
     Report(ReportArgs),
-    /// Print spool files as JSON lines.
+    /// Print spool files or traces as JSON lines.
     Dump(DumpArgs),
+    /// Write one pickle per process in the format of PyTorch's memory
+    /// snapshots, for its memory visualizer and `torch.cuda._memory_viz`.
+    Snapshot(SnapshotArgs),
+    /// Write Chrome trace-event JSON, for Perfetto's UI.
+    Perfetto(PerfettoArgs),
+    /// Write one self-contained HTML report with charts and tables.
+    Html(HtmlArgs),
 }
 
 /// `cudatrace run`.
@@ -117,6 +124,69 @@ pub struct ReportArgs {
     /// The trace to read.
     #[arg(value_name = "TRACE")]
     pub trace: PathBuf,
+}
+
+/// The part of a run a conversion covers.
+#[derive(Args, Debug, Clone, Copy, Default)]
+pub struct WindowArgs {
+    /// Leave out what happened before this many seconds into the run.
+    #[arg(long, value_name = "SECONDS", value_parser = seconds)]
+    pub from: Option<f64>,
+    /// Leave out what happened after this many seconds into the run.
+    #[arg(long, value_name = "SECONDS", value_parser = seconds)]
+    pub to: Option<f64>,
+    /// Keep only the newest N events (trace entries), as PyTorch's
+    /// `max_entries` does.
+    #[arg(long, value_name = "N", value_parser = clap::value_parser!(u64).range(1..))]
+    pub max_events: Option<u64>,
+}
+
+fn seconds(text: &str) -> Result<f64, String> {
+    match text.parse::<f64>() {
+        Ok(value) if value.is_finite() && value >= 0.0 => Ok(value),
+        _ => Err(format!("`{text}` is not a number of seconds (0 or more)")),
+    }
+}
+
+/// `cudatrace snapshot`.
+#[derive(Args, Debug)]
+pub struct SnapshotArgs {
+    /// The trace to read.
+    #[arg(value_name = "TRACE")]
+    pub trace: PathBuf,
+    /// Name the pickles PATH's stem followed by .PID.pickle [default: the
+    /// trace's].
+    #[arg(short = 'o', long = "output", value_name = "PATH")]
+    pub output: Option<PathBuf>,
+    /// Only the process with this pid [default: every process with memory events].
+    #[arg(long, value_name = "P")]
+    pub pid: Option<u32>,
+    #[command(flatten)]
+    pub window: WindowArgs,
+}
+
+/// `cudatrace perfetto`.
+#[derive(Args, Debug)]
+pub struct PerfettoArgs {
+    /// The trace to read.
+    #[arg(value_name = "TRACE")]
+    pub trace: PathBuf,
+    /// Write the JSON here [default: the trace's path with .perfetto.json].
+    #[arg(short = 'o', long = "output", value_name = "PATH")]
+    pub output: Option<PathBuf>,
+    #[command(flatten)]
+    pub window: WindowArgs,
+}
+
+/// `cudatrace html`.
+#[derive(Args, Debug)]
+pub struct HtmlArgs {
+    /// The trace to read.
+    #[arg(value_name = "TRACE")]
+    pub trace: PathBuf,
+    /// Write the page here [default: the trace's path with .html].
+    #[arg(short = 'o', long = "output", value_name = "PATH")]
+    pub output: Option<PathBuf>,
 }
 
 /// `cudatrace dump`.

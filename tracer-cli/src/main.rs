@@ -7,6 +7,7 @@
 //! - `report` summarises a trace, for people or as JSON;
 //! - `dump` prints spool files as JSON lines.
 
+mod analysis;
 mod cli;
 mod collect;
 mod collector;
@@ -14,6 +15,8 @@ mod dump;
 mod errno;
 mod liveness;
 mod output;
+mod outputs;
+mod progress;
 mod python_lines;
 mod recover;
 mod report;
@@ -64,6 +67,9 @@ fn main() -> ExitCode {
         cli::Command::Collect(args) => collect::collect(args),
         cli::Command::Report(args) => report::command(args),
         cli::Command::Dump(args) => dump::command(args),
+        cli::Command::Snapshot(args) => outputs::snapshot::command(args),
+        cli::Command::Perfetto(args) => outputs::perfetto::command(args),
+        cli::Command::Html(args) => outputs::html::command(args),
     };
     match result {
         Ok(code) => ExitCode::from(code),

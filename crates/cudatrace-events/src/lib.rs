@@ -13,6 +13,7 @@
 
 pub mod codes;
 pub mod cursor;
+pub mod event_args;
 pub mod layout;
 pub mod naming;
 pub mod spool;

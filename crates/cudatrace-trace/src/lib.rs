@@ -19,5 +19,5 @@ pub use format::{
     DamagedSpool, Footer, Header, NodeSymbols, ProcessEnd, ProcessStart, Record, Refusal, SymbolFrame, FORMAT_VERSION,
     MAGIC, OLDEST_READABLE_VERSION,
 };
-pub use reader::{Damage, TraceReader};
+pub use reader::{read_record_at, Damage, TraceReader};
 pub use writer::TraceWriter;

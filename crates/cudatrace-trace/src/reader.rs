@@ -201,6 +201,36 @@ impl<R: Read> TraceReader<R> {
     }
 }
 
+/// Reads again the record whose frame starts at `offset` of `file`, as a
+/// [`TraceReader`] had read it there: for readers that index a trace in a
+/// first pass and come back to its event blocks in another order.
+/// `pid_of` maps a process index to its pid, as the trace's process records do.
+pub fn read_record_at(
+    file: &std::fs::File,
+    offset: u64,
+    pid_of: &dyn Fn(u32) -> Option<u32>,
+) -> Result<Record, String> {
+    use std::os::unix::fs::FileExt;
+    let mut head = [0u8; 5];
+    file.read_exact_at(&mut head, offset)
+        .map_err(|e| format!("at byte {offset}: {e}"))?;
+    let length = u32::from_le_bytes([head[1], head[2], head[3], head[4]]) as usize;
+    if length > MAX_PAYLOAD {
+        return Err(format!(
+            "at byte {offset}: frame declares {length} bytes, more than any record"
+        ));
+    }
+    let mut body = vec![0u8; length + 4];
+    file.read_exact_at(&mut body, offset + 5)
+        .map_err(|e| format!("at byte {offset}: {e}"))?;
+    let stored = body.split_off(length);
+    let crc = crc32::update(crc32::update(0, &head), &body);
+    if crc.to_le_bytes()[..] != stored[..] {
+        return Err(format!("at byte {offset}: checksum mismatch"));
+    }
+    decode(head[0], &body, pid_of).map_err(|reason| format!("at byte {offset}: {reason}"))
+}
+
 impl<R: Read> Iterator for TraceReader<R> {
     type Item = Result<Record, Damage>;
 
@@ -294,6 +324,29 @@ mod tests {
         let (bytes, records) = sample_trace();
         let read: Vec<Record> = TraceReader::new(&bytes[..]).unwrap().map(Result::unwrap).collect();
         assert_eq!(read, records);
+    }
+
+    #[test]
+    fn a_record_read_again_at_its_offset_is_the_same_record() {
+        let (bytes, records) = sample_trace();
+        let path = std::env::temp_dir().join(format!("cudatrace-read-at-{}.trace", std::process::id()));
+        std::fs::write(&path, &bytes).unwrap();
+        let file = std::fs::File::open(&path).unwrap();
+        let mut reader = TraceReader::new(&bytes[..]).unwrap();
+        let mut offsets = vec![reader.offset()];
+        while reader.next_record().unwrap().is_some() {
+            offsets.push(reader.offset());
+        }
+        let pid_of = |process: u32| (process == 0).then_some(42);
+        for (offset, record) in offsets.iter().zip(&records).skip(1) {
+            assert_eq!(&read_record_at(&file, *offset, &pid_of).unwrap(), record);
+        }
+        let past_end = read_record_at(&file, bytes.len() as u64, &pid_of).unwrap_err();
+        assert!(
+            past_end.starts_with(&format!("at byte {}: ", bytes.len())),
+            "{past_end}"
+        );
+        std::fs::remove_file(&path).unwrap();
     }
 
     #[test]

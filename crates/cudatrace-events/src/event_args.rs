@@ -1,0 +1,99 @@
+//! What an [`Event`]'s op-specific words `arg1` and `arg2` mean, by name.
+//!
+//! Readers use these rather than the raw words, so that the meaning of each
+//! word per operation is written down once, next to the format.
+
+use crate::{Event, Kind, Op};
+
+impl Event {
+    /// For an out-of-memory failure: the device's free bytes at the time.
+    pub fn oom_device_free(&self) -> Option<u64> {
+        (self.op == Op::Oom).then_some(self.arg1)
+    }
+
+    /// For an out-of-memory failure: the device's total bytes.
+    pub fn oom_device_total(&self) -> Option<u64> {
+        (self.op == Op::Oom).then_some(self.arg2)
+    }
+
+    /// For an out-of-memory failure: the bytes that were asked for.
+    pub fn oom_requested(&self) -> Option<u64> {
+        (self.op == Op::Oom).then_some(self.size)
+    }
+
+    /// For a VMM mapping: the handle of the physical memory mapped.
+    pub fn mapped_handle(&self) -> Option<u64> {
+        (self.op == Op::Map).then_some(self.arg1)
+    }
+
+    /// For a VMM mapping: the offset into the physical memory.
+    pub fn mapped_offset(&self) -> Option<u64> {
+        (self.op == Op::Map).then_some(self.arg2)
+    }
+
+    /// For a pitched allocation: the row pitch in bytes.
+    pub fn pitch(&self) -> Option<u64> {
+        (self.op == Op::Alloc && self.kind == Kind::Pitch).then_some(self.arg1)
+    }
+
+    /// For a stream-ordered allocation from a pool: the pool's handle (0
+    /// for the device's default pool).
+    pub fn pool(&self) -> Option<u64> {
+        (self.op == Op::Alloc && self.kind == Kind::Pool).then_some(self.arg1)
+    }
+
+    /// For an allocation, free, mapping or failure: the bytes concerned.
+    pub fn bytes(&self) -> u64 {
+        self.size
+    }
+
+    /// Whether this is a stack-table or blob record rather than a memory event.
+    pub fn is_stack_record(&self) -> bool {
+        !self.op.is_memory_event()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use crate::{Api, Event, Kind, Op};
+
+    fn event(op: Op, kind: Kind) -> Event {
+        Event {
+            pid: 1,
+            tid: 1,
+            seq: 0,
+            time_ns: 0,
+            device: Some(0),
+            stream: 0,
+            api: Api::CuMemAllocV2,
+            op,
+            kind,
+            address: 0x1000,
+            size: 64,
+            arg1: 11,
+            arg2: 22,
+            stack: 0,
+        }
+    }
+
+    #[test]
+    fn each_word_is_named_only_for_the_operations_that_use_it() {
+        let oom = event(Op::Oom, Kind::Device);
+        assert_eq!(
+            (oom.oom_device_free(), oom.oom_device_total(), oom.oom_requested()),
+            (Some(11), Some(22), Some(64))
+        );
+        assert_eq!((oom.mapped_handle(), oom.pitch(), oom.pool()), (None, None, None));
+        let map = event(Op::Map, Kind::VirtualAddress);
+        assert_eq!(
+            (map.mapped_handle(), map.mapped_offset(), map.oom_device_free()),
+            (Some(11), Some(22), None)
+        );
+        assert_eq!(event(Op::Alloc, Kind::Pitch).pitch(), Some(11));
+        assert_eq!(event(Op::Alloc, Kind::Device).pitch(), None);
+        assert_eq!(event(Op::Alloc, Kind::Pool).pool(), Some(11));
+        assert_eq!(event(Op::Free, Kind::Pool).pool(), None);
+        assert!(event(Op::StackNode, Kind::Device).is_stack_record());
+        assert!(!event(Op::Alloc, Kind::Device).is_stack_record());
+    }
+}

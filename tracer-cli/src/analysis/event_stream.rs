@@ -1,0 +1,97 @@
+//! The second pass: every event of a trace, in the order memory changed.
+//!
+//! Within a process, events come in sequence order, never re-sorted by
+//! time: a free takes its sequence number before its call and its time after
+//! it, so time order could put an address's reuse before its free. Across
+//! processes, the stream merges by time. It holds one block per process.
+
+use super::trace_index::TraceIndex;
+use cudatrace_events::Event;
+use cudatrace_trace::{read_record_at, Record};
+use std::cmp::Reverse;
+use std::collections::BinaryHeap;
+
+struct Cursor {
+    next_block: usize,
+    events: Vec<Event>,
+    position: usize,
+}
+
+/// The events of a trace, merged (see the module documentation). Each item
+/// is the process's index in [`TraceIndex::processes`] and the event.
+pub struct EventStream<'a> {
+    index: &'a TraceIndex,
+    cursors: Vec<Cursor>,
+    /// (time of the head event, process) of every process with events left.
+    heads: BinaryHeap<Reverse<(u64, usize)>>,
+    /// Blocks that could not be read again (the file changed under us).
+    pub errors: Vec<String>,
+    /// Events handed out so far.
+    pub delivered: u64,
+}
+
+impl<'a> EventStream<'a> {
+    /// Starts at the first event of every process.
+    pub fn new(index: &'a TraceIndex) -> EventStream<'a> {
+        let mut stream = EventStream {
+            index,
+            cursors: Vec::with_capacity(index.processes.len()),
+            heads: BinaryHeap::new(),
+            errors: Vec::new(),
+            delivered: 0,
+        };
+        for process in 0..index.processes.len() {
+            stream.cursors.push(Cursor {
+                next_block: 0,
+                events: Vec::new(),
+                position: 0,
+            });
+            stream.refill(process);
+        }
+        stream
+    }
+
+    /// Makes `process`'s head event available, reading its next block if
+    /// needed, and queues it.
+    fn refill(&mut self, process: usize) {
+        let info = &self.index.processes[process];
+        let cursor = &mut self.cursors[process];
+        while cursor.position >= cursor.events.len() {
+            let Some(block) = info.blocks.get(cursor.next_block) else {
+                cursor.events = Vec::new();
+                return;
+            };
+            cursor.next_block += 1;
+            cursor.position = 0;
+            let index = self.index;
+            match read_record_at(&index.file, block.offset, &|p| index.pid_of(p)) {
+                Ok(Record::Events { events, .. }) => cursor.events = events,
+                Ok(_) => {
+                    self.errors
+                        .push(format!("at byte {}: no longer an event block", block.offset));
+                    cursor.events = Vec::new();
+                }
+                Err(reason) => {
+                    self.errors.push(reason);
+                    cursor.events = Vec::new();
+                }
+            }
+        }
+        self.heads
+            .push(Reverse((cursor.events[cursor.position].time_ns, process)));
+    }
+}
+
+impl Iterator for EventStream<'_> {
+    type Item = (usize, Event);
+
+    fn next(&mut self) -> Option<(usize, Event)> {
+        let Reverse((_, process)) = self.heads.pop()?;
+        let cursor = &mut self.cursors[process];
+        let event = cursor.events[cursor.position].clone();
+        cursor.position += 1;
+        self.refill(process);
+        self.delivered += 1;
+        Some((process, event))
+    }
+}

@@ -1,0 +1,24 @@
+//! Reading a trace for every output: one model, one replay.
+//!
+//! A trace is read in two passes. [`TraceIndex`] reads it once and keeps
+//! what is small (processes, their ends, strings, stack symbols and nodes,
+//! damage) and where each block of events lies. [`EventStream`] then reads
+//! the blocks again in event order: sequence order within a process, time
+//! order across processes. [`ProcessMemory`] replays each process's memory
+//! semantics into [`Change`]s, which every output consumes, so all views of
+//! a trace agree. Memory stays proportional to the live set and the number
+//! of distinct stacks, never to the number of events.
+
+mod event_stream;
+mod replay;
+mod stack_frames;
+mod summary;
+mod trace_index;
+mod window;
+
+pub use event_stream::EventStream;
+pub use replay::{Allocation, Change, ProcessMemory};
+pub use stack_frames::Frame;
+pub use summary::{largest_call_sites, ByStack, DeviceKey, ProcessSummary, Summary};
+pub use trace_index::{ProcessIndex, TraceIndex};
+pub use window::Window;

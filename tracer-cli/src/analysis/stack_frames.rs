@@ -1,0 +1,97 @@
+//! Call stacks as source frames: stack node ids resolved through the
+//! trace's symbols.
+
+use super::trace_index::{ProcessIndex, TraceIndex};
+use serde_json::{json, Value};
+
+/// Longest parent chain followed (guards against a damaged node table).
+const MAX_STACK_NODES: usize = 4096;
+
+/// One source frame of a resolved stack.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Frame {
+    /// Function (demangled), Python qualified name, `module+0xoffset`, or
+    /// a marker such as `<truncated>`.
+    pub function: String,
+    /// Source file.
+    pub file: Option<String>,
+    /// Line in `file`.
+    pub line: Option<u32>,
+    /// The shared object (or `python`).
+    pub module: Option<String>,
+}
+
+impl Frame {
+    /// The frame as a JSON object.
+    pub fn json(&self) -> Value {
+        json!({"function": self.function, "file": self.file, "line": self.line, "module": self.module})
+    }
+
+    /// `function (file:line) [module]`, naming the module only where the
+    /// rest does not already.
+    pub fn text(&self) -> String {
+        let mut out = self.function.clone();
+        if let Some(file) = &self.file {
+            out += &format!(" ({file}");
+            if let Some(line) = self.line {
+                out += &format!(":{line}");
+            }
+            out += ")";
+        }
+        if let Some(name) = self.module_name() {
+            if name != crate::symbolize::PYTHON_MODULE && !out.contains(name) {
+                out += &format!(" [{name}]");
+            }
+        }
+        out
+    }
+
+    /// The module's file name, without its folder.
+    pub fn module_name(&self) -> Option<&str> {
+        self.module.as_deref().map(|m| m.rsplit('/').next().unwrap_or(m))
+    }
+}
+
+impl TraceIndex {
+    /// The frames of stack `stack` of `process`, innermost first; empty for 0.
+    pub fn frames(&self, process: &ProcessIndex, stack: u32) -> Vec<Frame> {
+        let text = |id: u64| {
+            (id != 0).then(|| {
+                self.strings
+                    .get(&id)
+                    .cloned()
+                    .unwrap_or_else(|| format!("<string {id}>"))
+            })
+        };
+        let mut frames = Vec::new();
+        let mut node = stack;
+        for _ in 0..MAX_STACK_NODES {
+            if node == 0 {
+                break;
+            }
+            let known = process.stack_nodes.get(&node);
+            match process.stack_symbols.get(&node) {
+                Some(symbols) => frames.extend(symbols.iter().map(|f| Frame {
+                    function: text(f.function).unwrap_or_else(|| "<unknown>".into()),
+                    file: text(f.file),
+                    line: (f.line != 0).then_some(f.line),
+                    module: text(f.module),
+                })),
+                None => frames.push(Frame {
+                    function: known.map_or_else(
+                        || format!("<stack node {node} missing from the trace>"),
+                        |n| format!("0x{:x}", n.value),
+                    ),
+                    file: None,
+                    line: None,
+                    module: None,
+                }),
+            }
+            match known {
+                Some(n) => node = n.parent,
+                None => break,
+            }
+        }
+        frames
+    }
+}

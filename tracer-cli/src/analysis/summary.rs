@@ -1,0 +1,416 @@
+//! The report's figures: per process and device, allocations, frees, the
+//! peak and what was in use at it, memory live at exit and failures, each
+//! by call site. Built from the [`Change`]s of one replay.
+
+use super::replay::{Allocation, Change, ProcessMemory};
+use super::trace_index::TraceIndex;
+use super::EventStream;
+use crate::progress::Progress;
+use cudatrace_events::{Api, Event, Op};
+use serde_json::{json, Value};
+use std::collections::{BTreeMap, HashMap};
+
+/// Bytes and allocations live per call stack (innermost node id).
+pub type ByStack = HashMap<u32, (u64, u64)>;
+
+/// A device as the report groups memory: an ordinal, or unknown (the
+/// tracer could not learn which device an allocation was on).
+#[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord, Hash)]
+pub enum DeviceKey {
+    /// A device ordinal.
+    Gpu(u8),
+    /// Not known.
+    Unknown,
+}
+
+impl DeviceKey {
+    /// The key of an allocation's device.
+    pub fn of(device: Option<u8>) -> DeviceKey {
+        device.map_or(DeviceKey::Unknown, DeviceKey::Gpu)
+    }
+
+    /// The ordinal, or null.
+    pub fn json(self) -> Value {
+        match self {
+            DeviceKey::Gpu(ordinal) => json!(ordinal),
+            DeviceKey::Unknown => Value::Null,
+        }
+    }
+
+    /// `GPU 0`, or `unknown device`.
+    pub fn label(self) -> String {
+        match self {
+            DeviceKey::Gpu(ordinal) => format!("GPU {ordinal}"),
+            DeviceKey::Unknown => "unknown device".to_string(),
+        }
+    }
+}
+
+/// An out-of-memory failure.
+#[derive(Clone, Debug)]
+pub struct Oom {
+    /// Bytes asked for.
+    pub requested_bytes: u64,
+    /// Entry point that failed.
+    pub api: Api,
+    /// The device's free bytes then.
+    pub device_free: u64,
+    /// The device's total bytes.
+    pub device_total: u64,
+    /// Call stack.
+    pub stack: u32,
+    /// When (`CLOCK_MONOTONIC` ns).
+    pub time_ns: u64,
+}
+
+/// One device's figures within a process.
+#[derive(Clone, Debug, Default)]
+pub struct DeviceStats {
+    /// Allocations made.
+    pub allocations: u64,
+    /// Allocations freed.
+    pub frees: u64,
+    /// Bytes allocated in all.
+    pub bytes_allocated: u64,
+    /// Bytes in use now.
+    pub current: u64,
+    /// Most bytes in use at once.
+    pub peak: u64,
+    /// When the peak was first reached.
+    pub peak_time_ns: u64,
+    /// Out-of-memory failures.
+    pub ooms: Vec<Oom>,
+    /// Bytes and allocations in use now, per call stack.
+    pub live_by_stack: ByStack,
+    /// What was in use when the peak was reached.
+    pub peak_by_stack: ByStack,
+    /// The peak was raised and not yet copied into `peak_by_stack`: copied
+    /// when memory first goes down again (or at the end), so that a climb
+    /// costs one copy, not one per allocation.
+    peak_pending: bool,
+}
+
+impl DeviceStats {
+    fn add(&mut self, size: u64, stack: u32, time_ns: u64) {
+        self.allocations += 1;
+        self.bytes_allocated += size;
+        self.current += size;
+        let entry = self.live_by_stack.entry(stack).or_default();
+        entry.0 += size;
+        entry.1 += 1;
+        if self.current > self.peak {
+            self.peak = self.current;
+            self.peak_time_ns = time_ns;
+            self.peak_pending = true;
+        }
+    }
+
+    fn remove(&mut self, size: u64, stack: u32) {
+        self.settle_peak();
+        self.frees += 1;
+        self.current = self.current.saturating_sub(size);
+        if let Some(entry) = self.live_by_stack.get_mut(&stack) {
+            entry.0 = entry.0.saturating_sub(size);
+            entry.1 = entry.1.saturating_sub(1);
+            if entry.1 == 0 {
+                self.live_by_stack.remove(&stack);
+            }
+        }
+    }
+
+    fn settle_peak(&mut self) {
+        if self.peak_pending {
+            self.peak_by_stack = self.live_by_stack.clone();
+            self.peak_pending = false;
+        }
+    }
+}
+
+/// Pinned host memory (and host-side VMM memory) of a process.
+#[derive(Clone, Debug, Default)]
+pub struct HostStats {
+    /// Allocations made.
+    pub allocations: u64,
+    /// Allocations freed.
+    pub frees: u64,
+    /// Bytes in use now.
+    pub current: u64,
+    /// Most bytes in use at once.
+    pub peak: u64,
+}
+
+/// One process image's figures.
+#[derive(Debug, Default)]
+pub struct ProcessSummary {
+    /// Its memory, replayed to the end.
+    pub memory: ProcessMemory,
+    /// Per device.
+    pub devices: BTreeMap<DeviceKey, DeviceStats>,
+    /// Pinned host memory.
+    pub host: HostStats,
+}
+
+impl ProcessSummary {
+    /// Applies one event: replays it and counts what it changed.
+    pub fn apply(&mut self, event: &Event, changes: &mut Vec<Change>) {
+        changes.clear();
+        self.memory.apply(event, changes);
+        for change in changes.iter() {
+            self.count(change, event);
+        }
+    }
+
+    fn device(&mut self, device: Option<u8>) -> &mut DeviceStats {
+        self.devices.entry(DeviceKey::of(device)).or_default()
+    }
+
+    /// Counts one change that `event` made.
+    pub fn count(&mut self, change: &Change, event: &Event) {
+        match change {
+            Change::Allocated(a) if a.is_device_memory() => self.device(a.device).add(a.size, a.stack, a.time_ns),
+            Change::Allocated(a) => {
+                self.host.allocations += 1;
+                self.host.current += a.size;
+                self.host.peak = self.host.peak.max(self.host.current);
+            }
+            Change::Freed { allocation: a, .. } if a.is_device_memory() => {
+                self.device(a.device).remove(a.size, a.stack)
+            }
+            Change::Freed { allocation: a, .. } => {
+                self.host.frees += 1;
+                self.host.current = self.host.current.saturating_sub(a.size);
+            }
+            Change::OutOfMemory {
+                requested,
+                device_free,
+                device_total,
+            } if event.op == Op::Oom => {
+                let oom = Oom {
+                    requested_bytes: *requested,
+                    api: event.api,
+                    device_free: *device_free,
+                    device_total: *device_total,
+                    stack: event.stack,
+                    time_ns: event.time_ns,
+                };
+                self.device(event.device).ooms.push(oom);
+            }
+            _ => {}
+        }
+    }
+
+    /// Events lost: gaps in the sequence numbers, and those the process
+    /// handed out after the last one in the trace.
+    pub fn lost_events(&self, reserved_events: Option<u64>) -> u64 {
+        let trailing = reserved_events.map_or(0, |reserved| reserved.saturating_sub(self.memory.next_seq));
+        self.memory.gaps + trailing
+    }
+
+    /// Device memory live at the end, per device, sorted by address.
+    pub fn live_at_exit(&self) -> BTreeMap<DeviceKey, Vec<&Allocation>> {
+        let mut by_device: BTreeMap<DeviceKey, Vec<&Allocation>> = BTreeMap::new();
+        for allocation in self.memory.live_device_memory() {
+            by_device
+                .entry(DeviceKey::of(allocation.device))
+                .or_default()
+                .push(allocation);
+        }
+        by_device.values_mut().for_each(|list| list.sort_by_key(|a| a.address));
+        by_device
+    }
+
+    /// Ends the replay: the last peak's call sites are settled.
+    pub fn finish(&mut self) {
+        self.devices.values_mut().for_each(DeviceStats::settle_peak);
+    }
+}
+
+/// Every process's figures.
+pub struct Summary {
+    /// Per process, in the order of [`TraceIndex::processes`].
+    pub processes: Vec<ProcessSummary>,
+    /// Blocks that could not be read again.
+    pub stream_errors: Vec<String>,
+}
+
+impl Summary {
+    /// Replays the whole trace.
+    pub fn build(index: &TraceIndex, progress: &Progress) -> Summary {
+        let mut processes: Vec<ProcessSummary> = index.processes.iter().map(|_| ProcessSummary::default()).collect();
+        let mut changes = Vec::new();
+        let mut stream = EventStream::new(index);
+        for (process, event) in &mut stream {
+            processes[process].apply(&event, &mut changes);
+            progress.tick();
+        }
+        processes.iter_mut().for_each(ProcessSummary::finish);
+        Summary {
+            processes,
+            stream_errors: stream.errors,
+        }
+    }
+
+    /// Events that happened but are not in the trace.
+    pub fn lost_events(&self, index: &TraceIndex) -> u64 {
+        self.processes
+            .iter()
+            .zip(&index.processes)
+            .map(|(summary, info)| summary.lost_events(info.end.as_ref().map(|e| e.reserved_events)))
+            .sum()
+    }
+}
+
+/// Call sites, largest first: (stack, bytes, allocations).
+pub fn largest_call_sites(by_stack: &ByStack) -> Vec<(u32, u64, u64)> {
+    let mut sites: Vec<(u32, u64, u64)> = by_stack.iter().map(|(&s, &(b, n))| (s, b, n)).collect();
+    sites.sort_by_key(|&(stack, bytes, _)| (std::cmp::Reverse(bytes), stack));
+    sites
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use cudatrace_events::Kind;
+
+    fn event(seq: u64, op: Op, kind: Kind, address: u64, size: u64) -> Event {
+        Event {
+            pid: 1,
+            tid: 1,
+            seq,
+            time_ns: seq,
+            device: if kind == Kind::HostPinned { None } else { Some(0) },
+            stream: 0,
+            api: Api::CuMemAllocV2,
+            op,
+            kind,
+            address,
+            size,
+            arg1: 0,
+            arg2: 0,
+            stack: 0,
+        }
+    }
+
+    /// Allocations minus frees, against the allocations live at the end, per device.
+    fn balance(p: &ProcessSummary) -> Vec<(DeviceKey, u64, usize)> {
+        let live = p.live_at_exit();
+        p.devices
+            .iter()
+            .map(|(&device, stats)| {
+                (
+                    device,
+                    stats.allocations - stats.frees,
+                    live.get(&device).map_or(0, Vec::len),
+                )
+            })
+            .collect()
+    }
+
+    const GPU0: DeviceKey = DeviceKey::Gpu(0);
+
+    #[test]
+    fn vmm_memory_is_freed_at_its_last_unmap_after_release() {
+        let mut p = ProcessSummary::default();
+        let mut changes = Vec::new();
+        let handle = 0x10;
+        p.apply(&event(0, Op::Alloc, Kind::VmmPhysical, handle, 100), &mut changes);
+        let mut map = event(1, Op::Map, Kind::VirtualAddress, 0x1000, 100);
+        map.arg1 = handle;
+        p.apply(&map, &mut changes);
+        let mut second = event(2, Op::Map, Kind::VirtualAddress, 0x2000, 100);
+        second.arg1 = handle;
+        p.apply(&second, &mut changes);
+        p.apply(&event(3, Op::Alloc, Kind::Device, 0x9000, 50), &mut changes);
+        assert_eq!(p.devices[&GPU0].current, 150);
+        assert_eq!(p.devices[&GPU0].peak, 150);
+        // Released while still mapped: neither gone nor freed.
+        p.apply(&event(4, Op::Free, Kind::VmmPhysical, handle, 100), &mut changes);
+        assert_eq!(p.devices[&GPU0].current, 150);
+        assert_eq!((p.devices[&GPU0].allocations, p.devices[&GPU0].frees), (2, 0));
+        assert_eq!(balance(&p), vec![(GPU0, 2, 2)]);
+        // One unmap covering both mappings frees it.
+        p.apply(&event(5, Op::Unmap, Kind::VirtualAddress, 0x1000, 0x1100), &mut changes);
+        assert_eq!(p.devices[&GPU0].current, 50);
+        assert_eq!((p.devices[&GPU0].allocations, p.devices[&GPU0].frees), (2, 1));
+        assert_eq!(p.devices[&GPU0].peak, 150);
+        assert_eq!(balance(&p), vec![(GPU0, 1, 1)]);
+        // Unmapped first, then released: freed at the release.
+        p.apply(&event(6, Op::Alloc, Kind::VmmPhysical, 0x20, 64), &mut changes);
+        p.apply(&event(7, Op::Free, Kind::VmmPhysical, 0x20, 64), &mut changes);
+        assert_eq!((p.devices[&GPU0].allocations, p.devices[&GPU0].frees), (3, 2));
+        assert_eq!(balance(&p), vec![(GPU0, 1, 1)]);
+        assert_eq!(p.lost_events(None), 0);
+    }
+
+    #[test]
+    fn memory_on_an_unknown_device_is_not_counted_as_device_0() {
+        let mut p = ProcessSummary::default();
+        let mut changes = Vec::new();
+        p.apply(&event(0, Op::Alloc, Kind::Device, 0x1000, 10), &mut changes);
+        let mut unknown = event(1, Op::Alloc, Kind::Device, 0x2000, 20);
+        unknown.device = None;
+        p.apply(&unknown, &mut changes);
+        let mut freed = event(2, Op::Free, Kind::Device, 0x2000, 20);
+        freed.device = None;
+        p.apply(&freed, &mut changes);
+        let mut again = event(3, Op::Alloc, Kind::Pool, 0x3000, 30);
+        again.device = None;
+        p.apply(&again, &mut changes);
+        assert_eq!(p.devices[&GPU0].current, 10);
+        assert_eq!(p.devices[&DeviceKey::Unknown].current, 30);
+        assert_eq!(p.devices[&DeviceKey::Unknown].allocations, 2);
+        assert_eq!(balance(&p), vec![(GPU0, 1, 1), (DeviceKey::Unknown, 1, 1)]);
+        assert_eq!(DeviceKey::Unknown.json(), Value::Null);
+        assert_eq!(DeviceKey::Unknown.label(), "unknown device");
+    }
+
+    #[test]
+    fn lost_events_are_the_gaps_in_sequence_numbers_and_what_came_after_the_last() {
+        let mut p = ProcessSummary::default();
+        let mut changes = Vec::new();
+        for seq in [0, 1, 4, 5, 9] {
+            p.apply(
+                &event(seq, Op::Alloc, Kind::Device, 0x1000 * (seq + 1), 8),
+                &mut changes,
+            );
+        }
+        assert_eq!(p.lost_events(None), 5);
+        assert_eq!(p.lost_events(Some(12)), 7);
+    }
+
+    #[test]
+    fn an_address_allocated_twice_frees_the_first_allocation() {
+        let mut p = ProcessSummary::default();
+        let mut changes = Vec::new();
+        p.apply(&event(0, Op::Alloc, Kind::Device, 0x1000, 10), &mut changes);
+        p.apply(&event(1, Op::Alloc, Kind::Device, 0x1000, 30), &mut changes);
+        assert_eq!(p.memory.reused_without_free, 1);
+        assert_eq!(p.devices[&GPU0].current, 30);
+        assert_eq!(balance(&p), vec![(GPU0, 1, 1)]);
+    }
+
+    #[test]
+    fn failed_calls_change_nothing() {
+        let mut p = ProcessSummary::default();
+        let mut changes = Vec::new();
+        p.apply(&event(0, Op::Alloc, Kind::Device, 0x1000, 10), &mut changes);
+        p.apply(&event(1, Op::Failed, Kind::Device, 0x1000, 0), &mut changes);
+        assert_eq!((p.devices[&GPU0].allocations, p.devices[&GPU0].frees), (1, 0));
+        assert_eq!(p.devices[&GPU0].current, 10);
+        assert_eq!((p.memory.events, p.lost_events(None)), (2, 0));
+    }
+
+    #[test]
+    fn host_pinned_and_ipc_memory_stay_out_of_device_totals() {
+        let mut p = ProcessSummary::default();
+        let mut changes = Vec::new();
+        p.apply(&event(0, Op::Alloc, Kind::HostPinned, 0x5000, 64), &mut changes);
+        p.apply(&event(1, Op::Alloc, Kind::IpcImport, 0x6000, 0), &mut changes);
+        p.apply(&event(2, Op::Free, Kind::HostPinned, 0x5000, 64), &mut changes);
+        assert!(p.devices.is_empty());
+        assert_eq!(
+            (p.host.allocations, p.host.frees, p.host.peak, p.host.current),
+            (1, 1, 64, 0)
+        );
+    }
+}

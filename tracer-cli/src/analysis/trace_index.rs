@@ -1,0 +1,232 @@
+//! The first pass over a trace: everything but the events themselves.
+
+use cudatrace_events::stacks::StackNode;
+use cudatrace_trace::{
+    Damage, DamagedSpool, Header, ProcessEnd, ProcessStart, Record, Refusal, SymbolFrame, TraceReader,
+};
+use std::collections::HashMap;
+use std::fs::File;
+use std::path::{Path, PathBuf};
+
+/// Where one block of a process's events lies in the file.
+#[derive(Clone, Copy, Debug)]
+pub struct BlockRef {
+    /// Byte offset of its frame.
+    pub offset: u64,
+}
+
+/// One process image of the trace.
+#[derive(Debug)]
+pub struct ProcessIndex {
+    /// Its start record.
+    pub start: ProcessStart,
+    /// Its end record, if the trace has one.
+    pub end: Option<ProcessEnd>,
+    /// Its event blocks, in file (and sequence) order.
+    pub blocks: Vec<BlockRef>,
+    /// Memory events (not stack records) in its blocks.
+    pub memory_events: u64,
+    /// Its stack nodes, by id.
+    pub stack_nodes: HashMap<u32, StackNode>,
+    /// The source frames of its stack nodes, from the trace's symbols.
+    pub stack_symbols: HashMap<u32, Vec<SymbolFrame>>,
+    /// Time of its first and last memory events.
+    pub first_time_ns: Option<u64>,
+    /// See `first_time_ns`.
+    pub last_time_ns: Option<u64>,
+}
+
+/// What a first read of a trace learned.
+pub struct TraceIndex {
+    /// The trace's path.
+    pub path: PathBuf,
+    /// The file, opened once for the second pass.
+    pub file: File,
+    /// Its header record.
+    pub header: Option<Header>,
+    /// Its process images, in the order they appear.
+    pub processes: Vec<ProcessIndex>,
+    /// Spools the collector refused.
+    pub refused: Vec<Refusal>,
+    /// Spools that could not be read at all.
+    pub damaged_spools: Vec<DamagedSpool>,
+    /// Whether the trace ended with its footer.
+    pub complete: bool,
+    /// Where reading stopped early, if it did.
+    pub damage: Option<Damage>,
+    /// Damaged frames that were skipped, reading on after each.
+    pub skipped: Vec<Damage>,
+    /// Records read.
+    pub records: u64,
+    /// Interned texts of stack frames.
+    pub strings: HashMap<u64, String>,
+    /// Memory events in all blocks.
+    pub memory_events: u64,
+    /// Events of every sort (stack records too) in all blocks.
+    pub events: u64,
+    index_of: HashMap<u32, usize>,
+}
+
+impl TraceIndex {
+    /// Reads the trace at `path`. Fails only when it cannot be opened or is
+    /// not a trace; damage further on is kept in `damage` and `skipped`.
+    pub fn read(path: &Path) -> Result<TraceIndex, String> {
+        let file = File::open(path).map_err(|e| format!("cannot open {}: {e}", path.display()))?;
+        let reader = TraceReader::new(std::io::BufReader::with_capacity(
+            1 << 20,
+            file.try_clone().map_err(|e| e.to_string())?,
+        ))
+        .map_err(|damage| format!("{}: {}", path.display(), damage.reason))?;
+        let mut index = TraceIndex {
+            path: path.to_path_buf(),
+            file,
+            header: None,
+            processes: Vec::new(),
+            refused: Vec::new(),
+            damaged_spools: Vec::new(),
+            complete: false,
+            damage: None,
+            skipped: Vec::new(),
+            records: 0,
+            strings: HashMap::new(),
+            memory_events: 0,
+            events: 0,
+            index_of: HashMap::new(),
+        };
+        let mut reader = reader;
+        loop {
+            let offset = reader.offset();
+            let record = match reader.next_record() {
+                Ok(Some(record)) => record,
+                Ok(None) => break,
+                Err(damage) if damage.skipped => {
+                    index.skipped.push(damage);
+                    continue;
+                }
+                Err(damage) => {
+                    index.damage = Some(damage);
+                    break;
+                }
+            };
+            index.records += 1;
+            index.take(record, offset);
+        }
+        Ok(index)
+    }
+
+    fn take(&mut self, record: Record, offset: u64) {
+        match record {
+            Record::Header(header) => self.header = Some(header),
+            Record::Process(start) => {
+                self.index_of.insert(start.process, self.processes.len());
+                self.processes.push(ProcessIndex {
+                    start,
+                    end: None,
+                    blocks: Vec::new(),
+                    memory_events: 0,
+                    stack_nodes: HashMap::new(),
+                    stack_symbols: HashMap::new(),
+                    first_time_ns: None,
+                    last_time_ns: None,
+                });
+            }
+            Record::Events { process, events } => {
+                self.events += events.len() as u64;
+                let Some(process) = self.process_mut(process) else {
+                    return;
+                };
+                if events.is_empty() {
+                    return;
+                }
+                process.blocks.push(BlockRef { offset });
+                let mut memory_events = 0;
+                for event in &events {
+                    match StackNode::from_event(event) {
+                        Some(node) => {
+                            process.stack_nodes.insert(node.id, node);
+                        }
+                        None if event.op.is_memory_event() => {
+                            memory_events += 1;
+                            process.first_time_ns.get_or_insert(event.time_ns);
+                            process.last_time_ns = Some(event.time_ns);
+                        }
+                        None => {}
+                    }
+                }
+                process.memory_events += memory_events;
+                self.memory_events += memory_events;
+            }
+            Record::ProcessEnd(end) => {
+                if let Some(process) = self.process_mut(end.process) {
+                    process.end = Some(end);
+                }
+            }
+            Record::Refused(refusal) => self.refused.push(refusal),
+            Record::DamagedSpool(spool) => self.damaged_spools.push(spool),
+            Record::Footer(_) => self.complete = true,
+            Record::String { id, text } => {
+                self.strings.insert(id, text);
+            }
+            Record::Symbols { process, nodes } => {
+                if let Some(process) = self.process_mut(process) {
+                    process
+                        .stack_symbols
+                        .extend(nodes.into_iter().map(|n| (n.node, n.frames)));
+                }
+            }
+            Record::Unknown { .. } => {}
+        }
+    }
+
+    fn process_mut(&mut self, process: u32) -> Option<&mut ProcessIndex> {
+        let index = *self.index_of.get(&process)?;
+        self.processes.get_mut(index)
+    }
+
+    /// The pid of each process index, for decoding blocks again.
+    pub fn pid_of(&self, process: u32) -> Option<u32> {
+        self.index_of.get(&process).map(|&i| self.processes[i].start.pid)
+    }
+
+    /// The run's first instant, as (`CLOCK_MONOTONIC`, wall clock) ns: the
+    /// header's, or an earlier process start (a collector started by the
+    /// library writes its header after the first process started).
+    fn origin(&self) -> (u64, u64) {
+        self.header
+            .iter()
+            .map(|h| (h.start_monotonic_ns, h.start_realtime_ns))
+            .chain(
+                self.processes
+                    .iter()
+                    .map(|p| (p.start.start_monotonic_ns, p.start.start_realtime_ns)),
+            )
+            .min_by_key(|&(monotonic, _)| monotonic)
+            .unwrap_or((0, 0))
+    }
+
+    /// `CLOCK_MONOTONIC` at the start of the run.
+    pub fn start_ns(&self) -> u64 {
+        self.origin().0
+    }
+
+    /// Wall clock at `start_ns`, ns since the Unix epoch.
+    pub fn start_realtime_ns(&self) -> u64 {
+        self.origin().1
+    }
+
+    /// Wall-clock microseconds since the epoch of monotonic time `time_ns`.
+    pub fn epoch_us(&self, time_ns: u64) -> u64 {
+        let since_start = time_ns as i128 - self.start_ns() as i128;
+        ((self.start_realtime_ns() as i128 + since_start).max(0) / 1000) as u64
+    }
+
+    /// The latest time of any memory event or process exit.
+    pub fn end_ns(&self) -> u64 {
+        self.processes
+            .iter()
+            .flat_map(|p| [p.last_time_ns, p.end.as_ref().and_then(|e| e.exit_time_ns)])
+            .flatten()
+            .max()
+            .unwrap_or_else(|| self.start_ns())
+    }
+}

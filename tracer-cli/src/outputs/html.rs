@@ -1,0 +1,422 @@
+//! `cudatrace html`: one self-contained HTML page, viewable with no
+//! network: per process and device, a chart of live bytes over time
+//! stacked by the top call sites with the peak marked, and tables of
+//! memory at the peak, memory live at exit and OOMs, by call site.
+//!
+//! The charts are SVG drawn here; a little script of our own adds hover
+//! and zoom. The figures come from the same replay as `cudatrace report`.
+
+use crate::analysis::{
+    largest_call_sites, ByStack, Change, DeviceKey, EventStream, ProcessIndex, ProcessSummary, Summary, TraceIndex,
+};
+use crate::cli::HtmlArgs;
+use crate::progress::Progress;
+use crate::wording::{bytes, count};
+use crate::Failure;
+use std::collections::{BTreeMap, HashMap};
+use std::fmt::Write as _;
+use std::io::Write as _;
+
+/// Call sites drawn as series of their own; the rest are one "other" series.
+const SERIES: usize = 8;
+/// Time bins per chart.
+const BINS: usize = 600;
+/// Chart size in SVG units.
+const WIDTH: f64 = 900.0;
+const HEIGHT: f64 = 260.0;
+/// Call sites listed per table.
+const TABLE_ROWS: usize = 20;
+/// Frames shown per stack.
+const FRAMES_SHOWN: usize = 12;
+const COLORS: [&str; SERIES + 1] = [
+    "#4e79a7", "#f28e2b", "#e15759", "#76b7b2", "#59a14f", "#edc948", "#b07aa1", "#ff9da7", "#bab0ac",
+];
+
+/// One bin: the state at its highest total, and its last state.
+#[derive(Clone)]
+struct Bin {
+    top_total: u64,
+    top: Vec<u64>,
+    last: Vec<u64>,
+}
+
+/// A chart being filled: live bytes per series, sampled into time bins.
+struct Chart {
+    series_of: HashMap<u32, usize>,
+    names: Vec<String>,
+    current: Vec<u64>,
+    bins: Vec<Option<Bin>>,
+    t0: u64,
+    span: u64,
+}
+
+impl Chart {
+    fn record(&mut self, time_ns: u64) {
+        let offset = time_ns.saturating_sub(self.t0).min(self.span);
+        let bin = if self.span == 0 {
+            0
+        } else {
+            (offset as u128 * (BINS as u128 - 1) / self.span as u128) as usize
+        };
+        let total: u64 = self.current.iter().sum();
+        match &mut self.bins[bin] {
+            Some(b) => {
+                if total >= b.top_total {
+                    b.top_total = total;
+                    b.top.clone_from(&self.current);
+                }
+                b.last.clone_from(&self.current);
+            }
+            slot => {
+                *slot = Some(Bin {
+                    top_total: total,
+                    top: self.current.clone(),
+                    last: self.current.clone(),
+                })
+            }
+        }
+    }
+
+    /// Values per series per bin, carrying the last state over empty bins.
+    fn columns(&self) -> Vec<Vec<u64>> {
+        let mut carried = vec![0; self.current.len()];
+        let mut out = Vec::with_capacity(BINS);
+        for bin in &self.bins {
+            match bin {
+                Some(b) => {
+                    out.push(b.top.clone());
+                    carried.clone_from(&b.last);
+                }
+                None => out.push(carried.clone()),
+            }
+        }
+        out
+    }
+}
+
+/// `cudatrace html`.
+pub fn command(args: HtmlArgs) -> Result<u8, Failure> {
+    let index = TraceIndex::read(&args.trace)?;
+    let path = args.output.clone().unwrap_or_else(|| args.trace.with_extension("html"));
+    let progress = Progress::new("html", index.events * 2);
+    let summary = Summary::build(&index, &progress);
+    progress.next_pass("html");
+    let charts = fill_charts(&index, &summary, &progress);
+    drop(progress);
+    let page = page(&index, &summary, &charts);
+    let written = std::fs::File::create(&path).and_then(|mut f| {
+        f.write_all(page.as_bytes())?;
+        f.flush()
+    });
+    if let Err(e) = written {
+        let _ = std::fs::remove_file(&path);
+        return Err(format!("cannot write {}: {e}", path.display()).into());
+    }
+    println!("{}", path.display());
+    Ok(super::say_what_the_trace_lacks(&index, &summary.stream_errors))
+}
+
+/// The second pass: live bytes per top call site, per process and device.
+fn fill_charts(index: &TraceIndex, summary: &Summary, progress: &Progress) -> Vec<BTreeMap<DeviceKey, Chart>> {
+    let mut charts: Vec<BTreeMap<DeviceKey, Chart>> = index
+        .processes
+        .iter()
+        .zip(&summary.processes)
+        .map(|(info, process)| {
+            let t0 = info.first_time_ns.unwrap_or(0);
+            let span = info.last_time_ns.unwrap_or(t0).saturating_sub(t0);
+            process
+                .devices
+                .iter()
+                .map(|(&device, stats)| {
+                    let sites = largest_call_sites(&stats.peak_by_stack);
+                    let mut series_of = HashMap::new();
+                    let mut names = Vec::new();
+                    for &(stack, _, _) in sites.iter().take(SERIES) {
+                        series_of.insert(stack, names.len());
+                        names.push(site_name(index, info, stack));
+                    }
+                    names.push("other call sites".to_string());
+                    let chart = Chart {
+                        series_of,
+                        current: vec![0; names.len()],
+                        names,
+                        bins: vec![None; BINS],
+                        t0,
+                        span,
+                    };
+                    (device, chart)
+                })
+                .collect()
+        })
+        .collect();
+    let mut memories: Vec<ProcessSummary> = index.processes.iter().map(|_| ProcessSummary::default()).collect();
+    let mut changes = Vec::new();
+    for (process, event) in EventStream::new(index) {
+        progress.tick();
+        changes.clear();
+        memories[process].memory.apply(&event, &mut changes);
+        for change in &changes {
+            let (sign, a) = match change {
+                Change::Allocated(a) => (1i8, a),
+                Change::Freed { allocation, .. } => (-1, allocation),
+                _ => continue,
+            };
+            if !a.is_device_memory() {
+                continue;
+            }
+            let Some(chart) = charts[process].get_mut(&DeviceKey::of(a.device)) else {
+                continue;
+            };
+            let series = chart.series_of.get(&a.stack).copied().unwrap_or(chart.names.len() - 1);
+            let value = &mut chart.current[series];
+            *value = if sign > 0 {
+                *value + a.size
+            } else {
+                value.saturating_sub(a.size)
+            };
+            chart.record(event.time_ns);
+        }
+    }
+    charts
+}
+
+/// A call site's name in a legend: its innermost frame with a source line,
+/// else its innermost frame.
+fn site_name(index: &TraceIndex, info: &ProcessIndex, stack: u32) -> String {
+    let frames = index.frames(info, stack);
+    frames
+        .iter()
+        .find(|f| f.line.is_some())
+        .or(frames.first())
+        .map_or_else(|| "(no call stack recorded)".to_string(), |f| f.text())
+}
+
+fn escape(text: &str) -> String {
+    let mut out = String::with_capacity(text.len());
+    for c in text.chars() {
+        match c {
+            '&' => out.push_str("&amp;"),
+            '<' => out.push_str("&lt;"),
+            '>' => out.push_str("&gt;"),
+            '"' => out.push_str("&quot;"),
+            '\'' => out.push_str("&#39;"),
+            c => out.push(c),
+        }
+    }
+    out
+}
+
+fn page(index: &TraceIndex, summary: &Summary, charts: &[BTreeMap<DeviceKey, Chart>]) -> String {
+    let title = index
+        .header
+        .as_ref()
+        .map_or_else(|| index.path.display().to_string(), |h| h.command.join(" "));
+    let mut out = String::new();
+    let _ = write!(
+        out,
+        "<!DOCTYPE html>\n<html lang=\"en\"><head><meta charset=\"utf-8\"><title>cudatrace: {}</title>\n<style>\n{}</style></head><body>\n",
+        escape(&title),
+        include_str!("html/page.css")
+    );
+    let _ = writeln!(out, "<h1>GPU memory of <code>{}</code></h1>", escape(&title));
+    if let Some(h) = &index.header {
+        let _ = writeln!(
+            out,
+            "<p class=\"note\">traced on {} by cudatrace {}; {}, {}.</p>",
+            escape(&h.host),
+            escape(&h.tracer_version),
+            count(index.processes.len() as u64, "process", "processes"),
+            count(index.memory_events, "event", "events")
+        );
+    }
+    let lost = summary.lost_events(index);
+    if lost > 0 || !index.complete || index.damage.is_some() {
+        let _ = writeln!(
+            out,
+            "<p><b>This trace is incomplete:</b> it lacks {}{}.</p>",
+            count(lost, "event", "events"),
+            if index.complete { "" } else { " and has no footer" }
+        );
+    }
+    out += "<h2>Processes</h2>\n<table><tr><th>pid</th><th>parent</th><th>image</th><th>command</th><th>exit</th><th>events</th></tr>\n";
+    for (info, process) in index.processes.iter().zip(&summary.processes) {
+        let s = &info.start;
+        let exit = info
+            .end
+            .as_ref()
+            .map_or("unknown".to_string(), |e| match (e.exit_status, e.still_running) {
+                (_, true) => "still running".to_string(),
+                (Some(status), _) => status.to_string(),
+                (None, _) => "unknown".to_string(),
+            });
+        let _ = writeln!(
+            out,
+            "<tr><td>{}</td><td>{}</td><td>{}</td><td><code>{}</code></td><td>{}</td><td class=\"num\">{}</td></tr>",
+            s.pid,
+            s.ppid,
+            s.image,
+            escape(&s.argv.join(" ")),
+            exit,
+            process.memory.events
+        );
+    }
+    out += "</table>\n";
+    for ((info, process), charts) in index.processes.iter().zip(&summary.processes).zip(charts) {
+        for (device, stats) in &process.devices {
+            let _ = writeln!(
+                out,
+                "<h2>pid {} — {}</h2>\n<p>{}, {}; peak {}, live at exit {}.</p>",
+                info.start.pid,
+                device.label(),
+                count(stats.allocations, "allocation", "allocations"),
+                count(stats.frees, "free", "frees"),
+                bytes(stats.peak),
+                bytes(stats.current)
+            );
+            if let Some(chart) = charts.get(device) {
+                out += &chart_html(chart, stats.peak, stats.peak_time_ns);
+            }
+            out += &sites_table(
+                index,
+                info,
+                &format!("Memory at the peak of {}", bytes(stats.peak)),
+                &stats.peak_by_stack,
+            );
+            out += &sites_table(index, info, "Memory live at exit (leaks)", &stats.live_by_stack);
+            if !stats.ooms.is_empty() {
+                out += "<h3>Out-of-memory failures</h3>\n<table class=\"ooms\"><tr><th>when</th><th>asked for</th><th>free</th><th>total</th><th>API</th><th>stack</th></tr>\n";
+                for oom in &stats.ooms {
+                    let _ = writeln!(
+                        out,
+                        "<tr><td class=\"num\">{:.3} s</td><td class=\"num\">{}</td><td class=\"num\">{}</td><td class=\"num\">{}</td><td>{}</td><td>{}</td></tr>",
+                        oom.time_ns.saturating_sub(index.start_ns()) as f64 / 1e9,
+                        bytes(oom.requested_bytes),
+                        bytes(oom.device_free),
+                        bytes(oom.device_total),
+                        oom.api,
+                        stack_html(index, info, oom.stack)
+                    );
+                }
+                out += "</table>\n";
+            }
+        }
+    }
+    let _ = write!(
+        out,
+        "<script>\n{}</script>\n</body></html>\n",
+        include_str!("html/page.js")
+    );
+    out
+}
+
+fn chart_html(chart: &Chart, peak: u64, peak_time_ns: u64) -> String {
+    let columns = chart.columns();
+    let top = columns.iter().map(|c| c.iter().sum::<u64>()).max().unwrap_or(0).max(1) as f64;
+    let x = |bin: usize| bin as f64 * WIDTH / (BINS - 1) as f64;
+    let y = |value: u64| HEIGHT - value as f64 / top * HEIGHT * 0.95;
+    let mut svg = format!("<svg class=\"plot\" viewBox=\"0 0 {WIDTH} {HEIGHT}\" preserveAspectRatio=\"none\" xmlns=\"http://www.w3.org/2000/svg\">");
+    let mut legend = String::new();
+    let mut data_series = Vec::new();
+    let mut below = vec![0u64; BINS];
+    for (series, name) in chart.names.iter().enumerate() {
+        if columns.iter().all(|c| c[series] == 0) {
+            continue;
+        }
+        let color = COLORS[series.min(COLORS.len() - 1)];
+        let mut path = String::new();
+        for (bin, column) in columns.iter().enumerate() {
+            let _ = write!(
+                path,
+                "{}{:.1},{:.1}",
+                if bin == 0 { "M" } else { "L" },
+                x(bin),
+                y(below[bin] + column[series])
+            );
+        }
+        for bin in (0..BINS).rev() {
+            let _ = write!(path, "L{:.1},{:.1}", x(bin), y(below[bin]));
+        }
+        path.push('Z');
+        let _ = write!(
+            svg,
+            "<path class=\"series\" data-series=\"{series}\" fill=\"{color}\" fill-opacity=\"0.85\" d=\"{path}\"><title>{}</title></path>",
+            escape(name)
+        );
+        let _ = write!(
+            legend,
+            "<span><i style=\"background:{color}\"></i>{}</span>",
+            escape(name)
+        );
+        for (bin, column) in columns.iter().enumerate() {
+            below[bin] += column[series];
+        }
+        data_series
+            .push(serde_json::json!({"name": name, "values": columns.iter().map(|c| c[series]).collect::<Vec<u64>>()}));
+    }
+    let peak_offset = peak_time_ns.saturating_sub(chart.t0).min(chart.span);
+    let peak_bin = if chart.span == 0 {
+        0
+    } else {
+        (peak_offset as u128 * (BINS as u128 - 1) / chart.span as u128) as usize
+    };
+    let _ = write!(
+        svg,
+        "<line class=\"peak\" x1=\"{0:.1}\" x2=\"{0:.1}\" y1=\"0\" y2=\"{HEIGHT}\" stroke=\"#d00\" stroke-dasharray=\"4 3\"><title>peak {1}</title></line></svg>",
+        x(peak_bin),
+        bytes(peak)
+    );
+    let seconds = |ns: u64| ns as f64 / 1e9;
+    let times: Vec<f64> = (0..BINS)
+        .map(|bin| seconds(chart.span) * bin as f64 / (BINS - 1) as f64)
+        .collect();
+    let data = serde_json::json!({"width": WIDTH, "height": HEIGHT, "times": times, "series": data_series});
+    // `</` inside a script would end it early.
+    let data = data.to_string().replace("</", "<\\/");
+    format!(
+        "<div class=\"chart\" data-expected-series=\"{}\">{svg}<div class=\"axis\"><span>0 s</span><span>peak {} at {:.3} s (dashed line); drag to zoom, double-click to reset</span><span>{:.3} s</span></div><div class=\"legend\">{legend}</div><div class=\"tip\"></div><script type=\"application/json\" class=\"data\">{data}</script></div>\n",
+        data_series.len(),
+        bytes(peak),
+        seconds(peak_offset),
+        seconds(chart.span)
+    )
+}
+
+fn sites_table(index: &TraceIndex, info: &ProcessIndex, title: &str, by_stack: &ByStack) -> String {
+    let sites = largest_call_sites(by_stack);
+    if sites.is_empty() {
+        return format!("<h3>{}</h3>\n<p class=\"note\">none</p>\n", escape(title));
+    }
+    let mut out = format!(
+        "<h3>{}</h3>\n<table class=\"sites\"><tr><th>bytes</th><th>allocations</th><th>call stack</th></tr>\n",
+        escape(title)
+    );
+    for &(stack, size, allocations) in sites.iter().take(TABLE_ROWS) {
+        let _ = writeln!(
+            out,
+            "<tr><td class=\"num\">{}</td><td class=\"num\">{allocations}</td><td>{}</td></tr>",
+            bytes(size),
+            stack_html(index, info, stack)
+        );
+    }
+    if sites.len() > TABLE_ROWS {
+        let _ = writeln!(
+            out,
+            "<tr><td colspan=\"3\">... and {} more call sites</td></tr>",
+            sites.len() - TABLE_ROWS
+        );
+    }
+    out + "</table>\n"
+}
+
+fn stack_html(index: &TraceIndex, info: &ProcessIndex, stack: u32) -> String {
+    let frames = index.frames(info, stack);
+    if frames.is_empty() {
+        return "<span class=\"note\">(no call stack recorded)</span>".to_string();
+    }
+    let mut lines: Vec<String> = frames.iter().take(FRAMES_SHOWN).map(|f| escape(&f.text())).collect();
+    if frames.len() > FRAMES_SHOWN {
+        lines.push(format!("... {} more frames", frames.len() - FRAMES_SHOWN));
+    }
+    format!("<pre class=\"stack\">{}</pre>", lines.join("\n"))
+}

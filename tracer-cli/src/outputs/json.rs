@@ -1,0 +1,116 @@
+//! `cudatrace report --json`: the report as one JSON object (the documented
+//! shape; keys may be added, never removed).
+
+use crate::analysis::{largest_call_sites, ByStack, Frame, ProcessIndex, ProcessSummary, Summary, TraceIndex};
+use serde_json::{json, Value};
+
+fn process_json(index: &TraceIndex, info: &ProcessIndex, process: &ProcessSummary) -> Value {
+    let start = &info.start;
+    let end = info.end.clone().unwrap_or_default();
+    let live = process.live_at_exit();
+    let stack_json = |stack: u32| -> Value { index.frames(info, stack).iter().map(Frame::json).collect() };
+    let devices: Vec<Value> = process
+        .devices
+        .iter()
+        .map(|(&device, stats)| {
+            let live_list: Vec<Value> = live
+                .get(&device)
+                .map(|list| {
+                    list.iter()
+                        .map(|a| json!({"address": a.address, "size": a.size, "api": a.api.name(), "kind": a.kind.name(), "stack": stack_json(a.stack)}))
+                        .collect()
+                })
+                .unwrap_or_default();
+            let ooms: Vec<Value> = stats
+                .ooms
+                .iter()
+                .map(|o| json!({"requested_bytes": o.requested_bytes, "api": o.api.name(), "device_free": o.device_free, "device_total": o.device_total, "stack": stack_json(o.stack)}))
+                .collect();
+            let sites = |by_stack: &ByStack| -> Vec<Value> {
+                largest_call_sites(by_stack)
+                    .into_iter()
+                    .map(|(stack, bytes, allocations)| json!({"bytes": bytes, "allocations": allocations, "stack": stack_json(stack)}))
+                    .collect()
+            };
+            json!({
+                "device": device.json(),
+                "allocations": stats.allocations,
+                "frees": stats.frees,
+                "bytes_allocated": stats.bytes_allocated,
+                "peak_bytes": stats.peak,
+                "live_bytes_at_exit": stats.current,
+                "live_at_exit": live_list,
+                "live_at_exit_by_call_site": sites(&stats.live_by_stack),
+                "peak_by_call_site": sites(&stats.peak_by_stack),
+                "ooms": ooms,
+            })
+        })
+        .collect();
+    let exit_time = end
+        .exit_time_ns
+        .filter(|&t| t >= start.start_monotonic_ns)
+        .map(|t| start.start_realtime_ns + (t - start.start_monotonic_ns));
+    json!({
+        "pid": start.pid,
+        "start_time_ns": start.start_realtime_ns,
+        "exit_time_ns": exit_time,
+        "ppid": start.ppid,
+        "image": start.image,
+        "argv": start.argv,
+        "exit_status": end.exit_status,
+        "still_running": end.still_running,
+        "events": process.memory.events,
+        "lost_events": process.lost_events(info.end.as_ref().map(|e| e.reserved_events)),
+        "dropped_events": end.dropped_records,
+        "drop_reason": end.drop_errno.map(crate::errno::describe),
+        "unfinished_records": end.unfinished_records,
+        "damaged_records": end.damaged_records,
+        "unknown_frees": end.unknown_frees,
+        "reused_without_free": process.memory.reused_without_free,
+        "devices": devices,
+        "host_pinned": {
+            "allocations": process.host.allocations,
+            "frees": process.host.frees,
+            "peak_bytes": process.host.peak,
+            "live_bytes_at_exit": process.host.current,
+        },
+    })
+}
+
+/// The whole report as JSON.
+pub fn report(index: &TraceIndex, summary: &Summary) -> Value {
+    let processes: Vec<Value> = index
+        .processes
+        .iter()
+        .zip(&summary.processes)
+        .map(|(info, process)| process_json(index, info, process))
+        .collect();
+    let refused: Vec<Value> = index
+        .refused
+        .iter()
+        .map(|r| json!({"path": r.path, "uid": r.uid, "reason": r.reason}))
+        .collect();
+    let damaged_spools: Vec<Value> = index
+        .damaged_spools
+        .iter()
+        .map(|d| json!({"pid": d.pid, "image": d.image, "path": d.path, "reason": d.reason}))
+        .collect();
+    let skipped: Vec<Value> = index.skipped.iter().map(|d| json!(d.to_string())).collect();
+    let dropped: u64 = index
+        .processes
+        .iter()
+        .filter_map(|p| p.end.as_ref())
+        .map(|end| end.dropped_records)
+        .sum();
+    json!({
+        "format_version": index.header.as_ref().map_or(cudatrace_trace::FORMAT_VERSION, |h| h.format_version),
+        "lost_events": summary.lost_events(index),
+        "dropped_events": dropped,
+        "complete": index.complete,
+        "damage": index.damage.as_ref().map(ToString::to_string),
+        "skipped_damage": skipped,
+        "refused_spools": refused,
+        "damaged_spools": damaged_spools,
+        "processes": processes,
+    })
+}

@@ -1,0 +1,47 @@
+//! One module per output of a trace. Each reads the same [`TraceIndex`]
+//! and replays the same events (see [`crate::analysis`]), so all agree.
+
+pub mod html;
+pub mod json;
+pub mod perfetto;
+pub mod pickle;
+pub mod snapshot;
+pub mod text;
+
+use crate::analysis::TraceIndex;
+use crate::terminal::say;
+use crate::wording::count;
+
+/// Says on stderr what is wrong with the trace, if anything; returns the
+/// exit code that reading it deserves (1 when it is damaged).
+pub fn say_what_the_trace_lacks(index: &TraceIndex, stream_errors: &[String]) -> u8 {
+    let path = index.path.display();
+    let mut code = 0;
+    if !index.skipped.is_empty() {
+        say(&format!(
+            "cudatrace: {path} has {}, skipped (the first {}); the events they held are counted as lost",
+            count(index.skipped.len() as u64, "damaged frame", "damaged frames"),
+            index.skipped[0]
+        ));
+        code = 1;
+    }
+    if let Some(damage) = &index.damage {
+        say(&format!(
+            "cudatrace: {path} is damaged {damage}; the output covers the {} records before it",
+            index.records
+        ));
+        code = 1;
+    } else if !index.complete {
+        say(&format!(
+            "cudatrace: {path} has no footer: it is still being written, or its writer was stopped"
+        ));
+    }
+    if let Some(first) = stream_errors.first() {
+        say(&format!(
+            "cudatrace: {path} changed while it was read ({first}); the output lacks {}",
+            count(stream_errors.len() as u64, "block of events", "blocks of events")
+        ));
+        code = 1;
+    }
+    code
+}

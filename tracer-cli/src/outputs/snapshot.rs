@@ -1,0 +1,754 @@
+//! `cudatrace snapshot`: one pickle per process in the format of
+//! `torch.cuda.memory._dump_snapshot()`, for PyTorch's memory visualizer
+//! and `python -m torch.cuda._memory_viz`.
+//!
+//! Its blocks are driver allocations, not tensors: each device, pitched,
+//! managed or stream-ordered allocation is one segment holding one block
+//! that covers it exactly. VMM memory appears as PyTorch's expandable
+//! segments do: each mapped range is a `segment_map` and a block, and the
+//! final segments are the contiguous mapped runs. Pinned host memory, CUDA
+//! arrays and IPC imports have no place in the format and are left out;
+//! the snapshot's `allocator_settings` say what was.
+//!
+//! The final `segments` are the state the trace entries lead to, kept by
+//! [`ViewerState`], so the viewer's backward replay finds every block
+//! inside a segment at every step.
+
+use super::pickle::Pickler;
+use crate::analysis::{Change, EventStream, Frame, ProcessIndex, ProcessMemory, TraceIndex, Window};
+use crate::cli::SnapshotArgs;
+use crate::progress::Progress;
+use crate::wording::{bytes, count};
+use crate::Failure;
+use cudatrace_events::{Event, Kind, Op};
+use std::collections::{BTreeMap, HashMap};
+use std::fs::File;
+use std::io::{self, BufWriter, Seek, Write};
+use std::path::{Path, PathBuf};
+
+/// Past this size a snapshot lags or crashes the viewer's browser tab.
+const WARN_BYTES: u64 = 200 << 20;
+/// Segments above this size are "large" ones, as PyTorch's allocator names them.
+const SMALL_SEGMENT_LIMIT: u64 = 1 << 20;
+
+/// One trace entry, before it is pickled.
+#[derive(Clone, Copy, Debug)]
+struct Entry {
+    action: &'static str,
+    address: u64,
+    size: u64,
+    stream: u64,
+    stack: u32,
+    time_ns: u64,
+    /// For `oom`.
+    device_free: u64,
+}
+
+/// A segment as the viewer sees it.
+#[derive(Clone, Debug)]
+struct Segment {
+    size: u64,
+    device: u8,
+    stream: u64,
+    stack: u32,
+    /// A VMM mapping (part of an expandable segment), not an allocation.
+    mapped: bool,
+    /// For stream-ordered allocations from a pool of the program's own.
+    pool: u64,
+}
+
+/// The segments the entries written so far lead to, per address. Entries
+/// pass through it, so a free is written only for a block it holds.
+#[derive(Default)]
+struct ViewerState {
+    segments: BTreeMap<u64, Segment>,
+}
+
+impl ViewerState {
+    /// Adds a segment, first freeing any it would overlap (their frees were
+    /// never seen); returns the entries that make the change.
+    fn add(&mut self, address: u64, segment: Segment, time_ns: u64, stack: u32, out: &mut Vec<(u8, Entry)>) {
+        if segment.size == 0 {
+            return;
+        }
+        let end = address.saturating_add(segment.size);
+        let mut overlapping = Vec::new();
+        for (&start, s) in self.segments.range(..end).rev() {
+            if start >= address || start.saturating_add(s.size) > address {
+                overlapping.push(start);
+            }
+            if start < address {
+                break;
+            }
+        }
+        for start in overlapping {
+            self.remove(start, time_ns, stack, out);
+        }
+        let entry = Entry {
+            action: if segment.mapped { "segment_map" } else { "segment_alloc" },
+            address,
+            size: segment.size,
+            stream: segment.stream,
+            stack: segment.stack,
+            time_ns,
+            device_free: 0,
+        };
+        out.push((segment.device, entry));
+        out.push((
+            segment.device,
+            Entry {
+                action: "alloc",
+                ..entry
+            },
+        ));
+        self.segments.insert(address, segment);
+    }
+
+    /// Removes the segment at `address`, if there is one.
+    fn remove(&mut self, address: u64, time_ns: u64, stack: u32, out: &mut Vec<(u8, Entry)>) {
+        let Some(segment) = self.segments.remove(&address) else {
+            return;
+        };
+        let entry = Entry {
+            action: "free_requested",
+            address,
+            size: segment.size,
+            stream: segment.stream,
+            stack,
+            time_ns,
+            device_free: 0,
+        };
+        out.push((segment.device, entry));
+        out.push((
+            segment.device,
+            Entry {
+                action: "free_completed",
+                ..entry
+            },
+        ));
+        let action = if segment.mapped {
+            "segment_unmap"
+        } else {
+            "segment_free"
+        };
+        out.push((segment.device, Entry { action, ..entry }));
+    }
+}
+
+/// What the format has no place for, counted.
+#[derive(Default)]
+struct LeftOut {
+    pinned_host: (u64, u64),
+    arrays: (u64, u64),
+    ipc_imports: u64,
+    unknown_device: (u64, u64),
+    unmapped_vmm_at_end: (u64, u64),
+    before_window: u64,
+    over_max_events: u64,
+}
+
+/// One process's snapshot being written.
+struct ProcessSnapshot {
+    process: usize,
+    path: PathBuf,
+    memory: ProcessMemory,
+    state: ViewerState,
+    /// Per device: the pickled trace entries, in a file of their own until
+    /// the snapshot is put together.
+    devices: BTreeMap<u8, Fragment>,
+    left_out: LeftOut,
+    /// Entries in the window, from the counting pass; entries still to
+    /// skip to keep the newest `--max-events`.
+    to_skip: u64,
+    entries_written: u64,
+}
+
+/// One device's trace entries, pickled into a temporary file.
+struct Fragment {
+    pickler: Pickler<BufWriter<File>>,
+    /// Memo indices of the strings and frame lists this fragment wrote.
+    strings: HashMap<&'static str, u32>,
+    frames: HashMap<u32, u32>,
+}
+
+/// Memo indices handed out across a snapshot and its fragments.
+struct Memo {
+    next: u32,
+    /// Frame lists memoized by any fragment (all precede the segments).
+    frames: HashMap<u32, u32>,
+}
+
+/// `cudatrace snapshot`.
+pub fn command(args: SnapshotArgs) -> Result<u8, Failure> {
+    let index = TraceIndex::read(&args.trace)?;
+    let selected: Vec<usize> = (0..index.processes.len())
+        .filter(|&i| {
+            let p = &index.processes[i];
+            args.pid.map_or(p.memory_events > 0, |pid| p.start.pid == pid)
+        })
+        .collect();
+    if selected.is_empty() {
+        return Err(match args.pid {
+            Some(pid) => format!("{} has no process {pid}", args.trace.display()).into(),
+            None => format!("{} has no memory events to snapshot", args.trace.display()).into(),
+        });
+    }
+    let window = Window::seconds(index.start_ns(), args.window.from, args.window.to);
+    let stem = output_stem(&args.trace, args.output.as_deref());
+    let progress = Progress::new(
+        "snapshot",
+        index.events * if args.window.max_events.is_some() { 2 } else { 1 },
+    );
+    let mut snapshots: Vec<Option<ProcessSnapshot>> = (0..index.processes.len()).map(|_| None).collect();
+    for &process in &selected {
+        let start = &index.processes[process].start;
+        let name = if start.image == 0 {
+            format!("{}.{}.pickle", stem.display(), start.pid)
+        } else {
+            format!("{}.{}-{}.pickle", stem.display(), start.pid, start.image)
+        };
+        snapshots[process] = Some(ProcessSnapshot {
+            process,
+            path: PathBuf::from(name),
+            memory: ProcessMemory::default(),
+            state: ViewerState::default(),
+            devices: BTreeMap::new(),
+            left_out: LeftOut::default(),
+            to_skip: 0,
+            entries_written: 0,
+        });
+    }
+    if let Some(max) = args.window.max_events {
+        for (process, entries) in count_entries(&index, &window, &snapshots, &progress) {
+            if let Some(snapshot) = &mut snapshots[process] {
+                snapshot.to_skip = entries.saturating_sub(max);
+            }
+        }
+    }
+    let folder = stem
+        .parent()
+        .filter(|p| !p.as_os_str().is_empty())
+        .unwrap_or(Path::new("."));
+    let mut memo = Memo {
+        next: 0,
+        frames: HashMap::new(),
+    };
+    let result = write_entries(&index, &window, &mut snapshots, folder, &mut memo, &progress);
+    let stream_errors = result.map_err(|e| format!("cannot write a snapshot in {}: {e}", folder.display()))?;
+    drop(progress);
+    for snapshot in snapshots.into_iter().flatten() {
+        let path = snapshot.path.clone();
+        let written = finish(&index, snapshot, &mut memo).map_err(|e| {
+            let _ = std::fs::remove_file(&path);
+            format!("cannot write {}: {e}", path.display())
+        })?;
+        println!("{}", path.display());
+        if written > WARN_BYTES {
+            crate::terminal::say(&format!(
+                "cudatrace: {} is {}: the memory visualizer may lag or crash past 200 MiB; narrow it with --from/--to or --max-events",
+                path.display(),
+                bytes(written)
+            ));
+        }
+    }
+    Ok(super::say_what_the_trace_lacks(&index, &stream_errors))
+}
+
+/// `TRACE`'s path without its extension, or `-o`'s, without `.pickle`.
+fn output_stem(trace: &Path, output: Option<&Path>) -> PathBuf {
+    match output {
+        Some(path) => {
+            let text = path.to_string_lossy();
+            PathBuf::from(text.strip_suffix(".pickle").unwrap_or(&text).to_string())
+        }
+        None => trace.with_extension(""),
+    }
+}
+
+/// The entries each selected process would write in the window.
+fn count_entries(
+    index: &TraceIndex,
+    window: &Window,
+    snapshots: &[Option<ProcessSnapshot>],
+    progress: &Progress,
+) -> Vec<(usize, u64)> {
+    let mut memories: HashMap<usize, (ProcessMemory, ViewerState, u64)> = HashMap::new();
+    let mut changes = Vec::new();
+    let mut entries = Vec::new();
+    for (process, event) in EventStream::new(index) {
+        progress.tick();
+        if snapshots[process].is_none() || window.is_after(event.time_ns) {
+            continue;
+        }
+        let (memory, state, counted) = memories.entry(process).or_default();
+        changes.clear();
+        entries.clear();
+        memory.apply(&event, &mut changes);
+        entries_of(&event, &changes, state, &mut entries, &mut LeftOut::default());
+        if !window.is_before(event.time_ns) {
+            *counted += entries.len() as u64;
+        }
+    }
+    progress.next_pass("snapshot");
+    memories.into_iter().map(|(p, (_, _, n))| (p, n)).collect()
+}
+
+/// The entries `changes` (made by `event`) lead to, through `state`.
+fn entries_of(
+    event: &Event,
+    changes: &[Change],
+    state: &mut ViewerState,
+    out: &mut Vec<(u8, Entry)>,
+    left_out: &mut LeftOut,
+) {
+    if event.op == Op::Alloc && event.kind == Kind::IpcImport {
+        left_out.ipc_imports += 1;
+    }
+    for change in changes {
+        match change {
+            Change::Allocated(a) => match (a.kind, a.device) {
+                (Kind::HostPinned, _) => add(&mut left_out.pinned_host, a.size),
+                (Kind::Array, _) => add(&mut left_out.arrays, a.size),
+                (Kind::VmmPhysical, _) => {}
+                (_, None) => add(&mut left_out.unknown_device, a.size),
+                (_, Some(device)) => {
+                    let segment = Segment {
+                        size: a.size,
+                        device,
+                        stream: a.stream,
+                        stack: a.stack,
+                        mapped: false,
+                        pool: if a.kind == Kind::Pool {
+                            event.pool().unwrap_or(0)
+                        } else {
+                            0
+                        },
+                    };
+                    state.add(a.address, segment, a.time_ns, a.stack, out);
+                }
+            },
+            Change::Freed { allocation: a, .. } => {
+                if !matches!(a.kind, Kind::HostPinned | Kind::Array | Kind::VmmPhysical) && a.device.is_some() {
+                    state.remove(a.address, event.time_ns, event.stack, out);
+                }
+            }
+            Change::Mapped {
+                address,
+                size,
+                physical,
+            } => {
+                let device = physical.as_ref().and_then(|p| p.device).or(event.device);
+                let Some(device) = device else {
+                    add(&mut left_out.unknown_device, *size);
+                    continue;
+                };
+                let segment = Segment {
+                    size: *size,
+                    device,
+                    stream: 0,
+                    stack: physical.as_ref().map_or(event.stack, |p| p.stack),
+                    mapped: true,
+                    pool: 0,
+                };
+                state.add(*address, segment, event.time_ns, event.stack, out);
+            }
+            Change::Unmapped { address, .. } => state.remove(*address, event.time_ns, event.stack, out),
+            Change::OutOfMemory {
+                requested, device_free, ..
+            } => {
+                if let Some(device) = event.device {
+                    let entry = Entry {
+                        action: "oom",
+                        address: 0,
+                        size: *requested,
+                        stream: event.stream,
+                        stack: event.stack,
+                        time_ns: event.time_ns,
+                        device_free: *device_free,
+                    };
+                    out.push((device, entry));
+                }
+            }
+            Change::Reserved { .. } | Change::Unreserved { .. } => {}
+        }
+    }
+}
+
+fn add(counter: &mut (u64, u64), size: u64) {
+    counter.0 += 1;
+    counter.1 += size;
+}
+
+/// The second pass: replays every event up to the window's end and pickles
+/// the entries of those inside it.
+fn write_entries(
+    index: &TraceIndex,
+    window: &Window,
+    snapshots: &mut [Option<ProcessSnapshot>],
+    folder: &Path,
+    memo: &mut Memo,
+    progress: &Progress,
+) -> io::Result<Vec<String>> {
+    let mut changes = Vec::new();
+    let mut entries = Vec::new();
+    let mut stream = EventStream::new(index);
+    for (process, event) in &mut stream {
+        progress.tick();
+        let Some(snapshot) = &mut snapshots[process] else {
+            continue;
+        };
+        if window.is_after(event.time_ns) {
+            continue;
+        }
+        changes.clear();
+        entries.clear();
+        snapshot.memory.apply(&event, &mut changes);
+        let mut left_out = std::mem::take(&mut snapshot.left_out);
+        entries_of(&event, &changes, &mut snapshot.state, &mut entries, &mut left_out);
+        snapshot.left_out = left_out;
+        if entries.is_empty() {
+            continue;
+        }
+        if window.is_before(event.time_ns) {
+            snapshot.left_out.before_window += entries.len() as u64;
+            continue;
+        }
+        if snapshot.to_skip > 0 {
+            let skipped = (entries.len() as u64).min(snapshot.to_skip);
+            snapshot.to_skip -= skipped;
+            snapshot.left_out.over_max_events += entries.len() as u64;
+            continue;
+        }
+        let info = &index.processes[snapshot.process];
+        for &(device, entry) in &entries {
+            let fragment = match snapshot.devices.entry(device) {
+                std::collections::btree_map::Entry::Occupied(slot) => slot.into_mut(),
+                std::collections::btree_map::Entry::Vacant(slot) => slot.insert(Fragment::create(folder)?),
+            };
+            fragment.write_entry(index, info, &entry, memo)?;
+            snapshot.entries_written += 1;
+        }
+    }
+    Ok(stream.errors)
+}
+
+impl Fragment {
+    fn create(folder: &Path) -> io::Result<Fragment> {
+        let file = anonymous_file(folder)?;
+        let mut pickler = Pickler::fragment(BufWriter::with_capacity(1 << 20, file));
+        pickler.begin_list()?;
+        Ok(Fragment {
+            pickler,
+            strings: HashMap::new(),
+            frames: HashMap::new(),
+        })
+    }
+
+    fn write_entry(
+        &mut self,
+        index: &TraceIndex,
+        info: &ProcessIndex,
+        entry: &Entry,
+        memo: &mut Memo,
+    ) -> io::Result<()> {
+        self.pickler.item()?;
+        self.pickler.begin_dict()?;
+        self.key_str("action", entry.action, memo)?;
+        if entry.action == "oom" {
+            self.key(memo, "device_free", |p| p.uint(entry.device_free))?;
+        } else {
+            self.key(memo, "addr", |p| p.uint(entry.address))?;
+        }
+        self.key(memo, "size", |p| p.uint(entry.size))?;
+        self.key(memo, "stream", |p| p.uint(entry.stream))?;
+        self.key(memo, "time_us", |p| p.uint(index.epoch_us(entry.time_ns)))?;
+        self.pickler.item()?;
+        self.string("frames", memo)?;
+        write_frames(&mut self.pickler, index, info, entry.stack, &mut self.frames, memo)?;
+        self.pickler.item_done()?;
+        self.pickler.end()?;
+        self.pickler.item_done()
+    }
+
+    fn string(&mut self, text: &'static str, memo: &mut Memo) -> io::Result<()> {
+        match self.strings.get(text) {
+            Some(&id) => self.pickler.get(id),
+            None => {
+                self.pickler.str(text)?;
+                let id = memo.next;
+                memo.next += 1;
+                self.strings.insert(text, id);
+                self.pickler.put(id)
+            }
+        }
+    }
+
+    fn key(
+        &mut self,
+        memo: &mut Memo,
+        key: &'static str,
+        value: impl FnOnce(&mut Pickler<BufWriter<File>>) -> io::Result<()>,
+    ) -> io::Result<()> {
+        self.pickler.item()?;
+        self.string(key, memo)?;
+        value(&mut self.pickler)?;
+        self.pickler.item_done()
+    }
+
+    fn key_str(&mut self, key: &'static str, value: &'static str, memo: &mut Memo) -> io::Result<()> {
+        self.pickler.item()?;
+        self.string(key, memo)?;
+        self.string(value, memo)?;
+        self.pickler.item_done()
+    }
+
+    /// The fragment's bytes, from the start.
+    fn into_file(self) -> io::Result<File> {
+        let mut file = self.pickler.into_fragment()?.into_inner().map_err(|e| e.into_error())?;
+        file.rewind()?;
+        Ok(file)
+    }
+}
+
+/// A file in `folder` with no name: it goes away with its handle.
+fn anonymous_file(folder: &Path) -> io::Result<File> {
+    static NEXT: std::sync::atomic::AtomicU32 = std::sync::atomic::AtomicU32::new(0);
+    let n = NEXT.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+    let path = folder.join(format!(".cudatrace-snapshot-{}-{n}.part", std::process::id()));
+    let file = std::fs::OpenOptions::new()
+        .read(true)
+        .write(true)
+        .create_new(true)
+        .open(&path)?;
+    std::fs::remove_file(&path)?;
+    Ok(file)
+}
+
+/// Writes the frame list of `stack` (innermost first), memoized: the
+/// viewer never changes frame lists, so they may be shared.
+fn write_frames<W: Write>(
+    pickler: &mut Pickler<W>,
+    index: &TraceIndex,
+    info: &ProcessIndex,
+    stack: u32,
+    local: &mut HashMap<u32, u32>,
+    memo: &mut Memo,
+) -> io::Result<()> {
+    if let Some(&id) = local.get(&stack) {
+        return pickler.get(id);
+    }
+    pickler.begin_list()?;
+    for frame in index.frames(info, stack) {
+        pickler.push(|p| write_frame(p, &frame))?;
+    }
+    pickler.end()?;
+    let id = memo.next;
+    memo.next += 1;
+    pickler.put(id)?;
+    local.insert(stack, id);
+    memo.frames.insert(stack, id);
+    Ok(())
+}
+
+fn write_frame<W: Write>(pickler: &mut Pickler<W>, frame: &Frame) -> io::Result<()> {
+    pickler.begin_dict()?;
+    let filename = frame
+        .file
+        .clone()
+        .or_else(|| frame.module.clone())
+        .unwrap_or_else(|| "??".into());
+    pickler.entry("filename", |p| p.str(&filename))?;
+    pickler.entry("line", |p| p.uint(u64::from(frame.line.unwrap_or(0))))?;
+    pickler.entry("name", |p| p.str(&frame.function))?;
+    pickler.end()
+}
+
+/// Puts one process's snapshot together; returns its size in bytes.
+fn finish(index: &TraceIndex, mut snapshot: ProcessSnapshot, memo: &mut Memo) -> io::Result<u64> {
+    let info = &index.processes[snapshot.process];
+    for allocation in snapshot.memory.live_device_memory() {
+        if allocation.kind == Kind::VmmPhysical
+            && !snapshot
+                .memory
+                .live_mappings()
+                .any(|(_, _, p)| p.map(|p| p.address) == Some(allocation.address))
+        {
+            add(&mut snapshot.left_out.unmapped_vmm_at_end, allocation.size);
+        }
+    }
+    let file = File::create(&snapshot.path)?;
+    let mut p = Pickler::new(BufWriter::with_capacity(1 << 20, file))?;
+    p.begin_dict()?;
+    // device_traces: one list per device, up to the highest one used.
+    let highest = snapshot
+        .devices
+        .keys()
+        .copied()
+        .chain(snapshot.state.segments.values().map(|s| s.device))
+        .max();
+    p.item()?;
+    p.str("device_traces")?;
+    p.begin_list()?;
+    let mut fragments = std::mem::take(&mut snapshot.devices);
+    for device in 0..=highest.map_or(-1, i32::from) {
+        match fragments.remove(&(device as u8)) {
+            Some(fragment) => p.splice(&mut fragment.into_file()?)?,
+            None => p.push(|p| {
+                p.begin_list()?;
+                p.end()
+            })?,
+        }
+    }
+    p.end()?;
+    p.item_done()?;
+    // segments: what the entries lead to.
+    p.item()?;
+    p.str("segments")?;
+    p.begin_list()?;
+    for (address, run) in segment_runs(&snapshot.state) {
+        p.item()?;
+        write_segment(&mut p, index, info, address, &run, memo)?;
+        p.item_done()?;
+    }
+    p.end()?;
+    p.item_done()?;
+    p.item()?;
+    p.str("allocator_settings")?;
+    write_notes(&mut p, &snapshot.left_out, snapshot.entries_written)?;
+    p.item_done()?;
+    p.end()?;
+    let written = p.written();
+    let mut out = p.finish()?;
+    out.flush()?;
+    Ok(written)
+}
+
+/// The final segments: allocations one each, and VMM mappings merged
+/// into contiguous runs, as PyTorch's expandable segments are.
+fn segment_runs(state: &ViewerState) -> Vec<(u64, Vec<(u64, Segment)>)> {
+    let mut runs: Vec<(u64, Vec<(u64, Segment)>)> = Vec::new();
+    for (&address, segment) in &state.segments {
+        if let Some((_, blocks)) = runs.last_mut() {
+            let (last_address, last) = blocks.last().expect("a run has a block");
+            let joins =
+                segment.mapped && last.mapped && last.device == segment.device && last_address + last.size == address;
+            if joins {
+                blocks.push((address, segment.clone()));
+                continue;
+            }
+        }
+        runs.push((address, vec![(address, segment.clone())]));
+    }
+    runs
+}
+
+fn write_segment<W: Write>(
+    p: &mut Pickler<W>,
+    index: &TraceIndex,
+    info: &ProcessIndex,
+    address: u64,
+    blocks: &[(u64, Segment)],
+    memo: &mut Memo,
+) -> io::Result<()> {
+    let first = &blocks[0].1;
+    let total: u64 = blocks.iter().map(|(_, s)| s.size).sum();
+    let mut frames = |p: &mut Pickler<W>, stack: u32| -> io::Result<()> {
+        match memo.frames.get(&stack) {
+            Some(&id) => p.get(id),
+            None => write_frames(p, index, info, stack, &mut HashMap::new(), memo),
+        }
+    };
+    p.begin_dict()?;
+    p.entry("device", |p| p.uint(u64::from(first.device)))?;
+    p.entry("address", |p| p.uint(address))?;
+    for key in ["total_size", "allocated_size", "active_size", "requested_size"] {
+        p.entry(key, |p| p.uint(total))?;
+    }
+    p.entry("stream", |p| p.uint(first.stream))?;
+    let kind = if total > SMALL_SEGMENT_LIMIT { "large" } else { "small" };
+    p.entry("segment_type", |p| p.str(kind))?;
+    p.entry("segment_pool_id", |p| {
+        p.uint(0)?;
+        p.uint(first.pool)?;
+        p.tuple2()
+    })?;
+    p.entry("is_expandable", |p| p.bool(first.mapped))?;
+    p.item()?;
+    p.str("frames")?;
+    frames(p, first.stack)?;
+    p.item_done()?;
+    p.item()?;
+    p.str("blocks")?;
+    p.begin_list()?;
+    for (block_address, block) in blocks {
+        p.item()?;
+        p.begin_dict()?;
+        p.entry("address", |p| p.uint(*block_address))?;
+        p.entry("size", |p| p.uint(block.size))?;
+        p.entry("requested_size", |p| p.uint(block.size))?;
+        p.entry("state", |p| p.str("active_allocated"))?;
+        p.item()?;
+        p.str("frames")?;
+        frames(p, block.stack)?;
+        p.item_done()?;
+        p.end()?;
+        p.item_done()?;
+    }
+    p.end()?;
+    p.item_done()?;
+    p.end()
+}
+
+/// `allocator_settings`: the viewer shows it as it is, so it says where
+/// the snapshot came from and what it left out.
+fn write_notes<W: Write>(p: &mut Pickler<W>, left_out: &LeftOut, entries: u64) -> io::Result<()> {
+    let mut notes = vec![
+        "written by cudatrace from a driver-level trace: blocks are driver allocations (cudaMalloc, cuMemAlloc, \
+         stream-ordered and managed allocations, VMM mappings), not tensors"
+            .to_string(),
+        format!("{} in the trace entries", count(entries, "entry", "entries")),
+    ];
+    let mut say = |what: &str, (n, size): (u64, u64)| {
+        if n > 0 {
+            notes.push(format!(
+                "left out: {} of {what} ({})",
+                count(n, "allocation", "allocations"),
+                bytes(size)
+            ));
+        }
+    };
+    say("pinned host memory", left_out.pinned_host);
+    say("CUDA arrays (keyed by handle, not address)", left_out.arrays);
+    say("memory on a device the tracer could not learn", left_out.unknown_device);
+    say(
+        "VMM physical memory not mapped at the end",
+        left_out.unmapped_vmm_at_end,
+    );
+    if left_out.ipc_imports > 0 {
+        notes.push(format!(
+            "left out: {} (memory of another process)",
+            count(left_out.ipc_imports, "IPC import", "IPC imports")
+        ));
+    }
+    if left_out.before_window > 0 {
+        notes.push(format!(
+            "left out: {} before --from",
+            count(left_out.before_window, "entry", "entries")
+        ));
+    }
+    if left_out.over_max_events > 0 {
+        notes.push(format!(
+            "left out: the oldest {} (--max-events)",
+            count(left_out.over_max_events, "entry", "entries")
+        ));
+    }
+    p.begin_dict()?;
+    p.entry("cudatrace_notes", |p| {
+        p.begin_list()?;
+        for note in &notes {
+            p.push(|p| p.str(note))?;
+        }
+        p.end()
+    })?;
+    p.end()
+}

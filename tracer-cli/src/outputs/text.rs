@@ -1,0 +1,190 @@
+//! `cudatrace report`: the report for people.
+
+use crate::analysis::{largest_call_sites, ByStack, ProcessIndex, ProcessSummary, Summary, TraceIndex};
+use crate::wording::{bytes, count};
+use cudatrace_trace::ProcessEnd;
+
+/// Live allocations the text report lists per device, largest first.
+const LARGEST_SHOWN: usize = 5;
+/// Frames of one stack shown.
+const FRAMES_SHOWN: usize = 16;
+
+/// The whole report as text.
+pub fn report(index: &TraceIndex, summary: &Summary) -> String {
+    let mut out = String::new();
+    let events: u64 = summary.processes.iter().map(|p| p.memory.events).sum();
+    if let Some(h) = &index.header {
+        out += &format!(
+            "trace of `{}` on {} (cudatrace {}): {}, {}\n",
+            h.command.join(" "),
+            h.host,
+            h.tracer_version,
+            count(index.processes.len() as u64, "process", "processes"),
+            count(events, "event", "events")
+        );
+    }
+    for (info, process) in index.processes.iter().zip(&summary.processes) {
+        out += &process_text(index, info, process);
+    }
+    let lost = summary.lost_events(index);
+    if lost > 0 {
+        out += &format!("\nthe trace lacks {} in all\n", count(lost, "event", "events"));
+    }
+    for refusal in &index.refused {
+        out += &format!("\nrefused {} (uid {}): {}\n", refusal.path, refusal.uid, refusal.reason);
+    }
+    for spool in &index.damaged_spools {
+        out += &format!(
+            "\npid {} (image {}): spool {} could not be read: {}\n",
+            spool.pid, spool.image, spool.path, spool.reason
+        );
+    }
+    out
+}
+
+fn process_text(index: &TraceIndex, info: &ProcessIndex, process: &ProcessSummary) -> String {
+    let start = &info.start;
+    let end = info.end.clone().unwrap_or_default();
+    let exit = match (end.exit_status, end.still_running) {
+        (_, true) => "still running at the end".to_string(),
+        (Some(status), _) if status > 128 => format!("killed by signal {} (status {status})", status - 128),
+        (Some(status), _) => format!("exit {status}"),
+        (None, _) => "exit status unknown".to_string(),
+    };
+    let mut out = format!(
+        "\npid {} (parent {}) {} — {exit}\n",
+        start.pid,
+        start.ppid,
+        start.argv.join(" ")
+    );
+    let live = process.live_at_exit();
+    for (device, stats) in &process.devices {
+        let live_list = live.get(device).map(Vec::as_slice).unwrap_or_default();
+        out += &format!(
+            "  {}: {}, {}, peak {}, live at exit {} in {}\n",
+            device.label(),
+            count(stats.allocations, "allocation", "allocations"),
+            count(stats.frees, "free", "frees"),
+            bytes(stats.peak),
+            bytes(stats.current),
+            count(live_list.len() as u64, "allocation", "allocations")
+        );
+        let mut largest = live_list.to_vec();
+        largest.sort_by_key(|a| std::cmp::Reverse(a.size));
+        for a in largest.iter().take(LARGEST_SHOWN) {
+            out += &format!(
+                "    live {:>10} {} {} at {:#x}\n",
+                bytes(a.size),
+                a.api,
+                a.kind,
+                a.address
+            );
+        }
+        if largest.len() > LARGEST_SHOWN {
+            out += &format!(
+                "    ... and {} more (all in `cudatrace report --json`)\n",
+                largest.len() - LARGEST_SHOWN
+            );
+        }
+        out += &call_sites_text(index, info, "live at exit", &stats.live_by_stack);
+        out += &call_sites_text(
+            index,
+            info,
+            &format!("at the peak of {}", bytes(stats.peak)),
+            &stats.peak_by_stack,
+        );
+        for oom in &stats.ooms {
+            out += &format!(
+                "    OUT OF MEMORY: {} asked for {} with {} free of {}\n",
+                oom.api,
+                bytes(oom.requested_bytes),
+                bytes(oom.device_free),
+                bytes(oom.device_total)
+            );
+            out += &stack_text(index, info, oom.stack, "      ");
+        }
+    }
+    if process.host.allocations > 0 {
+        out += &format!(
+            "  pinned host memory: {}, {}, peak {}, live at exit {}\n",
+            count(process.host.allocations, "allocation", "allocations"),
+            count(process.host.frees, "free", "frees"),
+            bytes(process.host.peak),
+            bytes(process.host.current)
+        );
+    }
+    out += &lost_text(process.lost_events(info.end.as_ref().map(|e| e.reserved_events)), &end);
+    out
+}
+
+/// The largest call sites of `by_stack`, each with its stack.
+fn call_sites_text(index: &TraceIndex, info: &ProcessIndex, what: &str, by_stack: &ByStack) -> String {
+    let sites = largest_call_sites(by_stack);
+    if sites.is_empty() || sites.iter().all(|&(stack, _, _)| stack == 0) {
+        return String::new();
+    }
+    let mut out = format!("    call sites {what}:\n");
+    for &(stack, size, allocations) in sites.iter().take(LARGEST_SHOWN) {
+        out += &format!(
+            "      {} in {}\n",
+            bytes(size),
+            count(allocations, "allocation", "allocations")
+        );
+        out += &stack_text(index, info, stack, "        ");
+    }
+    if sites.len() > LARGEST_SHOWN {
+        out += &format!("      ... and {} more call sites\n", sites.len() - LARGEST_SHOWN);
+    }
+    out
+}
+
+fn stack_text(index: &TraceIndex, info: &ProcessIndex, stack: u32, indent: &str) -> String {
+    let frames = index.frames(info, stack);
+    if frames.is_empty() {
+        return format!("{indent}(no call stack recorded)\n");
+    }
+    let mut out = String::new();
+    for frame in frames.iter().take(FRAMES_SHOWN) {
+        out += &format!("{indent}{}\n", frame.text());
+    }
+    if frames.len() > FRAMES_SHOWN {
+        out += &format!("{indent}... {} more frames\n", frames.len() - FRAMES_SHOWN);
+    }
+    out
+}
+
+/// The lines saying what the trace lacks of a process, and why.
+fn lost_text(lost: u64, end: &ProcessEnd) -> String {
+    if lost == 0 {
+        return String::new();
+    }
+    let mut reasons = Vec::new();
+    if end.dropped_records > 0 {
+        let why = end
+            .drop_errno
+            .map_or_else(|| "unknown reason".into(), crate::errno::describe);
+        reasons.push(format!("{} could not be stored ({why})", end.dropped_records));
+    }
+    if end.unfinished_records > 0 {
+        let when = if end.still_running {
+            "in flight when the trace ended"
+        } else {
+            "cut short by the process's death"
+        };
+        reasons.push(format!("{} {when}", count(end.unfinished_records, "was", "were")));
+    }
+    if end.damaged_records > 0 {
+        reasons.push(format!(
+            "{} damaged in the spool",
+            count(end.damaged_records, "was", "were")
+        ));
+    }
+    let explained = end.dropped_records + end.unfinished_records + end.damaged_records;
+    if lost > explained {
+        reasons.push(format!(
+            "{} missing from the trace",
+            count(lost - explained, "is", "are")
+        ));
+    }
+    format!("  LOST {}: {}\n", count(lost, "event", "events"), reasons.join("; "))
+}
