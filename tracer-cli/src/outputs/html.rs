@@ -374,12 +374,21 @@ fn chart_html(chart: &Chart, peak: u64, peak_time_ns: u64) -> String {
     // `</` inside a script would end it early.
     let data = data.to_string().replace("</", "<\\/");
     format!(
-        "<div class=\"chart\" data-expected-series=\"{}\">{svg}<div class=\"axis\"><span>0 s</span><span>peak {} at {:.3} s (dashed line); drag to zoom, double-click to reset</span><span>{:.3} s</span></div><div class=\"legend\">{legend}</div><div class=\"tip\"></div><script type=\"application/json\" class=\"data\">{data}</script></div>\n",
+        "<div class=\"chart\" data-expected-series=\"{}\">{svg}<div class=\"axis\"><span>0 s</span><span>peak {} at {} (dashed line); drag to zoom, double-click to reset</span><span>{}</span></div><div class=\"legend\">{legend}</div><div class=\"tip\"></div><script type=\"application/json\" class=\"data\">{data}</script></div>\n",
         data_series.len(),
         bytes(peak),
-        seconds(peak_offset),
-        seconds(chart.span)
+        duration(peak_offset),
+        duration(chart.span)
     )
+}
+
+/// `1.234 s`, or `12.345 ms` under a second.
+fn duration(ns: u64) -> String {
+    if ns < 1_000_000_000 {
+        format!("{:.3} ms", ns as f64 / 1e6)
+    } else {
+        format!("{:.3} s", ns as f64 / 1e9)
+    }
 }
 
 fn sites_table(index: &TraceIndex, info: &ProcessIndex, title: &str, by_stack: &ByStack) -> String {

@@ -4,6 +4,7 @@
 
 #[path = "../../../tests/support/mod.rs"]
 mod support;
+pub mod viewer;
 
 pub use support::*;
 

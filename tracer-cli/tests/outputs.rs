@@ -1,0 +1,372 @@
+//! `cudatrace snapshot`, `perfetto` and `html` on traces of the fake driver:
+//! exact content, the viewer's own rules, and agreement with `report`.
+
+mod common;
+
+use common::viewer::{check_replay, unpickle};
+use common::*;
+use serde_json::{json, Value};
+use std::path::{Path, PathBuf};
+use std::process::Command;
+
+fn traced(label: &str, scenario: &str, env: &[(&str, &str)]) -> (PathBuf, Value) {
+    let (output, trace) = run_scenario(label, scenario, env);
+    assert!(output.status.success(), "{}", String::from_utf8_lossy(&output.stderr));
+    let (report, _) = report_json_with_stacks(&trace);
+    (trace, report)
+}
+
+/// Runs `cudatrace ARGS`; returns stdout's lines, asserting success.
+fn convert(args: &[&str]) -> Vec<String> {
+    let out = cudatrace(args).output().unwrap();
+    assert!(
+        out.status.success(),
+        "{args:?}: {}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    String::from_utf8_lossy(&out.stdout)
+        .lines()
+        .map(str::to_string)
+        .collect()
+}
+
+/// The snapshot, read by the viewer's rules and by Python's pickle, which must agree.
+fn read_snapshot(path: &Path) -> Value {
+    let bytes = std::fs::read(path).unwrap();
+    let (snapshot, largest_batch) = unpickle(&bytes).unwrap_or_else(|e| panic!("{}: {e}", path.display()));
+    assert!(largest_batch <= 1000, "batches of {largest_batch}");
+    let python = Command::new("python3")
+        .arg("-c")
+        .arg("import json, pickle, sys; print(json.dumps(pickle.load(open(sys.argv[1], 'rb'))))")
+        .arg(path)
+        .output()
+        .unwrap();
+    assert!(python.status.success(), "{}", String::from_utf8_lossy(&python.stderr));
+    let from_python: Value = serde_json::from_slice(&python.stdout).unwrap();
+    assert_eq!(from_python, snapshot);
+    snapshot
+}
+
+fn actions(snapshot: &Value, device: usize) -> Vec<(String, i64)> {
+    snapshot["device_traces"][device]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|e| (e["action"].as_str().unwrap().to_string(), e["size"].as_i64().unwrap()))
+        .collect()
+}
+
+fn pairs(list: &[(&str, i64)]) -> Vec<(String, i64)> {
+    list.iter().map(|&(a, s)| (a.to_string(), s)).collect()
+}
+
+#[test]
+fn vmm_mappings_become_expandable_segment_maps() {
+    let (trace, report) = traced("snapshot-vmm", "vmm", &[]);
+    let pid = report["processes"][0]["pid"].as_u64().unwrap();
+    let stem = trace.with_extension("");
+    let written = convert(&["snapshot", trace.to_str().unwrap()]);
+    let path = PathBuf::from(format!("{}.{pid}.pickle", stem.display()));
+    assert_eq!(written, vec![path.display().to_string()]);
+    let snapshot = read_snapshot(&path);
+    let two_mib = 2 << 20;
+    assert_eq!(snapshot["device_traces"][0], json!([]));
+    assert_eq!(
+        actions(&snapshot, 1),
+        pairs(&[
+            ("segment_map", two_mib),
+            ("alloc", two_mib),
+            ("segment_map", two_mib),
+            ("alloc", two_mib),
+            ("free_requested", two_mib),
+            ("free_completed", two_mib),
+            ("segment_unmap", two_mib),
+            ("free_requested", two_mib),
+            ("free_completed", two_mib),
+            ("segment_unmap", two_mib),
+        ])
+    );
+    let trace1 = snapshot["device_traces"][1].as_array().unwrap();
+    assert_eq!(
+        trace1[2]["addr"].as_i64().unwrap(),
+        trace1[0]["addr"].as_i64().unwrap() + two_mib
+    );
+    assert_eq!(trace1[0]["frames"][0]["name"], "vmm_create");
+    assert_eq!(snapshot["segments"], json!([]));
+    assert_eq!(
+        snapshot["allocator_settings"]["cudatrace_notes"][1],
+        "10 entries in the trace entries"
+    );
+    check_replay(&snapshot, 1, false).unwrap();
+}
+
+#[test]
+fn live_allocations_become_the_final_segments_and_every_view_can_replay_them() {
+    let (trace, report) = traced("snapshot-runtime", "runtime", &[]);
+    let process = &report["processes"][0];
+    let pid = process["pid"].as_u64().unwrap();
+    let out = trace.with_file_name("mine.pickle");
+    convert(&["snapshot", trace.to_str().unwrap(), "-o", out.to_str().unwrap()]);
+    let path = trace.with_file_name(format!("mine.{pid}.pickle"));
+    let snapshot = read_snapshot(&path);
+    for device in process["devices"].as_array().unwrap() {
+        let ordinal = device["device"].as_u64().unwrap() as usize;
+        let live: Vec<(u64, u64)> = device["live_at_exit"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .filter(|l| l["kind"] != "array")
+            .map(|l| (l["address"].as_u64().unwrap(), l["size"].as_u64().unwrap()))
+            .collect();
+        let segments: Vec<(u64, u64)> = snapshot["segments"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .filter(|s| s["device"] == ordinal)
+            .map(|s| (s["address"].as_u64().unwrap(), s["total_size"].as_u64().unwrap()))
+            .collect();
+        assert_eq!(segments, live, "device {ordinal}");
+        check_replay(&snapshot, ordinal, false).unwrap();
+    }
+    let segment = &snapshot["segments"][0];
+    assert_eq!(segment["blocks"].as_array().unwrap().len(), 1);
+    assert_eq!(segment["blocks"][0]["size"], segment["total_size"]);
+    assert_eq!(segment["blocks"][0]["state"], "active_allocated");
+    assert_eq!(segment["segment_pool_id"], json!([0, 0]));
+    assert_eq!(segment["is_expandable"], false);
+    assert_eq!(
+        actions(&snapshot, 1),
+        pairs(&[
+            ("segment_alloc", 4096),
+            ("alloc", 4096),
+            ("free_requested", 4096),
+            ("free_completed", 4096),
+            ("segment_free", 4096)
+        ])
+    );
+    let notes = &snapshot["allocator_settings"]["cudatrace_notes"];
+    assert_eq!(notes[2], "left out: 3 allocations of pinned host memory (16.0 KiB)");
+    assert_eq!(
+        notes[3],
+        "left out: 2 allocations of CUDA arrays (keyed by handle, not address) (2.1 KiB)"
+    );
+
+    // The newest five entries, in whole events: alloc pairs and free triples.
+    convert(&[
+        "snapshot",
+        trace.to_str().unwrap(),
+        "-o",
+        out.to_str().unwrap(),
+        "--max-events",
+        "5",
+    ]);
+    let newest = read_snapshot(&path);
+    // GPU 1's five entries are the process's newest.
+    assert_eq!(actions(&newest, 0), vec![]);
+    assert_eq!(actions(&newest, 1), actions(&snapshot, 1));
+    assert_eq!(newest["segments"], snapshot["segments"]);
+    assert_eq!(
+        newest["allocator_settings"]["cudatrace_notes"][4],
+        "left out: the oldest 28 entries (--max-events)"
+    );
+    check_replay(&newest, 0, true).unwrap();
+    check_replay(&newest, 1, true).unwrap();
+}
+
+#[test]
+fn out_of_memory_entries_carry_the_free_bytes() {
+    let (trace, report) = traced("snapshot-oom", "oom", &[("FAKE_CUDA_CAPACITY", "1048576")]);
+    let pid = report["processes"][0]["pid"].as_u64().unwrap();
+    convert(&["snapshot", trace.to_str().unwrap(), "--pid", &pid.to_string()]);
+    let snapshot = read_snapshot(&PathBuf::from(format!(
+        "{}.{pid}.pickle",
+        trace.with_extension("").display()
+    )));
+    let entries = snapshot["device_traces"][0].as_array().unwrap();
+    assert_eq!(
+        actions(&snapshot, 0),
+        pairs(&[("segment_alloc", 524288), ("alloc", 524288), ("oom", 1 << 20)])
+    );
+    assert_eq!(entries[2]["device_free"], 1048576 - 524288);
+    assert_eq!(entries[2].get("addr"), None);
+    check_replay(&snapshot, 0, false).unwrap();
+    let missing = cudatrace(&["snapshot", trace.to_str().unwrap(), "--pid", "1"])
+        .output()
+        .unwrap();
+    assert_eq!(missing.status.code(), Some(2));
+    assert_eq!(
+        String::from_utf8_lossy(&missing.stderr).trim_end(),
+        format!("cudatrace: {} has no process 1", trace.display())
+    );
+}
+
+#[test]
+fn perfetto_json_has_a_process_per_image_slices_for_allocations_and_the_reports_counters() {
+    let (trace, report) = traced("perfetto-tree", "tree", &[]);
+    let out = trace.with_file_name("tree.json");
+    assert_eq!(
+        convert(&["perfetto", trace.to_str().unwrap(), "-o", out.to_str().unwrap()]),
+        vec![out.display().to_string()]
+    );
+    let json: Value = serde_json::from_slice(&std::fs::read(&out).unwrap()).unwrap();
+    let events = json["traceEvents"].as_array().unwrap();
+    let processes = report["processes"].as_array().unwrap();
+    let names: Vec<&Value> = events
+        .iter()
+        .filter(|e| e["name"] == "process_name")
+        .map(|e| &e["args"]["name"])
+        .collect();
+    assert_eq!(names.len(), processes.len());
+    for process in processes {
+        let pid = process["pid"].as_u64().unwrap() | (process["image"].as_u64().unwrap() << 22);
+        let mine: Vec<&Value> = events.iter().filter(|e| e["pid"] == pid).collect();
+        let argv = process["argv"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .map(|a| a.as_str().unwrap())
+            .collect::<Vec<_>>()
+            .join(" ");
+        assert!(mine
+            .iter()
+            .any(|e| e["name"] == "process_name" && e["args"]["name"] == argv.as_str()));
+        let allocations: u64 = process["devices"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .map(|d| d["allocations"].as_u64().unwrap())
+            .sum();
+        let pinned = process["host_pinned"]["allocations"].as_u64().unwrap();
+        let begins = mine.iter().filter(|e| e["ph"] == "b").count() as u64;
+        let ends = mine.iter().filter(|e| e["ph"] == "e").count() as u64;
+        assert_eq!(
+            (begins, ends),
+            (allocations + pinned, allocations + pinned),
+            "pid {pid}"
+        );
+        for device in process["devices"].as_array().unwrap() {
+            let name = format!("GPU {} live bytes", device["device"]);
+            let last = mine
+                .iter()
+                .rev()
+                .find(|e| e["ph"] == "C" && e["name"] == name.as_str());
+            let expected = device["live_bytes_at_exit"].as_u64().unwrap();
+            match last {
+                Some(counter) => assert_eq!(counter["args"]["bytes"], expected),
+                None => assert_eq!(device["allocations"], 0),
+            }
+        }
+    }
+}
+
+/// Distinct call stacks of the device-memory allocations on `device`.
+fn allocating_stacks(trace: &Path, device: u8) -> usize {
+    let file = std::io::BufReader::new(std::fs::File::open(trace).unwrap());
+    let mut stacks = std::collections::HashSet::new();
+    for record in cudatrace_trace::TraceReader::new(file).unwrap() {
+        if let cudatrace_trace::Record::Events { events, .. } = record.unwrap() {
+            for e in events {
+                if e.op == cudatrace_events::Op::Alloc && e.device == Some(device) && e.kind.counts_as_device_memory() {
+                    stacks.insert(e.stack);
+                }
+            }
+        }
+    }
+    stacks.len()
+}
+
+fn chromium() -> Option<&'static str> {
+    ["chromium", "chromium-browser"].into_iter().find(|name| {
+        Command::new(name)
+            .arg("--version")
+            .output()
+            .is_ok_and(|o| o.status.success())
+    })
+}
+
+#[test]
+fn the_html_page_loads_without_errors_and_charts_the_top_call_sites() {
+    let (trace, report) = traced("html-runtime", "runtime", &[]);
+    let page = trace.with_extension("html");
+    assert_eq!(
+        convert(&["html", trace.to_str().unwrap()]),
+        vec![page.display().to_string()]
+    );
+    let html = std::fs::read_to_string(&page).unwrap();
+    assert!(
+        !html.contains("http://")
+            || html
+                .matches("http://")
+                .all(|_| html.contains("xmlns=\"http://www.w3.org/2000/svg\""))
+    );
+    assert!(!html.contains("https://"), "the page must need no network");
+    // One series per call site at the peak (at most 8), plus one for all
+    // other call sites if any allocation came from one.
+    let devices = report["processes"][0]["devices"].as_array().unwrap();
+    let expected: Vec<usize> = devices
+        .iter()
+        .map(|d| {
+            let at_peak = d["peak_by_call_site"].as_array().unwrap().len().min(8);
+            let ever = allocating_stacks(&trace, d["device"].as_u64().unwrap() as u8);
+            at_peak + usize::from(ever > at_peak)
+        })
+        .collect();
+    let drawn: Vec<usize> = html
+        .split("<div class=\"chart\" data-expected-series=\"")
+        .skip(1)
+        .map(|rest| rest.split('"').next().unwrap().parse().unwrap())
+        .collect();
+    assert_eq!(drawn, expected);
+    let Some(browser) = chromium() else {
+        panic!("chromium is needed for this test (.ci/run installs it)");
+    };
+    let artifacts = Path::new(env!("CARGO_TARGET_TMPDIR")).join("html-screenshots");
+    std::fs::create_dir_all(&artifacts).unwrap();
+    let shot = artifacts.join("runtime.png");
+    let url = format!("file://{}", page.display());
+    let headless = |extra: &[&str]| {
+        Command::new(browser)
+            .args([
+                "--headless",
+                "--no-sandbox",
+                "--disable-gpu",
+                "--enable-logging=stderr",
+                "--v=0",
+                "--window-size=1200,2400",
+            ])
+            .args(extra)
+            .arg(&url)
+            .output()
+            .unwrap()
+    };
+    let dom = headless(&["--dump-dom", "--virtual-time-budget=2000"]);
+    assert!(dom.status.success());
+    let dom_text = String::from_utf8_lossy(&dom.stdout);
+    let log = String::from_utf8_lossy(&dom.stderr);
+    let console_errors: Vec<&str> = log
+        .lines()
+        .filter(|l| l.contains("CONSOLE") || l.contains("Uncaught"))
+        .collect();
+    assert!(console_errors.is_empty(), "{console_errors:?}");
+    assert!(
+        dom_text.contains("data-ready=\"1\""),
+        "the page's script did not finish"
+    );
+    let counted: Vec<usize> = dom_text
+        .split("data-series-count=\"")
+        .skip(1)
+        .map(|rest| rest.split('"').next().unwrap().parse().unwrap())
+        .collect();
+    assert_eq!(counted, expected);
+    let screenshot = headless(&[&format!("--screenshot={}", shot.display())]);
+    assert!(
+        screenshot.status.success(),
+        "{}",
+        String::from_utf8_lossy(&screenshot.stderr)
+    );
+    assert!(
+        std::fs::metadata(&shot).unwrap().len() > 10_000,
+        "a screenshot of the page at {}",
+        shot.display()
+    );
+}
