@@ -420,6 +420,96 @@ def scenario_stacks(args):
     )
 
 
+def viz(args, command, pickle_path, extra=()):
+    """`python -m torch.cuda._memory_viz COMMAND PICKLE`: (ok, stdout, last stderr line)."""
+    done = subprocess.run(
+        [sys.executable, "-m", "torch.cuda._memory_viz", command, pickle_path, *extra],
+        capture_output=True, text=True, timeout=args.timeout,
+    )
+    tail = (done.stderr.strip().splitlines() or [""])[-1]
+    return done.returncode == 0, done.stdout, tail
+
+
+def place_flamegraph_standin():
+    """Puts our stand-in where every torch version looks for flamegraph.pl."""
+    standin = os.path.join(WORKLOADS, "flamegraph_standin.py")
+    cache = os.path.expanduser("~/.cache")
+    os.makedirs(cache, exist_ok=True)
+    for path in (os.path.join(cache, "flamegraph.pl"), f"/tmp/{os.getuid()}_flamegraph.pl"):
+        shutil.copy(standin, path)
+        os.chmod(path, 0o755)
+
+
+def scenario_viewer_outputs(args):
+    """Snapshots of real PyTorch runs through torch's own _memory_viz, and a leak."""
+    place_flamegraph_standin()
+    workdir = tempfile.mkdtemp(prefix="cudatrace-viz-")
+    details, passed = [], True
+    for name, argv, env in (
+        ("train", [sys.executable, os.path.join(WORKLOADS, "torch_train.py"), os.path.join(workdir, "train.json")], {}),
+        ("leak", [sys.executable, os.path.join(WORKLOADS, "leak_cycle.py"), os.path.join(workdir, "leak.json")],
+         {"PYTORCH_NO_CUDA_MEMORY_CACHING": "1"}),
+    ):
+        trace = os.path.join(workdir, f"{name}.trace")
+        done = subprocess.run([args.cli, "run", "--preload", args.preload, "-o", trace, "--"] + argv,
+                              env=dict(os.environ, **env), capture_output=True, text=True, timeout=args.timeout)
+        if done.returncode != 0:
+            return False, f"{name}: exit {done.returncode}: {done.stderr.strip().splitlines()[-1:]}"
+        snap = subprocess.run([args.cli, "snapshot", trace, "-o", os.path.join(workdir, name)],
+                              capture_output=True, text=True)
+        pickles = snap.stdout.split()
+        if snap.returncode != 0 or not pickles:
+            return False, f"{name}: snapshot exit {snap.returncode}: {snap.stderr.strip()}"
+        pickle_path = pickles[0]
+        results = {}
+        for command in ("stats", "trace", "segments", "memory"):
+            ok, out, tail = viz(args, command, pickle_path)
+            results[command] = ok
+            if not ok:
+                details.append(f"{name} {command}: {tail}")
+            elif command == "stats":
+                segments_line = next((l for l in out.splitlines() if l.startswith("segments:")), "?")
+                details.append(f"{name} stats {segments_line.strip()}")
+        for command in ("trace_plot", "segment_plot"):
+            ok, _, tail = viz(args, command, pickle_path, ("-o", os.path.join(workdir, f"{name}-{command}.html")))
+            results[command] = ok
+            if not ok:
+                details.append(f"{name} {command}: {tail}")
+        perfetto = subprocess.run([args.cli, "perfetto", trace, "-o", os.path.join(workdir, f"{name}.json")],
+                                  capture_output=True, text=True)
+        html = subprocess.run([args.cli, "html", trace, "-o", os.path.join(workdir, f"{name}.html")],
+                              capture_output=True, text=True)
+        try:
+            json.load(open(os.path.join(workdir, f"{name}.json")))
+            perfetto_ok = perfetto.returncode == 0
+        except (OSError, ValueError):
+            perfetto_ok = False
+        results["perfetto"] = perfetto_ok
+        results["html"] = html.returncode == 0
+        passed = passed and all(results.values())
+        details.append(f"{name}: " + ", ".join(f"{k} {'ok' if v else 'FAILED'}" for k, v in results.items()))
+        if name == "leak":
+            report = report_of(args, trace)
+            top = None
+            for process in report["processes"]:
+                for device in process["devices"]:
+                    sites = device.get("live_at_exit_by_call_site", [])
+                    if sites:
+                        top = sites[0]
+            top_frame = None
+            if top:
+                top_frame = next((f for f in top["stack"] if (f.get("file") or "").endswith("leak_cycle.py")), None)
+            leak_named = bool(top_frame and top_frame.get("line") == 20 and top["bytes"] >= 8 * (4 << 20))
+            passed = passed and leak_named
+            details.append(
+                f"leak: top live-at-exit call site {top['bytes'] if top else 0} bytes in "
+                f"{top['allocations'] if top else 0} allocations at "
+                f"{top_frame.get('file', '').rsplit('/', 1)[-1] + ':' + str(top_frame.get('line')) if top_frame else 'no leak_cycle.py frame'}"
+            )
+    shutil.rmtree(workdir, ignore_errors=True)
+    return passed, "; ".join(details)
+
+
 SCENARIOS = [
     ("a torch caching allocator", scenario_torch_caching),
     ("b expandable segments", scenario_torch_expandable),
@@ -437,6 +527,7 @@ SCENARIOS = [
     ("n torchrun, 2 ranks", scenario_torchrun),
     ("o cudaMallocAsync loop, 5 runs", scenario_async_loop),
     ("p call stacks: torch and ctypes lines", scenario_stacks),
+    ("q snapshot, perfetto, html; _memory_viz; a leak", scenario_viewer_outputs),
 ]
 
 
