@@ -1,6 +1,7 @@
 //! Reads a 10-million-event synthetic trace with `cudatrace report --json`,
-//! pinned to one core, and reports its wall time and peak memory. The goal:
-//! under 10 s and under 1 GiB.
+//! and converts it with `snapshot`, `perfetto` and `html`, each pinned to one
+//! core, and reports wall time, peak memory and output size. The goals:
+//! report under 10 s, each conversion under 20 s, all under 1 GiB.
 //!
 //! `cargo bench -p cudatrace-cli --bench report_large` — results go in docs/performance.md.
 //! `CUDATRACE_BENCH_EVENTS` changes the event count.
@@ -23,9 +24,73 @@ fn main() {
     let bytes = cudatrace_trace::synthetic::write_synthetic(file, events, 8, 42).expect("write trace");
     let generated = started.elapsed();
 
+    let out_dir = std::env::temp_dir().join(format!("cudatrace-bench-out-{}", std::process::id()));
+    std::fs::create_dir_all(&out_dir).expect("output folder");
+    let jobs: [(&str, Vec<std::ffi::OsString>); 4] = [
+        (
+            "report --json",
+            vec!["report".into(), "--json".into(), path.clone().into()],
+        ),
+        (
+            "snapshot",
+            vec![
+                "snapshot".into(),
+                path.clone().into(),
+                "-o".into(),
+                out_dir.join("bench").into(),
+            ],
+        ),
+        (
+            "perfetto",
+            vec![
+                "perfetto".into(),
+                path.clone().into(),
+                "-o".into(),
+                out_dir.join("bench.json").into(),
+            ],
+        ),
+        (
+            "html",
+            vec![
+                "html".into(),
+                path.clone().into(),
+                "-o".into(),
+                out_dir.join("bench.html").into(),
+            ],
+        ),
+    ];
+    println!(
+        "{events} events, trace {bytes} bytes ({:.1} bytes/event), generated in {:.2} s",
+        bytes as f64 / events as f64,
+        generated.as_secs_f64()
+    );
+    println!();
+    println!("| command | wall (s) | peak RSS (MiB) | output (MiB) |");
+    println!("| --- | --- | --- | --- |");
+    for (name, args) in jobs {
+        let (seconds, rss) = timed(&args);
+        let output: u64 = std::fs::read_dir(&out_dir)
+            .expect("output folder")
+            .filter_map(|e| e.ok()?.metadata().ok())
+            .map(|m| m.len())
+            .sum();
+        println!(
+            "| {name} | {seconds:.2} | {rss:.0} | {:.0} |",
+            output as f64 / (1 << 20) as f64
+        );
+        for entry in std::fs::read_dir(&out_dir).expect("output folder").flatten() {
+            std::fs::remove_file(entry.path()).ok();
+        }
+    }
+    std::fs::remove_dir(&out_dir).ok();
+    std::fs::remove_file(&path).ok();
+}
+
+/// Runs `cudatrace ARGS` on one core; its wall time (s) and peak RSS (MiB).
+fn timed(args: &[std::ffi::OsString]) -> (f64, f64) {
     let started = Instant::now();
     let mut command = Command::new(env!("CARGO_BIN_EXE_cudatrace"));
-    command.arg("report").arg("--json").arg(&path).stdout(Stdio::null());
+    command.args(args).stdout(Stdio::null());
     // SAFETY: sched_setaffinity on the child before exec; one core, as the goal says.
     unsafe {
         command.pre_exec(|| {
@@ -37,21 +102,12 @@ fn main() {
     }
     // Reaped with wait4 below, which also gives its peak memory.
     #[allow(clippy::zombie_processes)]
-    let child = command.spawn().expect("run cudatrace report");
+    let child = command.spawn().expect("run cudatrace");
     let mut status = 0;
     let mut usage: libc::rusage = unsafe { std::mem::zeroed() };
     // SAFETY: waiting for our own child with valid out-pointers.
     unsafe { libc::wait4(child.id() as i32, &mut status, 0, &mut usage) };
     let elapsed = started.elapsed();
-    std::fs::remove_file(&path).ok();
-    assert_eq!(status, 0, "report failed");
-    println!("| events | trace bytes | bytes/event | generate (s) | report wall (s) | report peak RSS (MiB) |");
-    println!("| --- | --- | --- | --- | --- | --- |");
-    println!(
-        "| {events} | {bytes} | {:.1} | {:.2} | {:.2} | {:.0} |",
-        bytes as f64 / events as f64,
-        generated.as_secs_f64(),
-        elapsed.as_secs_f64(),
-        usage.ru_maxrss as f64 / 1024.0
-    );
+    assert_eq!(status, 0, "{args:?} failed");
+    (elapsed.as_secs_f64(), usage.ru_maxrss as f64 / 1024.0)
 }

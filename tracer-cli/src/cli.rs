@@ -195,7 +195,7 @@ pub struct DumpArgs {
     /// Dump every spool in this folder too.
     #[arg(long, value_name = "DIR")]
     pub dir: Option<PathBuf>,
-    /// Spool files to dump.
-    #[arg(value_name = "SPOOL")]
+    /// Spool files or traces to dump.
+    #[arg(value_name = "FILE")]
     pub spools: Vec<PathBuf>,
 }

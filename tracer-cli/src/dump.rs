@@ -1,13 +1,14 @@
-//! `cudatrace dump`: spool files as JSON lines, streamed: each file's header
-//! is checked before anything else is read, and records are printed as they
-//! are read, so any file of any size can be given.
+//! `cudatrace dump`: spool files and traces as JSON lines, streamed: each
+//! file's header is checked before anything else is read, and records are
+//! printed as they are read, so any file of any size can be given.
 
 use crate::cli::DumpArgs;
 use crate::spool_tail::SpoolTail;
 use crate::terminal::Stdout;
 use crate::Failure;
 use cudatrace_events::{naming, Event, Pass, SpoolHeaderInfo};
-use serde_json::json;
+use cudatrace_trace::{Record, TraceReader};
+use serde_json::{json, Value};
 use std::path::{Path, PathBuf};
 
 fn process_line(path: &Path, header: &SpoolHeaderInfo) -> serde_json::Value {
@@ -45,6 +46,7 @@ fn event_line(event: &Event) -> serde_json::Value {
         "stream": event.stream,
         "arg1": event.arg1,
         "arg2": event.arg2,
+        "stack": event.stack,
     })
 }
 
@@ -68,11 +70,101 @@ fn is_trace(path: &Path) -> bool {
         .is_ok_and(|()| magic == cudatrace_trace::MAGIC)
 }
 
+/// Prints one line per record of the trace at `path`; `None` once stdout
+/// is closed, else the exit code (1 if the trace is damaged).
+fn dump_trace(path: &Path, out: &mut Stdout) -> Result<Option<u8>, Failure> {
+    let file = std::fs::File::open(path).map_err(|e| format!("cannot open {}: {e}", path.display()))?;
+    let reader = TraceReader::new(std::io::BufReader::with_capacity(1 << 20, file))
+        .map_err(|damage| format!("{}: {}", path.display(), damage.reason))?;
+    let mut code = 0;
+    for record in reader {
+        let lines: Vec<Value> = match record {
+            Err(damage) => {
+                code = 1;
+                vec![
+                    json!({"damage": {"file": path.display().to_string(), "at": damage.offset, "reason": damage.reason, "skipped": damage.skipped}}),
+                ]
+            }
+            Ok(Record::Header(h)) => vec![json!({"header": {
+                "file": path.display().to_string(),
+                "format_version": h.format_version,
+                "tracer_version": h.tracer_version,
+                "host": h.host,
+                "start_realtime_ns": h.start_realtime_ns,
+                "start_monotonic_ns": h.start_monotonic_ns,
+                "command": h.command,
+            }})],
+            Ok(Record::Process(p)) => vec![json!({"process": {
+                "process": p.process,
+                "pid": p.pid,
+                "ppid": p.ppid,
+                "image": p.image,
+                "argv": p.argv,
+                "start_monotonic_ns": p.start_monotonic_ns,
+                "start_realtime_ns": p.start_realtime_ns,
+            }})],
+            Ok(Record::Events { process, events }) => events
+                .iter()
+                .map(|event| {
+                    let mut line = event_line(event);
+                    line["process"] = json!(process);
+                    line
+                })
+                .collect(),
+            Ok(Record::ProcessEnd(e)) => vec![json!({"process_end": {
+                "process": e.process,
+                "exit_status": e.exit_status,
+                "exit_time_ns": e.exit_time_ns,
+                "still_running": e.still_running,
+                "reserved_events": e.reserved_events,
+                "unfinished_records": e.unfinished_records,
+                "unknown_frees": e.unknown_frees,
+                "registry_overflows": e.registry_overflows,
+                "dropped_records": e.dropped_records,
+                "drop_errno": e.drop_errno,
+                "damaged_records": e.damaged_records,
+            }})],
+            Ok(Record::Refused(r)) => vec![json!({"refused": {"path": r.path, "uid": r.uid, "reason": r.reason}})],
+            Ok(Record::DamagedSpool(d)) => {
+                vec![json!({"damaged_spool": {"pid": d.pid, "image": d.image, "path": d.path, "reason": d.reason}})]
+            }
+            Ok(Record::String { id, text }) => vec![json!({"string": {"id": id, "text": text}})],
+            Ok(Record::Symbols { process, nodes }) => nodes
+                .iter()
+                .map(|n| {
+                    let frames: Vec<Value> = n
+                        .frames
+                        .iter()
+                        .map(|f| json!({"function": f.function, "file": f.file, "line": f.line, "module": f.module}))
+                        .collect();
+                    json!({"symbols": {"process": process, "node": n.node, "frames": frames}})
+                })
+                .collect(),
+            Ok(Record::Footer(f)) => vec![json!({"footer": {
+                "processes": f.processes,
+                "events": f.events,
+                "dropped_events": f.dropped_events,
+                "lost_events": f.lost_events,
+                "refused_spools": f.refused_spools,
+                "damaged_spools": f.damaged_spools,
+                "end_realtime_ns": f.end_realtime_ns,
+            }})],
+            Ok(Record::Unknown { tag }) => vec![json!({"unknown_record": tag})],
+        };
+        for line in lines {
+            if !out.write(&format!("{line}\n"))? {
+                return Ok(None);
+            }
+        }
+    }
+    Ok(Some(code))
+}
+
 /// Prints every file; stops at the first unreadable one, after printing the
 /// files before it.
 pub fn command(args: DumpArgs) -> Result<u8, Failure> {
     if args.spools.is_empty() && args.dir.is_none() {
-        return Err("dump needs spool files, or --dir DIR (see --help)".into());
+        return Err("dump needs spool files or traces, or --dir DIR (see --help)".into());
     }
     let mut files: Vec<PathBuf> = args.spools;
     if let Some(dir) = &args.dir {
@@ -82,12 +174,14 @@ pub fn command(args: DumpArgs) -> Result<u8, Failure> {
     for path in &files {
         let image = naming::parse_spool_file_name(path).map_or(0, |(_, image)| image);
         if is_trace(path) {
-            return Err(format!(
-                "{} is a trace, not a spool: `cudatrace report {}` reads it",
-                path.display(),
-                path.display()
-            )
-            .into());
+            match dump_trace(path, &mut out)? {
+                Some(0) => continue,
+                Some(code) => {
+                    out.finish()?;
+                    return Ok(code);
+                }
+                None => return Ok(0),
+            }
         }
         let (mut tail, header) =
             SpoolTail::open(path, 0, image, false).map_err(|e| format!("{}: {e}", path.display()))?;

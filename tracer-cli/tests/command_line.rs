@@ -491,25 +491,45 @@ fn collect_says_when_there_is_nothing_to_collect_and_names_a_trace_for_dot() {
 }
 
 #[test]
-fn dump_without_files_or_of_a_trace_says_what_to_do() {
+fn dump_without_files_says_what_to_do_and_dumps_traces_record_by_record() {
     let output = cudatrace(&["dump"]).output().unwrap();
     assert_eq!(output.status.code(), Some(2));
     assert_eq!(
         stderr(&output),
-        "cudatrace: dump needs spool files, or --dir DIR (see --help)\n"
+        "cudatrace: dump needs spool files or traces, or --dir DIR (see --help)\n"
     );
     let (run, trace) = run_scenario("dump-a-trace", "runtime", &[]);
     assert!(run.status.success());
+    let (report, _) = report_json(&trace);
     let output = cudatrace(&["dump", trace.to_str().unwrap()]).output().unwrap();
-    assert_eq!(output.status.code(), Some(2));
+    assert_eq!(output.status.code(), Some(0), "{}", stderr(&output));
+    let lines: Vec<serde_json::Value> = String::from_utf8_lossy(&output.stdout)
+        .lines()
+        .map(|l| serde_json::from_str(l).unwrap())
+        .collect();
+    assert_eq!(lines[0]["header"]["format_version"], 3);
+    assert_eq!(lines[1]["process"]["pid"], report["processes"][0]["pid"]);
+    let memory_events = lines
+        .iter()
+        .filter(|l| l["op"].is_string() && l["op"] != "stack-node" && l["op"] != "blob")
+        .count();
+    assert_eq!(memory_events, 24);
+    assert_eq!(lines.iter().filter(|l| l.get("process_end").is_some()).count(), 1);
+    assert_eq!(lines.last().unwrap()["footer"]["events"], 24);
+    // A damaged trace: every record before the damage, then the damage; exit 1.
+    let bytes = std::fs::read(&trace).unwrap();
+    let cut = trace.with_extension("cut");
+    std::fs::write(&cut, &bytes[..bytes.len() - 3]).unwrap();
+    let output = cudatrace(&["dump", cut.to_str().unwrap()]).output().unwrap();
+    assert_eq!(output.status.code(), Some(1));
+    let last: serde_json::Value =
+        serde_json::from_str(String::from_utf8_lossy(&output.stdout).lines().last().unwrap()).unwrap();
     assert_eq!(
-        stderr(&output),
-        format!(
-            "cudatrace: {} is a trace, not a spool: `cudatrace report {}` reads it\n",
-            trace.display(),
-            trace.display()
-        )
+        last["damage"]["at"],
+        (bytes.len() - 24) as u64,
+        "the footer: 9 bytes of frame and 15 of payload"
     );
+    assert_eq!(last["damage"]["skipped"], false);
 }
 
 #[test]

@@ -246,10 +246,7 @@ fn perfetto_json_has_a_process_per_image_slices_for_allocations_and_the_reports_
         );
         for device in process["devices"].as_array().unwrap() {
             let name = format!("GPU {} live bytes", device["device"]);
-            let last = mine
-                .iter()
-                .rev()
-                .find(|e| e["ph"] == "C" && e["name"] == name.as_str());
+            let last = mine.iter().rev().find(|e| e["ph"] == "C" && e["name"] == name.as_str());
             let expected = device["live_bytes_at_exit"].as_u64().unwrap();
             match last {
                 Some(counter) => assert_eq!(counter["args"]["bytes"], expected),
