@@ -415,7 +415,10 @@ fn every_subcommand_has_its_own_help() {
         ("run", "Usage: cudatrace run [OPTIONS] <CMD>..."),
         ("collect", "Usage: cudatrace collect [OPTIONS] <DIR>"),
         ("report", "Usage: cudatrace report [OPTIONS] <TRACE>"),
-        ("dump", "Usage: cudatrace dump [OPTIONS] [SPOOL]..."),
+        ("dump", "Usage: cudatrace dump [OPTIONS] [FILE]..."),
+        ("snapshot", "Usage: cudatrace snapshot [OPTIONS] <TRACE>"),
+        ("perfetto", "Usage: cudatrace perfetto [OPTIONS] <TRACE>"),
+        ("html", "Usage: cudatrace html [OPTIONS] <TRACE>"),
     ] {
         let output = cudatrace(&[command, "--help"]).output().unwrap();
         assert_eq!(output.status.code(), Some(0), "{command}");

@@ -174,6 +174,36 @@ fn live_allocations_become_the_final_segments_and_every_view_can_replay_them() {
 }
 
 #[test]
+fn from_and_to_cut_the_entries_and_keep_the_segments_of_their_moment() {
+    let (trace, report) = traced("snapshot-window", "runtime", &[]);
+    let pid = report["processes"][0]["pid"].as_u64().unwrap();
+    let path = PathBuf::from(format!("{}.{pid}.pickle", trace.with_extension("").display()));
+    let full = {
+        convert(&["snapshot", trace.to_str().unwrap()]);
+        read_snapshot(&path)
+    };
+    // Everything happened in the run's first hour: nothing after it, all of it before.
+    convert(&["snapshot", trace.to_str().unwrap(), "--from", "3600"]);
+    let late = read_snapshot(&path);
+    assert_eq!(late["device_traces"], json!([[], []]));
+    assert_eq!(late["segments"], full["segments"]);
+    assert_eq!(
+        late["allocator_settings"]["cudatrace_notes"][4],
+        "left out: 33 entries before --from"
+    );
+    check_replay(&late, 0, true).unwrap();
+    convert(&["snapshot", trace.to_str().unwrap(), "--to", "0"]);
+    let early = read_snapshot(&path);
+    assert_eq!(early["device_traces"], json!([]));
+    assert_eq!(early["segments"], json!([]));
+    let bad = cudatrace(&["snapshot", trace.to_str().unwrap(), "--from", "soon"])
+        .output()
+        .unwrap();
+    assert_eq!(bad.status.code(), Some(2));
+    assert!(String::from_utf8_lossy(&bad.stderr).contains("`soon` is not a number of seconds"));
+}
+
+#[test]
 fn out_of_memory_entries_carry_the_free_bytes() {
     let (trace, report) = traced("snapshot-oom", "oom", &[("FAKE_CUDA_CAPACITY", "1048576")]);
     let pid = report["processes"][0]["pid"].as_u64().unwrap();

@@ -161,6 +161,8 @@ struct ProcessSnapshot {
     /// skip to keep the newest `--max-events`.
     to_skip: u64,
     entries_written: u64,
+    /// The highest device any entry was for, written or not.
+    highest_device: Option<u8>,
 }
 
 /// One device's trace entries, pickled into a temporary file.
@@ -216,6 +218,7 @@ pub fn command(args: SnapshotArgs) -> Result<u8, Failure> {
             left_out: LeftOut::default(),
             to_skip: 0,
             entries_written: 0,
+            highest_device: None,
         });
     }
     if let Some(max) = args.window.max_events {
@@ -409,6 +412,8 @@ fn write_entries(
         if entries.is_empty() {
             continue;
         }
+        let highest = entries.iter().map(|&(device, _)| device).max();
+        snapshot.highest_device = snapshot.highest_device.max(highest);
         if window.is_before(event.time_ns) {
             snapshot.left_out.before_window += entries.len() as u64;
             continue;
@@ -585,6 +590,7 @@ fn finish(index: &TraceIndex, mut snapshot: ProcessSnapshot, memo: &mut Memo) ->
         .keys()
         .copied()
         .chain(snapshot.state.segments.values().map(|s| s.device))
+        .chain(snapshot.highest_device)
         .max();
     p.item()?;
     p.str("device_traces")?;
