@@ -332,14 +332,9 @@ mod tests {
         let path = std::env::temp_dir().join(format!("cudatrace-read-at-{}.trace", std::process::id()));
         std::fs::write(&path, &bytes).unwrap();
         let file = std::fs::File::open(&path).unwrap();
-        let mut reader = TraceReader::new(&bytes[..]).unwrap();
-        let mut offsets = vec![reader.offset()];
-        while reader.next_record().unwrap().is_some() {
-            offsets.push(reader.offset());
-        }
         let pid_of = |process: u32| (process == 0).then_some(42);
-        for (offset, record) in offsets.iter().zip(&records).skip(1) {
-            assert_eq!(&read_record_at(&file, *offset, &pid_of).unwrap(), record);
+        for (&offset, record) in frame_offsets(&bytes).iter().zip(&records).skip(1) {
+            assert_eq!(&read_record_at(&file, offset as u64, &pid_of).unwrap(), record);
         }
         let past_end = read_record_at(&file, bytes.len() as u64, &pid_of).unwrap_err();
         assert!(

@@ -6,7 +6,7 @@ use super::replay::{Allocation, Change, ProcessMemory};
 use super::trace_index::TraceIndex;
 use super::EventStream;
 use crate::progress::Progress;
-use cudatrace_events::{Api, Event, Op};
+use cudatrace_events::{Api, Event};
 use serde_json::{json, Value};
 use std::collections::{BTreeMap, HashMap};
 
@@ -184,7 +184,7 @@ impl ProcessSummary {
                 requested,
                 device_free,
                 device_total,
-            } if event.op == Op::Oom => {
+            } => {
                 let oom = Oom {
                     requested_bytes: *requested,
                     api: event.api,
@@ -270,7 +270,7 @@ pub fn largest_call_sites(by_stack: &ByStack) -> Vec<(u32, u64, u64)> {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use cudatrace_events::Kind;
+    use cudatrace_events::{Kind, Op};
 
     fn event(seq: u64, op: Op, kind: Kind, address: u64, size: u64) -> Event {
         Event {

@@ -64,6 +64,8 @@ pub struct TraceIndex {
     pub memory_events: u64,
     /// Events of every sort (stack records too) in all blocks.
     pub events: u64,
+    /// The run's first instant, as (`CLOCK_MONOTONIC`, wall clock) ns.
+    origin: (u64, u64),
     index_of: HashMap<u32, usize>,
 }
 
@@ -91,6 +93,7 @@ impl TraceIndex {
             strings: HashMap::new(),
             memory_events: 0,
             events: 0,
+            origin: (0, 0),
             index_of: HashMap::new(),
         };
         let mut reader = reader;
@@ -111,6 +114,7 @@ impl TraceIndex {
             index.records += 1;
             index.take(record, offset);
         }
+        index.origin = index.first_instant();
         Ok(index)
     }
 
@@ -188,10 +192,11 @@ impl TraceIndex {
         self.index_of.get(&process).map(|&i| self.processes[i].start.pid)
     }
 
-    /// The run's first instant, as (`CLOCK_MONOTONIC`, wall clock) ns: the
-    /// header's, or an earlier process start (a collector started by the
-    /// library writes its header after the first process started).
-    fn origin(&self) -> (u64, u64) {
+    /// The run's first instant: the header's, or an earlier process start
+    /// (a collector started by the library writes its header after the
+    /// first process started). Computed once: outputs convert every event's
+    /// time with it.
+    fn first_instant(&self) -> (u64, u64) {
         self.header
             .iter()
             .map(|h| (h.start_monotonic_ns, h.start_realtime_ns))
@@ -206,12 +211,12 @@ impl TraceIndex {
 
     /// `CLOCK_MONOTONIC` at the start of the run.
     pub fn start_ns(&self) -> u64 {
-        self.origin().0
+        self.origin.0
     }
 
     /// Wall clock at `start_ns`, ns since the Unix epoch.
     pub fn start_realtime_ns(&self) -> u64 {
-        self.origin().1
+        self.origin.1
     }
 
     /// Wall-clock microseconds since the epoch of monotonic time `time_ns`.

@@ -7,7 +7,7 @@
 //! and zoom. The figures come from the same replay as `cudatrace report`.
 
 use crate::analysis::{
-    largest_call_sites, ByStack, Change, DeviceKey, EventStream, ProcessIndex, ProcessSummary, Summary, TraceIndex,
+    largest_call_sites, ByStack, Change, DeviceKey, EventStream, ProcessIndex, ProcessMemory, Summary, TraceIndex,
 };
 use crate::cli::HtmlArgs;
 use crate::progress::Progress;
@@ -150,12 +150,12 @@ fn fill_charts(index: &TraceIndex, summary: &Summary, progress: &Progress) -> Ve
                 .collect()
         })
         .collect();
-    let mut memories: Vec<ProcessSummary> = index.processes.iter().map(|_| ProcessSummary::default()).collect();
+    let mut memories: Vec<ProcessMemory> = index.processes.iter().map(|_| ProcessMemory::default()).collect();
     let mut changes = Vec::new();
     for (process, event) in EventStream::new(index) {
         progress.tick();
         changes.clear();
-        memories[process].memory.apply(&event, &mut changes);
+        memories[process].apply(&event, &mut changes);
         for change in &changes {
             let (sign, a) = match change {
                 Change::Allocated(a) => (1i8, a),

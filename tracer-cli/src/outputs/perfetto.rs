@@ -58,6 +58,21 @@ struct ProcessTrack {
     opened: bool,
 }
 
+impl ProcessTrack {
+    /// The top frames of `stack` as a JSON list of strings, made once per stack.
+    fn stack_json(&mut self, index: &TraceIndex, info: &ProcessIndex, stack: u32) -> &str {
+        self.stacks.entry(stack).or_insert_with(|| {
+            let frames: Vec<String> = index
+                .frames(info, stack)
+                .iter()
+                .take(TOP_FRAMES)
+                .map(|f| f.text())
+                .collect();
+            serde_json::to_string(&frames).unwrap_or_else(|_| "[]".into())
+        })
+    }
+}
+
 /// `cudatrace perfetto`.
 pub fn command(args: PerfettoArgs) -> Result<u8, Failure> {
     let index = TraceIndex::read(&args.trace)?;
@@ -314,19 +329,7 @@ fn begin_slice(
     let id = track.next_slice;
     track.next_slice += 1;
     track.slices.insert(slice_key(a), id);
-    let stack = track
-        .stacks
-        .entry(a.stack)
-        .or_insert_with(|| {
-            let frames: Vec<String> = index
-                .frames(info, a.stack)
-                .iter()
-                .take(TOP_FRAMES)
-                .map(|f| f.text())
-                .collect();
-            serde_json::to_string(&frames).unwrap_or_else(|_| "[]".into())
-        })
-        .clone();
+    let stack = track.stack_json(index, info, a.stack);
     let device = a.device.map_or("null".to_string(), |d| d.to_string());
     sep(out)?;
     write!(
@@ -376,12 +379,7 @@ fn write_change(
             device_free,
             device_total,
         } => {
-            let stack: Vec<String> = index
-                .frames(info, event.stack)
-                .iter()
-                .take(TOP_FRAMES)
-                .map(|f| f.text())
-                .collect();
+            let stack = track.stack_json(index, info, event.stack);
             sep(out)?;
             write!(
                 out,
@@ -391,7 +389,7 @@ fn write_change(
                 event.tid,
                 event.device.map_or("null".to_string(), |d| d.to_string()),
                 event.api,
-                serde_json::to_string(&stack).unwrap_or_else(|_| "[]".into())
+                stack
             )
         }
         Change::Mapped { .. } | Change::Unmapped { .. } | Change::Reserved { .. } | Change::Unreserved { .. } => Ok(()),

@@ -406,9 +406,13 @@ fn write_entries(
         changes.clear();
         entries.clear();
         snapshot.memory.apply(&event, &mut changes);
-        let mut left_out = std::mem::take(&mut snapshot.left_out);
-        entries_of(&event, &changes, &mut snapshot.state, &mut entries, &mut left_out);
-        snapshot.left_out = left_out;
+        entries_of(
+            &event,
+            &changes,
+            &mut snapshot.state,
+            &mut entries,
+            &mut snapshot.left_out,
+        );
         if entries.is_empty() {
             continue;
         }
