@@ -149,6 +149,20 @@ fn dump_trace(path: &Path, out: &mut Stdout) -> Result<Option<u8>, Failure> {
                 "damaged_spools": f.damaged_spools,
                 "end_realtime_ns": f.end_realtime_ns,
             }})],
+            Ok(Record::Nvml(n)) => vec![json!({"nvml": {
+                "time_ns": n.time_ns,
+                "uuid": n.uuid,
+                "pid": n.pid,
+                "used_bytes": n.used_bytes,
+                "free_bytes": n.free_bytes,
+                "total_bytes": n.total_bytes,
+            }})],
+            Ok(Record::NvmlStatus(n)) => vec![json!({"nvml_status": {
+                "time_ns": n.time_ns,
+                "devices_ok": n.devices_ok,
+                "pids_match": n.pids_match,
+                "reason": n.reason,
+            }})],
             Ok(Record::Unknown { tag }) => vec![json!({"unknown_record": tag})],
         };
         for line in lines {

@@ -330,6 +330,9 @@ fn merge_old_trace(
                     damaged.push(spool);
                 }
             }
+            record @ (Record::Nvml(_) | Record::NvmlStatus(_)) => {
+                out.trace.record(&record).map_err(|e| out.io(e))?;
+            }
             Record::Header(_)
             | Record::Footer(_)
             | Record::String { .. }

@@ -68,17 +68,53 @@ code_enum! {
         /// Not a memory event: a call-stack node interned by the process
         /// (see [`crate::stacks`]).
         StackNode = 9 => "stack-node",
-        /// Not a memory event: a piece of a module or code-object
+        /// Not a memory event: a piece of a module, code-object or device
         /// description (see [`crate::stacks`]).
         Blob = 10 => "blob",
+        /// A reading of the device's memory (`cuMemGetInfo_v2`), rate-limited
+        /// or at exit: `arg1` free, `arg2` total bytes, `stream` a
+        /// [`crate::measures::sample_reason`].
+        Sample = 11 => "sample",
+        /// A context became current for the first time: `address` the
+        /// context, `arg1` the device's free bytes and `arg2` its total.
+        Context = 12 => "context",
+        /// A context limit: `address` the `CUlimit`, `size` its value; set
+        /// by `cuCtxSetLimit` when `api` says so, with the device's free
+        /// bytes before and after in `arg1` and `arg2`.
+        Limit = 13 => "limit",
+        /// A module or library was loaded: `address` its handle, `arg1` and
+        /// `arg2` the device's free bytes before and after.
+        ModuleLoad = 14 => "module-load",
+        /// A kernel launched for the first time (it may be loaded then):
+        /// `address` the function, `arg1`/`arg2` free bytes before and after.
+        KernelLoad = 15 => "kernel-load",
+        /// A stream-ordered pool's memory: `address` the pool, `size` its
+        /// reserved bytes, `arg1` the bytes in use.
+        PoolSample = 16 => "pool-sample",
+        /// The device's graph memory: `size` reserved, `arg1` in use.
+        GraphSample = 17 => "graph-sample",
+        /// A graph memory node was added: `address` the allocation's
+        /// address, `size` its bytes (0 for a free node), `arg1` the graph.
+        GraphNode = 18 => "graph-node",
     }
 }
 
 impl Op {
-    /// Whether the record says something about memory (rather than
-    /// describing call stacks).
+    /// Whether the record says something about memory allocations (rather
+    /// than describing call stacks or measuring the device).
     pub fn is_memory_event(self) -> bool {
-        !matches!(self, Op::StackNode | Op::Blob)
+        !self.is_stack_record() && !self.is_measurement()
+    }
+
+    /// Whether the record describes call stacks or devices ([`Op::StackNode`], [`Op::Blob`]).
+    pub fn is_stack_record(self) -> bool {
+        matches!(self, Op::StackNode | Op::Blob)
+    }
+
+    /// Whether the record measures the device rather than an allocation
+    /// (samples, contexts, limits, loads, pools and graphs).
+    pub fn is_measurement(self) -> bool {
+        (self as u8) >= Op::Sample as u8
     }
 }
 
@@ -157,6 +193,33 @@ code_enum! {
         CuIpcOpenMemHandle = 34 => "cuIpcOpenMemHandle",
         CuIpcOpenMemHandleV2 = 35 => "cuIpcOpenMemHandle_v2",
         CuIpcCloseMemHandle = 36 => "cuIpcCloseMemHandle",
+        CuCtxSetCurrent = 37 => "cuCtxSetCurrent",
+        CuCtxPushCurrent = 38 => "cuCtxPushCurrent",
+        CuCtxPushCurrentV2 = 39 => "cuCtxPushCurrent_v2",
+        CuCtxCreate = 40 => "cuCtxCreate",
+        CuCtxCreateV2 = 41 => "cuCtxCreate_v2",
+        CuCtxCreateV3 = 42 => "cuCtxCreate_v3",
+        CuCtxCreateV4 = 43 => "cuCtxCreate_v4",
+        CuDevicePrimaryCtxRetain = 44 => "cuDevicePrimaryCtxRetain",
+        CuCtxSetLimit = 45 => "cuCtxSetLimit",
+        CuCtxGetLimit = 46 => "cuCtxGetLimit",
+        CuModuleLoad = 47 => "cuModuleLoad",
+        CuModuleLoadData = 48 => "cuModuleLoadData",
+        CuModuleLoadDataEx = 49 => "cuModuleLoadDataEx",
+        CuModuleLoadFatBinary = 50 => "cuModuleLoadFatBinary",
+        CuLibraryLoadData = 51 => "cuLibraryLoadData",
+        CuLibraryLoadFromFile = 52 => "cuLibraryLoadFromFile",
+        CuLaunchKernel = 53 => "cuLaunchKernel",
+        CuLaunchKernelPtsz = 54 => "cuLaunchKernel_ptsz",
+        CuLaunchKernelEx = 55 => "cuLaunchKernelEx",
+        CuLaunchKernelExPtsz = 56 => "cuLaunchKernelEx_ptsz",
+        CuLaunchCooperativeKernel = 57 => "cuLaunchCooperativeKernel",
+        CuLaunchCooperativeKernelPtsz = 58 => "cuLaunchCooperativeKernel_ptsz",
+        CuGraphAddMemAllocNode = 59 => "cuGraphAddMemAllocNode",
+        CuGraphAddMemFreeNode = 60 => "cuGraphAddMemFreeNode",
+        CuMemGetInfoV2 = 61 => "cuMemGetInfo_v2",
+        CuMemPoolGetAttribute = 62 => "cuMemPoolGetAttribute",
+        CuDeviceGetGraphMemAttribute = 63 => "cuDeviceGetGraphMemAttribute",
         CudaMalloc = 64 => "cudaMalloc",
         CudaFree = 65 => "cudaFree",
         CudaMallocAsync = 66 => "cudaMallocAsync",
@@ -178,6 +241,8 @@ code_enum! {
         CudaHostUnregister = 82 => "cudaHostUnregister",
         CudaIpcOpenMemHandle = 83 => "cudaIpcOpenMemHandle",
         CudaIpcCloseMemHandle = 84 => "cudaIpcCloseMemHandle",
+        CudaGraphAddMemAllocNode = 85 => "cudaGraphAddMemAllocNode",
+        CudaGraphAddMemFreeNode = 86 => "cudaGraphAddMemFreeNode",
     }
 }
 
@@ -205,11 +270,14 @@ mod tests {
         for &op in Op::ALL {
             assert_eq!(Op::from_code(op as u8), Some(op));
         }
-        assert_eq!(Api::from_code(63), None);
+        assert_eq!(Api::from_code(87), None);
         assert_eq!(Kind::from_code(9), None);
         // Zero is never an op: it marks a slot not yet written.
         assert_eq!(Op::from_code(0), None);
-        assert_eq!(Op::from_code(11), None);
+        assert_eq!(Op::from_code(19), None);
+        assert!(Op::Free.is_memory_event() && !Op::Free.is_measurement());
+        assert!(Op::Blob.is_stack_record() && !Op::Blob.is_memory_event());
+        assert!(Op::GraphNode.is_measurement() && !Op::Sample.is_memory_event());
     }
 
     #[test]

@@ -49,7 +49,7 @@ impl Event {
 
     /// Whether this is a stack-table or blob record rather than a memory event.
     pub fn is_stack_record(&self) -> bool {
-        !self.op.is_memory_event()
+        self.op.is_stack_record()
     }
 }
 

@@ -15,6 +15,7 @@ pub mod codes;
 pub mod cursor;
 pub mod event_args;
 pub mod layout;
+pub mod measures;
 pub mod naming;
 pub mod spool;
 pub mod spool_file;

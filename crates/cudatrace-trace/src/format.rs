@@ -6,7 +6,7 @@ use cudatrace_events::{Api, Event, Kind, Op};
 /// First eight bytes of a trace file.
 pub const MAGIC: [u8; 8] = *b"CUTRACE\0";
 /// Version of the record encodings; readers refuse other versions.
-pub const FORMAT_VERSION: u32 = 3;
+pub const FORMAT_VERSION: u32 = 4;
 /// Oldest version readers still accept (it has no call stacks).
 pub const OLDEST_READABLE_VERSION: u32 = 2;
 /// Largest payload a frame may declare; anything larger is damage.
@@ -16,7 +16,12 @@ pub const EVENTS_PER_BLOCK: usize = 4096;
 
 pub(crate) const TAG_HEADER: u8 = b'H';
 pub(crate) const TAG_PROCESS: u8 = b'P';
-pub(crate) const TAG_EVENTS: u8 = b'E';
+/// Version 2 and 3 event blocks: op and kind share one byte.
+pub(crate) const TAG_EVENTS_PACKED: u8 = b'E';
+/// Version 4 event blocks: op and kind have a byte each.
+pub(crate) const TAG_EVENTS: u8 = b'e';
+pub(crate) const TAG_NVML: u8 = b'N';
+pub(crate) const TAG_NVML_STATUS: u8 = b'V';
 pub(crate) const TAG_PROCESS_END: u8 = b'X';
 pub(crate) const TAG_REFUSED: u8 = b'R';
 pub(crate) const TAG_DAMAGED_SPOOL: u8 = b'D';
@@ -157,6 +162,36 @@ pub struct SymbolFrame {
     pub module: u64,
 }
 
+/// One reading of NVML, taken by the collector (never by a traced process).
+#[derive(Clone, Debug, PartialEq, Eq, Default)]
+pub struct NvmlSample {
+    /// `CLOCK_MONOTONIC` of the reading.
+    pub time_ns: u64,
+    /// The device's UUID as NVML prints it (`GPU-...`, or `MIG-...`).
+    pub uuid: String,
+    /// The process it is about, or 0 for the whole device.
+    pub pid: u32,
+    /// Bytes used: by the process (`usedGpuMemory`), or on the whole device.
+    pub used_bytes: u64,
+    /// For the whole device: free bytes; 0 for a process.
+    pub free_bytes: u64,
+    /// For the whole device: total bytes; 0 for a process.
+    pub total_bytes: u64,
+}
+
+/// What the collector could or could not learn from NVML.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct NvmlStatus {
+    /// `CLOCK_MONOTONIC` when it was found out.
+    pub time_ns: u64,
+    /// NVML answered for the whole device.
+    pub devices_ok: bool,
+    /// NVML's per-process figures name the traced pids.
+    pub pids_match: bool,
+    /// One line for the report, empty when all is well.
+    pub reason: String,
+}
+
 /// One record of a trace file.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub enum Record {
@@ -191,6 +226,10 @@ pub enum Record {
         /// Nodes and their frames.
         nodes: Vec<NodeSymbols>,
     },
+    /// [`NvmlSample`].
+    Nvml(NvmlSample),
+    /// [`NvmlStatus`].
+    NvmlStatus(NvmlStatus),
     /// [`Footer`].
     Footer(Footer),
     /// A record type this reader does not know (written by a newer version); skipped.
@@ -311,6 +350,21 @@ pub(crate) fn encode(record: &Record, out: &mut Vec<u8>) -> u8 {
             }
             TAG_FOOTER
         }
+        Record::Nvml(n) => {
+            put(out, n.time_ns);
+            put_string(out, &n.uuid);
+            put(out, u64::from(n.pid));
+            put(out, n.used_bytes);
+            put(out, n.free_bytes);
+            put(out, n.total_bytes);
+            TAG_NVML
+        }
+        Record::NvmlStatus(n) => {
+            put(out, n.time_ns);
+            put(out, u64::from(n.devices_ok) | u64::from(n.pids_match) << 1);
+            put_string(out, &n.reason);
+            TAG_NVML_STATUS
+        }
         Record::Unknown { tag } => *tag,
     }
 }
@@ -333,7 +387,8 @@ fn encode_events(process: u32, events: &[Event], out: &mut Vec<u8>) {
         flags |= if e.arg2 != 0 { HAS_ARG2 } else { 0 };
         flags |= if e.stack != 0 { HAS_STACK } else { 0 };
         out.push(flags);
-        out.push(e.op as u8 | (e.kind as u8) << 4);
+        out.push(e.op as u8);
+        out.push(e.kind as u8);
         out.push(e.api as u8);
         if flags & HAS_SEQ_GAP != 0 {
             put(out, seq_delta);
@@ -361,7 +416,7 @@ fn encode_events(process: u32, events: &[Event], out: &mut Vec<u8>) {
     }
 }
 
-fn decode_events(cursor: &mut Cursor, pid_of: &dyn Fn(u32) -> Option<u32>) -> Result<Record, String> {
+fn decode_events(cursor: &mut Cursor, pid_of: &dyn Fn(u32) -> Option<u32>, packed: bool) -> Result<Record, String> {
     let process = cursor.get_u32()?;
     let pid = pid_of(process).ok_or_else(|| format!("events of process {process}, which has no process record"))?;
     let count = cursor.get()?;
@@ -378,9 +433,14 @@ fn decode_events(cursor: &mut Cursor, pid_of: &dyn Fn(u32) -> Option<u32>) -> Re
     let (mut seq, mut time, mut tid, mut address) = (base_seq.wrapping_sub(1), base_time, 0u32, 0u64);
     for _ in 0..count {
         let flags = cursor.byte()?;
-        let op_kind = cursor.byte()?;
-        let op = Op::from_code(op_kind & 15).ok_or("unknown op code")?;
-        let kind = Kind::from_code(op_kind >> 4).ok_or("unknown kind code")?;
+        let (op, kind) = if packed {
+            let op_kind = cursor.byte()?;
+            (op_kind & 15, op_kind >> 4)
+        } else {
+            (cursor.byte()?, cursor.byte()?)
+        };
+        let op = Op::from_code(op).ok_or("unknown op code")?;
+        let kind = Kind::from_code(kind).ok_or("unknown kind code")?;
         let api = Api::from_code(cursor.byte()?).ok_or("unknown api code")?;
         seq = seq.wrapping_add(if flags & HAS_SEQ_GAP != 0 { cursor.get()? } else { 1 });
         time = time.wrapping_add(cursor.get_signed()? as u64);
@@ -444,7 +504,8 @@ pub(crate) fn decode(tag: u8, payload: &[u8], pid_of: &dyn Fn(u32) -> Option<u32
             start_realtime_ns: c.get()?,
             argv: get_strings(&mut c)?,
         }),
-        TAG_EVENTS => decode_events(&mut c, pid_of)?,
+        TAG_EVENTS => decode_events(&mut c, pid_of, false)?,
+        TAG_EVENTS_PACKED => decode_events(&mut c, pid_of, true)?,
         TAG_PROCESS_END => {
             let process = c.get_u32()?;
             let status = c.get_signed()?;
@@ -522,6 +583,24 @@ pub(crate) fn decode(tag: u8, payload: &[u8], pid_of: &dyn Fn(u32) -> Option<u32
             lost_events: c.get()?,
             damaged_spools: c.get()?,
         }),
+        TAG_NVML => Record::Nvml(NvmlSample {
+            time_ns: c.get()?,
+            uuid: c.string()?,
+            pid: c.get_u32()?,
+            used_bytes: c.get()?,
+            free_bytes: c.get()?,
+            total_bytes: c.get()?,
+        }),
+        TAG_NVML_STATUS => {
+            let time_ns = c.get()?;
+            let flags = c.get()?;
+            Record::NvmlStatus(NvmlStatus {
+                time_ns,
+                devices_ok: flags & 1 != 0,
+                pids_match: flags & 2 != 0,
+                reason: c.string()?,
+            })
+        }
         other => return Ok(Record::Unknown { tag: other }),
     };
     if !c.is_empty() {

@@ -16,7 +16,8 @@ mod varint;
 pub mod writer;
 
 pub use format::{
-    DamagedSpool, Footer, Header, NodeSymbols, ProcessEnd, ProcessStart, Record, Refusal, SymbolFrame, FORMAT_VERSION,
+    DamagedSpool, Footer, Header, NodeSymbols, NvmlSample, NvmlStatus, ProcessEnd, ProcessStart, Record, Refusal,
+    SymbolFrame, FORMAT_VERSION,
     MAGIC, OLDEST_READABLE_VERSION,
 };
 pub use reader::{read_record_at, Damage, TraceReader};

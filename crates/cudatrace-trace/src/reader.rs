@@ -515,7 +515,7 @@ mod tests {
         reader.next_record().unwrap();
         reader.next_record().unwrap(); // process 0 is now known
         let payload = [0u8, 0xc0, 0x84, 0x3d, 1, 2, 3, 4, 5, 6, 7, 8];
-        let mut block = frame(b'E', payload.len() as u32, &payload);
+        let mut block = frame(b'e', payload.len() as u32, &payload);
         let mut reader_input = trace[..reader.offset() as usize].to_vec();
         reader_input.extend_from_slice(&block.split_off(8));
         let mut reader = TraceReader::new(&reader_input[..]).unwrap();
@@ -524,7 +524,7 @@ mod tests {
         let damage = reader.next_record().unwrap_err();
         assert_eq!(
             damage.reason,
-            "malformed 'E' record: more events than the block has bytes for"
+            "malformed 'e' record: more events than the block has bytes for"
         );
     }
 

@@ -1,8 +1,11 @@
 //! The first pass over a trace: everything but the events themselves.
 
-use cudatrace_events::stacks::StackNode;
+use cudatrace_events::measures::{DeviceInfo, DEVICE_BLOB};
+use cudatrace_events::stacks::{BlobAssembler, BlobPiece, StackNode};
+use cudatrace_events::Event;
 use cudatrace_trace::{
-    Damage, DamagedSpool, Header, ProcessEnd, ProcessStart, Record, Refusal, SymbolFrame, TraceReader,
+    Damage, DamagedSpool, Header, NvmlSample, NvmlStatus, ProcessEnd, ProcessStart, Record, Refusal, SymbolFrame,
+    TraceReader,
 };
 use std::collections::HashMap;
 use std::fs::File;
@@ -34,6 +37,12 @@ pub struct ProcessIndex {
     pub first_time_ns: Option<u64>,
     /// See `first_time_ns`.
     pub last_time_ns: Option<u64>,
+    /// Its measurement records (samples, contexts, loads, pools, graphs),
+    /// in sequence order: few enough to keep.
+    pub measurements: Vec<Event>,
+    /// The devices it described, by ordinal.
+    pub devices: HashMap<u32, DeviceInfo>,
+    blobs: BlobAssembler,
 }
 
 /// What a first read of a trace learned.
@@ -64,6 +73,10 @@ pub struct TraceIndex {
     pub memory_events: u64,
     /// Events of every sort (stack records too) in all blocks.
     pub events: u64,
+    /// The collector's NVML readings, in time order.
+    pub nvml: Vec<NvmlSample>,
+    /// What the collector said about NVML.
+    pub nvml_status: Vec<NvmlStatus>,
     /// The run's first instant, as (`CLOCK_MONOTONIC`, wall clock) ns.
     origin: (u64, u64),
     index_of: HashMap<u32, usize>,
@@ -93,6 +106,8 @@ impl TraceIndex {
             strings: HashMap::new(),
             memory_events: 0,
             events: 0,
+            nvml: Vec::new(),
+            nvml_status: Vec::new(),
             origin: (0, 0),
             index_of: HashMap::new(),
         };
@@ -132,6 +147,9 @@ impl TraceIndex {
                     stack_symbols: HashMap::new(),
                     first_time_ns: None,
                     last_time_ns: None,
+                    measurements: Vec::new(),
+                    devices: HashMap::new(),
+                    blobs: BlobAssembler::default(),
                 });
             }
             Record::Events { process, events } => {
@@ -154,7 +172,15 @@ impl TraceIndex {
                             process.first_time_ns.get_or_insert(event.time_ns);
                             process.last_time_ns = Some(event.time_ns);
                         }
-                        None => {}
+                        None if event.op.is_measurement() => process.measurements.push(event.clone()),
+                        None => {
+                            let whole = BlobPiece::from_event(event).and_then(|piece| process.blobs.add(&piece));
+                            if let Some((DEVICE_BLOB, key, bytes)) = whole {
+                                if let Some(device) = DeviceInfo::decode(key as u32, &bytes) {
+                                    process.devices.insert(device.ordinal, device);
+                                }
+                            }
+                        }
                     }
                 }
                 process.memory_events += memory_events;
@@ -178,6 +204,8 @@ impl TraceIndex {
                         .extend(nodes.into_iter().map(|n| (n.node, n.frames)));
                 }
             }
+            Record::Nvml(sample) => self.nvml.push(sample),
+            Record::NvmlStatus(status) => self.nvml_status.push(status),
             Record::Unknown { .. } => {}
         }
     }
