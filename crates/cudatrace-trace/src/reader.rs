@@ -242,7 +242,7 @@ impl<R: Read> Iterator for TraceReader<R> {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::format::{Footer, Header, ProcessEnd, ProcessStart};
+    use crate::format::{Footer, Header, NvmlSample, NvmlStatus, ProcessEnd, ProcessStart};
     use crate::writer::TraceWriter;
     use cudatrace_events::{Api, Event, Kind, Op};
 
@@ -292,6 +292,8 @@ mod tests {
             .collect();
         events[3].seq = 7; // a gap
         events.iter_mut().skip(4).for_each(|e| e.seq += 4);
+        // An op past 15 needs the version 4 layout.
+        events[9].op = Op::GraphNode;
         let end = ProcessEnd {
             process: 0,
             exit_status: Some(137),
@@ -317,6 +319,50 @@ mod tests {
             Record::Footer(footer),
         ];
         (writer.into_inner(), records)
+    }
+
+    #[test]
+    fn version_3_blocks_with_op_and_kind_in_one_byte_still_decode() {
+        // process 0, one event: seq 5, time 100, flags 0, op free (2) | kind pool (3) << 4,
+        // api cudaFree (65), time delta 0, address delta 0x1000, size 4096.
+        let payload = [0u8, 1, 5, 100, 0, 2 | 3 << 4, 65, 0, 0x80, 0x40, 0x80, 0x20];
+        let record = crate::format::decode(b'E', &payload, &|_| Some(7)).unwrap();
+        let Record::Events { process: 0, events } = record else {
+            panic!("not an event block: {record:?}")
+        };
+        assert_eq!(events.len(), 1);
+        let e = &events[0];
+        assert_eq!((e.pid, e.seq, e.time_ns), (7, 5, 100));
+        assert_eq!((e.op, e.kind, e.api), (Op::Free, Kind::Pool, Api::CudaFree));
+        assert_eq!((e.address, e.size), (0x1000, 4096));
+    }
+
+    #[test]
+    fn nvml_records_round_trip() {
+        let nvml = NvmlSample {
+            time_ns: 4000,
+            uuid: "GPU-12345678-9abc-def0-0123-456789abcdef".into(),
+            pid: 42,
+            used_bytes: 518 << 20,
+            free_bytes: 0,
+            total_bytes: 0,
+        };
+        let status = NvmlStatus {
+            time_ns: 4001,
+            devices_ok: true,
+            pids_match: false,
+            reason: "NVML names no traced pid".into(),
+        };
+        let header = match sample_trace().1.remove(0) {
+            Record::Header(header) => header,
+            other => panic!("not a header: {other:?}"),
+        };
+        let mut writer = TraceWriter::new(Vec::new(), &header).unwrap();
+        writer.record(&Record::Nvml(nvml.clone())).unwrap();
+        writer.record(&Record::NvmlStatus(status.clone())).unwrap();
+        let bytes = writer.into_inner();
+        let read: Vec<Record> = TraceReader::new(&bytes[..]).unwrap().map(Result::unwrap).collect();
+        assert_eq!(read, vec![Record::Header(header), Record::Nvml(nvml), Record::NvmlStatus(status)]);
     }
 
     #[test]
@@ -408,7 +454,7 @@ mod tests {
                 Ok(records[1].clone()),
                 Err(Damage {
                     offset: frames[2] as u64,
-                    reason: "checksum mismatch in a 'E' record".into(),
+                    reason: "checksum mismatch in a 'e' record".into(),
                     skipped: true
                 }),
                 Ok(records[3].clone()),
@@ -434,7 +480,7 @@ mod tests {
             read[2],
             Err(Damage {
                 offset: frames[2] as u64,
-                reason: "malformed 'E' record: events of process 0, which has no process record".into(),
+                reason: "malformed 'e' record: events of process 0, which has no process record".into(),
                 skipped: true
             })
         );
@@ -456,7 +502,7 @@ mod tests {
                 Ok(records[1].clone()),
                 Err(Damage {
                     offset: frames[2] as u64,
-                    reason: "checksum mismatch in a 'E' record".into(),
+                    reason: "checksum mismatch in a 'e' record".into(),
                     skipped: false
                 }),
             ]
