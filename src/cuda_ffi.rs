@@ -27,6 +27,29 @@ pub type CUarray = *mut c_void;
 pub type CUmipmappedArray = *mut c_void;
 pub type CUmemGenericAllocationHandle = u64;
 pub type cuuint64_t = u64;
+pub type CUcontext = *mut c_void;
+pub type CUmodule = *mut c_void;
+pub type CUlibrary = *mut c_void;
+pub type CUfunction = *mut c_void;
+pub type CUgraph = *mut c_void;
+pub type CUgraphNode = *mut c_void;
+/// `CUlimit` (an enum).
+pub type CUlimit = c_int;
+/// `CUjit_option` (an enum).
+pub type CUjit_option = c_int;
+/// `CUlibraryOption` (an enum).
+pub type CUlibraryOption = c_int;
+/// `CUmemPool_attribute` (an enum).
+pub type CUmemPool_attribute = c_int;
+pub const CU_MEMPOOL_ATTR_RESERVED_MEM_CURRENT: CUmemPool_attribute = 5;
+pub const CU_MEMPOOL_ATTR_USED_MEM_CURRENT: CUmemPool_attribute = 7;
+/// `CUgraphMem_attribute` (an enum).
+pub type CUgraphMem_attribute = c_int;
+pub const CU_GRAPH_MEM_ATTR_USED_MEM_CURRENT: CUgraphMem_attribute = 0;
+pub const CU_GRAPH_MEM_ATTR_RESERVED_MEM_CURRENT: CUgraphMem_attribute = 2;
+/// `cudaGraph_t`, `cudaGraphNode_t`.
+pub type cudaGraph_t = *mut c_void;
+pub type cudaGraphNode_t = *mut c_void;
 /// `CUdriverProcAddressQueryResult` (an enum).
 pub type CUdriverProcAddressQueryResult = c_int;
 
@@ -70,6 +93,42 @@ pub struct CUmemAllocationProp {
     pub win32HandleMetaData: *mut c_void,
     pub allocFlags: CUmemAllocationPropAllocFlags,
 }
+
+/// `CUuuid`.
+#[repr(C)]
+#[derive(Clone, Copy, Default)]
+pub struct CUuuid {
+    pub bytes: [u8; 16],
+}
+
+/// `CUmemPoolProps` (`cudaMemPoolProps` has the same layout).
+#[repr(C)]
+#[derive(Clone, Copy)]
+pub struct CUmemPoolProps {
+    pub allocType: c_int,
+    pub handleTypes: c_int,
+    pub location: CUmemLocation,
+    pub win32SecurityAttributes: *mut c_void,
+    pub maxSize: usize,
+    pub usage: u16,
+    pub reserved: [u8; 54],
+}
+
+/// `CUDA_MEM_ALLOC_NODE_PARAMS` (`cudaMemAllocNodeParams` has the same
+/// layout): `dptr` is written by the driver.
+#[repr(C)]
+#[derive(Clone, Copy)]
+pub struct CUDA_MEM_ALLOC_NODE_PARAMS {
+    pub poolProps: CUmemPoolProps,
+    pub accessDescs: *const c_void,
+    pub accessDescCount: usize,
+    pub bytesize: usize,
+    pub dptr: CUdeviceptr,
+}
+
+/// `CUlaunchConfig`, of which the hooks read nothing: `cuLaunchKernelEx`
+/// passes it through by pointer.
+pub type CUlaunchConfig = c_void;
 
 /// `CUDA_ARRAY_DESCRIPTOR` (the `_v2` layout, with `size_t` extents).
 #[repr(C)]
@@ -174,5 +233,9 @@ mod tests {
         assert_eq!(size_of::<CUipcMemHandle>(), 64);
         assert_eq!(size_of::<cudaPitchedPtr>(), 32);
         assert_eq!(size_of::<cudaExtent>(), 24);
+        assert_eq!(size_of::<CUmemPoolProps>(), 88);
+        assert_eq!(offset_of!(CUDA_MEM_ALLOC_NODE_PARAMS, bytesize), 104);
+        assert_eq!(offset_of!(CUDA_MEM_ALLOC_NODE_PARAMS, dptr), 112);
+        assert_eq!(size_of::<CUuuid>(), 16);
     }
 }

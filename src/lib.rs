@@ -14,10 +14,13 @@
 
 pub mod array_bytes;
 pub mod call_stack;
+pub mod context_hooks;
 pub mod cuda_ffi;
+pub mod device_probe;
 pub mod dlopen_door;
 pub mod dlsym_door;
 pub mod driver_hooks;
+pub mod launch_hooks;
 pub mod live_table;
 pub mod module_map;
 pub mod native_unwind;

@@ -80,6 +80,8 @@ extern "C" fn after_fork_in_child() {
     live_table::forget_parent_table();
     crate::call_stack::forget_parent_stacks();
     crate::module_map::after_fork_in_child();
+    crate::device_probe::forget_parent();
+    crate::launch_hooks::forget_parent();
 }
 
 /// Library constructor. It does no CUDA work; it reads the environment and,
@@ -87,6 +89,12 @@ extern "C" fn after_fork_in_child() {
 extern "C" fn on_load() {
     if std::env::var_os("CUDATRACE_DISABLE").is_some_and(|v| v != "0" && !v.is_empty()) {
         turn_tracing_off();
+    }
+    if std::env::var_os("CUDATRACE_LAUNCH_HOOKS").is_some_and(|v| v == "0") {
+        crate::launch_hooks::disable();
+    }
+    if std::env::var_os("CUDATRACE_SAMPLES").is_some_and(|v| v == "0") {
+        crate::device_probe::disable_samples();
     }
     if tracing_on() {
         crate::tree_root::adopt_tree_if_root();

@@ -7,6 +7,7 @@
 //! the program nor change its `errno`.
 
 use crate::cuda_ffi::*;
+use crate::device_probe;
 use crate::live_table::{self, Entry, Inserted, Namespace};
 use crate::process_state::{current_tid, guarded, tracing_on};
 use crate::spool_writer::{self, Counter};
@@ -80,18 +81,7 @@ pub enum DeviceOf {
 fn ordinal(device: DeviceOf) -> i8 {
     match device {
         DeviceOf::Known(ordinal) => ordinal,
-        DeviceOf::Current => {
-            // SAFETY: cuCtxGetDevice(CUdevice*) is the driver's signature.
-            let get_device = unsafe { real_fn::<unsafe extern "C" fn(*mut CUdevice) -> CUresult>(Sym::cuCtxGetDevice) };
-            let mut device: CUdevice = -1;
-            match get_device {
-                // SAFETY: a valid out-pointer.
-                Some(get_device) if unsafe { get_device(&mut device) } == CUDA_SUCCESS => {
-                    i8::try_from(device).unwrap_or(-1)
-                }
-                _ => -1,
-            }
-        }
+        DeviceOf::Current => device_probe::current_device().unwrap_or(-1),
     }
 }
 
@@ -160,6 +150,42 @@ fn store(
     );
 }
 
+/// Stores a measurement record (see `cudatrace_events::measures`) under a
+/// fresh sequence number; `with_stack` records the caller's stack too.
+#[allow(clippy::too_many_arguments)]
+pub fn store_measurement(
+    op: Op,
+    api: Api,
+    device: i8,
+    address: u64,
+    size: u64,
+    stream: u64,
+    arg1: u64,
+    arg2: u64,
+    with_stack: bool,
+) {
+    let seq = spool_writer::reserve_seq();
+    spool_writer::write(
+        seq,
+        RawRecord {
+            commit: 0,
+            time_ns: 0,
+            address,
+            size,
+            stream,
+            arg1,
+            arg2,
+            tid: current_tid(),
+            op: op as u8,
+            kind: Kind::Device as u8,
+            api: tagged(api) as u8,
+            device,
+            stack: if with_stack { crate::call_stack::capture() } else { 0 },
+            spare: 0,
+        },
+    );
+}
+
 /// Reports an allocation call that returned `result`. `address` and `size`
 /// read the out-parameters; they are only called on success.
 #[inline]
@@ -201,6 +227,13 @@ pub fn allocation_returned(
                 call.arg1,
                 0,
             );
+            if device >= 0 {
+                if call.kind == Kind::Pool {
+                    device_probe::note_pool(call.arg1, device);
+                }
+                device_probe::note_device_in_use(device, call.api);
+                device_probe::maybe_sample(Some(device), call.api);
+            }
         });
     } else if result == CUDA_ERROR_OUT_OF_MEMORY {
         guarded(|| out_of_memory(call, requested));
@@ -278,18 +311,23 @@ pub fn free_returned(pending: Option<PendingFree>, result: CUresult, api: Api, s
     guarded(|| {
         let succeeded = result == CUDA_SUCCESS;
         match (pending.seq, pending.removed) {
-            (Some(seq), Some(entry)) if succeeded => store(
-                seq,
-                Op::Free,
-                tagged(api),
-                entry.kind,
-                entry.device,
-                pending.address,
-                entry.size,
-                stream,
-                0,
-                0,
-            ),
+            (Some(seq), Some(entry)) if succeeded => {
+                store(
+                    seq,
+                    Op::Free,
+                    tagged(api),
+                    entry.kind,
+                    entry.device,
+                    pending.address,
+                    entry.size,
+                    stream,
+                    0,
+                    0,
+                );
+                if entry.device >= 0 {
+                    device_probe::maybe_sample(Some(entry.device), api);
+                }
+            }
             (Some(seq), None) if succeeded => {
                 spool_writer::bump(Counter::UnknownFree);
                 let kind = default_kind(pending.namespace);

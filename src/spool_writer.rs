@@ -300,6 +300,7 @@ extern "C" fn record_exit(status: libc::c_int, _arg: *mut libc::c_void) {
     }
     // Libraries loaded since the last rebuild point still get symbolized.
     let _ = std::panic::catch_unwind(crate::dlopen_door::catch_up);
+    let _ = std::panic::catch_unwind(crate::device_probe::sample_at_exit);
     // SAFETY: the header stays mapped until the process is gone; the flag is
     // published after the values it guards.
     unsafe {

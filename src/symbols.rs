@@ -64,7 +64,16 @@ symbol_table! {
         cudaMallocFromPoolAsync, cudaMallocFromPoolAsync_ptsz, cudaMallocManaged, cudaMallocPitch,
         cudaMalloc3D, cudaMallocHost, cudaHostAlloc, cudaFreeHost, cudaMallocArray, cudaMalloc3DArray,
         cudaFreeArray, cudaHostRegister, cudaHostUnregister, cudaIpcOpenMemHandle, cudaIpcCloseMemHandle;
-    support: cuMemGetInfo_v2, cuCtxGetDevice;
+    hooked in context_hooks:
+        cuCtxSetCurrent, cuCtxPushCurrent, cuCtxPushCurrent_v2, cuCtxCreate, cuCtxCreate_v2, cuCtxCreate_v3,
+        cuCtxCreate_v4, cuCtxSetLimit, cuModuleLoad, cuModuleLoadData, cuModuleLoadDataEx, cuModuleLoadFatBinary,
+        cuLibraryLoadData, cuLibraryLoadFromFile, cuGraphAddMemAllocNode, cuGraphAddMemFreeNode,
+        cudaGraphAddMemAllocNode, cudaGraphAddMemFreeNode;
+    hooked in launch_hooks:
+        cuLaunchKernel, cuLaunchKernel_ptsz, cuLaunchKernelEx, cuLaunchKernelEx_ptsz,
+        cuLaunchCooperativeKernel, cuLaunchCooperativeKernel_ptsz;
+    support: cuMemGetInfo_v2, cuCtxGetDevice, cuCtxGetLimit, cuDeviceGetUuid_v2, cuDeviceGetName,
+        cuDeviceTotalMem_v2, cuDeviceGetMemPool, cuMemPoolGetAttribute, cuDeviceGetGraphMemAttribute;
 }
 
 /// Which CUDA library defines a symbol.
@@ -86,12 +95,26 @@ impl Sym {
         }
     }
 
+    /// Whether this is a kernel launch entry point.
+    pub fn is_launch(self) -> bool {
+        self.name().to_bytes().starts_with(b"cuLaunch")
+    }
+
+    /// Our hook, unless it is turned off (`--no-launch-hooks`): then the
+    /// program is handed the real function and pays nothing at all.
+    pub fn active_hook(self) -> Option<usize> {
+        if self.is_launch() && !crate::launch_hooks::enabled() {
+            return None;
+        }
+        self.hook()
+    }
+
     /// The hooked symbol called `name`, if any.
     pub fn hooked_by_name(name: &[u8]) -> Option<Sym> {
         Sym::ALL
             .iter()
             .copied()
-            .find(|sym| sym.hook().is_some() && sym.name().to_bytes() == name)
+            .find(|sym| sym.active_hook().is_some() && sym.name().to_bytes() == name)
     }
 }
 
@@ -289,7 +312,7 @@ pub fn hook_for_real_driver_address(address: usize) -> Option<usize> {
     Sym::ALL
         .iter()
         .find(|&&sym| sym.library() == CudaLibrary::Driver && REAL[sym as usize].load(Ordering::Acquire) == address)
-        .and_then(|sym| sym.hook())
+        .and_then(|sym| sym.active_hook())
 }
 
 #[cfg(test)]
@@ -320,8 +343,8 @@ mod tests {
     fn every_hooked_symbol_is_an_api_the_event_format_knows() {
         for &sym in Sym::ALL {
             let name = sym.name().to_str().unwrap();
-            let not_an_allocation = name.starts_with("cuGetProcAddress") || name == "cuInit";
-            if sym.hook().is_some() && !not_an_allocation {
+            let not_an_event = name.starts_with("cuGetProcAddress") || name == "cuInit";
+            if sym.hook().is_some() && !not_an_event {
                 assert!(
                     cudatrace_events::Api::from_name(name).is_some(),
                     "{name} has no Api code"

@@ -27,6 +27,7 @@ fn main() {
     let c = Path::new("c");
     for file in [
         "fake_driver.c",
+        "fake_nvml.c",
         "fake_runtime.c",
         "scenarios.c",
         "bench_calls.c",
@@ -54,6 +55,19 @@ fn main() {
         ],
     );
     link(&driver, "libcuda.so");
+
+    compile(
+        &compiler,
+        &[
+            "-shared",
+            "-fPIC",
+            "-fvisibility=hidden",
+            "-Wl,-soname,libnvidia-ml.so.1",
+            &s(&c.join("fake_nvml.c")),
+            "-o",
+            &s(&lib.join("libnvidia-ml.so.1")),
+        ],
+    );
 
     let runtime = lib.join("libcudart.so.13");
     compile(

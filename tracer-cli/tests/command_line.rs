@@ -510,11 +510,17 @@ fn dump_without_files_says_what_to_do_and_dumps_traces_record_by_record() {
         .lines()
         .map(|l| serde_json::from_str(l).unwrap())
         .collect();
-    assert_eq!(lines[0]["header"]["format_version"], 3);
-    assert_eq!(lines[1]["process"]["pid"], report["processes"][0]["pid"]);
+    assert_eq!(lines[0]["header"]["format_version"], 4);
+    let process = lines.iter().find(|l| l.get("process").is_some()).unwrap();
+    assert_eq!(process["process"]["pid"], report["processes"][0]["pid"]);
+    // Without NVML (no GPU here), the collector says so once.
+    let nvml: Vec<_> = lines.iter().filter_map(|l| l.get("nvml_status")).collect();
+    assert_eq!(nvml.len(), 1);
+    assert_eq!(nvml[0]["devices_ok"], false);
     let memory_events = lines
         .iter()
-        .filter(|l| l["op"].is_string() && l["op"] != "stack-node" && l["op"] != "blob")
+        .filter_map(|l| l["op"].as_str())
+        .filter(|op| cudatrace_events::Op::from_name(op).is_some_and(|op| op.is_memory_event()))
         .count();
     assert_eq!(memory_events, 24);
     assert_eq!(lines.iter().filter(|l| l.get("process_end").is_some()).count(), 1);

@@ -48,7 +48,7 @@ fn a_single_process_run_reports_exactly_what_it_did() {
     ];
     live_at_exit.sort_by_key(|l| l["address"].as_u64());
     let expected = json!({
-        "format_version": 3,
+        "format_version": 4,
         "lost_events": 0,
         "dropped_events": 0,
         "complete": true,
@@ -255,7 +255,7 @@ fn a_damaged_trace_reports_what_came_before_the_damage() {
     // A flipped byte in the event block: the frame after it verifies, so the
     // block is skipped and reading goes on; its 24 events count as lost.
     let mut flipped = bytes.clone();
-    let events_at = find_frame(&bytes, b'E');
+    let events_at = find_frame(&bytes, b'e');
     flipped[events_at + 8] ^= 0xff;
     std::fs::write(&cut, &flipped).unwrap();
     let (partial, out) = report_json(&cut);
@@ -263,7 +263,7 @@ fn a_damaged_trace_reports_what_came_before_the_damage() {
     assert_eq!(partial["damage"], Value::Null);
     assert_eq!(
         partial["skipped_damage"],
-        json!([format!("at byte {events_at}: checksum mismatch in a 'E' record")])
+        json!([format!("at byte {events_at}: checksum mismatch in a 'e' record")])
     );
     assert_eq!(partial["complete"], true);
     // The collector may have written the run in more than one block.
@@ -277,7 +277,7 @@ fn a_damaged_trace_reports_what_came_before_the_damage() {
     assert_eq!(
         stderr.trim_end(),
         format!(
-            "cudatrace: {} has 1 damaged frame, skipped (the first at byte {events_at}: checksum mismatch in a 'E' record); the events they held are counted as lost",
+            "cudatrace: {} has 1 damaged frame, skipped (the first at byte {events_at}: checksum mismatch in a 'e' record); the events they held are counted as lost",
             cut.display()
         )
     );

@@ -200,7 +200,6 @@ code_enum! {
         CuCtxCreateV2 = 41 => "cuCtxCreate_v2",
         CuCtxCreateV3 = 42 => "cuCtxCreate_v3",
         CuCtxCreateV4 = 43 => "cuCtxCreate_v4",
-        CuDevicePrimaryCtxRetain = 44 => "cuDevicePrimaryCtxRetain",
         CuCtxSetLimit = 45 => "cuCtxSetLimit",
         CuCtxGetLimit = 46 => "cuCtxGetLimit",
         CuModuleLoad = 47 => "cuModuleLoad",

@@ -70,7 +70,9 @@ impl DeviceInfo {
             ordinal,
             uuid: bytes.get(..16)?.try_into().ok()?,
             total_bytes: u64::from_le_bytes(bytes.get(16..24)?.try_into().ok()?),
-            name: String::from_utf8_lossy(bytes.get(24..)?).trim_end_matches('\0').to_string(),
+            name: String::from_utf8_lossy(bytes.get(24..)?)
+                .trim_end_matches('\0')
+                .to_string(),
         })
     }
 

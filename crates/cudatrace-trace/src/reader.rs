@@ -362,7 +362,10 @@ mod tests {
         writer.record(&Record::NvmlStatus(status.clone())).unwrap();
         let bytes = writer.into_inner();
         let read: Vec<Record> = TraceReader::new(&bytes[..]).unwrap().map(Result::unwrap).collect();
-        assert_eq!(read, vec![Record::Header(header), Record::Nvml(nvml), Record::NvmlStatus(status)]);
+        assert_eq!(
+            read,
+            vec![Record::Header(header), Record::Nvml(nvml), Record::NvmlStatus(status)]
+        );
     }
 
     #[test]

@@ -13,6 +13,20 @@
  *    that tests see the same address handed out again immediately.
  * Memory is never really allocated for device pointers; host allocations are
  * real malloc() memory so that programs may touch them.
+ *
+ * The driver's own memory is modelled too, each cost set by the environment
+ * (bytes; all 0 by default) so that tests can assert the split exactly:
+ *  - FAKE_CUDA_CONTEXT_BYTES: a context, made by cuCtxCreate,
+ *    cuDevicePrimaryCtxRetain or the first allocation on a device;
+ *  - FAKE_CUDA_MODULE_BYTES: each module or library loaded;
+ *  - FAKE_CUDA_KERNEL_BYTES: each function's first launch (lazy loading);
+ *  - FAKE_CUDA_POOL_GRANULE: stream-ordered allocations come from a pool
+ *    that grows in granules and keeps freed memory;
+ *  - graph memory nodes reserve their bytes in the device's graph pool;
+ *  - cuCtxSetLimit of the heap costs the growth of the heap;
+ *  - FAKE_CUDA_OTHERS_BYTES: used on each device by processes not traced.
+ * With FAKE_NVML_DIR set, each process writes its usage per device to
+ * FAKE_NVML_DIR/<pid>.<device>, which the fake NVML reports.
  */
 #define _GNU_SOURCE
 #include <dlfcn.h>
@@ -20,6 +34,8 @@
 #include <stdint.h>
 #include <stdlib.h>
 #include <string.h>
+#include <stdio.h>
+#include <unistd.h>
 
 typedef int CUresult;
 typedef unsigned long long CUdeviceptr;
@@ -60,7 +76,7 @@ enum { SYMBOL_FOUND = 0, SYMBOL_NOT_FOUND = 1, VERSION_NOT_SUFFICIENT = 2 };
 
 /* ---- Device address space ------------------------------------------------ */
 
-typedef struct { uint64_t address, size; int device, live, next_free; } Block;
+typedef struct { uint64_t address, size; int device, live, next_free, pool; } Block;
 
 #define MAX_BLOCKS (1 << 20)
 #define ADDRESS_SLOTS (1 << 21)
@@ -78,6 +94,45 @@ static uint64_t next_address[MAX_DEVICES];
 static uint64_t next_low_address = 0x10000000ull;
 static uint64_t used_bytes[MAX_DEVICES];
 static __thread int current_device;
+/* The driver's own memory, per device: contexts, modules and kernels, limits. */
+static uint64_t context_bytes[MAX_DEVICES], module_bytes[MAX_DEVICES], limit_bytes[MAX_DEVICES];
+static int has_context[MAX_DEVICES];
+static uint64_t pool_used[MAX_DEVICES], pool_reserved[MAX_DEVICES];
+static uint64_t graph_used[MAX_DEVICES], graph_reserved[MAX_DEVICES];
+
+static uint64_t env_bytes(const char *name) {
+    const char *text = getenv(name);
+    return text ? strtoull(text, NULL, 0) : 0;
+}
+
+/* Everything this process holds on a device. Called with the lock held. */
+static uint64_t process_usage(int device) {
+    return used_bytes[device] + context_bytes[device] + module_bytes[device] + limit_bytes[device] +
+           pool_reserved[device] + graph_reserved[device];
+}
+
+/* Tells the fake NVML. Called with the lock held. */
+static void publish_usage(int device) {
+    const char *dir = getenv("FAKE_NVML_DIR");
+    if (!dir) return;
+    char path[4000], tmp[4100], text[64];
+    snprintf(path, sizeof path, "%s/%d.%d", dir, (int)getpid(), device);
+    snprintf(tmp, sizeof tmp, "%s.tmp", path);
+    FILE *f = fopen(tmp, "w");
+    if (!f) return;
+    snprintf(text, sizeof text, "%llu\n", (unsigned long long)process_usage(device));
+    fputs(text, f);
+    fclose(f);
+    rename(tmp, path);
+}
+
+/* Makes a context on `device` if it has none. Called with the lock held. */
+static void ensure_context(int device) {
+    if (has_context[device]) return;
+    has_context[device] = 1;
+    context_bytes[device] = env_bytes("FAKE_CUDA_CONTEXT_BYTES");
+    publish_usage(device);
+}
 
 /* Live blocks by address (index + 1; 0 is empty, -1 a removed entry). */
 static int by_address[ADDRESS_SLOTS];
@@ -148,8 +203,11 @@ static CUresult allocate(uint64_t size, int device, int low, uint64_t *address) 
         *next += (size + 511) & ~511ull;
     }
     blocks[reuse].live = 1;
+    blocks[reuse].pool = 0;
     *address_slot(blocks[reuse].address, 1) = reuse + 1;
     used_bytes[device] += size;
+    ensure_context(device);
+    publish_usage(device);
     *address = blocks[reuse].address;
     pthread_mutex_unlock(&lock);
     return CUDA_SUCCESS;
@@ -165,7 +223,11 @@ static CUresult release(uint64_t address) {
     Block *block = &blocks[*slot - 1];
     *slot = -1;
     block->live = 0;
-    used_bytes[block->device] -= block->size;
+    if (block->pool)
+        pool_used[block->device] -= block->size;
+    else
+        used_bytes[block->device] -= block->size;
+    publish_usage(block->device);
     FreeList *list = free_list(block->size, block->device, block->address < 0x100000000ull);
     block->next_free = list->head;
     list->head = (int)(block - blocks);
@@ -193,7 +255,8 @@ HIDDEN CUresult impl_cuCtxSetCurrent(CUcontext ctx) {
 HIDDEN CUresult impl_cuMemGetInfo_v2(size_t *free_bytes, size_t *total) {
     pthread_mutex_lock(&lock);
     *total = capacity();
-    *free_bytes = capacity() - used_bytes[current_device];
+    uint64_t taken = process_usage(current_device) + env_bytes("FAKE_CUDA_OTHERS_BYTES");
+    *free_bytes = taken < capacity() ? capacity() - taken : 0;
     pthread_mutex_unlock(&lock);
     return CUDA_SUCCESS;
 }
@@ -239,9 +302,23 @@ HIDDEN CUresult impl_cuMemAllocManaged(CUdeviceptr *dptr, size_t size, unsigned 
     (void)flags;
     return impl_cuMemAlloc_v2(dptr, size);
 }
+/* With FAKE_CUDA_POOL_GRANULE set, a stream-ordered allocation is carved from
+ * the device's pool, which grows in granules and never shrinks. */
 HIDDEN CUresult impl_cuMemAllocAsync(CUdeviceptr *dptr, size_t size, CUstream stream) {
     (void)stream;
-    return impl_cuMemAlloc_v2(dptr, size);
+    CUresult result = impl_cuMemAlloc_v2(dptr, size);
+    uint64_t granule = env_bytes("FAKE_CUDA_POOL_GRANULE");
+    if (result != CUDA_SUCCESS || !granule) return result;
+    pthread_mutex_lock(&lock);
+    Block *block = &blocks[*address_slot(*dptr, 0) - 1];
+    block->pool = 1;
+    used_bytes[block->device] -= size;
+    pool_used[block->device] += size;
+    uint64_t needed = (pool_used[block->device] + granule - 1) / granule * granule;
+    if (needed > pool_reserved[block->device]) pool_reserved[block->device] = needed;
+    publish_usage(block->device);
+    pthread_mutex_unlock(&lock);
+    return result;
 }
 HIDDEN CUresult impl_cuMemAllocAsync_ptsz(CUdeviceptr *dptr, size_t size, CUstream stream) {
     return impl_cuMemAllocAsync(dptr, size, stream);
@@ -422,6 +499,198 @@ HIDDEN CUresult impl_cuIpcOpenMemHandle(CUdeviceptr *dptr, CUipcMemHandle handle
 }
 HIDDEN CUresult impl_cuIpcCloseMemHandle(CUdeviceptr dptr) { return dptr ? CUDA_SUCCESS : CUDA_ERROR_INVALID_VALUE; }
 
+/* ---- Contexts, modules, launches, pools, graphs, devices ---------------------- */
+
+typedef void *CUmodule;
+typedef void *CUfunction;
+typedef void *CUlibrary;
+typedef void *CUgraph;
+typedef void *CUgraphNode;
+typedef struct { unsigned char bytes[16]; } CUuuid;
+typedef struct {
+    int allocType, handleTypes;
+    CUmemLocation location;
+    void *win32SecurityAttributes;
+    size_t maxSize;
+    unsigned short usage;
+    unsigned char reserved[54];
+} CUmemPoolProps;
+typedef struct {
+    CUmemPoolProps poolProps;
+    const void *accessDescs;
+    size_t accessDescCount, bytesize;
+    CUdeviceptr dptr;
+} CUDA_MEM_ALLOC_NODE_PARAMS;
+
+static size_t limits[MAX_DEVICES][3];
+static int limits_set[MAX_DEVICES];
+static uintptr_t next_module = 0x51000;
+/* Functions launched, per device: (function, device) pairs. */
+static uintptr_t launched[4096][2];
+static int launched_count;
+
+HIDDEN CUresult impl_cuDevicePrimaryCtxRetain(CUcontext *ctx, CUdevice device) {
+    if (device < 0 || device >= device_count()) return CUDA_ERROR_INVALID_VALUE;
+    pthread_mutex_lock(&lock);
+    ensure_context(device);
+    pthread_mutex_unlock(&lock);
+    *ctx = (CUcontext)(intptr_t)(device + 1);
+    return CUDA_SUCCESS;
+}
+HIDDEN CUresult impl_cuCtxCreate_v2(CUcontext *ctx, unsigned flags, CUdevice device) {
+    (void)flags;
+    CUresult result = impl_cuDevicePrimaryCtxRetain(ctx, device);
+    if (result == CUDA_SUCCESS) current_device = device;
+    return result;
+}
+HIDDEN CUresult impl_cuCtxPushCurrent_v2(CUcontext ctx) { return impl_cuCtxSetCurrent(ctx); }
+
+static size_t *limit_slot(int limit) {
+    if (limit < 0 || limit > 2) return NULL;
+    if (!limits_set[current_device]) {
+        limits[current_device][0] = 1024;
+        limits[current_device][1] = 1 << 20;
+        limits[current_device][2] = 8 << 20;
+        limits_set[current_device] = 1;
+    }
+    return &limits[current_device][limit];
+}
+HIDDEN CUresult impl_cuCtxGetLimit(size_t *value, int limit) {
+    pthread_mutex_lock(&lock);
+    size_t *slot = limit_slot(limit);
+    if (slot) *value = *slot;
+    pthread_mutex_unlock(&lock);
+    return slot ? CUDA_SUCCESS : CUDA_ERROR_INVALID_VALUE;
+}
+/* A bigger device heap costs its growth. */
+HIDDEN CUresult impl_cuCtxSetLimit(int limit, size_t value) {
+    pthread_mutex_lock(&lock);
+    size_t *slot = limit_slot(limit);
+    if (slot) {
+        if (limit == 2 && value > *slot) limit_bytes[current_device] += value - *slot;
+        *slot = value;
+        publish_usage(current_device);
+    }
+    pthread_mutex_unlock(&lock);
+    return slot ? CUDA_SUCCESS : CUDA_ERROR_INVALID_VALUE;
+}
+
+static CUresult load(void **handle) {
+    pthread_mutex_lock(&lock);
+    ensure_context(current_device);
+    module_bytes[current_device] += env_bytes("FAKE_CUDA_MODULE_BYTES");
+    *handle = (void *)(next_module += 0x100);
+    publish_usage(current_device);
+    pthread_mutex_unlock(&lock);
+    return CUDA_SUCCESS;
+}
+HIDDEN CUresult impl_cuModuleLoadData(CUmodule *module, const void *image) { (void)image; return load(module); }
+HIDDEN CUresult impl_cuLibraryLoadData(CUlibrary *library, const void *code, void *jit_options, void **jit_values,
+                                       unsigned jit_count, void *library_options, void **library_values,
+                                       unsigned library_count) {
+    return load(library);
+}
+/* Functions are the module handle plus a small hash of the name. */
+HIDDEN CUresult impl_cuModuleGetFunction(CUfunction *function, CUmodule module, const char *name) {
+    uintptr_t hash = 0;
+    for (const char *c = name; *c; c++) hash = hash * 31 + (unsigned char)*c;
+    *function = (CUfunction)((uintptr_t)module + 1 + hash % 0xf0);
+    return CUDA_SUCCESS;
+}
+/* The first launch of a function on a device loads it. */
+static CUresult launch(CUfunction f) {
+    if (!f) return CUDA_ERROR_INVALID_VALUE;
+    pthread_mutex_lock(&lock);
+    int seen = 0;
+    for (int i = 0; i < launched_count && !seen; i++)
+        seen = launched[i][0] == (uintptr_t)f && launched[i][1] == (uintptr_t)current_device;
+    if (!seen && launched_count < 4096) {
+        launched[launched_count][0] = (uintptr_t)f;
+        launched[launched_count][1] = (uintptr_t)current_device;
+        launched_count++;
+        module_bytes[current_device] += env_bytes("FAKE_CUDA_KERNEL_BYTES");
+        publish_usage(current_device);
+    }
+    pthread_mutex_unlock(&lock);
+    return CUDA_SUCCESS;
+}
+HIDDEN CUresult impl_cuLaunchKernel(CUfunction f, unsigned gx, unsigned gy, unsigned gz, unsigned bx, unsigned by,
+                                    unsigned bz, unsigned shared, CUstream stream, void **params, void **extra) {
+    return launch(f);
+}
+HIDDEN CUresult impl_cuLaunchKernel_ptsz(CUfunction f, unsigned gx, unsigned gy, unsigned gz, unsigned bx,
+                                         unsigned by, unsigned bz, unsigned shared, CUstream stream, void **params,
+                                         void **extra) {
+    return launch(f);
+}
+HIDDEN CUresult impl_cuLaunchKernelEx(const void *config, CUfunction f, void **params, void **extra) { return launch(f); }
+HIDDEN CUresult impl_cuLaunchCooperativeKernel(CUfunction f, unsigned gx, unsigned gy, unsigned gz, unsigned bx,
+                                               unsigned by, unsigned bz, unsigned shared, CUstream stream,
+                                               void **params) {
+    return launch(f);
+}
+
+/* One pool per device, 0x9000 + ordinal; other handles are device 0's. */
+HIDDEN CUresult impl_cuDeviceGetMemPool(CUmemoryPool *pool, CUdevice device) {
+    *pool = (CUmemoryPool)(uintptr_t)(0x9000 + device);
+    return CUDA_SUCCESS;
+}
+HIDDEN CUresult impl_cuMemPoolGetAttribute(CUmemoryPool pool, int attribute, void *value) {
+    uintptr_t device = (uintptr_t)pool - 0x9000;
+    if (device >= MAX_DEVICES) device = 0;
+    pthread_mutex_lock(&lock);
+    uint64_t result = attribute == 5 ? pool_reserved[device] : attribute == 7 ? pool_used[device] : 0;
+    pthread_mutex_unlock(&lock);
+    *(uint64_t *)value = result;
+    return attribute == 5 || attribute == 7 ? CUDA_SUCCESS : CUDA_ERROR_INVALID_VALUE;
+}
+HIDDEN CUresult impl_cuDeviceGetGraphMemAttribute(CUdevice device, int attribute, void *value) {
+    if (device < 0 || device >= device_count()) return CUDA_ERROR_INVALID_VALUE;
+    pthread_mutex_lock(&lock);
+    uint64_t result = attribute == 2 ? graph_reserved[device] : attribute == 0 ? graph_used[device] : 0;
+    pthread_mutex_unlock(&lock);
+    *(uint64_t *)value = result;
+    return CUDA_SUCCESS;
+}
+static uint64_t next_graph_address = 0x700000000000ull;
+HIDDEN CUresult impl_cuGraphAddMemAllocNode(CUgraphNode *node, CUgraph graph, const CUgraphNode *deps, size_t count,
+                                            CUDA_MEM_ALLOC_NODE_PARAMS *params) {
+    if (!params || !params->bytesize) return CUDA_ERROR_INVALID_VALUE;
+    pthread_mutex_lock(&lock);
+    int device = params->poolProps.location.id;
+    if (device < 0 || device >= device_count()) device = current_device;
+    ensure_context(device);
+    graph_reserved[device] += params->bytesize;
+    graph_used[device] += params->bytesize;
+    params->dptr = next_graph_address;
+    next_graph_address += (params->bytesize + 0xfff) & ~0xfffull;
+    *node = (CUgraphNode)(uintptr_t)params->dptr;
+    publish_usage(device);
+    pthread_mutex_unlock(&lock);
+    return CUDA_SUCCESS;
+}
+HIDDEN CUresult impl_cuGraphAddMemFreeNode(CUgraphNode *node, CUgraph graph, const CUgraphNode *deps, size_t count,
+                                           CUdeviceptr dptr) {
+    *node = (CUgraphNode)(uintptr_t)(dptr + 1);
+    return CUDA_SUCCESS;
+}
+HIDDEN CUresult impl_cuDeviceGetUuid_v2(CUuuid *uuid, CUdevice device) {
+    if (device < 0 || device >= device_count()) return CUDA_ERROR_INVALID_VALUE;
+    for (int i = 0; i < 16; i++) uuid->bytes[i] = (unsigned char)(0xf0 + i);
+    uuid->bytes[15] = (unsigned char)device;
+    return CUDA_SUCCESS;
+}
+HIDDEN CUresult impl_cuDeviceGetName(char *name, int length, CUdevice device) {
+    if (device < 0 || device >= device_count() || length < 1) return CUDA_ERROR_INVALID_VALUE;
+    snprintf(name, (size_t)length, "Fake GPU %d", device);
+    return CUDA_SUCCESS;
+}
+HIDDEN CUresult impl_cuDeviceTotalMem_v2(size_t *bytes, CUdevice device) {
+    if (device < 0 || device >= device_count()) return CUDA_ERROR_INVALID_VALUE;
+    *bytes = capacity();
+    return CUDA_SUCCESS;
+}
+
 /* ---- Entry point lookup -------------------------------------------------- */
 
 typedef struct {
@@ -468,6 +737,25 @@ static const ProcEntry entries[] = {
     { "cuMipmappedArrayDestroy", 5000, (void *)impl_cuMipmappedArrayDestroy, 0, NULL, NULL },
     { "cuIpcOpenMemHandle", 4010, (void *)impl_cuIpcOpenMemHandle, 11000, (void *)impl_cuIpcOpenMemHandle_v2, NULL },
     { "cuIpcCloseMemHandle", 4010, (void *)impl_cuIpcCloseMemHandle, 0, NULL, NULL },
+    { "cuDevicePrimaryCtxRetain", 7000, (void *)impl_cuDevicePrimaryCtxRetain, 0, NULL, NULL },
+    { "cuCtxCreate", 3020, (void *)impl_cuCtxCreate_v2, 0, NULL, NULL },
+    { "cuCtxPushCurrent", 4000, (void *)impl_cuCtxPushCurrent_v2, 0, NULL, NULL },
+    { "cuCtxGetLimit", 3010, (void *)impl_cuCtxGetLimit, 0, NULL, NULL },
+    { "cuCtxSetLimit", 3010, (void *)impl_cuCtxSetLimit, 0, NULL, NULL },
+    { "cuModuleLoadData", 2000, (void *)impl_cuModuleLoadData, 0, NULL, NULL },
+    { "cuModuleGetFunction", 2000, (void *)impl_cuModuleGetFunction, 0, NULL, NULL },
+    { "cuLibraryLoadData", 12000, (void *)impl_cuLibraryLoadData, 0, NULL, NULL },
+    { "cuLaunchKernel", 4000, (void *)impl_cuLaunchKernel, 0, NULL, (void *)impl_cuLaunchKernel_ptsz },
+    { "cuLaunchKernelEx", 11060, (void *)impl_cuLaunchKernelEx, 0, NULL, NULL },
+    { "cuLaunchCooperativeKernel", 9000, (void *)impl_cuLaunchCooperativeKernel, 0, NULL, NULL },
+    { "cuDeviceGetMemPool", 11020, (void *)impl_cuDeviceGetMemPool, 0, NULL, NULL },
+    { "cuMemPoolGetAttribute", 11020, (void *)impl_cuMemPoolGetAttribute, 0, NULL, NULL },
+    { "cuDeviceGetGraphMemAttribute", 11040, (void *)impl_cuDeviceGetGraphMemAttribute, 0, NULL, NULL },
+    { "cuGraphAddMemAllocNode", 11040, (void *)impl_cuGraphAddMemAllocNode, 0, NULL, NULL },
+    { "cuGraphAddMemFreeNode", 11040, (void *)impl_cuGraphAddMemFreeNode, 0, NULL, NULL },
+    { "cuDeviceGetUuid", 11040, (void *)impl_cuDeviceGetUuid_v2, 0, NULL, NULL },
+    { "cuDeviceGetName", 2000, (void *)impl_cuDeviceGetName, 0, NULL, NULL },
+    { "cuDeviceTotalMem", 2000, (void *)impl_cuDeviceTotalMem_v2, 0, NULL, NULL },
 };
 
 HIDDEN CUresult impl_cuGetProcAddress_v2(const char *symbol, void **pfn, int version, unsigned long long flags, int *status) {
@@ -550,3 +838,23 @@ CUresult cuIpcCloseMemHandle(CUdeviceptr) EXPORT(cuIpcCloseMemHandle);
 CUresult cuGetProcAddress(const char *, void **, int, unsigned long long) EXPORT(cuGetProcAddress);
 CUresult cuGetProcAddress_v2(const char *, void **, int, unsigned long long, int *) EXPORT(cuGetProcAddress_v2);
 int fakeCudaLooksItselfUp(void) EXPORT(fakeCudaLooksItselfUp);
+CUresult cuDevicePrimaryCtxRetain(CUcontext *, CUdevice) EXPORT(cuDevicePrimaryCtxRetain);
+CUresult cuCtxCreate_v2(CUcontext *, unsigned, CUdevice) EXPORT(cuCtxCreate_v2);
+CUresult cuCtxPushCurrent_v2(CUcontext) EXPORT(cuCtxPushCurrent_v2);
+CUresult cuCtxGetLimit(size_t *, int) EXPORT(cuCtxGetLimit);
+CUresult cuCtxSetLimit(int, size_t) EXPORT(cuCtxSetLimit);
+CUresult cuModuleLoadData(CUmodule *, const void *) EXPORT(cuModuleLoadData);
+CUresult cuModuleGetFunction(CUfunction *, CUmodule, const char *) EXPORT(cuModuleGetFunction);
+CUresult cuLibraryLoadData(CUlibrary *, const void *, void *, void **, unsigned, void *, void **, unsigned) EXPORT(cuLibraryLoadData);
+CUresult cuLaunchKernel(CUfunction, unsigned, unsigned, unsigned, unsigned, unsigned, unsigned, unsigned, CUstream, void **, void **) EXPORT(cuLaunchKernel);
+CUresult cuLaunchKernel_ptsz(CUfunction, unsigned, unsigned, unsigned, unsigned, unsigned, unsigned, unsigned, CUstream, void **, void **) EXPORT(cuLaunchKernel_ptsz);
+CUresult cuLaunchKernelEx(const void *, CUfunction, void **, void **) EXPORT(cuLaunchKernelEx);
+CUresult cuLaunchCooperativeKernel(CUfunction, unsigned, unsigned, unsigned, unsigned, unsigned, unsigned, unsigned, CUstream, void **) EXPORT(cuLaunchCooperativeKernel);
+CUresult cuDeviceGetMemPool(CUmemoryPool *, CUdevice) EXPORT(cuDeviceGetMemPool);
+CUresult cuMemPoolGetAttribute(CUmemoryPool, int, void *) EXPORT(cuMemPoolGetAttribute);
+CUresult cuDeviceGetGraphMemAttribute(CUdevice, int, void *) EXPORT(cuDeviceGetGraphMemAttribute);
+CUresult cuGraphAddMemAllocNode(CUgraphNode *, CUgraph, const CUgraphNode *, size_t, CUDA_MEM_ALLOC_NODE_PARAMS *) EXPORT(cuGraphAddMemAllocNode);
+CUresult cuGraphAddMemFreeNode(CUgraphNode *, CUgraph, const CUgraphNode *, size_t, CUdeviceptr) EXPORT(cuGraphAddMemFreeNode);
+CUresult cuDeviceGetUuid_v2(CUuuid *, CUdevice) EXPORT(cuDeviceGetUuid_v2);
+CUresult cuDeviceGetName(char *, int, CUdevice) EXPORT(cuDeviceGetName);
+CUresult cuDeviceTotalMem_v2(size_t *, CUdevice) EXPORT(cuDeviceTotalMem_v2);

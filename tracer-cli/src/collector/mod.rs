@@ -9,6 +9,7 @@
 //!   send it, through a crossbeam channel, and flushes whenever it runs dry,
 //!   so the trace is readable while it is written.
 
+mod nvml;
 mod sink;
 
 pub use sink::{describe_io, TraceFailure};
@@ -120,6 +121,7 @@ pub struct Collector {
     shared: Arc<Shared>,
     to_writer: Sender<Message>,
     scanner: JoinHandle<()>,
+    nvml_sampler: JoinHandle<()>,
     readers: Vec<JoinHandle<()>>,
     writer: JoinHandle<Result<Summary, TraceFailure>>,
 }
@@ -224,10 +226,18 @@ impl Collector {
                 .spawn(move || scan(&shared, &to_writer, &to_readers))
                 .map_err(|e| e.to_string())?
         };
+        let nvml_sampler = {
+            let (shared, to_writer) = (shared.clone(), to_writer.clone());
+            std::thread::Builder::new()
+                .name("cudatrace-nvml".into())
+                .spawn(move || sample_nvml(&shared, &to_writer))
+                .map_err(|e| e.to_string())?
+        };
         Ok(Collector {
             shared,
             to_writer,
             scanner,
+            nvml_sampler,
             readers,
             writer,
         })
@@ -261,6 +271,7 @@ impl Collector {
         self.shared.draining.store(true, Ordering::Release);
         // Threads of ours that panicked are a bug; the trace is still finished.
         let _ = self.scanner.join();
+        let _ = self.nvml_sampler.join();
         for reader in self.readers {
             let _ = reader.join();
         }
@@ -272,6 +283,26 @@ impl Collector {
             }),
         }
     }
+}
+
+/// Reads NVML until the collection drains, sending what it read to the writer.
+fn sample_nvml(shared: &Shared, to_writer: &Sender<Message>) {
+    let mut nvml = match nvml::Nvml::open() {
+        Ok(nvml) => nvml,
+        Err(reason) => {
+            let _ = to_writer.send(Message::Record(nvml::unavailable(reason)));
+            return;
+        }
+    };
+    let mut traced: HashSet<u32> = HashSet::new();
+    while !shared.draining.load(Ordering::Acquire) {
+        traced.extend(shared.latest_image.lock().unwrap().keys().copied());
+        for record in nvml.sample(&traced) {
+            let _ = to_writer.send(Message::Record(record));
+        }
+        std::thread::sleep(nvml::INTERVAL);
+    }
+    let _ = to_writer.send(Message::Record(nvml.final_status(!traced.is_empty())));
 }
 
 fn scan(shared: &Shared, to_writer: &Sender<Message>, to_readers: &Sender<SpoolTail>) {

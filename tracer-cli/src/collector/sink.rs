@@ -8,7 +8,7 @@ use crate::spool_tail::Release;
 use crate::symbolize::StackCatalog;
 use crossbeam_channel::{Receiver, RecvTimeoutError};
 use cudatrace_events::Event;
-use cudatrace_trace::{DamagedSpool, Footer, ProcessEnd, ProcessStart, Refusal, TraceWriter};
+use cudatrace_trace::{DamagedSpool, Footer, ProcessEnd, ProcessStart, Record, Refusal, TraceWriter};
 use std::fs::File;
 use std::io::BufWriter;
 use std::path::PathBuf;
@@ -30,6 +30,8 @@ pub enum Message {
     End(ProcessEnd, Option<PathBuf>),
     Refused(Refusal),
     Damaged(DamagedSpool),
+    /// A record written as it is (NVML's readings).
+    Record(Record),
     Finish,
 }
 
@@ -110,6 +112,7 @@ impl Sink {
                     summary.damaged_spools += 1;
                     self.trace.damaged_spool(&damage)
                 }
+                Some(Message::Record(record)) => self.trace.record(&record),
                 Some(Message::Finish) => return self.finish(summary),
             };
             if let Err(error) = written {

@@ -1,0 +1,299 @@
+//! Hooks where driver memory that is not an allocation appears: contexts
+//! becoming current, context limits changing, modules and libraries loading,
+//! and graph memory nodes being added. Each forwards the call unchanged and
+//! measures around it (see [`device_probe`]).
+
+use crate::cuda_ffi::*;
+use crate::device_probe::{self, free_now};
+use crate::process_state::{guarded, tracing_on};
+use crate::recorder::{store_measurement, RuntimeCall};
+use crate::symbols::{real_fn, Sym};
+use cudatrace_events::{Api, Op};
+use std::ffi::{c_char, c_int, c_uint, c_void};
+
+macro_rules! real_or_fail {
+    ($sym:ident, $ty:ty) => {
+        // SAFETY: `$ty` is the C signature of the export `$sym`.
+        match unsafe { real_fn::<$ty>(Sym::$sym) } {
+            Some(real) => real,
+            None => return CUDA_ERROR_NOT_INITIALIZED,
+        }
+    };
+}
+
+fn read<T: Copy>(ptr: *const T, or: T) -> T {
+    if ptr.is_null() {
+        or
+    } else {
+        // SAFETY: the driver succeeded, so a non-null out-parameter holds a value.
+        unsafe { *ptr }
+    }
+}
+
+// ---- Contexts -----------------------------------------------------------------
+
+macro_rules! current_hooks {
+    ($( $name:ident => $api:ident; )*) => {$(
+        #[doc = concat!("Hook for `", stringify!($name), "`: a context seen for the first time is measured.")]
+        ///
+        /// # Safety
+        /// Same contract as the driver's function.
+        #[unsafe(no_mangle)]
+        pub unsafe extern "C" fn $name(ctx: CUcontext) -> CUresult {
+            let real = real_or_fail!($name, unsafe extern "C" fn(CUcontext) -> CUresult);
+            // SAFETY: arguments forwarded unchanged.
+            let result = unsafe { real(ctx) };
+            if result == CUDA_SUCCESS && !ctx.is_null() {
+                guarded(|| device_probe::context_became_current(ctx as u64, Api::$api));
+            }
+            result
+        }
+    )*};
+}
+
+current_hooks! {
+    cuCtxSetCurrent => CuCtxSetCurrent;
+    cuCtxPushCurrent => CuCtxPushCurrent;
+    cuCtxPushCurrent_v2 => CuCtxPushCurrentV2;
+}
+
+macro_rules! create_hooks {
+    ($( $name:ident => $api:ident ( $( $arg:ident : $ty:ty ),* ); )*) => {$(
+        #[doc = concat!("Hook for `", stringify!($name), "`: the new context is current, and measured.")]
+        ///
+        /// # Safety
+        /// Same contract as the driver's function.
+        #[unsafe(no_mangle)]
+        pub unsafe extern "C" fn $name(pctx: *mut CUcontext, $( $arg: $ty ),*) -> CUresult {
+            let real = real_or_fail!($name, unsafe extern "C" fn(*mut CUcontext, $( $ty ),*) -> CUresult);
+            // SAFETY: arguments forwarded unchanged.
+            let result = unsafe { real(pctx, $( $arg ),*) };
+            if result == CUDA_SUCCESS {
+                guarded(|| device_probe::context_became_current(read(pctx, std::ptr::null_mut()) as u64, Api::$api));
+            }
+            result
+        }
+    )*};
+}
+
+create_hooks! {
+    cuCtxCreate => CuCtxCreate(flags: c_uint, device: CUdevice);
+    cuCtxCreate_v2 => CuCtxCreateV2(flags: c_uint, device: CUdevice);
+    cuCtxCreate_v3 => CuCtxCreateV3(params: *mut c_void, count: c_int, flags: c_uint, device: CUdevice);
+    cuCtxCreate_v4 => CuCtxCreateV4(params: *mut c_void, flags: c_uint, device: CUdevice);
+}
+
+/// Hook for `cuCtxSetLimit`: records the new value, and what it cost.
+///
+/// # Safety
+/// Same contract as the driver's function.
+#[unsafe(no_mangle)]
+pub unsafe extern "C" fn cuCtxSetLimit(limit: CUlimit, value: usize) -> CUresult {
+    let real = real_or_fail!(cuCtxSetLimit, unsafe extern "C" fn(CUlimit, usize) -> CUresult);
+    let before = if tracing_on() { free_now() } else { 0 };
+    // SAFETY: arguments forwarded unchanged.
+    let result = unsafe { real(limit, value) };
+    if result == CUDA_SUCCESS {
+        guarded(|| {
+            let after = free_now();
+            let device = device_probe::current_device().unwrap_or(-1);
+            device_probe::note_device_in_use(device, Api::CuCtxSetLimit);
+            store_measurement(
+                Op::Limit,
+                Api::CuCtxSetLimit,
+                device,
+                limit as u64,
+                value as u64,
+                0,
+                before,
+                after,
+                false,
+            );
+        });
+    }
+    result
+}
+
+// ---- Modules and libraries ------------------------------------------------------
+
+/// Runs a load, reading the device's free memory before and after, and
+/// records it with the handle `handle` reads (on success) and the caller's stack.
+fn measured_load(api: Api, load: impl FnOnce() -> CUresult, handle: impl FnOnce() -> u64) -> CUresult {
+    if !tracing_on() {
+        return load();
+    }
+    let mut device = -1;
+    guarded(|| {
+        device = device_probe::current_device().unwrap_or(-1);
+        device_probe::note_device_in_use(device, api);
+    });
+    let before = free_now();
+    let result = load();
+    if result == CUDA_SUCCESS {
+        guarded(|| {
+            let after = free_now();
+            store_measurement(Op::ModuleLoad, api, device, handle(), 0, 0, before, after, true);
+        });
+    }
+    result
+}
+
+macro_rules! load_hooks {
+    ($( $name:ident => $api:ident, $handle:ident : $handle_ty:ty, ( $( $arg:ident : $ty:ty ),* ); )*) => {$(
+        #[doc = concat!("Hook for `", stringify!($name), "`: measures what the load takes from the device.")]
+        ///
+        /// # Safety
+        /// Same contract as the driver's function.
+        #[unsafe(no_mangle)]
+        pub unsafe extern "C" fn $name($handle: *mut $handle_ty, $( $arg: $ty ),*) -> CUresult {
+            let real = real_or_fail!($name, unsafe extern "C" fn(*mut $handle_ty, $( $ty ),*) -> CUresult);
+            measured_load(
+                Api::$api,
+                // SAFETY: arguments forwarded unchanged.
+                || unsafe { real($handle, $( $arg ),*) },
+                || read($handle, std::ptr::null_mut()) as u64,
+            )
+        }
+    )*};
+}
+
+load_hooks! {
+    cuModuleLoad => CuModuleLoad, module: CUmodule, (fname: *const c_char);
+    cuModuleLoadData => CuModuleLoadData, module: CUmodule, (image: *const c_void);
+    cuModuleLoadDataEx => CuModuleLoadDataEx, module: CUmodule, (
+        image: *const c_void, count: c_uint, options: *mut CUjit_option, values: *mut *mut c_void);
+    cuModuleLoadFatBinary => CuModuleLoadFatBinary, module: CUmodule, (image: *const c_void);
+    cuLibraryLoadData => CuLibraryLoadData, library: CUlibrary, (
+        code: *const c_void, jit_options: *mut CUjit_option, jit_values: *mut *mut c_void, jit_count: c_uint,
+        library_options: *mut CUlibraryOption, library_values: *mut *mut c_void, library_count: c_uint);
+    cuLibraryLoadFromFile => CuLibraryLoadFromFile, library: CUlibrary, (
+        file_name: *const c_char, jit_options: *mut CUjit_option, jit_values: *mut *mut c_void, jit_count: c_uint,
+        library_options: *mut CUlibraryOption, library_values: *mut *mut c_void, library_count: c_uint);
+}
+
+// ---- Graph memory nodes ---------------------------------------------------------
+
+fn graph_node_added(api: Api, graph: CUgraph, address: u64, bytes: u64) {
+    guarded(|| {
+        let device = device_probe::current_device().unwrap_or(-1);
+        store_measurement(Op::GraphNode, api, device, address, bytes, 0, graph as u64, 0, true);
+    });
+}
+
+/// Hook for `cuGraphAddMemAllocNode`: the address and size of the graph's allocation.
+///
+/// # Safety
+/// Same contract as the driver's function.
+#[unsafe(no_mangle)]
+pub unsafe extern "C" fn cuGraphAddMemAllocNode(
+    node: *mut CUgraphNode,
+    graph: CUgraph,
+    dependencies: *const CUgraphNode,
+    count: usize,
+    params: *mut CUDA_MEM_ALLOC_NODE_PARAMS,
+) -> CUresult {
+    let real = real_or_fail!(
+        cuGraphAddMemAllocNode,
+        unsafe extern "C" fn(
+            *mut CUgraphNode,
+            CUgraph,
+            *const CUgraphNode,
+            usize,
+            *mut CUDA_MEM_ALLOC_NODE_PARAMS,
+        ) -> CUresult
+    );
+    // SAFETY: arguments forwarded unchanged.
+    let result = unsafe { real(node, graph, dependencies, count, params) };
+    if result == CUDA_SUCCESS && !params.is_null() {
+        // SAFETY: the driver succeeded, so the parameters hold the node's address.
+        let (address, bytes) = unsafe { ((*params).dptr, (*params).bytesize as u64) };
+        graph_node_added(Api::CuGraphAddMemAllocNode, graph, address, bytes);
+    }
+    result
+}
+
+/// Hook for `cuGraphAddMemFreeNode`.
+///
+/// # Safety
+/// Same contract as the driver's function.
+#[unsafe(no_mangle)]
+pub unsafe extern "C" fn cuGraphAddMemFreeNode(
+    node: *mut CUgraphNode,
+    graph: CUgraph,
+    dependencies: *const CUgraphNode,
+    count: usize,
+    dptr: CUdeviceptr,
+) -> CUresult {
+    let real = real_or_fail!(
+        cuGraphAddMemFreeNode,
+        unsafe extern "C" fn(*mut CUgraphNode, CUgraph, *const CUgraphNode, usize, CUdeviceptr) -> CUresult
+    );
+    // SAFETY: arguments forwarded unchanged.
+    let result = unsafe { real(node, graph, dependencies, count, dptr) };
+    if result == CUDA_SUCCESS {
+        graph_node_added(Api::CuGraphAddMemFreeNode, graph, dptr, 0);
+    }
+    result
+}
+
+/// Hook for `cudaGraphAddMemAllocNode`: names the driver call it makes.
+///
+/// # Safety
+/// Same contract as the runtime's function.
+#[unsafe(no_mangle)]
+pub unsafe extern "C" fn cudaGraphAddMemAllocNode(
+    node: *mut cudaGraphNode_t,
+    graph: cudaGraph_t,
+    dependencies: *const cudaGraphNode_t,
+    count: usize,
+    params: *mut CUDA_MEM_ALLOC_NODE_PARAMS,
+) -> cudaError_t {
+    // SAFETY: the signature is the runtime export's.
+    let Some(real) = (unsafe {
+        real_fn::<
+            unsafe extern "C" fn(
+                *mut cudaGraphNode_t,
+                cudaGraph_t,
+                *const cudaGraphNode_t,
+                usize,
+                *mut CUDA_MEM_ALLOC_NODE_PARAMS,
+            ) -> cudaError_t,
+        >(Sym::cudaGraphAddMemAllocNode)
+    }) else {
+        return cudaErrorInitializationError;
+    };
+    let _inside = RuntimeCall::enter(Api::CudaGraphAddMemAllocNode);
+    // SAFETY: arguments forwarded unchanged.
+    unsafe { real(node, graph, dependencies, count, params) }
+}
+
+/// Hook for `cudaGraphAddMemFreeNode`: names the driver call it makes.
+///
+/// # Safety
+/// Same contract as the runtime's function.
+#[unsafe(no_mangle)]
+pub unsafe extern "C" fn cudaGraphAddMemFreeNode(
+    node: *mut cudaGraphNode_t,
+    graph: cudaGraph_t,
+    dependencies: *const cudaGraphNode_t,
+    count: usize,
+    dptr: *mut c_void,
+) -> cudaError_t {
+    // SAFETY: the signature is the runtime export's.
+    let Some(real) = (unsafe {
+        real_fn::<
+            unsafe extern "C" fn(
+                *mut cudaGraphNode_t,
+                cudaGraph_t,
+                *const cudaGraphNode_t,
+                usize,
+                *mut c_void,
+            ) -> cudaError_t,
+        >(Sym::cudaGraphAddMemFreeNode)
+    }) else {
+        return cudaErrorInitializationError;
+    };
+    let _inside = RuntimeCall::enter(Api::CudaGraphAddMemFreeNode);
+    // SAFETY: arguments forwarded unchanged.
+    unsafe { real(node, graph, dependencies, count, dptr) }
+}

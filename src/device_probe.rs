@@ -1,0 +1,388 @@
+//! Readings of the device's memory, taken from hooks the program calls
+//! anyway, at the moments a category of driver memory appears: a context
+//! becoming current, a module loading, a kernel's first launch, a limit
+//! changing; and, rate-limited, whenever a hook runs, with the pools and
+//! graph memory the process uses.
+//!
+//! Every driver call made here is read-only and one of those the README
+//! lists. None is made from a thread of our own: each runs on the thread of
+//! the hook that asked for it, with that thread's current context.
+
+use crate::cuda_ffi::*;
+use crate::process_state::tracing_on;
+use crate::recorder::store_measurement;
+use crate::symbols::{real_fn, Sym};
+use cudatrace_events::measures::{limit, sample_reason, DeviceInfo, DEVICE_BLOB};
+use cudatrace_events::{Api, Op};
+use std::ffi::{c_char, c_int};
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+
+/// Devices whose ordinal fits here are measured; others are left alone.
+const MAX_DEVICES: usize = 64;
+/// Contexts remembered as seen.
+const MAX_CONTEXTS: usize = 64;
+/// Pools sampled, besides each device's current pool.
+const MAX_POOLS: usize = 16;
+/// At most one rate-limited reading per device this often.
+const SAMPLE_INTERVAL_NS: u64 = 50_000_000;
+/// Hooks look at the clock's device table at most this often.
+const GATE_INTERVAL_NS: u64 = 10_000_000;
+
+static CONTEXTS: [AtomicU64; MAX_CONTEXTS] = [const { AtomicU64::new(0) }; MAX_CONTEXTS];
+static DEVICE_HAS_CONTEXT: [AtomicBool; MAX_DEVICES] = [const { AtomicBool::new(false) }; MAX_DEVICES];
+static DEVICE_DESCRIBED: [AtomicBool; MAX_DEVICES] = [const { AtomicBool::new(false) }; MAX_DEVICES];
+static LAST_SAMPLE: [AtomicU64; MAX_DEVICES] = [const { AtomicU64::new(0) }; MAX_DEVICES];
+static LAST_GATE: AtomicU64 = AtomicU64::new(0);
+/// Cleared by `CUDATRACE_SAMPLES=0`: no rate-limited or exit readings.
+static SAMPLES_ON: AtomicBool = AtomicBool::new(true);
+/// Devices whose current pool serves `cuMemAllocAsync`: one bit each.
+static DEFAULT_POOL_DEVICES: AtomicU64 = AtomicU64::new(0);
+/// Explicit pools: (pool handle, device + 1); 0 = free slot.
+static POOLS: [(AtomicU64, AtomicU64); MAX_POOLS] = [const { (AtomicU64::new(0), AtomicU64::new(0)) }; MAX_POOLS];
+/// Last reserved bytes recorded per device's graph memory and per pool slot,
+/// plus one (0 = never recorded), so that unchanged readings are not stored.
+static LAST_GRAPH_RESERVED: [AtomicU64; MAX_DEVICES] = [const { AtomicU64::new(0) }; MAX_DEVICES];
+static LAST_DEFAULT_POOL_RESERVED: [AtomicU64; MAX_DEVICES] = [const { AtomicU64::new(0) }; MAX_DEVICES];
+static LAST_POOL_RESERVED: [AtomicU64; MAX_POOLS] = [const { AtomicU64::new(0) }; MAX_POOLS];
+
+fn slot(device: i8) -> Option<usize> {
+    usize::try_from(device).ok().filter(|&d| d < MAX_DEVICES)
+}
+
+/// `CLOCK_MONOTONIC_COARSE`: a few nanoseconds through the vDSO, and fine
+/// enough for a 50 ms limit.
+#[inline]
+fn coarse_now_ns() -> u64 {
+    let mut ts = libc::timespec { tv_sec: 0, tv_nsec: 0 };
+    // SAFETY: a valid clock id and out-pointer.
+    unsafe { libc::clock_gettime(libc::CLOCK_MONOTONIC_COARSE, &mut ts) };
+    ts.tv_sec as u64 * 1_000_000_000 + ts.tv_nsec as u64
+}
+
+/// The device's (free, total) bytes as `cuMemGetInfo_v2` gives them for the
+/// calling thread's current context; `None` without one.
+pub fn memory_info() -> Option<(u64, u64)> {
+    // SAFETY: cuMemGetInfo_v2(size_t*, size_t*) is the driver's signature.
+    let get_info =
+        unsafe { real_fn::<unsafe extern "C" fn(*mut usize, *mut usize) -> CUresult>(Sym::cuMemGetInfo_v2) }?;
+    let (mut free, mut total) = (0usize, 0usize);
+    // SAFETY: valid out-pointers.
+    (unsafe { get_info(&mut free, &mut total) } == CUDA_SUCCESS).then_some((free as u64, total as u64))
+}
+
+/// Free bytes now, or 0 when the driver cannot say (readers then see no cost).
+pub fn free_now() -> u64 {
+    memory_info().map_or(0, |(free, _)| free)
+}
+
+/// The device of the calling thread's current context; `None` when the
+/// thread has none (a worker thread): the caller then never guesses.
+pub fn current_device() -> Option<i8> {
+    // SAFETY: cuCtxGetDevice(CUdevice*) is the driver's signature.
+    let get_device = unsafe { real_fn::<unsafe extern "C" fn(*mut CUdevice) -> CUresult>(Sym::cuCtxGetDevice) }?;
+    let mut device: CUdevice = -1;
+    // SAFETY: a valid out-pointer.
+    if unsafe { get_device(&mut device) } != CUDA_SUCCESS {
+        return None;
+    }
+    i8::try_from(device).ok().filter(|&d| d >= 0)
+}
+
+/// Called after a context became current on this thread (`cuCtxSetCurrent`,
+/// `cuCtxPushCurrent`, `cuCtxCreate`): the first time for each context,
+/// reads the device's memory and the context's limits.
+pub fn context_became_current(context: u64, api: Api) {
+    if context == 0 || !tracing_on() || !first_sight_of(context) {
+        return;
+    }
+    if let Some(device) = current_device() {
+        describe_context(device, context, api);
+    }
+}
+
+/// Called with the device of an event: if no context of the process was seen
+/// on it yet, this is the first event on one.
+#[inline]
+pub fn note_device_in_use(device: i8, api: Api) {
+    let Some(d) = slot(device) else { return };
+    if !DEVICE_HAS_CONTEXT[d].load(Ordering::Relaxed) {
+        describe_context(device, 0, api);
+    }
+}
+
+fn first_sight_of(context: u64) -> bool {
+    for slot in &CONTEXTS {
+        match slot.compare_exchange(0, context, Ordering::AcqRel, Ordering::Acquire) {
+            Ok(_) => return true,
+            Err(seen) if seen == context => return false,
+            Err(_) => {}
+        }
+    }
+    // More contexts than slots: each further one is measured every time it
+    // becomes current, which costs readings but loses nothing.
+    true
+}
+
+fn describe_context(device: i8, context: u64, api: Api) {
+    if let Some(d) = slot(device) {
+        DEVICE_HAS_CONTEXT[d].store(true, Ordering::Relaxed);
+    }
+    describe_device(device);
+    let (free, total) = memory_info().unwrap_or((0, 0));
+    store_measurement(Op::Context, api, device, context, 0, 0, free, total, false);
+    // SAFETY: cuCtxGetLimit(size_t*, CUlimit) is the driver's signature.
+    let get_limit = unsafe { real_fn::<unsafe extern "C" fn(*mut usize, CUlimit) -> CUresult>(Sym::cuCtxGetLimit) };
+    if let Some(get_limit) = get_limit {
+        for which in [limit::STACK_SIZE, limit::PRINTF_FIFO_SIZE, limit::MALLOC_HEAP_SIZE] {
+            let mut value = 0usize;
+            // SAFETY: a valid out-pointer and limit.
+            if unsafe { get_limit(&mut value, which as CUlimit) } == CUDA_SUCCESS {
+                store_measurement(
+                    Op::Limit,
+                    Api::CuCtxGetLimit,
+                    device,
+                    which,
+                    value as u64,
+                    0,
+                    0,
+                    0,
+                    false,
+                );
+            }
+        }
+    }
+}
+
+/// Records, once per process, which device is behind `ordinal`.
+fn describe_device(ordinal: i8) {
+    let Some(d) = slot(ordinal) else { return };
+    if DEVICE_DESCRIBED[d].swap(true, Ordering::AcqRel) {
+        return;
+    }
+    let device = CUdevice::from(ordinal);
+    let mut uuid = CUuuid::default();
+    // SAFETY: cuDeviceGetUuid_v2(CUuuid*, CUdevice) is the driver's signature.
+    if let Some(get_uuid) =
+        unsafe { real_fn::<unsafe extern "C" fn(*mut CUuuid, CUdevice) -> CUresult>(Sym::cuDeviceGetUuid_v2) }
+    {
+        // SAFETY: a valid out-pointer.
+        if unsafe { get_uuid(&mut uuid, device) } != CUDA_SUCCESS {
+            uuid = CUuuid::default();
+        }
+    }
+    let mut name = [0 as c_char; 128];
+    // SAFETY: cuDeviceGetName(char*, int, CUdevice) is the driver's signature.
+    if let Some(get_name) =
+        unsafe { real_fn::<unsafe extern "C" fn(*mut c_char, c_int, CUdevice) -> CUresult>(Sym::cuDeviceGetName) }
+    {
+        // SAFETY: the buffer's length is passed.
+        if unsafe { get_name(name.as_mut_ptr(), name.len() as c_int, device) } != CUDA_SUCCESS {
+            name[0] = 0;
+        }
+    }
+    let mut total = 0usize;
+    // SAFETY: cuDeviceTotalMem_v2(size_t*, CUdevice) is the driver's signature.
+    if let Some(get_total) =
+        unsafe { real_fn::<unsafe extern "C" fn(*mut usize, CUdevice) -> CUresult>(Sym::cuDeviceTotalMem_v2) }
+    {
+        // SAFETY: a valid out-pointer.
+        if unsafe { get_total(&mut total, device) } != CUDA_SUCCESS {
+            total = 0;
+        }
+    }
+    let name_len = name.iter().position(|&c| c == 0).unwrap_or(name.len());
+    let name_bytes: Vec<u8> = name[..name_len].iter().map(|&c| c as u8).collect();
+    let info = DeviceInfo {
+        ordinal: d as u32,
+        uuid: uuid.bytes,
+        total_bytes: total as u64,
+        name: String::from_utf8_lossy(&name_bytes).into_owned(),
+    };
+    crate::stack_table::write_blob(DEVICE_BLOB, d as u64, &info.encode());
+}
+
+/// A stream-ordered allocation on `device` came from `pool` (0: the
+/// device's current pool); its pool is sampled from then on.
+pub fn note_pool(pool: u64, device: i8) {
+    let Some(d) = slot(device) else { return };
+    if pool == 0 {
+        DEFAULT_POOL_DEVICES.fetch_or(1 << d, Ordering::Relaxed);
+        return;
+    }
+    for (handle, owner) in &POOLS {
+        match handle.compare_exchange(0, pool, Ordering::AcqRel, Ordering::Acquire) {
+            Ok(_) => {
+                owner.store(d as u64 + 1, Ordering::Release);
+                return;
+            }
+            Err(seen) if seen == pool => return,
+            Err(_) => {}
+        }
+    }
+}
+
+/// Turns the rate-limited and exit readings off (`CUDATRACE_SAMPLES=0`);
+/// the readings at contexts, loads and limits are still taken.
+pub fn disable_samples() {
+    SAMPLES_ON.store(false, Ordering::Relaxed);
+}
+
+/// Called by hooks: at most once per [`SAMPLE_INTERVAL_NS`] per device,
+/// reads the device's memory, its pools and its graph memory. `device` is
+/// the event's device when the hook knows it.
+#[inline]
+pub fn maybe_sample(device: Option<i8>, api: Api) {
+    let now = coarse_now_ns();
+    let gate = LAST_GATE.load(Ordering::Relaxed);
+    if now.wrapping_sub(gate) < GATE_INTERVAL_NS {
+        return;
+    }
+    if LAST_GATE
+        .compare_exchange(gate, now, Ordering::Relaxed, Ordering::Relaxed)
+        .is_err()
+    {
+        return;
+    }
+    sample_if_due(device, api, now);
+}
+
+#[cold]
+fn sample_if_due(device: Option<i8>, api: Api, now: u64) {
+    if !tracing_on() || !SAMPLES_ON.load(Ordering::Relaxed) {
+        return;
+    }
+    let Some(device) = device.or_else(current_device) else {
+        return;
+    };
+    let Some(d) = slot(device) else { return };
+    let last = LAST_SAMPLE[d].load(Ordering::Relaxed);
+    if last != 0 && now.wrapping_sub(last) < SAMPLE_INTERVAL_NS {
+        return;
+    }
+    if LAST_SAMPLE[d]
+        .compare_exchange(last, now, Ordering::Relaxed, Ordering::Relaxed)
+        .is_err()
+    {
+        return;
+    }
+    note_device_in_use(device, api);
+    sample(device, api, sample_reason::PERIODIC);
+}
+
+fn sample(device: i8, api: Api, reason: u64) {
+    let Some((free, total)) = memory_info() else { return };
+    store_measurement(Op::Sample, api, device, 0, 0, reason, free, total, false);
+    sample_pools(device, api);
+    sample_graph_memory(device, api);
+}
+
+fn changed(last: &AtomicU64, reserved: u64) -> bool {
+    last.swap(reserved.saturating_add(1), Ordering::Relaxed) != reserved.saturating_add(1)
+}
+
+fn pool_usage(pool: u64) -> Option<(u64, u64)> {
+    // SAFETY: cuMemPoolGetAttribute(CUmemoryPool, CUmemPool_attribute, void*) is the driver's signature.
+    let get = unsafe {
+        real_fn::<unsafe extern "C" fn(CUmemoryPool, CUmemPool_attribute, *mut u64) -> CUresult>(
+            Sym::cuMemPoolGetAttribute,
+        )
+    }?;
+    let (mut reserved, mut used) = (0u64, 0u64);
+    // SAFETY: both attributes are cuuint64_t values.
+    let ok = unsafe {
+        get(
+            pool as CUmemoryPool,
+            CU_MEMPOOL_ATTR_RESERVED_MEM_CURRENT,
+            &mut reserved,
+        ) == CUDA_SUCCESS
+            && get(pool as CUmemoryPool, CU_MEMPOOL_ATTR_USED_MEM_CURRENT, &mut used) == CUDA_SUCCESS
+    };
+    ok.then_some((reserved, used))
+}
+
+fn sample_pools(device: i8, api: Api) {
+    let Some(d) = slot(device) else { return };
+    if DEFAULT_POOL_DEVICES.load(Ordering::Relaxed) & (1 << d) != 0 {
+        let mut pool: CUmemoryPool = std::ptr::null_mut();
+        // SAFETY: cuDeviceGetMemPool(CUmemoryPool*, CUdevice) is the driver's signature.
+        let get_pool = unsafe {
+            real_fn::<unsafe extern "C" fn(*mut CUmemoryPool, CUdevice) -> CUresult>(Sym::cuDeviceGetMemPool)
+        };
+        // SAFETY: a valid out-pointer.
+        if get_pool.is_some_and(|get_pool| unsafe { get_pool(&mut pool, CUdevice::from(device)) } == CUDA_SUCCESS) {
+            if let Some((reserved, used)) = pool_usage(pool as u64) {
+                if changed(&LAST_DEFAULT_POOL_RESERVED[d], reserved) {
+                    store_measurement(Op::PoolSample, api, device, pool as u64, reserved, 0, used, 0, false);
+                }
+            }
+        }
+    }
+    for (i, (handle, owner)) in POOLS.iter().enumerate() {
+        let pool = handle.load(Ordering::Acquire);
+        if pool == 0 {
+            break;
+        }
+        if owner.load(Ordering::Acquire) != d as u64 + 1 {
+            continue;
+        }
+        if let Some((reserved, used)) = pool_usage(pool) {
+            if changed(&LAST_POOL_RESERVED[i], reserved) {
+                store_measurement(Op::PoolSample, api, device, pool, reserved, 0, used, 0, false);
+            }
+        }
+    }
+}
+
+fn sample_graph_memory(device: i8, api: Api) {
+    let Some(d) = slot(device) else { return };
+    // SAFETY: cuDeviceGetGraphMemAttribute(CUdevice, CUgraphMem_attribute, void*) is the driver's signature.
+    let Some(get) = (unsafe {
+        real_fn::<unsafe extern "C" fn(CUdevice, CUgraphMem_attribute, *mut u64) -> CUresult>(
+            Sym::cuDeviceGetGraphMemAttribute,
+        )
+    }) else {
+        return;
+    };
+    let (mut reserved, mut used) = (0u64, 0u64);
+    // SAFETY: both attributes are cuuint64_t values.
+    let ok = unsafe {
+        get(
+            CUdevice::from(device),
+            CU_GRAPH_MEM_ATTR_RESERVED_MEM_CURRENT,
+            &mut reserved,
+        ) == CUDA_SUCCESS
+            && get(CUdevice::from(device), CU_GRAPH_MEM_ATTR_USED_MEM_CURRENT, &mut used) == CUDA_SUCCESS
+    };
+    if ok && changed(&LAST_GRAPH_RESERVED[d], reserved) {
+        store_measurement(Op::GraphSample, api, device, 0, reserved, 0, used, 0, false);
+    }
+}
+
+/// One more reading from the library's exit path, on the exiting thread's
+/// current context, if it still has one.
+pub fn sample_at_exit() {
+    if !tracing_on() || !SAMPLES_ON.load(Ordering::Relaxed) {
+        return;
+    }
+    if let Some(device) = current_device() {
+        sample(device, Api::CuMemGetInfoV2, sample_reason::EXIT);
+    }
+}
+
+/// In a forked child: the parent's contexts are not the child's.
+pub fn forget_parent() {
+    let all = CONTEXTS.iter().chain(&LAST_SAMPLE).chain(&LAST_GRAPH_RESERVED);
+    all.chain(&LAST_DEFAULT_POOL_RESERVED)
+        .chain(&LAST_POOL_RESERVED)
+        .for_each(|v| v.store(0, Ordering::Relaxed));
+    DEVICE_HAS_CONTEXT
+        .iter()
+        .chain(&DEVICE_DESCRIBED)
+        .for_each(|v| v.store(false, Ordering::Relaxed));
+    for (handle, owner) in &POOLS {
+        handle.store(0, Ordering::Relaxed);
+        owner.store(0, Ordering::Relaxed);
+    }
+    DEFAULT_POOL_DEVICES.store(0, Ordering::Relaxed);
+    LAST_GATE.store(0, Ordering::Relaxed);
+}
