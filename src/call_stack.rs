@@ -106,17 +106,43 @@ thread_local! {
 #[inline(never)]
 pub fn capture() -> u32 {
     let mode = mode();
-    if mode == StackMode::None {
-        return 0;
-    }
     // A hook that runs inside another hook on this thread (a signal handler
     // allocating) records no stack rather than sharing the buffers.
     if BUSY.try_with(|busy| busy.replace(true)).unwrap_or(true) {
         return 0;
     }
-    let id = capture_unguarded(mode);
+    let id = if mode == StackMode::None {
+        immediate_caller()
+    } else {
+        capture_unguarded(mode)
+    };
     let _ = BUSY.try_with(|busy| busy.set(false));
     id
+}
+
+/// Without stacks, events still name the code that called CUDA, so that
+/// each allocation has an owner: one node, the innermost return address
+/// outside this library, the driver and the runtime.
+fn immediate_caller() -> u32 {
+    let mut native = [0u64; 8];
+    let (count, _) = native_unwind::capture(&mut native);
+    let Some(map) = crate::module_map::current() else { return 0 };
+    let in_cuda = |address: u64| {
+        map.modules.iter().any(|m| {
+            (m.start..m.end).contains(&address) && {
+                let file = m.path.rsplit('/').next().unwrap_or(&m.path);
+                file.starts_with("libcuda.so") || file.starts_with("libcudart.so")
+            }
+        })
+    };
+    match native[..count].iter().copied().find(|&address| !in_cuda(address)) {
+        Some(address) => intern(&[Frame {
+            kind: frame_kind::NATIVE,
+            value: address,
+            offset: 0,
+        }]),
+        None => 0,
+    }
 }
 
 fn capture_unguarded(mode: StackMode) -> u32 {

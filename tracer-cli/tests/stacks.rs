@@ -117,7 +117,7 @@ fn a_library_loaded_after_start_is_symbolized() {
 }
 
 #[test]
-fn stacks_none_records_no_stack_and_max_depth_cuts_with_a_marker() {
+fn stacks_none_records_only_the_immediate_caller_and_max_depth_cuts_with_a_marker() {
     let program = fake_cuda::program("stack_names_fp");
     let (mut command, trace) = traced(
         "no-stacks",
@@ -126,7 +126,8 @@ fn stacks_none_records_no_stack_and_max_depth_cuts_with_a_marker() {
     );
     assert!(command.output().unwrap().status.success());
     let (report, _) = report_json_with_stacks(&trace);
-    assert_eq!(live_stack(&report), vec![]);
+    // Only the frame that called CUDA, so that the allocation still has an owner.
+    assert_eq!(live_stack(&report), vec![frame("inner_frame", "stack_names.c", 21)]);
     let (mut command, trace) = traced(
         "depth",
         &["--max-depth", "2"],
