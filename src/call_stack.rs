@@ -126,7 +126,9 @@ pub fn capture() -> u32 {
 fn immediate_caller() -> u32 {
     let mut native = [0u64; 8];
     let (count, _) = native_unwind::capture(&mut native);
-    let Some(map) = crate::module_map::current() else { return 0 };
+    let Some(map) = crate::module_map::current() else {
+        return 0;
+    };
     let in_cuda = |address: u64| {
         map.modules.iter().any(|m| {
             (m.start..m.end).contains(&address) && {

@@ -34,6 +34,9 @@ fn main() {
         "deny_syscall.c",
         "stack_names.c",
         "stack_plugin.c",
+        "owner_inner.c",
+        "owner_outer.c",
+        "explain.c",
     ] {
         println!("cargo:rerun-if-changed=c/{file}");
     }
@@ -179,6 +182,45 @@ fn main() {
             &rpath,
             "-lcudart",
             "-lpthread",
+        ],
+    );
+    // Two libraries that allocate, one calling the other, and a program using
+    // every category of driver memory.
+    for (source, library, needs) in [
+        ("owner_inner.c", "libowner_inner.so", None),
+        ("owner_outer.c", "libowner_outer.so", Some("-lowner_inner")),
+    ] {
+        let mut args = vec![
+            "-g".to_string(),
+            "-O1".into(),
+            "-fno-omit-frame-pointer".into(),
+            "-shared".into(),
+            "-fPIC".into(),
+            s(&c.join(source)),
+            "-o".into(),
+            s(&lib.join(library)),
+            search.clone(),
+            rpath.clone(),
+        ];
+        args.extend(needs.map(str::to_string));
+        args.push("-lcudart".into());
+        compile(&compiler, &args.iter().map(String::as_str).collect::<Vec<_>>());
+    }
+    compile(
+        &compiler,
+        &[
+            "-g",
+            "-O1",
+            "-fno-omit-frame-pointer",
+            &s(&c.join("explain.c")),
+            "-o",
+            &s(&bin.join("explain")),
+            &search,
+            &rpath,
+            "-lowner_outer",
+            "-lowner_inner",
+            "-lcudart",
+            "-lcuda",
         ],
     );
     println!("cargo:rustc-env=FAKE_CUDA_DIR={}", s(&out));

@@ -10,6 +10,8 @@
 //! of distinct stacks, never to the number of events.
 
 mod event_stream;
+mod footprint;
+mod owner;
 mod replay;
 mod stack_frames;
 mod summary;
@@ -17,6 +19,8 @@ mod trace_index;
 mod window;
 
 pub use event_stream::EventStream;
+pub use footprint::{limit_text, Breakdown, DeviceFootprint, FootprintTracker, Reference, ReferenceSource};
+pub use owner::{module_label, owner_of, UNKNOWN_OWNER};
 pub use replay::{Allocation, Change, ProcessMemory};
 pub use stack_frames::Frame;
 pub use summary::{largest_call_sites, ByStack, DeviceKey, ProcessSummary, Summary};

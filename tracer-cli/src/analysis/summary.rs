@@ -2,6 +2,7 @@
 //! peak and what was in use at it, memory live at exit and failures, each
 //! by call site. Built from the [`Change`]s of one replay.
 
+use super::footprint::{DeviceFootprint, FootprintTracker};
 use super::replay::{Allocation, Change, ProcessMemory};
 use super::trace_index::TraceIndex;
 use super::EventStream;
@@ -229,6 +230,8 @@ impl ProcessSummary {
 pub struct Summary {
     /// Per process, in the order of [`TraceIndex::processes`].
     pub processes: Vec<ProcessSummary>,
+    /// Per process, where its driver-used bytes went, per device.
+    pub footprints: Vec<Vec<DeviceFootprint>>,
     /// Blocks that could not be read again.
     pub stream_errors: Vec<String>,
 }
@@ -237,15 +240,27 @@ impl Summary {
     /// Replays the whole trace.
     pub fn build(index: &TraceIndex, progress: &Progress) -> Summary {
         let mut processes: Vec<ProcessSummary> = index.processes.iter().map(|_| ProcessSummary::default()).collect();
+        let mut trackers: Vec<FootprintTracker> = index
+            .processes
+            .iter()
+            .map(|p| FootprintTracker::new(index, p))
+            .collect();
         let mut changes = Vec::new();
         let mut stream = EventStream::new(index);
         for (process, event) in &mut stream {
             processes[process].apply(&event, &mut changes);
+            trackers[process].observe(index, &index.processes[process], &event, &changes);
             progress.tick();
         }
         processes.iter_mut().for_each(ProcessSummary::finish);
+        let footprints = trackers
+            .into_iter()
+            .zip(&index.processes)
+            .map(|(tracker, process)| tracker.finish(index, process))
+            .collect();
         Summary {
             processes,
+            footprints,
             stream_errors: stream.errors,
         }
     }

@@ -33,6 +33,8 @@ use std::time::{Duration, Instant};
 
 const SCAN_INTERVAL: Duration = Duration::from_millis(20);
 const IDLE_SPOOL_PAUSE: Duration = Duration::from_millis(5);
+/// How long a run waits for NVML's first reading before starting the program.
+const NVML_FIRST_READING: Duration = Duration::from_secs(2);
 
 /// What a collection wrote.
 #[derive(Clone, Debug, Default)]
@@ -114,6 +116,9 @@ struct Shared {
     exits: Mutex<HashMap<u32, (i32, u64)>>,
     held: Mutex<HashSet<u32>>,
     drop_reported: AtomicBool,
+    /// Set once NVML has been read once (or found unusable), so that the
+    /// device's usage before the first traced process is on record.
+    nvml_ready: AtomicBool,
 }
 
 /// A running collection.
@@ -196,6 +201,7 @@ impl Collector {
             exits: Mutex::new(HashMap::new()),
             held: Mutex::new(HashSet::new()),
             drop_reported: AtomicBool::new(false),
+            nvml_ready: AtomicBool::new(false),
         });
         let (to_writer, writer_inbox) = crossbeam_channel::unbounded();
         let (to_readers, reader_inbox) = crossbeam_channel::unbounded::<SpoolTail>();
@@ -233,6 +239,10 @@ impl Collector {
                 .spawn(move || sample_nvml(&shared, &to_writer))
                 .map_err(|e| e.to_string())?
         };
+        let deadline = Instant::now() + NVML_FIRST_READING;
+        while !shared.nvml_ready.load(Ordering::Acquire) && Instant::now() < deadline {
+            std::thread::sleep(Duration::from_millis(1));
+        }
         Ok(Collector {
             shared,
             to_writer,
@@ -291,6 +301,7 @@ fn sample_nvml(shared: &Shared, to_writer: &Sender<Message>) {
         Ok(nvml) => nvml,
         Err(reason) => {
             let _ = to_writer.send(Message::Record(nvml::unavailable(reason)));
+            shared.nvml_ready.store(true, Ordering::Release);
             return;
         }
     };
@@ -300,6 +311,7 @@ fn sample_nvml(shared: &Shared, to_writer: &Sender<Message>) {
         for record in nvml.sample(&traced) {
             let _ = to_writer.send(Message::Record(record));
         }
+        shared.nvml_ready.store(true, Ordering::Release);
         std::thread::sleep(nvml::INTERVAL);
     }
     let _ = to_writer.send(Message::Record(nvml.final_status(!traced.is_empty())));

@@ -83,7 +83,12 @@ pub fn report(index: &TraceIndex, summary: &Summary) -> Value {
         .processes
         .iter()
         .zip(&summary.processes)
-        .map(|(info, process)| process_json(index, info, process))
+        .zip(&summary.footprints)
+        .map(|((info, process), footprints)| {
+            let mut value = process_json(index, info, process);
+            value["footprint"] = footprints.iter().map(super::footprint_table::json).collect();
+            value
+        })
         .collect();
     let refused: Vec<Value> = index
         .refused

@@ -23,6 +23,12 @@ pub fn report(index: &TraceIndex, summary: &Summary) -> String {
             count(events, "event", "events")
         );
     }
+    for (info, footprints) in index.processes.iter().zip(&summary.footprints) {
+        for footprint in footprints {
+            out += "\n";
+            out += &super::footprint_table::text(info, footprint);
+        }
+    }
     for (info, process) in index.processes.iter().zip(&summary.processes) {
         out += &process_text(index, info, process);
     }

@@ -1,0 +1,91 @@
+/*
+ * Every category of driver memory, once each, for `cudatrace report` to
+ * explain: a context made current, a heap limit raised, a module loaded and
+ * two kernels launched, allocations by this program and by two libraries
+ * (one calling the other), a stream-ordered allocation from a pool, and a
+ * graph memory node. It then sleeps so that NVML (the fake one) is read
+ * with everything in place, and prints what it allocated.
+ */
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+typedef int CUresult;
+typedef unsigned long long CUdeviceptr;
+typedef void *CUcontext;
+typedef void *CUmodule;
+typedef void *CUfunction;
+typedef struct { int type, id; } CUmemLocation;
+typedef struct {
+    int allocType, handleTypes;
+    CUmemLocation location;
+    void *win32SecurityAttributes;
+    size_t maxSize;
+    unsigned short usage;
+    unsigned char reserved[54];
+} CUmemPoolProps;
+typedef struct {
+    CUmemPoolProps poolProps;
+    const void *accessDescs;
+    size_t accessDescCount, bytesize;
+    CUdeviceptr dptr;
+} CUDA_MEM_ALLOC_NODE_PARAMS;
+
+CUresult cuInit(unsigned);
+CUresult cuDevicePrimaryCtxRetain(CUcontext *, int);
+CUresult cuCtxSetCurrent(CUcontext);
+CUresult cuCtxSetLimit(int, size_t);
+CUresult cuModuleLoadData(CUmodule *, const void *);
+CUresult cuModuleGetFunction(CUfunction *, CUmodule, const char *);
+CUresult cuLaunchKernel(CUfunction, unsigned, unsigned, unsigned, unsigned, unsigned, unsigned, unsigned, void *,
+                        void **, void **);
+CUresult cuMemAllocAsync(CUdeviceptr *, size_t, void *);
+CUresult cuGraphAddMemAllocNode(void **, void *, const void *, size_t, CUDA_MEM_ALLOC_NODE_PARAMS *);
+int cudaMalloc(void **, size_t);
+int owner_outer_allocate(size_t, size_t, void **);
+
+static void check(const char *what, int status) {
+    if (status) {
+        printf("status %s %d\n", what, status);
+        exit(10);
+    }
+}
+
+static void launch(CUfunction f) { check("cuLaunchKernel", cuLaunchKernel(f, 1, 1, 1, 32, 1, 1, 0, NULL, NULL, NULL)); }
+
+int main(void) {
+    setvbuf(stdout, NULL, _IOLBF, 0);
+    CUcontext ctx;
+    check("cuInit", cuInit(0));
+    check("cuDevicePrimaryCtxRetain", cuDevicePrimaryCtxRetain(&ctx, 0));
+    check("cuCtxSetCurrent", cuCtxSetCurrent(ctx));
+    check("cuCtxSetLimit", cuCtxSetLimit(2, 16 << 20));
+    CUmodule module;
+    check("cuModuleLoadData", cuModuleLoadData(&module, "fatbin"));
+    CUfunction first, second;
+    check("cuModuleGetFunction", cuModuleGetFunction(&first, module, "first"));
+    check("cuModuleGetFunction", cuModuleGetFunction(&second, module, "second"));
+    launch(first);
+    launch(first);
+    launch(second);
+    void *by_libraries[2], *own;
+    check("owner_outer_allocate", owner_outer_allocate(1 << 20, 2 << 20, by_libraries));
+    check("cudaMalloc", cudaMalloc(&own, 4 << 20));
+    CUdeviceptr pooled;
+    check("cuMemAllocAsync", cuMemAllocAsync(&pooled, 3 << 20, NULL));
+    CUDA_MEM_ALLOC_NODE_PARAMS node;
+    memset(&node, 0, sizeof node);
+    node.poolProps.location = (CUmemLocation){ 1, 0 };
+    node.bytesize = 4 << 20;
+    void *graph_node;
+    check("cuGraphAddMemAllocNode", cuGraphAddMemAllocNode(&graph_node, (void *)0x6a, NULL, 0, &node));
+    /* Past the tracer's rate limit, a launch takes a reading of the pools and graphs. */
+    usleep(120000);
+    launch(second);
+    usleep(450000);
+    printf("allocated %p %p %p 0x%llx 0x%llx\n", by_libraries[0], by_libraries[1], own,
+           (unsigned long long)pooled, (unsigned long long)node.dptr);
+    return 0;
+}

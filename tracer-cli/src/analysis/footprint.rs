@@ -1,0 +1,370 @@
+//! Where every byte the driver holds for a process went: its driver-used
+//! bytes on each device (the reference figure) split into allocations by
+//! owning library, pools and graph memory beyond live allocations, the
+//! context, modules and kernels, and what no measurement covers.
+//!
+//! Each category is measured when it appears, by the process's own
+//! readings of the device around that moment (see
+//! `cudatrace_events::measures`); "unexplained" is what is left of the
+//! reference figure. The reference is NVML's per-process usage as the
+//! collector last read it; without NVML it is the device's used memory as
+//! the process last read it, which is only a bound.
+
+use super::owner::owner_of;
+use super::replay::Change;
+use super::trace_index::{ProcessIndex, TraceIndex};
+use cudatrace_events::measures::{limit, sample_reason, DeviceInfo};
+use cudatrace_events::{Api, Event, Op};
+use std::collections::{BTreeMap, HashMap};
+
+/// Where a reference figure comes from.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum ReferenceSource {
+    /// NVML's per-process usage, read by the collector.
+    Nvml,
+    /// The device's used memory, read by the process: other processes'
+    /// memory is in it too, so the figure is an upper bound.
+    DeviceBound,
+}
+
+impl ReferenceSource {
+    /// The name JSON and reports use.
+    pub fn name(self) -> &'static str {
+        match self {
+            ReferenceSource::Nvml => "nvml-process",
+            ReferenceSource::DeviceBound => "device-used-bound",
+        }
+    }
+}
+
+/// A reference figure: what the driver holds for the process.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Reference {
+    /// Bytes.
+    pub bytes: u64,
+    /// When it was read (`CLOCK_MONOTONIC` ns).
+    pub time_ns: u64,
+    /// Where it comes from.
+    pub source: ReferenceSource,
+}
+
+/// The split of one reference figure.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Breakdown {
+    /// The figure being explained.
+    pub reference: Reference,
+    /// Live allocations by owning library, largest first.
+    pub owners: Vec<(String, u64)>,
+    /// What stream-ordered pools hold beyond their live allocations.
+    pub pools: u64,
+    /// What the device's graph memory pool holds.
+    pub graphs: u64,
+    /// The context, with what its limits grew by since.
+    pub context: u64,
+    /// Modules and libraries loaded, and kernels loaded at their first launch.
+    pub modules: u64,
+}
+
+impl Breakdown {
+    /// Bytes some measurement covers.
+    pub fn explained(&self) -> u64 {
+        self.owners.iter().map(|(_, bytes)| bytes).sum::<u64>() + self.pools + self.graphs + self.context + self.modules
+    }
+
+    /// The reference less what is explained; negative when the
+    /// measurements add up to more than the reference.
+    pub fn unexplained(&self) -> i64 {
+        self.reference.bytes as i64 - self.explained() as i64
+    }
+
+    /// The explained share of the reference, in percent.
+    pub fn explained_percent(&self) -> f64 {
+        if self.reference.bytes == 0 {
+            return 0.0;
+        }
+        self.explained() as f64 * 100.0 / self.reference.bytes as f64
+    }
+}
+
+/// One process's footprint on one device.
+#[derive(Clone, Debug)]
+pub struct DeviceFootprint {
+    /// Ordinal in the process.
+    pub device: u8,
+    /// What the process said the device is.
+    pub info: Option<DeviceInfo>,
+    /// The split at exit (the last reference reading).
+    pub at_exit: Option<Breakdown>,
+    /// The split at the reference figure's peak.
+    pub at_peak: Option<Breakdown>,
+    /// The context's limits when it was first current, then as set: (limit, bytes).
+    pub limits: Vec<(u64, u64)>,
+    /// Caveats, one line each.
+    pub notes: Vec<String>,
+}
+
+/// What the stream tells the footprint of one process.
+#[derive(Default)]
+pub struct FootprintTracker {
+    owners: HashMap<u32, String>,
+    live_by_owner: HashMap<(u8, String), u64>,
+    live_total: HashMap<u8, u64>,
+    live_at_context: HashMap<u8, u64>,
+    /// (time, device) instants to snapshot at, latest first.
+    pending: Vec<(u64, u8)>,
+    snapshots: HashMap<(u64, u8), Vec<(String, u64)>>,
+}
+
+fn nvml_uuid(info: Option<&DeviceInfo>) -> Option<String> {
+    info.map(DeviceInfo::uuid_text)
+}
+
+/// The reference readings of device `device` of `process`: at exit and at their peak.
+fn references(index: &TraceIndex, process: &ProcessIndex, device: u8) -> (Option<Reference>, Option<Reference>) {
+    let uuid = nvml_uuid(process.devices.get(&u32::from(device)));
+    let nvml: Vec<Reference> = index
+        .nvml
+        .iter()
+        .filter(|s| s.pid == process.start.pid && Some(&s.uuid) == uuid.as_ref())
+        .map(|s| Reference {
+            bytes: s.used_bytes,
+            time_ns: s.time_ns,
+            source: ReferenceSource::Nvml,
+        })
+        .collect();
+    if !nvml.is_empty() {
+        let peak = nvml
+            .iter()
+            .copied()
+            .max_by_key(|r| (r.bytes, std::cmp::Reverse(r.time_ns)));
+        return (nvml.last().copied(), peak);
+    }
+    let own: Vec<Reference> = process
+        .measurements
+        .iter()
+        .filter(|e| e.op == Op::Sample && e.device == Some(device))
+        .map(|e| Reference {
+            bytes: e.arg2.saturating_sub(e.arg1),
+            time_ns: e.time_ns,
+            source: ReferenceSource::DeviceBound,
+        })
+        .collect();
+    let at_exit = process
+        .measurements
+        .iter()
+        .rev()
+        .find(|e| e.op == Op::Sample && e.device == Some(device) && e.stream == sample_reason::EXIT)
+        .map(|e| Reference {
+            bytes: e.arg2.saturating_sub(e.arg1),
+            time_ns: e.time_ns,
+            source: ReferenceSource::DeviceBound,
+        })
+        .or_else(|| own.last().copied());
+    let peak = own
+        .iter()
+        .copied()
+        .max_by_key(|r| (r.bytes, std::cmp::Reverse(r.time_ns)));
+    (at_exit, peak)
+}
+
+impl FootprintTracker {
+    /// A tracker that will snapshot `process`'s owners at its reference instants.
+    pub fn new(index: &TraceIndex, process: &ProcessIndex) -> FootprintTracker {
+        let mut pending = Vec::new();
+        for device in devices_of(process) {
+            let (at_exit, at_peak) = references(index, process, device);
+            pending.extend(at_exit.iter().chain(at_peak.iter()).map(|r| (r.time_ns, device)));
+        }
+        pending.sort_unstable_by(|a, b| b.cmp(a));
+        pending.dedup();
+        FootprintTracker {
+            pending,
+            ..FootprintTracker::default()
+        }
+    }
+
+    fn snapshot_until(&mut self, time_ns: u64) {
+        while let Some(&(at, device)) = self.pending.last() {
+            if at >= time_ns {
+                break;
+            }
+            self.pending.pop();
+            let mut owners: Vec<(String, u64)> = self
+                .live_by_owner
+                .iter()
+                .filter(|((d, _), bytes)| *d == device && **bytes > 0)
+                .map(|((_, owner), bytes)| (owner.clone(), *bytes))
+                .collect();
+            owners.sort_by(|a, b| b.1.cmp(&a.1).then_with(|| a.0.cmp(&b.0)));
+            self.snapshots.insert((at, device), owners);
+        }
+    }
+
+    /// Takes in one event and what it changed.
+    pub fn observe(&mut self, index: &TraceIndex, process: &ProcessIndex, event: &Event, changes: &[Change]) {
+        self.snapshot_until(event.time_ns);
+        if event.op == Op::Context {
+            if let Some(device) = event.device {
+                let live = self.live_total.get(&device).copied().unwrap_or(0);
+                self.live_at_context.entry(device).or_insert(live);
+            }
+        }
+        for change in changes {
+            let (allocation, sign) = match change {
+                Change::Allocated(a) => (a, 1i64),
+                Change::Freed { allocation, .. } => (allocation, -1),
+                _ => continue,
+            };
+            let Some(device) = allocation.device.filter(|_| allocation.is_device_memory()) else {
+                continue;
+            };
+            let owner = self
+                .owners
+                .entry(allocation.stack)
+                .or_insert_with(|| owner_of(&index.frames(process, allocation.stack)))
+                .clone();
+            let apply = |bytes: &mut u64| {
+                *bytes = if sign > 0 {
+                    bytes.saturating_add(allocation.size)
+                } else {
+                    bytes.saturating_sub(allocation.size)
+                }
+            };
+            apply(self.live_by_owner.entry((device, owner)).or_default());
+            apply(self.live_total.entry(device).or_default());
+        }
+    }
+
+    /// The footprint, once the stream is over.
+    pub fn finish(mut self, index: &TraceIndex, process: &ProcessIndex) -> Vec<DeviceFootprint> {
+        self.snapshot_until(u64::MAX);
+        devices_of(process)
+            .map(|device| self.device_footprint(index, process, device))
+            .collect()
+    }
+
+    fn device_footprint(&self, index: &TraceIndex, process: &ProcessIndex, device: u8) -> DeviceFootprint {
+        let info = process.devices.get(&u32::from(device)).cloned();
+        let mut notes = Vec::new();
+        let (at_exit, at_peak) = references(index, process, device);
+        let on_device: Vec<&Event> = process
+            .measurements
+            .iter()
+            .filter(|e| e.device == Some(device))
+            .collect();
+        let context_record = on_device.iter().find(|e| e.op == Op::Context);
+        let baseline = context_record.and_then(|context| context_baseline(index, info.as_ref(), context.time_ns));
+        let context_bytes = match (context_record, baseline) {
+            (Some(context), Some(baseline_free)) => {
+                let live = self.live_at_context.get(&device).copied().unwrap_or(0);
+                baseline_free.saturating_sub(context.arg1).saturating_sub(live)
+            }
+            (Some(context), None) => {
+                notes.push(
+                    "no reading of the device before the process (NVML missing): the context figure includes every other process's memory"
+                        .into(),
+                );
+                let live = self.live_at_context.get(&device).copied().unwrap_or(0);
+                context.arg2.saturating_sub(context.arg1).saturating_sub(live)
+            }
+            (None, _) => {
+                notes.push("no context was seen becoming current on this device".into());
+                0
+            }
+        };
+        if let Some(reference) = at_exit.filter(|r| r.source == ReferenceSource::DeviceBound) {
+            let _ = reference;
+            notes.push(
+                "NVML gave no per-process figure: the reference is the device's used memory, an upper bound".into(),
+            );
+        }
+        let limits = on_device
+            .iter()
+            .filter(|e| e.op == Op::Limit)
+            .map(|e| (e.address, e.size))
+            .collect();
+        let breakdown = |reference: Option<Reference>| {
+            let reference = reference?;
+            let until = |e: &&&Event| e.time_ns <= reference.time_ns;
+            let limit_growth: u64 = on_device
+                .iter()
+                .filter(until)
+                .filter(|e| e.op == Op::Limit && e.api == Api::CuCtxSetLimit)
+                .filter_map(|e| e.load_cost())
+                .sum();
+            let modules = on_device
+                .iter()
+                .filter(until)
+                .filter(|e| matches!(e.op, Op::ModuleLoad | Op::KernelLoad))
+                .filter_map(|e| e.load_cost())
+                .sum();
+            let mut pools: BTreeMap<u64, u64> = BTreeMap::new();
+            let mut graphs = 0;
+            for e in on_device.iter().filter(until) {
+                match e.op {
+                    Op::PoolSample => {
+                        pools.insert(e.address, e.size.saturating_sub(e.arg1));
+                    }
+                    Op::GraphSample => graphs = e.size,
+                    _ => {}
+                }
+            }
+            Some(Breakdown {
+                reference,
+                owners: self
+                    .snapshots
+                    .get(&(reference.time_ns, device))
+                    .cloned()
+                    .unwrap_or_default(),
+                pools: pools.values().sum(),
+                graphs,
+                context: context_bytes + limit_growth,
+                modules,
+            })
+        };
+        if at_exit.is_none() {
+            notes.push("no reading of the device's memory: nothing to explain".into());
+        }
+        DeviceFootprint {
+            device,
+            info,
+            at_exit: breakdown(at_exit),
+            at_peak: breakdown(at_peak),
+            limits,
+            notes,
+        }
+    }
+}
+
+/// The device's free bytes just before the process's context appeared: the
+/// collector's last NVML reading of the whole device before `time_ns`, or
+/// its first if none came before.
+fn context_baseline(index: &TraceIndex, info: Option<&DeviceInfo>, time_ns: u64) -> Option<u64> {
+    let uuid = nvml_uuid(info)?;
+    let readings: Vec<_> = index.nvml.iter().filter(|s| s.pid == 0 && s.uuid == uuid).collect();
+    readings
+        .iter()
+        .rev()
+        .find(|s| s.time_ns <= time_ns)
+        .or(readings.first())
+        .map(|s| s.free_bytes)
+}
+
+/// Devices the process measured or allocated on, in order.
+fn devices_of(process: &ProcessIndex) -> impl Iterator<Item = u8> {
+    let mut devices: Vec<u8> = process
+        .measurements
+        .iter()
+        .filter(|e| matches!(e.op, Op::Context | Op::Sample))
+        .filter_map(|e| e.device)
+        .chain(process.devices.keys().filter_map(|&d| u8::try_from(d).ok()))
+        .collect();
+    devices.sort_unstable();
+    devices.dedup();
+    devices.into_iter()
+}
+
+/// The name a report gives a limit, with its value.
+pub fn limit_text(which: u64, bytes: u64) -> String {
+    format!("{} {}", limit::name(which), crate::wording::bytes(bytes))
+}

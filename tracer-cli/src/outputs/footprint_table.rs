@@ -1,0 +1,195 @@
+//! The table `cudatrace report` opens with: for each process and device,
+//! where the driver-used bytes went, at exit and at their peak; in text and
+//! as JSON, with the same rows.
+
+use crate::analysis::{limit_text, Breakdown, DeviceFootprint, ProcessIndex};
+use crate::wording::bytes;
+use serde_json::{json, Value};
+
+/// Owners shown by name; the rest are summed into one row.
+const OWNERS_SHOWN: usize = 8;
+
+/// One row of the table: a name, and bytes at exit and at the peak.
+struct Row {
+    name: String,
+    at_exit: Option<i64>,
+    at_peak: Option<i64>,
+}
+
+fn owner_bytes(breakdown: Option<&Breakdown>, owner: &str) -> Option<i64> {
+    breakdown.map(|b| {
+        b.owners
+            .iter()
+            .find(|(name, _)| name == owner)
+            .map_or(0, |(_, bytes)| *bytes as i64)
+    })
+}
+
+fn context_name(footprint: &DeviceFootprint) -> String {
+    let mut seen = std::collections::BTreeMap::new();
+    for &(which, value) in &footprint.limits {
+        seen.insert(which, value);
+    }
+    if seen.is_empty() {
+        return "context".into();
+    }
+    let limits: Vec<String> = seen.iter().map(|(&which, &value)| limit_text(which, value)).collect();
+    format!("context ({})", limits.join(", "))
+}
+
+fn rows(footprint: &DeviceFootprint) -> Vec<Row> {
+    let (exit, peak) = (footprint.at_exit.as_ref(), footprint.at_peak.as_ref());
+    let mut owners: Vec<(String, u64)> = Vec::new();
+    for breakdown in exit.iter().chain(peak.iter()) {
+        for (name, bytes) in &breakdown.owners {
+            match owners.iter_mut().find(|(n, _)| n == name) {
+                Some(entry) => entry.1 = entry.1.max(*bytes),
+                None => owners.push((name.clone(), *bytes)),
+            }
+        }
+    }
+    owners.sort_by(|a, b| b.1.cmp(&a.1).then_with(|| a.0.cmp(&b.0)));
+    let mut rows: Vec<Row> = owners
+        .iter()
+        .take(OWNERS_SHOWN)
+        .map(|(name, _)| Row {
+            name: name.clone(),
+            at_exit: owner_bytes(exit, name),
+            at_peak: owner_bytes(peak, name),
+        })
+        .collect();
+    if owners.len() > OWNERS_SHOWN {
+        let rest = &owners[OWNERS_SHOWN..];
+        let sum =
+            |b: Option<&Breakdown>| b.map(|_| rest.iter().map(|(name, _)| owner_bytes(b, name).unwrap_or(0)).sum());
+        rows.push(Row {
+            name: format!("{} other owners", rest.len()),
+            at_exit: sum(exit),
+            at_peak: sum(peak),
+        });
+    }
+    let category = |name: String, pick: fn(&Breakdown) -> i64| Row {
+        name,
+        at_exit: exit.map(pick),
+        at_peak: peak.map(pick),
+    };
+    rows.push(category("pools beyond live allocations".into(), |b| b.pools as i64));
+    rows.push(category("graph memory".into(), |b| b.graphs as i64));
+    rows.push(category(context_name(footprint), |b| b.context as i64));
+    rows.push(category("modules and kernels".into(), |b| b.modules as i64));
+    rows.push(category("unexplained".into(), Breakdown::unexplained));
+    rows
+}
+
+fn signed_bytes(value: i64) -> String {
+    if value < 0 {
+        format!("-{}", bytes(value.unsigned_abs()))
+    } else {
+        bytes(value as u64)
+    }
+}
+
+fn cell(value: Option<i64>, of: Option<&Breakdown>) -> String {
+    match (value, of) {
+        (Some(value), Some(b)) if b.reference.bytes > 0 => format!(
+            "{:>11} {:>5.1}%",
+            signed_bytes(value),
+            value as f64 * 100.0 / b.reference.bytes as f64
+        ),
+        (Some(value), _) => format!("{:>11}       ", signed_bytes(value)),
+        (None, _) => format!("{:>11}       ", "-"),
+    }
+}
+
+fn device_title(process: &ProcessIndex, footprint: &DeviceFootprint) -> String {
+    let device = match &footprint.info {
+        Some(info) => format!("device {} ({}, {})", footprint.device, info.name, info.uuid_text()),
+        None => format!("device {}", footprint.device),
+    };
+    format!("pid {} on {device}", process.start.pid)
+}
+
+fn reference_name(breakdown: Option<&Breakdown>) -> &'static str {
+    match breakdown.map(|b| b.reference.source) {
+        Some(crate::analysis::ReferenceSource::Nvml) => "driver-used (NVML, this process)",
+        Some(crate::analysis::ReferenceSource::DeviceBound) => "driver-used (whole device: a bound)",
+        None => "driver-used",
+    }
+}
+
+/// The table for one process and device, in text.
+pub fn text(process: &ProcessIndex, footprint: &DeviceFootprint) -> String {
+    let (exit, peak) = (footprint.at_exit.as_ref(), footprint.at_peak.as_ref());
+    let mut out = format!(
+        "where the memory went, {}\n  {:<44} {:>18}  {:>18}\n",
+        device_title(process, footprint),
+        "",
+        "at exit",
+        "at peak"
+    );
+    let reference = |b: Option<&Breakdown>| b.map(|b| b.reference.bytes as i64);
+    let mut lines = vec![Row {
+        name: reference_name(exit.or(peak)).into(),
+        at_exit: reference(exit),
+        at_peak: reference(peak),
+    }];
+    lines.extend(rows(footprint));
+    for row in lines {
+        out += &format!(
+            "  {:<44} {}  {}\n",
+            row.name,
+            cell(row.at_exit, exit),
+            cell(row.at_peak, peak)
+        );
+    }
+    let explained =
+        |b: Option<&Breakdown>| b.map_or_else(|| "-".to_string(), |b| format!("{:.1}%", b.explained_percent()));
+    out += &format!(
+        "  explained: {} at exit, {} at peak\n",
+        explained(exit),
+        explained(peak)
+    );
+    for note in &footprint.notes {
+        out += &format!("  note: {note}\n");
+    }
+    out
+}
+
+fn breakdown_json(breakdown: &Breakdown) -> Value {
+    let owners: Vec<Value> = breakdown
+        .owners
+        .iter()
+        .map(|(owner, bytes)| json!({"owner": owner, "bytes": bytes}))
+        .collect();
+    json!({
+        "reference_bytes": breakdown.reference.bytes,
+        "reference_source": breakdown.reference.source.name(),
+        "reference_time_ns": breakdown.reference.time_ns,
+        "owners": owners,
+        "pools_beyond_live_bytes": breakdown.pools,
+        "graph_bytes": breakdown.graphs,
+        "context_bytes": breakdown.context,
+        "modules_and_kernels_bytes": breakdown.modules,
+        "unexplained_bytes": breakdown.unexplained(),
+        "explained_percent": (breakdown.explained_percent() * 10.0).round() / 10.0,
+    })
+}
+
+/// The same table as JSON.
+pub fn json(footprint: &DeviceFootprint) -> Value {
+    let limits: Vec<Value> = footprint
+        .limits
+        .iter()
+        .map(|&(which, value)| json!({"limit": cudatrace_events::measures::limit::name(which), "bytes": value}))
+        .collect();
+    json!({
+        "device": footprint.device,
+        "name": footprint.info.as_ref().map(|i| i.name.clone()),
+        "uuid": footprint.info.as_ref().map(|i| i.uuid_text()),
+        "total_bytes": footprint.info.as_ref().map(|i| i.total_bytes),
+        "at_exit": footprint.at_exit.as_ref().map(breakdown_json),
+        "at_peak": footprint.at_peak.as_ref().map(breakdown_json),
+        "limits": limits,
+        "notes": footprint.notes,
+    })
+}
