@@ -61,6 +61,10 @@ pub struct RunArgs {
     /// $CUDATRACE_MAX_DEPTH, else 64].
     #[arg(long, value_name = "N", value_parser = clap::value_parser!(u32).range(1..=256))]
     pub max_depth: Option<u32>,
+    /// Leave kernel launches alone: their first launches (lazily loaded
+    /// kernels) go unmeasured, and later ones cost nothing at all.
+    #[arg(long)]
+    pub no_launch_hooks: bool,
     /// The command to run, and its arguments.
     #[arg(required = true, trailing_var_arg = true, value_name = "CMD")]
     pub command: Vec<OsString>,

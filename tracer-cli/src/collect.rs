@@ -161,7 +161,8 @@ fn collect_tree(args: CollectArgs) -> Result<u8, Failure> {
     }
     let trace: PathBuf = claimed.path.clone();
     let command = root.as_ref().map(|(_, argv)| argv.clone()).unwrap_or_default();
-    let collector = Collector::start(&args.dir, claimed, &header_for(command), args.keep_spools)?;
+    let nvml = crate::collector::start_nvml();
+    let collector = Collector::start(&args.dir, claimed, &header_for(command), args.keep_spools, nvml)?;
     let grace = match root {
         Some((pid, _)) => {
             let mut root = Liveness::watch(pid);

@@ -160,6 +160,11 @@ pub fn run(args: RunArgs) -> Result<u8, Failure> {
     if let Some(depth) = args.max_depth {
         command.env("CUDATRACE_MAX_DEPTH", depth.to_string());
     }
+    if args.no_launch_hooks {
+        command.env("CUDATRACE_LAUNCH_HOOKS", "0");
+    }
+    // The device's usage without the program, read before it starts.
+    let nvml = crate::collector::start_nvml();
     let mut child = match spawn(command, &program) {
         Ok(child) => child,
         Err(failure) => {
@@ -182,7 +187,7 @@ pub fn run(args: RunArgs) -> Result<u8, Failure> {
     .and_then(|output| {
         let trace = output.path.clone();
         let header = header_for(args.command.iter().map(|a| a.to_string_lossy().into_owned()).collect());
-        Collector::start(&run_dir, output, &header, args.keep_spools).map(|collector| (collector, trace))
+        Collector::start(&run_dir, output, &header, args.keep_spools, nvml).map(|collector| (collector, trace))
     });
     let (collector, trace) = match started {
         Ok(started) => started,

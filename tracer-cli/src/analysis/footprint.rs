@@ -133,10 +133,7 @@ fn references(index: &TraceIndex, process: &ProcessIndex, device: u8) -> (Option
         })
         .collect();
     if !nvml.is_empty() {
-        let peak = nvml
-            .iter()
-            .copied()
-            .max_by_key(|r| (r.bytes, std::cmp::Reverse(r.time_ns)));
+        let peak = nvml.iter().copied().max_by_key(|r| (r.bytes, r.time_ns));
         return (nvml.last().copied(), peak);
     }
     let own: Vec<Reference> = process
@@ -160,10 +157,7 @@ fn references(index: &TraceIndex, process: &ProcessIndex, device: u8) -> (Option
             source: ReferenceSource::DeviceBound,
         })
         .or_else(|| own.last().copied());
-    let peak = own
-        .iter()
-        .copied()
-        .max_by_key(|r| (r.bytes, std::cmp::Reverse(r.time_ns)));
+    let peak = own.iter().copied().max_by_key(|r| (r.bytes, r.time_ns));
     (at_exit, peak)
 }
 
@@ -272,11 +266,16 @@ impl FootprintTracker {
                 0
             }
         };
-        if let Some(reference) = at_exit.filter(|r| r.source == ReferenceSource::DeviceBound) {
-            let _ = reference;
-            notes.push(
-                "NVML gave no per-process figure: the reference is the device's used memory, an upper bound".into(),
-            );
+        if at_exit.is_some_and(|r| r.source == ReferenceSource::DeviceBound) {
+            let why = index
+                .nvml_status
+                .iter()
+                .rev()
+                .find(|status| !status.reason.is_empty())
+                .map_or_else(String::new, |status| format!(" ({})", status.reason));
+            notes.push(format!(
+                "NVML gave no per-process figure{why}: the reference is the device's used memory, an upper bound"
+            ));
         }
         let limits = on_device
             .iter()

@@ -33,8 +33,6 @@ use std::time::{Duration, Instant};
 
 const SCAN_INTERVAL: Duration = Duration::from_millis(20);
 const IDLE_SPOOL_PAUSE: Duration = Duration::from_millis(5);
-/// How long a run waits for NVML's first reading before starting the program.
-const NVML_FIRST_READING: Duration = Duration::from_secs(2);
 
 /// What a collection wrote.
 #[derive(Clone, Debug, Default)]
@@ -116,9 +114,6 @@ struct Shared {
     exits: Mutex<HashMap<u32, (i32, u64)>>,
     held: Mutex<HashSet<u32>>,
     drop_reported: AtomicBool,
-    /// Set once NVML has been read once (or found unusable), so that the
-    /// device's usage before the first traced process is on record.
-    nvml_ready: AtomicBool,
 }
 
 /// A running collection.
@@ -182,7 +177,13 @@ fn point_to_trace(dir: &Path, trace: &Path) -> Result<(), String> {
 impl Collector {
     /// Starts collecting the spools of `dir` into the claimed trace `output`.
     /// With `keep_spools`, no spool space is given back.
-    pub fn start(dir: &Path, output: InPlace, header: &Header, keep_spools: bool) -> Result<Collector, String> {
+    pub fn start(
+        dir: &Path,
+        output: InPlace,
+        header: &Header,
+        keep_spools: bool,
+        nvml: NvmlStart,
+    ) -> Result<Collector, String> {
         if let Err(reason) = point_to_trace(dir, &output.path) {
             output.abandon();
             return Err(reason);
@@ -201,7 +202,6 @@ impl Collector {
             exits: Mutex::new(HashMap::new()),
             held: Mutex::new(HashSet::new()),
             drop_reported: AtomicBool::new(false),
-            nvml_ready: AtomicBool::new(false),
         });
         let (to_writer, writer_inbox) = crossbeam_channel::unbounded();
         let (to_readers, reader_inbox) = crossbeam_channel::unbounded::<SpoolTail>();
@@ -236,13 +236,10 @@ impl Collector {
             let (shared, to_writer) = (shared.clone(), to_writer.clone());
             std::thread::Builder::new()
                 .name("cudatrace-nvml".into())
-                .spawn(move || sample_nvml(&shared, &to_writer))
+                .spawn(move || sample_nvml(&shared, &to_writer, nvml))
                 .map_err(|e| e.to_string())?
         };
-        let deadline = Instant::now() + NVML_FIRST_READING;
-        while !shared.nvml_ready.load(Ordering::Acquire) && Instant::now() < deadline {
-            std::thread::sleep(Duration::from_millis(1));
-        }
+
         Ok(Collector {
             shared,
             to_writer,
@@ -295,13 +292,28 @@ impl Collector {
     }
 }
 
+/// NVML opened, and read once, before the traced program starts: that
+/// reading is the device's usage without it. `Err` says why NVML is unusable.
+pub type NvmlStart = Result<(nvml::Nvml, Vec<cudatrace_trace::Record>), String>;
+
+/// Opens NVML and reads every device once; call before starting the program.
+pub fn start_nvml() -> NvmlStart {
+    let mut nvml = nvml::Nvml::open()?;
+    let first = nvml.sample(&HashSet::new());
+    Ok((nvml, first))
+}
+
 /// Reads NVML until the collection drains, sending what it read to the writer.
-fn sample_nvml(shared: &Shared, to_writer: &Sender<Message>) {
-    let mut nvml = match nvml::Nvml::open() {
-        Ok(nvml) => nvml,
+fn sample_nvml(shared: &Shared, to_writer: &Sender<Message>, start: NvmlStart) {
+    let mut nvml = match start {
+        Ok((nvml, first)) => {
+            for record in first {
+                let _ = to_writer.send(Message::Record(record));
+            }
+            nvml
+        }
         Err(reason) => {
             let _ = to_writer.send(Message::Record(nvml::unavailable(reason)));
-            shared.nvml_ready.store(true, Ordering::Release);
             return;
         }
     };
@@ -311,7 +323,6 @@ fn sample_nvml(shared: &Shared, to_writer: &Sender<Message>) {
         for record in nvml.sample(&traced) {
             let _ = to_writer.send(Message::Record(record));
         }
-        shared.nvml_ready.store(true, Ordering::Release);
         std::thread::sleep(nvml::INTERVAL);
     }
     let _ = to_writer.send(Message::Record(nvml.final_status(!traced.is_empty())));

@@ -120,13 +120,6 @@ fn reference_name(breakdown: Option<&Breakdown>) -> &'static str {
 /// The table for one process and device, in text.
 pub fn text(process: &ProcessIndex, footprint: &DeviceFootprint) -> String {
     let (exit, peak) = (footprint.at_exit.as_ref(), footprint.at_peak.as_ref());
-    let mut out = format!(
-        "where the memory went, {}\n  {:<44} {:>18}  {:>18}\n",
-        device_title(process, footprint),
-        "",
-        "at exit",
-        "at peak"
-    );
     let reference = |b: Option<&Breakdown>| b.map(|b| b.reference.bytes as i64);
     let mut lines = vec![Row {
         name: reference_name(exit.or(peak)).into(),
@@ -134,9 +127,22 @@ pub fn text(process: &ProcessIndex, footprint: &DeviceFootprint) -> String {
         at_peak: reference(peak),
     }];
     lines.extend(rows(footprint));
+    let width = lines
+        .iter()
+        .map(|row| row.name.chars().count())
+        .max()
+        .unwrap_or(0)
+        .min(72);
+    let mut out = format!(
+        "where the memory went, {}\n  {:<width$} {:>18}  {:>18}\n",
+        device_title(process, footprint),
+        "",
+        "at exit",
+        "at peak"
+    );
     for row in lines {
         out += &format!(
-            "  {:<44} {}  {}\n",
+            "  {:<width$} {}  {}\n",
             row.name,
             cell(row.at_exit, exit),
             cell(row.at_peak, peak)

@@ -1,0 +1,208 @@
+//! Every byte explained, on the fake driver: it models the cost of a
+//! context, a raised heap limit, a module, first launches, a pool and a
+//! graph, and a fake NVML reports each process's usage, so that the split
+//! `cudatrace report` makes can be asserted exactly.
+
+mod common;
+
+use common::*;
+use serde_json::{json, Value};
+use std::path::PathBuf;
+
+const MIB: u64 = 1 << 20;
+
+/// Runs the `explain` program with every cost modelled; `nvml` says whether
+/// the fake NVML answers, `extra` adds flags and environment.
+fn explain_run(label: &str, nvml: bool, flags: &[&str], env: &[(&str, &str)]) -> (Value, String, PathBuf) {
+    let dir = scratch_dir(label);
+    let trace = dir.join("run.trace");
+    let nvml_dir = dir.join("nvml");
+    std::fs::create_dir(&nvml_dir).unwrap();
+    let mut command = cudatrace_run();
+    command.arg("-o").arg(&trace).args(flags).arg("--");
+    command
+        .arg(fake_cuda::program("explain"))
+        .env("TMPDIR", &dir)
+        .env("FAKE_CUDA_CAPACITY", (8192 * MIB).to_string())
+        .env("FAKE_CUDA_CONTEXT_BYTES", (300 * MIB).to_string())
+        .env("FAKE_CUDA_MODULE_BYTES", (20 * MIB).to_string())
+        .env("FAKE_CUDA_KERNEL_BYTES", (5 * MIB).to_string())
+        .env("FAKE_CUDA_POOL_GRANULE", (2 * MIB).to_string())
+        .env("FAKE_CUDA_OTHERS_BYTES", (100 * MIB).to_string());
+    if nvml {
+        command.env("FAKE_NVML_DIR", &nvml_dir);
+    }
+    for (key, value) in env {
+        command.env(key, value);
+    }
+    let output = command.output().unwrap();
+    assert_eq!(
+        output.status.code(),
+        Some(0),
+        "{}",
+        String::from_utf8_lossy(&output.stderr)
+    );
+    let (report, _) = report_json_with_stacks(&trace);
+    let text = stdout(&cudatrace(&["report", trace.to_str().unwrap()]).output().unwrap());
+    (report["processes"][0]["footprint"].clone(), text, trace)
+}
+
+fn owners(breakdown: &Value) -> Vec<(String, u64)> {
+    breakdown["owners"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|o| (o["owner"].as_str().unwrap().to_string(), o["bytes"].as_u64().unwrap()))
+        .collect()
+}
+
+fn categories(breakdown: &Value) -> Value {
+    json!({
+        "reference_bytes": breakdown["reference_bytes"],
+        "reference_source": breakdown["reference_source"],
+        "pools_beyond_live_bytes": breakdown["pools_beyond_live_bytes"],
+        "graph_bytes": breakdown["graph_bytes"],
+        "context_bytes": breakdown["context_bytes"],
+        "modules_and_kernels_bytes": breakdown["modules_and_kernels_bytes"],
+        "unexplained_bytes": breakdown["unexplained_bytes"],
+        "explained_percent": breakdown["explained_percent"],
+    })
+}
+
+fn expected_owners() -> Vec<(String, u64)> {
+    vec![
+        ("explain".into(), 7 * MIB),
+        ("libowner_inner.so".into(), 2 * MIB),
+        ("libowner_outer.so".into(), MIB),
+    ]
+}
+
+#[test]
+fn with_nvml_every_byte_of_the_process_is_explained_exactly() {
+    let (footprint, text, _) = explain_run("explain-nvml", true, &[], &[]);
+    let devices = footprint.as_array().unwrap();
+    assert_eq!(devices.len(), 1, "{footprint:#}");
+    let device = &devices[0];
+    assert_eq!(device["device"], 0);
+    assert_eq!(device["name"], "Fake GPU 0");
+    assert_eq!(device["uuid"], "GPU-f0f1f2f3-f4f5-f6f7-f8f9-fafbfcfdfe00");
+    assert_eq!(device["total_bytes"], 8192 * MIB);
+    assert_eq!(
+        device["limits"],
+        json!([
+            {"limit": "stack", "bytes": 1024},
+            {"limit": "printf", "bytes": MIB},
+            {"limit": "heap", "bytes": 8 * MIB},
+            {"limit": "heap", "bytes": 16 * MIB},
+        ])
+    );
+    // Allocations 7 MiB + pool 4 MiB + context 300 + heap growth 8 + module
+    // 20 + two kernels 10 + graph 4.
+    let at_exit = &device["at_exit"];
+    assert_eq!(
+        categories(at_exit),
+        json!({
+            "reference_bytes": 353 * MIB,
+            "reference_source": "nvml-process",
+            "pools_beyond_live_bytes": MIB,
+            "graph_bytes": 4 * MIB,
+            "context_bytes": 308 * MIB,
+            "modules_and_kernels_bytes": 30 * MIB,
+            "unexplained_bytes": 0,
+            "explained_percent": 100.0,
+        })
+    );
+    assert_eq!(owners(at_exit), expected_owners());
+    assert_eq!(categories(&device["at_peak"]), categories(at_exit));
+    assert_eq!(device["notes"], json!([]));
+    // The text report opens with the same table.
+    let table: Vec<&str> = text.lines().skip(2).take(12).collect();
+    assert!(table[0].starts_with("where the memory went, pid "), "{text}");
+    let rows: Vec<(String, String)> = table[2..11]
+        .iter()
+        .map(|line| {
+            let (name, cells) = line[2..].split_once("  ").unwrap();
+            let cells: Vec<&str> = cells.split_whitespace().collect();
+            (name.to_string(), cells.join(" "))
+        })
+        .collect();
+    let same = |bytes: &str, share: &str| format!("{bytes} {share} {bytes} {share}");
+    assert_eq!(
+        rows,
+        [
+            ("driver-used (NVML, this process)", same("353.0 MiB", "100.0%")),
+            ("explain", same("7.0 MiB", "2.0%")),
+            ("libowner_inner.so", same("2.0 MiB", "0.6%")),
+            ("libowner_outer.so", same("1.0 MiB", "0.3%")),
+            ("pools beyond live allocations", same("1.0 MiB", "0.3%")),
+            ("graph memory", same("4.0 MiB", "1.1%")),
+            (
+                "context (stack 1.0 KiB, printf 1.0 MiB, heap 16.0 MiB)",
+                same("308.0 MiB", "87.3%")
+            ),
+            ("modules and kernels", same("30.0 MiB", "8.5%")),
+            ("unexplained", same("0 B", "0.0%")),
+        ]
+        .map(|(a, b)| (a.to_string(), b))
+    );
+    assert_eq!(table[11], "  explained: 100.0% at exit, 100.0% at peak");
+}
+
+#[test]
+fn without_nvml_the_reference_is_the_device_used_memory_and_said_to_be_a_bound() {
+    let (footprint, text, _) = explain_run("explain-no-nvml", false, &[], &[]);
+    let at_exit = &footprint[0]["at_exit"];
+    // The device's used memory includes the 100 MiB of other processes, and
+    // with no reading before the process, so does the context.
+    assert_eq!(
+        categories(at_exit),
+        json!({
+            "reference_bytes": 453 * MIB,
+            "reference_source": "device-used-bound",
+            "pools_beyond_live_bytes": MIB,
+            "graph_bytes": 4 * MIB,
+            "context_bytes": 408 * MIB,
+            "modules_and_kernels_bytes": 30 * MIB,
+            "unexplained_bytes": 0,
+            "explained_percent": 100.0,
+        })
+    );
+    assert_eq!(owners(at_exit), expected_owners());
+    assert_eq!(
+        footprint[0]["notes"],
+        json!([
+            "no reading of the device before the process (NVML missing): the context figure includes every other process's memory",
+            "NVML gave no per-process figure (NVML did not start (nvmlInit_v2 returned 9)): the reference is the device's used memory, an upper bound",
+        ])
+    );
+    assert!(text.contains("driver-used (whole device: a bound)"), "{text}");
+}
+
+#[test]
+fn nvml_in_another_pid_namespace_is_noticed_and_the_bound_used_instead() {
+    let (footprint, _, _) = explain_run("explain-pidns", true, &[], &[("FAKE_NVML_PID_OFFSET", "100000")]);
+    let at_exit = &footprint[0]["at_exit"];
+    assert_eq!(at_exit["reference_source"], "device-used-bound");
+    // The device reading before the process still measures the context.
+    assert_eq!(at_exit["context_bytes"], 308 * MIB);
+    assert_eq!(at_exit["reference_bytes"], 453 * MIB);
+    assert_eq!(at_exit["unexplained_bytes"], 100 * MIB);
+    assert_eq!(
+        footprint[0]["notes"],
+        json!(["NVML gave no per-process figure (NVML lists processes, but none of the traced pids: it sees another pid namespace): the reference is the device's used memory, an upper bound"])
+    );
+}
+
+#[test]
+fn owners_without_stacks_are_the_modules_that_called_cuda() {
+    let (footprint, _, _) = explain_run("explain-no-stacks", true, &["--stacks", "none"], &[]);
+    assert_eq!(owners(&footprint[0]["at_exit"]), expected_owners());
+}
+
+#[test]
+fn no_launch_hooks_leaves_first_launches_unmeasured() {
+    let (footprint, _, _) = explain_run("explain-no-launch", true, &["--no-launch-hooks"], &[]);
+    let at_exit = &footprint[0]["at_exit"];
+    assert_eq!(at_exit["modules_and_kernels_bytes"], 20 * MIB);
+    assert_eq!(at_exit["unexplained_bytes"], 10 * MIB);
+}
