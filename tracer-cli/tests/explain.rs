@@ -206,3 +206,98 @@ fn no_launch_hooks_leaves_first_launches_unmeasured() {
     assert_eq!(at_exit["modules_and_kernels_bytes"], 20 * MIB);
     assert_eq!(at_exit["unexplained_bytes"], 10 * MIB);
 }
+
+#[test]
+fn perfetto_and_html_draw_each_owner_and_category() {
+    let (_, _, trace) = explain_run("explain-viewers", true, &[], &[]);
+    let json_path = trace.with_extension("json");
+    let output = cudatrace(&["perfetto", trace.to_str().unwrap(), "-o", json_path.to_str().unwrap()])
+        .output()
+        .unwrap();
+    assert_eq!(
+        output.status.code(),
+        Some(0),
+        "{}",
+        String::from_utf8_lossy(&output.stderr)
+    );
+    let perfetto: Value = serde_json::from_slice(&std::fs::read(&json_path).unwrap()).unwrap();
+    let mut last: std::collections::BTreeMap<String, (f64, u64)> = Default::default();
+    for event in perfetto["traceEvents"].as_array().unwrap() {
+        if event["ph"] == "C" {
+            let ts = event["ts"].as_f64().unwrap();
+            let entry = last
+                .entry(event["name"].as_str().unwrap().to_string())
+                .or_insert((ts, 0));
+            if ts >= entry.0 {
+                *entry = (ts, event["args"]["bytes"].as_u64().unwrap());
+            }
+        }
+    }
+    let last: Vec<(String, u64)> = last
+        .into_iter()
+        .filter(|(name, _)| name != "GPU 0 device used (process reading)")
+        .map(|(name, (_, bytes))| (name, bytes))
+        .collect();
+    let expected: Vec<(String, u64)> = [
+        ("GPU 0 context", 308 * MIB),
+        ("GPU 0 driver-used (NVML)", 353 * MIB),
+        ("GPU 0 graph memory", 4 * MIB),
+        ("GPU 0 live bytes", 10 * MIB),
+        ("GPU 0 modules and kernels", 30 * MIB),
+        ("GPU 0 owner: explain", 7 * MIB),
+        ("GPU 0 owner: libowner_inner.so", 2 * MIB),
+        ("GPU 0 owner: libowner_outer.so", MIB),
+        ("GPU 0 pools beyond live allocations", MIB),
+    ]
+    .iter()
+    .map(|(name, bytes)| (name.to_string(), *bytes))
+    .collect();
+    assert_eq!(last, expected);
+
+    let html_path = trace.with_extension("html");
+    let output = cudatrace(&["html", trace.to_str().unwrap(), "-o", html_path.to_str().unwrap()])
+        .output()
+        .unwrap();
+    assert_eq!(
+        output.status.code(),
+        Some(0),
+        "{}",
+        String::from_utf8_lossy(&output.stderr)
+    );
+    let page = std::fs::read_to_string(&html_path).unwrap();
+    assert!(page.contains("<h2>Where the memory went: pid "), "no footprint section");
+    let data_start = page.find("<script type=\"application/json\" class=\"data\">").unwrap();
+    let data = &page[data_start..];
+    let data = &data[data.find('>').unwrap() + 1..data.find("</script>").unwrap()];
+    let chart: Value = serde_json::from_str(data).unwrap();
+    let series: Vec<(&str, u64)> = chart["series"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|s| {
+            (
+                s["name"].as_str().unwrap(),
+                *s["values"]
+                    .as_array()
+                    .unwrap()
+                    .last()
+                    .unwrap()
+                    .as_u64()
+                    .as_ref()
+                    .unwrap(),
+            )
+        })
+        .collect();
+    assert_eq!(
+        series,
+        [
+            ("explain", 7 * MIB),
+            ("libowner_inner.so", 2 * MIB),
+            ("libowner_outer.so", MIB),
+            ("pools beyond live allocations", MIB),
+            ("graph memory", 4 * MIB),
+            ("context", 308 * MIB),
+            ("modules and kernels", 30 * MIB),
+        ]
+    );
+}

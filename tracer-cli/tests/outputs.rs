@@ -379,12 +379,26 @@ fn the_html_page_loads_without_errors_and_charts_the_top_call_sites() {
         dom_text.contains("data-ready=\"1\""),
         "the page's script did not finish"
     );
-    let counted: Vec<usize> = dom_text
-        .split("data-series-count=\"")
-        .skip(1)
-        .map(|rest| rest.split('"').next().unwrap().parse().unwrap())
-        .collect();
+    // (expected, drawn) series of each chart of a class, as the script saw them.
+    let charts = |class: &str| -> Vec<(usize, usize)> {
+        dom_text
+            .split(&format!("<div class=\"{class}\" data-expected-series=\""))
+            .skip(1)
+            .map(|rest| {
+                let number = |text: &str| -> usize { text.split('"').next().unwrap().parse().unwrap() };
+                (number(rest), number(rest.split("data-series-count=\"").nth(1).unwrap()))
+            })
+            .collect()
+    };
+    let counted: Vec<usize> = charts("chart").iter().map(|&(_, drawn)| drawn).collect();
     assert_eq!(counted, expected);
+    // The charts of owners and categories draw what the page expects too.
+    let owners = charts("chart owners");
+    assert_eq!(owners.len(), 1, "one device with a footprint");
+    assert!(
+        owners.iter().all(|&(expected, drawn)| expected == drawn && drawn > 0),
+        "{owners:?}"
+    );
     let screenshot = headless(&[&format!("--screenshot={}", shot.display())]);
     assert!(
         screenshot.status.success(),

@@ -16,6 +16,7 @@ use super::trace_index::{ProcessIndex, TraceIndex};
 use cudatrace_events::measures::{limit, sample_reason, DeviceInfo};
 use cudatrace_events::{Api, Event, Op};
 use std::collections::{BTreeMap, HashMap};
+use std::rc::Rc;
 
 /// Where a reference figure comes from.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -106,8 +107,8 @@ pub struct DeviceFootprint {
 /// What the stream tells the footprint of one process.
 #[derive(Default)]
 pub struct FootprintTracker {
-    owners: HashMap<u32, String>,
-    live_by_owner: HashMap<(u8, String), u64>,
+    owners: HashMap<u32, Rc<str>>,
+    live_by_owner: HashMap<(u8, Rc<str>), u64>,
     live_total: HashMap<u8, u64>,
     live_at_context: HashMap<u8, u64>,
     /// (time, device) instants to snapshot at, latest first.
@@ -187,7 +188,7 @@ impl FootprintTracker {
                 .live_by_owner
                 .iter()
                 .filter(|((d, _), bytes)| *d == device && **bytes > 0)
-                .map(|((_, owner), bytes)| (owner.clone(), *bytes))
+                .map(|((_, owner), bytes)| (owner.to_string(), *bytes))
                 .collect();
             owners.sort_by(|a, b| b.1.cmp(&a.1).then_with(|| a.0.cmp(&b.0)));
             self.snapshots.insert((at, device), owners);
@@ -215,7 +216,7 @@ impl FootprintTracker {
             let owner = self
                 .owners
                 .entry(allocation.stack)
-                .or_insert_with(|| owner_of(&index.frames(process, allocation.stack)))
+                .or_insert_with(|| owner_of(&index.frames(process, allocation.stack)).into())
                 .clone();
             let apply = |bytes: &mut u64| {
                 *bytes = if sign > 0 {

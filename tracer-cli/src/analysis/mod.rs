@@ -19,8 +19,8 @@ mod trace_index;
 mod window;
 
 pub use event_stream::EventStream;
-pub use footprint::{limit_text, Breakdown, DeviceFootprint, FootprintTracker, Reference, ReferenceSource};
-pub use owner::{module_label, owner_of, UNKNOWN_OWNER};
+pub use footprint::{limit_text, Breakdown, DeviceFootprint, FootprintTracker, ReferenceSource};
+pub use owner::owner_of;
 pub use replay::{Allocation, Change, ProcessMemory};
 pub use stack_frames::Frame;
 pub use summary::{largest_call_sites, ByStack, DeviceKey, ProcessSummary, Summary};

@@ -13,9 +13,12 @@ use crate::cli::HtmlArgs;
 use crate::progress::Progress;
 use crate::wording::{bytes, count};
 use crate::Failure;
+use owner_chart::OwnerChart;
 use std::collections::{BTreeMap, HashMap};
 use std::fmt::Write as _;
 use std::io::Write as _;
+
+mod owner_chart;
 
 /// Call sites drawn as series of their own; the rest are one "other" series.
 const SERIES: usize = 8;
@@ -28,8 +31,9 @@ const HEIGHT: f64 = 260.0;
 const TABLE_ROWS: usize = 20;
 /// Frames shown per stack.
 const FRAMES_SHOWN: usize = 12;
-const COLORS: [&str; SERIES + 1] = [
-    "#4e79a7", "#f28e2b", "#e15759", "#76b7b2", "#59a14f", "#edc948", "#b07aa1", "#ff9da7", "#bab0ac",
+const COLORS: [&str; SERIES + 5] = [
+    "#4e79a7", "#f28e2b", "#e15759", "#76b7b2", "#59a14f", "#edc948", "#b07aa1", "#ff9da7", "#bab0ac", "#9c755f",
+    "#86bcb6", "#d37295", "#79706e",
 ];
 
 /// One bin: the state at its highest total, and its last state.
@@ -101,9 +105,9 @@ pub fn command(args: HtmlArgs) -> Result<u8, Failure> {
     let progress = Progress::new("html", index.events * 2);
     let summary = Summary::build(&index, &progress);
     progress.next_pass("html");
-    let charts = fill_charts(&index, &summary, &progress);
+    let (charts, owner_charts) = fill_charts(&index, &summary, &progress);
     drop(progress);
-    let page = page(&index, &summary, &charts);
+    let page = page(&index, &summary, &charts, &owner_charts);
     let written = std::fs::File::create(&path).and_then(|mut f| {
         f.write_all(page.as_bytes())?;
         f.flush()
@@ -116,8 +120,12 @@ pub fn command(args: HtmlArgs) -> Result<u8, Failure> {
     Ok(super::say_what_the_trace_lacks(&index, &summary.stream_errors))
 }
 
-/// The second pass: live bytes per top call site, per process and device.
-fn fill_charts(index: &TraceIndex, summary: &Summary, progress: &Progress) -> Vec<BTreeMap<DeviceKey, Chart>> {
+/// Per process: charts by call site per device, and charts by owner and category per device ordinal.
+type ProcessCharts = (Vec<BTreeMap<DeviceKey, Chart>>, Vec<BTreeMap<u8, OwnerChart>>);
+
+/// The second pass: live bytes per top call site, and per owner and
+/// category, per process and device.
+fn fill_charts(index: &TraceIndex, summary: &Summary, progress: &Progress) -> ProcessCharts {
     let mut charts: Vec<BTreeMap<DeviceKey, Chart>> = index
         .processes
         .iter()
@@ -150,12 +158,42 @@ fn fill_charts(index: &TraceIndex, summary: &Summary, progress: &Progress) -> Ve
                 .collect()
         })
         .collect();
+    let mut owner_charts: Vec<BTreeMap<u8, OwnerChart>> = index
+        .processes
+        .iter()
+        .zip(&summary.footprints)
+        .map(|(info, footprints)| {
+            let t0 = info.first_time_ns.unwrap_or(0);
+            let span = info.last_time_ns.unwrap_or(t0).saturating_sub(t0);
+            footprints
+                .iter()
+                .map(|f| (f.device, OwnerChart::new(f, t0, span)))
+                .collect()
+        })
+        .collect();
     let mut memories: Vec<ProcessMemory> = index.processes.iter().map(|_| ProcessMemory::default()).collect();
     let mut changes = Vec::new();
     for (process, event) in EventStream::new(index) {
         progress.tick();
         changes.clear();
         memories[process].apply(&event, &mut changes);
+        let info = &index.processes[process];
+        if event.op.is_measurement() {
+            if let Some(chart) = event.device.and_then(|d| owner_charts[process].get_mut(&d)) {
+                chart.measurement(&event);
+            }
+        }
+        for change in &changes {
+            if let Change::Allocated(a) | Change::Freed { allocation: a, .. } = change {
+                if let Some(chart) = a
+                    .device
+                    .filter(|_| a.is_device_memory())
+                    .and_then(|d| owner_charts[process].get_mut(&d))
+                {
+                    chart.change(index, info, change, event.time_ns);
+                }
+            }
+        }
         for change in &changes {
             let (sign, a) = match change {
                 Change::Allocated(a) => (1i8, a),
@@ -178,7 +216,7 @@ fn fill_charts(index: &TraceIndex, summary: &Summary, progress: &Progress) -> Ve
             chart.record(event.time_ns);
         }
     }
-    charts
+    (charts, owner_charts)
 }
 
 /// A call site's name in a legend: its innermost frame with a source line,
@@ -207,7 +245,12 @@ fn escape(text: &str) -> String {
     out
 }
 
-fn page(index: &TraceIndex, summary: &Summary, charts: &[BTreeMap<DeviceKey, Chart>]) -> String {
+fn page(
+    index: &TraceIndex,
+    summary: &Summary,
+    charts: &[BTreeMap<DeviceKey, Chart>],
+    owner_charts: &[BTreeMap<u8, OwnerChart>],
+) -> String {
     let title = index
         .header
         .as_ref()
@@ -262,6 +305,25 @@ fn page(index: &TraceIndex, summary: &Summary, charts: &[BTreeMap<DeviceKey, Cha
         );
     }
     out += "</table>\n";
+    for ((info, footprints), owner_charts) in index.processes.iter().zip(&summary.footprints).zip(owner_charts) {
+        for footprint in footprints {
+            let _ = writeln!(
+                out,
+                "<h2>Where the memory went: pid {}, device {}</h2>\n<pre class=\"footprint\">{}</pre>",
+                info.start.pid,
+                footprint.device,
+                escape(&super::footprint_table::text(info, footprint))
+            );
+            if let (Some(chart), Some(peak)) = (owner_charts.get(&footprint.device), footprint.at_peak.as_ref()) {
+                out += &chart_html(
+                    &chart.chart,
+                    "chart owners",
+                    peak.reference.bytes,
+                    peak.reference.time_ns,
+                );
+            }
+        }
+    }
     for ((info, process), charts) in index.processes.iter().zip(&summary.processes).zip(charts) {
         for (device, stats) in &process.devices {
             let _ = writeln!(
@@ -275,7 +337,7 @@ fn page(index: &TraceIndex, summary: &Summary, charts: &[BTreeMap<DeviceKey, Cha
                 bytes(stats.current)
             );
             if let Some(chart) = charts.get(device) {
-                out += &chart_html(chart, stats.peak, stats.peak_time_ns);
+                out += &chart_html(chart, "chart", stats.peak, stats.peak_time_ns);
             }
             out += &sites_table(
                 index,
@@ -310,7 +372,7 @@ fn page(index: &TraceIndex, summary: &Summary, charts: &[BTreeMap<DeviceKey, Cha
     out
 }
 
-fn chart_html(chart: &Chart, peak: u64, peak_time_ns: u64) -> String {
+fn chart_html(chart: &Chart, class: &str, peak: u64, peak_time_ns: u64) -> String {
     let columns = chart.columns();
     let top = columns.iter().map(|c| c.iter().sum::<u64>()).max().unwrap_or(0).max(1) as f64;
     let x = |bin: usize| bin as f64 * WIDTH / (BINS - 1) as f64;
@@ -374,7 +436,7 @@ fn chart_html(chart: &Chart, peak: u64, peak_time_ns: u64) -> String {
     // `</` inside a script would end it early.
     let data = data.to_string().replace("</", "<\\/");
     format!(
-        "<div class=\"chart\" data-expected-series=\"{}\">{svg}<div class=\"axis\"><span>0 s</span><span>peak {} at {} (dashed line); drag to zoom, double-click to reset</span><span>{}</span></div><div class=\"legend\">{legend}</div><div class=\"tip\"></div><script type=\"application/json\" class=\"data\">{data}</script></div>\n",
+        "<div class=\"{class}\" data-expected-series=\"{}\">{svg}<div class=\"axis\"><span>0 s</span><span>peak {} at {} (dashed line); drag to zoom, double-click to reset</span><span>{}</span></div><div class=\"legend\">{legend}</div><div class=\"tip\"></div><script type=\"application/json\" class=\"data\">{data}</script></div>\n",
         data_series.len(),
         bytes(peak),
         duration(peak_offset),

@@ -3,7 +3,9 @@
 //!
 //! - one process per traced process image, named by its argv, with its
 //!   parent and image number as labels;
-//! - per device, a counter track of live bytes, the report's figure;
+//! - per device, a counter track of live bytes, the report's figure, and
+//!   counter tracks of where the driver's memory went: one per owning
+//!   library and one per driver category (see [`owner_tracks`]);
 //! - each allocation's lifetime as an async slice named by size and API,
 //!   with its top frames in `args`;
 //! - out-of-memory failures as instant events; process starts (forks and
@@ -21,6 +23,10 @@ use cudatrace_events::Event;
 use std::collections::HashMap;
 use std::fs::File;
 use std::io::{self, BufWriter, Write};
+
+mod owner_tracks;
+
+use owner_tracks::{Counter, OwnerTracks};
 
 /// Past this size Perfetto's UI struggles to open a JSON trace.
 const WARN_BYTES: u64 = 500 << 20;
@@ -56,6 +62,8 @@ struct ProcessTrack {
     /// The window has started for this process: live allocations got
     /// their opening slices.
     opened: bool,
+    /// Owner and category counters.
+    owners: OwnerTracks,
 }
 
 impl ProcessTrack {
@@ -183,14 +191,25 @@ fn write(
     let mut tracks: Vec<ProcessTrack> = index
         .processes
         .iter()
-        .map(|_| ProcessTrack {
+        .map(|info| ProcessTrack {
             summary: ProcessSummary::default(),
             slices: HashMap::new(),
             next_slice: 0,
             stacks: HashMap::new(),
             opened: false,
+            owners: OwnerTracks::new(index, info),
         })
         .collect();
+    let counter = |out: &mut dyn Write, info: &ProcessIndex, c: &Counter| {
+        write!(
+            out,
+            "{{\"ph\":\"C\",\"name\":{},\"pid\":{},\"ts\":{:.3},\"args\":{{\"bytes\":{}}}}}",
+            json_string(&c.name),
+            track_pid(info),
+            us(c.time_ns),
+            c.bytes
+        )
+    };
     let mut changes = Vec::new();
     let mut last_ns = start_ns;
     let mut stream = EventStream::new(index);
@@ -201,14 +220,22 @@ fn write(
         }
         let track = &mut tracks[process];
         track.summary.apply(&event, &mut changes);
-        if !event.op.is_memory_event() || window.is_before(event.time_ns) {
+        let info = &index.processes[process];
+        let counters = track.owners.observe(index, info, &event, &changes);
+        if window.is_before(event.time_ns) {
+            continue;
+        }
+        for c in &counters {
+            sep(out)?;
+            counter(out, info, c)?;
+        }
+        if !event.op.is_memory_event() {
             continue;
         }
         if skip > 0 {
             skip -= 1;
             continue;
         }
-        let info = &index.processes[process];
         let ts = us(event.time_ns);
         last_ns = last_ns.max(event.time_ns);
         if !track.opened {
@@ -245,6 +272,11 @@ fn write(
     let end_ts = us(window.to_ns.map_or(end_ns, |to| end_ns.min(to)));
     for (process, track) in tracks.iter_mut().enumerate() {
         let info = &index.processes[process];
+        let owners = std::mem::replace(&mut track.owners, OwnerTracks::new(index, info));
+        for c in owners.finish(index, info, window) {
+            sep(out)?;
+            counter(out, info, &c)?;
+        }
         let mut live: Vec<(u64, &Allocation)> = track
             .summary
             .memory

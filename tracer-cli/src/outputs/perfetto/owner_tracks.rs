@@ -1,0 +1,154 @@
+//! Counter tracks of where the driver's memory went, per device of each
+//! process: one per owning library (its live allocations), one per driver
+//! category (pools beyond live allocations, graph memory, context, modules
+//! and kernels), the process's own readings of the device, and NVML's
+//! per-process figure, the reference the report explains.
+
+use crate::analysis::{owner_of, Change, DeviceFootprint, FootprintTracker, ProcessIndex, TraceIndex, Window};
+use cudatrace_events::{Event, Op};
+use std::collections::HashMap;
+use std::rc::Rc;
+
+/// One counter value to write: track name, time (ns) and bytes.
+pub struct Counter {
+    /// Track name.
+    pub name: String,
+    /// `CLOCK_MONOTONIC` ns.
+    pub time_ns: u64,
+    /// Bytes.
+    pub bytes: u64,
+}
+
+/// The owner and category tracks of one process.
+pub struct OwnerTracks {
+    owners: HashMap<u32, Rc<str>>,
+    live: HashMap<(u8, Rc<str>), u64>,
+    modules: HashMap<u8, u64>,
+    pools: HashMap<(u8, u64), u64>,
+    footprint: FootprintTracker,
+}
+
+fn device_name(device: u8) -> String {
+    format!("GPU {device}")
+}
+
+impl OwnerTracks {
+    /// Tracks for `info`.
+    pub fn new(index: &TraceIndex, info: &ProcessIndex) -> OwnerTracks {
+        OwnerTracks {
+            owners: HashMap::new(),
+            live: HashMap::new(),
+            modules: HashMap::new(),
+            pools: HashMap::new(),
+            footprint: FootprintTracker::new(index, info),
+        }
+    }
+
+    /// Takes in one event and its changes; returns the counters they move.
+    pub fn observe(
+        &mut self,
+        index: &TraceIndex,
+        info: &ProcessIndex,
+        event: &Event,
+        changes: &[Change],
+    ) -> Vec<Counter> {
+        self.footprint.observe(index, info, event, changes);
+        let mut counters = Vec::new();
+        for change in changes {
+            let (a, grows) = match change {
+                Change::Allocated(a) => (a, true),
+                Change::Freed { allocation, .. } => (allocation, false),
+                _ => continue,
+            };
+            let Some(device) = a.device.filter(|_| a.is_device_memory()) else {
+                continue;
+            };
+            let owner = self
+                .owners
+                .entry(a.stack)
+                .or_insert_with(|| owner_of(&index.frames(info, a.stack)).into())
+                .clone();
+            let live = self.live.entry((device, owner.clone())).or_default();
+            *live = if grows {
+                *live + a.size
+            } else {
+                live.saturating_sub(a.size)
+            };
+            counters.push(Counter {
+                name: format!("{} owner: {owner}", device_name(device)),
+                time_ns: event.time_ns,
+                bytes: *live,
+            });
+        }
+        let Some(device) = event.device.filter(|_| event.op.is_measurement()) else {
+            return counters;
+        };
+        let named = |what: &str, bytes: u64| Counter {
+            name: format!("{} {what}", device_name(device)),
+            time_ns: event.time_ns,
+            bytes,
+        };
+        match event.op {
+            Op::ModuleLoad | Op::KernelLoad => {
+                let total = self.modules.entry(device).or_default();
+                *total += event.load_cost().unwrap_or(0);
+                counters.push(named("modules and kernels", *total));
+            }
+            Op::PoolSample => {
+                self.pools
+                    .insert((device, event.address), event.size.saturating_sub(event.arg1));
+                let beyond = self
+                    .pools
+                    .iter()
+                    .filter(|((d, _), _)| *d == device)
+                    .map(|(_, b)| b)
+                    .sum();
+                counters.push(named("pools beyond live allocations", beyond));
+            }
+            Op::GraphSample => counters.push(named("graph memory", event.size)),
+            Op::Sample => counters.push(named(
+                "device used (process reading)",
+                event.arg2.saturating_sub(event.arg1),
+            )),
+            _ => {}
+        }
+        counters
+    }
+
+    /// The counters known only at the end: each context from its first
+    /// moment, and NVML's readings of the process.
+    pub fn finish(self, index: &TraceIndex, info: &ProcessIndex, window: &Window) -> Vec<Counter> {
+        let footprints: Vec<DeviceFootprint> = self.footprint.finish(index, info);
+        let mut counters = Vec::new();
+        for footprint in &footprints {
+            let device = footprint.device;
+            let context = info
+                .measurements
+                .iter()
+                .find(|e| e.op == Op::Context && e.device == Some(device));
+            let bytes = footprint.at_exit.as_ref().map_or(0, |b| b.context);
+            if let Some(context) = context.filter(|c| window.contains(c.time_ns)) {
+                counters.push(Counter {
+                    name: format!("{} context", device_name(device)),
+                    time_ns: context.time_ns,
+                    bytes,
+                });
+            }
+            let Some(uuid) = footprint.info.as_ref().map(|i| i.uuid_text()) else {
+                continue;
+            };
+            counters.extend(
+                index
+                    .nvml
+                    .iter()
+                    .filter(|s| s.pid == info.start.pid && s.uuid == uuid && window.contains(s.time_ns))
+                    .map(|s| Counter {
+                        name: format!("{} driver-used (NVML)", device_name(device)),
+                        time_ns: s.time_ns,
+                        bytes: s.used_bytes,
+                    }),
+            );
+        }
+        counters
+    }
+}
