@@ -510,6 +510,116 @@ def scenario_viewer_outputs(args):
     return passed, "; ".join(details)
 
 
+MIB = 1 << 20
+# NVLink multicast stays off on shared GPU hosts (see the device notes).
+NO_MULTICAST = {"NCCL_NVLS_ENABLE": "0", "TORCH_SYMM_MEM_DISABLE_MULTICAST": "1", "NVSHMEM_DISABLE_NVLS": "1"}
+
+
+def nvcc(source, *flags):
+    """Compiles tests/gpu/workloads/SOURCE; returns the binary's path."""
+    build = tempfile.mkdtemp(prefix="cudatrace-nvcc-")
+    binary = os.path.join(build, os.path.splitext(source)[0])
+    subprocess.run(["nvcc", "-O2", "-o", binary, os.path.join(WORKLOADS, source), *flags], check=True,
+                   capture_output=True, text=True)
+    return binary
+
+
+def explained(process, own, label):
+    """Checks one traced process's footprint against the workload's own
+    readings: the report's reference is NVML's per-process figure, it agrees
+    with what the workload read, and >= 95% of it is explained. Returns
+    (passed, one line with the table's figures)."""
+    rows = [f for f in process.get("footprint", []) if f.get("at_exit")]
+    if not rows:
+        return False, f"{label}: no footprint"
+    f = max(rows, key=lambda f: f["at_exit"]["reference_bytes"])
+    b = f["at_exit"]
+    own_nvml = own.get("nvml", {}).get(f["uuid"]) if isinstance(own.get("nvml"), dict) else own.get("nvml_total")
+    reference = b["reference_bytes"]
+    agrees = own_nvml is not None and abs(reference - own_nvml) <= max(4 * MIB, reference // 50)
+    passed = b["reference_source"] == "nvml-process" and agrees and b["explained_percent"] >= 95.0
+    owners = ", ".join(f"{o['owner']} {o['bytes'] / MIB:.0f}" for o in b["owners"][:4])
+    own_text = f"{own_nvml / MIB:.0f}" if own_nvml is not None else "none"
+    used = own.get("device_used")
+    used_text = f"{used / MIB:.0f}" if used else "none"
+    return passed, (
+        f"{label} {f['name']}: reference {reference / MIB:.0f} MiB ({b['reference_source']}; the workload read NVML "
+        f"{own_text}, cuMemGetInfo used {used_text}); explained {b['explained_percent']}% = owners [{owners}] + "
+        f"pools {b['pools_beyond_live_bytes'] / MIB:.0f} + graphs {b['graph_bytes'] / MIB:.0f} + context "
+        f"{b['context_bytes'] / MIB:.0f} + modules and kernels {b['modules_and_kernels_bytes'] / MIB:.0f}; "
+        f"unexplained {b['unexplained_bytes'] / MIB:.0f} MiB"
+    )
+
+
+def explain_scenario(args, name, argv, env=None):
+    r = run_cli(args, name, argv, env=env)
+    if r.returncode != 0 or not r.report or not r.data:
+        return False, f"exit {r.returncode}: {r.stderr.strip()[-300:]}"
+    process = r.process(r.data["pid"])
+    if process is None:
+        return False, "the workload's pid is not in the trace"
+    return explained(process, r.data, name)
+
+
+def scenario_explain_resnet(args):
+    return explain_scenario(args, "resnet50", [sys.executable, os.path.join(WORKLOADS, "explain_resnet.py"), "{out}"])
+
+
+def scenario_explain_cupy(args):
+    return explain_scenario(args, "cupy", [sys.executable, os.path.join(WORKLOADS, "explain_cupy.py"), "{out}"])
+
+
+def scenario_explain_jax(args):
+    return explain_scenario(args, "jax", [sys.executable, os.path.join(WORKLOADS, "explain_jax.py"), "{out}"])
+
+
+def scenario_explain_graph(args):
+    binary = nvcc("explain_graph.cu", "-ldl")
+    return explain_scenario(args, "graph", [binary, "{out}"])
+
+
+def scenario_explain_ddp(args):
+    workdir = tempfile.mkdtemp(prefix="cudatrace-ddp-")
+    marker = os.path.join(workdir, "ranks")
+    r = run_cli(args, "ddp", [sys.executable, "-m", "torch.distributed.run", "--nproc_per_node=2", "--master_port=29544",
+                              os.path.join(WORKLOADS, "explain_ddp.py"), marker], env=NO_MULTICAST)
+    ranks = [json.load(open(f"{marker}.rank{i}")) for i in range(2) if os.path.exists(f"{marker}.rank{i}")]
+    shutil.rmtree(workdir, ignore_errors=True)
+    if r.returncode != 0 or not r.report or len(ranks) != 2:
+        return False, f"exit {r.returncode}, ranks reported {len(ranks)}: {r.stderr.strip()[-300:]}"
+    results = []
+    for rank in ranks:
+        process = r.process(rank["pid"])
+        results.append((False, f"rank {rank['rank']} not in the trace") if process is None
+                       else explained(process, rank, f"rank {rank['rank']}"))
+    return all(p for p, _ in results), "; ".join(d for _, d in results)
+
+
+def scenario_launch_cost(args):
+    """Host time per empty-kernel launch: plain, traced, traced with
+    --no-launch-hooks, interleaved five times; medians compared."""
+    binary = nvcc("launch_cost.cu")
+    runs = {"plain": [], "traced": [], "no hooks": []}
+    for _ in range(5):
+        for kind, prefix in [("plain", []), ("traced", [args.cli, "run", "--preload", args.preload, "-o", os.devnull + ".trace", "--"]),
+                             ("no hooks", [args.cli, "run", "--preload", args.preload, "--no-launch-hooks", "-o",
+                                           os.devnull + ".trace", "--"])]:
+            workdir = tempfile.mkdtemp(prefix="cudatrace-launch-")
+            command = [a.replace(os.devnull + ".trace", os.path.join(workdir, "t.trace")) for a in prefix]
+            done = subprocess.run(command + [binary, "200000"], capture_output=True, text=True, timeout=args.timeout)
+            shutil.rmtree(workdir, ignore_errors=True)
+            if done.returncode != 0:
+                return False, f"{kind}: exit {done.returncode}: {done.stderr.strip()[-200:]}"
+            runs[kind].append(float(done.stdout.split()[-1]))
+    median = {kind: sorted(values)[2] for kind, values in runs.items()}
+    cost = median["traced"] - median["plain"]
+    return cost <= 30.0, (
+        f"ns per launch, medians of 5 interleaved runs of 200,000 launches: plain {median['plain']:.1f}, traced "
+        f"{median['traced']:.1f}, --no-launch-hooks {median['no hooks']:.1f}; the hook costs {cost:.1f} ns "
+        f"(all runs: {json.dumps(runs)})"
+    )
+
+
 SCENARIOS = [
     ("a torch caching allocator", scenario_torch_caching),
     ("b expandable segments", scenario_torch_expandable),
@@ -528,6 +638,12 @@ SCENARIOS = [
     ("o cudaMallocAsync loop, 5 runs", scenario_async_loop),
     ("p call stacks: torch and ctypes lines", scenario_stacks),
     ("q snapshot, perfetto, html; _memory_viz; a leak", scenario_viewer_outputs),
+    ("r every byte explained: ResNet-50 step", scenario_explain_resnet),
+    ("s every byte explained: CuPy small arrays", scenario_explain_cupy),
+    ("t every byte explained: JAX preallocated pool", scenario_explain_jax),
+    ("u every byte explained: CUDA graph with cudaMallocAsync", scenario_explain_graph),
+    ("v launch hook cost", scenario_launch_cost),
+    ("w every byte explained: DDP, 2 ranks on 2 GPUs (needs 2 GPUs)", scenario_explain_ddp),
 ]
 
 
