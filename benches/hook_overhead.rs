@@ -1,6 +1,7 @@
 //! What a hook adds to a driver call: runs the fake driver's `bench_calls`
-//! (cuMemAlloc_v2 + cuMemFree_v2 pairs, each call timed alone) plainly and
-//! under `libcudatrace.so`, alternating, and reports median latencies.
+//! (cuMemAlloc_v2 + cuMemFree_v2 pairs, and launches of a kernel launched
+//! before, each call timed alone) plainly and under `libcudatrace.so`,
+//! alternating, and reports median latencies.
 //!
 //! `cargo bench --bench hook_overhead` — results go in docs/performance.md.
 
@@ -14,8 +15,8 @@ fn tracer_library() -> std::path::PathBuf {
     exe.parent().expect("deps folder").join("libcudatrace.so")
 }
 
-/// (alloc median ns, free median ns) of one run.
-fn measure(traced: bool, spool_dir: &std::path::Path) -> (u64, u64) {
+/// (alloc, free, launch) median ns of one run.
+fn measure(traced: bool, spool_dir: &std::path::Path) -> (u64, u64, u64) {
     let mut command = Command::new(fake_cuda::program("bench_calls"));
     command.arg(PAIRS).env("LD_LIBRARY_PATH", fake_cuda::library_dir());
     if traced {
@@ -32,7 +33,11 @@ fn measure(traced: bool, spool_dir: &std::path::Path) -> (u64, u64) {
             .and_then(|rest| rest.trim().parse().ok())
             .unwrap_or_else(|| panic!("no {key} in {text}"))
     };
-    (value("alloc_median_ns"), value("free_median_ns"))
+    (
+        value("alloc_median_ns"),
+        value("free_median_ns"),
+        value("launch_median_ns"),
+    )
 }
 
 fn median(mut values: Vec<u64>) -> u64 {
@@ -48,20 +53,23 @@ fn main() {
     assert!(library.exists(), "{} missing", library.display());
     let spool_dir = std::env::temp_dir().join(format!("cudatrace-bench-{}", std::process::id()));
     std::fs::create_dir_all(&spool_dir).unwrap();
-    let mut plain = (Vec::new(), Vec::new());
-    let mut traced = (Vec::new(), Vec::new());
+    let mut plain = (Vec::new(), Vec::new(), Vec::new());
+    let mut traced = (Vec::new(), Vec::new(), Vec::new());
     for _ in 0..ROUNDS {
-        let (a, f) = measure(false, &spool_dir);
+        let (a, f, l) = measure(false, &spool_dir);
         plain.0.push(a);
         plain.1.push(f);
-        let (a, f) = measure(true, &spool_dir);
+        plain.2.push(l);
+        let (a, f, l) = measure(true, &spool_dir);
         traced.0.push(a);
         traced.1.push(f);
+        traced.2.push(l);
     }
     std::fs::remove_dir_all(&spool_dir).ok();
     let rows = [
         ("cuMemAlloc_v2", plain.0, traced.0),
         ("cuMemFree_v2", plain.1, traced.1),
+        ("cuLaunchKernel, after the first", plain.2, traced.2),
     ];
     println!("{PAIRS} alloc/free pairs per run, median of {ROUNDS} runs' per-call medians\n");
     println!("| call | untraced (ns) | traced (ns) | added (ns) |");

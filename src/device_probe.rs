@@ -59,6 +59,40 @@ fn coarse_now_ns() -> u64 {
     ts.tv_sec as u64 * 1_000_000_000 + ts.tv_nsec as u64
 }
 
+/// This thread's stream-capture mode, relaxed while it lives: a reading
+/// taken while some stream is being captured into a graph must not
+/// invalidate the capture, as a call the program did not make would under
+/// the default (global) mode.
+struct RelaxedCapture {
+    previous: Option<CUstreamCaptureMode>,
+}
+
+type ExchangeCaptureMode = unsafe extern "C" fn(*mut CUstreamCaptureMode) -> CUresult;
+
+impl RelaxedCapture {
+    fn enter() -> RelaxedCapture {
+        // SAFETY: the signature of cuThreadExchangeStreamCaptureMode.
+        let exchange = unsafe { real_fn::<ExchangeCaptureMode>(Sym::cuThreadExchangeStreamCaptureMode) };
+        let mut mode = CU_STREAM_CAPTURE_MODE_RELAXED;
+        // SAFETY: a valid in/out pointer.
+        let swapped = exchange.is_some_and(|exchange| unsafe { exchange(&mut mode) } == CUDA_SUCCESS);
+        RelaxedCapture {
+            previous: swapped.then_some(mode),
+        }
+    }
+}
+
+impl Drop for RelaxedCapture {
+    fn drop(&mut self) {
+        let Some(mut mode) = self.previous else { return };
+        // SAFETY: as in `enter`.
+        if let Some(exchange) = unsafe { real_fn::<ExchangeCaptureMode>(Sym::cuThreadExchangeStreamCaptureMode) } {
+            // SAFETY: a valid in/out pointer; this puts back the program's mode.
+            unsafe { exchange(&mut mode) };
+        }
+    }
+}
+
 /// The device's (free, total) bytes as `cuMemGetInfo_v2` gives them for the
 /// calling thread's current context; `None` without one.
 pub fn memory_info() -> Option<(u64, u64)> {
@@ -66,6 +100,7 @@ pub fn memory_info() -> Option<(u64, u64)> {
     let get_info =
         unsafe { real_fn::<unsafe extern "C" fn(*mut usize, *mut usize) -> CUresult>(Sym::cuMemGetInfo_v2) }?;
     let (mut free, mut total) = (0usize, 0usize);
+    let _relaxed = RelaxedCapture::enter();
     // SAFETY: valid out-pointers.
     (unsafe { get_info(&mut free, &mut total) } == CUDA_SUCCESS).then_some((free as u64, total as u64))
 }
@@ -124,11 +159,13 @@ fn first_sight_of(context: u64) -> bool {
 }
 
 fn describe_context(device: i8, context: u64, api: Api) {
+    // Without a reading there is nothing to record: the next event on the
+    // device tries again.
+    let Some((free, total)) = memory_info() else { return };
     if let Some(d) = slot(device) {
         DEVICE_HAS_CONTEXT[d].store(true, Ordering::Relaxed);
     }
     describe_device(device);
-    let (free, total) = memory_info().unwrap_or((0, 0));
     store_measurement(Op::Context, api, device, context, 0, 0, free, total, false);
     // SAFETY: cuCtxGetLimit(size_t*, CUlimit) is the driver's signature.
     let get_limit = unsafe { real_fn::<unsafe extern "C" fn(*mut usize, CUlimit) -> CUresult>(Sym::cuCtxGetLimit) };
@@ -288,6 +325,7 @@ fn pool_usage(pool: u64) -> Option<(u64, u64)> {
         )
     }?;
     let (mut reserved, mut used) = (0u64, 0u64);
+    let _relaxed = RelaxedCapture::enter();
     // SAFETY: both attributes are cuuint64_t values.
     let ok = unsafe {
         get(
@@ -344,6 +382,7 @@ fn sample_graph_memory(device: i8, api: Api) {
         return;
     };
     let (mut reserved, mut used) = (0u64, 0u64);
+    let _relaxed = RelaxedCapture::enter();
     // SAFETY: both attributes are cuuint64_t values.
     let ok = unsafe {
         get(

@@ -73,7 +73,8 @@ symbol_table! {
         cuLaunchKernel, cuLaunchKernel_ptsz, cuLaunchKernelEx, cuLaunchKernelEx_ptsz,
         cuLaunchCooperativeKernel, cuLaunchCooperativeKernel_ptsz;
     support: cuMemGetInfo_v2, cuCtxGetDevice, cuCtxGetLimit, cuDeviceGetUuid_v2, cuDeviceGetName,
-        cuDeviceTotalMem_v2, cuDeviceGetMemPool, cuMemPoolGetAttribute, cuDeviceGetGraphMemAttribute;
+        cuDeviceTotalMem_v2, cuDeviceGetMemPool, cuMemPoolGetAttribute, cuDeviceGetGraphMemAttribute,
+        cuThreadExchangeStreamCaptureMode;
 }
 
 /// Which CUDA library defines a symbol.

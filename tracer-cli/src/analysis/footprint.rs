@@ -247,7 +247,7 @@ impl FootprintTracker {
             .iter()
             .filter(|e| e.device == Some(device))
             .collect();
-        let context_record = on_device.iter().find(|e| e.op == Op::Context);
+        let context_record = on_device.iter().find(|e| e.op == Op::Context && e.arg2 != 0);
         let baseline = context_record.and_then(|context| context_baseline(index, info.as_ref(), context.time_ns));
         let context_bytes = match (context_record, baseline) {
             (Some(context), Some(baseline_free)) => {
