@@ -47,6 +47,9 @@ pub const CU_MEMPOOL_ATTR_USED_MEM_CURRENT: CUmemPool_attribute = 7;
 pub type CUgraphMem_attribute = c_int;
 pub const CU_GRAPH_MEM_ATTR_USED_MEM_CURRENT: CUgraphMem_attribute = 0;
 pub const CU_GRAPH_MEM_ATTR_RESERVED_MEM_CURRENT: CUgraphMem_attribute = 2;
+/// `CUstreamCaptureStatus` (an enum).
+pub type CUstreamCaptureStatus = c_int;
+pub const CU_STREAM_CAPTURE_STATUS_ACTIVE: CUstreamCaptureStatus = 1;
 /// `CUstreamCaptureMode` (an enum).
 pub type CUstreamCaptureMode = c_int;
 pub const CU_STREAM_CAPTURE_MODE_RELAXED: CUstreamCaptureMode = 2;

@@ -105,6 +105,21 @@ pub fn memory_info() -> Option<(u64, u64)> {
     (unsafe { get_info(&mut free, &mut total) } == CUDA_SUCCESS).then_some((free as u64, total as u64))
 }
 
+/// Whether `stream` is being captured into a graph: a stream-ordered
+/// allocation made then is the graph's, not memory of its own.
+pub fn stream_is_capturing(stream: u64) -> bool {
+    // SAFETY: cuStreamIsCapturing(CUstream, CUstreamCaptureStatus*) is the driver's signature.
+    let Some(is_capturing) = (unsafe {
+        real_fn::<unsafe extern "C" fn(CUstream, *mut CUstreamCaptureStatus) -> CUresult>(Sym::cuStreamIsCapturing)
+    }) else {
+        return false;
+    };
+    let mut status: CUstreamCaptureStatus = 0;
+    // SAFETY: a valid out-pointer; the stream is the one the program just used.
+    (unsafe { is_capturing(stream as CUstream, &mut status) } == CUDA_SUCCESS)
+        && status == CU_STREAM_CAPTURE_STATUS_ACTIVE
+}
+
 /// Free bytes now, or 0 when the driver cannot say (readers then see no cost).
 pub fn free_now() -> u64 {
     memory_info().map_or(0, |(free, _)| free)

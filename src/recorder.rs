@@ -201,6 +201,10 @@ pub fn allocation_returned(
             let address = address();
             let size = size();
             let device = ordinal(call.device);
+            let mut call = call;
+            if call.kind == Kind::Pool && device_probe::stream_is_capturing(call.stream) {
+                call.kind = Kind::GraphAllocation;
+            }
             let entry = Entry {
                 size,
                 kind: call.kind,
@@ -227,7 +231,7 @@ pub fn allocation_returned(
                 call.arg1,
                 0,
             );
-            if device >= 0 {
+            if device >= 0 && call.kind != Kind::GraphAllocation {
                 if call.kind == Kind::Pool {
                     device_probe::note_pool(call.arg1, device);
                 }

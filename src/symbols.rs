@@ -74,7 +74,7 @@ symbol_table! {
         cuLaunchCooperativeKernel, cuLaunchCooperativeKernel_ptsz;
     support: cuMemGetInfo_v2, cuCtxGetDevice, cuCtxGetLimit, cuDeviceGetUuid_v2, cuDeviceGetName,
         cuDeviceTotalMem_v2, cuDeviceGetMemPool, cuMemPoolGetAttribute, cuDeviceGetGraphMemAttribute,
-        cuThreadExchangeStreamCaptureMode;
+        cuThreadExchangeStreamCaptureMode, cuStreamIsCapturing;
 }
 
 /// Which CUDA library defines a symbol.

@@ -139,6 +139,11 @@ code_enum! {
         IpcImport = 7 => "ipc-import",
         /// Virtual address space only (reservations and VMM mappings).
         VirtualAddress = 8 => "virtual-address",
+        /// A stream-ordered allocation made while its stream was being
+        /// captured into a CUDA graph: an address the graph's memory pool
+        /// backs once the graph runs, counted as graph memory, never as an
+        /// allocation of its own.
+        GraphAllocation = 9 => "graph-allocation",
     }
 }
 
@@ -270,7 +275,8 @@ mod tests {
             assert_eq!(Op::from_code(op as u8), Some(op));
         }
         assert_eq!(Api::from_code(87), None);
-        assert_eq!(Kind::from_code(9), None);
+        assert_eq!(Kind::from_code(10), None);
+        assert!(!Kind::GraphAllocation.counts_as_device_memory());
         // Zero is never an op: it marks a slot not yet written.
         assert_eq!(Op::from_code(0), None);
         assert_eq!(Op::from_code(19), None);

@@ -248,7 +248,11 @@ impl FootprintTracker {
             .filter(|e| e.device == Some(device))
             .collect();
         let context_record = on_device.iter().find(|e| e.op == Op::Context && e.arg2 != 0);
-        let baseline = context_record.and_then(|context| context_baseline(index, info.as_ref(), context.time_ns));
+        // Before the process started it held nothing on the device: the
+        // context's runtime may make it current through calls we cannot see,
+        // so the reading before the process is the baseline, not the one
+        // before the context's first record.
+        let baseline = context_record.and_then(|_| context_baseline(index, info.as_ref(), process.start.start_monotonic_ns));
         let context_bytes = match (context_record, baseline) {
             (Some(context), Some(baseline_free)) => {
                 let live = self.live_at_context.get(&device).copied().unwrap_or(0);
@@ -336,9 +340,9 @@ impl FootprintTracker {
     }
 }
 
-/// The device's free bytes just before the process's context appeared: the
-/// collector's last NVML reading of the whole device before `time_ns`, or
-/// its first if none came before.
+/// The device's free bytes before the process started: the collector's
+/// last NVML reading of the whole device before `time_ns`, or its first if
+/// none came before.
 fn context_baseline(index: &TraceIndex, info: Option<&DeviceInfo>, time_ns: u64) -> Option<u64> {
     let uuid = nvml_uuid(info)?;
     let readings: Vec<_> = index.nvml.iter().filter(|s| s.pid == 0 && s.uuid == uuid).collect();
