@@ -7,6 +7,12 @@
 //!
 //! `CUkernel` handles from `cuLibraryGetKernel` (what the runtime launches
 //! since CUDA 12) go through the same entry points, cast to `CUfunction`.
+//!
+//! A kernel also loads when it is first asked about before any launch
+//! (`cuFuncGetAttribute`, `cuFuncSetAttribute`, their `cuKernel*` twins,
+//! `cuKernelGetFunction`, `cuModuleGetFunction`): NCCL does so for all its
+//! kernels when a communicator starts. Those entry points are measured the
+//! same way, the first time each handle is seen.
 
 use crate::cuda_ffi::*;
 use crate::device_probe::{self, free_now};
@@ -14,7 +20,7 @@ use crate::process_state::{guarded, tracing_on};
 use crate::recorder::store_measurement;
 use crate::symbols::{real_fn, Sym};
 use cudatrace_events::{Api, Op};
-use std::ffi::{c_uint, c_void};
+use std::ffi::{c_char, c_int, c_uint, c_void};
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 
 /// Functions remembered as launched; a power of two.
@@ -94,6 +100,16 @@ fn first_of_its_kind(api: Api, function: CUfunction, launch: impl FnOnce() -> CU
         store_measurement(Op::KernelLoad, api, device, function as u64, 0, 0, before, after, true);
     });
     result
+}
+
+/// Runs `call`, an entry point that may load the kernel `handle` lazily,
+/// measuring it the first time `handle` is seen.
+#[inline]
+fn first_use(api: Api, handle: u64, call: impl FnOnce() -> CUresult) -> CUresult {
+    if !enabled() || !tracing_on() || !first_launch(handle) {
+        return call();
+    }
+    first_of_its_kind(api, handle as CUfunction, call)
 }
 
 macro_rules! real_or_fail {
@@ -226,6 +242,109 @@ macro_rules! launch_cooperative_hooks {
 launch_cooperative_hooks! {
     cuLaunchCooperativeKernel => CuLaunchCooperativeKernel;
     cuLaunchCooperativeKernel_ptsz => CuLaunchCooperativeKernelPtsz;
+}
+
+/// Hook for `cuFuncGetAttribute`.
+///
+/// # Safety
+/// Same contract as the driver's function.
+#[unsafe(no_mangle)]
+pub unsafe extern "C" fn cuFuncGetAttribute(value: *mut c_int, attribute: c_int, f: CUfunction) -> CUresult {
+    let real = real_or_fail!(
+        cuFuncGetAttribute,
+        unsafe extern "C" fn(*mut c_int, c_int, CUfunction) -> CUresult
+    );
+    // SAFETY: arguments forwarded unchanged.
+    first_use(Api::CuFuncGetAttribute, f as u64, || unsafe {
+        real(value, attribute, f)
+    })
+}
+
+/// Hook for `cuFuncSetAttribute`.
+///
+/// # Safety
+/// Same contract as the driver's function.
+#[unsafe(no_mangle)]
+pub unsafe extern "C" fn cuFuncSetAttribute(f: CUfunction, attribute: c_int, value: c_int) -> CUresult {
+    let real = real_or_fail!(
+        cuFuncSetAttribute,
+        unsafe extern "C" fn(CUfunction, c_int, c_int) -> CUresult
+    );
+    // SAFETY: arguments forwarded unchanged.
+    first_use(Api::CuFuncSetAttribute, f as u64, || unsafe {
+        real(f, attribute, value)
+    })
+}
+
+/// Hook for `cuKernelGetAttribute`.
+///
+/// # Safety
+/// Same contract as the driver's function.
+#[unsafe(no_mangle)]
+pub unsafe extern "C" fn cuKernelGetAttribute(
+    value: *mut c_int,
+    attribute: c_int,
+    kernel: CUfunction,
+    device: CUdevice,
+) -> CUresult {
+    let real = real_or_fail!(
+        cuKernelGetAttribute,
+        unsafe extern "C" fn(*mut c_int, c_int, CUfunction, CUdevice) -> CUresult
+    );
+    // SAFETY: arguments forwarded unchanged.
+    first_use(Api::CuKernelGetAttribute, kernel as u64, || unsafe {
+        real(value, attribute, kernel, device)
+    })
+}
+
+/// Hook for `cuKernelSetAttribute`.
+///
+/// # Safety
+/// Same contract as the driver's function.
+#[unsafe(no_mangle)]
+pub unsafe extern "C" fn cuKernelSetAttribute(
+    attribute: c_int,
+    value: c_int,
+    kernel: CUfunction,
+    device: CUdevice,
+) -> CUresult {
+    let real = real_or_fail!(
+        cuKernelSetAttribute,
+        unsafe extern "C" fn(c_int, c_int, CUfunction, CUdevice) -> CUresult
+    );
+    // SAFETY: arguments forwarded unchanged.
+    first_use(Api::CuKernelSetAttribute, kernel as u64, || unsafe {
+        real(attribute, value, kernel, device)
+    })
+}
+
+/// Hook for `cuKernelGetFunction`: the kernel loads into the current context.
+///
+/// # Safety
+/// Same contract as the driver's function.
+#[unsafe(no_mangle)]
+pub unsafe extern "C" fn cuKernelGetFunction(f: *mut CUfunction, kernel: CUfunction) -> CUresult {
+    let real = real_or_fail!(
+        cuKernelGetFunction,
+        unsafe extern "C" fn(*mut CUfunction, CUfunction) -> CUresult
+    );
+    // SAFETY: arguments forwarded unchanged.
+    first_use(Api::CuKernelGetFunction, kernel as u64, || unsafe { real(f, kernel) })
+}
+
+/// Hook for `cuModuleGetFunction`, keyed by the module and the name's address.
+///
+/// # Safety
+/// Same contract as the driver's function.
+#[unsafe(no_mangle)]
+pub unsafe extern "C" fn cuModuleGetFunction(f: *mut CUfunction, module: CUmodule, name: *const c_char) -> CUresult {
+    let real = real_or_fail!(
+        cuModuleGetFunction,
+        unsafe extern "C" fn(*mut CUfunction, CUmodule, *const c_char) -> CUresult
+    );
+    let key = (module as u64).rotate_left(17) ^ name as u64;
+    // SAFETY: arguments forwarded unchanged.
+    first_use(Api::CuModuleGetFunction, key, || unsafe { real(f, module, name) })
 }
 
 #[cfg(test)]

@@ -71,7 +71,8 @@ symbol_table! {
         cudaGraphAddMemAllocNode, cudaGraphAddMemFreeNode;
     hooked in launch_hooks:
         cuLaunchKernel, cuLaunchKernel_ptsz, cuLaunchKernelEx, cuLaunchKernelEx_ptsz,
-        cuLaunchCooperativeKernel, cuLaunchCooperativeKernel_ptsz;
+        cuLaunchCooperativeKernel, cuLaunchCooperativeKernel_ptsz, cuFuncGetAttribute, cuFuncSetAttribute,
+        cuKernelGetAttribute, cuKernelSetAttribute, cuKernelGetFunction, cuModuleGetFunction;
     support: cuMemGetInfo_v2, cuCtxGetDevice, cuCtxGetLimit, cuDeviceGetUuid_v2, cuDeviceGetName,
         cuDeviceTotalMem_v2, cuDeviceGetMemPool, cuMemPoolGetAttribute, cuDeviceGetGraphMemAttribute,
         cuThreadExchangeStreamCaptureMode, cuStreamIsCapturing;
@@ -96,9 +97,14 @@ impl Sym {
         }
     }
 
-    /// Whether this is a kernel launch entry point.
+    /// Whether this is a kernel launch entry point, or one where a kernel
+    /// may load (see [`crate::launch_hooks`]).
     pub fn is_launch(self) -> bool {
-        self.name().to_bytes().starts_with(b"cuLaunch")
+        let name = self.name().to_bytes();
+        name.starts_with(b"cuLaunch")
+            || name.starts_with(b"cuFunc")
+            || name.starts_with(b"cuKernel")
+            || name == b"cuModuleGetFunction"
     }
 
     /// Our hook, unless it is turned off (`--no-launch-hooks`): then the

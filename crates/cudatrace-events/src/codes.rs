@@ -247,13 +247,19 @@ code_enum! {
         CudaIpcCloseMemHandle = 84 => "cudaIpcCloseMemHandle",
         CudaGraphAddMemAllocNode = 85 => "cudaGraphAddMemAllocNode",
         CudaGraphAddMemFreeNode = 86 => "cudaGraphAddMemFreeNode",
+        CuFuncGetAttribute = 128 => "cuFuncGetAttribute",
+        CuFuncSetAttribute = 129 => "cuFuncSetAttribute",
+        CuKernelGetAttribute = 130 => "cuKernelGetAttribute",
+        CuKernelSetAttribute = 131 => "cuKernelSetAttribute",
+        CuKernelGetFunction = 132 => "cuKernelGetFunction",
+        CuModuleGetFunction = 133 => "cuModuleGetFunction",
     }
 }
 
 impl Api {
     /// Whether this is a CUDA runtime (`cuda*`) entry point.
     pub fn is_runtime(self) -> bool {
-        (self as u8) >= 64
+        (64..128).contains(&(self as u8))
     }
 }
 
@@ -275,6 +281,7 @@ mod tests {
             assert_eq!(Op::from_code(op as u8), Some(op));
         }
         assert_eq!(Api::from_code(87), None);
+        assert_eq!(Api::from_code(134), None);
         assert_eq!(Kind::from_code(10), None);
         assert!(!Kind::GraphAllocation.counts_as_device_memory());
         // Zero is never an op: it marks a slot not yet written.
@@ -291,5 +298,6 @@ mod tests {
         assert!(Api::CudaIpcCloseMemHandle.is_runtime());
         assert!(!Api::CuMemAllocV2.is_runtime());
         assert!(!Api::CuIpcCloseMemHandle.is_runtime());
+        assert!(!Api::CuFuncGetAttribute.is_runtime());
     }
 }

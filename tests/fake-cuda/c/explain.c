@@ -1,7 +1,7 @@
 /*
  * Every category of driver memory, once each, for `cudatrace report` to
- * explain: a context made current, a heap limit raised, a module loaded and
- * two kernels launched, allocations by this program and by two libraries
+ * explain: a context made current, a heap limit raised, a module loaded,
+ * two kernels launched and a third loaded by asking about it, allocations by this program and by two libraries
  * (one calling the other), a stream-ordered allocation from a pool, and a
  * graph memory node. It then sleeps so that NVML (the fake one) is read
  * with everything in place, and prints what it allocated.
@@ -39,6 +39,7 @@ CUresult cuCtxSetCurrent(CUcontext);
 CUresult cuCtxSetLimit(int, size_t);
 CUresult cuModuleLoadData(CUmodule *, const void *);
 CUresult cuModuleGetFunction(CUfunction *, CUmodule, const char *);
+CUresult cuFuncGetAttribute(int *, int, CUfunction);
 CUresult cuLaunchKernel(CUfunction, unsigned, unsigned, unsigned, unsigned, unsigned, unsigned, unsigned, void *,
                         void **, void **);
 CUresult cuMemAllocAsync(CUdeviceptr *, size_t, void *);
@@ -70,6 +71,10 @@ int main(void) {
     launch(first);
     launch(first);
     launch(second);
+    CUfunction third;
+    int threads;
+    check("cuModuleGetFunction", cuModuleGetFunction(&third, module, "third"));
+    check("cuFuncGetAttribute", cuFuncGetAttribute(&threads, 0, third));
     void *by_libraries[2], *own;
     check("owner_outer_allocate", owner_outer_allocate(1 << 20, 2 << 20, by_libraries));
     check("cudaMalloc", cudaMalloc(&own, 4 << 20));

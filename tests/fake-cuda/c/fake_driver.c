@@ -597,7 +597,8 @@ HIDDEN CUresult impl_cuModuleGetFunction(CUfunction *function, CUmodule module, 
     *function = (CUfunction)((uintptr_t)module + 1 + hash % 0xf0);
     return CUDA_SUCCESS;
 }
-/* The first launch of a function on a device loads it. */
+/* The first launch of a function on a device loads it, as does the first
+ * question about it (cuFuncGetAttribute). */
 static CUresult launch(CUfunction f) {
     if (!f) return CUDA_ERROR_INVALID_VALUE;
     pthread_mutex_lock(&lock);
@@ -613,6 +614,11 @@ static CUresult launch(CUfunction f) {
     }
     pthread_mutex_unlock(&lock);
     return CUDA_SUCCESS;
+}
+HIDDEN CUresult impl_cuFuncGetAttribute(int *value, int attribute, CUfunction f) {
+    CUresult result = launch(f);
+    if (result == CUDA_SUCCESS) *value = attribute == 0 ? 1024 : 0;
+    return result;
 }
 HIDDEN CUresult impl_cuLaunchKernel(CUfunction f, unsigned gx, unsigned gy, unsigned gz, unsigned bx, unsigned by,
                                     unsigned bz, unsigned shared, CUstream stream, void **params, void **extra) {
@@ -745,6 +751,7 @@ static const ProcEntry entries[] = {
     { "cuModuleLoadData", 2000, (void *)impl_cuModuleLoadData, 0, NULL, NULL },
     { "cuModuleGetFunction", 2000, (void *)impl_cuModuleGetFunction, 0, NULL, NULL },
     { "cuLibraryLoadData", 12000, (void *)impl_cuLibraryLoadData, 0, NULL, NULL },
+    { "cuFuncGetAttribute", 2020, (void *)impl_cuFuncGetAttribute, 0, NULL, NULL },
     { "cuLaunchKernel", 4000, (void *)impl_cuLaunchKernel, 0, NULL, (void *)impl_cuLaunchKernel_ptsz },
     { "cuLaunchKernelEx", 11060, (void *)impl_cuLaunchKernelEx, 0, NULL, NULL },
     { "cuLaunchCooperativeKernel", 9000, (void *)impl_cuLaunchCooperativeKernel, 0, NULL, NULL },
@@ -846,6 +853,7 @@ CUresult cuCtxSetLimit(int, size_t) EXPORT(cuCtxSetLimit);
 CUresult cuModuleLoadData(CUmodule *, const void *) EXPORT(cuModuleLoadData);
 CUresult cuModuleGetFunction(CUfunction *, CUmodule, const char *) EXPORT(cuModuleGetFunction);
 CUresult cuLibraryLoadData(CUlibrary *, const void *, void *, void **, unsigned, void *, void **, unsigned) EXPORT(cuLibraryLoadData);
+CUresult cuFuncGetAttribute(int *, int, CUfunction) EXPORT(cuFuncGetAttribute);
 CUresult cuLaunchKernel(CUfunction, unsigned, unsigned, unsigned, unsigned, unsigned, unsigned, unsigned, CUstream, void **, void **) EXPORT(cuLaunchKernel);
 CUresult cuLaunchKernel_ptsz(CUfunction, unsigned, unsigned, unsigned, unsigned, unsigned, unsigned, unsigned, CUstream, void **, void **) EXPORT(cuLaunchKernel_ptsz);
 CUresult cuLaunchKernelEx(const void *, CUfunction, void **, void **) EXPORT(cuLaunchKernelEx);

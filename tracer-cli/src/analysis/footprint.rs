@@ -252,7 +252,8 @@ impl FootprintTracker {
         // context's runtime may make it current through calls we cannot see,
         // so the reading before the process is the baseline, not the one
         // before the context's first record.
-        let baseline = context_record.and_then(|_| context_baseline(index, info.as_ref(), process.start.start_monotonic_ns));
+        let baseline =
+            context_record.and_then(|_| context_baseline(index, info.as_ref(), process.start.start_monotonic_ns));
         let context_bytes = match (context_record, baseline) {
             (Some(context), Some(baseline_free)) => {
                 let live = self.live_at_context.get(&device).copied().unwrap_or(0);
