@@ -9,6 +9,7 @@
 
 use crate::python_frames::{self, PyCapture, PyFrame};
 use crate::{native_unwind, stack_table};
+use cudatrace_events::naming;
 use cudatrace_events::stacks::frame_kind;
 use std::cell::{Cell, UnsafeCell};
 use std::sync::atomic::{AtomicU32, AtomicU8, Ordering};
@@ -130,12 +131,9 @@ fn immediate_caller() -> u32 {
         return 0;
     };
     let in_cuda = |address: u64| {
-        map.modules.iter().any(|m| {
-            (m.start..m.end).contains(&address) && {
-                let file = m.path.rsplit('/').next().unwrap_or(&m.path);
-                file.starts_with("libcuda.so") || file.starts_with("libcudart.so")
-            }
-        })
+        map.modules
+            .iter()
+            .any(|m| (m.start..m.end).contains(&address) && naming::is_cuda_library(naming::file_name_of(&m.path)))
     };
     match native[..count].iter().copied().find(|&address| !in_cuda(address)) {
         Some(address) => intern(&[Frame {

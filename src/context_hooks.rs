@@ -4,31 +4,12 @@
 //! measures around it (see [`device_probe`]).
 
 use crate::cuda_ffi::*;
-use crate::device_probe::{self, free_now};
-use crate::process_state::{guarded, tracing_on};
-use crate::recorder::{store_measurement, RuntimeCall};
-use crate::symbols::{real_fn, Sym};
+use crate::device_probe::{self, Around};
+use crate::hook_support::{read, real_or_fail};
+use crate::process_state::guarded;
+use crate::recorder::store_measurement;
 use cudatrace_events::{Api, Op};
 use std::ffi::{c_char, c_int, c_uint, c_void};
-
-macro_rules! real_or_fail {
-    ($sym:ident, $ty:ty) => {
-        // SAFETY: `$ty` is the C signature of the export `$sym`.
-        match unsafe { real_fn::<$ty>(Sym::$sym) } {
-            Some(real) => real,
-            None => return CUDA_ERROR_NOT_INITIALIZED,
-        }
-    };
-}
-
-fn read<T: Copy>(ptr: *const T, or: T) -> T {
-    if ptr.is_null() {
-        or
-    } else {
-        // SAFETY: the driver succeeded, so a non-null out-parameter holds a value.
-        unsafe { *ptr }
-    }
-}
 
 // ---- Contexts -----------------------------------------------------------------
 
@@ -90,26 +71,11 @@ create_hooks! {
 #[unsafe(no_mangle)]
 pub unsafe extern "C" fn cuCtxSetLimit(limit: CUlimit, value: usize) -> CUresult {
     let real = real_or_fail!(cuCtxSetLimit, unsafe extern "C" fn(CUlimit, usize) -> CUresult);
-    let before = if tracing_on() { free_now() } else { 0 };
+    let around = Around::start(Api::CuCtxSetLimit);
     // SAFETY: arguments forwarded unchanged.
     let result = unsafe { real(limit, value) };
-    if result == CUDA_SUCCESS {
-        guarded(|| {
-            let after = free_now();
-            let device = device_probe::current_device().unwrap_or(-1);
-            device_probe::note_device_in_use(device, Api::CuCtxSetLimit);
-            store_measurement(
-                Op::Limit,
-                Api::CuCtxSetLimit,
-                device,
-                limit as u64,
-                value as u64,
-                0,
-                before,
-                after,
-                false,
-            );
-        });
+    if let Some(around) = around.filter(|_| result == CUDA_SUCCESS) {
+        around.finish(Op::Limit, Api::CuCtxSetLimit, limit as u64, value as u64, false);
     }
     result
 }
@@ -119,21 +85,10 @@ pub unsafe extern "C" fn cuCtxSetLimit(limit: CUlimit, value: usize) -> CUresult
 /// Runs a load, reading the device's free memory before and after, and
 /// records it with the handle `handle` reads (on success) and the caller's stack.
 fn measured_load(api: Api, load: impl FnOnce() -> CUresult, handle: impl FnOnce() -> u64) -> CUresult {
-    if !tracing_on() {
-        return load();
-    }
-    let mut device = -1;
-    guarded(|| {
-        device = device_probe::current_device().unwrap_or(-1);
-        device_probe::note_device_in_use(device, api);
-    });
-    let before = free_now();
+    let around = Around::start(api);
     let result = load();
-    if result == CUDA_SUCCESS {
-        guarded(|| {
-            let after = free_now();
-            store_measurement(Op::ModuleLoad, api, device, handle(), 0, 0, before, after, true);
-        });
+    if let Some(around) = around.filter(|_| result == CUDA_SUCCESS) {
+        around.finish(Op::ModuleLoad, api, handle(), 0, true);
     }
     result
 }
@@ -234,66 +189,4 @@ pub unsafe extern "C" fn cuGraphAddMemFreeNode(
         graph_node_added(Api::CuGraphAddMemFreeNode, graph, dptr, 0);
     }
     result
-}
-
-/// Hook for `cudaGraphAddMemAllocNode`: names the driver call it makes.
-///
-/// # Safety
-/// Same contract as the runtime's function.
-#[unsafe(no_mangle)]
-pub unsafe extern "C" fn cudaGraphAddMemAllocNode(
-    node: *mut cudaGraphNode_t,
-    graph: cudaGraph_t,
-    dependencies: *const cudaGraphNode_t,
-    count: usize,
-    params: *mut CUDA_MEM_ALLOC_NODE_PARAMS,
-) -> cudaError_t {
-    // SAFETY: the signature is the runtime export's.
-    let Some(real) = (unsafe {
-        real_fn::<
-            unsafe extern "C" fn(
-                *mut cudaGraphNode_t,
-                cudaGraph_t,
-                *const cudaGraphNode_t,
-                usize,
-                *mut CUDA_MEM_ALLOC_NODE_PARAMS,
-            ) -> cudaError_t,
-        >(Sym::cudaGraphAddMemAllocNode)
-    }) else {
-        return cudaErrorInitializationError;
-    };
-    let _inside = RuntimeCall::enter(Api::CudaGraphAddMemAllocNode);
-    // SAFETY: arguments forwarded unchanged.
-    unsafe { real(node, graph, dependencies, count, params) }
-}
-
-/// Hook for `cudaGraphAddMemFreeNode`: names the driver call it makes.
-///
-/// # Safety
-/// Same contract as the runtime's function.
-#[unsafe(no_mangle)]
-pub unsafe extern "C" fn cudaGraphAddMemFreeNode(
-    node: *mut cudaGraphNode_t,
-    graph: cudaGraph_t,
-    dependencies: *const cudaGraphNode_t,
-    count: usize,
-    dptr: *mut c_void,
-) -> cudaError_t {
-    // SAFETY: the signature is the runtime export's.
-    let Some(real) = (unsafe {
-        real_fn::<
-            unsafe extern "C" fn(
-                *mut cudaGraphNode_t,
-                cudaGraph_t,
-                *const cudaGraphNode_t,
-                usize,
-                *mut c_void,
-            ) -> cudaError_t,
-        >(Sym::cudaGraphAddMemFreeNode)
-    }) else {
-        return cudaErrorInitializationError;
-    };
-    let _inside = RuntimeCall::enter(Api::CudaGraphAddMemFreeNode);
-    // SAFETY: arguments forwarded unchanged.
-    unsafe { real(node, graph, dependencies, count, dptr) }
 }

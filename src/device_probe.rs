@@ -9,7 +9,7 @@
 //! the hook that asked for it, with that thread's current context.
 
 use crate::cuda_ffi::*;
-use crate::process_state::tracing_on;
+use crate::process_state::{guarded, tracing_on};
 use crate::recorder::store_measurement;
 use crate::symbols::{real_fn, Sym};
 use cudatrace_events::measures::{limit, sample_reason, DeviceInfo, DEVICE_BLOB};
@@ -39,11 +39,11 @@ static SAMPLES_ON: AtomicBool = AtomicBool::new(true);
 static DEFAULT_POOL_DEVICES: AtomicU64 = AtomicU64::new(0);
 /// Explicit pools: (pool handle, device + 1); 0 = free slot.
 static POOLS: [(AtomicU64, AtomicU64); MAX_POOLS] = [const { (AtomicU64::new(0), AtomicU64::new(0)) }; MAX_POOLS];
-/// Last reserved bytes recorded per device's graph memory and per pool slot,
-/// plus one (0 = never recorded), so that unchanged readings are not stored.
-static LAST_GRAPH_RESERVED: [AtomicU64; MAX_DEVICES] = [const { AtomicU64::new(0) }; MAX_DEVICES];
-static LAST_DEFAULT_POOL_RESERVED: [AtomicU64; MAX_DEVICES] = [const { AtomicU64::new(0) }; MAX_DEVICES];
-static LAST_POOL_RESERVED: [AtomicU64; MAX_POOLS] = [const { AtomicU64::new(0) }; MAX_POOLS];
+/// A digest of the last (reserved, used) reading recorded per device's graph
+/// memory and per pool slot (0 = none yet), so that unchanged readings are not stored.
+static LAST_GRAPH_READING: [AtomicU64; MAX_DEVICES] = [const { AtomicU64::new(0) }; MAX_DEVICES];
+static LAST_DEFAULT_POOL_READING: [AtomicU64; MAX_DEVICES] = [const { AtomicU64::new(0) }; MAX_DEVICES];
+static LAST_POOL_READING: [AtomicU64; MAX_POOLS] = [const { AtomicU64::new(0) }; MAX_POOLS];
 
 fn slot(device: i8) -> Option<usize> {
     usize::try_from(device).ok().filter(|&d| d < MAX_DEVICES)
@@ -120,9 +120,41 @@ pub fn stream_is_capturing(stream: u64) -> bool {
         && status == CU_STREAM_CAPTURE_STATUS_ACTIVE
 }
 
-/// Free bytes now, or 0 when the driver cannot say (readers then see no cost).
-pub fn free_now() -> u64 {
-    memory_info().map_or(0, |(free, _)| free)
+/// A call measured around: the device it runs on and its free bytes before.
+pub struct Around {
+    device: i8,
+    before: Option<u64>,
+}
+
+impl Around {
+    /// Reads the calling thread's device before a call that may take memory
+    /// from it (after recording its context, if this is the first event on it).
+    pub fn start(api: Api) -> Option<Around> {
+        if !tracing_on() {
+            return None;
+        }
+        let mut around = None;
+        guarded(|| {
+            let device = current_device().unwrap_or(-1);
+            note_device_in_use(device, api);
+            around = Some(Around {
+                device,
+                before: memory_info().map(|(free, _)| free),
+            });
+        });
+        around
+    }
+
+    /// Reads the device again after the call and records `op` with both
+    /// readings, unless either failed: a reading that failed is no cost.
+    pub fn finish(self, op: Op, api: Api, address: u64, size: u64, with_stack: bool) {
+        guarded(|| {
+            let (Some(before), Some((after, _))) = (self.before, memory_info()) else {
+                return;
+            };
+            store_measurement(op, api, self.device, address, size, 0, before, after, with_stack);
+        });
+    }
 }
 
 /// The device of the calling thread's current context; `None` when the
@@ -162,6 +194,11 @@ pub fn note_device_in_use(device: i8, api: Api) {
 
 fn first_sight_of(context: u64) -> bool {
     for slot in &CONTEXTS {
+        match slot.load(Ordering::Acquire) {
+            0 => {}
+            seen if seen == context => return false,
+            _ => continue,
+        }
         match slot.compare_exchange(0, context, Ordering::AcqRel, Ordering::Acquire) {
             Ok(_) => return true,
             Err(seen) if seen == context => return false,
@@ -258,10 +295,23 @@ fn describe_device(ordinal: i8) {
 pub fn note_pool(pool: u64, device: i8) {
     let Some(d) = slot(device) else { return };
     if pool == 0 {
-        DEFAULT_POOL_DEVICES.fetch_or(1 << d, Ordering::Relaxed);
+        if DEFAULT_POOL_DEVICES.load(Ordering::Relaxed) & (1 << d) == 0 {
+            DEFAULT_POOL_DEVICES.fetch_or(1 << d, Ordering::Relaxed);
+        }
         return;
     }
     for (handle, owner) in &POOLS {
+        match handle.load(Ordering::Acquire) {
+            0 => {}
+            seen if seen == pool => {
+                // A handle given out again after `cuMemPoolDestroy`.
+                if owner.load(Ordering::Relaxed) == 0 {
+                    owner.store(d as u64 + 1, Ordering::Release);
+                }
+                return;
+            }
+            _ => continue,
+        }
         match handle.compare_exchange(0, pool, Ordering::AcqRel, Ordering::Acquire) {
             Ok(_) => {
                 owner.store(d as u64 + 1, Ordering::Release);
@@ -280,10 +330,10 @@ pub fn disable_samples() {
 }
 
 /// Called by hooks: at most once per [`SAMPLE_INTERVAL_NS`] per device,
-/// reads the device's memory, its pools and its graph memory. `device` is
-/// the event's device when the hook knows it.
+/// reads the memory of the calling thread's current device, its pools and
+/// its graph memory.
 #[inline]
-pub fn maybe_sample(device: Option<i8>, api: Api) {
+pub fn maybe_sample(api: Api) {
     let now = coarse_now_ns();
     let gate = LAST_GATE.load(Ordering::Relaxed);
     if now.wrapping_sub(gate) < GATE_INTERVAL_NS {
@@ -295,17 +345,17 @@ pub fn maybe_sample(device: Option<i8>, api: Api) {
     {
         return;
     }
-    sample_if_due(device, api, now);
+    sample_if_due(api, now);
 }
 
 #[cold]
-fn sample_if_due(device: Option<i8>, api: Api, now: u64) {
+fn sample_if_due(api: Api, now: u64) {
     if !tracing_on() || !SAMPLES_ON.load(Ordering::Relaxed) {
         return;
     }
-    let Some(device) = device.or_else(current_device) else {
-        return;
-    };
+    // The reading is of the current context's device, whatever device the
+    // event that brought us here was about.
+    let Some(device) = current_device() else { return };
     let Some(d) = slot(device) else { return };
     let last = LAST_SAMPLE[d].load(Ordering::Relaxed);
     if last != 0 && now.wrapping_sub(last) < SAMPLE_INTERVAL_NS {
@@ -328,8 +378,11 @@ fn sample(device: i8, api: Api, reason: u64) {
     sample_graph_memory(device, api);
 }
 
-fn changed(last: &AtomicU64, reserved: u64) -> bool {
-    last.swap(reserved.saturating_add(1), Ordering::Relaxed) != reserved.saturating_add(1)
+/// Whether a (reserved, used) reading differs from the last one stored in
+/// `last` (as a digest; 0 = none yet), which it then replaces.
+fn changed(last: &AtomicU64, reserved: u64, used: u64) -> bool {
+    let digest = (reserved ^ used.rotate_left(32)) | 1;
+    last.swap(digest, Ordering::Relaxed) != digest
 }
 
 fn pool_usage(pool: u64) -> Option<(u64, u64)> {
@@ -364,7 +417,7 @@ fn sample_pools(device: i8, api: Api) {
         // SAFETY: a valid out-pointer.
         if get_pool.is_some_and(|get_pool| unsafe { get_pool(&mut pool, CUdevice::from(device)) } == CUDA_SUCCESS) {
             if let Some((reserved, used)) = pool_usage(pool as u64) {
-                if changed(&LAST_DEFAULT_POOL_RESERVED[d], reserved) {
+                if changed(&LAST_DEFAULT_POOL_READING[d], reserved, used) {
                     store_measurement(Op::PoolSample, api, device, pool as u64, reserved, 0, used, 0, false);
                 }
             }
@@ -379,7 +432,7 @@ fn sample_pools(device: i8, api: Api) {
             continue;
         }
         if let Some((reserved, used)) = pool_usage(pool) {
-            if changed(&LAST_POOL_RESERVED[i], reserved) {
+            if changed(&LAST_POOL_READING[i], reserved, used) {
                 store_measurement(Op::PoolSample, api, device, pool, reserved, 0, used, 0, false);
             }
         }
@@ -407,7 +460,7 @@ fn sample_graph_memory(device: i8, api: Api) {
         ) == CUDA_SUCCESS
             && get(CUdevice::from(device), CU_GRAPH_MEM_ATTR_USED_MEM_CURRENT, &mut used) == CUDA_SUCCESS
     };
-    if ok && changed(&LAST_GRAPH_RESERVED[d], reserved) {
+    if ok && changed(&LAST_GRAPH_READING[d], reserved, used) {
         store_measurement(Op::GraphSample, api, device, 0, reserved, 0, used, 0, false);
     }
 }
@@ -423,11 +476,21 @@ pub fn sample_at_exit() {
     }
 }
 
+/// `pool` is being destroyed: it must not be asked about again.
+pub fn forget_pool(pool: u64) {
+    for (i, (handle, owner)) in POOLS.iter().enumerate() {
+        if pool != 0 && handle.load(Ordering::Acquire) == pool {
+            owner.store(0, Ordering::Release);
+            LAST_POOL_READING[i].store(0, Ordering::Relaxed);
+        }
+    }
+}
+
 /// In a forked child: the parent's contexts are not the child's.
 pub fn forget_parent() {
-    let all = CONTEXTS.iter().chain(&LAST_SAMPLE).chain(&LAST_GRAPH_RESERVED);
-    all.chain(&LAST_DEFAULT_POOL_RESERVED)
-        .chain(&LAST_POOL_RESERVED)
+    let all = CONTEXTS.iter().chain(&LAST_SAMPLE).chain(&LAST_GRAPH_READING);
+    all.chain(&LAST_DEFAULT_POOL_READING)
+        .chain(&LAST_POOL_READING)
         .for_each(|v| v.store(0, Ordering::Relaxed));
     DEVICE_HAS_CONTEXT
         .iter()

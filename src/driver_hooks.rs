@@ -7,6 +7,7 @@
 
 use crate::array_bytes::{array_bytes, mipmapped_array_bytes};
 use crate::cuda_ffi::*;
+use crate::hook_support::{read, real_or_fail};
 use crate::live_table::Namespace;
 use crate::process_state::guarded;
 use crate::recorder::{
@@ -14,29 +15,8 @@ use crate::recorder::{
     Allocation, DeviceOf,
 };
 use crate::spool_writer;
-use crate::symbols::{real_fn, Sym};
 use cudatrace_events::{Api, Kind, Op};
 use std::ffi::{c_uint, c_void};
-
-macro_rules! real_or_fail {
-    ($sym:ident, $ty:ty) => {
-        // SAFETY: `$ty` is the C signature of the export `$sym`.
-        match unsafe { real_fn::<$ty>(Sym::$sym) } {
-            Some(real) => real,
-            None => return CUDA_ERROR_NOT_INITIALIZED,
-        }
-    };
-}
-
-/// Reads an out-parameter the driver has just written, tolerating NULL.
-fn read<T: Copy>(ptr: *const T, or: T) -> T {
-    if ptr.is_null() {
-        or
-    } else {
-        // SAFETY: the driver succeeded, so a non-null out-parameter holds a value.
-        unsafe { *ptr }
-    }
-}
 
 fn per_thread(stream: CUstream) -> u64 {
     if stream.is_null() {
@@ -451,4 +431,17 @@ free_hooks! {
     cuMemHostUnregister => CuMemHostUnregister, Host, (p: *mut c_void), address: p as u64, stream: 0;
     /// Hook for `cuIpcCloseMemHandle`.
     cuIpcCloseMemHandle => CuIpcCloseMemHandle, IpcImport, (dptr: CUdeviceptr), address: dptr, stream: 0;
+}
+
+/// Hook for `cuMemPoolDestroy`: a pool the readings sample is never asked
+/// about once destroyed.
+///
+/// # Safety
+/// Same contract as the driver's function.
+#[unsafe(no_mangle)]
+pub unsafe extern "C" fn cuMemPoolDestroy(pool: CUmemoryPool) -> CUresult {
+    let real = real_or_fail!(cuMemPoolDestroy, unsafe extern "C" fn(CUmemoryPool) -> CUresult);
+    guarded(|| crate::device_probe::forget_pool(pool as u64));
+    // SAFETY: arguments forwarded unchanged.
+    unsafe { real(pool) }
 }

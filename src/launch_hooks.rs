@@ -15,10 +15,9 @@
 //! same way, the first time each handle is seen.
 
 use crate::cuda_ffi::*;
-use crate::device_probe::{self, free_now};
+use crate::device_probe::{self, Around};
+use crate::hook_support::real_or_fail;
 use crate::process_state::{guarded, tracing_on};
-use crate::recorder::store_measurement;
-use crate::symbols::{real_fn, Sym};
 use cudatrace_events::{Api, Op};
 use std::ffi::{c_char, c_int, c_uint, c_void};
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
@@ -79,7 +78,7 @@ fn launched(api: Api, function: CUfunction, launch: impl FnOnce() -> CUresult) -
         return launch();
     }
     if !first_launch(function as u64) {
-        device_probe::maybe_sample(None, api);
+        guarded(|| device_probe::maybe_sample(api));
         return launch();
     }
     first_of_its_kind(api, function, launch)
@@ -88,17 +87,12 @@ fn launched(api: Api, function: CUfunction, launch: impl FnOnce() -> CUresult) -
 #[cold]
 #[inline(never)]
 fn first_of_its_kind(api: Api, function: CUfunction, launch: impl FnOnce() -> CUresult) -> CUresult {
-    let mut device = -1;
-    guarded(|| {
-        device = device_probe::current_device().unwrap_or(-1);
-        device_probe::note_device_in_use(device, api);
-    });
-    let before = free_now();
+    let around = Around::start(api);
     let result = launch();
-    guarded(|| {
-        let after = free_now();
-        store_measurement(Op::KernelLoad, api, device, function as u64, 0, 0, before, after, true);
-    });
+    // A failed launch may still have loaded the kernel: it is recorded too.
+    if let Some(around) = around {
+        around.finish(Op::KernelLoad, api, function as u64, 0, true);
+    }
     result
 }
 
@@ -110,16 +104,6 @@ fn first_use(api: Api, handle: u64, call: impl FnOnce() -> CUresult) -> CUresult
         return call();
     }
     first_of_its_kind(api, handle as CUfunction, call)
-}
-
-macro_rules! real_or_fail {
-    ($sym:ident, $ty:ty) => {
-        // SAFETY: `$ty` is the C signature of the export `$sym`.
-        match unsafe { real_fn::<$ty>(Sym::$sym) } {
-            Some(real) => real,
-            None => return CUDA_ERROR_NOT_INITIALIZED,
-        }
-    };
 }
 
 type LaunchKernel = unsafe extern "C" fn(

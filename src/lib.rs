@@ -20,6 +20,7 @@ pub mod device_probe;
 pub mod dlopen_door;
 pub mod dlsym_door;
 pub mod driver_hooks;
+mod hook_support;
 pub mod launch_hooks;
 pub mod live_table;
 pub mod module_map;

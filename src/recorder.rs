@@ -178,7 +178,7 @@ pub fn store_measurement(
             tid: current_tid(),
             op: op as u8,
             kind: Kind::Device as u8,
-            api: tagged(api) as u8,
+            api: api as u8,
             device,
             stack: if with_stack { crate::call_stack::capture() } else { 0 },
             spare: 0,
@@ -235,8 +235,12 @@ pub fn allocation_returned(
                 if call.kind == Kind::Pool {
                     device_probe::note_pool(call.arg1, device);
                 }
-                device_probe::note_device_in_use(device, call.api);
-                device_probe::maybe_sample(Some(device), call.api);
+                // Readings are of the current context's device: only an
+                // allocation on it can be the first event there.
+                if matches!(call.device, DeviceOf::Current) {
+                    device_probe::note_device_in_use(device, call.api);
+                }
+                device_probe::maybe_sample(call.api);
             }
         });
     } else if result == CUDA_ERROR_OUT_OF_MEMORY {
@@ -329,7 +333,7 @@ pub fn free_returned(pending: Option<PendingFree>, result: CUresult, api: Api, s
                     0,
                 );
                 if entry.device >= 0 {
-                    device_probe::maybe_sample(Some(entry.device), api);
+                    device_probe::maybe_sample(api);
                 }
             }
             (Some(seq), None) if succeeded => {

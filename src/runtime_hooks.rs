@@ -58,4 +58,8 @@ runtime_hooks! {
     cudaHostUnregister => CudaHostUnregister(ptr: *mut c_void);
     cudaIpcOpenMemHandle => CudaIpcOpenMemHandle(dev_ptr: *mut *mut c_void, handle: cudaIpcMemHandle_t, flags: c_uint);
     cudaIpcCloseMemHandle => CudaIpcCloseMemHandle(dev_ptr: *mut c_void);
+    cudaGraphAddMemAllocNode => CudaGraphAddMemAllocNode(node: *mut cudaGraphNode_t, graph: cudaGraph_t,
+        dependencies: *const cudaGraphNode_t, count: usize, params: *mut CUDA_MEM_ALLOC_NODE_PARAMS);
+    cudaGraphAddMemFreeNode => CudaGraphAddMemFreeNode(node: *mut cudaGraphNode_t, graph: cudaGraph_t,
+        dependencies: *const cudaGraphNode_t, count: usize, dptr: *mut c_void);
 }

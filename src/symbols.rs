@@ -58,17 +58,17 @@ symbol_table! {
         cuMemAddressReserve, cuMemAddressFree, cuMemMap, cuMemUnmap,
         cuMemHostAlloc, cuMemAllocHost, cuMemAllocHost_v2, cuMemHostRegister, cuMemHostRegister_v2,
         cuMemFreeHost, cuMemHostUnregister,
-        cuIpcOpenMemHandle, cuIpcOpenMemHandle_v2, cuIpcCloseMemHandle;
+        cuIpcOpenMemHandle, cuIpcOpenMemHandle_v2, cuIpcCloseMemHandle, cuMemPoolDestroy;
     hooked in runtime_hooks:
         cudaMalloc, cudaFree, cudaMallocAsync, cudaMallocAsync_ptsz, cudaFreeAsync, cudaFreeAsync_ptsz,
         cudaMallocFromPoolAsync, cudaMallocFromPoolAsync_ptsz, cudaMallocManaged, cudaMallocPitch,
         cudaMalloc3D, cudaMallocHost, cudaHostAlloc, cudaFreeHost, cudaMallocArray, cudaMalloc3DArray,
-        cudaFreeArray, cudaHostRegister, cudaHostUnregister, cudaIpcOpenMemHandle, cudaIpcCloseMemHandle;
+        cudaFreeArray, cudaHostRegister, cudaHostUnregister, cudaIpcOpenMemHandle, cudaIpcCloseMemHandle,
+        cudaGraphAddMemAllocNode, cudaGraphAddMemFreeNode;
     hooked in context_hooks:
         cuCtxSetCurrent, cuCtxPushCurrent, cuCtxPushCurrent_v2, cuCtxCreate, cuCtxCreate_v2, cuCtxCreate_v3,
         cuCtxCreate_v4, cuCtxSetLimit, cuModuleLoad, cuModuleLoadData, cuModuleLoadDataEx, cuModuleLoadFatBinary,
-        cuLibraryLoadData, cuLibraryLoadFromFile, cuGraphAddMemAllocNode, cuGraphAddMemFreeNode,
-        cudaGraphAddMemAllocNode, cudaGraphAddMemFreeNode;
+        cuLibraryLoadData, cuLibraryLoadFromFile, cuGraphAddMemAllocNode, cuGraphAddMemFreeNode;
     hooked in launch_hooks:
         cuLaunchKernel, cuLaunchKernel_ptsz, cuLaunchKernelEx, cuLaunchKernelEx_ptsz,
         cuLaunchCooperativeKernel, cuLaunchCooperativeKernel_ptsz, cuFuncGetAttribute, cuFuncSetAttribute,

@@ -204,7 +204,9 @@ fn no_launch_hooks_leaves_first_launches_unmeasured() {
     let (footprint, _, _) = explain_run("explain-no-launch", true, &["--no-launch-hooks"], &[]);
     let at_exit = &footprint[0]["at_exit"];
     assert_eq!(at_exit["modules_and_kernels_bytes"], 20 * MIB);
-    assert_eq!(at_exit["unexplained_bytes"], 15 * MIB);
+    // The three kernels, and the pool and graph memory: the launch after them
+    // is where their reading would have come from.
+    assert_eq!(at_exit["unexplained_bytes"], 20 * MIB);
 }
 
 #[test]

@@ -253,6 +253,7 @@ code_enum! {
         CuKernelSetAttribute = 131 => "cuKernelSetAttribute",
         CuKernelGetFunction = 132 => "cuKernelGetFunction",
         CuModuleGetFunction = 133 => "cuModuleGetFunction",
+        CuMemPoolDestroy = 134 => "cuMemPoolDestroy",
     }
 }
 
@@ -281,7 +282,7 @@ mod tests {
             assert_eq!(Op::from_code(op as u8), Some(op));
         }
         assert_eq!(Api::from_code(87), None);
-        assert_eq!(Api::from_code(134), None);
+        assert_eq!(Api::from_code(135), None);
         assert_eq!(Kind::from_code(10), None);
         assert!(!Kind::GraphAllocation.counts_as_device_memory());
         // Zero is never an op: it marks a slot not yet written.

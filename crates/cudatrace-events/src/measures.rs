@@ -82,7 +82,7 @@ impl DeviceInfo {
     }
 }
 
-/// Formats 16 UUID bytes the way NVML does, with the `GPU-` prefix.
+/// Formats 16 UUID bytes the way NVML prints a GPU's, with the `GPU-` prefix.
 pub fn format_uuid(uuid: &[u8; 16]) -> String {
     let hex: String = uuid.iter().map(|b| format!("{b:02x}")).collect();
     format!(
@@ -96,15 +96,6 @@ pub fn format_uuid(uuid: &[u8; 16]) -> String {
 }
 
 impl Event {
-    /// For a sample, context or load: the device's free bytes (after a load).
-    pub fn free_after(&self) -> Option<u64> {
-        match self.op {
-            Op::Sample | Op::Context => Some(self.arg1),
-            Op::ModuleLoad | Op::KernelLoad | Op::Limit => Some(self.arg2),
-            _ => None,
-        }
-    }
-
     /// The bytes a load or limit change took from the device: the fall in
     /// its free bytes across the call (0 if free memory grew).
     pub fn load_cost(&self) -> Option<u64> {
@@ -113,11 +104,6 @@ impl Event {
             Op::Limit if self.arg1 != 0 || self.arg2 != 0 => Some(self.arg1.saturating_sub(self.arg2)),
             _ => None,
         }
-    }
-
-    /// For a sample or context: the device's total bytes as the driver said.
-    pub fn device_total(&self) -> Option<u64> {
-        matches!(self.op, Op::Sample | Op::Context).then_some(self.arg2)
     }
 }
 
@@ -160,12 +146,14 @@ mod tests {
             stack: 0,
         };
         assert_eq!(event.load_cost(), Some(2 << 20));
-        assert_eq!(event.free_after(), Some(3 << 20));
         event.arg2 = 6 << 20;
         assert_eq!(event.load_cost(), Some(0));
+        event.op = Op::Limit;
+        assert_eq!(event.load_cost(), Some(0), "a limit set with readings");
+        event.arg1 = 0;
+        event.arg2 = 0;
+        assert_eq!(event.load_cost(), None, "a limit read with the context");
         event.op = Op::Sample;
         assert_eq!(event.load_cost(), None);
-        assert_eq!(event.free_after(), Some(5 << 20));
-        assert_eq!(event.device_total(), Some(6 << 20));
     }
 }

@@ -55,6 +55,17 @@ pub fn ensure_private_folder(folder: &Path, uid: u32) -> Result<(), String> {
     Ok(())
 }
 
+/// Whether a module (by file name) is the CUDA driver or runtime: frames in
+/// them carry a call on to CUDA rather than decide to make it.
+pub fn is_cuda_library(file_name: &str) -> bool {
+    file_name.starts_with("libcuda.so") || file_name.starts_with("libcudart.so")
+}
+
+/// A module name's file name, without its folder.
+pub fn file_name_of(path: &str) -> &str {
+    path.rsplit('/').next().unwrap_or(path)
+}
+
 /// `cudatrace-<program>-<pid>.trace`, `program` being the base name of the
 /// traced command with anything unusual in it replaced by `_`.
 pub fn default_trace_name(command: &str, pid: u32) -> String {

@@ -126,6 +126,17 @@ static void publish_usage(int device) {
     rename(tmp, path);
 }
 
+/* NVML stops listing a process once it has ended: so do we. */
+__attribute__((destructor)) static void unpublish_usage(void) {
+    const char *dir = getenv("FAKE_NVML_DIR");
+    if (!dir) return;
+    for (int device = 0; device < MAX_DEVICES; device++) {
+        char path[4000];
+        snprintf(path, sizeof path, "%s/%d.%d", dir, (int)getpid(), device);
+        unlink(path);
+    }
+}
+
 /* Makes a context on `device` if it has none. Called with the lock held. */
 static void ensure_context(int device) {
     if (has_context[device]) return;

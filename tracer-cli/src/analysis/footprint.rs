@@ -104,6 +104,24 @@ pub struct DeviceFootprint {
     pub notes: Vec<String>,
 }
 
+impl DeviceFootprint {
+    /// Every owner at exit or at the peak, with the larger of its two
+    /// figures, largest first.
+    pub fn owners_by_size(&self) -> Vec<(String, u64)> {
+        let mut owners: Vec<(String, u64)> = Vec::new();
+        for breakdown in self.at_exit.iter().chain(self.at_peak.iter()) {
+            for (name, bytes) in &breakdown.owners {
+                match owners.iter_mut().find(|(n, _)| n == name) {
+                    Some(entry) => entry.1 = entry.1.max(*bytes),
+                    None => owners.push((name.clone(), *bytes)),
+                }
+            }
+        }
+        owners.sort_by(|a, b| b.1.cmp(&a.1).then_with(|| a.0.cmp(&b.0)));
+        owners
+    }
+}
+
 /// What the stream tells the footprint of one process.
 #[derive(Default)]
 pub struct FootprintTracker {
@@ -123,10 +141,15 @@ fn nvml_uuid(info: Option<&DeviceInfo>) -> Option<String> {
 /// The reference readings of device `device` of `process`: at exit and at their peak.
 fn references(index: &TraceIndex, process: &ProcessIndex, device: u8) -> (Option<Reference>, Option<Reference>) {
     let uuid = nvml_uuid(process.devices.get(&u32::from(device)));
+    // A pid is shared by the images of an `exec`, and may be reused: only
+    // readings within this image's life are its own.
+    let start = process.start.start_monotonic_ns;
+    let end = process.end.as_ref().and_then(|e| e.exit_time_ns).unwrap_or(u64::MAX);
     let nvml: Vec<Reference> = index
         .nvml
         .iter()
         .filter(|s| s.pid == process.start.pid && Some(&s.uuid) == uuid.as_ref())
+        .filter(|s| (start..=end).contains(&s.time_ns))
         .map(|s| Reference {
             bytes: s.used_bytes,
             time_ns: s.time_ns,
@@ -254,6 +277,13 @@ impl FootprintTracker {
         // before the context's first record.
         let baseline =
             context_record.and_then(|_| context_baseline(index, info.as_ref(), process.start.start_monotonic_ns));
+        if baseline.is_some_and(|(_, before_start)| !before_start) {
+            notes.push(
+                "NVML's first reading of the device came after the process started: the context figure may be low"
+                    .into(),
+            );
+        }
+        let baseline = baseline.map(|(free, _)| free);
         let context_bytes = match (context_record, baseline) {
             (Some(context), Some(baseline_free)) => {
                 let live = self.live_at_context.get(&device).copied().unwrap_or(0);
@@ -343,16 +373,14 @@ impl FootprintTracker {
 
 /// The device's free bytes before the process started: the collector's
 /// last NVML reading of the whole device before `time_ns`, or its first if
-/// none came before.
-fn context_baseline(index: &TraceIndex, info: Option<&DeviceInfo>, time_ns: u64) -> Option<u64> {
+/// none came before (then with `false`).
+fn context_baseline(index: &TraceIndex, info: Option<&DeviceInfo>, time_ns: u64) -> Option<(u64, bool)> {
     let uuid = nvml_uuid(info)?;
     let readings: Vec<_> = index.nvml.iter().filter(|s| s.pid == 0 && s.uuid == uuid).collect();
-    readings
-        .iter()
-        .rev()
-        .find(|s| s.time_ns <= time_ns)
-        .or(readings.first())
-        .map(|s| s.free_bytes)
+    match readings.iter().rev().find(|s| s.time_ns <= time_ns) {
+        Some(before) => Some((before.free_bytes, true)),
+        None => readings.first().map(|first| (first.free_bytes, false)),
+    }
 }
 
 /// Devices the process measured or allocated on, in order.

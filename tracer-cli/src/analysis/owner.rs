@@ -6,17 +6,18 @@
 
 use super::stack_frames::Frame;
 use crate::symbolize::PYTHON_MODULE;
+use cudatrace_events::naming;
 
-/// What an allocation with no usable stack is owned by.
-pub const UNKNOWN_OWNER: &str = "unknown (no stack)";
+/// What an allocation is owned by when no frame of its stack decides: it
+/// has no stack, or only frames of CUDA, the interpreter and the like.
+pub const UNKNOWN_OWNER: &str = "unknown caller";
 
 /// Whether frames of the module at `path` are passed over: they carry a
 /// call on to CUDA rather than decide to make it.
 fn passes_calls_on(path: &str) -> bool {
-    let file = path.rsplit('/').next().unwrap_or(path);
+    let file = naming::file_name_of(path);
     let is_python_executable = file.starts_with("python") && !file.contains(".so");
-    file.starts_with("libcuda.so")
-        || file.starts_with("libcudart.so")
+    naming::is_cuda_library(file)
         || file.starts_with("libcudatrace.so")
         || file.starts_with("libffi.so")
         || file.starts_with("libpython")
@@ -39,7 +40,7 @@ pub fn module_label(path: &str) -> String {
             return inside.to_string();
         }
     }
-    path.rsplit('/').next().unwrap_or(path).to_string()
+    naming::file_name_of(path).to_string()
 }
 
 /// The owner of an allocation made with stack `frames` (innermost first).

@@ -13,6 +13,9 @@ use std::collections::HashSet;
 use std::ffi::{c_char, c_int, c_uint, c_void, CStr};
 use std::time::Duration;
 
+/// `NVML_ERROR_INSUFFICIENT_SIZE`.
+const INSUFFICIENT_SIZE: c_int = 7;
+
 /// How often NVML is read.
 pub const INTERVAL: Duration = Duration::from_millis(100);
 
@@ -137,14 +140,14 @@ impl Nvml {
                     total_bytes: memory.total,
                 }));
             }
-            let mut infos = vec![ProcessInfo::default(); 64];
-            let mut count = infos.len() as c_uint;
-            // SAFETY: `count` says how many entries `infos` has room for.
-            let status = unsafe { (self.api.processes)(*device, &mut count, infos.as_mut_ptr()) };
-            if status != 0 {
+            let Some(infos) = self.processes_on(*device) else {
                 continue;
-            }
-            for info in &infos[..(count as usize).min(infos.len())] {
+            };
+            for info in &infos {
+                // NVML_VALUE_NOT_AVAILABLE: no figure for this process.
+                if info.used_gpu_memory == u64::MAX {
+                    continue;
+                }
                 if traced.contains(&info.pid) {
                     self.traced_pid_seen = true;
                     records.push(Record::Nvml(NvmlSample {
@@ -161,6 +164,26 @@ impl Nvml {
             }
         }
         records
+    }
+
+    /// The compute processes on `device`, growing the buffer while NVML says
+    /// it is too small.
+    fn processes_on(&self, device: Device) -> Option<Vec<ProcessInfo>> {
+        let mut room: c_uint = 64;
+        for _ in 0..4 {
+            let mut infos = vec![ProcessInfo::default(); room as usize];
+            let mut count = room;
+            // SAFETY: `count` says how many entries `infos` has room for.
+            match unsafe { (self.api.processes)(device, &mut count, infos.as_mut_ptr()) } {
+                0 => {
+                    infos.truncate(count as usize);
+                    return Some(infos);
+                }
+                INSUFFICIENT_SIZE => room = count.max(room) * 2,
+                _ => return None,
+            }
+        }
+        None
     }
 
     /// What to say of NVML's pids once the run is over.

@@ -39,16 +39,7 @@ fn context_name(footprint: &DeviceFootprint) -> String {
 
 fn rows(footprint: &DeviceFootprint) -> Vec<Row> {
     let (exit, peak) = (footprint.at_exit.as_ref(), footprint.at_peak.as_ref());
-    let mut owners: Vec<(String, u64)> = Vec::new();
-    for breakdown in exit.iter().chain(peak.iter()) {
-        for (name, bytes) in &breakdown.owners {
-            match owners.iter_mut().find(|(n, _)| n == name) {
-                Some(entry) => entry.1 = entry.1.max(*bytes),
-                None => owners.push((name.clone(), *bytes)),
-            }
-        }
-    }
-    owners.sort_by(|a, b| b.1.cmp(&a.1).then_with(|| a.0.cmp(&b.0)));
+    let owners = footprint.owners_by_size();
     let mut rows: Vec<Row> = owners
         .iter()
         .take(OWNERS_SHOWN)

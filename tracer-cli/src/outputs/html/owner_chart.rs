@@ -27,16 +27,7 @@ pub struct OwnerChart {
 impl OwnerChart {
     /// A chart for `footprint`'s device, with its largest owners as series.
     pub fn new(footprint: &DeviceFootprint, t0: u64, span: u64) -> OwnerChart {
-        let mut owners: Vec<(String, u64)> = Vec::new();
-        for breakdown in footprint.at_exit.iter().chain(footprint.at_peak.iter()) {
-            for (name, bytes) in &breakdown.owners {
-                match owners.iter_mut().find(|(n, _)| n == name) {
-                    Some(entry) => entry.1 = entry.1.max(*bytes),
-                    None => owners.push((name.clone(), *bytes)),
-                }
-            }
-        }
-        owners.sort_by(|a, b| b.1.cmp(&a.1).then_with(|| a.0.cmp(&b.0)));
+        let owners = footprint.owners_by_size();
         let mut names: Vec<String> = owners.iter().take(SERIES).map(|(n, _)| n.clone()).collect();
         let series_of_owner = names.iter().enumerate().map(|(i, n)| (n.clone(), i)).collect();
         names.push("other owners".into());
