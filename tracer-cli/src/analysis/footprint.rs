@@ -100,6 +100,10 @@ pub struct DeviceFootprint {
     pub at_peak: Option<Breakdown>,
     /// The context's limits when it was first current, then as set: (limit, bytes).
     pub limits: Vec<(u64, u64)>,
+    /// The context as NVML's first per-process reading after it puts it: that
+    /// reading less everything else measured by then. A check on the
+    /// context figure.
+    pub context_by_nvml: Option<u64>,
     /// Caveats, one line each.
     pub notes: Vec<String>,
 }
@@ -138,14 +142,31 @@ fn nvml_uuid(info: Option<&DeviceInfo>) -> Option<String> {
     info.map(DeviceInfo::uuid_text)
 }
 
-/// The reference readings of device `device` of `process`: at exit and at their peak.
-fn references(index: &TraceIndex, process: &ProcessIndex, device: u8) -> (Option<Reference>, Option<Reference>) {
+/// The process's first context record on `device` that carries a reading.
+fn context_record(process: &ProcessIndex, device: u8) -> Option<&Event> {
+    process
+        .measurements
+        .iter()
+        .find(|e| e.op == Op::Context && e.device == Some(device) && e.arg2 != 0)
+}
+
+/// NVML's first per-process reading of device `device` of `process` once
+/// its context was there.
+fn first_nvml_with_context(index: &TraceIndex, process: &ProcessIndex, device: u8) -> Option<Reference> {
+    let since = context_record(process, device)?.time_ns;
+    nvml_readings(index, process, device)
+        .into_iter()
+        .find(|r| r.time_ns >= since)
+}
+
+/// NVML's per-process readings of device `device` of `process`, in time order.
+fn nvml_readings(index: &TraceIndex, process: &ProcessIndex, device: u8) -> Vec<Reference> {
     let uuid = nvml_uuid(process.devices.get(&u32::from(device)));
     // A pid is shared by the images of an `exec`, and may be reused: only
     // readings within this image's life are its own.
     let start = process.start.start_monotonic_ns;
     let end = process.end.as_ref().and_then(|e| e.exit_time_ns).unwrap_or(u64::MAX);
-    let nvml: Vec<Reference> = index
+    index
         .nvml
         .iter()
         .filter(|s| s.pid == process.start.pid && Some(&s.uuid) == uuid.as_ref())
@@ -155,7 +176,12 @@ fn references(index: &TraceIndex, process: &ProcessIndex, device: u8) -> (Option
             time_ns: s.time_ns,
             source: ReferenceSource::Nvml,
         })
-        .collect();
+        .collect()
+}
+
+/// The reference readings of device `device` of `process`: at exit and at their peak.
+fn references(index: &TraceIndex, process: &ProcessIndex, device: u8) -> (Option<Reference>, Option<Reference>) {
+    let nvml = nvml_readings(index, process, device);
     if !nvml.is_empty() {
         let peak = nvml.iter().copied().max_by_key(|r| (r.bytes, r.time_ns));
         return (nvml.last().copied(), peak);
@@ -191,7 +217,14 @@ impl FootprintTracker {
         let mut pending = Vec::new();
         for device in devices_of(process) {
             let (at_exit, at_peak) = references(index, process, device);
-            pending.extend(at_exit.iter().chain(at_peak.iter()).map(|r| (r.time_ns, device)));
+            let first = first_nvml_with_context(index, process, device);
+            pending.extend(
+                at_exit
+                    .iter()
+                    .chain(&at_peak)
+                    .chain(&first)
+                    .map(|r| (r.time_ns, device)),
+            );
         }
         pending.sort_unstable_by(|a, b| b.cmp(a));
         pending.dedup();
@@ -270,7 +303,7 @@ impl FootprintTracker {
             .iter()
             .filter(|e| e.device == Some(device))
             .collect();
-        let context_record = on_device.iter().find(|e| e.op == Op::Context && e.arg2 != 0);
+        let context_record = context_record(process, device);
         // Before the process started it held nothing on the device: the
         // context's runtime may make it current through calls we cannot see,
         // so the reading before the process is the baseline, not the one
@@ -360,12 +393,26 @@ impl FootprintTracker {
         if at_exit.is_none() {
             notes.push("no reading of the device's memory: nothing to explain".into());
         }
+        let context_by_nvml = breakdown(first_nvml_with_context(index, process, device)).map(|first| {
+            let others = first.explained() - first.context;
+            first.reference.bytes.saturating_sub(others)
+        });
+        if let (Some(by_nvml), Some(context)) = (context_by_nvml, breakdown(at_exit).map(|b| b.context)) {
+            if by_nvml.abs_diff(context) > (context / 20).max(16 << 20) {
+                notes.push(format!(
+                    "NVML's first reading after the context, less what was measured by then, leaves {}; the context as measured is {} (the rest is memory measured later, or not at all)",
+                    crate::wording::bytes(by_nvml),
+                    crate::wording::bytes(context)
+                ));
+            }
+        }
         DeviceFootprint {
             device,
             info,
             at_exit: breakdown(at_exit),
             at_peak: breakdown(at_peak),
             limits,
+            context_by_nvml,
             notes,
         }
     }

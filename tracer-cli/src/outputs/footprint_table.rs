@@ -187,6 +187,7 @@ pub fn json(footprint: &DeviceFootprint) -> Value {
         "at_exit": footprint.at_exit.as_ref().map(breakdown_json),
         "at_peak": footprint.at_peak.as_ref().map(breakdown_json),
         "limits": limits,
+        "context_by_nvml_bytes": footprint.context_by_nvml,
         "notes": footprint.notes,
     })
 }
