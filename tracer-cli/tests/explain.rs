@@ -115,6 +115,8 @@ fn with_nvml_every_byte_of_the_process_is_explained_exactly() {
     assert_eq!(owners(at_exit), expected_owners());
     assert_eq!(categories(&device["at_peak"]), categories(at_exit));
     assert_eq!(device["notes"], json!([]));
+    // NVML's first reading after the context saw it alone: the context before its heap grew.
+    assert_eq!(device["context_by_nvml_bytes"], 300 * MIB);
     // The text report opens with the same table.
     let table: Vec<&str> = text.lines().skip(2).take(12).collect();
     assert!(table[0].starts_with("where the memory went, pid "), "{text}");

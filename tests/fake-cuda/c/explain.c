@@ -62,6 +62,8 @@ int main(void) {
     check("cuInit", cuInit(0));
     check("cuDevicePrimaryCtxRetain", cuDevicePrimaryCtxRetain(&ctx, 0));
     check("cuCtxSetCurrent", cuCtxSetCurrent(ctx));
+    /* NVML reads the process with its context alone, to check the context's figure. */
+    usleep(250000);
     check("cuCtxSetLimit", cuCtxSetLimit(2, 16 << 20));
     CUmodule module;
     check("cuModuleLoadData", cuModuleLoadData(&module, "fatbin"));
