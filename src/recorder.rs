@@ -116,6 +116,44 @@ impl Allocation {
     }
 }
 
+/// The words of a record, as every record of this process carries them.
+#[derive(Clone, Copy)]
+struct Fields {
+    op: Op,
+    api: Api,
+    kind: Kind,
+    device: i8,
+    address: u64,
+    size: u64,
+    stream: u64,
+    arg1: u64,
+    arg2: u64,
+}
+
+/// Stores `fields` in the slot of `seq`, with the caller's thread and,
+/// when `stack` says so, its call stack.
+fn write_record(seq: u64, fields: Fields, stack: bool) {
+    spool_writer::write(
+        seq,
+        RawRecord {
+            commit: 0,
+            time_ns: 0,
+            address: fields.address,
+            size: fields.size,
+            stream: fields.stream,
+            arg1: fields.arg1,
+            arg2: fields.arg2,
+            tid: current_tid(),
+            op: fields.op as u8,
+            kind: fields.kind as u8,
+            api: fields.api as u8,
+            device: fields.device,
+            stack: if stack { crate::call_stack::capture() } else { 0 },
+            spare: 0,
+        },
+    );
+}
+
 #[allow(clippy::too_many_arguments)]
 fn store(
     seq: u64,
@@ -129,25 +167,18 @@ fn store(
     arg1: u64,
     arg2: u64,
 ) {
-    spool_writer::write(
-        seq,
-        RawRecord {
-            commit: 0,
-            time_ns: 0,
-            address,
-            size,
-            stream,
-            arg1,
-            arg2,
-            tid: current_tid(),
-            op: op as u8,
-            kind: kind as u8,
-            api: api as u8,
-            device,
-            stack: crate::call_stack::capture(),
-            spare: 0,
-        },
-    );
+    let fields = Fields {
+        op,
+        api,
+        kind,
+        device,
+        address,
+        size,
+        stream,
+        arg1,
+        arg2,
+    };
+    write_record(seq, fields, true);
 }
 
 /// Stores a measurement record (see `cudatrace_events::measures`) under a
@@ -164,26 +195,18 @@ pub fn store_measurement(
     arg2: u64,
     with_stack: bool,
 ) {
-    let seq = spool_writer::reserve_seq();
-    spool_writer::write(
-        seq,
-        RawRecord {
-            commit: 0,
-            time_ns: 0,
-            address,
-            size,
-            stream,
-            arg1,
-            arg2,
-            tid: current_tid(),
-            op: op as u8,
-            kind: Kind::Device as u8,
-            api: api as u8,
-            device,
-            stack: if with_stack { crate::call_stack::capture() } else { 0 },
-            spare: 0,
-        },
-    );
+    let fields = Fields {
+        op,
+        api,
+        kind: Kind::Device,
+        device,
+        address,
+        size,
+        stream,
+        arg1,
+        arg2,
+    };
+    write_record(spool_writer::reserve_seq(), fields, with_stack);
 }
 
 /// Reports an allocation call that returned `result`. `address` and `size`
