@@ -17,7 +17,7 @@
 use crate::cuda_ffi::*;
 use crate::device_probe::{self, Around};
 use crate::hook_support::real_or_fail;
-use crate::process_state::{guarded, tracing_on};
+use crate::process_state::tracing_on;
 use cudatrace_events::{Api, Op};
 use std::ffi::{c_char, c_int, c_uint, c_void};
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
@@ -28,6 +28,10 @@ const SET_SLOTS: usize = 1 << 16;
 const MAX_PROBES: usize = 32;
 
 static ENABLED: AtomicBool = AtomicBool::new(true);
+/// Set in a forked child: the set is the parent's, and is emptied on the
+/// child's first launch rather than at the fork, which most children (data
+/// loader workers) follow with no CUDA at all.
+static INHERITED: AtomicBool = AtomicBool::new(false);
 static LAUNCHED: [AtomicU64; SET_SLOTS] = [const { AtomicU64::new(0) }; SET_SLOTS];
 
 /// Turns the launch hooks into plain forwarders (`--no-launch-hooks`).
@@ -47,6 +51,9 @@ pub fn enabled() -> bool {
 pub fn first_launch(function: u64) -> bool {
     if function == 0 {
         return false;
+    }
+    if INHERITED.load(Ordering::Relaxed) {
+        forget_inherited();
     }
     let start = (function >> 4).wrapping_mul(0x9E37_79B9_7F4A_7C15) as usize >> (64 - SET_SLOTS.trailing_zeros());
     for probe in 0..MAX_PROBES {
@@ -68,17 +75,24 @@ pub fn first_launch(function: u64) -> bool {
 
 /// In a forked child: its kernels load again in a context of its own.
 pub fn forget_parent() {
-    LAUNCHED.iter().for_each(|slot| slot.store(0, Ordering::Relaxed));
+    INHERITED.store(true, Ordering::Relaxed);
+}
+
+#[cold]
+fn forget_inherited() {
+    if INHERITED.swap(false, Ordering::AcqRel) {
+        LAUNCHED.iter().for_each(|slot| slot.store(0, Ordering::Relaxed));
+    }
 }
 
 /// Runs `launch`, measuring it if it is the first of `function`.
 #[inline]
-fn launched(api: Api, function: CUfunction, launch: impl FnOnce() -> CUresult) -> CUresult {
+fn launched(api: Api, function: u64, launch: impl FnOnce() -> CUresult) -> CUresult {
     if !enabled() || !tracing_on() {
         return launch();
     }
-    if !first_launch(function as u64) {
-        guarded(|| device_probe::maybe_sample(api));
+    if !first_launch(function) {
+        device_probe::maybe_sample(api);
         return launch();
     }
     first_of_its_kind(api, function, launch)
@@ -86,12 +100,12 @@ fn launched(api: Api, function: CUfunction, launch: impl FnOnce() -> CUresult) -
 
 #[cold]
 #[inline(never)]
-fn first_of_its_kind(api: Api, function: CUfunction, launch: impl FnOnce() -> CUresult) -> CUresult {
+fn first_of_its_kind(api: Api, function: u64, launch: impl FnOnce() -> CUresult) -> CUresult {
     let around = Around::start(api);
     let result = launch();
     // A failed launch may still have loaded the kernel: it is recorded too.
     if let Some(around) = around {
-        around.finish(Op::KernelLoad, api, function as u64, 0, true);
+        around.finish(Op::KernelLoad, api, function, 0, true);
     }
     result
 }
@@ -103,232 +117,69 @@ fn first_use(api: Api, handle: u64, call: impl FnOnce() -> CUresult) -> CUresult
     if !enabled() || !tracing_on() || !first_launch(handle) {
         return call();
     }
-    first_of_its_kind(api, handle as CUfunction, call)
+    first_of_its_kind(api, handle, call)
 }
 
-type LaunchKernel = unsafe extern "C" fn(
-    CUfunction,
-    c_uint,
-    c_uint,
-    c_uint,
-    c_uint,
-    c_uint,
-    c_uint,
-    c_uint,
-    CUstream,
-    *mut *mut c_void,
-    *mut *mut c_void,
-) -> CUresult;
-type LaunchKernelEx =
-    unsafe extern "C" fn(*const CUlaunchConfig, CUfunction, *mut *mut c_void, *mut *mut c_void) -> CUresult;
-type LaunchCooperativeKernel = unsafe extern "C" fn(
-    CUfunction,
-    c_uint,
-    c_uint,
-    c_uint,
-    c_uint,
-    c_uint,
-    c_uint,
-    c_uint,
-    CUstream,
-    *mut *mut c_void,
-) -> CUresult;
-
-macro_rules! launch_kernel_hooks {
-    ($( $name:ident => $api:ident; )*) => {$(
-        #[doc = concat!("Hook for `", stringify!($name), "`.")]
+/// Defines hooks that forward the call unchanged through `$via` (`launched`
+/// or `first_use`), which measures it the first time `$key` is seen.
+macro_rules! kernel_hooks {
+    ($(
+        $(#[$doc:meta])*
+        $name:ident => $api:ident, $via:ident, key: $key:expr, ( $( $arg:ident : $ty:ty ),* );
+    )*) => {$(
+        $(#[$doc])*
         ///
         /// # Safety
         /// Same contract as the driver's function.
         #[allow(clippy::too_many_arguments)]
         #[unsafe(no_mangle)]
-        pub unsafe extern "C" fn $name(
-            f: CUfunction,
-            grid_x: c_uint,
-            grid_y: c_uint,
-            grid_z: c_uint,
-            block_x: c_uint,
-            block_y: c_uint,
-            block_z: c_uint,
-            shared_bytes: c_uint,
-            stream: CUstream,
-            params: *mut *mut c_void,
-            extra: *mut *mut c_void,
-        ) -> CUresult {
-            let real = real_or_fail!($name, LaunchKernel);
-            launched(Api::$api, f, || {
-                // SAFETY: arguments forwarded unchanged.
-                unsafe { real(f, grid_x, grid_y, grid_z, block_x, block_y, block_z, shared_bytes, stream, params, extra) }
-            })
-        }
-    )*};
-}
-
-launch_kernel_hooks! {
-    cuLaunchKernel => CuLaunchKernel;
-    cuLaunchKernel_ptsz => CuLaunchKernelPtsz;
-}
-
-macro_rules! launch_kernel_ex_hooks {
-    ($( $name:ident => $api:ident; )*) => {$(
-        #[doc = concat!("Hook for `", stringify!($name), "`.")]
-        ///
-        /// # Safety
-        /// Same contract as the driver's function.
-        #[unsafe(no_mangle)]
-        pub unsafe extern "C" fn $name(
-            config: *const CUlaunchConfig,
-            f: CUfunction,
-            params: *mut *mut c_void,
-            extra: *mut *mut c_void,
-        ) -> CUresult {
-            let real = real_or_fail!($name, LaunchKernelEx);
+        pub unsafe extern "C" fn $name($( $arg: $ty ),*) -> CUresult {
+            let real = real_or_fail!($name, unsafe extern "C" fn($( $ty ),*) -> CUresult);
             // SAFETY: arguments forwarded unchanged.
-            launched(Api::$api, f, || unsafe { real(config, f, params, extra) })
+            $via(Api::$api, $key as u64, || unsafe { real($( $arg ),*) })
         }
     )*};
 }
 
-launch_kernel_ex_hooks! {
-    cuLaunchKernelEx => CuLaunchKernelEx;
-    cuLaunchKernelEx_ptsz => CuLaunchKernelExPtsz;
-}
-
-macro_rules! launch_cooperative_hooks {
-    ($( $name:ident => $api:ident; )*) => {$(
-        #[doc = concat!("Hook for `", stringify!($name), "`.")]
-        ///
-        /// # Safety
-        /// Same contract as the driver's function.
-        #[allow(clippy::too_many_arguments)]
-        #[unsafe(no_mangle)]
-        pub unsafe extern "C" fn $name(
-            f: CUfunction,
-            grid_x: c_uint,
-            grid_y: c_uint,
-            grid_z: c_uint,
-            block_x: c_uint,
-            block_y: c_uint,
-            block_z: c_uint,
-            shared_bytes: c_uint,
-            stream: CUstream,
-            params: *mut *mut c_void,
-        ) -> CUresult {
-            let real = real_or_fail!($name, LaunchCooperativeKernel);
-            launched(Api::$api, f, || {
-                // SAFETY: arguments forwarded unchanged.
-                unsafe { real(f, grid_x, grid_y, grid_z, block_x, block_y, block_z, shared_bytes, stream, params) }
-            })
-        }
-    )*};
-}
-
-launch_cooperative_hooks! {
-    cuLaunchCooperativeKernel => CuLaunchCooperativeKernel;
-    cuLaunchCooperativeKernel_ptsz => CuLaunchCooperativeKernelPtsz;
-}
-
-/// Hook for `cuFuncGetAttribute`.
-///
-/// # Safety
-/// Same contract as the driver's function.
-#[unsafe(no_mangle)]
-pub unsafe extern "C" fn cuFuncGetAttribute(value: *mut c_int, attribute: c_int, f: CUfunction) -> CUresult {
-    let real = real_or_fail!(
-        cuFuncGetAttribute,
-        unsafe extern "C" fn(*mut c_int, c_int, CUfunction) -> CUresult
-    );
-    // SAFETY: arguments forwarded unchanged.
-    first_use(Api::CuFuncGetAttribute, f as u64, || unsafe {
-        real(value, attribute, f)
-    })
-}
-
-/// Hook for `cuFuncSetAttribute`.
-///
-/// # Safety
-/// Same contract as the driver's function.
-#[unsafe(no_mangle)]
-pub unsafe extern "C" fn cuFuncSetAttribute(f: CUfunction, attribute: c_int, value: c_int) -> CUresult {
-    let real = real_or_fail!(
-        cuFuncSetAttribute,
-        unsafe extern "C" fn(CUfunction, c_int, c_int) -> CUresult
-    );
-    // SAFETY: arguments forwarded unchanged.
-    first_use(Api::CuFuncSetAttribute, f as u64, || unsafe {
-        real(f, attribute, value)
-    })
-}
-
-/// Hook for `cuKernelGetAttribute`.
-///
-/// # Safety
-/// Same contract as the driver's function.
-#[unsafe(no_mangle)]
-pub unsafe extern "C" fn cuKernelGetAttribute(
-    value: *mut c_int,
-    attribute: c_int,
-    kernel: CUfunction,
-    device: CUdevice,
-) -> CUresult {
-    let real = real_or_fail!(
-        cuKernelGetAttribute,
-        unsafe extern "C" fn(*mut c_int, c_int, CUfunction, CUdevice) -> CUresult
-    );
-    // SAFETY: arguments forwarded unchanged.
-    first_use(Api::CuKernelGetAttribute, kernel as u64, || unsafe {
-        real(value, attribute, kernel, device)
-    })
-}
-
-/// Hook for `cuKernelSetAttribute`.
-///
-/// # Safety
-/// Same contract as the driver's function.
-#[unsafe(no_mangle)]
-pub unsafe extern "C" fn cuKernelSetAttribute(
-    attribute: c_int,
-    value: c_int,
-    kernel: CUfunction,
-    device: CUdevice,
-) -> CUresult {
-    let real = real_or_fail!(
-        cuKernelSetAttribute,
-        unsafe extern "C" fn(c_int, c_int, CUfunction, CUdevice) -> CUresult
-    );
-    // SAFETY: arguments forwarded unchanged.
-    first_use(Api::CuKernelSetAttribute, kernel as u64, || unsafe {
-        real(attribute, value, kernel, device)
-    })
-}
-
-/// Hook for `cuKernelGetFunction`: the kernel loads into the current context.
-///
-/// # Safety
-/// Same contract as the driver's function.
-#[unsafe(no_mangle)]
-pub unsafe extern "C" fn cuKernelGetFunction(f: *mut CUfunction, kernel: CUfunction) -> CUresult {
-    let real = real_or_fail!(
-        cuKernelGetFunction,
-        unsafe extern "C" fn(*mut CUfunction, CUfunction) -> CUresult
-    );
-    // SAFETY: arguments forwarded unchanged.
-    first_use(Api::CuKernelGetFunction, kernel as u64, || unsafe { real(f, kernel) })
-}
-
-/// Hook for `cuModuleGetFunction`, keyed by the module and the name's address.
-///
-/// # Safety
-/// Same contract as the driver's function.
-#[unsafe(no_mangle)]
-pub unsafe extern "C" fn cuModuleGetFunction(f: *mut CUfunction, module: CUmodule, name: *const c_char) -> CUresult {
-    let real = real_or_fail!(
-        cuModuleGetFunction,
-        unsafe extern "C" fn(*mut CUfunction, CUmodule, *const c_char) -> CUresult
-    );
-    let key = (module as u64).rotate_left(17) ^ name as u64;
-    // SAFETY: arguments forwarded unchanged.
-    first_use(Api::CuModuleGetFunction, key, || unsafe { real(f, module, name) })
+kernel_hooks! {
+    /// Hook for `cuLaunchKernel`.
+    cuLaunchKernel => CuLaunchKernel, launched, key: f, (
+        f: CUfunction, grid_x: c_uint, grid_y: c_uint, grid_z: c_uint, block_x: c_uint, block_y: c_uint,
+        block_z: c_uint, shared_bytes: c_uint, stream: CUstream, params: *mut *mut c_void, extra: *mut *mut c_void);
+    /// Hook for `cuLaunchKernel_ptsz`.
+    cuLaunchKernel_ptsz => CuLaunchKernelPtsz, launched, key: f, (
+        f: CUfunction, grid_x: c_uint, grid_y: c_uint, grid_z: c_uint, block_x: c_uint, block_y: c_uint,
+        block_z: c_uint, shared_bytes: c_uint, stream: CUstream, params: *mut *mut c_void, extra: *mut *mut c_void);
+    /// Hook for `cuLaunchKernelEx`.
+    cuLaunchKernelEx => CuLaunchKernelEx, launched, key: f, (
+        config: *const CUlaunchConfig, f: CUfunction, params: *mut *mut c_void, extra: *mut *mut c_void);
+    /// Hook for `cuLaunchKernelEx_ptsz`.
+    cuLaunchKernelEx_ptsz => CuLaunchKernelExPtsz, launched, key: f, (
+        config: *const CUlaunchConfig, f: CUfunction, params: *mut *mut c_void, extra: *mut *mut c_void);
+    /// Hook for `cuLaunchCooperativeKernel`.
+    cuLaunchCooperativeKernel => CuLaunchCooperativeKernel, launched, key: f, (
+        f: CUfunction, grid_x: c_uint, grid_y: c_uint, grid_z: c_uint, block_x: c_uint, block_y: c_uint,
+        block_z: c_uint, shared_bytes: c_uint, stream: CUstream, params: *mut *mut c_void);
+    /// Hook for `cuLaunchCooperativeKernel_ptsz`.
+    cuLaunchCooperativeKernel_ptsz => CuLaunchCooperativeKernelPtsz, launched, key: f, (
+        f: CUfunction, grid_x: c_uint, grid_y: c_uint, grid_z: c_uint, block_x: c_uint, block_y: c_uint,
+        block_z: c_uint, shared_bytes: c_uint, stream: CUstream, params: *mut *mut c_void);
+    /// Hook for `cuFuncGetAttribute`.
+    cuFuncGetAttribute => CuFuncGetAttribute, first_use, key: f,
+        (value: *mut c_int, attribute: c_int, f: CUfunction);
+    /// Hook for `cuFuncSetAttribute`.
+    cuFuncSetAttribute => CuFuncSetAttribute, first_use, key: f, (f: CUfunction, attribute: c_int, value: c_int);
+    /// Hook for `cuKernelGetAttribute`.
+    cuKernelGetAttribute => CuKernelGetAttribute, first_use, key: kernel,
+        (value: *mut c_int, attribute: c_int, kernel: CUfunction, device: CUdevice);
+    /// Hook for `cuKernelSetAttribute`.
+    cuKernelSetAttribute => CuKernelSetAttribute, first_use, key: kernel,
+        (attribute: c_int, value: c_int, kernel: CUfunction, device: CUdevice);
+    /// Hook for `cuKernelGetFunction`: the kernel loads into the current context.
+    cuKernelGetFunction => CuKernelGetFunction, first_use, key: kernel, (f: *mut CUfunction, kernel: CUfunction);
+    /// Hook for `cuModuleGetFunction`, keyed by the module and the name's address.
+    cuModuleGetFunction => CuModuleGetFunction, first_use, key: (module as u64).rotate_left(17) ^ name as u64,
+        (f: *mut CUfunction, module: CUmodule, name: *const c_char);
 }
 
 #[cfg(test)]

@@ -116,9 +116,10 @@ impl Allocation {
     }
 }
 
-/// The words of a record, as every record of this process carries them.
-#[derive(Clone, Copy)]
-struct Fields {
+/// Stores a record in the slot of `seq`, with the caller's thread and `stack`.
+#[allow(clippy::too_many_arguments)]
+fn store_with_stack(
+    seq: u64,
     op: Op,
     api: Api,
     kind: Kind,
@@ -128,32 +129,30 @@ struct Fields {
     stream: u64,
     arg1: u64,
     arg2: u64,
-}
-
-/// Stores `fields` in the slot of `seq`, with the caller's thread and,
-/// when `stack` says so, its call stack.
-fn write_record(seq: u64, fields: Fields, stack: bool) {
+    stack: u32,
+) {
     spool_writer::write(
         seq,
         RawRecord {
             commit: 0,
             time_ns: 0,
-            address: fields.address,
-            size: fields.size,
-            stream: fields.stream,
-            arg1: fields.arg1,
-            arg2: fields.arg2,
+            address,
+            size,
+            stream,
+            arg1,
+            arg2,
             tid: current_tid(),
-            op: fields.op as u8,
-            kind: fields.kind as u8,
-            api: fields.api as u8,
-            device: fields.device,
-            stack: if stack { crate::call_stack::capture() } else { 0 },
+            op: op as u8,
+            kind: kind as u8,
+            api: api as u8,
+            device,
+            stack,
             spare: 0,
         },
     );
 }
 
+/// Stores a memory event in the slot of `seq`, with the caller's stack.
 #[allow(clippy::too_many_arguments)]
 fn store(
     seq: u64,
@@ -167,18 +166,8 @@ fn store(
     arg1: u64,
     arg2: u64,
 ) {
-    let fields = Fields {
-        op,
-        api,
-        kind,
-        device,
-        address,
-        size,
-        stream,
-        arg1,
-        arg2,
-    };
-    write_record(seq, fields, true);
+    let stack = crate::call_stack::capture();
+    store_with_stack(seq, op, api, kind, device, address, size, stream, arg1, arg2, stack);
 }
 
 /// Stores a measurement record (see `cudatrace_events::measures`) under a
@@ -195,18 +184,21 @@ pub fn store_measurement(
     arg2: u64,
     with_stack: bool,
 ) {
-    let fields = Fields {
+    let seq = spool_writer::reserve_seq();
+    let stack = if with_stack { crate::call_stack::capture() } else { 0 };
+    store_with_stack(
+        seq,
         op,
         api,
-        kind: Kind::Device,
+        Kind::Device,
         device,
         address,
         size,
         stream,
         arg1,
         arg2,
-    };
-    write_record(spool_writer::reserve_seq(), fields, with_stack);
+        stack,
+    );
 }
 
 /// Reports an allocation call that returned `result`. `address` and `size`

@@ -286,6 +286,14 @@ impl FootprintTracker {
         }
     }
 
+    /// The owner of the allocations made with `stack`, and the bytes that
+    /// owner has live on `device` now; `None` for a stack not observed yet.
+    pub fn owner_live(&self, device: u8, stack: u32) -> Option<(Rc<str>, u64)> {
+        let owner = self.owners.get(&stack)?.clone();
+        let live = self.live_by_owner.get(&(device, owner.clone())).copied().unwrap_or(0);
+        Some((owner, live))
+    }
+
     /// The footprint, once the stream is over.
     pub fn finish(mut self, index: &TraceIndex, process: &ProcessIndex) -> Vec<DeviceFootprint> {
         self.snapshot_until(u64::MAX);

@@ -4,10 +4,9 @@
 //! and kernels), the process's own readings of the device, and NVML's
 //! per-process figure, the reference the report explains.
 
-use crate::analysis::{owner_of, Change, DeviceFootprint, FootprintTracker, ProcessIndex, TraceIndex, Window};
+use crate::analysis::{Change, DeviceFootprint, FootprintTracker, ProcessIndex, TraceIndex, Window};
 use cudatrace_events::{Event, Op};
 use std::collections::HashMap;
-use std::rc::Rc;
 
 /// One counter value to write: track name, time (ns) and bytes.
 pub struct Counter {
@@ -21,8 +20,6 @@ pub struct Counter {
 
 /// The owner and category tracks of one process.
 pub struct OwnerTracks {
-    owners: HashMap<u32, Rc<str>>,
-    live: HashMap<(u8, Rc<str>), u64>,
     modules: HashMap<u8, u64>,
     pools: HashMap<(u8, u64), u64>,
     footprint: FootprintTracker,
@@ -36,8 +33,6 @@ impl OwnerTracks {
     /// Tracks for `info`.
     pub fn new(index: &TraceIndex, info: &ProcessIndex) -> OwnerTracks {
         OwnerTracks {
-            owners: HashMap::new(),
-            live: HashMap::new(),
             modules: HashMap::new(),
             pools: HashMap::new(),
             footprint: FootprintTracker::new(index, info),
@@ -55,30 +50,19 @@ impl OwnerTracks {
         self.footprint.observe(index, info, event, changes);
         let mut counters = Vec::new();
         for change in changes {
-            let (a, grows) = match change {
-                Change::Allocated(a) => (a, true),
-                Change::Freed { allocation, .. } => (allocation, false),
-                _ => continue,
+            let (Change::Allocated(a) | Change::Freed { allocation: a, .. }) = change else {
+                continue;
             };
             let Some(device) = a.device.filter(|_| a.is_device_memory()) else {
                 continue;
             };
-            let owner = self
-                .owners
-                .entry(a.stack)
-                .or_insert_with(|| owner_of(&index.frames(info, a.stack)).into())
-                .clone();
-            let live = self.live.entry((device, owner.clone())).or_default();
-            *live = if grows {
-                *live + a.size
-            } else {
-                live.saturating_sub(a.size)
-            };
-            counters.push(Counter {
-                name: format!("{} owner: {owner}", device_name(device)),
-                time_ns: event.time_ns,
-                bytes: *live,
-            });
+            if let Some((owner, bytes)) = self.footprint.owner_live(device, a.stack) {
+                counters.push(Counter {
+                    name: format!("{} owner: {owner}", device_name(device)),
+                    time_ns: event.time_ns,
+                    bytes,
+                });
+            }
         }
         let Some(device) = event.device.filter(|_| event.op.is_measurement()) else {
             return counters;
