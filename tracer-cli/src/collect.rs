@@ -4,10 +4,11 @@
 
 use crate::cli::CollectArgs;
 use crate::collector::{header_for, Collector};
+use crate::failure::Failure;
 use crate::liveness::Liveness;
 use crate::terminal::say;
 use crate::wording::count;
-use crate::{output, recover, spool_dir, Failure};
+use crate::{output, recover, spool_dir};
 use std::path::{Path, PathBuf};
 use std::time::Duration;
 

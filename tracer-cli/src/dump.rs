@@ -3,9 +3,9 @@
 //! printed as they are read, so any file of any size can be given.
 
 use crate::cli::DumpArgs;
+use crate::failure::Failure;
 use crate::spool_tail::SpoolTail;
 use crate::terminal::Stdout;
-use crate::Failure;
 use cudatrace_events::{naming, Event, Pass, SpoolHeaderInfo};
 use cudatrace_trace::{Record, TraceReader};
 use serde_json::{json, Value};

@@ -13,6 +13,7 @@ mod collect;
 mod collector;
 mod dump;
 mod errno;
+mod failure;
 mod liveness;
 mod output;
 mod outputs;
@@ -29,27 +30,6 @@ mod wording;
 
 use clap::Parser;
 use std::process::ExitCode;
-
-/// Why a command failed: one line for stderr, and the exit code.
-#[derive(Debug)]
-pub struct Failure {
-    /// The message, without the `cudatrace: ` prefix.
-    pub message: String,
-    /// The exit code.
-    pub code: u8,
-}
-
-impl From<String> for Failure {
-    fn from(message: String) -> Failure {
-        Failure { message, code: 2 }
-    }
-}
-
-impl From<&str> for Failure {
-    fn from(message: &str) -> Failure {
-        Failure::from(message.to_string())
-    }
-}
 
 fn main() -> ExitCode {
     // A trace growing past the file size limit must fail with EFBIG, which

@@ -3,10 +3,10 @@
 
 use crate::analysis::{Summary, TraceIndex};
 use crate::cli::ReportArgs;
+use crate::failure::Failure;
 use crate::outputs;
 use crate::progress::Progress;
 use crate::terminal::Stdout;
-use crate::Failure;
 
 /// `cudatrace report`; 1 if the trace is damaged.
 pub fn command(args: ReportArgs) -> Result<u8, Failure> {

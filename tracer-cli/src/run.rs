@@ -3,10 +3,11 @@
 
 use crate::cli::RunArgs;
 use crate::collector::{header_for, monotonic_ns, Collector, Summary};
+use crate::failure::Failure;
 use crate::output;
+use crate::spool_dir;
 use crate::terminal::say;
 use crate::wording::count;
-use crate::{spool_dir, Failure};
 use cudatrace_events::naming;
 use std::ffi::OsString;
 use std::os::unix::process::{CommandExt, ExitStatusExt};

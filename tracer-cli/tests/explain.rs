@@ -118,9 +118,9 @@ fn with_nvml_every_byte_of_the_process_is_explained_exactly() {
     // NVML's first reading after the context saw it alone: the context before its heap grew.
     assert_eq!(device["context_by_nvml_bytes"], 300 * MIB);
     // The text report opens with the same table.
-    let table: Vec<&str> = text.lines().skip(2).take(12).collect();
+    let table: Vec<&str> = text.lines().skip(2).take(14).collect();
     assert!(table[0].starts_with("where the memory went, pid "), "{text}");
-    let rows: Vec<(String, String)> = table[2..11]
+    let rows: Vec<(String, String)> = table[2..13]
         .iter()
         .map(|line| {
             let (name, cells) = line[2..].split_once("  ").unwrap();
@@ -143,11 +143,13 @@ fn with_nvml_every_byte_of_the_process_is_explained_exactly() {
                 same("308.0 MiB", "86.0%")
             ),
             ("modules and kernels", same("35.0 MiB", "9.8%")),
+            ("streams and events", same("0 B", "0.0%")),
+            ("executable graphs", same("0 B", "0.0%")),
             ("unexplained", same("0 B", "0.0%")),
         ]
         .map(|(a, b)| (a.to_string(), b))
     );
-    assert_eq!(table[11], "  explained: 100.0% at exit, 100.0% at peak");
+    assert_eq!(table[13], "  explained: 100.0% at exit, 100.0% at peak");
 }
 
 #[test]
@@ -304,4 +306,74 @@ fn perfetto_and_html_draw_each_owner_and_category() {
             ("modules and kernels", 35 * MIB),
         ]
     );
+}
+
+/// Runs `graph_capture` under `cudatrace run` with streams, events and
+/// executable graphs costing memory; returns the footprint and the trace.
+fn driver_objects_run(label: &str, streams: u32, events: u32) -> (Value, PathBuf) {
+    let dir = scratch_dir(label);
+    let trace = dir.join("run.trace");
+    let nvml_dir = dir.join("nvml");
+    std::fs::create_dir(&nvml_dir).unwrap();
+    let output = cudatrace_run()
+        .arg("-o")
+        .arg(&trace)
+        .arg("--")
+        .arg(fake_cuda::program("graph_capture"))
+        .arg(streams.to_string())
+        .arg(events.to_string())
+        .env("TMPDIR", &dir)
+        .env("FAKE_NVML_DIR", &nvml_dir)
+        .env("FAKE_CUDA_CAPACITY", (8192 * MIB).to_string())
+        .env("FAKE_CUDA_CONTEXT_BYTES", (300 * MIB).to_string())
+        .env("FAKE_CUDA_STREAM_BYTES", (64 << 10).to_string())
+        .env("FAKE_CUDA_EVENT_BYTES", (16 << 10).to_string())
+        .env("FAKE_CUDA_GRAPH_EXEC_BYTES", MIB.to_string())
+        .output()
+        .unwrap();
+    assert_eq!(
+        output.status.code(),
+        Some(0),
+        "{}",
+        String::from_utf8_lossy(&output.stderr)
+    );
+    let (report, _) = report_json_with_stacks(&trace);
+    (report["processes"][0]["footprint"][0].clone(), trace)
+}
+
+#[test]
+fn streams_events_and_executable_graphs_are_explained_and_graph_memory_is_read_at_the_first_launch() {
+    // 96 streams: the first 64 measured, then one in 16 (standing for 16);
+    // 192 events likewise: the sampled estimate is exact when each costs the same.
+    let (footprint, trace) = driver_objects_run("driver-objects", 96, 192);
+    let exit = &footprint["at_exit"];
+    assert_eq!(exit["reference_bytes"], 438 * MIB, "{footprint:#}");
+    assert_eq!(exit["streams_and_events_bytes"], 96 * (64 << 10) + 192 * (16 << 10));
+    assert_eq!(exit["graph_executables_bytes"], MIB);
+    // The graph's memory appears at its first launch; the program exits with
+    // its context gone, so no later reading could see it.
+    assert_eq!(exit["graph_bytes"], 128 * MIB);
+    assert_eq!(exit["context_bytes"], 300 * MIB);
+    assert_eq!(exit["unexplained_bytes"], 0);
+    assert_eq!(exit["explained_percent"], 100.0);
+    assert_eq!(
+        footprint["notes"],
+        json!(["streams and events: an estimate, 138 of 288 creations measured, each standing for those after it"])
+    );
+    // The captured allocations are the graph's, not memory of their own.
+    let dump = stdout(&cudatrace(&["dump", trace.to_str().unwrap()]).output().unwrap());
+    let graph_allocations = dump
+        .lines()
+        .filter(|line| line.contains("\"op\":\"alloc\"") && line.contains("\"kind\":\"graph-allocation\""))
+        .count();
+    assert_eq!(graph_allocations, 2, "{dump}");
+}
+
+#[test]
+fn a_few_streams_and_events_are_each_measured_and_no_estimate_is_claimed() {
+    let (footprint, _) = driver_objects_run("driver-objects-few", 3, 5);
+    let exit = &footprint["at_exit"];
+    assert_eq!(exit["streams_and_events_bytes"], 3 * (64 << 10) + 5 * (16 << 10));
+    assert_eq!(exit["unexplained_bytes"], 0);
+    assert_eq!(footprint["notes"], json!([]));
 }

@@ -96,6 +96,20 @@ code_enum! {
         /// A graph memory node was added: `address` the allocation's
         /// address, `size` its bytes (0 for a free node), `arg1` the graph.
         GraphNode = 18 => "graph-node",
+        /// Streams or events were created (`api` says which), measured
+        /// around one creation: `address` its handle, `arg1`/`arg2` free
+        /// bytes before and after, `size` how many creations this one
+        /// stands for (1, or the sampling interval once creations are many).
+        StreamObjects = 19 => "stream-objects",
+        /// An executable graph was instantiated, updated, uploaded or first
+        /// launched: `address` the executable graph, `arg1`/`arg2` free bytes
+        /// before and after, `size` what the device's graph memory grew by
+        /// meanwhile (counted by graph samples, so not the graph's own cost).
+        GraphExec = 20 => "graph-exec",
+        /// A thread's cached device disagreed with the driver's answer
+        /// (the context changed through a call that is not hooked):
+        /// `device` the driver's answer, `arg1` the cached device.
+        DeviceMismatch = 21 => "device-mismatch",
     }
 }
 
@@ -247,6 +261,9 @@ code_enum! {
         CudaIpcCloseMemHandle = 84 => "cudaIpcCloseMemHandle",
         CudaGraphAddMemAllocNode = 85 => "cudaGraphAddMemAllocNode",
         CudaGraphAddMemFreeNode = 86 => "cudaGraphAddMemFreeNode",
+        CudaSetDevice = 87 => "cudaSetDevice",
+        CudaInitDevice = 88 => "cudaInitDevice",
+        CudaDeviceReset = 89 => "cudaDeviceReset",
         CuFuncGetAttribute = 128 => "cuFuncGetAttribute",
         CuFuncSetAttribute = 129 => "cuFuncSetAttribute",
         CuKernelGetAttribute = 130 => "cuKernelGetAttribute",
@@ -254,6 +271,42 @@ code_enum! {
         CuKernelGetFunction = 132 => "cuKernelGetFunction",
         CuModuleGetFunction = 133 => "cuModuleGetFunction",
         CuMemPoolDestroy = 134 => "cuMemPoolDestroy",
+        CuMemPoolCreate = 135 => "cuMemPoolCreate",
+        CuCtxPopCurrent = 136 => "cuCtxPopCurrent",
+        CuCtxPopCurrentV2 = 137 => "cuCtxPopCurrent_v2",
+        CuCtxDestroy = 138 => "cuCtxDestroy",
+        CuCtxDestroyV2 = 139 => "cuCtxDestroy_v2",
+        CuDevicePrimaryCtxRetain = 140 => "cuDevicePrimaryCtxRetain",
+        CuDevicePrimaryCtxRelease = 141 => "cuDevicePrimaryCtxRelease",
+        CuDevicePrimaryCtxReleaseV2 = 142 => "cuDevicePrimaryCtxRelease_v2",
+        CuDevicePrimaryCtxReset = 143 => "cuDevicePrimaryCtxReset",
+        CuDevicePrimaryCtxResetV2 = 144 => "cuDevicePrimaryCtxReset_v2",
+        CuStreamCreate = 145 => "cuStreamCreate",
+        CuStreamCreateWithPriority = 146 => "cuStreamCreateWithPriority",
+        CuStreamDestroy = 147 => "cuStreamDestroy",
+        CuStreamDestroyV2 = 148 => "cuStreamDestroy_v2",
+        CuEventCreate = 149 => "cuEventCreate",
+        CuStreamBeginCapture = 150 => "cuStreamBeginCapture",
+        CuStreamBeginCapturePtsz = 151 => "cuStreamBeginCapture_ptsz",
+        CuStreamBeginCaptureV2 = 152 => "cuStreamBeginCapture_v2",
+        CuStreamBeginCaptureV2Ptsz = 153 => "cuStreamBeginCapture_v2_ptsz",
+        CuStreamBeginCaptureToGraph = 154 => "cuStreamBeginCaptureToGraph",
+        CuStreamBeginCaptureToGraphPtsz = 155 => "cuStreamBeginCaptureToGraph_ptsz",
+        CuStreamEndCapture = 156 => "cuStreamEndCapture",
+        CuStreamEndCapturePtsz = 157 => "cuStreamEndCapture_ptsz",
+        CuGraphInstantiate = 158 => "cuGraphInstantiate",
+        CuGraphInstantiateV2 = 159 => "cuGraphInstantiate_v2",
+        CuGraphInstantiateWithFlags = 160 => "cuGraphInstantiateWithFlags",
+        CuGraphInstantiateWithParams = 161 => "cuGraphInstantiateWithParams",
+        CuGraphInstantiateWithParamsPtsz = 162 => "cuGraphInstantiateWithParams_ptsz",
+        CuGraphExecUpdate = 163 => "cuGraphExecUpdate",
+        CuGraphExecUpdateV2 = 164 => "cuGraphExecUpdate_v2",
+        CuGraphUpload = 165 => "cuGraphUpload",
+        CuGraphUploadPtsz = 166 => "cuGraphUpload_ptsz",
+        CuGraphLaunch = 167 => "cuGraphLaunch",
+        CuGraphLaunchPtsz = 168 => "cuGraphLaunch_ptsz",
+        CuGraphExecDestroy = 169 => "cuGraphExecDestroy",
+        CuCtxGetDevice = 170 => "cuCtxGetDevice",
     }
 }
 
@@ -281,13 +334,13 @@ mod tests {
         for &op in Op::ALL {
             assert_eq!(Op::from_code(op as u8), Some(op));
         }
-        assert_eq!(Api::from_code(87), None);
-        assert_eq!(Api::from_code(135), None);
+        assert_eq!(Api::from_code(90), None);
+        assert_eq!(Api::from_code(171), None);
         assert_eq!(Kind::from_code(10), None);
         assert!(!Kind::GraphAllocation.counts_as_device_memory());
         // Zero is never an op: it marks a slot not yet written.
         assert_eq!(Op::from_code(0), None);
-        assert_eq!(Op::from_code(19), None);
+        assert_eq!(Op::from_code(22), None);
         assert!(Op::Free.is_memory_event() && !Op::Free.is_measurement());
         assert!(Op::Blob.is_stack_record() && !Op::Blob.is_memory_event());
         assert!(Op::GraphNode.is_measurement() && !Op::Sample.is_memory_event());

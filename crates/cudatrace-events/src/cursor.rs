@@ -2,7 +2,7 @@
 //! the collector following a live process, recovery, and `dump`.
 
 use crate::layout::RawRecord;
-use crate::spool::{classify, Event, SlotState, SpoolError};
+use crate::slots::{classify, Event, SlotState, SpoolError};
 
 /// Record slots to read, from a file mapping or from bytes in memory.
 pub trait SlotSource {

@@ -101,6 +101,10 @@ impl Event {
     pub fn load_cost(&self) -> Option<u64> {
         match self.op {
             Op::ModuleLoad | Op::KernelLoad => Some(self.arg1.saturating_sub(self.arg2)),
+            // Each measured creation stands for `size` of them.
+            Op::StreamObjects => Some(self.arg1.saturating_sub(self.arg2).saturating_mul(self.size.max(1))),
+            // Graph memory that grew meanwhile is the graph samples' to count.
+            Op::GraphExec => Some(self.arg1.saturating_sub(self.arg2).saturating_sub(self.size)),
             Op::Limit if self.arg1 != 0 || self.arg2 != 0 => Some(self.arg1.saturating_sub(self.arg2)),
             _ => None,
         }

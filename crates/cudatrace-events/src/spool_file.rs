@@ -12,7 +12,7 @@
 
 use crate::cursor::SlotSource;
 use crate::layout::{RawRecord, CHUNK_BYTES, CHUNK_RECORDS, HEADER_SIZE, RECORD_SIZE};
-use crate::spool::{SpoolError, SpoolHeaderInfo, SpoolReader};
+use crate::slots::{parse_header, SpoolError, SpoolHeaderInfo};
 use std::collections::BTreeMap;
 use std::fs::File;
 use std::os::fd::AsRawFd;
@@ -122,7 +122,7 @@ impl SpoolFile {
             header,
             chunks: BTreeMap::new(),
         };
-        SpoolReader::parse_header(&spool.header_bytes())?;
+        parse_header(&spool.header_bytes())?;
         Ok(spool)
     }
 
@@ -146,7 +146,7 @@ impl SpoolFile {
     /// The header as it is now: its counters and exit fields change while
     /// the process runs.
     pub fn header(&self) -> SpoolHeaderInfo {
-        SpoolReader::parse_header(&self.header_bytes()).expect("the header was checked when the file was opened")
+        parse_header(&self.header_bytes()).expect("the header was checked when the file was opened")
     }
 
     /// The open file, for giving space back once records are collected.

@@ -15,7 +15,7 @@
 //!   qualified name, first line and the raw line table), so that the line of
 //!   a (code object, instruction offset) pair is worked out by the collector.
 
-use crate::spool::Event;
+use crate::slots::Event;
 use std::collections::HashMap;
 
 /// Frame kinds of a [`StackNode`].

@@ -64,12 +64,22 @@ pub struct Breakdown {
     pub context: u64,
     /// Modules and libraries loaded, and kernels loaded at their first launch.
     pub modules: u64,
+    /// Streams and events created (an estimate once creations were sampled).
+    pub streams_and_events: u64,
+    /// Executable graphs: instantiated, updated, uploaded, first launched.
+    pub graph_executables: u64,
 }
 
 impl Breakdown {
     /// Bytes some measurement covers.
     pub fn explained(&self) -> u64 {
-        self.owners.iter().map(|(_, bytes)| bytes).sum::<u64>() + self.pools + self.graphs + self.context + self.modules
+        self.owners.iter().map(|(_, bytes)| bytes).sum::<u64>()
+            + self.pools
+            + self.graphs
+            + self.context
+            + self.modules
+            + self.streams_and_events
+            + self.graph_executables
     }
 
     /// The reference less what is explained; negative when the
@@ -374,6 +384,14 @@ impl FootprintTracker {
                 .filter(|e| matches!(e.op, Op::ModuleLoad | Op::KernelLoad))
                 .filter_map(|e| e.load_cost())
                 .sum();
+            let cost_of = |op: Op| -> u64 {
+                on_device
+                    .iter()
+                    .filter(until)
+                    .filter(|e| e.op == op)
+                    .filter_map(|e| e.load_cost())
+                    .sum()
+            };
             let mut pools: BTreeMap<u64, u64> = BTreeMap::new();
             let mut graphs = 0;
             for e in on_device.iter().filter(until) {
@@ -396,10 +414,29 @@ impl FootprintTracker {
                 graphs,
                 context: context_bytes + limit_growth,
                 modules,
+                streams_and_events: cost_of(Op::StreamObjects),
+                graph_executables: cost_of(Op::GraphExec),
             })
         };
         if at_exit.is_none() {
             notes.push("no reading of the device's memory: nothing to explain".into());
+        }
+        let creations = on_device.iter().filter(|e| e.op == Op::StreamObjects);
+        let (measured, represented) = creations.fold((0u64, 0u64), |(m, r), e| (m + 1, r + e.size.max(1)));
+        if represented > measured {
+            notes.push(format!(
+                "streams and events: an estimate, {measured} of {represented} creations measured, each standing for those after it"
+            ));
+        }
+        let mismatches = process
+            .measurements
+            .iter()
+            .filter(|e| e.op == Op::DeviceMismatch && e.device == Some(device))
+            .count();
+        if mismatches > 0 {
+            notes.push(format!(
+                "{mismatches} time(s) a thread's current device changed through a call cudatrace does not see: events on that thread until the next check may name the previous device"
+            ));
         }
         let context_by_nvml = breakdown(first_nvml_with_context(index, process, device)).map(|first| {
             let others = first.explained() - first.context;

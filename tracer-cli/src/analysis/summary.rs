@@ -2,10 +2,10 @@
 //! peak and what was in use at it, memory live at exit and failures, each
 //! by call site. Built from the [`Change`]s of one replay.
 
+use super::event_stream::EventStream;
 use super::footprint::{DeviceFootprint, FootprintTracker};
 use super::replay::{Allocation, Change, ProcessMemory};
 use super::trace_index::TraceIndex;
-use super::EventStream;
 use crate::progress::Progress;
 use cudatrace_events::{Api, Event};
 use serde_json::{json, Value};

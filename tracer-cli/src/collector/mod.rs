@@ -9,8 +9,13 @@
 //!   send it, through a crossbeam channel, and flushes whenever it runs dry,
 //!   so the trace is readable while it is written.
 
+mod host;
 mod nvml;
 mod sink;
+mod summary;
+
+pub use host::{host_name, monotonic_ns, realtime_ns};
+pub use summary::Summary;
 
 pub use sink::{describe_io, TraceFailure};
 
@@ -33,32 +38,6 @@ use std::time::{Duration, Instant};
 
 const SCAN_INTERVAL: Duration = Duration::from_millis(20);
 const IDLE_SPOOL_PAUSE: Duration = Duration::from_millis(5);
-
-/// What a collection wrote.
-#[derive(Clone, Debug, Default)]
-pub struct Summary {
-    /// Process images in the trace.
-    pub processes: u64,
-    /// Events in the trace.
-    pub events: u64,
-    /// Events that happened but are not in the trace (gaps in sequence numbers).
-    pub lost_events: u64,
-    /// Of those, events the processes could not store.
-    pub dropped_events: u64,
-    /// Why the first of those could not be stored.
-    pub drop_errno: Option<i32>,
-    /// Spools refused.
-    pub refused: u64,
-    /// Spools that could not be read at all.
-    pub damaged_spools: u64,
-    /// Processes still running when the trace was finished.
-    pub still_running: u64,
-    /// Spools read to their end, undamaged, of processes that are gone:
-    /// every record they hold is in the trace.
-    pub collected: Vec<PathBuf>,
-    /// Bytes of the trace file.
-    pub bytes: u64,
-}
 
 impl Summary {
     /// The line `run` and `collect` print when they are done.
@@ -124,32 +103,6 @@ pub struct Collector {
     nvml_sampler: JoinHandle<()>,
     readers: Vec<JoinHandle<()>>,
     writer: JoinHandle<Result<Summary, TraceFailure>>,
-}
-
-/// `CLOCK_MONOTONIC` now, the clock of event times.
-pub fn monotonic_ns() -> u64 {
-    let mut ts = libc::timespec { tv_sec: 0, tv_nsec: 0 };
-    // SAFETY: valid clock and out-pointer.
-    unsafe { libc::clock_gettime(libc::CLOCK_MONOTONIC, &mut ts) };
-    ts.tv_sec as u64 * 1_000_000_000 + ts.tv_nsec as u64
-}
-
-/// `CLOCK_REALTIME` now, in ns since the epoch.
-pub fn realtime_ns() -> u64 {
-    std::time::SystemTime::now()
-        .duration_since(std::time::UNIX_EPOCH)
-        .map_or(0, |d| d.as_nanos() as u64)
-}
-
-/// This machine's host name.
-pub fn host_name() -> String {
-    let mut buffer = [0u8; 256];
-    // SAFETY: gethostname writes at most buffer.len() bytes.
-    if unsafe { libc::gethostname(buffer.as_mut_ptr().cast(), buffer.len()) } != 0 {
-        return String::new();
-    }
-    let end = buffer.iter().position(|&b| b == 0).unwrap_or(buffer.len());
-    String::from_utf8_lossy(&buffer[..end]).into_owned()
 }
 
 /// The header of a trace of `command` started now.

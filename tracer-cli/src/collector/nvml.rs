@@ -71,7 +71,7 @@ fn symbol<T: Copy>(library: *mut c_void, name: &CStr) -> Result<T, String> {
 
 /// `CLOCK_MONOTONIC` now.
 fn now_ns() -> u64 {
-    super::monotonic_ns()
+    super::host::monotonic_ns()
 }
 
 impl Nvml {

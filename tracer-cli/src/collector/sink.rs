@@ -3,7 +3,8 @@
 //! durably in the trace, which the spool folder names, so that recovery
 //! after a crash can always find every event.
 
-use super::{realtime_ns, Summary};
+use super::host::realtime_ns;
+use super::summary::Summary;
 use crate::spool_tail::Release;
 use crate::symbolize::StackCatalog;
 use crossbeam_channel::{Receiver, RecvTimeoutError};

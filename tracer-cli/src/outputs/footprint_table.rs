@@ -68,6 +68,8 @@ fn rows(footprint: &DeviceFootprint) -> Vec<Row> {
     rows.push(category("graph memory".into(), |b| b.graphs as i64));
     rows.push(category(context_name(footprint), |b| b.context as i64));
     rows.push(category("modules and kernels".into(), |b| b.modules as i64));
+    rows.push(category("streams and events".into(), |b| b.streams_and_events as i64));
+    rows.push(category("executable graphs".into(), |b| b.graph_executables as i64));
     rows.push(category("unexplained".into(), Breakdown::unexplained));
     rows
 }
@@ -167,6 +169,8 @@ fn breakdown_json(breakdown: &Breakdown) -> Value {
         "graph_bytes": breakdown.graphs,
         "context_bytes": breakdown.context,
         "modules_and_kernels_bytes": breakdown.modules,
+        "streams_and_events_bytes": breakdown.streams_and_events,
+        "graph_executables_bytes": breakdown.graph_executables,
         "unexplained_bytes": breakdown.unexplained(),
         "explained_percent": (breakdown.explained_percent() * 10.0).round() / 10.0,
     })

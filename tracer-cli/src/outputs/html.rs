@@ -10,20 +10,19 @@ use crate::analysis::{
     largest_call_sites, ByStack, Change, DeviceKey, EventStream, ProcessIndex, ProcessMemory, Summary, TraceIndex,
 };
 use crate::cli::HtmlArgs;
+use crate::failure::Failure;
 use crate::progress::Progress;
 use crate::wording::{bytes, count};
-use crate::Failure;
 use owner_chart::OwnerChart;
 use std::collections::{BTreeMap, HashMap};
 use std::fmt::Write as _;
 use std::io::Write as _;
 
+mod chart;
 mod owner_chart;
 
-/// Call sites drawn as series of their own; the rest are one "other" series.
-const SERIES: usize = 8;
-/// Time bins per chart.
-const BINS: usize = 600;
+use chart::{Chart, BINS, SERIES};
+
 /// Chart size in SVG units.
 const WIDTH: f64 = 900.0;
 const HEIGHT: f64 = 260.0;
@@ -35,68 +34,6 @@ const COLORS: [&str; SERIES + 5] = [
     "#4e79a7", "#f28e2b", "#e15759", "#76b7b2", "#59a14f", "#edc948", "#b07aa1", "#ff9da7", "#bab0ac", "#9c755f",
     "#86bcb6", "#d37295", "#79706e",
 ];
-
-/// One bin: the state at its highest total, and its last state.
-#[derive(Clone)]
-struct Bin {
-    top_total: u64,
-    top: Vec<u64>,
-    last: Vec<u64>,
-}
-
-/// A chart being filled: live bytes per series, sampled into time bins.
-struct Chart {
-    series_of: HashMap<u32, usize>,
-    names: Vec<String>,
-    current: Vec<u64>,
-    bins: Vec<Option<Bin>>,
-    t0: u64,
-    span: u64,
-}
-
-impl Chart {
-    fn record(&mut self, time_ns: u64) {
-        let offset = time_ns.saturating_sub(self.t0).min(self.span);
-        let bin = if self.span == 0 {
-            0
-        } else {
-            (offset as u128 * (BINS as u128 - 1) / self.span as u128) as usize
-        };
-        let total: u64 = self.current.iter().sum();
-        match &mut self.bins[bin] {
-            Some(b) => {
-                if total >= b.top_total {
-                    b.top_total = total;
-                    b.top.clone_from(&self.current);
-                }
-                b.last.clone_from(&self.current);
-            }
-            slot => {
-                *slot = Some(Bin {
-                    top_total: total,
-                    top: self.current.clone(),
-                    last: self.current.clone(),
-                })
-            }
-        }
-    }
-
-    /// Values per series per bin, carrying the last state over empty bins.
-    fn columns(&self) -> Vec<Vec<u64>> {
-        let mut carried = vec![0; self.current.len()];
-        let mut out = Vec::with_capacity(BINS);
-        for bin in &self.bins {
-            match bin {
-                Some(b) => {
-                    out.push(b.top.clone());
-                    carried.clone_from(&b.last);
-                }
-                None => out.push(carried.clone()),
-            }
-        }
-        out
-    }
-}
 
 /// `cudatrace html`.
 pub fn command(args: HtmlArgs) -> Result<u8, Failure> {

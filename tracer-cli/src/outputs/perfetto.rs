@@ -16,9 +16,9 @@
 
 use crate::analysis::{Allocation, Change, DeviceKey, EventStream, ProcessIndex, ProcessSummary, TraceIndex, Window};
 use crate::cli::PerfettoArgs;
+use crate::failure::Failure;
 use crate::progress::Progress;
 use crate::wording::bytes;
-use crate::Failure;
 use cudatrace_events::Event;
 use std::collections::HashMap;
 use std::fs::File;

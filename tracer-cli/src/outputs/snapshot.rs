@@ -17,9 +17,9 @@
 use super::pickle::Pickler;
 use crate::analysis::{Change, EventStream, Frame, ProcessIndex, ProcessMemory, TraceIndex, Window};
 use crate::cli::SnapshotArgs;
+use crate::failure::Failure;
 use crate::progress::Progress;
 use crate::wording::{bytes, count};
-use crate::Failure;
 use cudatrace_events::{Event, Kind, Op};
 use std::collections::{BTreeMap, HashMap};
 use std::fs::File;

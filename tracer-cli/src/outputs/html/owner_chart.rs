@@ -1,18 +1,21 @@
 //! The chart of where the driver's memory went: per process and device,
 //! live allocations by owning library and the driver's own categories
-//! (pools, graph memory, context, modules and kernels) stacked over time.
+//! (pools, graph memory, context, modules and kernels, streams and events,
+//! executable graphs) stacked over time.
 
-use super::{Chart, BINS, SERIES};
+use super::chart::{Chart, BINS, SERIES};
 use crate::analysis::{owner_of, Change, DeviceFootprint, ProcessIndex, TraceIndex};
 use cudatrace_events::{Event, Op};
 use std::collections::{BTreeMap, HashMap};
 
 /// The categories, drawn above the owners, in this order.
-const CATEGORIES: [&str; 4] = [
+const CATEGORIES: [&str; 6] = [
     "pools beyond live allocations",
     "graph memory",
     "context",
     "modules and kernels",
+    "streams and events",
+    "executable graphs",
 ];
 
 /// One device's chart and what fills it.
@@ -97,12 +100,14 @@ impl OwnerChart {
             // The context's size is known once the whole run is read: it
             // is drawn from its first moment, limits included.
             Op::Context => (category("context"), self.context),
-            Op::ModuleLoad | Op::KernelLoad => {
-                let index = self.first_category + category("modules and kernels");
-                (
-                    category("modules and kernels"),
-                    self.chart.current[index] + event.load_cost().unwrap_or(0),
-                )
+            Op::ModuleLoad | Op::KernelLoad | Op::StreamObjects | Op::GraphExec => {
+                let series = category(match event.op {
+                    Op::StreamObjects => "streams and events",
+                    Op::GraphExec => "executable graphs",
+                    _ => "modules and kernels",
+                });
+                let total = self.chart.current[self.first_category + series] + event.load_cost().unwrap_or(0);
+                (series, total)
             }
             _ => return,
         };

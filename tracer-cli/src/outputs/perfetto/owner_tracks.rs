@@ -1,7 +1,7 @@
 //! Counter tracks of where the driver's memory went, per device of each
 //! process: one per owning library (its live allocations), one per driver
 //! category (pools beyond live allocations, graph memory, context, modules
-//! and kernels), the process's own readings of the device, and NVML's
+//! and kernels, streams and events, executable graphs), the process's own readings of the device, and NVML's
 //! per-process figure, the reference the report explains.
 
 use crate::analysis::{Change, DeviceFootprint, FootprintTracker, ProcessIndex, TraceIndex, Window};
@@ -20,7 +20,8 @@ pub struct Counter {
 
 /// The owner and category tracks of one process.
 pub struct OwnerTracks {
-    modules: HashMap<u8, u64>,
+    /// Running totals of the measured driver costs, by device and category.
+    driver_costs: HashMap<(u8, &'static str), u64>,
     pools: HashMap<(u8, u64), u64>,
     footprint: FootprintTracker,
 }
@@ -33,7 +34,7 @@ impl OwnerTracks {
     /// Tracks for `info`.
     pub fn new(index: &TraceIndex, info: &ProcessIndex) -> OwnerTracks {
         OwnerTracks {
-            modules: HashMap::new(),
+            driver_costs: HashMap::new(),
             pools: HashMap::new(),
             footprint: FootprintTracker::new(index, info),
         }
@@ -73,10 +74,15 @@ impl OwnerTracks {
             bytes,
         };
         match event.op {
-            Op::ModuleLoad | Op::KernelLoad => {
-                let total = self.modules.entry(device).or_default();
+            Op::ModuleLoad | Op::KernelLoad | Op::StreamObjects | Op::GraphExec => {
+                let what = match event.op {
+                    Op::StreamObjects => "streams and events",
+                    Op::GraphExec => "executable graphs",
+                    _ => "modules and kernels",
+                };
+                let total = self.driver_costs.entry((device, what)).or_default();
                 *total += event.load_cost().unwrap_or(0);
-                counters.push(named("modules and kernels", *total));
+                counters.push(named(what, *total));
             }
             Op::PoolSample => {
                 self.pools

@@ -1,0 +1,248 @@
+//! What a spool holds, as the reader sees it: the process it belongs to,
+//! its header, each record slot's state and the events decoded from them.
+//! Shared by the spool reader, the cursor that follows a spool and the
+//! mapped spool file.
+
+use crate::codes::{Api, Kind, Op};
+use crate::layout::{
+    commit_matches, committed_seq, RawRecord, SpoolHeader, CHUNK_RECORDS, CMDLINE_CAPACITY, CMDLINE_OFFSET,
+    HEADER_SIZE, RECORD_SIZE, SPOOL_MAGIC, SPOOL_VERSION,
+};
+
+/// The process a spool file belongs to.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct ProcessInfo {
+    /// Process id.
+    pub pid: u32,
+    /// Parent process id when tracing started in this process.
+    pub ppid: u32,
+    /// The command line, one string per argument.
+    pub argv: Vec<String>,
+    /// `CLOCK_MONOTONIC` when the spool was created.
+    pub start_monotonic_ns: u64,
+    /// `CLOCK_REALTIME` at the same instant.
+    pub start_realtime_ns: u64,
+    /// (status, `CLOCK_MONOTONIC` time) if the process ended by calling `exit`.
+    pub exit: Option<(i32, u64)>,
+}
+
+/// One decoded event.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Event {
+    /// Process id of the process that made the call.
+    pub pid: u32,
+    /// Kernel thread id of the caller.
+    pub tid: u32,
+    /// Per-process sequence number: the order in which memory changed.
+    pub seq: u64,
+    /// `CLOCK_MONOTONIC` in nanoseconds.
+    pub time_ns: u64,
+    /// Device ordinal, `None` for host memory or when unknown.
+    pub device: Option<u8>,
+    /// Stream of stream-ordered calls, else 0.
+    pub stream: u64,
+    /// Entry point the program called.
+    pub api: Api,
+    /// What happened.
+    pub op: Op,
+    /// What sort of memory.
+    pub kind: Kind,
+    /// Address or handle.
+    pub address: u64,
+    /// Bytes concerned.
+    pub size: u64,
+    /// Op-specific payload (see [`RawRecord::arg1`]).
+    pub arg1: u64,
+    /// Op-specific payload (see [`RawRecord::arg2`]).
+    pub arg2: u64,
+    /// Innermost node of the call stack (see [`crate::stacks`]); 0 = none recorded.
+    pub stack: u32,
+}
+
+/// What one record slot holds.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum SlotState {
+    /// Nothing yet: the commit word is zero.
+    Unwritten,
+    /// A tombstone: the record of this sequence number was dropped, for
+    /// lack of space when it happened. Settled, but no event.
+    Dropped,
+    /// The commit word is set but the record is not whole: it names another
+    /// slot, fails its check, or holds codes no writer stores. While the
+    /// writer lives this means "not yet"; once it is gone, damage.
+    Incomplete(&'static str),
+    /// A whole record.
+    Complete(Event),
+}
+
+/// Decides what the slot of sequence number `index` holds, for process `pid`.
+pub fn classify(raw: &RawRecord, index: u64, pid: u32) -> SlotState {
+    if raw.commit == 0 {
+        return SlotState::Unwritten;
+    }
+    if committed_seq(raw.commit) != index & ((1 << crate::layout::SEQ_BITS) - 1) {
+        return SlotState::Incomplete("its sequence number belongs to another slot");
+    }
+    if !commit_matches(raw.commit, index, &raw.body_words()) {
+        return SlotState::Incomplete("its check does not match its contents");
+    }
+    if raw.op == crate::layout::DROPPED_OP {
+        return SlotState::Dropped;
+    }
+    let (Some(op), Some(api), Some(kind)) = (
+        Op::from_code(raw.op),
+        Api::from_code(raw.api),
+        Kind::from_code(raw.kind),
+    ) else {
+        return SlotState::Incomplete("it holds an unknown code");
+    };
+    SlotState::Complete(Event {
+        pid,
+        tid: raw.tid,
+        seq: index,
+        time_ns: raw.time_ns,
+        device: u8::try_from(raw.device).ok(),
+        stream: raw.stream,
+        api,
+        op,
+        kind,
+        address: raw.address,
+        size: raw.size,
+        arg1: raw.arg1,
+        arg2: raw.arg2,
+        stack: raw.stack,
+    })
+}
+
+/// Why a spool file could not be read.
+#[derive(Debug)]
+pub enum SpoolError {
+    /// The file could not be read at all.
+    Io(std::io::Error),
+    /// Not a regular file (a device, a pipe, a folder).
+    NotAFile,
+    /// The file is shorter than its header.
+    Truncated {
+        /// Bytes in the file.
+        len: u64,
+    },
+    /// The header is all zeros: its writer has not finished it (or died first).
+    Unfinished,
+    /// The file does not start with [`SPOOL_MAGIC`].
+    NotASpool,
+    /// The file was written by an incompatible tracer.
+    Version {
+        /// The version the file declares.
+        found: u32,
+    },
+}
+
+impl std::fmt::Display for SpoolError {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            SpoolError::Io(e) => write!(f, "cannot read spool: {e}"),
+            SpoolError::NotAFile => f.write_str("not a regular file"),
+            SpoolError::Truncated { len: 0 } => {
+                f.write_str("spool is empty: its process could not reserve space for it (disk full?)")
+            }
+            SpoolError::Truncated { len } => {
+                write!(f, "spool is {len} bytes, shorter than its {HEADER_SIZE}-byte header")
+            }
+            SpoolError::Unfinished => f.write_str("its header was never completed (its process died creating it?)"),
+            SpoolError::NotASpool => f.write_str("not a cudatrace spool file (bad magic)"),
+            SpoolError::Version { found } => write!(
+                f,
+                "spool format version {found} is not supported (this build reads {SPOOL_VERSION})"
+            ),
+        }
+    }
+}
+
+impl std::error::Error for SpoolError {}
+
+fn le_u32(bytes: &[u8], at: usize) -> u32 {
+    u32::from_le_bytes([bytes[at], bytes[at + 1], bytes[at + 2], bytes[at + 3]])
+}
+
+fn le_u64(bytes: &[u8], at: usize) -> u64 {
+    let mut b = [0u8; 8];
+    b.copy_from_slice(&bytes[at..at + 8]);
+    u64::from_le_bytes(b)
+}
+
+/// What a spool header says; the counters are read at the moment of reading.
+#[derive(Clone, Debug)]
+pub struct SpoolHeaderInfo {
+    /// Who wrote the spool.
+    pub process: ProcessInfo,
+    /// Frees of memory the tracer had not seen allocated.
+    pub unknown_frees: u64,
+    /// Allocations the live table had no room for.
+    pub registry_overflows: u64,
+    /// Records the writer could not store.
+    pub dropped_records: u64,
+    /// The `errno` that made the first record be dropped, if any was.
+    pub drop_errno: Option<i32>,
+    /// Records already collected into a trace and released from the file:
+    /// reading starts after them.
+    pub released_records: u64,
+    /// Sequence numbers handed out so far.
+    pub reserved_seqs: u64,
+}
+
+/// Decodes a spool's header page (the first [`HEADER_SIZE`] bytes).
+pub fn parse_header(bytes: &[u8]) -> Result<SpoolHeaderInfo, SpoolError> {
+    use std::mem::offset_of;
+    if bytes.len() < HEADER_SIZE {
+        return Err(SpoolError::Truncated {
+            len: bytes.len() as u64,
+        });
+    }
+    if bytes[0..8] != SPOOL_MAGIC {
+        let unfinished = bytes[0..8] == [0; 8];
+        return Err(if unfinished {
+            SpoolError::Unfinished
+        } else {
+            SpoolError::NotASpool
+        });
+    }
+    let u32_at = |offset| le_u32(bytes, offset);
+    let u64_at = |offset| le_u64(bytes, offset);
+    let version = u32_at(offset_of!(SpoolHeader, version));
+    if version != SPOOL_VERSION
+        || u32_at(offset_of!(SpoolHeader, record_size)) as usize != RECORD_SIZE
+        || u32_at(offset_of!(SpoolHeader, header_size)) as usize != HEADER_SIZE
+        || u32_at(offset_of!(SpoolHeader, chunk_records)) as usize != CHUNK_RECORDS
+    {
+        return Err(SpoolError::Version { found: version });
+    }
+    let cmdline_len = (u32_at(offset_of!(SpoolHeader, cmdline_len)) as usize).min(CMDLINE_CAPACITY);
+    let argv = bytes[CMDLINE_OFFSET..CMDLINE_OFFSET + cmdline_len]
+        .split(|&b| b == 0)
+        .filter(|arg| !arg.is_empty())
+        .map(|arg| String::from_utf8_lossy(arg).into_owned())
+        .collect();
+    let drop_errno = u32_at(offset_of!(SpoolHeader, drop_errno)) as i32;
+    let exit_recorded = u32_at(offset_of!(SpoolHeader, exit_recorded)) == 1;
+    Ok(SpoolHeaderInfo {
+        process: ProcessInfo {
+            pid: u32_at(offset_of!(SpoolHeader, pid)),
+            ppid: u32_at(offset_of!(SpoolHeader, ppid)),
+            argv,
+            start_monotonic_ns: u64_at(offset_of!(SpoolHeader, start_monotonic_ns)),
+            start_realtime_ns: u64_at(offset_of!(SpoolHeader, start_realtime_ns)),
+            exit: exit_recorded.then(|| {
+                (
+                    u32_at(offset_of!(SpoolHeader, exit_status)) as i32,
+                    u64_at(offset_of!(SpoolHeader, exit_time_ns)),
+                )
+            }),
+        },
+        unknown_frees: u64_at(offset_of!(SpoolHeader, unknown_frees)),
+        registry_overflows: u64_at(offset_of!(SpoolHeader, registry_overflows)),
+        dropped_records: u64_at(offset_of!(SpoolHeader, dropped_records)),
+        drop_errno: (drop_errno != 0).then_some(drop_errno),
+        released_records: u64::from(u32_at(offset_of!(SpoolHeader, released_chunks))) * CHUNK_RECORDS as u64,
+        reserved_seqs: u64_at(offset_of!(SpoolHeader, reserved_seqs)),
+    })
+}

@@ -1,0 +1,314 @@
+//! The code's structure, checked: no module of any crate imports, at any
+//! depth, from a module that imports it back; and in `libcudatrace.so`
+//! (`src/`), no layer uses a layer above it:
+//!
+//! lifecycle → hooks → record → stacks → spool → sys
+//!
+//! Imports are read from the source as text: every path through `crate::`,
+//! `super::` or a child module's name, in `use` trees and in code, each
+//! resolved to the deepest module it names. Test modules are left out.
+
+use std::collections::{BTreeMap, BTreeSet};
+use std::path::{Path, PathBuf};
+
+/// The layers of `src/`, lowest first.
+const LAYERS: &[&str] = &["sys", "spool", "stacks", "record", "hooks", "lifecycle"];
+
+/// The crates whose modules must not import each other in a circle.
+const CRATES: &[&str] = &[
+    "src",
+    "crates/cudatrace-events/src",
+    "crates/cudatrace-trace/src",
+    "tracer-cli/src",
+];
+
+struct Crate {
+    /// Module path (`a::b`, "" for the root) to its source, tests cut off.
+    modules: BTreeMap<String, String>,
+}
+
+fn module_path(root: &Path, file: &Path) -> String {
+    let relative = file.strip_prefix(root).unwrap().with_extension("");
+    let mut parts: Vec<String> = relative.iter().map(|p| p.to_string_lossy().into_owned()).collect();
+    if matches!(parts.last().map(String::as_str), Some("mod" | "lib" | "main")) {
+        parts.pop();
+    }
+    parts.join("::")
+}
+
+fn rust_files(dir: &Path, out: &mut Vec<PathBuf>) {
+    for entry in std::fs::read_dir(dir).unwrap() {
+        let path = entry.unwrap().path();
+        if path.is_dir() {
+            rust_files(&path, out);
+        } else if path.extension().is_some_and(|e| e == "rs") {
+            out.push(path);
+        }
+    }
+}
+
+/// The source without comments and without its `#[cfg(test)]` part.
+fn code_of(source: &str) -> String {
+    let source = source.split("#[cfg(test)]").next().unwrap_or_default();
+    source
+        .lines()
+        .map(|line| match line.find("//") {
+            Some(at) if !line[..at].contains('"') => &line[..at],
+            _ => line,
+        })
+        .collect::<Vec<_>>()
+        .join("\n")
+}
+
+fn read_crate(dir: &str) -> Crate {
+    let root = Path::new(env!("CARGO_MANIFEST_DIR")).join(dir);
+    let mut files = Vec::new();
+    rust_files(&root, &mut files);
+    let modules = files
+        .iter()
+        .map(|file| {
+            (
+                module_path(&root, file),
+                code_of(&std::fs::read_to_string(file).unwrap()),
+            )
+        })
+        .collect();
+    Crate { modules }
+}
+
+/// Expands a `use` tree (`a::{b, c::{d, e}}`) into its paths.
+fn expand_use_tree(tree: &str) -> Vec<String> {
+    let tree: String = tree.chars().filter(|c| !c.is_whitespace()).collect();
+    let Some(open) = tree.find('{') else {
+        return vec![tree];
+    };
+    let prefix = &tree[..open];
+    let inner = &tree[open + 1..tree.rfind('}').unwrap_or(tree.len())];
+    let (mut depth, mut start, mut items) = (0, 0, Vec::new());
+    for (i, c) in inner.char_indices() {
+        match c {
+            '{' => depth += 1,
+            '}' => depth -= 1,
+            ',' if depth == 0 => {
+                items.push(&inner[start..i]);
+                start = i + 1;
+            }
+            _ => {}
+        }
+    }
+    items.push(&inner[start..]);
+    items
+        .into_iter()
+        .filter(|item| !item.is_empty())
+        .flat_map(|item| expand_use_tree(item).into_iter().map(move |p| format!("{prefix}{p}")))
+        .collect()
+}
+
+fn is_ident_char(c: char) -> bool {
+    c.is_ascii_alphanumeric() || c == '_'
+}
+
+/// Every path the code mentions that starts at `crate`, `super`, `self` or
+/// a name followed by `::`.
+fn paths_in(code: &str) -> Vec<String> {
+    let mut paths = Vec::new();
+    let mut rest = code;
+    while let Some(at) = rest.find("use ") {
+        let before_ok = at == 0 || !is_ident_char(rest[..at].chars().last().unwrap());
+        let after = &rest[at + 4..];
+        let end = after.find(';').unwrap_or(after.len());
+        if before_ok {
+            paths.extend(expand_use_tree(&after[..end]));
+        }
+        rest = &after[end.min(after.len())..];
+    }
+    let chars: Vec<char> = code.chars().collect();
+    let mut i = 0;
+    while i < chars.len() {
+        if is_ident_char(chars[i]) && (i == 0 || !(is_ident_char(chars[i - 1]) || chars[i - 1] == ':')) {
+            let start = i;
+            let mut end = i;
+            loop {
+                while end < chars.len() && is_ident_char(chars[end]) {
+                    end += 1;
+                }
+                if end + 2 < chars.len() && chars[end] == ':' && chars[end + 1] == ':' && is_ident_char(chars[end + 2])
+                {
+                    end += 2;
+                } else {
+                    break;
+                }
+            }
+            let path: String = chars[start..end].iter().collect();
+            if path.contains("::") {
+                paths.push(path);
+            }
+            i = end.max(i + 1);
+        } else {
+            i += 1;
+        }
+    }
+    paths
+}
+
+/// The module each path names (the deepest one), seen from `module`.
+fn imports_of(krate: &Crate, module: &str) -> BTreeSet<String> {
+    let parent = |m: &str| m.rsplit_once("::").map_or(String::new(), |(p, _)| p.to_owned());
+    let join = |base: &str, rest: &str| {
+        if base.is_empty() {
+            rest.to_owned()
+        } else if rest.is_empty() {
+            base.to_owned()
+        } else {
+            format!("{base}::{rest}")
+        }
+    };
+    let mut found = BTreeSet::new();
+    for path in paths_in(&krate.modules[module]) {
+        let absolute = if let Some(rest) = path.strip_prefix("crate::") {
+            rest.to_owned()
+        } else if let Some(rest) = path.strip_prefix("super::") {
+            join(&parent(module), rest)
+        } else if let Some(rest) = path.strip_prefix("self::") {
+            join(module, rest)
+        } else {
+            let first = path.split("::").next().unwrap();
+            if !krate.modules.contains_key(&join(module, first)) {
+                continue;
+            }
+            join(module, &path)
+        };
+        let parts: Vec<&str> = absolute.split("::").collect();
+        let named = (0..=parts.len())
+            .rev()
+            .map(|n| parts[..n].join("::"))
+            .find(|candidate| krate.modules.contains_key(candidate));
+        if let Some(named) = named.filter(|named| named != module) {
+            found.insert(named);
+        }
+    }
+    found
+}
+
+/// Strongly connected groups of more than one module (Tarjan).
+fn circles(edges: &BTreeMap<String, BTreeSet<String>>) -> Vec<Vec<String>> {
+    struct State<'a> {
+        edges: &'a BTreeMap<String, BTreeSet<String>>,
+        index: BTreeMap<&'a str, usize>,
+        low: BTreeMap<&'a str, usize>,
+        stack: Vec<&'a str>,
+        on_stack: BTreeSet<&'a str>,
+        found: Vec<Vec<String>>,
+    }
+    fn visit<'a>(state: &mut State<'a>, v: &'a str) {
+        let n = state.index.len();
+        state.index.insert(v, n);
+        state.low.insert(v, n);
+        state.stack.push(v);
+        state.on_stack.insert(v);
+        for w in &state.edges[v] {
+            let w = w.as_str();
+            if !state.index.contains_key(w) {
+                visit(state, w);
+                let low = state.low[v].min(state.low[w]);
+                state.low.insert(v, low);
+            } else if state.on_stack.contains(w) {
+                let low = state.low[v].min(state.index[w]);
+                state.low.insert(v, low);
+            }
+        }
+        if state.low[v] == state.index[v] {
+            let mut group = Vec::new();
+            while let Some(w) = state.stack.pop() {
+                state.on_stack.remove(w);
+                group.push(w.to_owned());
+                if w == v {
+                    break;
+                }
+            }
+            if group.len() > 1 {
+                group.sort();
+                state.found.push(group);
+            }
+        }
+    }
+    let mut state = State {
+        edges,
+        index: BTreeMap::new(),
+        low: BTreeMap::new(),
+        stack: Vec::new(),
+        on_stack: BTreeSet::new(),
+        found: Vec::new(),
+    };
+    for v in edges.keys() {
+        if !state.index.contains_key(v.as_str()) {
+            visit(&mut state, v);
+        }
+    }
+    state.found
+}
+
+fn edges_of(krate: &Crate) -> BTreeMap<String, BTreeSet<String>> {
+    krate
+        .modules
+        .keys()
+        .map(|m| (m.clone(), imports_of(krate, m)))
+        .collect()
+}
+
+#[test]
+fn no_module_imports_a_module_that_imports_it_back() {
+    let mut found = Vec::new();
+    for dir in CRATES {
+        for group in circles(&edges_of(&read_crate(dir))) {
+            found.push(format!("{dir}: {}", group.join(" <-> ")));
+        }
+    }
+    assert_eq!(found, Vec::<String>::new(), "import circles");
+}
+
+#[test]
+fn no_layer_of_the_library_uses_a_layer_above_it() {
+    let krate = read_crate("src");
+    let rank = |module: &str| {
+        LAYERS
+            .iter()
+            .position(|layer| module.split("::").next() == Some(*layer))
+    };
+    let mut upward = Vec::new();
+    for (module, imports) in edges_of(&krate) {
+        if module.is_empty() {
+            continue;
+        }
+        let from = rank(&module).unwrap_or_else(|| panic!("module {module} is in no layer"));
+        for import in imports {
+            let to = rank(&import).unwrap_or(0);
+            if to > from {
+                upward.push(format!("{module} -> {import}"));
+            }
+        }
+    }
+    assert_eq!(upward, Vec::<String>::new(), "imports from a layer above");
+}
+
+#[test]
+fn the_checker_sees_use_trees_parents_and_circles() {
+    assert_eq!(
+        expand_use_tree("crate::a::{b, c::{d, e}}"),
+        vec!["crate::a::b", "crate::a::c::d", "crate::a::c::e"]
+    );
+    let krate = Crate {
+        modules: [
+            ("".to_owned(), String::new()),
+            ("a".to_owned(), "use crate::b::thing;".to_owned()),
+            ("b".to_owned(), "fn f() { crate::a::g(); }".to_owned()),
+            ("b::c".to_owned(), "use super::{x, y};".to_owned()),
+            ("d".to_owned(), "fn f() { c::h() }".to_owned()),
+        ]
+        .into_iter()
+        .collect(),
+    };
+    assert_eq!(imports_of(&krate, "b::c"), BTreeSet::from(["b".to_owned()]));
+    assert_eq!(imports_of(&krate, "d"), BTreeSet::new());
+    assert_eq!(circles(&edges_of(&krate)), vec![vec!["a".to_owned(), "b".to_owned()]]);
+}

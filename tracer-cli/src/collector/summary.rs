@@ -1,0 +1,29 @@
+//! What a collection wrote.
+
+use std::path::PathBuf;
+
+/// What a collection wrote.
+#[derive(Clone, Debug, Default)]
+pub struct Summary {
+    /// Process images in the trace.
+    pub processes: u64,
+    /// Events in the trace.
+    pub events: u64,
+    /// Events that happened but are not in the trace (gaps in sequence numbers).
+    pub lost_events: u64,
+    /// Of those, events the processes could not store.
+    pub dropped_events: u64,
+    /// Why the first of those could not be stored.
+    pub drop_errno: Option<i32>,
+    /// Spools refused.
+    pub refused: u64,
+    /// Spools that could not be read at all.
+    pub damaged_spools: u64,
+    /// Processes still running when the trace was finished.
+    pub still_running: u64,
+    /// Spools read to their end, undamaged, of processes that are gone:
+    /// every record they hold is in the trace.
+    pub collected: Vec<PathBuf>,
+    /// Bytes of the trace file.
+    pub bytes: u64,
+}

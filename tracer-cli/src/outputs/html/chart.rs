@@ -1,0 +1,71 @@
+//! A chart being filled as the trace replays: live bytes per series,
+//! sampled into time bins.
+
+use std::collections::HashMap;
+
+/// Call sites drawn as series of their own; the rest are one "other" series.
+pub(super) const SERIES: usize = 8;
+/// Time bins per chart.
+pub(super) const BINS: usize = 600;
+
+/// One bin: the state at its highest total, and its last state.
+#[derive(Clone)]
+pub(super) struct Bin {
+    top_total: u64,
+    top: Vec<u64>,
+    last: Vec<u64>,
+}
+
+/// A chart being filled: live bytes per series, sampled into time bins.
+pub(super) struct Chart {
+    pub(super) series_of: HashMap<u32, usize>,
+    pub(super) names: Vec<String>,
+    pub(super) current: Vec<u64>,
+    pub(super) bins: Vec<Option<Bin>>,
+    pub(super) t0: u64,
+    pub(super) span: u64,
+}
+
+impl Chart {
+    pub(super) fn record(&mut self, time_ns: u64) {
+        let offset = time_ns.saturating_sub(self.t0).min(self.span);
+        let bin = if self.span == 0 {
+            0
+        } else {
+            (offset as u128 * (BINS as u128 - 1) / self.span as u128) as usize
+        };
+        let total: u64 = self.current.iter().sum();
+        match &mut self.bins[bin] {
+            Some(b) => {
+                if total >= b.top_total {
+                    b.top_total = total;
+                    b.top.clone_from(&self.current);
+                }
+                b.last.clone_from(&self.current);
+            }
+            slot => {
+                *slot = Some(Bin {
+                    top_total: total,
+                    top: self.current.clone(),
+                    last: self.current.clone(),
+                })
+            }
+        }
+    }
+
+    /// Values per series per bin, carrying the last state over empty bins.
+    pub(super) fn columns(&self) -> Vec<Vec<u64>> {
+        let mut carried = vec![0; self.current.len()];
+        let mut out = Vec::with_capacity(BINS);
+        for bin in &self.bins {
+            match bin {
+                Some(b) => {
+                    out.push(b.top.clone());
+                    carried.clone_from(&b.last);
+                }
+                None => out.push(carried.clone()),
+            }
+        }
+        out
+    }
+}
