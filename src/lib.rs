@@ -1,37 +1,27 @@
 //! `libcudatrace.so`: loaded into a program with `LD_PRELOAD`, it records
 //! every CUDA memory allocation and free the program makes, through every
-//! door a call can take into the driver:
+//! door a call can take into the driver.
 //!
-//! - exported symbols ([`driver_hooks`], [`runtime_hooks`]), for programs
-//!   linked against `libcuda`/`libcudart`;
-//! - `dlsym` ([`dlsym_door`]), for programs that `dlopen` the driver;
-//! - `cuGetProcAddress` ([`proc_address`]), through which the runtime and
-//!   PyTorch obtain driver entry points.
+//! The library is built in layers; each uses only the layers below it:
+//!
+//! | layer | job |
+//! | --- | --- |
+//! | [`lifecycle`] | load, fork and exit handling for every layer below |
+//! | [`hooks`] | the doors (`dlsym`, `dlopen`, `cuGetProcAddress`) and the hooked entry points |
+//! | [`record`] | turning a hooked call into records: the live table, devices, captures, readings |
+//! | [`stacks`] | call stacks: unwinding, Python frames, the module map, the node table |
+//! | [`spool`] | the spool file a process's records go to, and the tree's collector |
+//! | [`sys`] | real CUDA functions, the FFI, the clock, threads, lazily mapped tables |
 //!
 //! The hooks do the minimum: one fixed-size record per event into a shared
-//! memory spool ([`spool_writer`]). Everything else (reading, accounting,
-//! reports) happens outside the traced process, in the `cudatrace` CLI.
+//! memory spool. Everything else (reading, accounting, reports) happens
+//! outside the traced process, in the `cudatrace` CLI.
 
-pub mod array_bytes;
-pub mod call_stack;
-pub mod context_hooks;
-pub mod cuda_ffi;
-pub mod device_probe;
-pub mod dlopen_door;
-pub mod dlsym_door;
-pub mod driver_hooks;
-mod hook_support;
-pub mod launch_hooks;
-pub mod live_table;
-pub mod module_map;
-pub mod native_unwind;
-pub mod proc_address;
-pub mod process_state;
-pub mod python_frames;
-pub mod recorder;
-pub mod runtime_hooks;
-pub mod spool_chunks;
-pub mod spool_writer;
-pub mod stack_table;
-pub mod symbols;
-pub mod tree_root;
+#![deny(unsafe_op_in_unsafe_fn)]
+
+pub mod hooks;
+pub mod lifecycle;
+pub mod record;
+pub mod spool;
+pub mod stacks;
+pub mod sys;

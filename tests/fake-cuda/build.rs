@@ -37,6 +37,9 @@ fn main() {
         "owner_inner.c",
         "owner_outer.c",
         "explain.c",
+        "call_count.c",
+        "graph_capture.c",
+        "device_switch.c",
     ] {
         println!("cargo:rerun-if-changed=c/{file}");
     }
@@ -141,6 +144,22 @@ fn main() {
             "-lcuda",
         ],
     );
+    for program in ["call_count", "graph_capture", "device_switch"] {
+        compile(
+            &compiler,
+            &[
+                &s(&c.join(format!("{program}.c"))),
+                "-o",
+                &s(&bin.join(program)),
+                &search,
+                &rpath,
+                "-lcudart",
+                "-lcuda",
+                "-ldl",
+                "-lpthread",
+            ],
+        );
+    }
     compile(
         &compiler,
         &[&s(&c.join("deny_syscall.c")), "-o", &s(&bin.join("deny_syscall"))],

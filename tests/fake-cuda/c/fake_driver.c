@@ -24,9 +24,24 @@
  *    that grows in granules and keeps freed memory;
  *  - graph memory nodes reserve their bytes in the device's graph pool;
  *  - cuCtxSetLimit of the heap costs the growth of the heap;
- *  - FAKE_CUDA_OTHERS_BYTES: used on each device by processes not traced.
+ *  - FAKE_CUDA_OTHERS_BYTES: used on each device by processes not traced;
+ *  - FAKE_CUDA_STREAM_BYTES, FAKE_CUDA_EVENT_BYTES: each stream or event created;
+ *  - FAKE_CUDA_GRAPH_EXEC_BYTES: each executable graph instantiated; its
+ *    first launch reserves the graph memory its captured stream-ordered
+ *    allocations need.
+ * Streams and pools belong to a device, and stream-ordered allocations are
+ * made on their stream's or pool's device, as on a real driver. Captures
+ * are modelled: a stream-ordered allocation into a capture is the graph's.
  * With FAKE_NVML_DIR set, each process writes its usage per device to
  * FAKE_NVML_DIR/<pid>.<device>, which the fake NVML reports.
+ *
+ * Driver calls cost time on a real driver, hundreds of nanoseconds each.
+ * The cost model makes that visible:
+ *  - FAKE_CUDA_CALL_NS: every entry point busy-waits this long;
+ *  - every call into an entry point is counted (calls an entry point makes
+ *    into another count once): fakeCudaCallCount() returns the count so
+ *    far, and with FAKE_CUDA_CALLS_OUT set each process appends
+ *    "<pid> <entry point> <calls>" lines to that file when it exits.
  */
 #define _GNU_SOURCE
 #include <dlfcn.h>
@@ -35,6 +50,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <stdio.h>
+#include <time.h>
 #include <unistd.h>
 
 typedef int CUresult;
@@ -74,6 +90,71 @@ enum { SYMBOL_FOUND = 0, SYMBOL_NOT_FOUND = 1, VERSION_NOT_SUFFICIENT = 2 };
 #define HIDDEN static __attribute__((used))
 #define EXPORT(name) __attribute__((visibility("default"), alias("impl_" #name)))
 
+
+/* ---- Cost model ------------------------------------------------------------ */
+
+#define MAX_ENTRY_POINTS 256
+static const char *entry_names[MAX_ENTRY_POINTS];
+static unsigned long long entry_calls[MAX_ENTRY_POINTS];
+static unsigned long long total_calls;
+static __thread int entry_depth;
+static long long call_ns = -1;
+
+static uint64_t monotonic_now(void) {
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (uint64_t)ts.tv_sec * 1000000000ull + (uint64_t)ts.tv_nsec;
+}
+
+/* Counts a call into entry point `name` (an outermost one) and spends the
+ * configured time in it. */
+static int enter_entry_point(const char *name) {
+    if (entry_depth++ > 0) return 0;
+    __atomic_fetch_add(&total_calls, 1, __ATOMIC_RELAXED);
+    for (int i = 0; i < MAX_ENTRY_POINTS; i++) {
+        const char *seen = __atomic_load_n(&entry_names[i], __ATOMIC_ACQUIRE);
+        if (!seen) {
+            const char *expected = NULL;
+            if (__atomic_compare_exchange_n(&entry_names[i], &expected, name, 0, __ATOMIC_ACQ_REL, __ATOMIC_ACQUIRE))
+                seen = name;
+            else
+                seen = expected;
+        }
+        if (seen == name) {
+            __atomic_fetch_add(&entry_calls[i], 1, __ATOMIC_RELAXED);
+            break;
+        }
+    }
+    long long ns = __atomic_load_n(&call_ns, __ATOMIC_RELAXED);
+    if (ns < 0) {
+        const char *text = getenv("FAKE_CUDA_CALL_NS");
+        ns = text ? atoll(text) : 0;
+        __atomic_store_n(&call_ns, ns, __ATOMIC_RELAXED);
+    }
+    if (ns > 0) {
+        uint64_t until = monotonic_now() + (uint64_t)ns;
+        while (monotonic_now() < until) {
+        }
+    }
+    return 0;
+}
+static void leave_entry_point(int *unused) { (void)unused; entry_depth--; }
+#define ENTRY_POINT() __attribute__((cleanup(leave_entry_point), unused)) int entry_guard_ = enter_entry_point(__func__)
+
+static void write_call_counts(void) {
+    const char *path = getenv("FAKE_CUDA_CALLS_OUT");
+    if (!path) return;
+    FILE *out = fopen(path, "a");
+    if (!out) return;
+    for (int i = 0; i < MAX_ENTRY_POINTS && entry_names[i]; i++)
+        fprintf(out, "%d %s %llu\n", (int)getpid(), entry_names[i] + 5 /* "impl_" */, entry_calls[i]);
+    fclose(out);
+}
+__attribute__((constructor)) static void count_calls_at_exit(void) { atexit(write_call_counts); }
+
+/* Calls into the driver's entry points so far, in this process. */
+HIDDEN unsigned long long impl_fakeCudaCallCount(void) { return __atomic_load_n(&total_calls, __ATOMIC_RELAXED); }
+
 /* ---- Device address space ------------------------------------------------ */
 
 typedef struct { uint64_t address, size; int device, live, next_free, pool; } Block;
@@ -106,9 +187,10 @@ static uint64_t env_bytes(const char *name) {
 }
 
 /* Everything this process holds on a device. Called with the lock held. */
+static uint64_t object_bytes[MAX_DEVICES];
 static uint64_t process_usage(int device) {
     return used_bytes[device] + context_bytes[device] + module_bytes[device] + limit_bytes[device] +
-           pool_reserved[device] + graph_reserved[device];
+           pool_reserved[device] + graph_reserved[device] + object_bytes[device];
 }
 
 /* Tells the fake NVML. Called with the lock held. */
@@ -248,22 +330,26 @@ static CUresult release(uint64_t address) {
 
 /* ---- Context ------------------------------------------------------------ */
 
-HIDDEN CUresult impl_cuInit(unsigned flags) { (void)flags; return CUDA_SUCCESS; }
-HIDDEN CUresult impl_cuDeviceGetCount(int *count) { *count = device_count(); return CUDA_SUCCESS; }
+HIDDEN CUresult impl_cuInit(unsigned flags) { ENTRY_POINT(); (void)flags; return CUDA_SUCCESS; }
+HIDDEN CUresult impl_cuDeviceGetCount(int *count) { ENTRY_POINT(); *count = device_count(); return CUDA_SUCCESS; }
+/* Set by fakeCudaDropContext: the context is gone, as after the runtime's
+ * own exit handler tore it down. */
+static int context_dropped;
 /* FAKE_CUDA_NO_CONTEXT: no context is current, so the device of an allocation cannot be asked. */
-HIDDEN CUresult impl_cuCtxGetDevice(CUdevice *device) {
-    if (getenv("FAKE_CUDA_NO_CONTEXT")) return 201; /* CUDA_ERROR_INVALID_CONTEXT */
+HIDDEN CUresult impl_cuCtxGetDevice(CUdevice *device) { ENTRY_POINT();
+    if (getenv("FAKE_CUDA_NO_CONTEXT") || context_dropped) return 201; /* CUDA_ERROR_INVALID_CONTEXT */
     *device = current_device;
     return CUDA_SUCCESS;
 }
 /* Contexts are the device ordinal plus one. */
-HIDDEN CUresult impl_cuCtxSetCurrent(CUcontext ctx) {
+HIDDEN CUresult impl_cuCtxSetCurrent(CUcontext ctx) { ENTRY_POINT();
     intptr_t device = (intptr_t)ctx - 1;
     if (device < 0 || device >= device_count()) return CUDA_ERROR_INVALID_VALUE;
     current_device = (int)device;
     return CUDA_SUCCESS;
 }
-HIDDEN CUresult impl_cuMemGetInfo_v2(size_t *free_bytes, size_t *total) {
+HIDDEN CUresult impl_cuMemGetInfo_v2(size_t *free_bytes, size_t *total) { ENTRY_POINT();
+    if (context_dropped) return 201;
     pthread_mutex_lock(&lock);
     *total = capacity();
     uint64_t taken = process_usage(current_device) + env_bytes("FAKE_CUDA_OTHERS_BYTES");
@@ -271,7 +357,7 @@ HIDDEN CUresult impl_cuMemGetInfo_v2(size_t *free_bytes, size_t *total) {
     pthread_mutex_unlock(&lock);
     return CUDA_SUCCESS;
 }
-HIDDEN CUresult impl_cuMemGetInfo(unsigned *free_bytes, unsigned *total) {
+HIDDEN CUresult impl_cuMemGetInfo(unsigned *free_bytes, unsigned *total) { ENTRY_POINT();
     size_t f, t;
     impl_cuMemGetInfo_v2(&f, &t);
     *free_bytes = (unsigned)f;
@@ -281,19 +367,19 @@ HIDDEN CUresult impl_cuMemGetInfo(unsigned *free_bytes, unsigned *total) {
 
 /* ---- Device memory ------------------------------------------------------ */
 
-HIDDEN CUresult impl_cuMemAlloc_v2(CUdeviceptr *dptr, size_t size) {
+HIDDEN CUresult impl_cuMemAlloc_v2(CUdeviceptr *dptr, size_t size) { ENTRY_POINT();
     uint64_t address;
     CUresult result = allocate(size, current_device, 0, &address);
     if (result == CUDA_SUCCESS) *dptr = address;
     return result;
 }
-HIDDEN CUresult impl_cuMemAlloc(CUdeviceptr_v1 *dptr, unsigned size) {
+HIDDEN CUresult impl_cuMemAlloc(CUdeviceptr_v1 *dptr, unsigned size) { ENTRY_POINT();
     uint64_t address;
     CUresult result = allocate(size, current_device, 1, &address);
     if (result == CUDA_SUCCESS) *dptr = (CUdeviceptr_v1)address;
     return result;
 }
-HIDDEN CUresult impl_cuMemAllocPitch_v2(CUdeviceptr *dptr, size_t *pitch, size_t width, size_t height, unsigned element) {
+HIDDEN CUresult impl_cuMemAllocPitch_v2(CUdeviceptr *dptr, size_t *pitch, size_t width, size_t height, unsigned element) { ENTRY_POINT();
     (void)element;
     size_t rounded = (width + 511) & ~(size_t)511;
     uint64_t address;
@@ -301,7 +387,7 @@ HIDDEN CUresult impl_cuMemAllocPitch_v2(CUdeviceptr *dptr, size_t *pitch, size_t
     if (result == CUDA_SUCCESS) { *dptr = address; *pitch = rounded; }
     return result;
 }
-HIDDEN CUresult impl_cuMemAllocPitch(CUdeviceptr_v1 *dptr, unsigned *pitch, unsigned width, unsigned height, unsigned element) {
+HIDDEN CUresult impl_cuMemAllocPitch(CUdeviceptr_v1 *dptr, unsigned *pitch, unsigned width, unsigned height, unsigned element) { ENTRY_POINT();
     (void)element;
     unsigned rounded = (width + 511) & ~511u;
     uint64_t address;
@@ -309,15 +395,26 @@ HIDDEN CUresult impl_cuMemAllocPitch(CUdeviceptr_v1 *dptr, unsigned *pitch, unsi
     if (result == CUDA_SUCCESS) { *dptr = (CUdeviceptr_v1)address; *pitch = rounded; }
     return result;
 }
-HIDDEN CUresult impl_cuMemAllocManaged(CUdeviceptr *dptr, size_t size, unsigned flags) {
+HIDDEN CUresult impl_cuMemAllocManaged(CUdeviceptr *dptr, size_t size, unsigned flags) { ENTRY_POINT();
     (void)flags;
     return impl_cuMemAlloc_v2(dptr, size);
 }
 /* With FAKE_CUDA_POOL_GRANULE set, a stream-ordered allocation is carved from
  * the device's pool, which grows in granules and never shrinks. */
-HIDDEN CUresult impl_cuMemAllocAsync(CUdeviceptr *dptr, size_t size, CUstream stream) {
-    (void)stream;
+static int device_of_stream(CUstream stream);
+static int capturing(CUstream stream);
+static uint64_t capture_graph_allocation(CUstream stream, size_t size);
+static int device_of_pool(CUmemoryPool pool);
+
+static CUresult allocate_on(CUdeviceptr *dptr, size_t size, int device, CUstream stream) {
+    if (capturing(stream)) {
+        *dptr = capture_graph_allocation(stream, size);
+        return CUDA_SUCCESS;
+    }
+    int saved = current_device;
+    current_device = device;
     CUresult result = impl_cuMemAlloc_v2(dptr, size);
+    current_device = saved;
     uint64_t granule = env_bytes("FAKE_CUDA_POOL_GRANULE");
     if (result != CUDA_SUCCESS || !granule) return result;
     pthread_mutex_lock(&lock);
@@ -331,20 +428,28 @@ HIDDEN CUresult impl_cuMemAllocAsync(CUdeviceptr *dptr, size_t size, CUstream st
     pthread_mutex_unlock(&lock);
     return result;
 }
-HIDDEN CUresult impl_cuMemAllocAsync_ptsz(CUdeviceptr *dptr, size_t size, CUstream stream) {
+HIDDEN CUresult impl_cuMemAllocAsync(CUdeviceptr *dptr, size_t size, CUstream stream) { ENTRY_POINT();
+    return allocate_on(dptr, size, device_of_stream(stream), stream);
+}
+HIDDEN CUresult impl_cuMemAllocAsync_ptsz(CUdeviceptr *dptr, size_t size, CUstream stream) { ENTRY_POINT();
     return impl_cuMemAllocAsync(dptr, size, stream);
 }
-HIDDEN CUresult impl_cuMemAllocFromPoolAsync(CUdeviceptr *dptr, size_t size, CUmemoryPool pool, CUstream stream) {
-    (void)pool;
-    return impl_cuMemAllocAsync(dptr, size, stream);
+HIDDEN CUresult impl_cuMemAllocFromPoolAsync(CUdeviceptr *dptr, size_t size, CUmemoryPool pool, CUstream stream) { ENTRY_POINT();
+    int device = device_of_pool(pool);
+    return allocate_on(dptr, size, device >= 0 ? device : device_of_stream(stream), stream);
 }
-HIDDEN CUresult impl_cuMemAllocFromPoolAsync_ptsz(CUdeviceptr *dptr, size_t size, CUmemoryPool pool, CUstream stream) {
+HIDDEN CUresult impl_cuMemAllocFromPoolAsync_ptsz(CUdeviceptr *dptr, size_t size, CUmemoryPool pool, CUstream stream) { ENTRY_POINT();
     return impl_cuMemAllocFromPoolAsync(dptr, size, pool, stream);
 }
-HIDDEN CUresult impl_cuMemFree_v2(CUdeviceptr dptr) { return release(dptr); }
-HIDDEN CUresult impl_cuMemFree(CUdeviceptr_v1 dptr) { return release(dptr); }
-HIDDEN CUresult impl_cuMemFreeAsync(CUdeviceptr dptr, CUstream stream) { (void)stream; return release(dptr); }
-HIDDEN CUresult impl_cuMemFreeAsync_ptsz(CUdeviceptr dptr, CUstream stream) { return impl_cuMemFreeAsync(dptr, stream); }
+HIDDEN CUresult impl_cuMemFree_v2(CUdeviceptr dptr) { ENTRY_POINT(); return release(dptr); }
+HIDDEN CUresult impl_cuMemFree(CUdeviceptr_v1 dptr) { ENTRY_POINT(); return release(dptr); }
+static int is_graph_address(uint64_t address);
+HIDDEN CUresult impl_cuMemFreeAsync(CUdeviceptr dptr, CUstream stream) { ENTRY_POINT();
+    /* Into a capture, or of a graph's allocation: the graph's business. */
+    if (capturing(stream) || is_graph_address(dptr)) return CUDA_SUCCESS;
+    return release(dptr);
+}
+HIDDEN CUresult impl_cuMemFreeAsync_ptsz(CUdeviceptr dptr, CUstream stream) { ENTRY_POINT(); return impl_cuMemFreeAsync(dptr, stream); }
 
 /* ---- Virtual memory management ------------------------------------------ */
 
@@ -354,7 +459,7 @@ static int physical_count;
 static uint64_t next_reservation = 0x600000000000ull;
 
 /* Handles are opaque numbers; index + 1, shifted so they look like no address. */
-HIDDEN CUresult impl_cuMemCreate(CUmemGenericAllocationHandle *handle, size_t size, const CUmemAllocationProp *prop, unsigned long long flags) {
+HIDDEN CUresult impl_cuMemCreate(CUmemGenericAllocationHandle *handle, size_t size, const CUmemAllocationProp *prop, unsigned long long flags) { ENTRY_POINT();
     (void)flags;
     int device = prop->location.id;
     if (prop->location.type != 1 || device < 0 || device >= device_count()) return CUDA_ERROR_INVALID_VALUE;
@@ -376,7 +481,7 @@ static Physical *physical_of(CUmemGenericAllocationHandle handle) {
 static void drop_if_unused(Physical *p) {
     if (p->released && p->mappings == 0) { p->live = 0; used_bytes[p->device] -= p->size; }
 }
-HIDDEN CUresult impl_cuMemRelease(CUmemGenericAllocationHandle handle) {
+HIDDEN CUresult impl_cuMemRelease(CUmemGenericAllocationHandle handle) { ENTRY_POINT();
     pthread_mutex_lock(&lock);
     Physical *p = physical_of(handle);
     if (!p || p->released) { pthread_mutex_unlock(&lock); return CUDA_ERROR_INVALID_VALUE; }
@@ -388,7 +493,7 @@ HIDDEN CUresult impl_cuMemRelease(CUmemGenericAllocationHandle handle) {
 typedef struct { uint64_t address, size; CUmemGenericAllocationHandle handle; } Mapping;
 static Mapping mappings[4096];
 static int mapping_count;
-HIDDEN CUresult impl_cuMemAddressReserve(CUdeviceptr *ptr, size_t size, size_t alignment, CUdeviceptr addr, unsigned long long flags) {
+HIDDEN CUresult impl_cuMemAddressReserve(CUdeviceptr *ptr, size_t size, size_t alignment, CUdeviceptr addr, unsigned long long flags) { ENTRY_POINT();
     (void)alignment; (void)addr; (void)flags;
     pthread_mutex_lock(&lock);
     *ptr = next_reservation;
@@ -396,8 +501,8 @@ HIDDEN CUresult impl_cuMemAddressReserve(CUdeviceptr *ptr, size_t size, size_t a
     pthread_mutex_unlock(&lock);
     return CUDA_SUCCESS;
 }
-HIDDEN CUresult impl_cuMemAddressFree(CUdeviceptr ptr, size_t size) { (void)ptr; (void)size; return CUDA_SUCCESS; }
-HIDDEN CUresult impl_cuMemMap(CUdeviceptr ptr, size_t size, size_t offset, CUmemGenericAllocationHandle handle, unsigned long long flags) {
+HIDDEN CUresult impl_cuMemAddressFree(CUdeviceptr ptr, size_t size) { ENTRY_POINT(); (void)ptr; (void)size; return CUDA_SUCCESS; }
+HIDDEN CUresult impl_cuMemMap(CUdeviceptr ptr, size_t size, size_t offset, CUmemGenericAllocationHandle handle, unsigned long long flags) { ENTRY_POINT();
     (void)offset; (void)flags;
     pthread_mutex_lock(&lock);
     Physical *p = physical_of(handle);
@@ -407,7 +512,7 @@ HIDDEN CUresult impl_cuMemMap(CUdeviceptr ptr, size_t size, size_t offset, CUmem
     pthread_mutex_unlock(&lock);
     return CUDA_SUCCESS;
 }
-HIDDEN CUresult impl_cuMemUnmap(CUdeviceptr ptr, size_t size) {
+HIDDEN CUresult impl_cuMemUnmap(CUdeviceptr ptr, size_t size) { ENTRY_POINT();
     pthread_mutex_lock(&lock);
     int removed = 0;
     for (int i = 0; i < mapping_count;) {
@@ -447,57 +552,57 @@ static int host_forget(void *p) {
     pthread_mutex_unlock(&lock);
     return 0;
 }
-HIDDEN CUresult impl_cuMemHostAlloc(void **pp, size_t size, unsigned flags) {
+HIDDEN CUresult impl_cuMemHostAlloc(void **pp, size_t size, unsigned flags) { ENTRY_POINT();
     (void)flags;
     if (size > capacity()) return CUDA_ERROR_OUT_OF_MEMORY;
     *pp = malloc(size);
     return host_remember(*pp);
 }
-HIDDEN CUresult impl_cuMemAllocHost_v2(void **pp, size_t size) { return impl_cuMemHostAlloc(pp, size, 0); }
-HIDDEN CUresult impl_cuMemAllocHost(void **pp, unsigned size) { return impl_cuMemHostAlloc(pp, size, 0); }
-HIDDEN CUresult impl_cuMemFreeHost(void *p) {
+HIDDEN CUresult impl_cuMemAllocHost_v2(void **pp, size_t size) { ENTRY_POINT(); return impl_cuMemHostAlloc(pp, size, 0); }
+HIDDEN CUresult impl_cuMemAllocHost(void **pp, unsigned size) { ENTRY_POINT(); return impl_cuMemHostAlloc(pp, size, 0); }
+HIDDEN CUresult impl_cuMemFreeHost(void *p) { ENTRY_POINT();
     if (!host_forget(p)) return CUDA_ERROR_INVALID_VALUE;
     free(p);
     return CUDA_SUCCESS;
 }
-HIDDEN CUresult impl_cuMemHostRegister_v2(void *p, size_t size, unsigned flags) { (void)size; (void)flags; return host_remember(p); }
-HIDDEN CUresult impl_cuMemHostRegister(void *p, size_t size, unsigned flags) { return impl_cuMemHostRegister_v2(p, size, flags); }
-HIDDEN CUresult impl_cuMemHostUnregister(void *p) { return host_forget(p) ? CUDA_SUCCESS : CUDA_ERROR_INVALID_VALUE; }
+HIDDEN CUresult impl_cuMemHostRegister_v2(void *p, size_t size, unsigned flags) { ENTRY_POINT(); (void)size; (void)flags; return host_remember(p); }
+HIDDEN CUresult impl_cuMemHostRegister(void *p, size_t size, unsigned flags) { ENTRY_POINT(); return impl_cuMemHostRegister_v2(p, size, flags); }
+HIDDEN CUresult impl_cuMemHostUnregister(void *p) { ENTRY_POINT(); return host_forget(p) ? CUDA_SUCCESS : CUDA_ERROR_INVALID_VALUE; }
 
 /* ---- Arrays -------------------------------------------------------------- */
 
-HIDDEN CUresult impl_cuArrayCreate_v2(CUarray *handle, const CUDA_ARRAY_DESCRIPTOR *desc) {
+HIDDEN CUresult impl_cuArrayCreate_v2(CUarray *handle, const CUDA_ARRAY_DESCRIPTOR *desc) { ENTRY_POINT();
     if (desc->Width == 0) return CUDA_ERROR_INVALID_VALUE;
     *handle = malloc(16);
     return CUDA_SUCCESS;
 }
-HIDDEN CUresult impl_cuArrayCreate(CUarray *handle, const CUDA_ARRAY_DESCRIPTOR_v1 *desc) {
+HIDDEN CUresult impl_cuArrayCreate(CUarray *handle, const CUDA_ARRAY_DESCRIPTOR_v1 *desc) { ENTRY_POINT();
     if (desc->Width == 0) return CUDA_ERROR_INVALID_VALUE;
     *handle = malloc(16);
     return CUDA_SUCCESS;
 }
-HIDDEN CUresult impl_cuArray3DCreate_v2(CUarray *handle, const CUDA_ARRAY3D_DESCRIPTOR *desc) {
+HIDDEN CUresult impl_cuArray3DCreate_v2(CUarray *handle, const CUDA_ARRAY3D_DESCRIPTOR *desc) { ENTRY_POINT();
     if (desc->Width == 0) return CUDA_ERROR_INVALID_VALUE;
     *handle = malloc(16);
     return CUDA_SUCCESS;
 }
-HIDDEN CUresult impl_cuArray3DCreate(CUarray *handle, const CUDA_ARRAY3D_DESCRIPTOR_v1 *desc) {
+HIDDEN CUresult impl_cuArray3DCreate(CUarray *handle, const CUDA_ARRAY3D_DESCRIPTOR_v1 *desc) { ENTRY_POINT();
     if (desc->Width == 0) return CUDA_ERROR_INVALID_VALUE;
     *handle = malloc(16);
     return CUDA_SUCCESS;
 }
-HIDDEN CUresult impl_cuMipmappedArrayCreate(CUmipmappedArray *handle, const CUDA_ARRAY3D_DESCRIPTOR *desc, unsigned levels) {
+HIDDEN CUresult impl_cuMipmappedArrayCreate(CUmipmappedArray *handle, const CUDA_ARRAY3D_DESCRIPTOR *desc, unsigned levels) { ENTRY_POINT();
     if (desc->Width == 0 || levels == 0) return CUDA_ERROR_INVALID_VALUE;
     *handle = malloc(16);
     return CUDA_SUCCESS;
 }
-HIDDEN CUresult impl_cuArrayDestroy(CUarray array) { free(array); return CUDA_SUCCESS; }
-HIDDEN CUresult impl_cuMipmappedArrayDestroy(CUmipmappedArray array) { free(array); return CUDA_SUCCESS; }
+HIDDEN CUresult impl_cuArrayDestroy(CUarray array) { ENTRY_POINT(); free(array); return CUDA_SUCCESS; }
+HIDDEN CUresult impl_cuMipmappedArrayDestroy(CUmipmappedArray array) { ENTRY_POINT(); free(array); return CUDA_SUCCESS; }
 
 /* ---- IPC ----------------------------------------------------------------- */
 
 /* An imported pointer is whatever address the exporter wrote into the handle. */
-HIDDEN CUresult impl_cuIpcOpenMemHandle_v2(CUdeviceptr *dptr, CUipcMemHandle handle, unsigned flags) {
+HIDDEN CUresult impl_cuIpcOpenMemHandle_v2(CUdeviceptr *dptr, CUipcMemHandle handle, unsigned flags) { ENTRY_POINT();
     (void)flags;
     uint64_t address;
     memcpy(&address, handle.reserved, sizeof address);
@@ -505,10 +610,10 @@ HIDDEN CUresult impl_cuIpcOpenMemHandle_v2(CUdeviceptr *dptr, CUipcMemHandle han
     *dptr = address + 0x100000000000ull;
     return CUDA_SUCCESS;
 }
-HIDDEN CUresult impl_cuIpcOpenMemHandle(CUdeviceptr *dptr, CUipcMemHandle handle, unsigned flags) {
+HIDDEN CUresult impl_cuIpcOpenMemHandle(CUdeviceptr *dptr, CUipcMemHandle handle, unsigned flags) { ENTRY_POINT();
     return impl_cuIpcOpenMemHandle_v2(dptr, handle, flags);
 }
-HIDDEN CUresult impl_cuIpcCloseMemHandle(CUdeviceptr dptr) { return dptr ? CUDA_SUCCESS : CUDA_ERROR_INVALID_VALUE; }
+HIDDEN CUresult impl_cuIpcCloseMemHandle(CUdeviceptr dptr) { ENTRY_POINT(); return dptr ? CUDA_SUCCESS : CUDA_ERROR_INVALID_VALUE; }
 
 /* ---- Contexts, modules, launches, pools, graphs, devices ---------------------- */
 
@@ -540,7 +645,7 @@ static uintptr_t next_module = 0x51000;
 static uintptr_t launched[4096][2];
 static int launched_count;
 
-HIDDEN CUresult impl_cuDevicePrimaryCtxRetain(CUcontext *ctx, CUdevice device) {
+HIDDEN CUresult impl_cuDevicePrimaryCtxRetain(CUcontext *ctx, CUdevice device) { ENTRY_POINT();
     if (device < 0 || device >= device_count()) return CUDA_ERROR_INVALID_VALUE;
     pthread_mutex_lock(&lock);
     ensure_context(device);
@@ -548,13 +653,13 @@ HIDDEN CUresult impl_cuDevicePrimaryCtxRetain(CUcontext *ctx, CUdevice device) {
     *ctx = (CUcontext)(intptr_t)(device + 1);
     return CUDA_SUCCESS;
 }
-HIDDEN CUresult impl_cuCtxCreate_v2(CUcontext *ctx, unsigned flags, CUdevice device) {
+HIDDEN CUresult impl_cuCtxCreate_v2(CUcontext *ctx, unsigned flags, CUdevice device) { ENTRY_POINT();
     (void)flags;
     CUresult result = impl_cuDevicePrimaryCtxRetain(ctx, device);
     if (result == CUDA_SUCCESS) current_device = device;
     return result;
 }
-HIDDEN CUresult impl_cuCtxPushCurrent_v2(CUcontext ctx) { return impl_cuCtxSetCurrent(ctx); }
+HIDDEN CUresult impl_cuCtxPushCurrent_v2(CUcontext ctx) { ENTRY_POINT(); return impl_cuCtxSetCurrent(ctx); }
 
 static size_t *limit_slot(int limit) {
     if (limit < 0 || limit > 2) return NULL;
@@ -566,7 +671,7 @@ static size_t *limit_slot(int limit) {
     }
     return &limits[current_device][limit];
 }
-HIDDEN CUresult impl_cuCtxGetLimit(size_t *value, int limit) {
+HIDDEN CUresult impl_cuCtxGetLimit(size_t *value, int limit) { ENTRY_POINT();
     pthread_mutex_lock(&lock);
     size_t *slot = limit_slot(limit);
     if (slot) *value = *slot;
@@ -574,7 +679,7 @@ HIDDEN CUresult impl_cuCtxGetLimit(size_t *value, int limit) {
     return slot ? CUDA_SUCCESS : CUDA_ERROR_INVALID_VALUE;
 }
 /* A bigger device heap costs its growth. */
-HIDDEN CUresult impl_cuCtxSetLimit(int limit, size_t value) {
+HIDDEN CUresult impl_cuCtxSetLimit(int limit, size_t value) { ENTRY_POINT();
     pthread_mutex_lock(&lock);
     size_t *slot = limit_slot(limit);
     if (slot) {
@@ -595,14 +700,14 @@ static CUresult load(void **handle) {
     pthread_mutex_unlock(&lock);
     return CUDA_SUCCESS;
 }
-HIDDEN CUresult impl_cuModuleLoadData(CUmodule *module, const void *image) { (void)image; return load(module); }
+HIDDEN CUresult impl_cuModuleLoadData(CUmodule *module, const void *image) { ENTRY_POINT(); (void)image; return load(module); }
 HIDDEN CUresult impl_cuLibraryLoadData(CUlibrary *library, const void *code, void *jit_options, void **jit_values,
                                        unsigned jit_count, void *library_options, void **library_values,
-                                       unsigned library_count) {
+                                       unsigned library_count) { ENTRY_POINT();
     return load(library);
 }
 /* Functions are the module handle plus a small hash of the name. */
-HIDDEN CUresult impl_cuModuleGetFunction(CUfunction *function, CUmodule module, const char *name) {
+HIDDEN CUresult impl_cuModuleGetFunction(CUfunction *function, CUmodule module, const char *name) { ENTRY_POINT();
     uintptr_t hash = 0;
     for (const char *c = name; *c; c++) hash = hash * 31 + (unsigned char)*c;
     *function = (CUfunction)((uintptr_t)module + 1 + hash % 0xf0);
@@ -626,33 +731,33 @@ static CUresult launch(CUfunction f) {
     pthread_mutex_unlock(&lock);
     return CUDA_SUCCESS;
 }
-HIDDEN CUresult impl_cuFuncGetAttribute(int *value, int attribute, CUfunction f) {
+HIDDEN CUresult impl_cuFuncGetAttribute(int *value, int attribute, CUfunction f) { ENTRY_POINT();
     CUresult result = launch(f);
     if (result == CUDA_SUCCESS) *value = attribute == 0 ? 1024 : 0;
     return result;
 }
 HIDDEN CUresult impl_cuLaunchKernel(CUfunction f, unsigned gx, unsigned gy, unsigned gz, unsigned bx, unsigned by,
-                                    unsigned bz, unsigned shared, CUstream stream, void **params, void **extra) {
+                                    unsigned bz, unsigned shared, CUstream stream, void **params, void **extra) { ENTRY_POINT();
     return launch(f);
 }
 HIDDEN CUresult impl_cuLaunchKernel_ptsz(CUfunction f, unsigned gx, unsigned gy, unsigned gz, unsigned bx,
                                          unsigned by, unsigned bz, unsigned shared, CUstream stream, void **params,
-                                         void **extra) {
+                                         void **extra) { ENTRY_POINT();
     return launch(f);
 }
-HIDDEN CUresult impl_cuLaunchKernelEx(const void *config, CUfunction f, void **params, void **extra) { return launch(f); }
+HIDDEN CUresult impl_cuLaunchKernelEx(const void *config, CUfunction f, void **params, void **extra) { ENTRY_POINT(); return launch(f); }
 HIDDEN CUresult impl_cuLaunchCooperativeKernel(CUfunction f, unsigned gx, unsigned gy, unsigned gz, unsigned bx,
                                                unsigned by, unsigned bz, unsigned shared, CUstream stream,
-                                               void **params) {
+                                               void **params) { ENTRY_POINT();
     return launch(f);
 }
 
 /* One pool per device, 0x9000 + ordinal; other handles are device 0's. */
-HIDDEN CUresult impl_cuDeviceGetMemPool(CUmemoryPool *pool, CUdevice device) {
+HIDDEN CUresult impl_cuDeviceGetMemPool(CUmemoryPool *pool, CUdevice device) { ENTRY_POINT();
     *pool = (CUmemoryPool)(uintptr_t)(0x9000 + device);
     return CUDA_SUCCESS;
 }
-HIDDEN CUresult impl_cuMemPoolGetAttribute(CUmemoryPool pool, int attribute, void *value) {
+HIDDEN CUresult impl_cuMemPoolGetAttribute(CUmemoryPool pool, int attribute, void *value) { ENTRY_POINT();
     uintptr_t device = (uintptr_t)pool - 0x9000;
     if (device >= MAX_DEVICES) device = 0;
     pthread_mutex_lock(&lock);
@@ -661,7 +766,8 @@ HIDDEN CUresult impl_cuMemPoolGetAttribute(CUmemoryPool pool, int attribute, voi
     *(uint64_t *)value = result;
     return attribute == 5 || attribute == 7 ? CUDA_SUCCESS : CUDA_ERROR_INVALID_VALUE;
 }
-HIDDEN CUresult impl_cuDeviceGetGraphMemAttribute(CUdevice device, int attribute, void *value) {
+HIDDEN CUresult impl_cuDeviceGetGraphMemAttribute(CUdevice device, int attribute, void *value) { ENTRY_POINT();
+    if (context_dropped) return 201;
     if (device < 0 || device >= device_count()) return CUDA_ERROR_INVALID_VALUE;
     pthread_mutex_lock(&lock);
     uint64_t result = attribute == 2 ? graph_reserved[device] : attribute == 0 ? graph_used[device] : 0;
@@ -671,7 +777,7 @@ HIDDEN CUresult impl_cuDeviceGetGraphMemAttribute(CUdevice device, int attribute
 }
 static uint64_t next_graph_address = 0x700000000000ull;
 HIDDEN CUresult impl_cuGraphAddMemAllocNode(CUgraphNode *node, CUgraph graph, const CUgraphNode *deps, size_t count,
-                                            CUDA_MEM_ALLOC_NODE_PARAMS *params) {
+                                            CUDA_MEM_ALLOC_NODE_PARAMS *params) { ENTRY_POINT();
     if (!params || !params->bytesize) return CUDA_ERROR_INVALID_VALUE;
     pthread_mutex_lock(&lock);
     int device = params->poolProps.location.id;
@@ -687,26 +793,188 @@ HIDDEN CUresult impl_cuGraphAddMemAllocNode(CUgraphNode *node, CUgraph graph, co
     return CUDA_SUCCESS;
 }
 HIDDEN CUresult impl_cuGraphAddMemFreeNode(CUgraphNode *node, CUgraph graph, const CUgraphNode *deps, size_t count,
-                                           CUdeviceptr dptr) {
+                                           CUdeviceptr dptr) { ENTRY_POINT();
     *node = (CUgraphNode)(uintptr_t)(dptr + 1);
     return CUDA_SUCCESS;
 }
-HIDDEN CUresult impl_cuDeviceGetUuid_v2(CUuuid *uuid, CUdevice device) {
+HIDDEN CUresult impl_cuDeviceGetUuid_v2(CUuuid *uuid, CUdevice device) { ENTRY_POINT();
     if (device < 0 || device >= device_count()) return CUDA_ERROR_INVALID_VALUE;
     for (int i = 0; i < 16; i++) uuid->bytes[i] = (unsigned char)(0xf0 + i);
     uuid->bytes[15] = (unsigned char)device;
     return CUDA_SUCCESS;
 }
-HIDDEN CUresult impl_cuDeviceGetName(char *name, int length, CUdevice device) {
+HIDDEN CUresult impl_cuDeviceGetName(char *name, int length, CUdevice device) { ENTRY_POINT();
     if (device < 0 || device >= device_count() || length < 1) return CUDA_ERROR_INVALID_VALUE;
     snprintf(name, (size_t)length, "Fake GPU %d", device);
     return CUDA_SUCCESS;
 }
-HIDDEN CUresult impl_cuDeviceTotalMem_v2(size_t *bytes, CUdevice device) {
+HIDDEN CUresult impl_cuDeviceTotalMem_v2(size_t *bytes, CUdevice device) { ENTRY_POINT();
     if (device < 0 || device >= device_count()) return CUDA_ERROR_INVALID_VALUE;
     *bytes = capacity();
     return CUDA_SUCCESS;
 }
+
+
+/* ---- Streams, events, pools, captures and executable graphs ------------------ */
+
+typedef void *CUevent;
+typedef void *CUgraphExec;
+#define MAX_OBJECTS 65536
+/* Streams are 0x50000000 + 16 * n, events 0x60000000 + 16 * n; pools 0x9100 + n. */
+static int stream_devices[MAX_OBJECTS];
+static int stream_count;
+static int event_count;
+static int pool_devices[256];
+static int pool_count;
+/* Streams being captured, with the graph memory their allocations take. */
+typedef struct { CUstream stream; uint64_t graph_bytes; int device; } Capture;
+static Capture captures[64];
+static uint64_t graph_bytes_of[MAX_OBJECTS];
+static int graph_count;
+typedef struct { uint64_t graph_bytes; int device, launched, live; } Exec;
+static Exec execs[MAX_OBJECTS];
+static int exec_count;
+
+static int stream_index(CUstream stream) {
+    uintptr_t s = (uintptr_t)stream;
+    if (s < 0x50000000u || s >= 0x50000000u + 16u * MAX_OBJECTS || s % 16) return -1;
+    int index = (int)((s - 0x50000000u) / 16);
+    return index < stream_count ? index : -1;
+}
+static int device_of_stream(CUstream stream) {
+    int index = stream_index(stream);
+    return index >= 0 ? stream_devices[index] : current_device;
+}
+static int device_of_pool(CUmemoryPool pool) {
+    uintptr_t p = (uintptr_t)pool;
+    return p >= 0x9100 && p < 0x9100u + (uintptr_t)pool_count ? pool_devices[p - 0x9100] : -1;
+}
+static Capture *capture_of(CUstream stream) {
+    for (int i = 0; i < 64; i++)
+        if (captures[i].stream && captures[i].stream == stream) return &captures[i];
+    return NULL;
+}
+static int capturing(CUstream stream) { return stream && capture_of(stream) != NULL; }
+static int is_graph_address(uint64_t address) {
+    return address >= 0x700000000000ull && address < next_graph_address;
+}
+static uint64_t capture_graph_allocation(CUstream stream, size_t size) {
+    pthread_mutex_lock(&lock);
+    Capture *capture = capture_of(stream);
+    capture->graph_bytes += size;
+    uint64_t address = next_graph_address;
+    next_graph_address += (size + 0xfff) & ~0xfffull;
+    pthread_mutex_unlock(&lock);
+    return address;
+}
+
+static CUresult create_object(int *count, uintptr_t base, uint64_t bytes, int device, void **handle) {
+    pthread_mutex_lock(&lock);
+    if (*count >= MAX_OBJECTS) {
+        pthread_mutex_unlock(&lock);
+        return CUDA_ERROR_OUT_OF_MEMORY;
+    }
+    int index = (*count)++;
+    ensure_context(device);
+    object_bytes[device] += bytes;
+    publish_usage(device);
+    pthread_mutex_unlock(&lock);
+    *handle = (void *)(base + 16u * (uintptr_t)index);
+    return CUDA_SUCCESS;
+}
+HIDDEN CUresult impl_cuStreamCreate(CUstream *stream, unsigned flags) { ENTRY_POINT();
+    CUresult result = create_object(&stream_count, 0x50000000u, env_bytes("FAKE_CUDA_STREAM_BYTES"), current_device,
+                                    stream);
+    if (result == CUDA_SUCCESS) stream_devices[stream_index(*stream)] = current_device;
+    return result;
+}
+HIDDEN CUresult impl_cuStreamCreateWithPriority(CUstream *stream, unsigned flags, int priority) { ENTRY_POINT();
+    return impl_cuStreamCreate(stream, flags);
+}
+HIDDEN CUresult impl_cuStreamDestroy_v2(CUstream stream) { ENTRY_POINT();
+    return stream_index(stream) >= 0 ? CUDA_SUCCESS : CUDA_ERROR_INVALID_VALUE;
+}
+HIDDEN CUresult impl_cuStreamGetDevice(CUstream stream, CUdevice *device) { ENTRY_POINT();
+    *device = device_of_stream(stream);
+    return CUDA_SUCCESS;
+}
+HIDDEN CUresult impl_cuEventCreate(CUevent *event, unsigned flags) { ENTRY_POINT();
+    return create_object(&event_count, 0x60000000u, env_bytes("FAKE_CUDA_EVENT_BYTES"), current_device, event);
+}
+HIDDEN CUresult impl_cuMemPoolCreate(CUmemoryPool *pool, const CUmemPoolProps *props) { ENTRY_POINT();
+    if (!props || props->location.id < 0 || props->location.id >= device_count() || pool_count >= 256)
+        return CUDA_ERROR_INVALID_VALUE;
+    pool_devices[pool_count] = props->location.id;
+    *pool = (CUmemoryPool)(uintptr_t)(0x9100 + pool_count++);
+    return CUDA_SUCCESS;
+}
+HIDDEN CUresult impl_cuStreamBeginCapture_v2(CUstream stream, int mode) { ENTRY_POINT();
+    if (!stream || capturing(stream)) return CUDA_ERROR_INVALID_VALUE;
+    for (int i = 0; i < 64; i++)
+        if (!captures[i].stream) {
+            captures[i] = (Capture){ stream, 0, device_of_stream(stream) };
+            return CUDA_SUCCESS;
+        }
+    return CUDA_ERROR_OUT_OF_MEMORY;
+}
+HIDDEN CUresult impl_cuStreamIsCapturing(CUstream stream, int *status) { ENTRY_POINT();
+    *status = capturing(stream) ? 1 : 0;
+    return CUDA_SUCCESS;
+}
+/* A graph remembers the graph memory its captured allocations need. */
+HIDDEN CUresult impl_cuStreamEndCapture(CUstream stream, CUgraph *graph) { ENTRY_POINT();
+    Capture *capture = capture_of(stream);
+    if (!capture || graph_count >= MAX_OBJECTS) return CUDA_ERROR_INVALID_VALUE;
+    graph_bytes_of[graph_count] = capture->graph_bytes;
+    *graph = (CUgraph)(uintptr_t)(0x70000000u + 16u * (unsigned)graph_count++);
+    capture->stream = NULL;
+    return CUDA_SUCCESS;
+}
+HIDDEN CUresult impl_cuGraphInstantiateWithFlags(CUgraphExec *exec, CUgraph graph, unsigned long long flags) { ENTRY_POINT();
+    uintptr_t g = (uintptr_t)graph;
+    int index = (int)((g - 0x70000000u) / 16);
+    if (g < 0x70000000u || index >= graph_count || exec_count >= MAX_OBJECTS) return CUDA_ERROR_INVALID_VALUE;
+    pthread_mutex_lock(&lock);
+    execs[exec_count] = (Exec){ graph_bytes_of[index], current_device, 0, 1 };
+    object_bytes[current_device] += env_bytes("FAKE_CUDA_GRAPH_EXEC_BYTES");
+    publish_usage(current_device);
+    pthread_mutex_unlock(&lock);
+    *exec = (CUgraphExec)(uintptr_t)(0x78000000u + 16u * (unsigned)exec_count++);
+    return CUDA_SUCCESS;
+}
+static Exec *exec_of(CUgraphExec exec) {
+    uintptr_t e = (uintptr_t)exec;
+    int index = (int)((e - 0x78000000u) / 16);
+    return e >= 0x78000000u && index < exec_count && execs[index].live ? &execs[index] : NULL;
+}
+/* The first launch reserves the graph's memory in the device's graph pool. */
+HIDDEN CUresult impl_cuGraphLaunch(CUgraphExec exec, CUstream stream) { ENTRY_POINT();
+    Exec *e = exec_of(exec);
+    if (!e) return CUDA_ERROR_INVALID_VALUE;
+    pthread_mutex_lock(&lock);
+    if (!e->launched) {
+        e->launched = 1;
+        graph_reserved[e->device] += e->graph_bytes;
+        graph_used[e->device] += e->graph_bytes;
+        publish_usage(e->device);
+    }
+    pthread_mutex_unlock(&lock);
+    return CUDA_SUCCESS;
+}
+HIDDEN CUresult impl_cuGraphExecDestroy(CUgraphExec exec) { ENTRY_POINT();
+    Exec *e = exec_of(exec);
+    if (!e) return CUDA_ERROR_INVALID_VALUE;
+    e->live = 0;
+    return CUDA_SUCCESS;
+}
+
+/* ---- Test hooks: what a real driver does out of our sight ----------------------- */
+
+/* Makes `device` current on this thread without any entry point, as the
+ * runtime does through its private table. */
+HIDDEN void impl_fakeCudaSetDeviceQuietly(int device) { current_device = device; }
+/* The context is gone: readings fail from now on. */
+HIDDEN void impl_fakeCudaDropContext(void) { context_dropped = 1; }
 
 /* ---- Entry point lookup -------------------------------------------------- */
 
@@ -774,9 +1042,21 @@ static const ProcEntry entries[] = {
     { "cuDeviceGetUuid", 11040, (void *)impl_cuDeviceGetUuid_v2, 0, NULL, NULL },
     { "cuDeviceGetName", 2000, (void *)impl_cuDeviceGetName, 0, NULL, NULL },
     { "cuDeviceTotalMem", 2000, (void *)impl_cuDeviceTotalMem_v2, 0, NULL, NULL },
+    { "cuStreamCreate", 2000, (void *)impl_cuStreamCreate, 0, NULL, NULL },
+    { "cuStreamCreateWithPriority", 5050, (void *)impl_cuStreamCreateWithPriority, 0, NULL, NULL },
+    { "cuStreamDestroy", 4000, (void *)impl_cuStreamDestroy_v2, 0, NULL, NULL },
+    { "cuStreamGetDevice", 12080, (void *)impl_cuStreamGetDevice, 0, NULL, NULL },
+    { "cuEventCreate", 2000, (void *)impl_cuEventCreate, 0, NULL, NULL },
+    { "cuMemPoolCreate", 11020, (void *)impl_cuMemPoolCreate, 0, NULL, NULL },
+    { "cuStreamBeginCapture", 10010, (void *)impl_cuStreamBeginCapture_v2, 0, NULL, NULL },
+    { "cuStreamIsCapturing", 10000, (void *)impl_cuStreamIsCapturing, 0, NULL, NULL },
+    { "cuStreamEndCapture", 10000, (void *)impl_cuStreamEndCapture, 0, NULL, NULL },
+    { "cuGraphInstantiate", 11040, (void *)impl_cuGraphInstantiateWithFlags, 0, NULL, NULL },
+    { "cuGraphLaunch", 10000, (void *)impl_cuGraphLaunch, 0, NULL, NULL },
+    { "cuGraphExecDestroy", 10000, (void *)impl_cuGraphExecDestroy, 0, NULL, NULL },
 };
 
-HIDDEN CUresult impl_cuGetProcAddress_v2(const char *symbol, void **pfn, int version, unsigned long long flags, int *status) {
+HIDDEN CUresult impl_cuGetProcAddress_v2(const char *symbol, void **pfn, int version, unsigned long long flags, int *status) { ENTRY_POINT();
     if (!symbol || !pfn) return CUDA_ERROR_INVALID_VALUE;
     *pfn = NULL;
     for (size_t i = 0; i < sizeof entries / sizeof entries[0]; i++) {
@@ -795,7 +1075,7 @@ HIDDEN CUresult impl_cuGetProcAddress_v2(const char *symbol, void **pfn, int ver
     if (status) *status = SYMBOL_NOT_FOUND;
     return CUDA_ERROR_NOT_FOUND;
 }
-HIDDEN CUresult impl_cuGetProcAddress(const char *symbol, void **pfn, int version, unsigned long long flags) {
+HIDDEN CUresult impl_cuGetProcAddress(const char *symbol, void **pfn, int version, unsigned long long flags) { ENTRY_POINT();
     return impl_cuGetProcAddress_v2(symbol, pfn, version, flags, NULL);
 }
 
@@ -877,3 +1157,18 @@ CUresult cuGraphAddMemFreeNode(CUgraphNode *, CUgraph, const CUgraphNode *, size
 CUresult cuDeviceGetUuid_v2(CUuuid *, CUdevice) EXPORT(cuDeviceGetUuid_v2);
 CUresult cuDeviceGetName(char *, int, CUdevice) EXPORT(cuDeviceGetName);
 CUresult cuDeviceTotalMem_v2(size_t *, CUdevice) EXPORT(cuDeviceTotalMem_v2);
+CUresult cuStreamCreate(CUstream *, unsigned) EXPORT(cuStreamCreate);
+CUresult cuStreamCreateWithPriority(CUstream *, unsigned, int) EXPORT(cuStreamCreateWithPriority);
+CUresult cuStreamDestroy_v2(CUstream) EXPORT(cuStreamDestroy_v2);
+CUresult cuStreamGetDevice(CUstream, CUdevice *) EXPORT(cuStreamGetDevice);
+CUresult cuEventCreate(CUevent *, unsigned) EXPORT(cuEventCreate);
+CUresult cuMemPoolCreate(CUmemoryPool *, const CUmemPoolProps *) EXPORT(cuMemPoolCreate);
+CUresult cuStreamBeginCapture_v2(CUstream, int) EXPORT(cuStreamBeginCapture_v2);
+CUresult cuStreamIsCapturing(CUstream, int *) EXPORT(cuStreamIsCapturing);
+CUresult cuStreamEndCapture(CUstream, CUgraph *) EXPORT(cuStreamEndCapture);
+CUresult cuGraphInstantiateWithFlags(CUgraphExec *, CUgraph, unsigned long long) EXPORT(cuGraphInstantiateWithFlags);
+CUresult cuGraphLaunch(CUgraphExec, CUstream) EXPORT(cuGraphLaunch);
+CUresult cuGraphExecDestroy(CUgraphExec) EXPORT(cuGraphExecDestroy);
+unsigned long long fakeCudaCallCount(void) EXPORT(fakeCudaCallCount);
+void fakeCudaSetDeviceQuietly(int) EXPORT(fakeCudaSetDeviceQuietly);
+void fakeCudaDropContext(void) EXPORT(fakeCudaDropContext);

@@ -1,0 +1,580 @@
+//! Hooks for the driver's allocation entry points, one per versioned export,
+//! each with the export's exact C signature. The driver is the source of
+//! truth: every allocation, whichever door it came through, ends here.
+//!
+//! Each hook calls the real function with the caller's arguments unchanged and
+//! returns its result unchanged; the bookkeeping happens around the call.
+
+use crate::hooks::array_bytes::{array_bytes, mipmapped_array_bytes};
+use crate::hooks::dlopen_door;
+use crate::hooks::support::{read, real_or_fail};
+use crate::record::live_table::Namespace;
+use crate::record::recorder::{self, free_starting, range_release_starting, range_returned, AddressRange, Allocation};
+use crate::record::{capture_state, devices, readings};
+use crate::spool::writer as spool_writer;
+use crate::sys::cuda_ffi::*;
+use crate::sys::tracing_switch::guarded;
+use cudatrace_events::{Api, Kind, Op};
+use std::ffi::{c_uint, c_void};
+
+fn per_thread(stream: CUstream) -> u64 {
+    if stream.is_null() {
+        CU_STREAM_PER_THREAD
+    } else {
+        stream as u64
+    }
+}
+
+/// Where an allocation's device comes from.
+#[derive(Clone, Copy)]
+enum DeviceOf {
+    /// The calling thread's current context.
+    Current,
+    /// The stream's (stream-ordered calls).
+    Stream,
+    /// The pool's, if it was seen created; else the stream's.
+    Pool,
+    /// Known from the arguments (-1 for host memory).
+    Known(i8),
+}
+
+/// The allocation call a hook is reporting on.
+#[derive(Clone, Copy)]
+struct Call {
+    api: Api,
+    kind: Kind,
+    namespace: Namespace,
+    device: DeviceOf,
+    /// Stream of stream-ordered calls, else 0.
+    stream: u64,
+    /// Pitch for pitched memory, pool for pool allocations, else 0.
+    arg1: u64,
+}
+
+impl Call {
+    fn new(api: Api, kind: Kind, namespace: Namespace) -> Call {
+        Call {
+            api,
+            kind,
+            namespace,
+            device: DeviceOf::Current,
+            stream: 0,
+            arg1: 0,
+        }
+    }
+
+    /// The call's device, without a driver call once it is known.
+    fn device(self) -> i8 {
+        let device = match self.device {
+            DeviceOf::Current => devices::current_device(),
+            DeviceOf::Stream => devices::device_of_stream(self.stream),
+            DeviceOf::Pool => devices::device_of_pool(self.arg1).or_else(|| devices::device_of_stream(self.stream)),
+            DeviceOf::Known(device) => Some(device),
+        };
+        device.unwrap_or(-1)
+    }
+}
+
+fn device_memory(api: Api, kind: Kind) -> Call {
+    Call::new(api, kind, Namespace::Device)
+}
+
+/// Reports an allocation call that returned `result`. `address` and `size`
+/// read the out-parameters; they are only called on success. The readings
+/// the event may trigger come after the recorder has returned.
+#[inline]
+fn allocation_returned(
+    result: CUresult,
+    call: Call,
+    requested: u64,
+    address: impl FnOnce() -> u64,
+    size: impl FnOnce() -> u64,
+) {
+    if result == CUDA_SUCCESS {
+        guarded(|| {
+            let device = call.device();
+            let mut kind = call.kind;
+            // Only while a capture is under way can an allocation be a graph's.
+            if kind == Kind::Pool && capture_state::any_active() && readings::stream_is_capturing(call.stream) {
+                kind = Kind::GraphAllocation;
+            }
+            let allocation = Allocation {
+                api: call.api,
+                kind,
+                namespace: call.namespace,
+                device,
+                address: address(),
+                size: size(),
+                stream: call.stream,
+                arg1: call.arg1,
+            };
+            if !recorder::allocated(allocation) || device < 0 || kind == Kind::GraphAllocation {
+                return;
+            }
+            if kind == Kind::Pool {
+                readings::note_pool(call.arg1, device);
+            }
+            // Readings are of the current context's device: only an
+            // allocation on it can be the first event there.
+            if matches!(call.device, DeviceOf::Current) {
+                readings::note_device_in_use(device, call.api);
+            }
+            readings::maybe_sample(call.api);
+        });
+    } else if result == CUDA_ERROR_OUT_OF_MEMORY {
+        guarded(|| recorder::out_of_memory(call.api, call.kind, call.device(), requested, call.stream));
+    }
+}
+
+// ---- Initialisation ---------------------------------------------------------
+
+/// Hook for `cuInit`: a process that initialises CUDA gets its spool, and
+/// with it a place in the trace, even if it never allocates.
+///
+/// # Safety
+/// Same contract as the driver's function.
+#[unsafe(no_mangle)]
+pub unsafe extern "C" fn cuInit(flags: c_uint) -> CUresult {
+    let real = real_or_fail!(cuInit, unsafe extern "C" fn(c_uint) -> CUresult);
+    // SAFETY: arguments forwarded unchanged.
+    let result = unsafe { real(flags) };
+    if result == CUDA_SUCCESS {
+        guarded(|| {
+            dlopen_door::catch_up();
+            spool_writer::open_now();
+        });
+    }
+    result
+}
+
+// ---- Allocations ------------------------------------------------------------
+
+fn pool_allocation(api: Api, stream: u64, pool: CUmemoryPool) -> Call {
+    let mut call = device_memory(api, Kind::Pool);
+    call.device = if pool.is_null() {
+        DeviceOf::Stream
+    } else {
+        DeviceOf::Pool
+    };
+    call.stream = stream;
+    call.arg1 = pool as u64;
+    call
+}
+
+/// `cuMemCreate`'s physical memory lives on `prop.location`: a device, or the host.
+fn vmm_physical(prop: *const CUmemAllocationProp) -> Call {
+    let location = if prop.is_null() {
+        None
+    } else {
+        // SAFETY: the caller passed a valid property struct.
+        Some(unsafe { (*prop).location })
+    };
+    let device = match location {
+        Some(location) if location.type_ == CU_MEM_LOCATION_TYPE_DEVICE => i8::try_from(location.id).unwrap_or(-1),
+        _ => -1,
+    };
+    let mut call = Call::new(Api::CuMemCreate, Kind::VmmPhysical, Namespace::VmmHandle);
+    call.device = DeviceOf::Known(device);
+    call
+}
+
+fn array_allocation(api: Api) -> Call {
+    Call::new(api, Kind::Array, Namespace::Array)
+}
+
+fn host_memory(api: Api) -> Call {
+    let mut call = Call::new(api, Kind::HostPinned, Namespace::Host);
+    call.device = DeviceOf::Known(-1);
+    call
+}
+
+fn ipc_import(api: Api) -> Call {
+    Call::new(api, Kind::IpcImport, Namespace::IpcImport)
+}
+
+/// The bytes of the array a descriptor describes; 0 for a NULL descriptor.
+fn described<D: Copy>(desc: *const D, bytes: impl FnOnce(D) -> u64) -> u64 {
+    if desc.is_null() {
+        0
+    } else {
+        // SAFETY: the caller passed a valid descriptor.
+        bytes(unsafe { *desc })
+    }
+}
+
+/// Defines hooks that create memory whose size is known from the arguments:
+/// after the real call, `call` describes the allocation, `bytes` its size (or
+/// the size asked for, if the call ran out of memory) and `address` reads the
+/// out-parameter the driver wrote (only on success).
+macro_rules! alloc_hooks {
+    ($(
+        $(#[$doc:meta])*
+        $name:ident ( $( $arg:ident : $ty:ty ),* ) => $call:expr, bytes: $bytes:expr, address: $address:expr;
+    )*) => {$(
+        $(#[$doc])*
+        ///
+        /// # Safety
+        /// Same contract as the driver's function.
+        #[unsafe(no_mangle)]
+        pub unsafe extern "C" fn $name($( $arg: $ty ),*) -> CUresult {
+            let real = real_or_fail!($name, unsafe extern "C" fn($( $ty ),*) -> CUresult);
+            // SAFETY: arguments forwarded unchanged.
+            let result = unsafe { real($( $arg ),*) };
+            let bytes: u64 = $bytes;
+            allocation_returned(result, $call, bytes, || $address, || bytes);
+            result
+        }
+    )*};
+}
+
+alloc_hooks! {
+    /// Hook for the 32-bit `cuMemAlloc` of the pre-3.2 ABI.
+    cuMemAlloc(dptr: *mut CUdeviceptr_v1, bytesize: c_uint) => device_memory(Api::CuMemAlloc, Kind::Device),
+        bytes: u64::from(bytesize), address: u64::from(read(dptr, 0));
+    /// Hook for `cuMemAlloc_v2`.
+    cuMemAlloc_v2(dptr: *mut CUdeviceptr, bytesize: usize) => device_memory(Api::CuMemAllocV2, Kind::Device),
+        bytes: bytesize as u64, address: read(dptr, 0);
+    /// Hook for `cuMemAllocManaged`.
+    cuMemAllocManaged(dptr: *mut CUdeviceptr, bytesize: usize, flags: c_uint)
+        => device_memory(Api::CuMemAllocManaged, Kind::Managed), bytes: bytesize as u64, address: read(dptr, 0);
+    /// Hook for `cuMemAllocAsync`.
+    cuMemAllocAsync(dptr: *mut CUdeviceptr, bytesize: usize, stream: CUstream)
+        => pool_allocation(Api::CuMemAllocAsync, stream as u64, std::ptr::null_mut()),
+        bytes: bytesize as u64, address: read(dptr, 0);
+    /// Hook for `cuMemAllocAsync_ptsz` (per-thread default stream).
+    cuMemAllocAsync_ptsz(dptr: *mut CUdeviceptr, bytesize: usize, stream: CUstream)
+        => pool_allocation(Api::CuMemAllocAsyncPtsz, per_thread(stream), std::ptr::null_mut()),
+        bytes: bytesize as u64, address: read(dptr, 0);
+    /// Hook for `cuMemAllocFromPoolAsync`.
+    cuMemAllocFromPoolAsync(dptr: *mut CUdeviceptr, bytesize: usize, pool: CUmemoryPool, stream: CUstream)
+        => pool_allocation(Api::CuMemAllocFromPoolAsync, stream as u64, pool),
+        bytes: bytesize as u64, address: read(dptr, 0);
+    /// Hook for `cuMemAllocFromPoolAsync_ptsz`.
+    cuMemAllocFromPoolAsync_ptsz(dptr: *mut CUdeviceptr, bytesize: usize, pool: CUmemoryPool, stream: CUstream)
+        => pool_allocation(Api::CuMemAllocFromPoolAsyncPtsz, per_thread(stream), pool),
+        bytes: bytesize as u64, address: read(dptr, 0);
+    /// Hook for `cuMemCreate`: physical memory on `prop.location`, recorded under its handle.
+    cuMemCreate(handle: *mut CUmemGenericAllocationHandle, size: usize, prop: *const CUmemAllocationProp, flags: u64)
+        => vmm_physical(prop), bytes: size as u64, address: read(handle, 0);
+    /// Hook for `cuArrayCreate` (the 32-bit descriptor).
+    cuArrayCreate(handle: *mut CUarray, desc: *const CUDA_ARRAY_DESCRIPTOR_v1) => array_allocation(Api::CuArrayCreate),
+        bytes: described(desc, |d| array_bytes(d.Width.into(), d.Height.into(), 0, d.Format, d.NumChannels)),
+        address: read(handle, std::ptr::null_mut()) as u64;
+    /// Hook for `cuArrayCreate_v2`.
+    cuArrayCreate_v2(handle: *mut CUarray, desc: *const CUDA_ARRAY_DESCRIPTOR) => array_allocation(Api::CuArrayCreateV2),
+        bytes: described(desc, |d| array_bytes(d.Width as u64, d.Height as u64, 0, d.Format, d.NumChannels)),
+        address: read(handle, std::ptr::null_mut()) as u64;
+    /// Hook for `cuArray3DCreate` (the 32-bit descriptor).
+    cuArray3DCreate(handle: *mut CUarray, desc: *const CUDA_ARRAY3D_DESCRIPTOR_v1)
+        => array_allocation(Api::CuArray3DCreate),
+        bytes: described(desc, |d| array_bytes(d.Width.into(), d.Height.into(), d.Depth.into(), d.Format, d.NumChannels)),
+        address: read(handle, std::ptr::null_mut()) as u64;
+    /// Hook for `cuArray3DCreate_v2`.
+    cuArray3DCreate_v2(handle: *mut CUarray, desc: *const CUDA_ARRAY3D_DESCRIPTOR)
+        => array_allocation(Api::CuArray3DCreateV2),
+        bytes: described(desc, |d| array_bytes(d.Width as u64, d.Height as u64, d.Depth as u64, d.Format, d.NumChannels)),
+        address: read(handle, std::ptr::null_mut()) as u64;
+    /// Hook for `cuMipmappedArrayCreate`.
+    cuMipmappedArrayCreate(handle: *mut CUmipmappedArray, desc: *const CUDA_ARRAY3D_DESCRIPTOR, levels: c_uint)
+        => array_allocation(Api::CuMipmappedArrayCreate),
+        bytes: described(desc, |d| {
+            mipmapped_array_bytes(d.Width as u64, d.Height as u64, d.Depth as u64, d.Format, d.NumChannels, levels)
+        }),
+        address: read(handle, std::ptr::null_mut()) as u64;
+    /// Hook for `cuMemHostAlloc`.
+    cuMemHostAlloc(pp: *mut *mut c_void, bytesize: usize, flags: c_uint) => host_memory(Api::CuMemHostAlloc),
+        bytes: bytesize as u64, address: read(pp, std::ptr::null_mut()) as u64;
+    /// Hook for the 32-bit-size `cuMemAllocHost`.
+    cuMemAllocHost(pp: *mut *mut c_void, bytesize: c_uint) => host_memory(Api::CuMemAllocHost),
+        bytes: u64::from(bytesize), address: read(pp, std::ptr::null_mut()) as u64;
+    /// Hook for `cuMemAllocHost_v2`.
+    cuMemAllocHost_v2(pp: *mut *mut c_void, bytesize: usize) => host_memory(Api::CuMemAllocHostV2),
+        bytes: bytesize as u64, address: read(pp, std::ptr::null_mut()) as u64;
+    /// Hook for `cuMemHostRegister`.
+    cuMemHostRegister(p: *mut c_void, bytesize: usize, flags: c_uint) => host_memory(Api::CuMemHostRegister),
+        bytes: bytesize as u64, address: p as u64;
+    /// Hook for `cuMemHostRegister_v2`.
+    cuMemHostRegister_v2(p: *mut c_void, bytesize: usize, flags: c_uint) => host_memory(Api::CuMemHostRegisterV2),
+        bytes: bytesize as u64, address: p as u64;
+    /// Hook for `cuIpcOpenMemHandle`. The size of imported memory is not known
+    /// without a further driver call, so it is recorded as 0.
+    cuIpcOpenMemHandle(pdptr: *mut CUdeviceptr, handle: CUipcMemHandle, flags: c_uint)
+        => ipc_import(Api::CuIpcOpenMemHandle), bytes: 0, address: read(pdptr, 0);
+    /// Hook for `cuIpcOpenMemHandle_v2`.
+    cuIpcOpenMemHandle_v2(pdptr: *mut CUdeviceptr, handle: CUipcMemHandle, flags: c_uint)
+        => ipc_import(Api::CuIpcOpenMemHandleV2), bytes: 0, address: read(pdptr, 0);
+}
+
+// ---- Pitched memory: the size is known only from the pitch the driver chose --------
+
+/// Hook for the 32-bit `cuMemAllocPitch`.
+///
+/// # Safety
+/// Same contract as the driver's function.
+#[unsafe(no_mangle)]
+pub unsafe extern "C" fn cuMemAllocPitch(
+    dptr: *mut CUdeviceptr_v1,
+    pitch: *mut c_uint,
+    width_in_bytes: c_uint,
+    height: c_uint,
+    element_size_bytes: c_uint,
+) -> CUresult {
+    let real = real_or_fail!(
+        cuMemAllocPitch,
+        unsafe extern "C" fn(*mut CUdeviceptr_v1, *mut c_uint, c_uint, c_uint, c_uint) -> CUresult
+    );
+    // SAFETY: arguments forwarded unchanged.
+    let result = unsafe { real(dptr, pitch, width_in_bytes, height, element_size_bytes) };
+    let pitch_bytes = if result == CUDA_SUCCESS {
+        u64::from(read(pitch, 0))
+    } else {
+        0
+    };
+    let mut call = device_memory(Api::CuMemAllocPitch, Kind::Pitch);
+    call.arg1 = pitch_bytes;
+    let requested = u64::from(width_in_bytes) * u64::from(height);
+    allocation_returned(
+        result,
+        call,
+        requested,
+        || u64::from(read(dptr, 0)),
+        || pitch_bytes * u64::from(height),
+    );
+    result
+}
+
+/// Hook for `cuMemAllocPitch_v2`.
+///
+/// # Safety
+/// Same contract as the driver's function.
+#[unsafe(no_mangle)]
+pub unsafe extern "C" fn cuMemAllocPitch_v2(
+    dptr: *mut CUdeviceptr,
+    pitch: *mut usize,
+    width_in_bytes: usize,
+    height: usize,
+    element_size_bytes: c_uint,
+) -> CUresult {
+    let real = real_or_fail!(
+        cuMemAllocPitch_v2,
+        unsafe extern "C" fn(*mut CUdeviceptr, *mut usize, usize, usize, c_uint) -> CUresult
+    );
+    // SAFETY: arguments forwarded unchanged.
+    let result = unsafe { real(dptr, pitch, width_in_bytes, height, element_size_bytes) };
+    let pitch_bytes = if result == CUDA_SUCCESS {
+        read(pitch, 0) as u64
+    } else {
+        0
+    };
+    let mut call = device_memory(Api::CuMemAllocPitchV2, Kind::Pitch);
+    call.arg1 = pitch_bytes;
+    let requested = (width_in_bytes as u64).saturating_mul(height as u64);
+    allocation_returned(
+        result,
+        call,
+        requested,
+        || read(dptr, 0),
+        || pitch_bytes.saturating_mul(height as u64),
+    );
+    result
+}
+
+// ---- Virtual address space ------------------------------------------------
+
+/// Hook for `cuMemAddressReserve`: address space only, never counted as memory.
+///
+/// # Safety
+/// Same contract as the driver's function.
+#[unsafe(no_mangle)]
+pub unsafe extern "C" fn cuMemAddressReserve(
+    ptr: *mut CUdeviceptr,
+    size: usize,
+    alignment: usize,
+    addr: CUdeviceptr,
+    flags: u64,
+) -> CUresult {
+    let real = real_or_fail!(
+        cuMemAddressReserve,
+        unsafe extern "C" fn(*mut CUdeviceptr, usize, usize, CUdeviceptr, u64) -> CUresult
+    );
+    // SAFETY: arguments forwarded unchanged.
+    let result = unsafe { real(ptr, size, alignment, addr, flags) };
+    let range = AddressRange {
+        op: Op::Reserve,
+        api: Api::CuMemAddressReserve,
+        size: size as u64,
+        handle: 0,
+        offset: 0,
+    };
+    range_returned(result, None, range, || read(ptr, 0));
+    result
+}
+
+/// Hook for `cuMemAddressFree`.
+///
+/// # Safety
+/// Same contract as the driver's function.
+#[unsafe(no_mangle)]
+pub unsafe extern "C" fn cuMemAddressFree(ptr: CUdeviceptr, size: usize) -> CUresult {
+    let real = real_or_fail!(cuMemAddressFree, unsafe extern "C" fn(CUdeviceptr, usize) -> CUresult);
+    let reserved = range_release_starting();
+    // SAFETY: arguments forwarded unchanged.
+    let result = unsafe { real(ptr, size) };
+    let range = AddressRange {
+        op: Op::Unreserve,
+        api: Api::CuMemAddressFree,
+        size: size as u64,
+        handle: 0,
+        offset: 0,
+    };
+    range_returned(result, reserved, range, || ptr);
+    result
+}
+
+/// Hook for `cuMemMap`: a mapping, never an allocation of its own.
+///
+/// # Safety
+/// Same contract as the driver's function.
+#[unsafe(no_mangle)]
+pub unsafe extern "C" fn cuMemMap(
+    ptr: CUdeviceptr,
+    size: usize,
+    offset: usize,
+    handle: CUmemGenericAllocationHandle,
+    flags: u64,
+) -> CUresult {
+    let real = real_or_fail!(
+        cuMemMap,
+        unsafe extern "C" fn(CUdeviceptr, usize, usize, CUmemGenericAllocationHandle, u64) -> CUresult
+    );
+    // SAFETY: arguments forwarded unchanged.
+    let result = unsafe { real(ptr, size, offset, handle, flags) };
+    let range = AddressRange {
+        op: Op::Map,
+        api: Api::CuMemMap,
+        size: size as u64,
+        handle,
+        offset: offset as u64,
+    };
+    range_returned(result, None, range, || ptr);
+    result
+}
+
+/// Hook for `cuMemUnmap`, which may cover several mappings at once.
+///
+/// # Safety
+/// Same contract as the driver's function.
+#[unsafe(no_mangle)]
+pub unsafe extern "C" fn cuMemUnmap(ptr: CUdeviceptr, size: usize) -> CUresult {
+    let real = real_or_fail!(cuMemUnmap, unsafe extern "C" fn(CUdeviceptr, usize) -> CUresult);
+    let reserved = range_release_starting();
+    // SAFETY: arguments forwarded unchanged.
+    let result = unsafe { real(ptr, size) };
+    let range = AddressRange {
+        op: Op::Unmap,
+        api: Api::CuMemUnmap,
+        size: size as u64,
+        handle: 0,
+        offset: 0,
+    };
+    range_returned(result, reserved, range, || ptr);
+    result
+}
+
+// ---- Frees ------------------------------------------------------------------
+
+/// Defines hooks that give memory back: the free is sequenced before the
+/// real call (see `recorder::free_starting`) and recorded after it succeeds.
+macro_rules! free_hooks {
+    ($(
+        $(#[$doc:meta])*
+        $name:ident => $api:ident, $namespace:ident,
+            ( $( $arg:ident : $ty:ty ),* ), address: $address:expr, stream: $stream:expr;
+    )*) => {$(
+        $(#[$doc])*
+        ///
+        /// # Safety
+        /// Same contract as the driver's function.
+        #[unsafe(no_mangle)]
+        pub unsafe extern "C" fn $name($( $arg: $ty ),*) -> CUresult {
+            let real = real_or_fail!($name, unsafe extern "C" fn($( $ty ),*) -> CUresult);
+            let pending = free_starting(Namespace::$namespace, $address);
+            // SAFETY: arguments forwarded unchanged.
+            let result = unsafe { real($( $arg ),*) };
+            if recorder::free_returned(pending, result, Api::$api, $stream).is_some() {
+                readings::maybe_sample(Api::$api);
+            }
+            result
+        }
+    )*};
+}
+
+free_hooks! {
+    /// Hook for the 32-bit `cuMemFree`.
+    cuMemFree => CuMemFree, Device, (dptr: CUdeviceptr_v1), address: u64::from(dptr), stream: 0;
+    /// Hook for `cuMemFree_v2`, which also frees stream-ordered allocations.
+    cuMemFree_v2 => CuMemFreeV2, Device, (dptr: CUdeviceptr), address: dptr, stream: 0;
+    /// Hook for `cuMemFreeAsync`.
+    cuMemFreeAsync => CuMemFreeAsync, Device, (dptr: CUdeviceptr, stream: CUstream),
+        address: dptr, stream: stream as u64;
+    /// Hook for `cuMemFreeAsync_ptsz` (per-thread default stream).
+    cuMemFreeAsync_ptsz => CuMemFreeAsyncPtsz, Device, (dptr: CUdeviceptr, stream: CUstream),
+        address: dptr, stream: per_thread(stream);
+    /// Hook for `cuMemRelease`. The physical memory is gone once the last
+    /// mapping of the handle is removed too; readers of the trace work that out.
+    cuMemRelease => CuMemRelease, VmmHandle, (handle: CUmemGenericAllocationHandle), address: handle, stream: 0;
+    /// Hook for `cuArrayDestroy`.
+    cuArrayDestroy => CuArrayDestroy, Array, (array: CUarray), address: array as u64, stream: 0;
+    /// Hook for `cuMipmappedArrayDestroy`.
+    cuMipmappedArrayDestroy => CuMipmappedArrayDestroy, Array, (array: CUmipmappedArray),
+        address: array as u64, stream: 0;
+    /// Hook for `cuMemFreeHost`.
+    cuMemFreeHost => CuMemFreeHost, Host, (p: *mut c_void), address: p as u64, stream: 0;
+    /// Hook for `cuMemHostUnregister`.
+    cuMemHostUnregister => CuMemHostUnregister, Host, (p: *mut c_void), address: p as u64, stream: 0;
+    /// Hook for `cuIpcCloseMemHandle`.
+    cuIpcCloseMemHandle => CuIpcCloseMemHandle, IpcImport, (dptr: CUdeviceptr), address: dptr, stream: 0;
+}
+
+/// Hook for `cuMemPoolCreate`: the pool's device is its location's, and
+/// allocations from it are on that device.
+///
+/// # Safety
+/// Same contract as the driver's function.
+#[unsafe(no_mangle)]
+pub unsafe extern "C" fn cuMemPoolCreate(pool: *mut CUmemoryPool, props: *const CUmemPoolProps) -> CUresult {
+    let real = real_or_fail!(
+        cuMemPoolCreate,
+        unsafe extern "C" fn(*mut CUmemoryPool, *const CUmemPoolProps) -> CUresult
+    );
+    // SAFETY: arguments forwarded unchanged.
+    let result = unsafe { real(pool, props) };
+    if result == CUDA_SUCCESS && !props.is_null() {
+        guarded(|| {
+            // SAFETY: the driver accepted the properties, so they are readable.
+            let location = unsafe { (*props).location };
+            if location.type_ == CU_MEM_LOCATION_TYPE_DEVICE {
+                if let Ok(device) = i8::try_from(location.id) {
+                    devices::pool_created(read(pool, std::ptr::null_mut()) as u64, device);
+                }
+            }
+        });
+    }
+    result
+}
+
+/// Hook for `cuMemPoolDestroy`: a pool the readings sample is never asked
+/// about once destroyed.
+///
+/// # Safety
+/// Same contract as the driver's function.
+#[unsafe(no_mangle)]
+pub unsafe extern "C" fn cuMemPoolDestroy(pool: CUmemoryPool) -> CUresult {
+    let real = real_or_fail!(cuMemPoolDestroy, unsafe extern "C" fn(CUmemoryPool) -> CUresult);
+    guarded(|| {
+        readings::forget_pool(pool as u64);
+        devices::pool_destroyed(pool as u64);
+    });
+    // SAFETY: arguments forwarded unchanged.
+    unsafe { real(pool) }
+}

@@ -1,0 +1,23 @@
+//! The hooks layer: the doors a call can take into CUDA and the entry
+//! points we export. Each hook forwards the call unchanged and reports what
+//! it saw to the record layer below.
+//!
+//! - exported symbols ([`driver`], [`runtime`], [`context`], [`streams`],
+//!   [`graphs`], [`launch`]), for programs linked against `libcuda` or
+//!   `libcudart`;
+//! - `dlsym` ([`dlsym_door`]), for programs that `dlopen` the driver;
+//! - `cuGetProcAddress` ([`proc_address`]), through which the runtime and
+//!   PyTorch obtain driver entry points.
+
+pub mod array_bytes;
+pub mod context;
+pub mod dlopen_door;
+pub mod dlsym_door;
+pub mod driver;
+pub mod graphs;
+pub mod launch;
+pub mod proc_address;
+pub mod runtime;
+pub mod streams;
+mod support;
+pub mod table;

@@ -1,0 +1,75 @@
+//! The top of the library: what happens when it loads, when the process
+//! forks and when it exits, for every layer. No other module registers
+//! handlers; each layer only offers what these need.
+
+use crate::hooks::{dlopen_door, launch, streams};
+use crate::record::{capture_state, devices, live_table, readings};
+use crate::spool::{tree_root, writer as spool_writer};
+use crate::stacks::{call_stack, module_map, python_frames};
+use crate::sys::{thread, tracing_switch};
+
+extern "C" fn before_fork() {
+    module_map::before_fork();
+}
+
+extern "C" fn after_fork_in_parent() {
+    module_map::after_fork_in_parent();
+}
+
+/// The child side of `fork`: it has one thread, a copy of the parent's
+/// memory, and the parent's spool mapped shared. It must write its own spool
+/// and must not inherit locks held by parent threads that no longer exist.
+extern "C" fn after_fork_in_child() {
+    thread::new_fork_generation();
+    spool_writer::forget_parent_spool();
+    live_table::forget_parent_table();
+    call_stack::forget_parent_stacks();
+    module_map::after_fork_in_child();
+    readings::forget_parent();
+    devices::forget_parent();
+    capture_state::forget_parent();
+    launch::forget_parent();
+    streams::forget_parent();
+}
+
+/// Right after this process's spool is created: the modules already loaded
+/// go into it, so that its stacks can be symbolized.
+fn spool_opened() {
+    module_map::write_all_to_spool();
+}
+
+/// Just before the exit is recorded: libraries loaded since the last
+/// rebuild point still get symbolized, and the device is read once more.
+fn process_exiting() {
+    let _ = std::panic::catch_unwind(dlopen_door::catch_up);
+    let _ = std::panic::catch_unwind(readings::sample_at_exit);
+}
+
+/// Library constructor. It does no CUDA work; it reads the environment and,
+/// in the root of a traced tree, adds the tree's spool folder to it.
+extern "C" fn on_load() {
+    if std::env::var_os("CUDATRACE_DISABLE").is_some_and(|v| v != "0" && !v.is_empty()) {
+        tracing_switch::turn_tracing_off();
+    }
+    if std::env::var_os("CUDATRACE_LAUNCH_HOOKS").is_some_and(|v| v == "0") {
+        launch::disable();
+    }
+    if std::env::var_os("CUDATRACE_SAMPLES").is_some_and(|v| v == "0") {
+        readings::disable_samples();
+    }
+    spool_writer::set_callbacks(spool_opened, process_exiting);
+    if tracing_switch::tracing_on() {
+        tree_root::adopt_tree_if_root();
+        call_stack::configure_from_environment();
+        let _ = std::panic::catch_unwind(|| {
+            python_frames::resolve();
+            module_map::rebuild();
+        });
+    }
+    // SAFETY: registering plain function pointers; the library is never unloaded.
+    unsafe { libc::pthread_atfork(Some(before_fork), Some(after_fork_in_parent), Some(after_fork_in_child)) };
+}
+
+#[used]
+#[unsafe(link_section = ".init_array")]
+static RUN_ON_LOAD: extern "C" fn() = on_load;

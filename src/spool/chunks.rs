@@ -1,0 +1,306 @@
+//! The record area of this process's spool: chunks of `CHUNK_RECORDS`
+//! slots, reserved on disk and mapped as the sequence numbers reach them.
+//!
+//! - Chunks are reserved with `fallocate` (writing zeros where the file
+//!   system cannot), after checking `RLIMIT_FSIZE`, so that no store ever
+//!   touches a page without disk behind it (`SIGBUS`) and the file never
+//!   grows past the size limit (`SIGXFSZ`).
+//! - They are reserved and mapped strictly in order, so the file has no
+//!   unreserved hole below its end: a reader mapping it never faults either.
+//! - They are mapped at consecutive addresses inside a reserved segment of
+//!   address space, so the kernel merges them into one mapping: a long run
+//!   costs the program a few entries of its limited mapping count, not one
+//!   per chunk.
+//! - A record that cannot be stored (its chunk cannot be reserved or mapped)
+//!   is remembered in a bitmap. When its chunk does get mapped, a tombstone
+//!   is stored in its slot, so that readers can tell "dropped" from "still
+//!   being written" and move on.
+
+use crate::sys::clock::monotonic_ns;
+use crate::sys::lazy_mapping::LazyMapping;
+use cudatrace_events::layout::{commit_word, CHUNK_BYTES, CHUNK_RECORDS, DROPPED_OP, HEADER_SIZE};
+use cudatrace_events::RawRecord;
+use std::ptr::NonNull;
+use std::sync::atomic::{AtomicBool, AtomicI32, AtomicPtr, AtomicU64, AtomicUsize, Ordering};
+
+/// At most this many chunks: 2^32 records per process image.
+pub const MAX_CHUNKS: usize = 1 << 18;
+/// Chunks per reserved segment of address space (4 GiB).
+const SEGMENT_CHUNKS: usize = 4096;
+const SEGMENTS: usize = MAX_CHUNKS / SEGMENT_CHUNKS;
+const SEGMENT_BYTES: usize = SEGMENT_CHUNKS * CHUNK_BYTES;
+/// After a chunk could not be reserved, records are dropped without trying
+/// again for this long.
+const RETRY_PAUSE_NS: u64 = 50_000_000;
+/// One bit per possible sequence number.
+const DROPPED_BITMAP_BYTES: usize = MAX_CHUNKS * CHUNK_RECORDS / 8;
+const WORDS_PER_CHUNK: usize = CHUNK_RECORDS / 64;
+
+static CHUNKS: [AtomicPtr<RawRecord>; MAX_CHUNKS] = [const { AtomicPtr::new(std::ptr::null_mut()) }; MAX_CHUNKS];
+static SEGMENT_BASES: [AtomicPtr<u8>; SEGMENTS] = [const { AtomicPtr::new(std::ptr::null_mut()) }; SEGMENTS];
+/// Chunks `0..MAPPED` are reserved and mapped. Raised before a chunk's
+/// pointer is published, so that a forked child unmaps every chunk it can see.
+static MAPPED: AtomicUsize = AtomicUsize::new(0);
+/// Guards growing; held only around reserving and mapping chunks.
+static GROW_LOCK: AtomicBool = AtomicBool::new(false);
+/// `CLOCK_MONOTONIC` before which growth is not tried again.
+static RETRY_AFTER_NS: AtomicU64 = AtomicU64::new(0);
+/// The `errno` of the last failed growth, for the records dropped meanwhile.
+static LAST_GROW_ERRNO: AtomicI32 = AtomicI32::new(libc::EIO);
+/// Sequence numbers whose record was dropped and has no tombstone yet.
+static DROPPED: LazyMapping<AtomicU64> = LazyMapping::new(DROPPED_BITMAP_BYTES / 8);
+
+fn errno() -> i32 {
+    std::io::Error::last_os_error().raw_os_error().unwrap_or(libc::EIO)
+}
+
+/// The slot of sequence number `seq`, mapping chunks up to it if needed;
+/// the `errno` that prevented it otherwise.
+#[inline]
+pub fn slot(fd: i32, seq: u64) -> Result<*mut RawRecord, i32> {
+    let chunk = (seq / CHUNK_RECORDS as u64) as usize;
+    let within = (seq % CHUNK_RECORDS as u64) as usize;
+    let mut base = CHUNKS.get(chunk).ok_or(libc::EFBIG)?.load(Ordering::Acquire);
+    if base.is_null() {
+        base = grow(fd, chunk)?;
+    }
+    // SAFETY: `within` < CHUNK_RECORDS, the number of records in the mapping.
+    Ok(unsafe { base.add(within) })
+}
+
+fn paused() -> Option<i32> {
+    let now = monotonic_ns();
+    (now < RETRY_AFTER_NS.load(Ordering::Acquire)).then(|| LAST_GROW_ERRNO.load(Ordering::Relaxed))
+}
+
+#[cold]
+fn grow(fd: i32, target: usize) -> Result<*mut RawRecord, i32> {
+    if let Some(errno) = paused() {
+        return Err(errno);
+    }
+    while GROW_LOCK
+        .compare_exchange_weak(false, true, Ordering::Acquire, Ordering::Relaxed)
+        .is_err()
+    {
+        std::thread::yield_now();
+    }
+    // Whoever held the lock may have just failed: do not try again at once.
+    let result = match paused() {
+        Some(errno) => Err(errno),
+        None => grow_locked(fd, target),
+    };
+    if let Err(errno) = result {
+        LAST_GROW_ERRNO.store(errno, Ordering::Relaxed);
+        RETRY_AFTER_NS.store(monotonic_ns() + RETRY_PAUSE_NS, Ordering::Release);
+    }
+    GROW_LOCK.store(false, Ordering::Release);
+    result
+}
+
+fn grow_locked(fd: i32, target: usize) -> Result<*mut RawRecord, i32> {
+    let mut next = MAPPED.load(Ordering::Relaxed);
+    while next <= target {
+        let offset = HEADER_SIZE + next * CHUNK_BYTES;
+        reserve(fd, offset as u64, CHUNK_BYTES as u64)?;
+        let base = map(fd, next, offset)?;
+        MAPPED.store(next + 1, Ordering::Release);
+        CHUNKS[next].store(base, Ordering::Release);
+        tombstone_chunk(next);
+        next += 1;
+    }
+    Ok(CHUNKS[target].load(Ordering::Acquire))
+}
+
+/// Where chunk `chunk` goes: its place in its segment of address space,
+/// reserved on first use, or `None` if address space cannot be reserved.
+fn segment_address(chunk: usize) -> Option<*mut u8> {
+    let segment = chunk / SEGMENT_CHUNKS;
+    let mut base = SEGMENT_BASES[segment].load(Ordering::Acquire);
+    if base.is_null() {
+        // SAFETY: reserving address space only: no access, no memory committed.
+        let reserved = unsafe {
+            libc::mmap(
+                std::ptr::null_mut(),
+                SEGMENT_BYTES,
+                libc::PROT_NONE,
+                libc::MAP_PRIVATE | libc::MAP_ANONYMOUS | libc::MAP_NORESERVE,
+                -1,
+                0,
+            )
+        };
+        if reserved == libc::MAP_FAILED {
+            return None;
+        }
+        base = reserved.cast();
+        SEGMENT_BASES[segment].store(base, Ordering::Release);
+    }
+    // SAFETY: inside the segment, which holds SEGMENT_CHUNKS chunks.
+    Some(unsafe { base.add((chunk % SEGMENT_CHUNKS) * CHUNK_BYTES) })
+}
+
+fn map(fd: i32, chunk: usize, offset: usize) -> Result<*mut RawRecord, i32> {
+    let (address, fixed) = match segment_address(chunk) {
+        Some(address) => (address.cast(), libc::MAP_FIXED),
+        None => (std::ptr::null_mut(), 0),
+    };
+    // SAFETY: a shared mapping of a range whose blocks are reserved, either
+    // over our own reservation of address space or where the kernel chooses.
+    let base = unsafe {
+        libc::mmap(
+            address,
+            CHUNK_BYTES,
+            libc::PROT_READ | libc::PROT_WRITE,
+            libc::MAP_SHARED | fixed,
+            fd,
+            offset as libc::off_t,
+        )
+    };
+    if base == libc::MAP_FAILED {
+        return Err(errno());
+    }
+    Ok(base.cast())
+}
+
+/// Makes sure bytes `offset..offset + length` of the file have disk blocks,
+/// growing the file if needed, without ever raising `SIGXFSZ`.
+pub fn reserve(fd: i32, offset: u64, length: u64) -> Result<(), i32> {
+    let end = offset + length;
+    let mut limit = libc::rlimit {
+        rlim_cur: 0,
+        rlim_max: 0,
+    };
+    // SAFETY: a valid out-pointer.
+    if unsafe { libc::getrlimit(libc::RLIMIT_FSIZE, &mut limit) } == 0
+        && limit.rlim_cur != libc::RLIM_INFINITY
+        && end > limit.rlim_cur
+    {
+        return Err(libc::EFBIG);
+    }
+    loop {
+        // SAFETY: allocating blocks of our own file.
+        if unsafe { libc::fallocate(fd, 0, offset as libc::off_t, length as libc::off_t) } == 0 {
+            return Ok(());
+        }
+        match errno() {
+            libc::EINTR => continue,
+            libc::EOPNOTSUPP => return reserve_by_writing(fd, offset, length),
+            other => return Err(other),
+        }
+    }
+}
+
+/// For file systems without `fallocate`: writing zeros makes them allocate.
+fn reserve_by_writing(fd: i32, offset: u64, length: u64) -> Result<(), i32> {
+    static ZEROS: [u8; 4096] = [0; 4096];
+    let mut at = offset;
+    while at < offset + length {
+        let piece = (offset + length - at).min(ZEROS.len() as u64) as usize;
+        // SAFETY: writing from a static buffer into our own file.
+        let written = unsafe { libc::pwrite(fd, ZEROS.as_ptr().cast(), piece, at as libc::off_t) };
+        match written {
+            n if n > 0 => at += n as u64,
+            _ if errno() == libc::EINTR => {}
+            _ => return Err(errno()),
+        }
+    }
+    Ok(())
+}
+
+/// The bitmap of dropped sequence numbers, made on the first drop.
+fn dropped_bitmap() -> Option<*mut AtomicU64> {
+    DROPPED.get().map(|words| words.as_ptr().cast_mut())
+}
+
+fn bitmap_word(bitmap: *mut AtomicU64, seq: u64) -> &'static AtomicU64 {
+    // SAFETY: seq < MAX_CHUNKS * CHUNK_RECORDS (its chunk index was checked),
+    // so the word lies inside the bitmap, which is never unmapped but by fork.
+    unsafe { &*bitmap.add((seq / 64) as usize) }
+}
+
+/// Remembers that `seq`'s record was dropped, for a tombstone once its
+/// chunk is mapped (now, if it has been meanwhile).
+pub fn note_dropped_seq(seq: u64) {
+    if seq / CHUNK_RECORDS as u64 >= MAX_CHUNKS as u64 {
+        return;
+    }
+    let Some(bitmap) = dropped_bitmap() else { return };
+    bitmap_word(bitmap, seq).fetch_or(1 << (seq % 64), Ordering::SeqCst);
+    let chunk = (seq / CHUNK_RECORDS as u64) as usize;
+    if !CHUNKS[chunk].load(Ordering::SeqCst).is_null() {
+        // The grower may have looked at the bitmap before the bit was set.
+        let taken = bitmap_word(bitmap, seq).fetch_and(!(1 << (seq % 64)), Ordering::SeqCst);
+        if taken & (1 << (seq % 64)) != 0 {
+            store_tombstone(seq);
+        }
+    }
+}
+
+/// Stores tombstones for the dropped records of a chunk just mapped.
+fn tombstone_chunk(chunk: usize) {
+    let Some(bitmap) = DROPPED
+        .get_if_mapped()
+        .and_then(|words| NonNull::new(words.as_ptr().cast_mut()))
+    else {
+        return;
+    };
+    let first = (chunk * CHUNK_RECORDS) as u64;
+    for w in 0..WORDS_PER_CHUNK as u64 {
+        let word = bitmap_word(bitmap.as_ptr(), first + w * 64);
+        if word.load(Ordering::SeqCst) == 0 {
+            continue;
+        }
+        let mut taken = word.swap(0, Ordering::SeqCst);
+        while taken != 0 {
+            let bit = u64::from(taken.trailing_zeros());
+            store_tombstone(first + w * 64 + bit);
+            taken &= taken - 1;
+        }
+    }
+}
+
+/// Stores the tombstone of dropped `seq` in its (mapped) slot.
+fn store_tombstone(seq: u64) {
+    let chunk = (seq / CHUNK_RECORDS as u64) as usize;
+    let base = CHUNKS[chunk].load(Ordering::Acquire);
+    if base.is_null() {
+        return;
+    }
+    let tombstone = RawRecord {
+        op: DROPPED_OP,
+        ..Default::default()
+    };
+    let body = tombstone.body_words();
+    // SAFETY: the slot of a dropped sequence number is written by nobody
+    // else: its owner gave up on it, and the bit was taken exactly once.
+    unsafe {
+        let words = base.add((seq % CHUNK_RECORDS as u64) as usize).cast::<u64>();
+        for (i, word) in body.iter().enumerate() {
+            words.add(i + 1).write_volatile(*word);
+        }
+        AtomicU64::from_ptr(words).store(commit_word(seq, &body), Ordering::Release);
+    }
+}
+
+/// Called in a forked child: drops every mapping of the parent's spool and
+/// the parent's record of drops, and any lock a parent thread held.
+pub fn forget_parent() {
+    let mapped = MAPPED.swap(0, Ordering::Relaxed).min(MAX_CHUNKS);
+    for (chunk, slot) in CHUNKS[..mapped].iter().enumerate() {
+        let base = slot.swap(std::ptr::null_mut(), Ordering::AcqRel);
+        let in_segment = !SEGMENT_BASES[chunk / SEGMENT_CHUNKS].load(Ordering::Relaxed).is_null();
+        if !base.is_null() && !in_segment {
+            // SAFETY: the child's inherited view of the parent's chunk, no longer used.
+            unsafe { libc::munmap(base.cast(), CHUNK_BYTES) };
+        }
+    }
+    for segment in &SEGMENT_BASES {
+        let base = segment.swap(std::ptr::null_mut(), Ordering::AcqRel);
+        if !base.is_null() {
+            // SAFETY: the parent's chunks and reserved address space, as inherited.
+            unsafe { libc::munmap(base.cast(), SEGMENT_BYTES) };
+        }
+    }
+    DROPPED.forget();
+    RETRY_AFTER_NS.store(0, Ordering::Relaxed);
+    GROW_LOCK.store(false, Ordering::Release);
+}

@@ -1,0 +1,209 @@
+//! Plain `LD_PRELOAD=libcudatrace.so CMD`, with no `cudatrace run` around it.
+//!
+//! The first traced process of a tree (the one that finds no
+//! `CUDATRACE_ROOT_PID` in its environment) becomes the tree's root: its
+//! constructor checks where spools will go and puts its decisions in the
+//! environment, which every descendant inherits. Without `CUDATRACE_DIR` it
+//! picks a private spool folder and a trace path; the first process of the
+//! tree that records an event starts `cudatrace collect` for the folder,
+//! which turns the spools into one trace once the root and every traced
+//! process are gone. When the spool folder cannot be used, the root says so
+//! in one line on stderr (unless `CUDATRACE_QUIET=1`) and the whole tree
+//! runs untraced.
+//!
+//! | `CUDATRACE_COLLECTOR` | meaning |
+//! | --- | --- |
+//! | `run` | `cudatrace run` collects (and checked the folder): just write spools |
+//! | `spawn` | set by a tree root: the first writer starts a collector |
+//! | unset | spools only, into `CUDATRACE_DIR` (collect them by hand) |
+
+use cudatrace_events::naming;
+use std::ffi::{CString, OsString};
+use std::os::unix::ffi::{OsStrExt, OsStringExt};
+use std::path::{Path, PathBuf};
+
+fn set(key: &str, value: impl AsRef<std::ffi::OsStr>) {
+    // SAFETY: called from the library constructor, before `main` and before
+    // any other thread exists.
+    unsafe { std::env::set_var(key, value) };
+}
+
+/// Called from the library constructor, before `main` and before any other
+/// thread exists, so changing the environment is safe here.
+pub fn adopt_tree_if_root() {
+    let inherited = ["CUDATRACE_ROOT_PID", "CUDATRACE_COLLECTOR"];
+    if inherited.iter().any(|key| std::env::var_os(key).is_some()) {
+        return;
+    }
+    // SAFETY: no preconditions.
+    let (pid, uid) = unsafe { (libc::getpid(), libc::getuid()) };
+    set("CUDATRACE_ROOT_PID", pid.to_string());
+    if let Some(chosen) = std::env::var_os("CUDATRACE_DIR").filter(|d| !d.is_empty()) {
+        if let Err(reason) = writable_folder(Path::new(&chosen)) {
+            untrace_tree(&format!("CUDATRACE_DIR={}: {reason}", Path::new(&chosen).display()));
+        }
+        return;
+    }
+    let base = std::env::var_os("TMPDIR")
+        .filter(|d| !d.is_empty())
+        .unwrap_or_else(|| "/tmp".into());
+    let user_folder = Path::new(&base).join(naming::user_folder_name(uid));
+    let usable = naming::ensure_private_folder(&user_folder, uid).and_then(|()| writable_folder(&user_folder));
+    if let Err(reason) = usable {
+        untrace_tree(&format!("cannot keep spools in {}: {reason}", user_folder.display()));
+        return;
+    }
+    let dir = user_folder.join(format!("tree-{pid}-{}", crate::sys::clock::monotonic_ns()));
+    let cwd = std::env::current_dir().unwrap_or_else(|_| PathBuf::from("/"));
+    let out = match std::env::var_os("CUDATRACE_OUT").filter(|o| !o.is_empty()) {
+        Some(out) => cwd.join(out),
+        None => cwd.join(naming::default_trace_name(&argv0(), pid as u32)),
+    };
+    set("CUDATRACE_DIR", &dir);
+    set("CUDATRACE_OUT", &out);
+    set("CUDATRACE_COLLECTOR", "spawn");
+}
+
+/// Whether spools can be created in `folder`; why not otherwise.
+fn writable_folder(folder: &Path) -> Result<(), String> {
+    let metadata = std::fs::metadata(folder).map_err(|e| e.to_string())?;
+    if !metadata.is_dir() {
+        return Err("not a folder".into());
+    }
+    let c_path = CString::new(folder.as_os_str().as_bytes()).map_err(|e| e.to_string())?;
+    // SAFETY: a NUL-terminated path.
+    if unsafe { libc::access(c_path.as_ptr(), libc::W_OK | libc::X_OK) } != 0 {
+        return Err(std::io::Error::last_os_error().to_string());
+    }
+    Ok(())
+}
+
+/// Nothing of this tree can be recorded: say so once, here in its root, and
+/// turn recording off for the root and, through the environment, for every
+/// process it starts.
+fn untrace_tree(reason: &str) {
+    if std::env::var_os("CUDATRACE_QUIET").is_none_or(|v| v != "1") {
+        let line = format!("cudatrace: nothing is recorded: {reason}\n");
+        // SAFETY: writing a buffer we own to stderr; a failure is ignored.
+        unsafe { libc::write(2, line.as_ptr().cast(), line.len()) };
+    }
+    crate::sys::tracing_switch::turn_tracing_off();
+    set("CUDATRACE_DISABLE", "1");
+}
+
+/// The program's argv[0].
+fn argv0() -> String {
+    let cmdline = std::fs::read("/proc/self/cmdline").unwrap_or_default();
+    let first = cmdline.split(|&b| b == 0).next().unwrap_or_default();
+    String::from_utf8_lossy(first).into_owned()
+}
+
+fn spawn_mode() -> bool {
+    std::env::var_os("CUDATRACE_COLLECTOR").is_some_and(|v| v == "spawn")
+}
+
+/// Creates `dir` (and its parent) private to this user if this process's tree
+/// owns it. Refuses a parent that someone else owns or that others can write.
+pub fn prepare_spool_dir(dir: &Path) -> bool {
+    if !spawn_mode() {
+        return true;
+    }
+    let Some(parent) = dir.parent() else { return false };
+    // SAFETY: no preconditions.
+    if naming::ensure_private_folder(parent, unsafe { libc::getuid() }).is_err() {
+        return false;
+    }
+    use std::os::unix::fs::DirBuilderExt;
+    match std::fs::DirBuilder::new().mode(0o700).create(dir) {
+        Ok(()) => true,
+        Err(e) => e.kind() == std::io::ErrorKind::AlreadyExists,
+    }
+}
+
+/// Starts `cudatrace collect` for the tree, if this is the first process of
+/// the tree to write a spool. The helper it starts forks the collector and
+/// exits at once; we reap it here, so the program never sees a child of ours.
+pub fn start_collector_if_first(dir: &Path) {
+    if !spawn_mode() {
+        return;
+    }
+    let lock = dir.join(naming::COLLECTOR_LOCK);
+    let claimed = std::fs::OpenOptions::new()
+        .write(true)
+        .create_new(true)
+        .open(&lock)
+        .is_ok();
+    if !claimed {
+        return;
+    }
+    let Some(cli) = collector_program() else { return };
+    let out = std::env::var_os("CUDATRACE_OUT").unwrap_or_default();
+    let root = std::env::var_os("CUDATRACE_ROOT_PID").unwrap_or_default();
+    let args: Vec<OsString> = vec![
+        cli.clone().into(),
+        "collect".into(),
+        "--detach".into(),
+        "--root-pid".into(),
+        root,
+        "-o".into(),
+        out,
+        dir.as_os_str().to_owned(),
+    ];
+    let environment: Vec<OsString> = std::env::vars_os()
+        .filter(|(key, _)| key != "LD_PRELOAD")
+        .map(|(key, value)| {
+            let mut pair = key;
+            pair.push("=");
+            pair.push(value);
+            pair
+        })
+        .collect();
+    let to_c = |list: Vec<OsString>| -> Option<Vec<CString>> {
+        list.into_iter().map(|s| CString::new(s.into_vec()).ok()).collect()
+    };
+    let (Some(args), Some(environment)) = (to_c(args), to_c(environment)) else {
+        return;
+    };
+    let mut argv: Vec<*mut libc::c_char> = args.iter().map(|s| s.as_ptr().cast_mut()).collect();
+    argv.push(std::ptr::null_mut());
+    let mut envp: Vec<*mut libc::c_char> = environment.iter().map(|s| s.as_ptr().cast_mut()).collect();
+    envp.push(std::ptr::null_mut());
+    let Ok(program) = CString::new(cli.as_os_str().as_bytes()) else {
+        return;
+    };
+    let mut child: libc::pid_t = 0;
+    // SAFETY: NUL-terminated argument and environment arrays that outlive the call.
+    let spawned = unsafe {
+        libc::posix_spawn(
+            &mut child,
+            program.as_ptr(),
+            std::ptr::null(),
+            std::ptr::null(),
+            argv.as_ptr(),
+            envp.as_ptr(),
+        )
+    };
+    if spawned == 0 {
+        let mut status = 0;
+        // SAFETY: reaping the helper we just started; it exits right after forking.
+        unsafe { libc::waitpid(child, &mut status, 0) };
+    }
+}
+
+/// `$CUDATRACE_CLI`, or the `cudatrace` that sits next to this library.
+fn collector_program() -> Option<PathBuf> {
+    if let Some(cli) = std::env::var_os("CUDATRACE_CLI").filter(|c| !c.is_empty()) {
+        return Some(cli.into());
+    }
+    let mut info = std::mem::MaybeUninit::<libc::Dl_info>::uninit();
+    // SAFETY: dladdr fills `info` for an address inside this library.
+    let found = unsafe { libc::dladdr(collector_program as *const libc::c_void, info.as_mut_ptr()) };
+    if found == 0 {
+        return None;
+    }
+    // SAFETY: dladdr succeeded, so dli_fname is a NUL-terminated path.
+    let library = unsafe { std::ffi::CStr::from_ptr(info.assume_init().dli_fname) };
+    let library = Path::new(std::ffi::OsStr::from_bytes(library.to_bytes()));
+    let cli = library.parent()?.join("cudatrace");
+    cli.exists().then_some(cli)
+}

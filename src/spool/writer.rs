@@ -1,0 +1,336 @@
+//! Writes this process's records into its spool file.
+//!
+//! The file is mapped `MAP_SHARED`, so a record is in the page cache, and so
+//! in the file, the moment the hook stores it: nothing is lost if the process
+//! is then killed. A record costs two atomic operations and some stores; the
+//! only system calls are the file's creation and, per [`CHUNK_RECORDS`]
+//! records, those that reserve and map a chunk ([`spool_chunks`]).
+//!
+//! When a record cannot be stored (its chunk cannot be reserved) the process
+//! carries on untraced for that record: it is counted in the header with the
+//! first `errno`, and a tombstone marks its slot once the chunk exists.
+//!
+//! Records are published as `layout` describes: the body first, then the
+//! commit word with release ordering.
+//!
+//! Files are named `cudatrace-<pid>-<n>.spool` in `$CUDATRACE_DIR` (default:
+//! the working directory); `<n>` tells apart the images of a process that
+//! called `exec`.
+//!
+//! [`spool_chunks`]: crate::spool::chunks
+
+use crate::spool::chunks as spool_chunks;
+use crate::spool::tree_root;
+use crate::sys::clock::{monotonic_ns, realtime_ns};
+use cudatrace_events::layout::{
+    commit_word, CHUNK_RECORDS, CMDLINE_CAPACITY, HEADER_SIZE, RECORD_SIZE, SPOOL_MAGIC, SPOOL_VERSION,
+};
+use cudatrace_events::{naming, RawRecord, SpoolHeader};
+use std::os::unix::ffi::OsStrExt;
+use std::sync::atomic::{AtomicI32, AtomicPtr, AtomicU32, AtomicU64, AtomicU8, AtomicUsize, Ordering};
+
+const CLOSED: u8 = 0;
+const OPENING: u8 = 1;
+const OPEN: u8 = 2;
+const FAILED: u8 = 3;
+
+static STATE: AtomicU8 = AtomicU8::new(CLOSED);
+static FD: AtomicI32 = AtomicI32::new(-1);
+static HEADER: AtomicPtr<SpoolHeader> = AtomicPtr::new(std::ptr::null_mut());
+/// Sequence numbers for a process whose spool could not be created.
+static UNSPOOLED_SEQ: AtomicU64 = AtomicU64::new(0);
+/// What the layers above want done when the spool opens and when the
+/// process exits (set once, at load, by the lifecycle module).
+static ON_OPEN: AtomicUsize = AtomicUsize::new(0);
+static BEFORE_EXIT: AtomicUsize = AtomicUsize::new(0);
+
+/// Sets the work done right after the spool is created (writing what the
+/// layers above already know into it) and just before the exit is recorded
+/// (their last readings). Called once, when the library loads.
+pub fn set_callbacks(on_open: fn(), before_exit: fn()) {
+    ON_OPEN.store(on_open as usize, Ordering::Release);
+    BEFORE_EXIT.store(before_exit as usize, Ordering::Release);
+}
+
+fn run_callback(slot: &AtomicUsize) {
+    let address = slot.load(Ordering::Acquire);
+    if address != 0 {
+        // SAFETY: only `set_callbacks` stores here, and it stores `fn()` pointers.
+        let callback = unsafe { std::mem::transmute::<usize, fn()>(address) };
+        let _ = std::panic::catch_unwind(callback);
+    }
+}
+
+/// Counters kept in the spool header, so that they survive a crash.
+#[derive(Clone, Copy)]
+pub enum Counter {
+    /// A free of memory the tracer had not seen allocated.
+    UnknownFree,
+    /// An allocation the live table had no room for.
+    RegistryOverflow,
+}
+
+/// Reserves the next sequence number. Frees take theirs before calling the
+/// driver, so that a free is always ordered before any reuse of its address
+/// by another thread. The counter lives in the spool header, so readers know
+/// how many were handed out.
+#[inline]
+pub fn reserve_seq() -> u64 {
+    let header = if ensure_open() {
+        HEADER.load(Ordering::Acquire)
+    } else {
+        std::ptr::null_mut()
+    };
+    if header.is_null() {
+        return UNSPOOLED_SEQ.fetch_add(1, Ordering::Relaxed);
+    }
+    // SAFETY: the header stays mapped while the state is OPEN; the field is
+    // 8-byte aligned.
+    unsafe { AtomicU64::from_ptr(&raw mut (*header).reserved_seqs) }.fetch_add(1, Ordering::Relaxed)
+}
+
+/// Stores `record` in the slot of `seq`, timestamped now, and publishes it.
+#[inline]
+pub fn write(seq: u64, mut record: RawRecord) {
+    // Without a spool there is nothing to store, count or mark.
+    if !ensure_open() {
+        return;
+    }
+    let slot = match spool_chunks::slot(FD.load(Ordering::Acquire), seq) {
+        Ok(slot) => slot,
+        Err(errno) => {
+            note_dropped(errno);
+            spool_chunks::note_dropped_seq(seq);
+            return;
+        }
+    };
+    // Taken once the spool exists, so no event predates its process's start time.
+    record.time_ns = monotonic_ns();
+    let body = record.body_words();
+    let commit = commit_word(seq, &body);
+    let words = slot.cast::<u64>();
+    // SAFETY: the slot belongs to `seq` alone, which this caller reserved, and
+    // lies inside a live, reserved mapping of the spool. The commit word goes
+    // last, with release ordering, so a reader that sees it sees the body.
+    unsafe {
+        for (i, word) in body.iter().enumerate() {
+            words.add(i + 1).write_volatile(*word);
+        }
+        AtomicU64::from_ptr(words).store(commit, Ordering::Release);
+    }
+}
+
+/// Adds one to a header counter.
+pub fn bump(counter: Counter) {
+    let Some(header) = open_header() else { return };
+    // SAFETY: the header stays mapped while the state is OPEN.
+    unsafe {
+        let field = match counter {
+            Counter::UnknownFree => &raw mut (*header).unknown_frees,
+            Counter::RegistryOverflow => &raw mut (*header).registry_overflows,
+        };
+        AtomicU64::from_ptr(field).fetch_add(1, Ordering::Relaxed);
+    }
+}
+
+/// Counts a record that could not be stored, remembering the first reason.
+fn note_dropped(errno: i32) {
+    let Some(header) = open_header() else { return };
+    // SAFETY: the header stays mapped while the state is OPEN.
+    unsafe {
+        AtomicU64::from_ptr(&raw mut (*header).dropped_records).fetch_add(1, Ordering::Relaxed);
+        let _ = AtomicI32::from_ptr(&raw mut (*header).drop_errno).compare_exchange(
+            0,
+            errno.max(1),
+            Ordering::Relaxed,
+            Ordering::Relaxed,
+        );
+    }
+}
+
+fn open_header() -> Option<*mut SpoolHeader> {
+    if !ensure_open() {
+        return None;
+    }
+    let header = HEADER.load(Ordering::Acquire);
+    (!header.is_null()).then_some(header)
+}
+
+/// Creates this process's spool now if it has none yet: called when the
+/// process initialises CUDA, so that it appears in the trace even if it
+/// never allocates.
+pub fn open_now() {
+    ensure_open();
+}
+
+/// Whether this process's spool exists (without creating it).
+pub fn is_open() -> bool {
+    STATE.load(Ordering::SeqCst) == OPEN
+}
+
+fn errno() -> i32 {
+    std::io::Error::last_os_error().raw_os_error().unwrap_or(libc::EIO)
+}
+
+#[inline]
+fn ensure_open() -> bool {
+    match STATE.load(Ordering::Acquire) {
+        OPEN => true,
+        FAILED => false,
+        _ => open_slow(),
+    }
+}
+
+#[cold]
+fn open_slow() -> bool {
+    if STATE
+        .compare_exchange(CLOSED, OPENING, Ordering::AcqRel, Ordering::Acquire)
+        .is_ok()
+    {
+        let opened = create_spool();
+        STATE.store(if opened { OPEN } else { FAILED }, Ordering::Release);
+        if opened {
+            run_callback(&ON_OPEN);
+        }
+        return opened;
+    }
+    loop {
+        match STATE.load(Ordering::Acquire) {
+            OPEN => return true,
+            FAILED => return false,
+            _ => std::thread::yield_now(),
+        }
+    }
+}
+
+/// `$CUDATRACE_DIR`, or the working directory.
+pub fn spool_directory() -> std::path::PathBuf {
+    match std::env::var_os("CUDATRACE_DIR") {
+        Some(dir) if !dir.is_empty() => dir.into(),
+        _ => ".".into(),
+    }
+}
+
+/// Opens a new spool file for this pid, numbering images of the same pid.
+fn create_file(directory: &std::path::Path, pid: u32) -> Option<i32> {
+    for image in 0..1000 {
+        let path = directory.join(naming::spool_file_name(pid, image));
+        let c_path = std::ffi::CString::new(path.as_os_str().as_bytes()).ok()?;
+        // SAFETY: a NUL-terminated path.
+        let fd = unsafe {
+            libc::open(
+                c_path.as_ptr(),
+                libc::O_RDWR | libc::O_CREAT | libc::O_EXCL | libc::O_CLOEXEC,
+                0o600,
+            )
+        };
+        if fd >= 0 {
+            return Some(fd);
+        }
+        if errno() != libc::EEXIST {
+            return None;
+        }
+    }
+    None
+}
+
+fn create_spool() -> bool {
+    // SAFETY: getpid/getppid have no preconditions.
+    let (pid, ppid) = unsafe { (libc::getpid() as u32, libc::getppid() as u32) };
+    let directory = spool_directory();
+    if !tree_root::prepare_spool_dir(&directory) {
+        return false;
+    }
+    let Some(fd) = create_file(&directory, pid) else {
+        return false;
+    };
+    // An empty file is left behind when even the header has no room: the
+    // collector then reports the process as unrecorded.
+    if spool_chunks::reserve(fd, 0, HEADER_SIZE as u64).is_err() {
+        // SAFETY: closing our own descriptor.
+        unsafe { libc::close(fd) };
+        return false;
+    }
+    // SAFETY: fd is ours; the header page is mapped shared like the records.
+    let header = unsafe {
+        libc::mmap(
+            std::ptr::null_mut(),
+            HEADER_SIZE,
+            libc::PROT_READ | libc::PROT_WRITE,
+            libc::MAP_SHARED,
+            fd,
+            0,
+        )
+    };
+    if header == libc::MAP_FAILED {
+        // SAFETY: closing our own descriptor.
+        unsafe { libc::close(fd) };
+        return false;
+    }
+    let header = header.cast::<SpoolHeader>();
+    let cmdline = std::fs::read("/proc/self/cmdline").unwrap_or_default();
+    let cmdline_len = cmdline.len().min(CMDLINE_CAPACITY);
+    // SAFETY: the mapping is HEADER_SIZE bytes, the size of SpoolHeader, and
+    // zeroed. The magic goes last, with release ordering: a reader that sees
+    // it sees a whole header.
+    unsafe {
+        let h = &mut *header;
+        h.version = SPOOL_VERSION;
+        h.record_size = RECORD_SIZE as u32;
+        h.header_size = HEADER_SIZE as u32;
+        h.chunk_records = CHUNK_RECORDS as u32;
+        h.pid = pid;
+        h.ppid = ppid;
+        h.start_monotonic_ns = monotonic_ns();
+        h.start_realtime_ns = realtime_ns();
+        h.cmdline[..cmdline_len].copy_from_slice(&cmdline[..cmdline_len]);
+        h.cmdline_len = cmdline_len as u32;
+        AtomicU64::from_ptr((&raw mut h.magic).cast()).store(u64::from_le_bytes(SPOOL_MAGIC), Ordering::Release);
+    }
+    FD.store(fd, Ordering::Release);
+    HEADER.store(header, Ordering::Release);
+    // SAFETY: registering a plain function; it checks the header itself.
+    unsafe { on_exit(record_exit, std::ptr::null_mut()) };
+    tree_root::start_collector_if_first(&directory);
+    true
+}
+
+unsafe extern "C" {
+    /// glibc's `on_exit`: like `atexit`, but the handler receives the exit status.
+    fn on_exit(handler: extern "C" fn(libc::c_int, *mut libc::c_void), arg: *mut libc::c_void) -> libc::c_int;
+}
+
+/// Stores how the process exited in its spool header, for the collector.
+extern "C" fn record_exit(status: libc::c_int, _arg: *mut libc::c_void) {
+    let header = HEADER.load(Ordering::Acquire);
+    if header.is_null() {
+        return;
+    }
+    run_callback(&BEFORE_EXIT);
+    // SAFETY: the header stays mapped until the process is gone; the flag is
+    // published after the values it guards.
+    unsafe {
+        (*header).exit_time_ns = monotonic_ns();
+        (*header).exit_status = status;
+        AtomicU32::from_ptr(&raw mut (*header).exit_recorded).store(1, Ordering::Release);
+    }
+}
+
+/// Called in a forked child. The inherited mappings point into the parent's
+/// spool: drop them so that the child starts a spool of its own. Any lock a
+/// parent thread held at the fork is released, since that thread is gone.
+pub fn forget_parent_spool() {
+    spool_chunks::forget_parent();
+    let header = HEADER.swap(std::ptr::null_mut(), Ordering::AcqRel);
+    if !header.is_null() {
+        // SAFETY: the child's inherited view of the parent's header page.
+        unsafe { libc::munmap(header.cast(), HEADER_SIZE) };
+    }
+    let fd = FD.swap(-1, Ordering::AcqRel);
+    if fd >= 0 {
+        // SAFETY: the child's copy of the parent's descriptor.
+        unsafe { libc::close(fd) };
+    }
+    UNSPOOLED_SEQ.store(0, Ordering::Relaxed);
+    STATE.store(CLOSED, Ordering::Release);
+}

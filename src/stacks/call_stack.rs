@@ -1,0 +1,382 @@
+//! The call stack of one event: native frames, Python frames, or both
+//! interleaved, interned to one node id.
+//!
+//! The combined stack is innermost first. Native frames run up to an
+//! interpreter eval frame, which is replaced by the Python frames it was
+//! running, then the native frames below it, and so on: the order of
+//! PyTorch's combined tracebacks, so C++ called from Python called from C++
+//! reads right.
+
+use crate::stacks::python_frames::{self, PyCapture, PyFrame};
+use crate::stacks::{module_map, native_unwind, stack_table};
+use cudatrace_events::stacks::frame_kind;
+use std::cell::{Cell, UnsafeCell};
+use std::sync::atomic::{AtomicU32, AtomicU8, Ordering};
+
+/// Which frames events carry (`CUDATRACE_STACKS`).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+#[repr(u8)]
+pub enum StackMode {
+    /// No stacks.
+    None = 0,
+    /// Native frames only.
+    Native = 1,
+    /// Python frames only.
+    Python = 2,
+    /// Both, interleaved.
+    All = 3,
+}
+
+impl StackMode {
+    /// Parses the setting's text.
+    pub fn parse(text: &str) -> Option<StackMode> {
+        match text {
+            "none" => Some(StackMode::None),
+            "native" => Some(StackMode::Native),
+            "python" => Some(StackMode::Python),
+            "all" => Some(StackMode::All),
+            _ => None,
+        }
+    }
+}
+
+/// Deepest stack a buffer holds; `CUDATRACE_MAX_DEPTH` is capped to it.
+pub const MAX_FRAMES: usize = 256;
+/// Default of `CUDATRACE_MAX_DEPTH`.
+pub const DEFAULT_DEPTH: u32 = 64;
+
+static MODE: AtomicU8 = AtomicU8::new(StackMode::All as u8);
+static DEPTH: AtomicU32 = AtomicU32::new(DEFAULT_DEPTH);
+
+/// Reads `CUDATRACE_STACKS` and `CUDATRACE_MAX_DEPTH`; unknown values keep the defaults.
+pub fn configure_from_environment() {
+    if let Some(mode) = std::env::var("CUDATRACE_STACKS")
+        .ok()
+        .as_deref()
+        .and_then(StackMode::parse)
+    {
+        MODE.store(mode as u8, Ordering::Relaxed);
+    }
+    if let Some(depth) = std::env::var("CUDATRACE_MAX_DEPTH")
+        .ok()
+        .and_then(|d| d.parse::<u32>().ok())
+    {
+        DEPTH.store(depth.min(MAX_FRAMES as u32), Ordering::Relaxed);
+    }
+}
+
+fn mode() -> StackMode {
+    match MODE.load(Ordering::Relaxed) {
+        0 => StackMode::None,
+        1 => StackMode::Native,
+        2 => StackMode::Python,
+        _ => StackMode::All,
+    }
+}
+
+#[derive(Clone, Copy, Default, PartialEq, Eq)]
+struct Frame {
+    kind: u8,
+    value: u64,
+    offset: u32,
+}
+
+/// The last stack this thread interned, outermost first, with its node ids:
+/// consecutive events from one call site share most of their frames, which
+/// then need no table lookups.
+struct LastStack {
+    frames: [Frame; MAX_FRAMES + 2],
+    ids: [u32; MAX_FRAMES + 2],
+    len: usize,
+}
+
+thread_local! {
+    static BUSY: Cell<bool> = const { Cell::new(false) };
+    static LAST: UnsafeCell<LastStack> = const {
+        UnsafeCell::new(LastStack {
+            frames: [Frame { kind: 0, value: 0, offset: 0 }; MAX_FRAMES + 2],
+            ids: [0; MAX_FRAMES + 2],
+            len: 0,
+        })
+    };
+}
+
+/// Captures, interns and publishes the caller's stack; returns its
+/// innermost node id, or 0 when stacks are off or none could be taken.
+#[inline(never)]
+pub fn capture() -> u32 {
+    let mode = mode();
+    // A hook that runs inside another hook on this thread (a signal handler
+    // allocating) records no stack rather than sharing the buffers.
+    if BUSY.try_with(|busy| busy.replace(true)).unwrap_or(true) {
+        return 0;
+    }
+    let id = if mode == StackMode::None {
+        immediate_caller()
+    } else {
+        capture_unguarded(mode)
+    };
+    let _ = BUSY.try_with(|busy| busy.set(false));
+    id
+}
+
+/// Without stacks, events still name the code that called CUDA, so that
+/// each allocation has an owner: one node, the innermost return address
+/// outside this library, the driver and the runtime.
+fn immediate_caller() -> u32 {
+    let mut native = [0u64; 8];
+    let (count, _) = native_unwind::capture(&mut native);
+    let Some(map) = module_map::current() else {
+        return 0;
+    };
+    match native[..count]
+        .iter()
+        .copied()
+        .find(|&address| !map.in_cuda_library(address))
+    {
+        Some(address) => intern(&[Frame {
+            kind: frame_kind::NATIVE,
+            value: address,
+            offset: 0,
+        }]),
+        None => 0,
+    }
+}
+
+fn capture_unguarded(mode: StackMode) -> u32 {
+    let depth = DEPTH.load(Ordering::Relaxed) as usize;
+    let mut native = [0u64; MAX_FRAMES];
+    let (native_count, native_cut) = if mode == StackMode::Python {
+        (0, false)
+    } else {
+        native_unwind::capture(&mut native[..depth])
+    };
+    let mut python = [PyFrame::default(); MAX_FRAMES];
+    let python_capture = if mode == StackMode::Native {
+        PyCapture::NotPython
+    } else {
+        python_frames::capture(&mut python[..depth])
+    };
+    let mut frames = [Frame::default(); MAX_FRAMES + 2];
+    let mut count = combine(
+        &native[..native_count],
+        &python_capture,
+        &python,
+        python_frames::eval_range(),
+        mode,
+        &mut frames[..depth],
+    );
+    let cut = native_cut || count == depth || matches!(python_capture, PyCapture::Frames { cut: true, .. });
+    if cut {
+        frames[count] = Frame {
+            kind: frame_kind::TRUNCATED,
+            ..Frame::default()
+        };
+        count += 1;
+    }
+    if python_capture == PyCapture::Unavailable {
+        frames[count] = Frame {
+            kind: frame_kind::NO_PYTHON,
+            ..Frame::default()
+        };
+        count += 1;
+    }
+    intern(&frames[..count])
+}
+
+/// Frames being combined into a fixed buffer.
+struct Combined<'a> {
+    out: &'a mut [Frame],
+    count: usize,
+    python: &'a [PyFrame],
+    next_python: usize,
+}
+
+impl Combined<'_> {
+    fn push(&mut self, frame: Frame) {
+        if self.count < self.out.len() {
+            self.out[self.count] = frame;
+            self.count += 1;
+        }
+    }
+
+    /// The Python frames one eval-loop call was running.
+    fn push_python_segment(&mut self) {
+        while let Some(&frame) = self.python.get(self.next_python) {
+            self.next_python += 1;
+            self.push(Frame {
+                kind: frame_kind::PYTHON,
+                value: frame.code,
+                offset: frame.offset,
+            });
+            if frame.ends_segment {
+                break;
+            }
+        }
+    }
+
+    fn python_left(&self) -> bool {
+        self.next_python < self.python.len()
+    }
+}
+
+/// Interleaves native and Python frames into `out`; returns how many.
+fn combine(
+    native: &[u64],
+    python_capture: &PyCapture,
+    python: &[PyFrame],
+    eval: (u64, u64),
+    mode: StackMode,
+    out: &mut [Frame],
+) -> usize {
+    let python = match *python_capture {
+        PyCapture::Frames { count, .. } => &python[..count],
+        _ => &python[..0],
+    };
+    let mut combined = Combined {
+        out,
+        count: 0,
+        python,
+        next_python: 0,
+    };
+    if mode != StackMode::Python {
+        for &address in native {
+            // A return address points just past the call; the eval function
+            // contains address - 1.
+            let lookup = address.wrapping_sub(1);
+            if eval.0 < eval.1 && (eval.0..eval.1).contains(&lookup) && combined.python_left() {
+                combined.push_python_segment();
+            } else {
+                combined.push(Frame {
+                    kind: frame_kind::NATIVE,
+                    value: address,
+                    offset: 0,
+                });
+            }
+        }
+    }
+    // Python frames the native walk did not reach (an unwind cut short, or
+    // Python frames only).
+    while combined.python_left() {
+        combined.push_python_segment();
+    }
+    combined.count
+}
+
+/// Interns `frames` (innermost first) from the outermost in, reusing the
+/// ids of the thread's previous stack where the outer frames agree.
+fn intern(frames: &[Frame]) -> u32 {
+    LAST.try_with(|last| {
+        // SAFETY: this thread's own cache; `capture` is not re-entered on a thread.
+        let last = unsafe { &mut *last.get() };
+        let mut parent = 0u32;
+        let mut same_so_far = true;
+        for (depth, frame) in frames.iter().rev().enumerate() {
+            if same_so_far && depth < last.len && last.frames[depth] == *frame {
+                parent = last.ids[depth];
+                continue;
+            }
+            same_so_far = false;
+            let Some(id) = intern_frame(frame, parent) else {
+                last.len = depth;
+                return parent;
+            };
+            last.frames[depth] = *frame;
+            last.ids[depth] = id;
+            parent = id;
+        }
+        last.len = frames.len();
+        parent
+    })
+    .unwrap_or(0)
+}
+
+fn intern_frame(frame: &Frame, parent: u32) -> Option<u32> {
+    if frame.kind == frame_kind::PYTHON {
+        python_frames::describe_code_once(frame.value);
+    }
+    let (id, added) = stack_table::intern(frame.kind, frame.value, parent, frame.offset)?;
+    if added {
+        stack_table::write_node(id, frame.kind, frame.value, parent, frame.offset);
+    }
+    Some(id)
+}
+
+/// In a forked child: the parent's ids mean nothing in the child's spool.
+pub fn forget_parent_stacks() {
+    let _ = LAST.try_with(|last| {
+        // SAFETY: the child has only this thread.
+        unsafe { (*last.get()).len = 0 };
+    });
+    stack_table::forget_parent_table();
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn py(code: u64, ends_segment: bool) -> PyFrame {
+        PyFrame {
+            code,
+            offset: 2,
+            ends_segment,
+        }
+    }
+
+    #[test]
+    fn python_frames_replace_the_eval_frames_that_ran_them() {
+        // native: c_inner, eval(#1), c_middle, eval(#2), main
+        let eval = (0x5000, 0x6000);
+        let native = [0x1001, 0x5100, 0x2001, 0x5200, 0x3001];
+        let python = [py(0xa, false), py(0xb, true), py(0xc, true)];
+        let capture = PyCapture::Frames { count: 3, cut: false };
+        let mut out = [Frame::default(); 16];
+        let n = combine(&native, &capture, &python, eval, StackMode::All, &mut out);
+        let got: Vec<(u8, u64)> = out[..n].iter().map(|f| (f.kind, f.value)).collect();
+        use frame_kind::{NATIVE as N, PYTHON as P};
+        assert_eq!(
+            got,
+            vec![(N, 0x1001), (P, 0xa), (P, 0xb), (N, 0x2001), (P, 0xc), (N, 0x3001)]
+        );
+    }
+
+    #[test]
+    fn python_frames_the_unwinder_did_not_reach_go_outermost_and_python_mode_drops_native_frames() {
+        let python = [py(0xa, true), py(0xb, true)];
+        let capture = PyCapture::Frames { count: 2, cut: false };
+        let mut out = [Frame::default(); 16];
+        let n = combine(&[0x1001], &capture, &python, (0x5000, 0x6000), StackMode::All, &mut out);
+        assert_eq!(
+            out[..n].iter().map(|f| f.value).collect::<Vec<_>>(),
+            vec![0x1001, 0xa, 0xb]
+        );
+        let n = combine(
+            &[0x1001],
+            &capture,
+            &python,
+            (0x5000, 0x6000),
+            StackMode::Python,
+            &mut out,
+        );
+        assert_eq!(out[..n].iter().map(|f| f.value).collect::<Vec<_>>(), vec![0xa, 0xb]);
+    }
+
+    #[test]
+    fn stacks_sharing_outer_frames_share_their_nodes() {
+        let frame = |value| Frame {
+            kind: frame_kind::NATIVE,
+            value,
+            offset: 0,
+        };
+        let a = intern(&[frame(0x11), frame(0x22), frame(0x33)]);
+        let b = intern(&[frame(0x44), frame(0x22), frame(0x33)]);
+        let again = intern(&[frame(0x11), frame(0x22), frame(0x33)]);
+        assert_ne!(a, b);
+        assert_eq!(a, again);
+        // From another thread (no cache), the same frames give the same id.
+        let elsewhere = std::thread::spawn(move || intern(&[frame(0x11), frame(0x22), frame(0x33)]))
+            .join()
+            .unwrap();
+        assert_eq!(elsewhere, a);
+    }
+}

@@ -1,0 +1,103 @@
+//! A table of atomics in an anonymous mapping made on first use: the
+//! lock-free tables of the hooks (live allocations, stack nodes, dropped
+//! records) are too large to be static, and most processes never touch most
+//! of their pages. The mapping is reserved without swap, so only the pages
+//! written cost memory.
+
+use std::marker::PhantomData;
+use std::sync::atomic::{AtomicPtr, Ordering};
+
+/// A type whose all-zero bytes are a valid, empty value (atomics and
+/// structs of atomics), so that a fresh anonymous mapping is a table of them.
+///
+/// # Safety
+/// Zeroed memory must be a valid value of the type.
+pub unsafe trait ZeroIsEmpty {}
+
+// SAFETY: an atomic integer's zero bytes are the value 0.
+unsafe impl ZeroIsEmpty for std::sync::atomic::AtomicU64 {}
+
+/// `len` values of `T`, mapped on first use and never freed but by
+/// [`LazyMapping::forget`] in a forked child.
+pub struct LazyMapping<T: ZeroIsEmpty> {
+    base: AtomicPtr<T>,
+    len: usize,
+    _values: PhantomData<T>,
+}
+
+impl<T: ZeroIsEmpty> LazyMapping<T> {
+    /// A table of `len` values, not mapped yet.
+    pub const fn new(len: usize) -> LazyMapping<T> {
+        LazyMapping {
+            base: AtomicPtr::new(std::ptr::null_mut()),
+            len,
+            _values: PhantomData,
+        }
+    }
+
+    fn bytes(&self) -> usize {
+        self.len * std::mem::size_of::<T>()
+    }
+
+    /// The table, mapping it if this is the first use; `None` when no
+    /// memory can be mapped.
+    #[inline]
+    pub fn get(&self) -> Option<&'static [T]> {
+        let mut base = self.base.load(Ordering::Acquire);
+        if base.is_null() {
+            base = self.map()?;
+        }
+        // SAFETY: the mapping holds `len` values and lives until `forget`,
+        // which only a forked child calls, before any other thread exists.
+        Some(unsafe { std::slice::from_raw_parts(base, self.len) })
+    }
+
+    /// The table if it was mapped already, without mapping it.
+    #[inline]
+    pub fn get_if_mapped(&self) -> Option<&'static [T]> {
+        let base = self.base.load(Ordering::Acquire);
+        // SAFETY: as in `get`.
+        (!base.is_null()).then(|| unsafe { std::slice::from_raw_parts(base, self.len) })
+    }
+
+    #[cold]
+    fn map(&self) -> Option<*mut T> {
+        // SAFETY: a fresh private anonymous mapping; zeroed pages are empty
+        // values of `T` (ZeroIsEmpty).
+        let fresh = unsafe {
+            libc::mmap(
+                std::ptr::null_mut(),
+                self.bytes(),
+                libc::PROT_READ | libc::PROT_WRITE,
+                libc::MAP_PRIVATE | libc::MAP_ANONYMOUS | libc::MAP_NORESERVE,
+                -1,
+                0,
+            )
+        };
+        if fresh == libc::MAP_FAILED {
+            return None;
+        }
+        let fresh = fresh.cast::<T>();
+        match self
+            .base
+            .compare_exchange(std::ptr::null_mut(), fresh, Ordering::AcqRel, Ordering::Acquire)
+        {
+            Ok(_) => Some(fresh),
+            Err(winner) => {
+                // SAFETY: our own mapping, never published.
+                unsafe { libc::munmap(fresh.cast(), self.bytes()) };
+                Some(winner)
+            }
+        }
+    }
+
+    /// In a forked child: the table is the parent's copy; unmap it, so that
+    /// the next use starts an empty one.
+    pub fn forget(&self) {
+        let old = self.base.swap(std::ptr::null_mut(), Ordering::AcqRel);
+        if !old.is_null() {
+            // SAFETY: the child's private copy, which nothing uses any more.
+            unsafe { libc::munmap(old.cast(), self.bytes()) };
+        }
+    }
+}

@@ -1,0 +1,62 @@
+//! The dynamic loader's activity as far as the hooks need it: how many
+//! `dlopen` calls were started. The `dlopen` door counts them; the module
+//! map is rebuilt, and CUDA entry points that were missing are looked up
+//! again, only once the count has moved.
+
+use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
+
+static DLOPENS: AtomicU64 = AtomicU64::new(0);
+
+/// Counts a `dlopen` (called by the `dlopen` door before the real one runs).
+#[inline]
+pub fn note_dlopen() {
+    DLOPENS.fetch_add(1, Ordering::SeqCst);
+}
+
+/// `dlopen` calls started so far.
+#[inline]
+pub fn dlopen_count() -> u64 {
+    DLOPENS.load(Ordering::SeqCst)
+}
+
+/// In a forked child: the count is set back to `count` (the child keeps
+/// what was built from the parent's libraries).
+pub fn set_dlopen_count(count: u64) {
+    DLOPENS.store(count, Ordering::SeqCst);
+}
+
+static REAL_DLOPEN: AtomicUsize = AtomicUsize::new(0);
+
+/// Address of the C library's `dlopen`, found with `dlvsym` so that the
+/// library's own `dlopen` (the door, which counts calls) is skipped; 0 if
+/// none is found.
+pub fn real_dlopen_address() -> usize {
+    let cached = REAL_DLOPEN.load(Ordering::Acquire);
+    if cached != 0 {
+        return cached;
+    }
+    let found = [c"GLIBC_2.34", c"GLIBC_2.2.5"]
+        .iter()
+        // SAFETY: NUL-terminated names; RTLD_NEXT searches the libraries after ours.
+        .map(|version| unsafe { libc::dlvsym(libc::RTLD_NEXT, c"dlopen".as_ptr(), version.as_ptr()) } as usize)
+        .find(|&address| address != 0)
+        .unwrap_or(0);
+    REAL_DLOPEN.store(found, Ordering::Release);
+    found
+}
+
+/// The handle of `file` if it is loaded already, from the C library's
+/// `dlopen` with `RTLD_NOLOAD`: our own lookups are not the program's
+/// `dlopen` calls, and must not count as one.
+pub fn loaded_handle(file: &std::ffi::CStr) -> Option<*mut std::ffi::c_void> {
+    type DlopenFn = unsafe extern "C" fn(*const std::ffi::c_char, std::ffi::c_int) -> *mut std::ffi::c_void;
+    let address = real_dlopen_address();
+    if address == 0 {
+        return None;
+    }
+    // SAFETY: `address` is glibc's dlopen, whose signature DlopenFn is.
+    let dlopen: DlopenFn = unsafe { std::mem::transmute::<usize, DlopenFn>(address) };
+    // SAFETY: a NUL-terminated name; RTLD_NOLOAD only returns a library already loaded.
+    let handle = unsafe { dlopen(file.as_ptr(), libc::RTLD_NOLOAD | libc::RTLD_LAZY) };
+    (!handle.is_null()).then_some(handle)
+}

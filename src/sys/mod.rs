@@ -1,0 +1,12 @@
+//! The bottom layer: what every other layer may use, and which uses nothing
+//! of ours. The real CUDA functions and their C types, the clock, the
+//! calling thread, the switch that turns recording off, the loader's
+//! `dlopen` count and the lazily mapped tables.
+
+pub mod clock;
+pub mod cuda_ffi;
+pub mod lazy_mapping;
+pub mod loader;
+pub mod symbols;
+pub mod thread;
+pub mod tracing_switch;

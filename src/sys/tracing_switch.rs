@@ -1,0 +1,35 @@
+//! Whether the library records at all, and the guard every piece of
+//! bookkeeping runs under, so that none of it can unwind into the traced
+//! program or change its `errno`.
+
+use std::sync::atomic::{AtomicBool, Ordering};
+
+/// Set when tracing has turned itself off (internal failure, or `CUDATRACE_DISABLE`).
+static TRACING_OFF: AtomicBool = AtomicBool::new(false);
+
+/// Whether hooks should record anything.
+#[inline]
+pub fn tracing_on() -> bool {
+    !TRACING_OFF.load(Ordering::Relaxed)
+}
+
+/// Stops recording for the rest of the process's life; calls still go through.
+pub fn turn_tracing_off() {
+    TRACING_OFF.store(true, Ordering::Relaxed);
+}
+
+/// Runs `record` (the bookkeeping of one hook) so that it can neither unwind
+/// into the traced program nor change its `errno`. A panic turns tracing off.
+#[inline]
+pub fn guarded(record: impl FnOnce()) {
+    if !tracing_on() {
+        return;
+    }
+    // SAFETY: __errno_location always returns the calling thread's errno.
+    let errno = unsafe { *libc::__errno_location() };
+    if std::panic::catch_unwind(std::panic::AssertUnwindSafe(record)).is_err() {
+        turn_tracing_off();
+    }
+    // SAFETY: as above.
+    unsafe { *libc::__errno_location() = errno };
+}
