@@ -105,21 +105,107 @@ pub fn forget_parent() {
 #[cold]
 fn forget_inherited() {
     if INHERITED.swap(false, Ordering::AcqRel) {
-        LAUNCHED.iter().for_each(|slot| slot.store(0, Ordering::Relaxed));
+        LAUNCHED
+            .iter()
+            .chain(&STREAMS_USED)
+            .for_each(|slot| slot.store(0, Ordering::Relaxed));
     }
 }
 
-/// Runs `launch`, measuring it if it is the first of `function`.
+/// Streams remembered as launched into; a power of two.
+const STREAM_SLOTS: usize = 1 << 14;
+static STREAMS_USED: [AtomicU64; STREAM_SLOTS] = [const { AtomicU64::new(0) }; STREAM_SLOTS];
+
+/// Adds `stream` to the set of streams launched into; true the first time.
+/// The default streams are never new: their resources come with the context.
 #[inline]
-fn launched(api: Api, function: u64, launch: impl FnOnce() -> CUresult) -> CUresult {
+fn first_use_of_stream(stream: u64) -> bool {
+    if stream <= CU_STREAM_PER_THREAD {
+        return false;
+    }
+    let start = (stream >> 4).wrapping_mul(0x9E37_79B9_7F4A_7C15) as usize >> (64 - STREAM_SLOTS.trailing_zeros());
+    for probe in 0..MAX_PROBES {
+        let slot = &STREAMS_USED[(start + probe) & (STREAM_SLOTS - 1)];
+        match slot.load(Ordering::Relaxed) {
+            seen if seen == stream => return false,
+            0 => match slot.compare_exchange(0, stream, Ordering::Relaxed, Ordering::Relaxed) {
+                Ok(_) => return true,
+                Err(now) if now == stream => return false,
+                Err(_) => {}
+            },
+            _ => {}
+        }
+    }
+    false
+}
+
+/// A stream is being destroyed: a stream created later with its handle is new.
+pub fn forget_stream(stream: u64) {
+    let start = (stream >> 4).wrapping_mul(0x9E37_79B9_7F4A_7C15) as usize >> (64 - STREAM_SLOTS.trailing_zeros());
+    for probe in 0..MAX_PROBES {
+        let slot = &STREAMS_USED[(start + probe) & (STREAM_SLOTS - 1)];
+        match slot.load(Ordering::Relaxed) {
+            0 => return,
+            seen if seen == stream => {
+                let _ = slot.compare_exchange(stream, GONE, Ordering::Relaxed, Ordering::Relaxed);
+                return;
+            }
+            _ => {}
+        }
+    }
+}
+
+/// Runs `launch`, measuring it if it is the first of `function` (the
+/// kernel loads), or else the first into `stream` (the driver sets up the
+/// stream's resources then).
+#[inline]
+fn launched(api: Api, function: u64, stream: u64, launch: impl FnOnce() -> CUresult) -> CUresult {
     if !enabled() || !tracing_on() {
         return launch();
     }
-    if !first_launch(function) {
-        readings::maybe_sample(api);
-        return launch();
+    if first_launch(function) {
+        first_use_of_stream(stream);
+        return first_of_its_kind(api, function, launch);
     }
-    first_of_its_kind(api, function, launch)
+    if first_use_of_stream(stream) {
+        return first_into_stream(api, stream, launch);
+    }
+    readings::maybe_sample(api);
+    launch()
+}
+
+#[cold]
+#[inline(never)]
+fn first_into_stream(api: Api, stream: u64, launch: impl FnOnce() -> CUresult) -> CUresult {
+    let around = Around::start(api);
+    let result = launch();
+    if let Some(around) = around {
+        let record = Record {
+            address: stream,
+            size: 1,
+            ..Record::new(Op::StreamObjects, api)
+        };
+        around.finish(record, false);
+    }
+    result
+}
+
+/// The stream of a `cuLaunchKernelEx` configuration.
+fn stream_of(config: *const CUlaunchConfig) -> u64 {
+    if config.is_null() {
+        0
+    } else {
+        // SAFETY: the caller's configuration, valid for the call.
+        unsafe { (*config).hStream as u64 }
+    }
+}
+
+fn per_thread(stream: CUstream) -> u64 {
+    if stream.is_null() {
+        CU_STREAM_PER_THREAD
+    } else {
+        stream as u64
+    }
 }
 
 #[cold]
@@ -141,7 +227,7 @@ fn first_of_its_kind(api: Api, function: u64, launch: impl FnOnce() -> CUresult)
 /// Runs `call`, an entry point that may load the kernel `handle` lazily,
 /// measuring it the first time `handle` is seen.
 #[inline]
-fn first_use(api: Api, handle: u64, call: impl FnOnce() -> CUresult) -> CUresult {
+fn first_use(api: Api, handle: u64, _stream: u64, call: impl FnOnce() -> CUresult) -> CUresult {
     if !enabled() || !tracing_on() || !first_launch(handle) {
         return call();
     }
@@ -153,7 +239,7 @@ fn first_use(api: Api, handle: u64, call: impl FnOnce() -> CUresult) -> CUresult
 macro_rules! kernel_hooks {
     ($(
         $(#[$doc:meta])*
-        $name:ident => $api:ident, $via:ident, key: $key:expr, ( $( $arg:ident : $ty:ty ),* );
+        $name:ident => $api:ident, $via:ident, key: $key:expr, stream: $stream:expr, ( $( $arg:ident : $ty:ty ),* );
     )*) => {$(
         $(#[$doc])*
         ///
@@ -164,49 +250,49 @@ macro_rules! kernel_hooks {
         pub unsafe extern "C" fn $name($( $arg: $ty ),*) -> CUresult {
             let real = real_or_fail!($name, unsafe extern "C" fn($( $ty ),*) -> CUresult);
             // SAFETY: arguments forwarded unchanged.
-            $via(Api::$api, $key as u64, || unsafe { real($( $arg ),*) })
+            $via(Api::$api, $key as u64, $stream, || unsafe { real($( $arg ),*) })
         }
     )*};
 }
 
 kernel_hooks! {
     /// Hook for `cuLaunchKernel`.
-    cuLaunchKernel => CuLaunchKernel, launched, key: f, (
+    cuLaunchKernel => CuLaunchKernel, launched, key: f, stream: stream as u64, (
         f: CUfunction, grid_x: c_uint, grid_y: c_uint, grid_z: c_uint, block_x: c_uint, block_y: c_uint,
         block_z: c_uint, shared_bytes: c_uint, stream: CUstream, params: *mut *mut c_void, extra: *mut *mut c_void);
     /// Hook for `cuLaunchKernel_ptsz`.
-    cuLaunchKernel_ptsz => CuLaunchKernelPtsz, launched, key: f, (
+    cuLaunchKernel_ptsz => CuLaunchKernelPtsz, launched, key: f, stream: per_thread(stream), (
         f: CUfunction, grid_x: c_uint, grid_y: c_uint, grid_z: c_uint, block_x: c_uint, block_y: c_uint,
         block_z: c_uint, shared_bytes: c_uint, stream: CUstream, params: *mut *mut c_void, extra: *mut *mut c_void);
     /// Hook for `cuLaunchKernelEx`.
-    cuLaunchKernelEx => CuLaunchKernelEx, launched, key: f, (
+    cuLaunchKernelEx => CuLaunchKernelEx, launched, key: f, stream: stream_of(config), (
         config: *const CUlaunchConfig, f: CUfunction, params: *mut *mut c_void, extra: *mut *mut c_void);
     /// Hook for `cuLaunchKernelEx_ptsz`.
-    cuLaunchKernelEx_ptsz => CuLaunchKernelExPtsz, launched, key: f, (
+    cuLaunchKernelEx_ptsz => CuLaunchKernelExPtsz, launched, key: f, stream: stream_of(config), (
         config: *const CUlaunchConfig, f: CUfunction, params: *mut *mut c_void, extra: *mut *mut c_void);
     /// Hook for `cuLaunchCooperativeKernel`.
-    cuLaunchCooperativeKernel => CuLaunchCooperativeKernel, launched, key: f, (
+    cuLaunchCooperativeKernel => CuLaunchCooperativeKernel, launched, key: f, stream: stream as u64, (
         f: CUfunction, grid_x: c_uint, grid_y: c_uint, grid_z: c_uint, block_x: c_uint, block_y: c_uint,
         block_z: c_uint, shared_bytes: c_uint, stream: CUstream, params: *mut *mut c_void);
     /// Hook for `cuLaunchCooperativeKernel_ptsz`.
-    cuLaunchCooperativeKernel_ptsz => CuLaunchCooperativeKernelPtsz, launched, key: f, (
+    cuLaunchCooperativeKernel_ptsz => CuLaunchCooperativeKernelPtsz, launched, key: f, stream: per_thread(stream), (
         f: CUfunction, grid_x: c_uint, grid_y: c_uint, grid_z: c_uint, block_x: c_uint, block_y: c_uint,
         block_z: c_uint, shared_bytes: c_uint, stream: CUstream, params: *mut *mut c_void);
     /// Hook for `cuFuncGetAttribute`.
-    cuFuncGetAttribute => CuFuncGetAttribute, first_use, key: f,
+    cuFuncGetAttribute => CuFuncGetAttribute, first_use, key: f, stream: 0,
         (value: *mut c_int, attribute: c_int, f: CUfunction);
     /// Hook for `cuFuncSetAttribute`.
-    cuFuncSetAttribute => CuFuncSetAttribute, first_use, key: f, (f: CUfunction, attribute: c_int, value: c_int);
+    cuFuncSetAttribute => CuFuncSetAttribute, first_use, key: f, stream: 0, (f: CUfunction, attribute: c_int, value: c_int);
     /// Hook for `cuKernelGetAttribute`.
-    cuKernelGetAttribute => CuKernelGetAttribute, first_use, key: kernel,
+    cuKernelGetAttribute => CuKernelGetAttribute, first_use, key: kernel, stream: 0,
         (value: *mut c_int, attribute: c_int, kernel: CUfunction, device: CUdevice);
     /// Hook for `cuKernelSetAttribute`.
-    cuKernelSetAttribute => CuKernelSetAttribute, first_use, key: kernel,
+    cuKernelSetAttribute => CuKernelSetAttribute, first_use, key: kernel, stream: 0,
         (attribute: c_int, value: c_int, kernel: CUfunction, device: CUdevice);
     /// Hook for `cuKernelGetFunction`: the kernel loads into the current context.
-    cuKernelGetFunction => CuKernelGetFunction, first_use, key: kernel, (f: *mut CUfunction, kernel: CUfunction);
+    cuKernelGetFunction => CuKernelGetFunction, first_use, key: kernel, stream: 0, (f: *mut CUfunction, kernel: CUfunction);
     /// Hook for `cuModuleGetFunction`, keyed by the module and the name's address.
-    cuModuleGetFunction => CuModuleGetFunction, first_use, key: (module as u64).rotate_left(17) ^ name as u64,
+    cuModuleGetFunction => CuModuleGetFunction, first_use, key: (module as u64).rotate_left(17) ^ name as u64, stream: 0,
         (f: *mut CUfunction, module: CUmodule, name: *const c_char);
 }
 

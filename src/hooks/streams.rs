@@ -3,12 +3,15 @@
 //! - A stream's device is remembered when it is created, so that
 //!   stream-ordered allocations on it need no driver call.
 //! - The driver takes memory for streams and events as they are created, a
-//!   chunk at a time. Creations are frequent, so the first
-//!   [`MEASURED_FIRST`] of each kind are measured around, and after that
-//!   one in [`THEN_ONE_IN`], recorded as standing for that many: the report
+//!   chunk at a time, and for a stream's resources at its first launch (see
+//!   `hooks::launch`). The first [`MEASURED_FIRST`] creations of each kind
+//!   are measured around (two readings each, once per stream or event);
+//!   past that, in a program that keeps creating them, one in
+//!   [`THEN_ONE_IN`], recorded as standing for that many: the report then
 //!   calls the result an estimate.
 //! - Captures are counted as they begin and end (see [`capture_state`]).
 
+use crate::hooks::launch;
 use crate::hooks::support::{read, real_or_fail};
 use crate::record::readings::Around;
 use crate::record::recorder::Record;
@@ -20,7 +23,7 @@ use std::ffi::{c_int, c_uint, c_void};
 use std::sync::atomic::{AtomicU64, Ordering};
 
 /// Creations of each kind measured one by one.
-pub const MEASURED_FIRST: u64 = 64;
+pub const MEASURED_FIRST: u64 = 4096;
 /// After those, one creation in this many is measured.
 pub const THEN_ONE_IN: u64 = 16;
 
@@ -141,7 +144,10 @@ macro_rules! stream_destroy_hooks {
         #[unsafe(no_mangle)]
         pub unsafe extern "C" fn $name(stream: CUstream) -> CUresult {
             let real = real_or_fail!($name, unsafe extern "C" fn(CUstream) -> CUresult);
-            guarded(|| devices::stream_destroyed(stream as u64));
+            guarded(|| {
+                devices::stream_destroyed(stream as u64);
+                launch::forget_stream(stream as u64);
+            });
             // SAFETY: arguments forwarded unchanged.
             unsafe { real(stream) }
         }

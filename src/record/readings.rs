@@ -269,9 +269,9 @@ fn describe_device(ordinal: i8) {
     let device = CUdevice::from(ordinal);
     let mut uuid = CUuuid::default();
     // SAFETY: cuDeviceGetUuid_v2(CUuuid*, CUdevice) is the driver's signature.
-    if let Some(get_uuid) =
-        unsafe { real_fn::<unsafe extern "C" fn(*mut CUuuid, CUdevice) -> CUresult>(Sym::cuDeviceGetUuid_v2) }
-    {
+    let get_uuid =
+        unsafe { real_fn::<unsafe extern "C" fn(*mut CUuuid, CUdevice) -> CUresult>(Sym::cuDeviceGetUuid_v2) };
+    if let Some(get_uuid) = get_uuid {
         // SAFETY: a valid out-pointer.
         if unsafe { get_uuid(&mut uuid, device) } != CUDA_SUCCESS {
             uuid = CUuuid::default();
@@ -279,9 +279,9 @@ fn describe_device(ordinal: i8) {
     }
     let mut name = [0 as c_char; 128];
     // SAFETY: cuDeviceGetName(char*, int, CUdevice) is the driver's signature.
-    if let Some(get_name) =
-        unsafe { real_fn::<unsafe extern "C" fn(*mut c_char, c_int, CUdevice) -> CUresult>(Sym::cuDeviceGetName) }
-    {
+    let get_name =
+        unsafe { real_fn::<unsafe extern "C" fn(*mut c_char, c_int, CUdevice) -> CUresult>(Sym::cuDeviceGetName) };
+    if let Some(get_name) = get_name {
         // SAFETY: the buffer's length is passed.
         if unsafe { get_name(name.as_mut_ptr(), name.len() as c_int, device) } != CUDA_SUCCESS {
             name[0] = 0;
@@ -289,9 +289,9 @@ fn describe_device(ordinal: i8) {
     }
     let mut total = 0usize;
     // SAFETY: cuDeviceTotalMem_v2(size_t*, CUdevice) is the driver's signature.
-    if let Some(get_total) =
-        unsafe { real_fn::<unsafe extern "C" fn(*mut usize, CUdevice) -> CUresult>(Sym::cuDeviceTotalMem_v2) }
-    {
+    let get_total =
+        unsafe { real_fn::<unsafe extern "C" fn(*mut usize, CUdevice) -> CUresult>(Sym::cuDeviceTotalMem_v2) };
+    if let Some(get_total) = get_total {
         // SAFETY: a valid out-pointer.
         if unsafe { get_total(&mut total, device) } != CUDA_SUCCESS {
             total = 0;

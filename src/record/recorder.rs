@@ -22,6 +22,9 @@ use std::sync::atomic::{AtomicBool, Ordering};
 thread_local! {
     /// The runtime entry point this thread is inside, or 0.
     static RUNTIME_API: Cell<u8> = const { Cell::new(0) };
+    /// With `--stacks none`: the program's return address from that runtime
+    /// call (the owner of the driver events inside it), or 0.
+    static RUNTIME_CALLER: Cell<u64> = const { Cell::new(0) };
 }
 
 /// Set once the live table has refused an allocation; from then on frees of
@@ -36,7 +39,9 @@ pub struct RuntimeCall {
 }
 
 impl RuntimeCall {
-    /// Enters runtime entry point `api`.
+    /// Enters runtime entry point `api`. Call it from the exported hook
+    /// itself: with `--stacks none` it notes the hook's caller, found by
+    /// unwinding this library's own frames only.
     #[inline]
     pub fn enter(api: Api) -> RuntimeCall {
         let outermost = RUNTIME_API
@@ -48,6 +53,10 @@ impl RuntimeCall {
                 free
             })
             .unwrap_or(false);
+        if outermost && tracing_on() && call_stack::only_callers() {
+            let caller = call_stack::caller_outside_library();
+            let _ = RUNTIME_CALLER.try_with(|slot| slot.set(caller));
+        }
         RuntimeCall { outermost }
     }
 }
@@ -57,6 +66,7 @@ impl Drop for RuntimeCall {
     fn drop(&mut self) {
         if self.outermost {
             let _ = RUNTIME_API.try_with(|tag| tag.set(0));
+            let _ = RUNTIME_CALLER.try_with(|slot| slot.set(0));
         }
     }
 }
@@ -116,7 +126,11 @@ impl Record {
 /// Writes `record` into the slot of `seq`, with the caller's stack when
 /// `with_stack` is set.
 pub fn write(seq: u64, record: Record, with_stack: bool) {
-    let stack = if with_stack { call_stack::capture() } else { 0 };
+    let stack = if with_stack {
+        call_stack::capture(RUNTIME_CALLER.try_with(Cell::get).unwrap_or(0))
+    } else {
+        0
+    };
     writer::write(
         seq,
         RawRecord {
@@ -202,9 +216,8 @@ pub fn allocated(allocation: Allocation) -> bool {
 pub fn out_of_memory(api: Api, kind: Kind, device: i8, requested: u64, stream: u64) {
     let (mut free, mut total) = (0usize, 0usize);
     // SAFETY: cuMemGetInfo_v2(size_t*, size_t*) is the driver's signature.
-    if let Some(get_info) =
-        unsafe { real_fn::<unsafe extern "C" fn(*mut usize, *mut usize) -> CUresult>(Sym::cuMemGetInfo_v2) }
-    {
+    let get_info = unsafe { real_fn::<unsafe extern "C" fn(*mut usize, *mut usize) -> CUresult>(Sym::cuMemGetInfo_v2) };
+    if let Some(get_info) = get_info {
         // SAFETY: valid out-pointers; on failure we record zeros.
         if unsafe { get_info(&mut free, &mut total) } != CUDA_SUCCESS {
             (free, total) = (0, 0);

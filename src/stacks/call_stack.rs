@@ -90,8 +90,23 @@ struct LastStack {
     len: usize,
 }
 
+/// The buffers one capture works in, kept per thread so that no capture
+/// clears kilobytes of stack first.
+struct Scratch {
+    native: [u64; MAX_FRAMES],
+    python: [PyFrame; MAX_FRAMES],
+    frames: [Frame; MAX_FRAMES + 2],
+}
+
 thread_local! {
     static BUSY: Cell<bool> = const { Cell::new(false) };
+    static SCRATCH: UnsafeCell<Scratch> = const {
+        UnsafeCell::new(Scratch {
+            native: [0; MAX_FRAMES],
+            python: [PyFrame { code: 0, offset: 0, ends_segment: false }; MAX_FRAMES],
+            frames: [Frame { kind: 0, value: 0, offset: 0 }; MAX_FRAMES + 2],
+        })
+    };
     static LAST: UnsafeCell<LastStack> = const {
         UnsafeCell::new(LastStack {
             frames: [Frame { kind: 0, value: 0, offset: 0 }; MAX_FRAMES + 2],
@@ -103,8 +118,11 @@ thread_local! {
 
 /// Captures, interns and publishes the caller's stack; returns its
 /// innermost node id, or 0 when stacks are off or none could be taken.
+/// `known_caller`, when not 0, is the return address of the outermost hook
+/// the call passed through (the program's call into the runtime): with
+/// `--stacks none` it is the owner, and no unwinding is needed.
 #[inline(never)]
-pub fn capture() -> u32 {
+pub fn capture(known_caller: u64) -> u32 {
     let mode = mode();
     // A hook that runs inside another hook on this thread (a signal handler
     // allocating) records no stack rather than sharing the buffers.
@@ -112,28 +130,55 @@ pub fn capture() -> u32 {
         return 0;
     }
     let id = if mode == StackMode::None {
-        immediate_caller()
+        immediate_caller(known_caller)
     } else {
-        capture_unguarded(mode)
+        SCRATCH
+            .try_with(|scratch| {
+                // SAFETY: this thread's own buffers; BUSY keeps a capture
+                // from running inside another on the same thread.
+                capture_unguarded(mode, unsafe { &mut *scratch.get() })
+            })
+            .unwrap_or(0)
     };
     let _ = BUSY.try_with(|busy| busy.set(false));
     id
 }
 
+/// Whether stacks are off (`--stacks none`): then only the caller of the
+/// outermost hook is wanted, which the runtime hooks find cheaply.
+pub fn only_callers() -> bool {
+    mode() == StackMode::None
+}
+
+/// The innermost return address outside this library (0 if none): called
+/// from an exported hook, the address in the program that called it.
+#[inline(never)]
+pub fn caller_outside_library() -> u64 {
+    let mut first = [0u64; 1];
+    match native_unwind::capture(&mut first) {
+        (1, _) => first[0],
+        _ => 0,
+    }
+}
+
 /// Without stacks, events still name the code that called CUDA, so that
 /// each allocation has an owner: one node, the innermost return address
 /// outside this library, the driver and the runtime.
-fn immediate_caller() -> u32 {
-    let mut native = [0u64; 8];
-    let (count, _) = native_unwind::capture(&mut native);
+fn immediate_caller(known_caller: u64) -> u32 {
     let Some(map) = module_map::current() else {
         return 0;
     };
-    match native[..count]
-        .iter()
-        .copied()
-        .find(|&address| !map.in_cuda_library(address))
-    {
+    let owner = if known_caller != 0 && !map.in_cuda_library(known_caller) {
+        Some(known_caller)
+    } else {
+        let mut native = [0u64; 8];
+        let (count, _) = native_unwind::capture(&mut native);
+        native[..count]
+            .iter()
+            .copied()
+            .find(|&address| !map.in_cuda_library(address))
+    };
+    match owner {
         Some(address) => intern(&[Frame {
             kind: frame_kind::NATIVE,
             value: address,
@@ -143,25 +188,23 @@ fn immediate_caller() -> u32 {
     }
 }
 
-fn capture_unguarded(mode: StackMode) -> u32 {
+fn capture_unguarded(mode: StackMode, scratch: &mut Scratch) -> u32 {
     let depth = DEPTH.load(Ordering::Relaxed) as usize;
-    let mut native = [0u64; MAX_FRAMES];
+    let Scratch { native, python, frames } = scratch;
     let (native_count, native_cut) = if mode == StackMode::Python {
         (0, false)
     } else {
         native_unwind::capture(&mut native[..depth])
     };
-    let mut python = [PyFrame::default(); MAX_FRAMES];
     let python_capture = if mode == StackMode::Native {
         PyCapture::NotPython
     } else {
         python_frames::capture(&mut python[..depth])
     };
-    let mut frames = [Frame::default(); MAX_FRAMES + 2];
     let mut count = combine(
         &native[..native_count],
         &python_capture,
-        &python,
+        &python[..],
         python_frames::eval_range(),
         mode,
         &mut frames[..depth],

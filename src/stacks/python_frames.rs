@@ -271,6 +271,7 @@ fn function_range(address: usize) -> (u64, u64) {
     if address == 0 {
         return (0, 0);
     }
+    // SAFETY: Dl_info is plain data, for which all zeros is a valid value.
     let mut info: libc::Dl_info = unsafe { std::mem::zeroed() };
     let mut symbol: *const libc::Elf64_Sym = std::ptr::null();
     // SAFETY: valid out-pointers; RTLD_DL_SYMENT stores a pointer to the symbol entry.

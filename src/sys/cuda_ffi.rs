@@ -3,7 +3,10 @@
 //!
 //! Every enum is a plain integer: the driver may return values a newer header
 //! added, and a Rust enum holding an unknown discriminant is undefined behaviour.
-#![allow(non_camel_case_types, non_snake_case, non_upper_case_globals)]
+//!
+//! Names, fields and values are the headers' own, documented there: only
+//! what they mean to the hooks is said here.
+#![allow(non_camel_case_types, non_snake_case, non_upper_case_globals, missing_docs)]
 
 use std::ffi::{c_char, c_int, c_uint, c_void};
 
@@ -142,9 +145,22 @@ pub struct CUDA_MEM_ALLOC_NODE_PARAMS {
     pub dptr: CUdeviceptr,
 }
 
-/// `CUlaunchConfig`, of which the hooks read nothing: `cuLaunchKernelEx`
-/// passes it through by pointer.
-pub type CUlaunchConfig = c_void;
+/// `CUlaunchConfig`: `cuLaunchKernelEx`'s launch parameters, of which the
+/// hooks read the stream.
+#[repr(C)]
+#[derive(Clone, Copy)]
+pub struct CUlaunchConfig {
+    pub gridDimX: c_uint,
+    pub gridDimY: c_uint,
+    pub gridDimZ: c_uint,
+    pub blockDimX: c_uint,
+    pub blockDimY: c_uint,
+    pub blockDimZ: c_uint,
+    pub sharedMemBytes: c_uint,
+    pub hStream: CUstream,
+    pub attrs: *mut c_void,
+    pub numAttrs: c_uint,
+}
 
 /// `CUDA_ARRAY_DESCRIPTOR` (the `_v2` layout, with `size_t` extents).
 #[repr(C)]

@@ -104,6 +104,7 @@ fn timed(args: &[std::ffi::OsString]) -> (f64, f64) {
     #[allow(clippy::zombie_processes)]
     let child = command.spawn().expect("run cudatrace");
     let mut status = 0;
+    // SAFETY: rusage is plain data, for which all zeros is a valid value.
     let mut usage: libc::rusage = unsafe { std::mem::zeroed() };
     // SAFETY: waiting for our own child with valid out-pointers.
     unsafe { libc::wait4(child.id() as i32, &mut status, 0, &mut usage) };

@@ -21,8 +21,8 @@ impl Liveness {
                 dead: true,
             };
         }
-        // SAFETY: a descriptor we own from here on.
         Liveness {
+            // SAFETY: a descriptor we own from here on.
             pidfd: Some(unsafe { OwnedFd::from_raw_fd(fd as i32) }),
             dead: false,
         }

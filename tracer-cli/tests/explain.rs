@@ -328,6 +328,7 @@ fn driver_objects_run(label: &str, streams: u32, events: u32) -> (Value, PathBuf
         .env("FAKE_CUDA_CONTEXT_BYTES", (300 * MIB).to_string())
         .env("FAKE_CUDA_STREAM_BYTES", (64 << 10).to_string())
         .env("FAKE_CUDA_EVENT_BYTES", (16 << 10).to_string())
+        .env("FAKE_CUDA_STREAM_USE_BYTES", (32 << 10).to_string())
         .env("FAKE_CUDA_GRAPH_EXEC_BYTES", MIB.to_string())
         .output()
         .unwrap();
@@ -343,12 +344,17 @@ fn driver_objects_run(label: &str, streams: u32, events: u32) -> (Value, PathBuf
 
 #[test]
 fn streams_events_and_executable_graphs_are_explained_and_graph_memory_is_read_at_the_first_launch() {
-    // 96 streams: the first 64 measured, then one in 16 (standing for 16);
-    // 192 events likewise: the sampled estimate is exact when each costs the same.
-    let (footprint, trace) = driver_objects_run("driver-objects", 96, 192);
+    // 4,128 streams: the first 4,096 measured, then one in 16 (standing for
+    // 16); 40 events, each measured. The sampled estimate is exact when
+    // each creation costs the same. Each stream's first launch is measured.
+    let (footprint, trace) = driver_objects_run("driver-objects", 4128, 40);
     let exit = &footprint["at_exit"];
-    assert_eq!(exit["reference_bytes"], 438 * MIB, "{footprint:#}");
-    assert_eq!(exit["streams_and_events_bytes"], 96 * (64 << 10) + 192 * (16 << 10));
+    let objects = 4128 * ((64 << 10) + (32 << 10)) + 40 * (16 << 10);
+    assert_eq!(exit["reference_bytes"], 429 * MIB + objects, "{footprint:#}");
+    // The first stream's first launch is the kernel's too: measured as the
+    // kernel's load, it counts with modules and kernels.
+    assert_eq!(exit["streams_and_events_bytes"], objects - (32 << 10));
+    assert_eq!(exit["modules_and_kernels_bytes"], 32 << 10);
     assert_eq!(exit["graph_executables_bytes"], MIB);
     // The graph's memory appears at its first launch; the program exits with
     // its context gone, so no later reading could see it.
@@ -358,7 +364,7 @@ fn streams_events_and_executable_graphs_are_explained_and_graph_memory_is_read_a
     assert_eq!(exit["explained_percent"], 100.0);
     assert_eq!(
         footprint["notes"],
-        json!(["streams and events: an estimate, 138 of 288 creations measured, each standing for those after it"])
+        json!(["streams and events: an estimate, 4138 of 4168 creations measured, each standing for those after it"])
     );
     // The captured allocations are the graph's, not memory of their own.
     let dump = stdout(&cudatrace(&["dump", trace.to_str().unwrap()]).output().unwrap());
@@ -373,7 +379,10 @@ fn streams_events_and_executable_graphs_are_explained_and_graph_memory_is_read_a
 fn a_few_streams_and_events_are_each_measured_and_no_estimate_is_claimed() {
     let (footprint, _) = driver_objects_run("driver-objects-few", 3, 5);
     let exit = &footprint["at_exit"];
-    assert_eq!(exit["streams_and_events_bytes"], 3 * (64 << 10) + 5 * (16 << 10));
+    assert_eq!(
+        exit["streams_and_events_bytes"],
+        3 * (64 << 10) + 2 * (32 << 10) + 5 * (16 << 10)
+    );
     assert_eq!(exit["unexplained_bytes"], 0);
     assert_eq!(footprint["notes"], json!([]));
 }

@@ -90,7 +90,7 @@ fn a_single_process_run_reports_exactly_what_it_did() {
     let spool_parent = trace
         .parent()
         .unwrap()
-        .join(cudatrace_events::naming::user_folder_name(unsafe { libc::geteuid() }));
+        .join(cudatrace_events::naming::user_folder_name(effective_uid()));
     assert_eq!(std::fs::read_dir(spool_parent).unwrap().count(), 0);
 }
 
@@ -219,7 +219,7 @@ fn plain_ld_preload_writes_a_trace_for_the_tree_root() {
     };
     // The root is not the collector's child: its status comes from its own exit().
     assert_tree(&report, &stdout(&output), Some(0));
-    let spool_parent = dir.join(cudatrace_events::naming::user_folder_name(unsafe { libc::geteuid() }));
+    let spool_parent = dir.join(cudatrace_events::naming::user_folder_name(effective_uid()));
     let deadline = Instant::now() + Duration::from_secs(10);
     while std::fs::read_dir(&spool_parent).unwrap().count() > 0 {
         assert!(Instant::now() < deadline, "spools were not removed");
@@ -357,7 +357,7 @@ fn bad_input_gets_one_line_and_a_non_zero_exit() {
 #[test]
 fn spools_of_another_user_are_refused() {
     // SAFETY: no preconditions.
-    if unsafe { libc::geteuid() } != 0 {
+    if effective_uid() != 0 {
         eprintln!("skipped: only root can create a spool owned by another user");
         return;
     }

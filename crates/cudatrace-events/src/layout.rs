@@ -280,6 +280,7 @@ mod tests {
         assert_eq!(RawRecord::from_bytes(&bytes), record);
         // The writer stores the struct directly; the reader decodes bytes.
         // Both must agree on where each field lies.
+        // SAFETY: RawRecord is repr(C), RECORD_SIZE bytes, with no padding.
         let in_memory: [u8; RECORD_SIZE] = unsafe { std::mem::transmute(record) };
         assert_eq!(in_memory, bytes);
     }

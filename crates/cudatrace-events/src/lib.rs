@@ -11,6 +11,8 @@
 //! Nothing in this crate allocates or locks on the writer side: the hook only
 //! needs [`RawRecord`], [`SpoolHeader`] and the code enums.
 
+#![warn(missing_docs)]
+
 pub mod codes;
 pub mod cursor;
 pub mod event_args;

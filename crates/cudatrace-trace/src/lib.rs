@@ -8,6 +8,8 @@
 //! and why. Events are stored in per-process blocks, delta- and
 //! varint-encoded (about 15 bytes an event).
 
+#![warn(missing_docs)]
+
 mod crc32;
 pub mod format;
 pub mod reader;

@@ -25,7 +25,8 @@
  *  - graph memory nodes reserve their bytes in the device's graph pool;
  *  - cuCtxSetLimit of the heap costs the growth of the heap;
  *  - FAKE_CUDA_OTHERS_BYTES: used on each device by processes not traced;
- *  - FAKE_CUDA_STREAM_BYTES, FAKE_CUDA_EVENT_BYTES: each stream or event created;
+ *  - FAKE_CUDA_STREAM_BYTES, FAKE_CUDA_EVENT_BYTES: each stream or event
+ *    created; FAKE_CUDA_STREAM_USE_BYTES: each stream's first launch;
  *  - FAKE_CUDA_GRAPH_EXEC_BYTES: each executable graph instantiated; its
  *    first launch reserves the graph memory its captured stream-ordered
  *    allocations need.
@@ -736,9 +737,12 @@ HIDDEN CUresult impl_cuFuncGetAttribute(int *value, int attribute, CUfunction f)
     if (result == CUDA_SUCCESS) *value = attribute == 0 ? 1024 : 0;
     return result;
 }
+static void first_launch_into(CUstream stream);
 HIDDEN CUresult impl_cuLaunchKernel(CUfunction f, unsigned gx, unsigned gy, unsigned gz, unsigned bx, unsigned by,
                                     unsigned bz, unsigned shared, CUstream stream, void **params, void **extra) { ENTRY_POINT();
-    return launch(f);
+    CUresult result = launch(f);
+    if (result == CUDA_SUCCESS) first_launch_into(stream);
+    return result;
 }
 HIDDEN CUresult impl_cuLaunchKernel_ptsz(CUfunction f, unsigned gx, unsigned gy, unsigned gz, unsigned bx,
                                          unsigned by, unsigned bz, unsigned shared, CUstream stream, void **params,
@@ -857,6 +861,19 @@ static Capture *capture_of(CUstream stream) {
 static int capturing(CUstream stream) { return stream && capture_of(stream) != NULL; }
 static int is_graph_address(uint64_t address) {
     return address >= 0x700000000000ull && address < next_graph_address;
+}
+/* A stream's resources are set up at its first launch. */
+static unsigned char stream_launched[MAX_OBJECTS];
+static void first_launch_into(CUstream stream) {
+    int index = stream_index(stream);
+    if (index < 0) return;
+    pthread_mutex_lock(&lock);
+    if (!stream_launched[index]) {
+        stream_launched[index] = 1;
+        object_bytes[stream_devices[index]] += env_bytes("FAKE_CUDA_STREAM_USE_BYTES");
+        publish_usage(stream_devices[index]);
+    }
+    pthread_mutex_unlock(&lock);
 }
 static uint64_t capture_graph_allocation(CUstream stream, size_t size) {
     pthread_mutex_lock(&lock);

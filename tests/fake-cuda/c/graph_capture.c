@@ -4,7 +4,8 @@
  *
  *   graph_capture <streams> <events>
  *
- * creates <streams> streams and <events> events; captures two 64 MiB
+ * creates <streams> streams, launching a kernel into each, and <events>
+ * events; captures two 64 MiB
  * stream-ordered allocations into a graph on the first stream (one freed
  * inside it); instantiates and launches the graph once; and ends at once,
  * with its context gone before the tracer's exit handler runs, as when the
@@ -28,6 +29,10 @@ int cuMemAllocAsync(CUdeviceptr *, size_t, void *);
 int cuMemFreeAsync(CUdeviceptr, void *);
 int cuGraphInstantiateWithFlags(void **, void *, unsigned long long);
 int cuGraphLaunch(void *, void *);
+int cuModuleLoadData(void **, const void *);
+int cuModuleGetFunction(void **, void *, const char *);
+int cuLaunchKernel(void *, unsigned, unsigned, unsigned, unsigned, unsigned, unsigned, unsigned, void *, void **,
+                   void **);
 void fakeCudaDropContext(void);
 
 #define CHECK(call) do { if ((call) != 0) { fprintf(stderr, "%s failed\n", #call); return 1; } } while (0)
@@ -38,10 +43,14 @@ int main(int argc, char **argv) {
     void *context;
     CHECK(cuDevicePrimaryCtxRetain(&context, 0));
     CHECK(cuCtxSetCurrent(context));
-    void *first = NULL, *handle;
+    void *first = NULL, *handle, *module, *kernel;
+    CHECK(cuModuleLoadData(&module, "image"));
+    CHECK(cuModuleGetFunction(&kernel, module, "kernel"));
     for (int i = 0; i < streams; i++) {
         CHECK(cuStreamCreate(&handle, 0));
         if (!first) first = handle;
+        /* Each stream's first launch sets up its resources. */
+        CHECK(cuLaunchKernel(kernel, 1, 1, 1, 1, 1, 1, 0, handle, NULL, NULL));
     }
     for (int i = 0; i < events; i++) CHECK(cuEventCreate(&handle, 0));
     CUdeviceptr scratch, kept;

@@ -2,6 +2,8 @@
 //! them, all compiled by this crate's build script. The fakes behave like the
 //! real libraries in the ways the tracer depends on (see `c/fake_driver.c`).
 
+#![warn(missing_docs)]
+
 use std::path::PathBuf;
 
 fn root() -> PathBuf {

@@ -421,7 +421,13 @@ impl FootprintTracker {
         if at_exit.is_none() {
             notes.push("no reading of the device's memory: nothing to explain".into());
         }
-        let creations = on_device.iter().filter(|e| e.op == Op::StreamObjects);
+        let creations = on_device.iter().filter(|e| {
+            e.op == Op::StreamObjects
+                && matches!(
+                    e.api,
+                    Api::CuStreamCreate | Api::CuStreamCreateWithPriority | Api::CuEventCreate
+                )
+        });
         let (measured, represented) = creations.fold((0u64, 0u64), |(m, r), e| (m + 1, r + e.size.max(1)));
         if represented > measured {
             notes.push(format!(

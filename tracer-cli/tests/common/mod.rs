@@ -143,9 +143,15 @@ pub fn wait_for_line(child: &mut Child, word: &str) -> std::io::BufReader<std::p
     reader
 }
 
+/// This process's effective user id.
+pub fn effective_uid() -> u32 {
+    // SAFETY: geteuid has no preconditions.
+    unsafe { libc::geteuid() }
+}
+
 /// The spool files of the one run folder under `tmpdir`.
 pub fn run_spools(tmpdir: &Path) -> Vec<PathBuf> {
-    let user_folder = tmpdir.join(cudatrace_events::naming::user_folder_name(unsafe { libc::geteuid() }));
+    let user_folder = tmpdir.join(cudatrace_events::naming::user_folder_name(effective_uid()));
     let run_folder = std::fs::read_dir(&user_folder).unwrap().next().unwrap().unwrap().path();
     spool_files(&run_folder)
 }
