@@ -93,7 +93,9 @@ fn main() {
         "{PAIRS} alloc/free pairs per run, each driver call costing {DRIVER_CALL_NS} ns; \
          median of {ROUNDS} interleaved runs' per-call medians\n"
     );
-    println!("| variant | cuMemAlloc_v2 (ns) | cuMemFree_v2 (ns) | launch after the first (ns) | driver calls per pair |");
+    println!(
+        "| variant | cuMemAlloc_v2 (ns) | cuMemFree_v2 (ns) | launch after the first (ns) | driver calls per pair |"
+    );
     println!("| --- | --- | --- | --- | --- |");
     let base = &figures[0];
     for ((name, _), f) in variants.iter().zip(&figures) {

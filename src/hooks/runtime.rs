@@ -7,6 +7,7 @@
 
 use crate::record::devices;
 use crate::record::recorder::RuntimeCall;
+use crate::stacks::native_unwind::ReturnSlot;
 use crate::sys::cuda_ffi::*;
 use crate::sys::symbols::{real_fn, Sym};
 use cudatrace_events::Api;
@@ -25,7 +26,8 @@ macro_rules! runtime_hooks {
                 let Some(real) = (unsafe { real_fn::<unsafe extern "C" fn($( $ty ),*) -> cudaError_t>(Sym::$name) }) else {
                     return cudaErrorInitializationError;
                 };
-                let _inside = RuntimeCall::enter(Api::$api);
+                static RETURN_SLOT: ReturnSlot = ReturnSlot::new();
+                let _inside = RuntimeCall::enter(Api::$api, || RETURN_SLOT.caller());
                 // SAFETY: arguments forwarded unchanged.
                 unsafe { real($( $arg ),*) }
             }

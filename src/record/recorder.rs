@@ -39,11 +39,11 @@ pub struct RuntimeCall {
 }
 
 impl RuntimeCall {
-    /// Enters runtime entry point `api`. Call it from the exported hook
-    /// itself: with `--stacks none` it notes the hook's caller, found by
-    /// unwinding this library's own frames only.
+    /// Enters runtime entry point `api`, called by the program from
+    /// `caller` (0 when not known): with `--stacks none` that is the owner
+    /// of the driver events inside the call.
     #[inline]
-    pub fn enter(api: Api) -> RuntimeCall {
+    pub fn enter(api: Api, caller: impl FnOnce() -> u64) -> RuntimeCall {
         let outermost = RUNTIME_API
             .try_with(|tag| {
                 let free = tag.get() == 0;
@@ -54,7 +54,7 @@ impl RuntimeCall {
             })
             .unwrap_or(false);
         if outermost && tracing_on() && call_stack::only_callers() {
-            let caller = call_stack::caller_outside_library();
+            let caller = caller();
             let _ = RUNTIME_CALLER.try_with(|slot| slot.set(caller));
         }
         RuntimeCall { outermost }

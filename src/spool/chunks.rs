@@ -158,6 +158,13 @@ fn map(fd: i32, chunk: usize, offset: usize) -> Result<*mut RawRecord, i32> {
     if base == libc::MAP_FAILED {
         return Err(errno());
     }
+    // Fault every page of the chunk in, writable, now, in one call: one
+    // page fault per 56 records, each reading and zeroing its page and
+    // marking it dirty, cost the hooks more than the records themselves.
+    // A kernel without MADV_POPULATE_WRITE (before 5.14) says EINVAL, and
+    // the pages fault in one by one as before.
+    // SAFETY: advice on our own mapping, whose blocks are reserved on disk.
+    unsafe { libc::madvise(base, CHUNK_BYTES, libc::MADV_POPULATE_WRITE) };
     Ok(base.cast())
 }
 

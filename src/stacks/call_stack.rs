@@ -150,17 +150,6 @@ pub fn only_callers() -> bool {
     mode() == StackMode::None
 }
 
-/// The innermost return address outside this library (0 if none): called
-/// from an exported hook, the address in the program that called it.
-#[inline(never)]
-pub fn caller_outside_library() -> u64 {
-    let mut first = [0u64; 1];
-    match native_unwind::capture(&mut first) {
-        (1, _) => first[0],
-        _ => 0,
-    }
-}
-
 /// Without stacks, events still name the code that called CUDA, so that
 /// each allocation has an owner: one node, the innermost return address
 /// outside this library, the driver and the runtime.

@@ -5,15 +5,104 @@
 //!
 //! No lock is taken (libgcc's unwinder would take the loader lock on older
 //! glibc), nothing is symbolized, and nothing is allocated after a thread's
-//! first capture, which allocates its rule cache and asks for its stack
-//! bounds, so that reads never leave the thread's stack.
+//! first capture, which allocates its caches and asks for its stack bounds,
+//! so that reads never leave the thread's stack.
+//!
+//! Each step framehop takes is also remembered, for every thread, keyed by the
+//! return address it started from, as one of the few shapes an x86-64 frame
+//! has: "the caller's stack pointer is this far above mine (and its frame
+//! pointer is saved here)" or "follow the frame pointer". A step seen before
+//! is then two or three loads, which matters at the depths real programs
+//! call CUDA from.
 
 use crate::stacks::module_map;
+use crate::sys::lazy_mapping::{LazyMapping, ZeroIsEmpty};
 use framehop::x86_64::{CacheX86_64, UnwindRegsX86_64};
-use framehop::{MustNotAllocateDuringUnwind, Unwinder};
+use framehop::{FrameAddress, MustNotAllocateDuringUnwind, Unwinder};
 use std::cell::UnsafeCell;
+use std::num::NonZeroU64;
+use std::sync::atomic::{AtomicU64, Ordering};
 
 type RuleCache = CacheX86_64<MustNotAllocateDuringUnwind>;
+
+/// One unwinding step from a return address, as learnt from framehop.
+#[derive(Clone, Copy, PartialEq, Eq, Debug)]
+enum Step {
+    /// The caller's stack pointer is `cfa` bytes above this frame's; its
+    /// return address lies just below that, and its frame pointer is saved
+    /// `bp_at` bytes above this frame's stack pointer (or left as it is).
+    Stack { cfa: u32, bp_at: Option<u32> },
+    /// The frame pointer chain: the caller's frame pointer at `[bp]`, the
+    /// return address at `[bp + 8]`.
+    FramePointer,
+}
+
+impl Step {
+    /// The step packed in a word (never 0).
+    fn pack(self) -> u64 {
+        match self {
+            Step::FramePointer => 1 << 63,
+            Step::Stack { cfa, bp_at } => 1 << 62 | u64::from(bp_at.map_or(0, |at| at + 1)) << 32 | u64::from(cfa),
+        }
+    }
+
+    fn unpack(word: u64) -> Option<Step> {
+        if word == 1 << 63 {
+            return Some(Step::FramePointer);
+        }
+        if word & (1 << 62) == 0 {
+            return None;
+        }
+        let bp_at = ((word >> 32) & 0x3fff_ffff) as u32;
+        Some(Step::Stack {
+            cfa: word as u32,
+            bp_at: bp_at.checked_sub(1),
+        })
+    }
+}
+
+/// A remembered step: the key (return address, with the module map's
+/// generation in its top bits) and the packed step. Written step first,
+/// key last; a reader checks the key again after reading the step.
+#[repr(C)]
+struct LearntSlot {
+    key: AtomicU64,
+    step: AtomicU64,
+}
+
+// SAFETY: zeroed, a slot is empty (no key matches 0: return addresses are not 0).
+unsafe impl ZeroIsEmpty for LearntSlot {}
+
+/// Remembered steps, shared by every thread, direct-mapped by return address.
+const LEARNT_SLOTS: usize = 1 << 14;
+static LEARNT: LazyMapping<LearntSlot> = LazyMapping::new(LEARNT_SLOTS);
+
+fn learnt_key(address: u64, generation: u64) -> u64 {
+    address ^ generation << 48
+}
+
+fn learnt_slot(slots: &[LearntSlot], address: u64) -> &LearntSlot {
+    &slots[((address ^ (address >> 17)).wrapping_mul(0x9E37_79B9_7F4A_7C15) >> 50) as usize & (LEARNT_SLOTS - 1)]
+}
+
+fn recall(slots: &[LearntSlot], key: u64, address: u64) -> Option<Step> {
+    if slots.is_empty() {
+        return None;
+    }
+    let slot = learnt_slot(slots, address);
+    if slot.key.load(Ordering::Acquire) != key {
+        return None;
+    }
+    let step = Step::unpack(slot.step.load(Ordering::Acquire))?;
+    (slot.key.load(Ordering::Acquire) == key).then_some(step)
+}
+
+fn remember(slots: &[LearntSlot], key: u64, address: u64, step: Step) {
+    let slot = learnt_slot(slots, address);
+    slot.key.store(0, Ordering::Release);
+    slot.step.store(step.pack(), Ordering::Release);
+    slot.key.store(key, Ordering::Release);
+}
 
 struct ThreadUnwind {
     cache: Option<Box<RuleCache>>,
@@ -65,13 +154,14 @@ fn registers() -> (u64, u64, u64) {
 }
 
 /// Fills `out` with the caller's return addresses, innermost first, leaving
-/// out this library's own frames wherever they are. Returns how many were stored and whether
-/// the stack went on past `out`'s end.
+/// out this library's own frames wherever they are. Returns how many were
+/// stored and whether the stack went on past `out`'s end.
 #[inline(never)]
 pub fn capture(out: &mut [u64]) -> (usize, bool) {
-    let Some((unwinder, own)) = module_map::unwinder() else {
+    let Some(map) = module_map::current() else {
         return (0, false);
     };
+    let (unwinder, own) = (&map.unwinder, map.own_range);
     let (ip, sp, bp) = registers();
     THREAD
         .try_with(|thread| {
@@ -85,19 +175,47 @@ pub fn capture(out: &mut [u64]) -> (usize, bool) {
             if !(low..high).contains(&sp) {
                 return (0, false);
             }
-            let cache = thread.cache.get_or_insert_with(|| Box::new(RuleCache::new_in()));
-            let mut read_stack = |address: u64| {
-                if address >= sp && address.checked_add(8).is_some_and(|end| end <= high) && address.is_multiple_of(8) {
+            let cache = thread.cache.get_or_insert_with(new_rule_cache);
+            let learnt = LEARNT.get().unwrap_or_default();
+            let generation = map.dlopen_count & 0xffff;
+            let read = |address: u64| -> Option<u64> {
+                (address >= sp && address.checked_add(8).is_some_and(|end| end <= high) && address.is_multiple_of(8))
                     // SAFETY: inside this thread's live stack, aligned.
-                    Ok(unsafe { (address as *const u64).read() })
-                } else {
-                    Err(())
-                }
+                    .then(|| unsafe { (address as *const u64).read() })
             };
-            let mut frames = unwinder.iter_frames(ip, UnwindRegsX86_64::new(ip, sp, bp), cache, &mut read_stack);
+            let mut regs = UnwindRegsX86_64::new(ip, sp, bp);
+            let mut frame = FrameAddress::InstructionPointer(ip);
             let mut count = 0;
-            while let Ok(Some(frame)) = frames.next() {
-                let address = frame.address();
+            loop {
+                let (frame_sp, frame_bp) = (regs.sp(), regs.bp());
+                let next = match frame {
+                    FrameAddress::ReturnAddress(address) => {
+                        let address = address.get();
+                        let key = learnt_key(address, generation);
+                        match recall(learnt, key, address) {
+                            Some(step) => apply(step, &mut regs, read),
+                            None => {
+                                let (next, step) = step_with_framehop(unwinder, frame, &mut regs, cache, read);
+                                if let Some(step) = step.filter(|_| !learnt.is_empty()) {
+                                    remember(learnt, key, address, step);
+                                }
+                                next
+                            }
+                        }
+                    }
+                    FrameAddress::InstructionPointer(_) => {
+                        step_with_framehop(unwinder, frame, &mut regs, cache, read).0
+                    }
+                };
+                // Each caller's frame lies above its callee's.
+                let Some(return_address) = next.filter(|_| regs.sp() > frame_sp || regs.bp() != frame_bp) else {
+                    return (count, false);
+                };
+                let Some(return_address) = NonZeroU64::new(return_address) else {
+                    return (count, false);
+                };
+                frame = FrameAddress::ReturnAddress(return_address);
+                let address = return_address.get();
                 // Our hooks sit between the program and CUDA, at the top and
                 // again where the runtime calls the driver: never the program's.
                 if (own.0..own.1).contains(&address) {
@@ -109,7 +227,148 @@ pub fn capture(out: &mut [u64]) -> (usize, bool) {
                 out[count] = address;
                 count += 1;
             }
-            (count, false)
         })
         .unwrap_or((0, false))
+}
+
+/// framehop's rule cache, built on the heap.
+#[cold]
+#[inline(never)]
+fn new_rule_cache() -> Box<RuleCache> {
+    Box::new(RuleCache::new_in())
+}
+
+/// Takes a remembered step; `None` where a read leaves the stack.
+#[inline]
+fn apply(step: Step, regs: &mut UnwindRegsX86_64, read: impl Fn(u64) -> Option<u64>) -> Option<u64> {
+    let (sp, bp) = (regs.sp(), regs.bp());
+    let (new_sp, new_bp, return_address) = match step {
+        Step::Stack { cfa, bp_at } => {
+            let new_sp = sp.checked_add(u64::from(cfa))?;
+            let new_bp = match bp_at {
+                Some(at) => read(sp + u64::from(at))?,
+                None => bp,
+            };
+            (new_sp, new_bp, read(new_sp - 8)?)
+        }
+        Step::FramePointer => (bp.checked_add(16)?, read(bp)?, read(bp.checked_add(8)?)?),
+    };
+    regs.set_sp(new_sp);
+    regs.set_bp(new_bp);
+    Some(return_address)
+}
+
+/// One step through framehop, and what it did as a [`Step`] when it is one
+/// of those shapes (told apart by the stack slots it read).
+fn step_with_framehop(
+    unwinder: &module_map::NativeUnwinder,
+    frame: FrameAddress,
+    regs: &mut UnwindRegsX86_64,
+    cache: &mut RuleCache,
+    read: impl Fn(u64) -> Option<u64>,
+) -> (Option<u64>, Option<Step>) {
+    let (sp, bp) = (regs.sp(), regs.bp());
+    let mut reads = [0u64; 4];
+    let mut read_count = 0;
+    let mut read_stack = |address: u64| {
+        if read_count < reads.len() {
+            reads[read_count] = address;
+        }
+        read_count += 1;
+        read(address).ok_or(())
+    };
+    let next = match unwinder.unwind_frame(frame, regs, cache, &mut read_stack) {
+        Ok(Some(return_address)) => return_address,
+        _ => return (None, None),
+    };
+    let (new_sp, new_bp) = (regs.sp(), regs.bp());
+    let reads = &reads[..read_count.min(reads.len())];
+    let step = if new_sp == bp.wrapping_add(16) && reads.contains(&bp) && reads.contains(&(bp + 8)) && read_count == 2 {
+        Some(Step::FramePointer)
+    } else if new_sp > sp && new_sp - sp <= u64::from(u32::MAX) && reads.contains(&(new_sp - 8)) {
+        let cfa = (new_sp - sp) as u32;
+        match read_count {
+            1 if new_bp == bp => Some(Step::Stack { cfa, bp_at: None }),
+            2 => reads
+                .iter()
+                .find(|&&address| address != new_sp - 8)
+                .and_then(|&address| u32::try_from(address.checked_sub(sp)?).ok())
+                .map(|at| Step::Stack { cfa, bp_at: Some(at) }),
+            _ => None,
+        }
+    } else {
+        None
+    };
+    (Some(next), step)
+}
+
+/// Where, at one place in a hook, the hook's own return address lies: its
+/// distance from the stack pointer there, learnt once from the unwinder.
+/// Reading it is then a load, where finding the hook's caller otherwise
+/// takes a few unwinding steps.
+pub struct ReturnSlot {
+    /// Distance + 1; 0 = not learnt yet, `u64::MAX` = could not be learnt.
+    offset: AtomicU64,
+}
+
+impl ReturnSlot {
+    /// A slot not learnt yet.
+    pub const fn new() -> ReturnSlot {
+        ReturnSlot {
+            offset: AtomicU64::new(0),
+        }
+    }
+
+    /// The return address of the function this is inlined into: the hook's
+    /// caller. 0 when it cannot be known. Each use site needs its own
+    /// `ReturnSlot` (a `static` inside the hook).
+    #[inline(always)]
+    pub fn caller(&'static self) -> u64 {
+        let (ip, sp, bp) = registers();
+        match self.offset.load(Ordering::Relaxed) {
+            0 => self.learn(ip, sp, bp),
+            u64::MAX => 0,
+            // SAFETY: a slot of this function's own frame, live while it runs.
+            offset => unsafe { ((sp + offset - 1) as *const u64).read() },
+        }
+    }
+
+    #[cold]
+    #[inline(never)]
+    fn learn(&self, ip: u64, sp: u64, bp: u64) -> u64 {
+        let Some(map) = module_map::current() else { return 0 };
+        let (low, high) = stack_bounds();
+        let read = |address: u64| -> Result<u64, ()> {
+            if address >= sp && address >= low && address.checked_add(8).is_some_and(|end| end <= high) {
+                // SAFETY: inside this thread's live stack.
+                Ok(unsafe { (address as *const u64).read() })
+            } else {
+                Err(())
+            }
+        };
+        let mut cache = RuleCache::new_in();
+        let mut regs = UnwindRegsX86_64::new(ip, sp, bp);
+        let found = map
+            .unwinder
+            .unwind_frame(FrameAddress::InstructionPointer(ip), &mut regs, &mut cache, &mut {
+                read
+            });
+        let slot = regs.sp().wrapping_sub(8);
+        match found {
+            Ok(Some(return_address)) if slot >= sp && read(slot) == Ok(return_address) => {
+                self.offset.store(slot - sp + 1, Ordering::Relaxed);
+                return_address
+            }
+            _ => {
+                self.offset.store(u64::MAX, Ordering::Relaxed);
+                0
+            }
+        }
+    }
+}
+
+impl Default for ReturnSlot {
+    fn default() -> ReturnSlot {
+        ReturnSlot::new()
+    }
 }
