@@ -7,6 +7,7 @@
 
 use crate::record::devices;
 use crate::record::recorder::RuntimeCall;
+use crate::stacks::call_stack::only_callers;
 use crate::stacks::native_unwind::ReturnSlot;
 use crate::sys::cuda_ffi::*;
 use crate::sys::symbols::{real_fn, Sym};
@@ -26,8 +27,11 @@ macro_rules! runtime_hooks {
                 let Some(real) = (unsafe { real_fn::<unsafe extern "C" fn($( $ty ),*) -> cudaError_t>(Sym::$name) }) else {
                     return cudaErrorInitializationError;
                 };
+                // Read here, in the hook's own frame: the slot is learnt for
+                // this place in this function.
                 static RETURN_SLOT: ReturnSlot = ReturnSlot::new();
-                let _inside = RuntimeCall::enter(Api::$api, || RETURN_SLOT.caller());
+                let caller = if only_callers() { RETURN_SLOT.caller() } else { 0 };
+                let _inside = RuntimeCall::enter(Api::$api, caller);
                 // SAFETY: arguments forwarded unchanged.
                 unsafe { real($( $arg ),*) }
             }

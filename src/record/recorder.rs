@@ -43,7 +43,7 @@ impl RuntimeCall {
     /// `caller` (0 when not known): with `--stacks none` that is the owner
     /// of the driver events inside the call.
     #[inline]
-    pub fn enter(api: Api, caller: impl FnOnce() -> u64) -> RuntimeCall {
+    pub fn enter(api: Api, caller: u64) -> RuntimeCall {
         let outermost = RUNTIME_API
             .try_with(|tag| {
                 let free = tag.get() == 0;
@@ -53,8 +53,7 @@ impl RuntimeCall {
                 free
             })
             .unwrap_or(false);
-        if outermost && tracing_on() && call_stack::only_callers() {
-            let caller = caller();
+        if outermost && caller != 0 && tracing_on() {
             let _ = RUNTIME_CALLER.try_with(|slot| slot.set(caller));
         }
         RuntimeCall { outermost }

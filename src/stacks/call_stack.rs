@@ -157,7 +157,8 @@ fn immediate_caller(known_caller: u64) -> u32 {
     let Some(map) = module_map::current() else {
         return 0;
     };
-    let owner = if known_caller != 0 && !map.in_cuda_library(known_caller) {
+    let own = map.own_range;
+    let owner = if known_caller != 0 && !map.in_cuda_library(known_caller) && !(own.0..own.1).contains(&known_caller) {
         Some(known_caller)
     } else {
         let mut native = [0u64; 8];

@@ -307,28 +307,37 @@ fn step_with_framehop(
 /// Reading it is then a load, where finding the hook's caller otherwise
 /// takes a few unwinding steps.
 pub struct ReturnSlot {
-    /// Distance + 1; 0 = not learnt yet, `u64::MAX` = could not be learnt.
-    offset: AtomicU64,
+    /// Where the slot is: `BP_RELATIVE` set for an offset from the frame
+    /// pointer (a frame that keeps one, and may realign its stack), else from
+    /// the stack pointer; the offset + 1 below. 0 = not learnt yet,
+    /// `u64::MAX` = could not be learnt.
+    place: AtomicU64,
 }
+
+const BP_RELATIVE: u64 = 1 << 62;
 
 impl ReturnSlot {
     /// A slot not learnt yet.
     pub const fn new() -> ReturnSlot {
         ReturnSlot {
-            offset: AtomicU64::new(0),
+            place: AtomicU64::new(0),
         }
     }
 
     /// The return address of the function this is inlined into: the hook's
     /// caller. 0 when it cannot be known. Each use site needs its own
-    /// `ReturnSlot` (a `static` inside the hook).
+    /// `ReturnSlot` (a `static` inside the hook), and must call this in the
+    /// hook's body itself, not from a closure or helper of its own.
     #[inline(always)]
     pub fn caller(&'static self) -> u64 {
         let (ip, sp, bp) = registers();
-        match self.offset.load(Ordering::Relaxed) {
+        match self.place.load(Ordering::Relaxed) {
             0 => self.learn(ip, sp, bp),
             u64::MAX => 0,
-            // SAFETY: a slot of this function's own frame, live while it runs.
+            // SAFETY: a slot of this function's own frame, at the place the
+            // unwinder found for this instruction: live while it runs.
+            place if place & BP_RELATIVE != 0 => unsafe { ((bp + (place & !BP_RELATIVE) - 1) as *const u64).read() },
+            // SAFETY: as above.
             offset => unsafe { ((sp + offset - 1) as *const u64).read() },
         }
     }
@@ -338,31 +347,50 @@ impl ReturnSlot {
     fn learn(&self, ip: u64, sp: u64, bp: u64) -> u64 {
         let Some(map) = module_map::current() else { return 0 };
         let (low, high) = stack_bounds();
-        let read = |address: u64| -> Result<u64, ()> {
-            if address >= sp && address >= low && address.checked_add(8).is_some_and(|end| end <= high) {
-                // SAFETY: inside this thread's live stack.
-                Ok(unsafe { (address as *const u64).read() })
-            } else {
-                Err(())
+        let readable =
+            |address: u64| address >= sp && address >= low && address.checked_add(8).is_some_and(|end| end <= high);
+        let mut reads = [0u64; 4];
+        let mut read_count = 0;
+        let mut read_stack = |address: u64| -> Result<u64, ()> {
+            if read_count < reads.len() {
+                reads[read_count] = address;
             }
+            read_count += 1;
+            // SAFETY: inside this thread's live stack.
+            readable(address)
+                .then(|| unsafe { (address as *const u64).read() })
+                .ok_or(())
         };
         let mut cache = RuleCache::new_in();
         let mut regs = UnwindRegsX86_64::new(ip, sp, bp);
-        let found = map
-            .unwinder
-            .unwind_frame(FrameAddress::InstructionPointer(ip), &mut regs, &mut cache, &mut {
-                read
-            });
+        let found = map.unwinder.unwind_frame(
+            FrameAddress::InstructionPointer(ip),
+            &mut regs,
+            &mut cache,
+            &mut read_stack,
+        );
         let slot = regs.sp().wrapping_sub(8);
-        match found {
-            Ok(Some(return_address)) if slot >= sp && read(slot) == Ok(return_address) => {
-                self.offset.store(slot - sp + 1, Ordering::Relaxed);
-                return_address
+        // A return address into this library means the place was not in the
+        // hook's own frame (a helper not inlined): never use it.
+        let outside = |address: u64| !(map.own_range.0..map.own_range.1).contains(&address);
+        let frame_pointer = bp != 0 && slot == bp.wrapping_add(8) && reads[..read_count.min(4)].contains(&slot);
+        // SAFETY: checked readable, inside this thread's live stack.
+        let in_slot = readable(slot).then(|| unsafe { (slot as *const u64).read() });
+        let place = match found {
+            Ok(Some(return_address)) if in_slot == Some(return_address) && outside(return_address) => {
+                if frame_pointer {
+                    BP_RELATIVE | (slot - bp + 1)
+                } else {
+                    slot - sp + 1
+                }
             }
-            _ => {
-                self.offset.store(u64::MAX, Ordering::Relaxed);
-                0
-            }
+            _ => u64::MAX,
+        };
+        self.place.store(place, Ordering::Relaxed);
+        if place == u64::MAX {
+            0
+        } else {
+            found.ok().flatten().unwrap_or(0)
         }
     }
 }
