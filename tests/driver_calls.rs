@@ -57,9 +57,10 @@ fn without_samples_the_hooks_add_no_driver_call_to_allocations_and_frees() {
     );
     let (traced, run) = call_count(2000, Some(&[("CUDATRACE_SAMPLES", "0")]));
     assert_eq!(traced, plain);
-    // Every pair was recorded: 4 loops of 10 + 2000 pairs, 2 events each, and two more.
+    // Every pair was recorded: 4 loops of 10 + 2000 pairs, 2 events each,
+    // the captured allocation and two more.
     let run = run.unwrap();
-    assert_eq!(run.spools[0].events.len(), 4 * 2010 * 2 + 2);
+    assert_eq!(run.spools[0].events.len(), 4 * 2010 * 2 + 3);
 }
 
 #[test]
@@ -81,7 +82,11 @@ fn with_samples_the_hooks_add_at_most_one_driver_call_in_twenty() {
 
 #[test]
 fn stream_ordered_allocations_are_on_their_pool_s_or_stream_s_device_whatever_is_current() {
-    let (_, run) = call_count(10, Some(&[("CUDATRACE_SAMPLES", "0")]));
+    // Without cuStreamGetDevice, only the stream's creation says its device.
+    let (_, run) = call_count(
+        10,
+        Some(&[("CUDATRACE_SAMPLES", "0"), ("FAKE_CUDA_NO_STREAM_DEVICE", "1")]),
+    );
     let run = run.unwrap();
     let pool_address = hex(field(&run.stdout, "P", 0));
     let stream_address = hex(field(&run.stdout, "P", 2));

@@ -4,7 +4,9 @@
 //! device's graph memory then, which graph samples count: that growth is
 //! read too and left out of the graph's own cost, and the first launch of
 //! each executable graph takes a graph sample, so that the graph memory it
-//! allocated is seen however quickly the program ends.
+//! allocated is seen however quickly the program ends. Updates and uploads
+//! are measured the first time for each executable graph only: programs
+//! that update a graph every step pay nothing more after that.
 
 use crate::hooks::launch;
 use crate::hooks::support::{read, real_or_fail};
@@ -18,6 +20,9 @@ use std::ffi::{c_char, c_void};
 /// Runs `call`, measuring it around; `exec` reads the executable graph
 /// (after a successful call).
 fn measured(api: Api, call: impl FnOnce() -> CUresult, exec: impl FnOnce() -> u64) -> CUresult {
+    if !tracing_on() {
+        return call();
+    }
     let around = Around::start_with_graph_memory(api);
     let result = call();
     if let Some(around) = around.filter(|_| result == CUDA_SUCCESS) {
@@ -43,7 +48,13 @@ macro_rules! instantiate_hooks {
                 Api::$api,
                 // SAFETY: arguments forwarded unchanged.
                 || unsafe { real($exec $(, $arg )*) },
-                || read($exec, std::ptr::null_mut()) as u64,
+                || {
+                    let exec = read($exec, std::ptr::null_mut()) as u64;
+                    // Its handle may be one a graph destroyed with its context had.
+                    launch::forget_handle(exec);
+                    launch::forget_handle(exec | 1);
+                    exec
+                },
             )
         }
     )*};
@@ -70,12 +81,14 @@ macro_rules! exec_hooks {
         #[unsafe(no_mangle)]
         pub unsafe extern "C" fn $name($exec: CUgraphExec $(, $arg: $ty )*) -> CUresult {
             let real = real_or_fail!($name, unsafe extern "C" fn(CUgraphExec $(, $ty )*) -> CUresult);
-            measured(
-                Api::$api,
-                // SAFETY: arguments forwarded unchanged.
-                || unsafe { real($exec $(, $arg )*) },
-                || $exec as u64,
-            )
+            // SAFETY: arguments forwarded unchanged.
+            let call = || unsafe { real($exec $(, $arg )*) };
+            // The first update or upload of each executable graph (keyed
+            // apart from its first launch).
+            if !tracing_on() || !launch::first_launch($exec as u64 | 1) {
+                return call();
+            }
+            measured(Api::$api, call, || $exec as u64)
         }
     )*};
 }
@@ -90,7 +103,7 @@ exec_hooks! {
 
 /// Runs a graph launch, measuring it if it is the first of `exec`.
 fn launched(api: Api, exec: CUgraphExec, launch: impl FnOnce() -> CUresult) -> CUresult {
-    if !tracing_on() {
+    if !tracing_on() || !launch::enabled() {
         return launch();
     }
     if !launch::first_launch(exec as u64) {
@@ -133,7 +146,10 @@ pub unsafe extern "C" fn cuGraphLaunch_ptsz(exec: CUgraphExec, stream: CUstream)
 #[unsafe(no_mangle)]
 pub unsafe extern "C" fn cuGraphExecDestroy(exec: CUgraphExec) -> CUresult {
     let real = real_or_fail!(cuGraphExecDestroy, unsafe extern "C" fn(CUgraphExec) -> CUresult);
-    guarded(|| launch::forget_handle(exec as u64));
+    guarded(|| {
+        launch::forget_handle(exec as u64);
+        launch::forget_handle(exec as u64 | 1);
+    });
     // SAFETY: arguments forwarded unchanged.
     unsafe { real(exec) }
 }

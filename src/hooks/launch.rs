@@ -59,41 +59,60 @@ pub fn first_launch(function: u64) -> bool {
     if INHERITED.load(Ordering::Relaxed) {
         forget_inherited();
     }
-    let start = (function >> 4).wrapping_mul(0x9E37_79B9_7F4A_7C15) as usize >> (64 - SET_SLOTS.trailing_zeros());
+    first_in(&LAUNCHED, function)
+}
+
+/// Adds `key` to `set` (open addressing, `MAX_PROBES` slots from its hash);
+/// true the first time. A slot given up (`GONE`) is taken again before an
+/// empty one, so that recycled handles do not fill the set. A full
+/// neighbourhood counts as seen: a kernel unmeasured, never a launch slowed.
+#[inline]
+fn first_in(set: &[AtomicU64], key: u64) -> bool {
+    let start = (key >> 4).wrapping_mul(0x9E37_79B9_7F4A_7C15) as usize >> (64 - set.len().trailing_zeros());
+    let mut gone = None;
     for probe in 0..MAX_PROBES {
-        let slot = &LAUNCHED[(start + probe) & (SET_SLOTS - 1)];
-        let seen = slot.load(Ordering::Relaxed);
-        if seen == function {
-            return false;
-        }
-        if seen == 0 {
-            match slot.compare_exchange(0, function, Ordering::Relaxed, Ordering::Relaxed) {
-                Ok(_) => return true,
-                Err(now) if now == function => return false,
-                Err(_) => {}
+        let slot = &set[(start + probe) & (set.len() - 1)];
+        match slot.load(Ordering::Relaxed) {
+            seen if seen == key => return false,
+            GONE => {
+                gone.get_or_insert(slot);
             }
+            0 => {
+                let (slot, expected) = match gone {
+                    Some(gone) => (gone, GONE),
+                    None => (slot, 0),
+                };
+                return slot
+                    .compare_exchange(expected, key, Ordering::Relaxed, Ordering::Relaxed)
+                    .is_ok();
+            }
+            _ => {}
         }
     }
     false
 }
 
-/// A handle that will be given out again (an executable graph destroyed):
-/// its next use is a first one. Its slot stays taken, so probing goes on past it.
-pub fn forget_handle(handle: u64) {
-    if handle == 0 {
-        return;
-    }
-    let start = (handle >> 4).wrapping_mul(0x9E37_79B9_7F4A_7C15) as usize >> (64 - SET_SLOTS.trailing_zeros());
+/// Removes `key` from `set`: its slot is given up.
+fn forget_in(set: &[AtomicU64], key: u64) {
+    let start = (key >> 4).wrapping_mul(0x9E37_79B9_7F4A_7C15) as usize >> (64 - set.len().trailing_zeros());
     for probe in 0..MAX_PROBES {
-        let slot = &LAUNCHED[(start + probe) & (SET_SLOTS - 1)];
+        let slot = &set[(start + probe) & (set.len() - 1)];
         match slot.load(Ordering::Relaxed) {
             0 => return,
-            seen if seen == handle => {
-                let _ = slot.compare_exchange(handle, GONE, Ordering::Relaxed, Ordering::Relaxed);
+            seen if seen == key => {
+                let _ = slot.compare_exchange(key, GONE, Ordering::Relaxed, Ordering::Relaxed);
                 return;
             }
             _ => {}
         }
+    }
+}
+
+/// A handle that will be given out again (an executable graph destroyed):
+/// its next use is a first one.
+pub fn forget_handle(handle: u64) {
+    if handle != 0 {
+        forget_in(&LAUNCHED, handle);
     }
 }
 
@@ -120,38 +139,14 @@ static STREAMS_USED: [AtomicU64; STREAM_SLOTS] = [const { AtomicU64::new(0) }; S
 /// The default streams are never new: their resources come with the context.
 #[inline]
 fn first_use_of_stream(stream: u64) -> bool {
-    if stream <= CU_STREAM_PER_THREAD {
-        return false;
-    }
-    let start = (stream >> 4).wrapping_mul(0x9E37_79B9_7F4A_7C15) as usize >> (64 - STREAM_SLOTS.trailing_zeros());
-    for probe in 0..MAX_PROBES {
-        let slot = &STREAMS_USED[(start + probe) & (STREAM_SLOTS - 1)];
-        match slot.load(Ordering::Relaxed) {
-            seen if seen == stream => return false,
-            0 => match slot.compare_exchange(0, stream, Ordering::Relaxed, Ordering::Relaxed) {
-                Ok(_) => return true,
-                Err(now) if now == stream => return false,
-                Err(_) => {}
-            },
-            _ => {}
-        }
-    }
-    false
+    stream > CU_STREAM_PER_THREAD && first_in(&STREAMS_USED, stream)
 }
 
-/// A stream is being destroyed: a stream created later with its handle is new.
+/// A stream is being destroyed, or was just created (its handle may be one
+/// a stream destroyed with its context had): a stream with its handle is new.
 pub fn forget_stream(stream: u64) {
-    let start = (stream >> 4).wrapping_mul(0x9E37_79B9_7F4A_7C15) as usize >> (64 - STREAM_SLOTS.trailing_zeros());
-    for probe in 0..MAX_PROBES {
-        let slot = &STREAMS_USED[(start + probe) & (STREAM_SLOTS - 1)];
-        match slot.load(Ordering::Relaxed) {
-            0 => return,
-            seen if seen == stream => {
-                let _ = slot.compare_exchange(stream, GONE, Ordering::Relaxed, Ordering::Relaxed);
-                return;
-            }
-            _ => {}
-        }
+    if stream > CU_STREAM_PER_THREAD {
+        forget_in(&STREAMS_USED, stream);
     }
 }
 

@@ -6,7 +6,7 @@
 //!   chunk at a time, and for a stream's resources at its first launch (see
 //!   `hooks::launch`). The first [`MEASURED_FIRST`] creations of each kind
 //!   are measured around (two readings each, once per stream or event);
-//!   past that, in a program that keeps creating them, one in
+//!   past that, in a program that keeps creating them, one in each window of
 //!   [`THEN_ONE_IN`], recorded as standing for that many: the report then
 //!   calls the result an estimate.
 //! - Captures are counted as they begin and end (see [`capture_state`]).
@@ -31,16 +31,18 @@ static STREAMS_CREATED: AtomicU64 = AtomicU64::new(0);
 static EVENTS_CREATED: AtomicU64 = AtomicU64::new(0);
 
 /// How many creations the next one stands for if it is measured, or
-/// `None` if it is not.
+/// `None` if it is not. Past the first ones, one creation in each window of
+/// [`THEN_ONE_IN`] is measured, at a place in the window that varies from
+/// window to window, so that memory the driver takes every so many
+/// creations is not always missed or always caught.
 fn creation_weight(created: &AtomicU64) -> Option<u64> {
     let n = created.fetch_add(1, Ordering::Relaxed);
     if n < MEASURED_FIRST {
-        Some(1)
-    } else if (n - MEASURED_FIRST) % THEN_ONE_IN == THEN_ONE_IN - 1 {
-        Some(THEN_ONE_IN)
-    } else {
-        None
+        return Some(1);
     }
+    let (window, place) = ((n - MEASURED_FIRST) / THEN_ONE_IN, (n - MEASURED_FIRST) % THEN_ONE_IN);
+    let chosen = (window.wrapping_mul(0x9E37_79B9_7F4A_7C15) >> 32) % THEN_ONE_IN;
+    (place == chosen).then_some(THEN_ONE_IN)
 }
 
 /// Runs `create`, measuring it when its turn comes; `handle` reads the
@@ -72,6 +74,8 @@ fn measured_creation(
 fn stream_made(result: CUresult, stream: u64) {
     if result == CUDA_SUCCESS {
         guarded(|| {
+            // Its handle may be one a stream destroyed with its context had.
+            launch::forget_stream(stream);
             if let Some(device) = devices::current_device() {
                 devices::stream_created(stream, device);
             }
@@ -168,9 +172,22 @@ fn per_thread(stream: CUstream) -> u64 {
     }
 }
 
-fn capture_began(result: CUresult, stream: u64) {
-    if result == CUDA_SUCCESS {
-        guarded(|| capture_state::began(capture_state::key(stream)));
+/// Counts a capture on `stream` before the real call, so that another
+/// thread's allocation into it meanwhile is asked about; returns its key.
+fn capture_beginning(stream: u64) -> Option<u64> {
+    let mut key = None;
+    guarded(|| {
+        let k = capture_state::key(stream);
+        capture_state::began(k);
+        key = Some(k);
+    });
+    key
+}
+
+/// Takes the count back if the capture did not begin.
+fn capture_began(result: CUresult, key: Option<u64>) {
+    if let Some(key) = key.filter(|_| result != CUDA_SUCCESS) {
+        guarded(|| capture_state::ended(key));
     }
 }
 
@@ -184,9 +201,10 @@ macro_rules! begin_capture_hooks {
         #[unsafe(no_mangle)]
         pub unsafe extern "C" fn $name($stream: CUstream $(, $arg: $ty )*) -> CUresult {
             let real = real_or_fail!($name, unsafe extern "C" fn(CUstream $(, $ty )*) -> CUresult);
+            let key = capture_beginning(($handle)($stream));
             // SAFETY: arguments forwarded unchanged.
             let result = unsafe { real($stream $(, $arg )*) };
-            capture_began(result, ($handle)($stream));
+            capture_began(result, key);
             result
         }
     )*};
@@ -275,5 +293,11 @@ mod tests {
         let later: Vec<u64> = weights[MEASURED_FIRST as usize..].iter().flatten().copied().collect();
         assert_eq!(later, vec![THEN_ONE_IN, THEN_ONE_IN]);
         assert_eq!(weights.iter().flatten().sum::<u64>(), MEASURED_FIRST + 2 * THEN_ONE_IN);
+        // The measured place moves from window to window.
+        let places: std::collections::BTreeSet<u64> = (MEASURED_FIRST..MEASURED_FIRST + 64 * THEN_ONE_IN)
+            .filter(|_| creation_weight(&created).is_some())
+            .map(|n| n % THEN_ONE_IN)
+            .collect();
+        assert!(places.len() > 4, "{places:?}");
     }
 }

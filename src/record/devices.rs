@@ -47,8 +47,9 @@ fn cached() -> Option<i8> {
     (epoch != 0 && epoch == PROCESS_EPOCH.load(Ordering::Acquire) && generation == fork_generation()).then_some(device)
 }
 
-fn remember(device: i8) {
-    let epoch = PROCESS_EPOCH.load(Ordering::Acquire);
+/// Caches `device`, asked of the driver when the process epoch was `epoch`
+/// (read before asking, so that a change made meanwhile makes it stale).
+fn remember(device: i8, epoch: u64) {
     let _ = CACHED.try_with(|cached| cached.set((fork_generation(), epoch, device)));
 }
 
@@ -72,8 +73,9 @@ pub fn current_device() -> Option<i8> {
     if let Some(device) = cached() {
         return Some(device);
     }
+    let epoch = PROCESS_EPOCH.load(Ordering::Acquire);
     let device = ask_driver()?;
-    remember(device);
+    remember(device, epoch);
     Some(device)
 }
 
@@ -82,6 +84,7 @@ pub fn current_device() -> Option<i8> {
 /// do not hook) and the cache corrected. For the rate-limited readings only.
 pub fn check_current_device() -> Option<i8> {
     let cached = cached();
+    let epoch = PROCESS_EPOCH.load(Ordering::Acquire);
     let device = ask_driver()?;
     if let Some(cached) = cached.filter(|&cached| cached != device) {
         let mut record = Record::new(Op::DeviceMismatch, Api::CuCtxGetDevice);
@@ -89,7 +92,7 @@ pub fn check_current_device() -> Option<i8> {
         record.arg1 = cached as u8 as u64;
         recorder::write_measurement(record, false);
     }
-    remember(device);
+    remember(device, epoch);
     Some(device)
 }
 
@@ -119,19 +122,33 @@ fn first_slot(handle: u64, slots: usize) -> usize {
 fn remember_handle(table: &LazyMapping<HandleSlot>, handle: u64, device: i8) {
     let Some(slots) = table.get() else { return };
     let start = first_slot(handle, slots.len());
+    let slot_at = |probe: usize| &slots[(start + probe) & (slots.len() - 1)];
+    // The handle's own slot if it has one; else the first slot given up
+    // (a handle destroyed), so that recycled handles do not fill the table;
+    // else the first empty one.
+    let mut free = None;
     for probe in 0..MAX_PROBES {
-        let slot = &slots[(start + probe) & (slots.len() - 1)];
-        let seen = slot.handle.load(Ordering::Acquire);
-        let claimed = seen == handle
-            || (seen == 0
-                && slot
-                    .handle
-                    .compare_exchange(0, handle, Ordering::AcqRel, Ordering::Acquire)
-                    .is_ok());
-        if claimed {
-            slot.device.store(device as u8 as u64 + 1, Ordering::Release);
+        let seen = slot_at(probe).handle.load(Ordering::Acquire);
+        if seen == handle {
+            slot_at(probe).device.store(device as u8 as u64 + 1, Ordering::Release);
             return;
         }
+        if seen == GONE && free.is_none() {
+            free = Some((probe, GONE));
+        }
+        if seen == 0 {
+            free.get_or_insert((probe, 0));
+            break;
+        }
+    }
+    let Some((probe, expected)) = free else { return };
+    let slot = slot_at(probe);
+    if slot
+        .handle
+        .compare_exchange(expected, handle, Ordering::AcqRel, Ordering::Acquire)
+        .is_ok()
+    {
+        slot.device.store(device as u8 as u64 + 1, Ordering::Release);
     }
 }
 

@@ -158,13 +158,17 @@ fn map(fd: i32, chunk: usize, offset: usize) -> Result<*mut RawRecord, i32> {
     if base == libc::MAP_FAILED {
         return Err(errno());
     }
-    // Fault every page of the chunk in, writable, now, in one call: one
-    // page fault per 56 records, each reading and zeroing its page and
-    // marking it dirty, cost the hooks more than the records themselves.
-    // A kernel without MADV_POPULATE_WRITE (before 5.14) says EINVAL, and
-    // the pages fault in one by one as before.
-    // SAFETY: advice on our own mapping, whose blocks are reserved on disk.
-    unsafe { libc::madvise(base, CHUNK_BYTES, libc::MADV_POPULATE_WRITE) };
+    // From the second chunk on (a process that has made 16,384 records will
+    // make more), fault every page in, writable, now, in one call: one page
+    // fault per 56 records, each reading and zeroing its page and marking it
+    // dirty, cost the hooks more than the records themselves. The first
+    // chunk faults in page by page, so that a process with few events does
+    // not hold a megabyte for them. A kernel without MADV_POPULATE_WRITE
+    // (before 5.14) says EINVAL, and the pages fault in one by one.
+    if chunk > 0 {
+        // SAFETY: advice on our own mapping, whose blocks are reserved on disk.
+        unsafe { libc::madvise(base, CHUNK_BYTES, libc::MADV_POPULATE_WRITE) };
+    }
     Ok(base.cast())
 }
 

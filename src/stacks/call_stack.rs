@@ -98,15 +98,33 @@ struct Scratch {
     frames: [Frame; MAX_FRAMES + 2],
 }
 
+impl Scratch {
+    /// Buffers on the heap: thread-local storage of a preloaded library is
+    /// carved out of every thread's stack, where 12 KiB more would keep
+    /// threads with small stacks from starting.
+    #[cold]
+    #[inline(never)]
+    fn new() -> Box<Scratch> {
+        let mut scratch = Box::<Scratch>::new_uninit();
+        // SAFETY: every field is a plain array of Copy values; writing each
+        // element initialises the whole struct.
+        unsafe {
+            let raw = scratch.as_mut_ptr();
+            for i in 0..MAX_FRAMES {
+                (&raw mut (*raw).native[i]).write(0);
+                (&raw mut (*raw).python[i]).write(PyFrame::default());
+            }
+            for i in 0..MAX_FRAMES + 2 {
+                (&raw mut (*raw).frames[i]).write(Frame::default());
+            }
+            scratch.assume_init()
+        }
+    }
+}
+
 thread_local! {
     static BUSY: Cell<bool> = const { Cell::new(false) };
-    static SCRATCH: UnsafeCell<Scratch> = const {
-        UnsafeCell::new(Scratch {
-            native: [0; MAX_FRAMES],
-            python: [PyFrame { code: 0, offset: 0, ends_segment: false }; MAX_FRAMES],
-            frames: [Frame { kind: 0, value: 0, offset: 0 }; MAX_FRAMES + 2],
-        })
-    };
+    static SCRATCH: UnsafeCell<Option<Box<Scratch>>> = const { UnsafeCell::new(None) };
     static LAST: UnsafeCell<LastStack> = const {
         UnsafeCell::new(LastStack {
             frames: [Frame { kind: 0, value: 0, offset: 0 }; MAX_FRAMES + 2],
@@ -136,7 +154,8 @@ pub fn capture(known_caller: u64) -> u32 {
             .try_with(|scratch| {
                 // SAFETY: this thread's own buffers; BUSY keeps a capture
                 // from running inside another on the same thread.
-                capture_unguarded(mode, unsafe { &mut *scratch.get() })
+                let scratch = unsafe { &mut *scratch.get() }.get_or_insert_with(Scratch::new);
+                capture_unguarded(mode, scratch)
             })
             .unwrap_or(0)
     };

@@ -99,9 +99,9 @@ pub fn after_fork_in_parent() {
 }
 
 /// After `fork`, in the child: the parent's map is the child's, until the
-/// child's own next `dlopen`.
+/// child's own next `dlopen`. The `dlopen` count is left as it is: a
+/// count that went back could meet a value a search was memoised at.
 pub fn after_fork_in_child() {
-    loader::set_dlopen_count(current().map_or(0, |map| map.dlopen_count));
     REBUILDING.store(false, Ordering::Release);
 }
 

@@ -17,6 +17,7 @@
 
 use crate::stacks::module_map;
 use crate::sys::lazy_mapping::{LazyMapping, ZeroIsEmpty};
+use crate::sys::tracing_switch::guarded;
 use framehop::x86_64::{CacheX86_64, UnwindRegsX86_64};
 use framehop::{FrameAddress, MustNotAllocateDuringUnwind, Unwinder};
 use std::cell::UnsafeCell;
@@ -37,26 +38,59 @@ enum Step {
     FramePointer,
 }
 
-impl Step {
-    /// The step packed in a word (never 0).
-    fn pack(self) -> u64 {
-        match self {
-            Step::FramePointer => 1 << 63,
-            Step::Stack { cfa, bp_at } => 1 << 62 | u64::from(bp_at.map_or(0, |at| at + 1)) << 32 | u64::from(cfa),
-        }
+/// A learnt step, as stored: confirmed, or seen once in a frame whose frame
+/// pointer lay inside it (where the frame could be based on it, as libffi's
+/// call frames are: then no fixed step describes it), with the frame
+/// pointer's distance from the stack pointer then.
+#[derive(Clone, Copy, PartialEq, Eq, Debug)]
+enum Learnt {
+    Confirmed(Step),
+    Tentative(Step, u64),
+}
+
+const FRAME_POINTER: u64 = 1 << 63;
+const STACK: u64 = 1 << 62;
+const TENTATIVE: u64 = 1 << 60;
+const FIELD: u64 = (1 << 24) - 1;
+const BP_DISTANCE_BITS: u64 = (1 << 12) - 1;
+
+impl Learnt {
+    /// Packed in a word (never 0): flags, then the distance seen (12 bits),
+    /// the frame pointer's slot + 1 and the CFA's distance (24 bits each).
+    /// `None` for a step too large to pack.
+    fn pack(self) -> Option<u64> {
+        let (step, tentative) = match self {
+            Learnt::Confirmed(step) => (step, 0),
+            Learnt::Tentative(step, distance) => (step, TENTATIVE | (distance & BP_DISTANCE_BITS) << 48),
+        };
+        let word = match step {
+            Step::FramePointer => FRAME_POINTER,
+            Step::Stack { cfa, bp_at } => {
+                let slot = u64::from(bp_at.map_or(0, |at| at + 1));
+                if u64::from(cfa) > FIELD || slot > FIELD {
+                    return None;
+                }
+                STACK | slot << 24 | u64::from(cfa)
+            }
+        };
+        Some(word | tentative)
     }
 
-    fn unpack(word: u64) -> Option<Step> {
-        if word == 1 << 63 {
-            return Some(Step::FramePointer);
-        }
-        if word & (1 << 62) == 0 {
+    fn unpack(word: u64) -> Option<Learnt> {
+        let step = if word & FRAME_POINTER != 0 {
+            Step::FramePointer
+        } else if word & STACK != 0 {
+            Step::Stack {
+                cfa: (word & FIELD) as u32,
+                bp_at: (((word >> 24) & FIELD) as u32).checked_sub(1),
+            }
+        } else {
             return None;
-        }
-        let bp_at = ((word >> 32) & 0x3fff_ffff) as u32;
-        Some(Step::Stack {
-            cfa: word as u32,
-            bp_at: bp_at.checked_sub(1),
+        };
+        Some(if word & TENTATIVE != 0 {
+            Learnt::Tentative(step, (word >> 48) & BP_DISTANCE_BITS)
+        } else {
+            Learnt::Confirmed(step)
         })
     }
 }
@@ -85,7 +119,7 @@ fn learnt_slot(slots: &[LearntSlot], address: u64) -> &LearntSlot {
     &slots[((address ^ (address >> 17)).wrapping_mul(0x9E37_79B9_7F4A_7C15) >> 50) as usize & (LEARNT_SLOTS - 1)]
 }
 
-fn recall(slots: &[LearntSlot], key: u64, address: u64) -> Option<Step> {
+fn recall(slots: &[LearntSlot], key: u64, address: u64) -> Option<Learnt> {
     if slots.is_empty() {
         return None;
     }
@@ -93,14 +127,28 @@ fn recall(slots: &[LearntSlot], key: u64, address: u64) -> Option<Step> {
     if slot.key.load(Ordering::Acquire) != key {
         return None;
     }
-    let step = Step::unpack(slot.step.load(Ordering::Acquire))?;
-    (slot.key.load(Ordering::Acquire) == key).then_some(step)
+    let learnt = Learnt::unpack(slot.step.load(Ordering::Acquire))?;
+    (slot.key.load(Ordering::Acquire) == key).then_some(learnt)
 }
 
-fn remember(slots: &[LearntSlot], key: u64, address: u64, step: Step) {
+/// A slot a writer holds while it writes the step.
+const WRITING: u64 = u64::MAX;
+
+fn remember(slots: &[LearntSlot], key: u64, address: u64, learnt: Learnt) {
+    let Some(word) = learnt.pack() else { return };
     let slot = learnt_slot(slots, address);
-    slot.key.store(0, Ordering::Release);
-    slot.step.store(step.pack(), Ordering::Release);
+    // One writer at a time: the one that takes the key word from what it
+    // saw to WRITING writes the step, then its key; the others give up.
+    let seen = slot.key.load(Ordering::Acquire);
+    if seen == WRITING
+        || slot
+            .key
+            .compare_exchange(seen, WRITING, Ordering::AcqRel, Ordering::Acquire)
+            .is_err()
+    {
+        return;
+    }
+    slot.step.store(word, Ordering::Release);
     slot.key.store(key, Ordering::Release);
 }
 
@@ -187,17 +235,29 @@ pub fn capture(out: &mut [u64]) -> (usize, bool) {
             let mut frame = FrameAddress::InstructionPointer(ip);
             let mut count = 0;
             loop {
-                let (frame_sp, frame_bp) = (regs.sp(), regs.bp());
+                let frame_sp = regs.sp();
                 let next = match frame {
                     FrameAddress::ReturnAddress(address) => {
                         let address = address.get();
                         let key = learnt_key(address, generation);
                         match recall(learnt, key, address) {
-                            Some(step) => apply(step, &mut regs, read),
-                            None => {
-                                let (next, step) = step_with_framehop(unwinder, frame, &mut regs, cache, read);
-                                if let Some(step) = step.filter(|_| !learnt.is_empty()) {
-                                    remember(learnt, key, address, step);
+                            Some(Learnt::Confirmed(step)) => apply(step, &mut regs, read),
+                            seen => {
+                                let (next, observed) = step_with_framehop(unwinder, frame, &mut regs, cache, read);
+                                if let Some(observed) = observed.filter(|_| !learnt.is_empty()) {
+                                    let learnt_now = match (seen, observed) {
+                                        // Seen again with the frame pointer elsewhere: the
+                                        // step does not depend on it.
+                                        (
+                                            Some(Learnt::Tentative(step, distance)),
+                                            Learnt::Tentative(now, now_distance),
+                                        ) if step == now && distance != now_distance => Some(Learnt::Confirmed(step)),
+                                        (Some(Learnt::Tentative(..)), Learnt::Tentative(..)) => None,
+                                        (_, observed) => Some(observed),
+                                    };
+                                    if let Some(learnt_now) = learnt_now {
+                                        remember(learnt, key, address, learnt_now);
+                                    }
                                 }
                                 next
                             }
@@ -208,7 +268,7 @@ pub fn capture(out: &mut [u64]) -> (usize, bool) {
                     }
                 };
                 // Each caller's frame lies above its callee's.
-                let Some(return_address) = next.filter(|_| regs.sp() > frame_sp || regs.bp() != frame_bp) else {
+                let Some(return_address) = next.filter(|_| regs.sp() > frame_sp) else {
                     return (count, false);
                 };
                 let Some(return_address) = NonZeroU64::new(return_address) else {
@@ -259,14 +319,15 @@ fn apply(step: Step, regs: &mut UnwindRegsX86_64, read: impl Fn(u64) -> Option<u
 }
 
 /// One step through framehop, and what it did as a [`Step`] when it is one
-/// of those shapes (told apart by the stack slots it read).
+/// of those shapes (told apart by the stack slots it read): confirmed, or
+/// tentative where the frame pointer lay inside the frame.
 fn step_with_framehop(
     unwinder: &module_map::NativeUnwinder,
     frame: FrameAddress,
     regs: &mut UnwindRegsX86_64,
     cache: &mut RuleCache,
     read: impl Fn(u64) -> Option<u64>,
-) -> (Option<u64>, Option<Step>) {
+) -> (Option<u64>, Option<Learnt>) {
     let (sp, bp) = (regs.sp(), regs.bp());
     let mut reads = [0u64; 4];
     let mut read_count = 0;
@@ -299,7 +360,13 @@ fn step_with_framehop(
     } else {
         None
     };
-    (Some(next), step)
+    let learnt = step.map(|step| match step {
+        // A frame pointer inside the frame may be its base (CFA = bp + k, as
+        // in libffi's call frames): confirmed only once seen elsewhere too.
+        Step::Stack { .. } if (sp..new_sp).contains(&bp) => Learnt::Tentative(step, bp - sp),
+        _ => Learnt::Confirmed(step),
+    });
+    (Some(next), learnt)
 }
 
 /// Where, at one place in a hook, the hook's own return address lies: its
@@ -332,7 +399,11 @@ impl ReturnSlot {
     pub fn caller(&'static self) -> u64 {
         let (ip, sp, bp) = registers();
         match self.place.load(Ordering::Relaxed) {
-            0 => self.learn(ip, sp, bp),
+            0 => {
+                let mut caller = 0;
+                guarded(|| caller = self.learn(ip, sp, bp));
+                caller
+            }
             u64::MAX => 0,
             // SAFETY: a slot of this function's own frame, at the place the
             // unwinder found for this instruction: live while it runs.
@@ -347,6 +418,10 @@ impl ReturnSlot {
     fn learn(&self, ip: u64, sp: u64, bp: u64) -> u64 {
         let Some(map) = module_map::current() else { return 0 };
         let (low, high) = stack_bounds();
+        if !(low..high).contains(&sp) {
+            // Not on the thread's own stack (a signal stack): try again later.
+            return 0;
+        }
         let readable =
             |address: u64| address >= sp && address >= low && address.checked_add(8).is_some_and(|end| end <= high);
         let mut reads = [0u64; 4];
@@ -398,5 +473,77 @@ impl ReturnSlot {
 impl Default for ReturnSlot {
     fn default() -> ReturnSlot {
         ReturnSlot::new()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn learnt_steps_pack_and_unpack() {
+        for learnt in [
+            Learnt::Confirmed(Step::FramePointer),
+            Learnt::Confirmed(Step::Stack { cfa: 48, bp_at: None }),
+            Learnt::Confirmed(Step::Stack {
+                cfa: 4096,
+                bp_at: Some(16),
+            }),
+            Learnt::Tentative(
+                Step::Stack {
+                    cfa: 64,
+                    bp_at: Some(0),
+                },
+                40,
+            ),
+        ] {
+            assert_eq!(Learnt::unpack(learnt.pack().unwrap()), Some(learnt));
+        }
+        assert_eq!(
+            Learnt::Confirmed(Step::Stack {
+                cfa: 1 << 24,
+                bp_at: None
+            })
+            .pack(),
+            None
+        );
+        assert_eq!(Learnt::unpack(0), None);
+    }
+
+    #[test]
+    fn one_writer_at_a_time_and_readers_never_see_a_step_under_another_key() {
+        let slots: Vec<LearntSlot> = (0..LEARNT_SLOTS)
+            .map(|_| LearntSlot {
+                key: AtomicU64::new(0),
+                step: AtomicU64::new(0),
+            })
+            .collect();
+        // Two return addresses that share a slot, each with its own step.
+        let a = 0x5555_0000_1000u64;
+        let b = (1..1 << 20)
+            .map(|i| a + i * 16)
+            .find(|&b| std::ptr::eq(learnt_slot(&slots, a), learnt_slot(&slots, b)))
+            .unwrap();
+        let step_of = |address: u64| {
+            Learnt::Confirmed(Step::Stack {
+                cfa: if address == a { 8 } else { 16 },
+                bp_at: None,
+            })
+        };
+        std::thread::scope(|scope| {
+            for address in [a, b, a, b] {
+                let slots = &slots;
+                scope.spawn(move || {
+                    for _ in 0..20_000 {
+                        remember(slots, address, address, step_of(address));
+                        for reader in [a, b] {
+                            if let Some(seen) = recall(slots, reader, reader) {
+                                assert_eq!(seen, step_of(reader));
+                            }
+                        }
+                    }
+                });
+            }
+        });
     }
 }

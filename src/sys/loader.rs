@@ -19,12 +19,6 @@ pub fn dlopen_count() -> u64 {
     DLOPENS.load(Ordering::SeqCst)
 }
 
-/// In a forked child: the count is set back to `count` (the child keeps
-/// what was built from the parent's libraries).
-pub fn set_dlopen_count(count: u64) {
-    DLOPENS.store(count, Ordering::SeqCst);
-}
-
 static REAL_DLOPEN: AtomicUsize = AtomicUsize::new(0);
 
 /// Address of the C library's `dlopen`, found with `dlvsym` so that the

@@ -11,8 +11,9 @@
  *   async <seen> <made>      cuMemAllocAsync + cuMemFreeAsync on a stream of its own
  *   runtime <seen> <made>    cudaMalloc + cudaFree through the runtime
  *   pool <seen> <made>       cuMemAllocFromPoolAsync + cuMemFreeAsync, pool on device 1
- * and the addresses of one allocation from the device-1 pool and one on a
- * device-1 stream, made while device 0 is current:
+ * (after a stream capture that began and ended), and the addresses of one
+ * allocation from the device-1 pool and one on a device-1 stream, made while
+ * device 0 is current:
  *   P <pool address> S <stream address>
  */
 #include <stdint.h>
@@ -39,6 +40,8 @@ int cuMemAllocAsync(CUdeviceptr *, size_t, void *);
 int cuMemAllocFromPoolAsync(CUdeviceptr *, size_t, void *, void *);
 int cuMemFreeAsync(CUdeviceptr, void *);
 int cuMemPoolCreate(void **, const CUmemPoolProps *);
+int cuStreamBeginCapture_v2(void *, int);
+int cuStreamEndCapture(void *, void **);
 int cudaMalloc(void **, size_t);
 int cudaFree(void *);
 unsigned long long fakeCudaCallCount(void);
@@ -81,8 +84,15 @@ int main(int argc, char **argv) {
     int pairs = argc > 1 ? atoi(argv[1]) : 10000;
     CHECK(cuInit(0));
     CHECK(cuCtxSetCurrent((void *)1));
-    void *stream;
+    void *stream, *captured, *graph;
     CHECK(cuStreamCreate(&stream, 0));
+    /* A capture that has ended: allocations after it are no graph's, and
+     * need no question to the driver. */
+    CHECK(cuStreamCreate(&captured, 0));
+    CHECK(cuStreamBeginCapture_v2(captured, 0));
+    CUdeviceptr in_graph;
+    CHECK(cuMemAllocAsync(&in_graph, 4096, captured));
+    CHECK(cuStreamEndCapture(captured, &graph));
     count("driver", driver_pair, NULL, pairs);
     count("async", async_pair, stream, pairs);
     count("runtime", runtime_pair, NULL, pairs);

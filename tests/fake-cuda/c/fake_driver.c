@@ -911,7 +911,9 @@ HIDDEN CUresult impl_cuStreamCreateWithPriority(CUstream *stream, unsigned flags
 HIDDEN CUresult impl_cuStreamDestroy_v2(CUstream stream) { ENTRY_POINT();
     return stream_index(stream) >= 0 ? CUDA_SUCCESS : CUDA_ERROR_INVALID_VALUE;
 }
+/* FAKE_CUDA_NO_STREAM_DEVICE: a driver older than 12.8, without the call. */
 HIDDEN CUresult impl_cuStreamGetDevice(CUstream stream, CUdevice *device) { ENTRY_POINT();
+    if (getenv("FAKE_CUDA_NO_STREAM_DEVICE")) return 801; /* CUDA_ERROR_NOT_SUPPORTED */
     *device = device_of_stream(stream);
     return CUDA_SUCCESS;
 }
