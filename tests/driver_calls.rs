@@ -5,7 +5,7 @@
 
 mod support;
 
-use cudatrace_events::Op;
+use cudatrace_events::{Api, Op};
 use support::*;
 
 /// (driver calls seen, calls the program made) of each loop `call_count` ran.
@@ -124,4 +124,55 @@ fn a_device_change_the_hooks_cannot_see_is_caught_and_counted() {
         .map(|e| (e.device, e.arg1))
         .collect();
     assert_eq!(mismatches, vec![(Some(1), 0)]);
+}
+
+#[test]
+fn a_call_that_may_change_every_thread_s_context_clears_every_thread_s_cached_device() {
+    // No rate-limited check here: only the reset can make the worker ask again.
+    let mut command = program("context_reset", &["devices"]);
+    command.env("CUDATRACE_SAMPLES", "0");
+    let run = run_traced("context-reset-devices", command);
+    assert!(
+        run.output.status.success(),
+        "{}",
+        String::from_utf8_lossy(&run.output.stderr)
+    );
+    let (before, after) = (hex(field(&run.stdout, "A", 0)), hex(field(&run.stdout, "A", 2)));
+    let device_of = |address: u64| {
+        run.spools[0]
+            .events
+            .iter()
+            .find(|e| e.op == Op::Alloc && e.address == address)
+            .and_then(|e| e.device)
+    };
+    assert_eq!([device_of(before), device_of(after)], [Some(0), Some(1)]);
+}
+
+#[test]
+fn a_recycled_stream_handle_is_a_new_stream_with_its_own_device_and_first_launch() {
+    let mut command = program("context_reset", &["streams"]);
+    command.env("CUDATRACE_SAMPLES", "0");
+    let run = run_traced("context-reset-streams", command);
+    assert!(
+        run.output.status.success(),
+        "{}",
+        String::from_utf8_lossy(&run.output.stderr)
+    );
+    let (first, second) = (hex(field(&run.stdout, "S", 0)), hex(field(&run.stdout, "S", 1)));
+    assert_eq!(first, second, "the fake driver gives the handle out again");
+    let (a, b) = (hex(field(&run.stdout, "A", 0)), hex(field(&run.stdout, "A", 2)));
+    let device_of = |address: u64| {
+        run.spools[0]
+            .events
+            .iter()
+            .find(|e| e.op == Op::Alloc && e.address == address)
+            .and_then(|e| e.device)
+    };
+    assert_eq!([device_of(a), device_of(b)], [Some(1), Some(0)]);
+    // Each stream's first launch is measured, the recycled handle's too.
+    let first_launches = run.stack_records[0]
+        .iter()
+        .filter(|e| e.op == Op::StreamObjects && e.address == first && e.api == Api::CuLaunchKernel)
+        .count();
+    assert_eq!(first_launches, 2);
 }

@@ -40,6 +40,7 @@ fn main() {
         "call_count.c",
         "graph_capture.c",
         "device_switch.c",
+        "context_reset.c",
     ] {
         println!("cargo:rerun-if-changed=c/{file}");
     }
@@ -144,7 +145,7 @@ fn main() {
             "-lcuda",
         ],
     );
-    for program in ["call_count", "graph_capture", "device_switch"] {
+    for program in ["call_count", "graph_capture", "device_switch", "context_reset"] {
         compile(
             &compiler,
             &[

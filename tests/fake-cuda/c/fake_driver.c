@@ -899,7 +899,20 @@ static CUresult create_object(int *count, uintptr_t base, uint64_t bytes, int de
     *handle = (void *)(base + 16u * (uintptr_t)index);
     return CUDA_SUCCESS;
 }
+/* A destroyed stream's handle, given out again by the next creation, as a
+ * real driver recycles its allocations; -1 when there is none. */
+static int recycled_stream = -1;
 HIDDEN CUresult impl_cuStreamCreate(CUstream *stream, unsigned flags) { ENTRY_POINT();
+    if (recycled_stream >= 0) {
+        pthread_mutex_lock(&lock);
+        int index = recycled_stream;
+        recycled_stream = -1;
+        stream_devices[index] = current_device;
+        stream_launched[index] = 0;
+        pthread_mutex_unlock(&lock);
+        *stream = (CUstream)(uintptr_t)(0x50000000u + 16u * (unsigned)index);
+        return CUDA_SUCCESS;
+    }
     CUresult result = create_object(&stream_count, 0x50000000u, env_bytes("FAKE_CUDA_STREAM_BYTES"), current_device,
                                     stream);
     if (result == CUDA_SUCCESS) stream_devices[stream_index(*stream)] = current_device;
@@ -909,7 +922,15 @@ HIDDEN CUresult impl_cuStreamCreateWithPriority(CUstream *stream, unsigned flags
     return impl_cuStreamCreate(stream, flags);
 }
 HIDDEN CUresult impl_cuStreamDestroy_v2(CUstream stream) { ENTRY_POINT();
-    return stream_index(stream) >= 0 ? CUDA_SUCCESS : CUDA_ERROR_INVALID_VALUE;
+    int index = stream_index(stream);
+    if (index < 0) return CUDA_ERROR_INVALID_VALUE;
+    recycled_stream = index;
+    return CUDA_SUCCESS;
+}
+/* Resets device's primary context: a no-op here, but a call every thread's
+ * current context may depend on. */
+HIDDEN CUresult impl_cuDevicePrimaryCtxReset_v2(CUdevice device) { ENTRY_POINT();
+    return device >= 0 && device < device_count() ? CUDA_SUCCESS : CUDA_ERROR_INVALID_VALUE;
 }
 /* FAKE_CUDA_NO_STREAM_DEVICE: a driver older than 12.8, without the call. */
 HIDDEN CUresult impl_cuStreamGetDevice(CUstream stream, CUdevice *device) { ENTRY_POINT();
@@ -1064,6 +1085,7 @@ static const ProcEntry entries[] = {
     { "cuStreamCreate", 2000, (void *)impl_cuStreamCreate, 0, NULL, NULL },
     { "cuStreamCreateWithPriority", 5050, (void *)impl_cuStreamCreateWithPriority, 0, NULL, NULL },
     { "cuStreamDestroy", 4000, (void *)impl_cuStreamDestroy_v2, 0, NULL, NULL },
+    { "cuDevicePrimaryCtxReset", 7000, (void *)impl_cuDevicePrimaryCtxReset_v2, 0, NULL, NULL },
     { "cuStreamGetDevice", 12080, (void *)impl_cuStreamGetDevice, 0, NULL, NULL },
     { "cuEventCreate", 2000, (void *)impl_cuEventCreate, 0, NULL, NULL },
     { "cuMemPoolCreate", 11020, (void *)impl_cuMemPoolCreate, 0, NULL, NULL },
@@ -1179,6 +1201,7 @@ CUresult cuDeviceTotalMem_v2(size_t *, CUdevice) EXPORT(cuDeviceTotalMem_v2);
 CUresult cuStreamCreate(CUstream *, unsigned) EXPORT(cuStreamCreate);
 CUresult cuStreamCreateWithPriority(CUstream *, unsigned, int) EXPORT(cuStreamCreateWithPriority);
 CUresult cuStreamDestroy_v2(CUstream) EXPORT(cuStreamDestroy_v2);
+CUresult cuDevicePrimaryCtxReset_v2(CUdevice) EXPORT(cuDevicePrimaryCtxReset_v2);
 CUresult cuStreamGetDevice(CUstream, CUdevice *) EXPORT(cuStreamGetDevice);
 CUresult cuEventCreate(CUevent *, unsigned) EXPORT(cuEventCreate);
 CUresult cuMemPoolCreate(CUmemoryPool *, const CUmemPoolProps *) EXPORT(cuMemPoolCreate);
