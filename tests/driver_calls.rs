@@ -25,24 +25,41 @@ fn loops(stdout: &str) -> Vec<(String, u64, u64)> {
         .collect()
 }
 
-fn call_count(pairs: u32, traced: Option<&[(&str, &str)]>) -> (Vec<(String, u64, u64)>, Option<TracedRun>) {
-    let mut command = program("call_count", &[&pairs.to_string()]);
-    match traced {
+/// Runs fake-CUDA program `name` traced, with `env`; it must succeed.
+fn traced(label: &str, name: &str, args: &[&str], env: &[(&str, &str)]) -> TracedRun {
+    let mut command = program(name, args);
+    for (key, value) in env {
+        command.env(key, value);
+    }
+    let run = run_traced(label, command);
+    assert!(
+        run.output.status.success(),
+        "{}",
+        String::from_utf8_lossy(&run.output.stderr)
+    );
+    run
+}
+
+/// The device of the last allocation recorded at `address`.
+fn device_of(run: &TracedRun, address: u64) -> Option<u8> {
+    run.spools[0]
+        .events
+        .iter()
+        .rev()
+        .find(|e| e.op == Op::Alloc && e.address == address)
+        .and_then(|e| e.device)
+}
+
+fn call_count(pairs: u32, tracer_env: Option<&[(&str, &str)]>) -> (Vec<(String, u64, u64)>, Option<TracedRun>) {
+    let pairs = pairs.to_string();
+    match tracer_env {
         None => {
-            let output = command.output().unwrap();
+            let output = program("call_count", &[&pairs]).output().unwrap();
             assert!(output.status.success(), "{}", String::from_utf8_lossy(&output.stderr));
             (loops(&String::from_utf8_lossy(&output.stdout)), None)
         }
         Some(env) => {
-            for (key, value) in env {
-                command.env(key, value);
-            }
-            let run = run_traced("call-count", command);
-            assert!(
-                run.output.status.success(),
-                "{}",
-                String::from_utf8_lossy(&run.output.stderr)
-            );
+            let run = traced("call-count", "call_count", &[&pairs], env);
             (loops(&run.stdout), Some(run))
         }
     }
@@ -90,34 +107,21 @@ fn stream_ordered_allocations_are_on_their_pool_s_or_stream_s_device_whatever_is
     let run = run.unwrap();
     let pool_address = hex(field(&run.stdout, "P", 0));
     let stream_address = hex(field(&run.stdout, "P", 2));
-    let device_of = |address: u64| {
-        run.spools[0]
-            .events
-            .iter()
-            .rev()
-            .find(|e| e.op == Op::Alloc && e.address == address)
-            .and_then(|e| e.device)
-    };
-    assert_eq!(device_of(pool_address), Some(1));
-    assert_eq!(device_of(stream_address), Some(1));
+    assert_eq!(device_of(&run, pool_address), Some(1));
+    assert_eq!(device_of(&run, stream_address), Some(1));
 }
 
 #[test]
 fn a_device_change_the_hooks_cannot_see_is_caught_and_counted() {
-    let run = run_traced("device-switch", program("device_switch", &[]));
-    assert!(run.output.status.success());
+    let run = traced("device-switch", "device_switch", &[], &[]);
     let address = |key: &str, index: usize| hex(field(&run.stdout, key, index));
     let (a, b, c) = (address("A", 0), address("A", 2), address("A", 4));
-    let device_of = |address: u64| {
-        run.spools[0]
-            .events
-            .iter()
-            .find(|e| e.op == Op::Alloc && e.address == address)
-            .and_then(|e| e.device)
-    };
     // The first allocation after the quiet switch still names the cached
     // device; the reading that follows it finds the change.
-    assert_eq!([device_of(a), device_of(b), device_of(c)], [Some(0), Some(0), Some(1)]);
+    assert_eq!(
+        [device_of(&run, a), device_of(&run, b), device_of(&run, c)],
+        [Some(0), Some(0), Some(1)]
+    );
     let mismatches: Vec<(Option<u8>, u64)> = run.stack_records[0]
         .iter()
         .filter(|e| e.op == Op::DeviceMismatch)
@@ -129,46 +133,28 @@ fn a_device_change_the_hooks_cannot_see_is_caught_and_counted() {
 #[test]
 fn a_call_that_may_change_every_thread_s_context_clears_every_thread_s_cached_device() {
     // No rate-limited check here: only the reset can make the worker ask again.
-    let mut command = program("context_reset", &["devices"]);
-    command.env("CUDATRACE_SAMPLES", "0");
-    let run = run_traced("context-reset-devices", command);
-    assert!(
-        run.output.status.success(),
-        "{}",
-        String::from_utf8_lossy(&run.output.stderr)
+    let run = traced(
+        "context-reset-devices",
+        "context_reset",
+        &["devices"],
+        &[("CUDATRACE_SAMPLES", "0")],
     );
     let (before, after) = (hex(field(&run.stdout, "A", 0)), hex(field(&run.stdout, "A", 2)));
-    let device_of = |address: u64| {
-        run.spools[0]
-            .events
-            .iter()
-            .find(|e| e.op == Op::Alloc && e.address == address)
-            .and_then(|e| e.device)
-    };
-    assert_eq!([device_of(before), device_of(after)], [Some(0), Some(1)]);
+    assert_eq!([device_of(&run, before), device_of(&run, after)], [Some(0), Some(1)]);
 }
 
 #[test]
 fn a_recycled_stream_handle_is_a_new_stream_with_its_own_device_and_first_launch() {
-    let mut command = program("context_reset", &["streams"]);
-    command.env("CUDATRACE_SAMPLES", "0");
-    let run = run_traced("context-reset-streams", command);
-    assert!(
-        run.output.status.success(),
-        "{}",
-        String::from_utf8_lossy(&run.output.stderr)
+    let run = traced(
+        "context-reset-streams",
+        "context_reset",
+        &["streams"],
+        &[("CUDATRACE_SAMPLES", "0")],
     );
     let (first, second) = (hex(field(&run.stdout, "S", 0)), hex(field(&run.stdout, "S", 1)));
     assert_eq!(first, second, "the fake driver gives the handle out again");
     let (a, b) = (hex(field(&run.stdout, "A", 0)), hex(field(&run.stdout, "A", 2)));
-    let device_of = |address: u64| {
-        run.spools[0]
-            .events
-            .iter()
-            .find(|e| e.op == Op::Alloc && e.address == address)
-            .and_then(|e| e.device)
-    };
-    assert_eq!([device_of(a), device_of(b)], [Some(1), Some(0)]);
+    assert_eq!([device_of(&run, a), device_of(&run, b)], [Some(1), Some(0)]);
     // Each stream's first launch is measured, the recycled handle's too.
     let first_launches = run.stack_records[0]
         .iter()

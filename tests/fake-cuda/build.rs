@@ -110,20 +110,6 @@ fn main() {
     compile(
         &compiler,
         &[
-            &s(&c.join("scenarios.c")),
-            "-o",
-            &s(&bin.join("scenarios")),
-            &search,
-            &rpath,
-            "-lcudart",
-            "-lcuda",
-            "-ldl",
-            "-lpthread",
-        ],
-    );
-    compile(
-        &compiler,
-        &[
             "-DSTATIC_RUNTIME",
             &s(&c.join("scenarios.c")),
             "-o",
@@ -145,7 +131,14 @@ fn main() {
             "-lcuda",
         ],
     );
-    for program in ["call_count", "graph_capture", "device_switch", "context_reset"] {
+    // Programs on the runtime and the driver, linked dynamically.
+    for program in [
+        "scenarios",
+        "call_count",
+        "graph_capture",
+        "device_switch",
+        "context_reset",
+    ] {
         compile(
             &compiler,
             &[

@@ -11,24 +11,19 @@ use std::path::PathBuf;
 
 const MIB: u64 = 1 << 20;
 
-/// Runs the `explain` program with every cost modelled; `nvml` says whether
-/// the fake NVML answers, `extra` adds flags and environment.
-fn explain_run(label: &str, nvml: bool, flags: &[&str], env: &[(&str, &str)]) -> (Value, String, PathBuf) {
+/// Runs `argv` (a fake-CUDA program and its arguments) under `cudatrace
+/// run` with `flags`, the fake driver's costs in `env`, a capacity of 8 GiB
+/// and, when `nvml` is set, the fake NVML; returns the trace.
+fn run_with_costs(label: &str, argv: &[String], flags: &[&str], nvml: bool, env: &[(&str, String)]) -> PathBuf {
     let dir = scratch_dir(label);
     let trace = dir.join("run.trace");
     let nvml_dir = dir.join("nvml");
     std::fs::create_dir(&nvml_dir).unwrap();
     let mut command = cudatrace_run();
-    command.arg("-o").arg(&trace).args(flags).arg("--");
+    command.arg("-o").arg(&trace).args(flags).arg("--").args(argv);
     command
-        .arg(fake_cuda::program("explain"))
         .env("TMPDIR", &dir)
-        .env("FAKE_CUDA_CAPACITY", (8192 * MIB).to_string())
-        .env("FAKE_CUDA_CONTEXT_BYTES", (300 * MIB).to_string())
-        .env("FAKE_CUDA_MODULE_BYTES", (20 * MIB).to_string())
-        .env("FAKE_CUDA_KERNEL_BYTES", (5 * MIB).to_string())
-        .env("FAKE_CUDA_POOL_GRANULE", (2 * MIB).to_string())
-        .env("FAKE_CUDA_OTHERS_BYTES", (100 * MIB).to_string());
+        .env("FAKE_CUDA_CAPACITY", (8192 * MIB).to_string());
     if nvml {
         command.env("FAKE_NVML_DIR", &nvml_dir);
     }
@@ -42,6 +37,22 @@ fn explain_run(label: &str, nvml: bool, flags: &[&str], env: &[(&str, &str)]) ->
         "{}",
         String::from_utf8_lossy(&output.stderr)
     );
+    trace
+}
+
+/// Runs the `explain` program with every cost modelled; `nvml` says whether
+/// the fake NVML answers, `extra` adds flags and environment.
+fn explain_run(label: &str, nvml: bool, flags: &[&str], env: &[(&str, &str)]) -> (Value, String, PathBuf) {
+    let mut costs: Vec<(&str, String)> = vec![
+        ("FAKE_CUDA_CONTEXT_BYTES", (300 * MIB).to_string()),
+        ("FAKE_CUDA_MODULE_BYTES", (20 * MIB).to_string()),
+        ("FAKE_CUDA_KERNEL_BYTES", (5 * MIB).to_string()),
+        ("FAKE_CUDA_POOL_GRANULE", (2 * MIB).to_string()),
+        ("FAKE_CUDA_OTHERS_BYTES", (100 * MIB).to_string()),
+    ];
+    costs.extend(env.iter().map(|&(key, value)| (key, value.to_string())));
+    let program = fake_cuda::program("explain").to_string_lossy().into_owned();
+    let trace = run_with_costs(label, &[program], flags, nvml, &costs);
     let (report, _) = report_json_with_stacks(&trace);
     let text = stdout(&cudatrace(&["report", trace.to_str().unwrap()]).output().unwrap());
     (report["processes"][0]["footprint"].clone(), text, trace)
@@ -311,33 +322,19 @@ fn perfetto_and_html_draw_each_owner_and_category() {
 /// Runs `graph_capture` under `cudatrace run` with streams, events and
 /// executable graphs costing memory; returns the footprint and the trace.
 fn driver_objects_run(label: &str, streams: u32, events: u32) -> (Value, PathBuf) {
-    let dir = scratch_dir(label);
-    let trace = dir.join("run.trace");
-    let nvml_dir = dir.join("nvml");
-    std::fs::create_dir(&nvml_dir).unwrap();
-    let output = cudatrace_run()
-        .arg("-o")
-        .arg(&trace)
-        .arg("--")
-        .arg(fake_cuda::program("graph_capture"))
-        .arg(streams.to_string())
-        .arg(events.to_string())
-        .env("TMPDIR", &dir)
-        .env("FAKE_NVML_DIR", &nvml_dir)
-        .env("FAKE_CUDA_CAPACITY", (8192 * MIB).to_string())
-        .env("FAKE_CUDA_CONTEXT_BYTES", (300 * MIB).to_string())
-        .env("FAKE_CUDA_STREAM_BYTES", (64 << 10).to_string())
-        .env("FAKE_CUDA_EVENT_BYTES", (16 << 10).to_string())
-        .env("FAKE_CUDA_STREAM_USE_BYTES", (32 << 10).to_string())
-        .env("FAKE_CUDA_GRAPH_EXEC_BYTES", MIB.to_string())
-        .output()
-        .unwrap();
-    assert_eq!(
-        output.status.code(),
-        Some(0),
-        "{}",
-        String::from_utf8_lossy(&output.stderr)
-    );
+    let argv = [
+        fake_cuda::program("graph_capture").to_string_lossy().into_owned(),
+        streams.to_string(),
+        events.to_string(),
+    ];
+    let costs = [
+        ("FAKE_CUDA_CONTEXT_BYTES", (300 * MIB).to_string()),
+        ("FAKE_CUDA_STREAM_BYTES", (64 << 10).to_string()),
+        ("FAKE_CUDA_EVENT_BYTES", (16 << 10).to_string()),
+        ("FAKE_CUDA_STREAM_USE_BYTES", (32 << 10).to_string()),
+        ("FAKE_CUDA_GRAPH_EXEC_BYTES", MIB.to_string()),
+    ];
+    let trace = run_with_costs(label, &argv, &[], true, &costs);
     let (report, _) = report_json_with_stacks(&trace);
     (report["processes"][0]["footprint"][0].clone(), trace)
 }
