@@ -382,12 +382,6 @@ impl ModuleMap {
     }
 }
 
-/// The unwinder of the current map, for hooks.
-#[inline]
-pub fn unwinder() -> Option<(&'static NativeUnwinder, (u64, u64))> {
-    current().map(|map| (&map.unwinder, map.own_range))
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;

@@ -511,6 +511,34 @@ mod tests {
     }
 
     #[test]
+    fn a_writer_leaves_a_slot_another_writer_holds_alone() {
+        let slots: Vec<LearntSlot> = (0..LEARNT_SLOTS)
+            .map(|_| LearntSlot {
+                key: AtomicU64::new(0),
+                step: AtomicU64::new(0),
+            })
+            .collect();
+        let address = 0x5555_0000_2000u64;
+        let first = Learnt::Confirmed(Step::Stack { cfa: 8, bp_at: None });
+        remember(&slots, address, address, first);
+        assert_eq!(recall(&slots, address, address), Some(first));
+        // Another writer holds the slot, between its step and its key.
+        let slot = learnt_slot(&slots, address);
+        slot.key.store(WRITING, Ordering::Release);
+        remember(&slots, address, address, Learnt::Confirmed(Step::FramePointer));
+        assert_eq!(
+            slot.step.load(Ordering::Acquire),
+            first.pack().unwrap(),
+            "the step is not written twice"
+        );
+        assert_eq!(
+            recall(&slots, address, address),
+            None,
+            "nobody reads a slot being written"
+        );
+    }
+
+    #[test]
     fn one_writer_at_a_time_and_readers_never_see_a_step_under_another_key() {
         let slots: Vec<LearntSlot> = (0..LEARNT_SLOTS)
             .map(|_| LearntSlot {

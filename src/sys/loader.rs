@@ -25,17 +25,25 @@ static REAL_DLOPEN: AtomicUsize = AtomicUsize::new(0);
 /// library's own `dlopen` (the door, which counts calls) is skipped; 0 if
 /// none is found.
 pub fn real_dlopen_address() -> usize {
-    let cached = REAL_DLOPEN.load(Ordering::Acquire);
+    glibc_function(c"dlopen", &REAL_DLOPEN)
+}
+
+/// The C library's own `name` (a loader function this library also
+/// exports), found with `dlvsym` past this library and cached in `cache`; 0
+/// if none is found. Resolved on first use: another library's constructor
+/// may call it before ours has run.
+pub fn glibc_function(name: &std::ffi::CStr, cache: &AtomicUsize) -> usize {
+    let cached = cache.load(Ordering::Acquire);
     if cached != 0 {
         return cached;
     }
     let found = [c"GLIBC_2.34", c"GLIBC_2.2.5"]
         .iter()
         // SAFETY: NUL-terminated names; RTLD_NEXT searches the libraries after ours.
-        .map(|version| unsafe { libc::dlvsym(libc::RTLD_NEXT, c"dlopen".as_ptr(), version.as_ptr()) } as usize)
+        .map(|version| unsafe { libc::dlvsym(libc::RTLD_NEXT, name.as_ptr(), version.as_ptr()) } as usize)
         .find(|&address| address != 0)
         .unwrap_or(0);
-    REAL_DLOPEN.store(found, Ordering::Release);
+    cache.store(found, Ordering::Release);
     found
 }
 

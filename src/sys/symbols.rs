@@ -173,18 +173,7 @@ type DlsymFn = unsafe extern "C" fn(*mut c_void, *const c_char) -> *mut c_void;
 /// `dlsym` is skipped. Resolved on first use: another library's constructor
 /// may call `dlsym` before ours has run.
 pub fn real_dlsym_address() -> usize {
-    let cached = REAL_DLSYM.load(Ordering::Acquire);
-    if cached != 0 {
-        return cached;
-    }
-    let found = [c"GLIBC_2.34", c"GLIBC_2.2.5"]
-        .iter()
-        // SAFETY: NUL-terminated names; RTLD_NEXT searches the libraries after ours.
-        .map(|version| unsafe { libc::dlvsym(libc::RTLD_NEXT, c"dlsym".as_ptr(), version.as_ptr()) } as usize)
-        .find(|&address| address != 0)
-        .unwrap_or(0);
-    REAL_DLSYM.store(found, Ordering::Release);
-    found
+    loader::glibc_function(c"dlsym", &REAL_DLSYM)
 }
 
 /// Calls the C library's `dlsym`. Our return address becomes the caller it
