@@ -8,6 +8,7 @@
 //! reads right.
 
 use crate::stacks::python_frames::{self, PyCapture, PyFrame};
+use crate::stacks::stack_cache::{self, StackCache};
 use crate::stacks::{module_map, native_unwind, stack_table};
 use cudatrace_events::stacks::frame_kind;
 use std::cell::{Cell, UnsafeCell};
@@ -125,6 +126,7 @@ impl Scratch {
 thread_local! {
     static BUSY: Cell<bool> = const { Cell::new(false) };
     static SCRATCH: UnsafeCell<Option<Box<Scratch>>> = const { UnsafeCell::new(None) };
+    static STACK_CACHE: UnsafeCell<Option<Box<StackCache>>> = const { UnsafeCell::new(None) };
     static LAST: UnsafeCell<LastStack> = const {
         UnsafeCell::new(LastStack {
             frames: [Frame { kind: 0, value: 0, offset: 0 }; MAX_FRAMES + 2],
@@ -315,9 +317,39 @@ fn combine(
     combined.count
 }
 
-/// Interns `frames` (innermost first) from the outermost in, reusing the
-/// ids of the thread's previous stack where the outer frames agree.
+/// Interns `frames` (innermost first): a stack the thread interned lately
+/// is found whole by its hash; else node by node.
 fn intern(frames: &[Frame]) -> u32 {
+    if frames.len() < 2 {
+        return intern_nodes(frames).0;
+    }
+    let hash = stack_cache::hash_frames(frames.iter().map(|frame| (frame.kind, frame.value, frame.offset)));
+    STACK_CACHE
+        .try_with(|cache| {
+            // SAFETY: this thread's own cache; `capture` is not re-entered on a thread.
+            let cache = unsafe { &mut *cache.get() };
+            if cache.is_none() {
+                *cache = StackCache::new();
+            }
+            let Some(cache) = cache.as_mut() else {
+                return intern_nodes(frames).0;
+            };
+            if let Some(id) = cache.get(hash) {
+                return id;
+            }
+            let (id, whole) = intern_nodes(frames);
+            if whole {
+                cache.put(hash, id);
+            }
+            id
+        })
+        .unwrap_or(0)
+}
+
+/// Interns `frames` node by node from the outermost in, reusing the ids of
+/// the thread's previous stack where the outer frames agree. Returns the
+/// innermost node, and whether every frame got one (a full table stops it).
+fn intern_nodes(frames: &[Frame]) -> (u32, bool) {
     LAST.try_with(|last| {
         // SAFETY: this thread's own cache; `capture` is not re-entered on a thread.
         let last = unsafe { &mut *last.get() };
@@ -331,16 +363,16 @@ fn intern(frames: &[Frame]) -> u32 {
             same_so_far = false;
             let Some(id) = intern_frame(frame, parent) else {
                 last.len = depth;
-                return parent;
+                return (parent, false);
             };
             last.frames[depth] = *frame;
             last.ids[depth] = id;
             parent = id;
         }
         last.len = frames.len();
-        parent
+        (parent, true)
     })
-    .unwrap_or(0)
+    .unwrap_or((0, false))
 }
 
 fn intern_frame(frame: &Frame, parent: u32) -> Option<u32> {
@@ -359,6 +391,12 @@ pub fn forget_parent_stacks() {
     let _ = LAST.try_with(|last| {
         // SAFETY: the child has only this thread.
         unsafe { (*last.get()).len = 0 };
+    });
+    let _ = STACK_CACHE.try_with(|cache| {
+        // SAFETY: as above.
+        if let Some(cache) = unsafe { &mut *cache.get() } {
+            cache.clear();
+        }
     });
     stack_table::forget_parent_table();
 }

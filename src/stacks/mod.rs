@@ -6,4 +6,5 @@ pub mod call_stack;
 pub mod module_map;
 pub mod native_unwind;
 pub mod python_frames;
+pub mod stack_cache;
 pub mod stack_table;

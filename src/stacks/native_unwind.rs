@@ -61,7 +61,9 @@ impl Learnt {
     fn pack(self) -> Option<u64> {
         let (step, tentative) = match self {
             Learnt::Confirmed(step) => (step, 0),
-            Learnt::Tentative(step, distance) => (step, TENTATIVE | (distance & BP_DISTANCE_BITS) << 48),
+            // A distance too large to keep is kept as the largest, which
+            // `apply_tentative` never takes for a match.
+            Learnt::Tentative(step, distance) => (step, TENTATIVE | distance.min(BP_DISTANCE_BITS) << 48),
         };
         let word = match step {
             Step::FramePointer => FRAME_POINTER,
@@ -107,26 +109,32 @@ struct LearntSlot {
 // SAFETY: zeroed, a slot is empty (no key matches 0: return addresses are not 0).
 unsafe impl ZeroIsEmpty for LearntSlot {}
 
-/// Remembered steps, shared by every thread, direct-mapped by return address.
-const LEARNT_SLOTS: usize = 1 << 14;
+/// Remembered steps, shared by every thread, in sets of `LEARNT_WAYS` slots
+/// chosen by return address. A set is one cache line, so a look-up costs one
+/// line wherever the step lies in it; and return addresses that share a set
+/// (a large program has thousands in use) do not evict each other, which
+/// would send both through framehop on every event.
+const LEARNT_SLOTS: usize = 1 << 16;
+const LEARNT_WAYS: usize = 4;
 static LEARNT: LazyMapping<LearntSlot> = LazyMapping::new(LEARNT_SLOTS);
 
 fn learnt_key(address: u64, generation: u64) -> u64 {
     address ^ generation << 48
 }
 
-fn learnt_slot(slots: &[LearntSlot], address: u64) -> &LearntSlot {
-    &slots[((address ^ (address >> 17)).wrapping_mul(0x9E37_79B9_7F4A_7C15) >> 50) as usize & (LEARNT_SLOTS - 1)]
+fn learnt_set(slots: &[LearntSlot], address: u64) -> &[LearntSlot] {
+    let sets = LEARNT_SLOTS / LEARNT_WAYS;
+    let set = ((address ^ (address >> 17)).wrapping_mul(0x9E37_79B9_7F4A_7C15) >> 40) as usize & (sets - 1);
+    &slots[set * LEARNT_WAYS..(set + 1) * LEARNT_WAYS]
 }
 
 fn recall(slots: &[LearntSlot], key: u64, address: u64) -> Option<Learnt> {
     if slots.is_empty() {
         return None;
     }
-    let slot = learnt_slot(slots, address);
-    if slot.key.load(Ordering::Acquire) != key {
-        return None;
-    }
+    let slot = learnt_set(slots, address)
+        .iter()
+        .find(|slot| slot.key.load(Ordering::Acquire) == key)?;
     let learnt = Learnt::unpack(slot.step.load(Ordering::Acquire))?;
     (slot.key.load(Ordering::Acquire) == key).then_some(learnt)
 }
@@ -136,7 +144,20 @@ const WRITING: u64 = u64::MAX;
 
 fn remember(slots: &[LearntSlot], key: u64, address: u64, learnt: Learnt) {
     let Some(word) = learnt.pack() else { return };
-    let slot = learnt_slot(slots, address);
+    let set = learnt_set(slots, address);
+    // The key's own slot, else an empty one, else one picked by the address
+    // (so that two keys do not keep taking the same slot from each other).
+    let slot = set
+        .iter()
+        .find(|slot| slot.key.load(Ordering::Acquire) == key)
+        .or_else(|| set.iter().find(|slot| slot.key.load(Ordering::Acquire) == 0))
+        .unwrap_or(&set[((address >> 2) ^ (address >> 9)) as usize % LEARNT_WAYS]);
+    write_slot(slot, key, word);
+}
+
+/// Writes a packed step and its key into a slot, unless another writer
+/// holds it.
+fn write_slot(slot: &LearntSlot, key: u64, word: u64) {
     // One writer at a time: the one that takes the key word from what it
     // saw to WRITING writes the step, then its key; the others give up.
     let seen = slot.key.load(Ordering::Acquire);
@@ -242,6 +263,14 @@ pub fn capture(out: &mut [u64]) -> (usize, bool) {
                         let key = learnt_key(address, generation);
                         match recall(learnt, key, address) {
                             Some(Learnt::Confirmed(step)) => apply(step, &mut regs, read),
+                            // A frame that may be based on its frame pointer,
+                            // with the frame pointer where it was when learnt:
+                            // either way of reading the frame gives this step.
+                            Some(Learnt::Tentative(step, distance))
+                                if distance < BP_DISTANCE_BITS && regs.bp().wrapping_sub(regs.sp()) == distance =>
+                            {
+                                apply(step, &mut regs, read)
+                            }
                             seen => {
                                 let (next, observed) = step_with_framehop(unwinder, frame, &mut regs, cache, read);
                                 if let Some(observed) = observed.filter(|_| !learnt.is_empty()) {
@@ -508,6 +537,52 @@ mod tests {
             None
         );
         assert_eq!(Learnt::unpack(0), None);
+        // A distance too large to keep comes back as the largest.
+        let step = Step::Stack { cfa: 64, bp_at: None };
+        assert_eq!(
+            Learnt::unpack(Learnt::Tentative(step, 5000).pack().unwrap()),
+            Some(Learnt::Tentative(step, BP_DISTANCE_BITS))
+        );
+    }
+
+    #[test]
+    fn a_set_holds_as_many_steps_as_it_has_slots_and_then_takes_one_back() {
+        let slots: Vec<LearntSlot> = (0..LEARNT_SLOTS)
+            .map(|_| LearntSlot {
+                key: AtomicU64::new(0),
+                step: AtomicU64::new(0),
+            })
+            .collect();
+        let a = 0x7f00_0000_0040u64;
+        let same_set: Vec<u64> = (0..1u64 << 22)
+            .map(|i| a + i * 16)
+            .filter(|&b| std::ptr::eq(learnt_set(&slots, a).as_ptr(), learnt_set(&slots, b).as_ptr()))
+            .take(LEARNT_WAYS + 1)
+            .collect();
+        let step = |i: usize| {
+            Learnt::Confirmed(Step::Stack {
+                cfa: 8 * (i as u32 + 1),
+                bp_at: None,
+            })
+        };
+        for (i, &address) in same_set[..LEARNT_WAYS].iter().enumerate() {
+            remember(&slots, address, address, step(i));
+        }
+        for (i, &address) in same_set[..LEARNT_WAYS].iter().enumerate() {
+            assert_eq!(recall(&slots, address, address), Some(step(i)));
+        }
+        // Learning one again updates its own slot.
+        remember(&slots, same_set[0], same_set[0], step(9));
+        assert_eq!(recall(&slots, same_set[0], same_set[0]), Some(step(9)));
+        // One more takes exactly one slot from the others.
+        let extra = same_set[LEARNT_WAYS];
+        remember(&slots, extra, extra, step(7));
+        assert_eq!(recall(&slots, extra, extra), Some(step(7)));
+        let kept = same_set[..LEARNT_WAYS]
+            .iter()
+            .filter(|&&address| recall(&slots, address, address).is_some())
+            .count();
+        assert_eq!(kept, LEARNT_WAYS - 1);
     }
 
     #[test]
@@ -523,9 +598,12 @@ mod tests {
         remember(&slots, address, address, first);
         assert_eq!(recall(&slots, address, address), Some(first));
         // Another writer holds the slot, between its step and its key.
-        let slot = learnt_slot(&slots, address);
+        let slot = learnt_set(&slots, address)
+            .iter()
+            .find(|slot| slot.key.load(Ordering::Acquire) == address)
+            .unwrap();
         slot.key.store(WRITING, Ordering::Release);
-        remember(&slots, address, address, Learnt::Confirmed(Step::FramePointer));
+        write_slot(slot, address, Learnt::Confirmed(Step::FramePointer).pack().unwrap());
         assert_eq!(
             slot.step.load(Ordering::Acquire),
             first.pack().unwrap(),
@@ -546,25 +624,31 @@ mod tests {
                 step: AtomicU64::new(0),
             })
             .collect();
-        // Two return addresses that share a slot, each with its own step.
+        // More return addresses than a set has slots, all in one set, each
+        // with its own step: they take slots from each other.
         let a = 0x5555_0000_1000u64;
-        let b = (1..1 << 20)
-            .map(|i| a + i * 16)
-            .find(|&b| std::ptr::eq(learnt_slot(&slots, a), learnt_slot(&slots, b)))
-            .unwrap();
+        let mut addresses = vec![a];
+        addresses.extend(
+            (1..1 << 22)
+                .map(|i| a + i * 16)
+                .filter(|&b| std::ptr::eq(learnt_set(&slots, a).as_ptr(), learnt_set(&slots, b).as_ptr()))
+                .take(LEARNT_WAYS + 1),
+        );
         let step_of = |address: u64| {
             Learnt::Confirmed(Step::Stack {
-                cfa: if address == a { 8 } else { 16 },
+                cfa: 8 * (1 + addresses.iter().position(|&x| x == address).unwrap() as u32),
                 bp_at: None,
             })
         };
+        assert_eq!(addresses.len(), LEARNT_WAYS + 2);
         std::thread::scope(|scope| {
-            for address in [a, b, a, b] {
-                let slots = &slots;
+            for writer in 0..4 {
+                let (slots, addresses, step_of) = (&slots, &addresses, &step_of);
                 scope.spawn(move || {
-                    for _ in 0..20_000 {
+                    for round in 0..20_000 {
+                        let address = addresses[(writer + round) % addresses.len()];
                         remember(slots, address, address, step_of(address));
-                        for reader in [a, b] {
+                        for &reader in addresses {
                             if let Some(seen) = recall(slots, reader, reader) {
                                 assert_eq!(seen, step_of(reader));
                             }

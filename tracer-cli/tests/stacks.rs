@@ -62,9 +62,9 @@ fn native_frames_name_function_file_and_line_with_and_without_frame_pointers() {
         assert_eq!(
             program_frames,
             vec![
-                frame("inner_frame", "stack_names.c", 21),
-                frame("outer_frame", "stack_names.c", 28),
-                frame("main", "stack_names.c", 41),
+                frame("inner_frame", "stack_names.c", 25),
+                frame("outer_frame", "stack_names.c", 32),
+                frame("main", "stack_names.c", 60),
             ],
             "{program}: {stack:?}"
         );
@@ -80,6 +80,48 @@ fn native_frames_name_function_file_and_line_with_and_without_frame_pointers() {
         );
         assert!(text.contains("inner_frame ("), "{text}");
     }
+}
+
+#[test]
+fn a_forked_child_allocating_from_its_parent_s_very_stack_gets_the_whole_stack() {
+    let (mut command, trace) = traced(
+        "fork-stack",
+        &[],
+        &[fake_cuda::program("stack_names_fp").as_os_str(), "fork".as_ref()],
+    );
+    assert!(command.output().unwrap().status.success());
+    let (report, _) = report_json_with_stacks(&trace);
+    let processes = report["processes"].as_array().unwrap();
+    assert_eq!(processes.len(), 2, "{report}");
+    let mut sizes_and_frames: Vec<(u64, Vec<(String, String, u64)>)> = processes
+        .iter()
+        .map(|process| {
+            let live = &process["devices"][0]["live_at_exit"][0];
+            let frames = live["stack"]
+                .as_array()
+                .unwrap_or_else(|| panic!("no stack in {process}"))
+                .iter()
+                .map(|f| {
+                    let file = f["file"].as_str().unwrap_or("").rsplit('/').next().unwrap().to_owned();
+                    (
+                        f["function"].as_str().unwrap_or("").to_owned(),
+                        file,
+                        f["line"].as_u64().unwrap_or(0),
+                    )
+                })
+                .filter(|f| f.1 == "stack_names.c")
+                .collect();
+            (live["size"].as_u64().unwrap(), frames)
+        })
+        .collect();
+    sizes_and_frames.sort();
+    let expected = vec![
+        frame("inner_frame", "stack_names.c", 25),
+        frame("outer_frame", "stack_names.c", 32),
+        frame("allocate_around_a_fork", "stack_names.c", 52),
+        frame("main", "stack_names.c", 70),
+    ];
+    assert_eq!(sizes_and_frames, vec![(1 << 20, expected.clone()), (4 << 20, expected)]);
 }
 
 #[test]
@@ -127,7 +169,7 @@ fn stacks_none_records_only_the_immediate_caller_and_max_depth_cuts_with_a_marke
     assert!(command.output().unwrap().status.success());
     let (report, _) = report_json_with_stacks(&trace);
     // Only the frame that called CUDA, so that the allocation still has an owner.
-    assert_eq!(live_stack(&report), vec![frame("inner_frame", "stack_names.c", 21)]);
+    assert_eq!(live_stack(&report), vec![frame("inner_frame", "stack_names.c", 25)]);
     let (mut command, trace) = traced(
         "depth",
         &["--max-depth", "2"],
@@ -137,8 +179,8 @@ fn stacks_none_records_only_the_immediate_caller_and_max_depth_cuts_with_a_marke
     let (report, _) = report_json_with_stacks(&trace);
     let stack = live_stack(&report);
     assert_eq!(stack.len(), 3, "{stack:?}");
-    assert_eq!(stack[0], frame("inner_frame", "stack_names.c", 21));
-    assert_eq!(stack[1], frame("outer_frame", "stack_names.c", 28));
+    assert_eq!(stack[0], frame("inner_frame", "stack_names.c", 25));
+    assert_eq!(stack[1], frame("outer_frame", "stack_names.c", 32));
     assert_eq!(stack[2].0, "[stack truncated at the depth limit]");
     let refused = cudatrace(&["run", "--max-depth", "0", "--", "true"]).output().unwrap();
     assert_eq!(refused.status.code(), Some(2));

@@ -4,6 +4,8 @@
  *   stack_names plugin LIB   : dlopen(LIB) after start, then its plugin_allocate
  *                              calls cudaMalloc
  *   stack_names thread       : a thread of its own calls cudaMalloc
+ *   stack_names fork         : 1 MiB from a call site, then a forked child
+ *                              takes 4 MiB from the very same stack
  *
  * Each allocation stays live, so it shows in `live at exit`. Frames are
  * noinline so that every name survives optimisation; the file is built with
@@ -13,19 +15,21 @@ int cudaMalloc(void **block, unsigned long bytes);
 #include <pthread.h>
 #include <stdio.h>
 #include <string.h>
+#include <sys/wait.h>
+#include <unistd.h>
 
 #define NOINLINE __attribute__((noinline))
 
 NOINLINE void inner_frame(size_t bytes) {
     void *block = 0;
-    if (cudaMalloc(&block, bytes) != 0) { /* line 21 */
+    if (cudaMalloc(&block, bytes) != 0) { /* line 25 */
         printf("cudaMalloc failed\n");
     }
     __asm__ volatile("" ::: "memory");
 }
 
 NOINLINE void outer_frame(size_t bytes) {
-    inner_frame(bytes); /* line 28 */
+    inner_frame(bytes); /* line 32 */
     __asm__ volatile("" ::: "memory");
 }
 
@@ -33,6 +37,21 @@ static void *thread_body(void *arg) {
     (void)arg;
     outer_frame(3 << 20);
     return 0;
+}
+
+/* Both allocations from one line: the child's stack is its parent's. */
+NOINLINE void allocate_around_a_fork(void) {
+    for (int i = 0; i < 2; i++) {
+        if (i == 1) {
+            pid_t child = fork();
+            if (child != 0) {
+                waitpid(child, 0, 0);
+                return;
+            }
+        }
+        outer_frame(i == 0 ? 1 << 20 : 4 << 20);
+        __asm__ volatile("" ::: "memory"); /* no tail call: the frame stays */
+    }
 }
 
 int main(int argc, char **argv) {
@@ -47,6 +66,8 @@ int main(int argc, char **argv) {
             return 2;
         }
         allocate(2 << 20);
+    } else if (strcmp(what, "fork") == 0) {
+        allocate_around_a_fork();
     } else if (strcmp(what, "thread") == 0) {
         pthread_t thread;
         pthread_create(&thread, 0, thread_body, 0);

@@ -1,0 +1,59 @@
+#!/usr/bin/env bash
+# Compares builds of libcudatrace.so on the real driver, side by side on one
+# machine: the hook-cost loop (scenario z's C program, cudaMallocAsync +
+# cudaFreeAsync pairs 1 and 32 frames deep) pinned to one core, the builds
+# interleaved round by round, plain runs among them; prints a table of
+# medians, ns per pair. Optionally (RESNET=1) one ResNet-50 process per build
+# with the async allocator, reporting its step time.
+#
+#   tests/gpu/compare_builds.sh ROUNDS STACKS NAME=LIB [NAME=LIB ...]
+# A build printing "PHASES ..." lines at exit (a diagnostic build) has them
+# collected into phases.txt under $OUT when OUT is set.
+set -euo pipefail
+here=$(cd "$(dirname "$0")" && pwd)
+rounds=$1 stacks=$2
+shift 2
+build=$(mktemp -d)
+nvcc -O2 -o "$build/hook_cost" "$here/workloads/hook_cost.cu" -cudart shared
+core=2
+results=$(mktemp)
+phases=${OUT:-$build}/phases.txt
+for round in $(seq "$rounds"); do
+    echo "plain $(taskset -c $core "$build/hook_cost" 20000 5 | tr '\n' ' ')" >>"$results"
+    for pair in "$@"; do
+        name=${pair%%=*} lib=${pair#*=}
+        dir=$(mktemp -d)
+        echo "$name, hook-cost loop, stacks $stacks:" >>"$phases"
+        line=$(PHASES_OUT=$phases CUDATRACE_DIR=$dir CUDATRACE_STACKS=$stacks LD_PRELOAD=$lib \
+            taskset -c $core "$build/hook_cost" 20000 5 | tr '\n' ' ')
+        echo "$name $line" >>"$results"
+        rm -rf "$dir"
+    done
+done
+python3 - "$results" <<'PY'
+import statistics, sys
+rows = {}
+for line in open(sys.argv[1]):
+    words = line.split()
+    values = dict(zip(words[1::2], map(float, words[2::2])))
+    rows.setdefault(words[0], []).append(values)
+plain = {k: statistics.median(v[k] for v in rows["plain"]) for k in ("depth1_ns", "depth32_ns")}
+print(f"{'build':<14} {'depth 1 ns/pair':>16} {'depth 32 ns/pair':>17} {'added/call d1':>14} {'added/call d32':>15}")
+for name, values in rows.items():
+    m = {k: statistics.median(v[k] for v in values) for k in plain}
+    print(f"{name:<14} {m['depth1_ns']:>16.0f} {m['depth32_ns']:>17.0f} "
+          f"{(m['depth1_ns'] - plain['depth1_ns']) / 2:>+14.0f} {(m['depth32_ns'] - plain['depth32_ns']) / 2:>+15.0f}")
+PY
+if [ "${RESNET:-0}" = 1 ]; then
+    for pair in "$@"; do
+        name=${pair%%=*} lib=${pair#*=}
+        dir=$(mktemp -d)
+        echo "$name, ResNet-50 (${RESNET_ALLOC_CONF-backend:cudaMallocAsync}), stacks $stacks:" >>"$phases"
+        PHASES_OUT=$phases CUDATRACE_DIR=$dir CUDATRACE_STACKS=$stacks LD_PRELOAD=$lib RESNET_STEPS=20 \
+            PYTORCH_CUDA_ALLOC_CONF=${RESNET_ALLOC_CONF-backend:cudaMallocAsync} python3 "$here/workloads/resnet_steps.py" "$dir/out.json" plain
+        echo "ResNet-50 (${RESNET_ALLOC_CONF-backend:cudaMallocAsync}) $name: $(cat "$dir/out.json")"
+        rm -rf "$dir"
+    done
+fi
+[ -f "$phases" ] && grep -B1 PHASES "$phases" | grep -v "^--" | sed 's/^/  /' || true
+rm -f "$phases"
