@@ -24,16 +24,24 @@ fn traced(label: &str, options: &[&str], program: &[&std::ffi::OsStr]) -> (Comma
     (command, trace)
 }
 
-/// (function, file name, line) of each frame of the first live allocation.
-fn live_stack(report: &Value) -> Vec<(String, String, u64)> {
-    report["processes"][0]["devices"][0]["live_at_exit"][0]["stack"]
+/// A frame as the report names it: (function, file name, line).
+type NamedFrame = (String, String, u64);
+
+/// The frames of the first live allocation.
+fn live_stack(report: &Value) -> Vec<NamedFrame> {
+    stack_of(&report["processes"][0]["devices"][0]["live_at_exit"][0])
+}
+
+/// The frames of one live allocation.
+fn stack_of(live: &Value) -> Vec<NamedFrame> {
+    live["stack"]
         .as_array()
-        .unwrap_or_else(|| panic!("no stack in {report}"))
+        .unwrap_or_else(|| panic!("no stack in {live}"))
         .iter()
         .map(|f| {
             let file = f["file"].as_str().unwrap_or("").rsplit('/').next().unwrap().to_owned();
             (
-                f["function"].as_str().unwrap().to_owned(),
+                f["function"].as_str().unwrap_or("").to_owned(),
                 file,
                 f["line"].as_u64().unwrap_or(0),
             )
@@ -93,24 +101,11 @@ fn a_forked_child_allocating_from_its_parent_s_very_stack_gets_the_whole_stack()
     let (report, _) = report_json_with_stacks(&trace);
     let processes = report["processes"].as_array().unwrap();
     assert_eq!(processes.len(), 2, "{report}");
-    let mut sizes_and_frames: Vec<(u64, Vec<(String, String, u64)>)> = processes
+    let mut sizes_and_frames: Vec<(u64, Vec<NamedFrame>)> = processes
         .iter()
         .map(|process| {
             let live = &process["devices"][0]["live_at_exit"][0];
-            let frames = live["stack"]
-                .as_array()
-                .unwrap_or_else(|| panic!("no stack in {process}"))
-                .iter()
-                .map(|f| {
-                    let file = f["file"].as_str().unwrap_or("").rsplit('/').next().unwrap().to_owned();
-                    (
-                        f["function"].as_str().unwrap_or("").to_owned(),
-                        file,
-                        f["line"].as_u64().unwrap_or(0),
-                    )
-                })
-                .filter(|f| f.1 == "stack_names.c")
-                .collect();
+            let frames = stack_of(live).into_iter().filter(|f| f.1 == "stack_names.c").collect();
             (live["size"].as_u64().unwrap(), frames)
         })
         .collect();
