@@ -7,8 +7,10 @@
 # with the async allocator, reporting its step time.
 #
 #   tests/gpu/compare_builds.sh ROUNDS STACKS NAME=LIB [NAME=LIB ...]
-# A build printing "PHASES ..." lines at exit (a diagnostic build) has them
-# collected into phases.txt under $OUT when OUT is set.
+# A diagnostic build (`git apply tests/gpu/diagnostics/phase-timing.patch`,
+# then `cargo build --release` and copy the library away; never commit it)
+# prints each phase's mean ns per event at exit: its "PHASES" lines are
+# printed after the table, under the build's name.
 set -euo pipefail
 here=$(cd "$(dirname "$0")" && pwd)
 rounds=$1 stacks=$2
