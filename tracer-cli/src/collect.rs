@@ -185,10 +185,11 @@ fn collect_tree(args: CollectArgs) -> Result<u8, Failure> {
             Ok(0)
         }
         Err(failure) => Err(Failure::from(format!(
-            "{}; the spools are kept in {dir}: once there is room, `cudatrace collect {dir}` finishes {}",
+            "{}; the spools are kept in {}: once there is room, `cudatrace collect {}` finishes {}",
             failure.message,
-            trace.display(),
-            dir = args.dir.display()
+            args.dir.display(),
+            crate::wording::shell_quoted(&args.dir),
+            trace.display()
         ))),
     }
 }

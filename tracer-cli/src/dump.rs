@@ -186,6 +186,7 @@ pub fn command(args: DumpArgs) -> Result<u8, Failure> {
     }
     let mut out = Stdout::new();
     for path in &files {
+        crate::analysis::check_regular_file(path)?;
         let image = naming::parse_spool_file_name(path).map_or(0, |(_, image)| image);
         if is_trace(path) {
             match dump_trace(path, &mut out)? {

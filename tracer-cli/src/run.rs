@@ -7,7 +7,7 @@ use crate::failure::Failure;
 use crate::output;
 use crate::spool_dir;
 use crate::terminal::say;
-use crate::wording::count;
+use crate::wording::{count, shell_quoted};
 use cudatrace_events::naming;
 use std::ffi::OsString;
 use std::os::unix::process::{CommandExt, ExitStatusExt};
@@ -199,7 +199,7 @@ pub fn run(args: RunArgs) -> Result<u8, Failure> {
             say(&format!(
                 "cudatrace: the spools are kept in {}; run `cudatrace collect {} -o TRACE` (the command exited with status {code})",
                 run_dir.display(),
-                run_dir.display()
+                shell_quoted(&run_dir)
             ));
             return Ok(code);
         }
@@ -212,9 +212,10 @@ pub fn run(args: RunArgs) -> Result<u8, Failure> {
         Err(failure) => {
             say(&format!("cudatrace: {}", failure.message));
             say(&format!(
-                "cudatrace: the spools are kept in {dir}; once there is room, `cudatrace collect {dir}` finishes {} (the command exited with status {code})",
-                trace.display(),
-                dir = run_dir.display()
+                "cudatrace: the spools are kept in {}; once there is room, `cudatrace collect {}` finishes {} (the command exited with status {code})",
+                run_dir.display(),
+                shell_quoted(&run_dir),
+                trace.display()
             ));
         }
     }
@@ -251,7 +252,13 @@ fn finished(summary: &Summary, trace: &Path, run_dir: &Path, keep_spools: bool) 
             "cudatrace: {} still running; their spools are kept in {}: `cudatrace collect {}` once they are done adds what they did after",
             count(summary.still_running, "traced process was", "traced processes were"),
             run_dir.display(),
-            run_dir.display()
+            shell_quoted(run_dir)
+        ));
+    } else if keep_spools {
+        say(&format!(
+            "cudatrace: kept the spools in {} (--keep-spools); `cudatrace dump --dir {}` shows them",
+            run_dir.display(),
+            shell_quoted(run_dir)
         ));
     } else if !keep_spools && run_dir.exists() {
         say(&format!(

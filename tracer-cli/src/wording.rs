@@ -17,6 +17,20 @@ pub fn bytes(value: u64) -> String {
     }
 }
 
+/// A path as a POSIX shell reads it back, for commands the user may paste:
+/// as it is when every character is plain, else in single quotes (a quote
+/// inside written `'\''`), so that no `;`, `$`, space or newline in it runs
+/// or splits anything.
+pub fn shell_quoted(path: &std::path::Path) -> String {
+    let text = path.to_string_lossy();
+    let plain = |c: char| c.is_ascii_alphanumeric() || "_@%+=:,./-".contains(c);
+    if !text.is_empty() && text.chars().all(plain) {
+        text.into_owned()
+    } else {
+        format!("'{}'", text.replace('\'', "'\\''"))
+    }
+}
+
 /// `1 process`, `2 processes`: `n` and the noun that goes with it.
 pub fn count(n: u64, one: &str, many: &str) -> String {
     format!("{n} {}", if n == 1 { one } else { many })
@@ -25,6 +39,20 @@ pub fn count(n: u64, one: &str, many: &str) -> String {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn paths_are_quoted_for_the_shell_only_where_needed() {
+        use std::path::Path;
+        assert_eq!(
+            shell_quoted(Path::new("/tmp/cudatrace-0/run-12")),
+            "/tmp/cudatrace-0/run-12"
+        );
+        assert_eq!(shell_quoted(Path::new("/tmp/a b")), "'/tmp/a b'");
+        assert_eq!(shell_quoted(Path::new("/tmp/x;rm -rf ~")), "'/tmp/x;rm -rf ~'");
+        assert_eq!(shell_quoted(Path::new("/tmp/it's")), "'/tmp/it'\\''s'");
+        assert_eq!(shell_quoted(Path::new("/tmp/$HOME")), "'/tmp/$HOME'");
+        assert_eq!(shell_quoted(Path::new("")), "''");
+    }
 
     #[test]
     fn byte_counts_read_naturally() {

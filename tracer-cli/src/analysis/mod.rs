@@ -11,6 +11,7 @@
 
 mod event_stream;
 mod footprint;
+mod input_path;
 mod owner;
 mod replay;
 mod stack_frames;
@@ -20,6 +21,7 @@ mod window;
 
 pub use event_stream::EventStream;
 pub use footprint::{limit_text, Breakdown, DeviceFootprint, FootprintTracker, ReferenceSource};
+pub use input_path::check_regular_file;
 pub use owner::owner_of;
 pub use replay::{Allocation, Change, ProcessMemory};
 pub use stack_frames::Frame;
