@@ -16,6 +16,7 @@ mod errno;
 mod failure;
 mod liveness;
 mod output;
+mod output_file;
 mod outputs;
 mod progress;
 mod python_lines;

@@ -126,3 +126,149 @@ fn commands_printed_for_pasting_are_quoted_for_the_shell_and_keep_spools_says_wh
     assert!(Path::new(folder).starts_with(&tmpdir), "{folder}");
     assert!(Path::new(folder).is_dir());
 }
+
+#[test]
+fn the_documented_spool_layout_is_the_real_one() {
+    use cudatrace_events::layout::{CHUNK_BYTES, CHUNK_RECORDS, HEADER_SIZE, RECORD_SIZE};
+    let root = Path::new(env!("CARGO_MANIFEST_DIR")).parent().unwrap();
+    let read = |name: &str| std::fs::read_to_string(root.join(name)).unwrap();
+    let format = read("docs/trace-format.md");
+    for row in [
+        format!("| 8 | u32 | format version ({}) |", cudatrace_events::SPOOL_VERSION),
+        format!("| 12 | u32 | record size ({RECORD_SIZE}) |"),
+        format!("| 20 | u32 | records per chunk ({CHUNK_RECORDS}: a chunk is 1,179,648 bytes) |"),
+        format!("## Records ({RECORD_SIZE} bytes each, from offset {HEADER_SIZE})"),
+    ] {
+        assert!(format.contains(&row), "docs/trace-format.md lacks {row:?}");
+    }
+    assert_eq!(CHUNK_BYTES, 1_179_648);
+    let usage = read("docs/usage.md");
+    assert!(usage.contains(&format!("Spools take {RECORD_SIZE} bytes per\nevent")));
+    assert!(usage.contains("16,384 records of 72 bytes (1,179,648 bytes)"));
+    let readme = read("README.md");
+    assert!(readme.contains(&format!("Each record is a fixed {RECORD_SIZE}-byte struct")));
+    for text in [&format, &usage, &readme] {
+        assert!(
+            !text.contains("64-byte") && !text.contains("64 bytes per"),
+            "a stale record size"
+        );
+    }
+}
+
+#[test]
+fn a_failed_write_to_a_device_leaves_the_device_where_it_was() {
+    let dir = scratch_dir("device-output");
+    let trace = small_trace("device-output-trace");
+    // As root, a device node of our own (the full device, 1:7): the old
+    // code removed what -o named when a write failed, device nodes included.
+    let device = if effective_uid() == 0 {
+        let node = dir.join("full");
+        let made = Command::new("mknod").arg(&node).args(["c", "1", "7"]).status().unwrap();
+        assert!(made.success());
+        node
+    } else {
+        PathBuf::from("/dev/full")
+    };
+    for command in ["perfetto", "html"] {
+        let output = cudatrace(&[command, trace.to_str().unwrap(), "-o", device.to_str().unwrap()])
+            .output()
+            .unwrap();
+        assert_eq!(output.status.code(), Some(2), "{command}: {}", stderr(&output));
+        assert_eq!(
+            stderr(&output),
+            format!(
+                "cudatrace: cannot write {}: No space left on device (os error 28)\n",
+                device.display()
+            ),
+            "{command}"
+        );
+        let kind = std::fs::metadata(&device).unwrap().file_type();
+        assert!(
+            std::os::unix::fs::FileTypeExt::is_char_device(&kind),
+            "{command} removed {}",
+            device.display()
+        );
+    }
+}
+
+#[test]
+fn an_output_through_a_link_keeps_the_link_and_a_failed_one_keeps_the_old_file() {
+    let dir = scratch_dir("link-output");
+    let trace = small_trace("link-output-trace");
+    let real = dir.join("real.json");
+    let link = dir.join("link.json");
+    std::fs::write(&real, b"old").unwrap();
+    std::os::unix::fs::symlink(&real, &link).unwrap();
+    let output = cudatrace(&["perfetto", trace.to_str().unwrap(), "-o", link.to_str().unwrap()])
+        .output()
+        .unwrap();
+    assert!(output.status.success(), "{}", stderr(&output));
+    assert!(std::fs::symlink_metadata(&link).unwrap().file_type().is_symlink());
+    let written = std::fs::read_to_string(&real).unwrap();
+    assert!(written.starts_with('{') && written.contains("traceEvents"), "{written}");
+    // On a disk too small for the output, the file already there is kept
+    // whole and nothing is left beside it.
+    let disk = dir.join("disk");
+    std::fs::create_dir(&disk).unwrap();
+    let mut script = Command::new("sh");
+    script
+        .arg("-c")
+        .arg(
+            r#"printf old > "$1/out.json" && "$2" perfetto "$3" -o "$1/out.json"; echo "status $?"; cat "$1/out.json"; echo; ls -A "$1""#,
+        )
+        .arg("sh")
+        .arg(&disk)
+        .arg(cli())
+        .arg(&trace);
+    let output = on_small_disk(&disk, "8k", &script).output().unwrap();
+    let text = String::from_utf8_lossy(&output.stdout);
+    assert_eq!(text, "status 2\nold\nout.json\n", "{}", stderr(&output));
+    assert!(
+        stderr(&output).starts_with(&format!("cudatrace: cannot write {}/out.json: ", disk.display())),
+        "{}",
+        stderr(&output)
+    );
+}
+
+#[test]
+fn a_snapshot_of_many_processes_tries_every_pickle_and_names_those_written_and_not() {
+    let dir = scratch_dir("snapshot-partial");
+    let (output, trace) = run_scenario("snapshot-partial-trace", "tree", &[]);
+    assert!(output.status.success(), "{}", stderr(&output));
+    let stem = dir.join("snap");
+    let first = cudatrace(&["snapshot", trace.to_str().unwrap(), "-o", stem.to_str().unwrap()])
+        .output()
+        .unwrap();
+    assert!(first.status.success(), "{}", stderr(&first));
+    let pickles: Vec<String> = String::from_utf8_lossy(&first.stdout)
+        .lines()
+        .map(str::to_owned)
+        .collect();
+    assert!(pickles.len() >= 3, "{pickles:?}");
+    // A folder where the second pickle goes: that one cannot be written.
+    let blocked = &pickles[1];
+    std::fs::remove_file(blocked).unwrap();
+    std::fs::create_dir(blocked).unwrap();
+    for pickle in pickles.iter().filter(|p| *p != blocked) {
+        std::fs::remove_file(pickle).unwrap();
+    }
+    let second = cudatrace(&["snapshot", trace.to_str().unwrap(), "-o", stem.to_str().unwrap()])
+        .output()
+        .unwrap();
+    assert_eq!(second.status.code(), Some(2), "{}", stderr(&second));
+    let others: Vec<&str> = pickles.iter().filter(|p| *p != blocked).map(String::as_str).collect();
+    assert_eq!(
+        stderr(&second),
+        format!(
+            "cudatrace: cannot write {blocked}: it is a folder; written: {}; not written: {blocked}\n",
+            others.join(", ")
+        )
+    );
+    assert_eq!(
+        String::from_utf8_lossy(&second.stdout).lines().collect::<Vec<_>>(),
+        others
+    );
+    for pickle in others {
+        assert!(std::fs::metadata(pickle).unwrap().len() > 0, "{pickle}");
+    }
+}

@@ -52,31 +52,6 @@ fn scenarios() -> String {
     fake_cuda::program("scenarios").display().to_string()
 }
 
-/// `command` in a mount namespace of its own, where a tmpfs of `size` is
-/// mounted on `dir`: a small disk that fills up, and vanishes afterwards.
-fn on_small_disk(dir: &Path, size: &str, command: &Command) -> Command {
-    let mut wrapped = Command::new("unshare");
-    wrapped
-        .args([
-            "-rm",
-            "sh",
-            "-c",
-            r#"mount -t tmpfs -o size="$1" tmpfs "$2" && shift 2 && exec "$@""#,
-            "sh",
-            size,
-        ])
-        .arg(dir)
-        .arg(command.get_program())
-        .args(command.get_args());
-    for (key, value) in command.get_envs() {
-        match value {
-            Some(value) => wrapped.env(key, value),
-            None => wrapped.env_remove(key),
-        };
-    }
-    wrapped
-}
-
 #[test]
 fn a_tight_allocation_loop_read_live_loses_nothing_run_after_run() {
     for round in 0..5 {

@@ -11,6 +11,7 @@ use crate::analysis::{
 };
 use crate::cli::HtmlArgs;
 use crate::failure::Failure;
+use crate::output_file::{is_private, OutputFile};
 use crate::progress::Progress;
 use crate::wording::{bytes, count};
 use owner_chart::OwnerChart;
@@ -45,14 +46,12 @@ pub fn command(args: HtmlArgs) -> Result<u8, Failure> {
     let (charts, owner_charts) = fill_charts(&index, &summary, &progress);
     drop(progress);
     let page = page(&index, &summary, &charts, &owner_charts);
-    let written = std::fs::File::create(&path).and_then(|mut f| {
-        f.write_all(page.as_bytes())?;
-        f.flush()
-    });
-    if let Err(e) = written {
-        let _ = std::fs::remove_file(&path);
+    let mut output = OutputFile::create(&path, is_private(&args.trace))?;
+    if let Err(e) = output.file().write_all(page.as_bytes()) {
+        output.abandon();
         return Err(format!("cannot write {}: {e}", path.display()).into());
     }
+    output.finish()?;
     println!("{}", path.display());
     Ok(super::say_what_the_trace_lacks(&index, &summary.stream_errors))
 }

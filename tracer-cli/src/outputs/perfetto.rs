@@ -17,11 +17,11 @@
 use crate::analysis::{Allocation, Change, DeviceKey, EventStream, ProcessIndex, ProcessSummary, TraceIndex, Window};
 use crate::cli::PerfettoArgs;
 use crate::failure::Failure;
+use crate::output_file::{is_private, OutputFile};
 use crate::progress::Progress;
 use crate::wording::bytes;
 use cudatrace_events::Event;
 use std::collections::HashMap;
-use std::fs::File;
 use std::io::{self, BufWriter, Write};
 
 mod owner_tracks;
@@ -95,9 +95,9 @@ pub fn command(args: PerfettoArgs) -> Result<u8, Failure> {
         Some(max) => count_in_window(&index, &window, &progress).saturating_sub(max),
         None => 0,
     };
-    let file = File::create(&path).map_err(|e| format!("cannot write {}: {e}", path.display()))?;
+    let mut output = OutputFile::create(&path, is_private(&args.trace))?;
     let mut out = Counting {
-        out: BufWriter::with_capacity(1 << 20, file),
+        out: BufWriter::with_capacity(1 << 20, output.file()),
         written: 0,
     };
     let errors = match write(&index, &window, skip, &mut out, &progress).and_then(|errors| {
@@ -106,17 +106,21 @@ pub fn command(args: PerfettoArgs) -> Result<u8, Failure> {
     }) {
         Ok(errors) => errors,
         Err(e) => {
-            let _ = std::fs::remove_file(&path);
+            drop(out);
+            output.abandon();
             return Err(format!("cannot write {}: {e}", path.display()).into());
         }
     };
+    let written = out.written;
+    drop(out);
+    output.finish()?;
     drop(progress);
     println!("{}", path.display());
-    if out.written > WARN_BYTES {
+    if written > WARN_BYTES {
         crate::terminal::say(&format!(
             "cudatrace: {} is {}: Perfetto's UI may fail to open JSON this large; narrow it with --from/--to or --max-events",
             path.display(),
-            bytes(out.written)
+            bytes(written)
         ));
     }
     Ok(super::say_what_the_trace_lacks(&index, &errors))

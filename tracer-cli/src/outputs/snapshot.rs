@@ -18,6 +18,7 @@ use super::pickle::Pickler;
 use crate::analysis::{Change, EventStream, Frame, ProcessIndex, ProcessMemory, TraceIndex, Window};
 use crate::cli::SnapshotArgs;
 use crate::failure::Failure;
+use crate::output_file::{is_private, OutputFile};
 use crate::progress::Progress;
 use crate::wording::{bytes, count};
 use cudatrace_events::{Event, Kind, Op};
@@ -239,12 +240,32 @@ pub fn command(args: SnapshotArgs) -> Result<u8, Failure> {
     let result = write_entries(&index, &window, &mut snapshots, folder, &mut memo, &progress);
     let stream_errors = result.map_err(|e| format!("cannot write a snapshot in {}: {e}", folder.display()))?;
     drop(progress);
+    // Every pickle is tried, whatever became of the others.
+    let private = is_private(&args.trace);
+    let (mut written_paths, mut failures) = (Vec::new(), Vec::new());
     for snapshot in snapshots.into_iter().flatten() {
         let path = snapshot.path.clone();
-        let written = finish(&index, snapshot, &mut memo).map_err(|e| {
-            let _ = std::fs::remove_file(&path);
-            format!("cannot write {}: {e}", path.display())
-        })?;
+        let mut output = match OutputFile::create(&path, private) {
+            Ok(output) => output,
+            Err(reason) => {
+                failures.push((path, reason));
+                continue;
+            }
+        };
+        let written = match finish(&index, snapshot, &mut memo, output.file()) {
+            Ok(written) => output.finish().map(|()| written),
+            Err(e) => {
+                output.abandon();
+                Err(format!("cannot write {}: {e}", path.display()))
+            }
+        };
+        let written = match written {
+            Ok(written) => written,
+            Err(reason) => {
+                failures.push((path, reason));
+                continue;
+            }
+        };
         println!("{}", path.display());
         if written > WARN_BYTES {
             crate::terminal::say(&format!(
@@ -253,6 +274,25 @@ pub fn command(args: SnapshotArgs) -> Result<u8, Failure> {
                 bytes(written)
             ));
         }
+        written_paths.push(path);
+    }
+    if !failures.is_empty() {
+        let list = |paths: &mut dyn Iterator<Item = &PathBuf>| {
+            let names: Vec<String> = paths.map(|p| p.display().to_string()).collect();
+            if names.is_empty() {
+                "none".to_owned()
+            } else {
+                names.join(", ")
+            }
+        };
+        let reasons: Vec<&str> = failures.iter().map(|(_, reason)| reason.as_str()).collect();
+        return Err(format!(
+            "{}; written: {}; not written: {}",
+            reasons.join("; "),
+            list(&mut written_paths.iter()),
+            list(&mut failures.iter().map(|(path, _)| path))
+        )
+        .into());
     }
     Ok(super::say_what_the_trace_lacks(&index, &stream_errors))
 }
@@ -572,8 +612,8 @@ fn write_frame<W: Write>(pickler: &mut Pickler<W>, frame: &Frame) -> io::Result<
     pickler.end()
 }
 
-/// Puts one process's snapshot together; returns its size in bytes.
-fn finish(index: &TraceIndex, mut snapshot: ProcessSnapshot, memo: &mut Memo) -> io::Result<u64> {
+/// Puts one process's snapshot together into `file`; returns its size in bytes.
+fn finish(index: &TraceIndex, mut snapshot: ProcessSnapshot, memo: &mut Memo, file: &mut File) -> io::Result<u64> {
     let info = &index.processes[snapshot.process];
     for allocation in snapshot.memory.live_device_memory() {
         if allocation.kind == Kind::VmmPhysical
@@ -585,7 +625,6 @@ fn finish(index: &TraceIndex, mut snapshot: ProcessSnapshot, memo: &mut Memo) ->
             add(&mut snapshot.left_out.unmapped_vmm_at_end, allocation.size);
         }
     }
-    let file = File::create(&snapshot.path)?;
     let mut p = Pickler::new(BufWriter::with_capacity(1 << 20, file))?;
     p.begin_dict()?;
     // device_traces: one list per device, up to the highest one used.

@@ -170,3 +170,28 @@ pub fn counts(report: &Value) -> Value {
         "exit_status": p["exit_status"],
     })
 }
+
+/// `command` in a mount namespace of its own, where a tmpfs of `size` is
+/// mounted on `dir`: a small disk that fills up, and vanishes afterwards.
+pub fn on_small_disk(dir: &Path, size: &str, command: &Command) -> Command {
+    let mut wrapped = Command::new("unshare");
+    wrapped
+        .args([
+            "-rm",
+            "sh",
+            "-c",
+            r#"mount -t tmpfs -o size="$1" tmpfs "$2" && shift 2 && exec "$@""#,
+            "sh",
+            size,
+        ])
+        .arg(dir)
+        .arg(command.get_program())
+        .args(command.get_args());
+    for (key, value) in command.get_envs() {
+        match value {
+            Some(value) => wrapped.env(key, value),
+            None => wrapped.env_remove(key),
+        };
+    }
+    wrapped
+}

@@ -1,0 +1,176 @@
+//! Writing what `-o` names (an HTML page, a Perfetto file, a snapshot), so
+//! that a failed write never destroys anything.
+//!
+//! A regular file, or a path where nothing is yet, is written to a new
+//! file beside it and renamed into place once complete: until then the
+//! destination is untouched, and a failure removes only that new file. A
+//! symbolic link is followed, and what it points to is written the same
+//! way, so the link stays a link. Anything else (`/dev/stdout`, a pipe, a
+//! device) is written straight through and never removed.
+
+use std::fs::File;
+use std::io::Write;
+use std::os::unix::fs::OpenOptionsExt;
+use std::path::{Path, PathBuf};
+
+/// An output being written.
+pub struct OutputFile {
+    /// The path `-o` named (or the default), as the user wrote it.
+    pub destination: PathBuf,
+    file: File,
+    /// The new file beside the destination, renamed onto `target` at the
+    /// end; `None` when writing straight through.
+    staged: Option<Staged>,
+}
+
+struct Staged {
+    temporary: PathBuf,
+    /// The regular file (or free name) the temporary file replaces.
+    target: PathBuf,
+}
+
+impl OutputFile {
+    /// Opens `destination` for writing. `private` creates a new file 0600
+    /// (its source trace was private: it holds argv and environment), else
+    /// 0644; a file replaced keeps neither its mode nor its owner.
+    pub fn create(destination: &Path, private: bool) -> Result<OutputFile, String> {
+        let cannot = |e: std::io::Error| format!("cannot write {}: {e}", destination.display());
+        let target = match std::fs::symlink_metadata(destination) {
+            Ok(meta) if meta.file_type().is_symlink() => {
+                std::fs::canonicalize(destination).unwrap_or_else(|_| destination.to_owned())
+            }
+            _ => destination.to_owned(),
+        };
+        match std::fs::metadata(&target) {
+            Ok(meta) if meta.is_dir() => {
+                return Err(format!("cannot write {}: it is a folder", destination.display()));
+            }
+            Ok(meta) if !meta.is_file() => {
+                // A device, a pipe, a socket: written through, never removed.
+                let file = std::fs::OpenOptions::new().write(true).open(&target).map_err(cannot)?;
+                return Ok(OutputFile {
+                    destination: destination.to_owned(),
+                    file,
+                    staged: None,
+                });
+            }
+            _ => {}
+        }
+        let name = target
+            .file_name()
+            .map(|n| n.to_string_lossy().into_owned())
+            .ok_or_else(|| format!("cannot write {}: not a file name", destination.display()))?;
+        let folder = match target.parent() {
+            Some(parent) if !parent.as_os_str().is_empty() => parent.to_owned(),
+            _ => PathBuf::from("."),
+        };
+        let temporary = folder.join(format!(".{name}.cudatrace-{}.partial", std::process::id()));
+        let file = std::fs::OpenOptions::new()
+            .write(true)
+            .create_new(true)
+            .mode(if private { 0o600 } else { 0o644 })
+            .open(&temporary)
+            .map_err(cannot)?;
+        Ok(OutputFile {
+            destination: destination.to_owned(),
+            file,
+            staged: Some(Staged { temporary, target }),
+        })
+    }
+
+    /// The file to write into.
+    pub fn file(&mut self) -> &mut File {
+        &mut self.file
+    }
+
+    /// Puts the finished output into place.
+    pub fn finish(mut self) -> Result<(), String> {
+        let destination = self.destination.clone();
+        let cannot = |e: std::io::Error| format!("cannot write {}: {e}", destination.display());
+        if let Err(e) = self.file.flush() {
+            self.abandon();
+            return Err(cannot(e));
+        }
+        let Some(staged) = self.staged.take() else {
+            return Ok(());
+        };
+        let done = self
+            .file
+            .sync_all()
+            .and_then(|()| std::fs::rename(&staged.temporary, &staged.target));
+        if let Err(e) = done {
+            let _ = std::fs::remove_file(&staged.temporary);
+            return Err(cannot(e));
+        }
+        Ok(())
+    }
+
+    /// Gives up: removes what this command created, nothing else.
+    pub fn abandon(self) {
+        if let Some(staged) = &self.staged {
+            let _ = std::fs::remove_file(&staged.temporary);
+        }
+    }
+}
+
+/// Whether a trace is private (no one but its owner may read it): outputs
+/// made from it are created private too.
+pub fn is_private(trace: &Path) -> bool {
+    use std::os::unix::fs::PermissionsExt;
+    std::fs::metadata(trace).is_ok_and(|meta| meta.permissions().mode() & 0o044 == 0)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::os::unix::fs::PermissionsExt;
+
+    fn scratch(label: &str) -> PathBuf {
+        let dir = std::env::temp_dir().join(format!("cudatrace-output-file-{label}-{}", std::process::id()));
+        let _ = std::fs::remove_dir_all(&dir);
+        std::fs::create_dir_all(&dir).unwrap();
+        dir
+    }
+
+    #[test]
+    fn a_regular_file_is_replaced_only_when_the_new_one_is_complete() {
+        let dir = scratch("regular");
+        let path = dir.join("out.html");
+        std::fs::write(&path, b"old").unwrap();
+        let mut output = OutputFile::create(&path, true).unwrap();
+        output.file().write_all(b"new").unwrap();
+        assert_eq!(std::fs::read(&path).unwrap(), b"old");
+        output.finish().unwrap();
+        assert_eq!(std::fs::read(&path).unwrap(), b"new");
+        assert_eq!(std::fs::metadata(&path).unwrap().permissions().mode() & 0o777, 0o600);
+        // Abandoned: the old file stays, and nothing is left beside it.
+        let mut output = OutputFile::create(&path, false).unwrap();
+        output.file().write_all(b"half").unwrap();
+        output.abandon();
+        assert_eq!(std::fs::read(&path).unwrap(), b"new");
+        assert_eq!(std::fs::read_dir(&dir).unwrap().count(), 1);
+        std::fs::remove_dir_all(&dir).unwrap();
+    }
+
+    #[test]
+    fn a_link_stays_a_link_and_a_device_is_written_through_and_never_removed() {
+        let dir = scratch("link");
+        let real = dir.join("real.json");
+        let link = dir.join("link.json");
+        std::fs::write(&real, b"old").unwrap();
+        std::os::unix::fs::symlink(&real, &link).unwrap();
+        let mut output = OutputFile::create(&link, false).unwrap();
+        output.file().write_all(b"new").unwrap();
+        output.finish().unwrap();
+        assert!(std::fs::symlink_metadata(&link).unwrap().file_type().is_symlink());
+        assert_eq!(std::fs::read(&real).unwrap(), b"new");
+        let output = OutputFile::create(Path::new("/dev/null"), false).unwrap();
+        output.abandon();
+        assert!(Path::new("/dev/null").exists());
+        assert_eq!(
+            OutputFile::create(&dir, false).err().unwrap(),
+            format!("cannot write {}: it is a folder", dir.display())
+        );
+        std::fs::remove_dir_all(&dir).unwrap();
+    }
+}
