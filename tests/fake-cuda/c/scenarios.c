@@ -25,6 +25,7 @@
 #include <signal.h>
 #include <fcntl.h>
 #include <sys/mman.h>
+#include <sys/statvfs.h>
 #include <sys/wait.h>
 #include <time.h>
 #include <unistd.h>
@@ -284,6 +285,61 @@ static void scenario_soak(int processes, int threads, double seconds, const char
     FILE *done = fopen(path, "w");
     if (done) fclose(done);
     printf("soak done\n");
+}
+
+/* Free bytes on the disk holding `dir`. */
+static unsigned long long free_bytes(const char *dir) {
+    struct statvfs fs;
+    return statvfs(dir, &fs) == 0 ? (unsigned long long)fs.f_bavail * fs.f_frsize : 0;
+}
+
+/* A word of this process's own spool header ($CUDATRACE_DIR, image 0). */
+static unsigned long long spool_word(int fd, off_t offset, size_t size) { /* little-endian */
+    unsigned long long word = 0;
+    if (fd < 0 || pread(fd, &word, size, offset) != (ssize_t)size) return 0;
+    return word;
+}
+
+/* Pairs of allocations and frees on a small spool disk, paced by the
+ * collector rather than by the clock: whenever records were dropped (the
+ * disk had no room for the next chunk), wait until the collector has given
+ * a chunk back and the spool's retry pause is over, then go on. Run with
+ * CUDATRACE_DIR on the small disk. */
+static void scenario_space_back(int pairs) {
+    const char *dir = getenv("CUDATRACE_DIR");
+    if (!dir) exit(3);
+    void *first;
+    check("cudaMalloc", cudaMalloc(&first, 4096)); /* the spool exists from here */
+    check("cudaFree", cudaFree(first));
+    char path[4096];
+    snprintf(path, sizeof path, "%s/cudatrace-%d-0.spool", dir, getpid());
+    int spool = open(path, O_RDONLY);
+    if (spool < 0) exit(4);
+    unsigned long long allocations = 1, frees = 1, waits = 0, dropped_seen = 0;
+    for (int i = 0; i < pairs; i++) {
+        void *p;
+        check("cudaMalloc", cudaMalloc(&p, 4096));
+        allocations++;
+        check("cudaFree", cudaFree(p));
+        frees++;
+        if (i % 500 != 499) continue;
+        unsigned long long dropped = spool_word(spool, 64, 8);
+        if (dropped == dropped_seen) continue;
+        dropped_seen = dropped;
+        waits++;
+        /* The collector gives space back by punching out the chunks it has saved. */
+        double give_up = now_seconds() + 30;
+        while (free_bytes(dir) < 1179648 + 8192) {
+            if (now_seconds() > give_up) {
+                printf("no space came back\n");
+                exit(5);
+            }
+            usleep(2000);
+        }
+        usleep(60000); /* the spool's pause before it tries to grow again */
+    }
+    close(spool);
+    printf("allocations %llu\nfrees %llu\nwaits %llu\n", allocations, frees, waits);
 }
 
 static void scenario_oom(void) {
@@ -640,6 +696,7 @@ int main(int argc, char **argv) {
         }
     }
     else if (!strcmp(name, "soak") && argc > 5) scenario_soak(atoi(argv[2]), atoi(argv[3]), atof(argv[4]), argv[5], argc > 6 ? atof(argv[6]) : 0);
+    else if (!strcmp(name, "space-back") && argc > 2) scenario_space_back(atoi(argv[2]));
     else if (!strcmp(name, "fork")) scenario_fork();
     else if (!strcmp(name, "tree")) scenario_tree(argv[0]);
     else if (!strcmp(name, "killed-child")) scenario_killed_child();

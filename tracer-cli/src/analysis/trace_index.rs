@@ -86,7 +86,7 @@ impl TraceIndex {
     /// Reads the trace at `path`. Fails only when it cannot be opened or is
     /// not a trace; damage further on is kept in `damage` and `skipped`.
     pub fn read(path: &Path) -> Result<TraceIndex, String> {
-        super::check_regular_file(path)?;
+        super::input_path::check_regular_file(path)?;
         let file = File::open(path).map_err(|e| format!("cannot open {}: {e}", path.display()))?;
         let reader = TraceReader::new(std::io::BufReader::with_capacity(
             1 << 20,
