@@ -164,23 +164,6 @@ fn a_full_spool_disk_drops_events_counted_with_their_reason_and_the_program_runs
     );
 }
 
-/// Sums of the soak scenario's logs: (allocations, frees).
-fn soak_log(dir: &Path) -> (u64, u64) {
-    let (mut allocations, mut frees) = (0, 0);
-    for entry in std::fs::read_dir(dir).unwrap() {
-        let path = entry.unwrap().path();
-        if !path.file_name().unwrap().to_str().unwrap().starts_with("soak-") {
-            continue;
-        }
-        let bytes = std::fs::read(&path).unwrap();
-        for thread in bytes.chunks_exact(32) {
-            allocations += u64::from_le_bytes(thread[0..8].try_into().unwrap());
-            frees += u64::from_le_bytes(thread[8..16].try_into().unwrap());
-        }
-    }
-    (allocations, frees)
-}
-
 #[test]
 fn recording_resumes_once_the_collector_gives_spool_space_back() {
     // 40,000 pairs on a 2 MiB disk, which holds one chunk: the rest fit only
