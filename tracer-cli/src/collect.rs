@@ -57,7 +57,10 @@ pub fn collect(args: CollectArgs) -> Result<u8, Failure> {
     }
     let spools = cudatrace_events::naming::spool_files_in(&args.dir)
         .map_err(|e| format!("cannot read {}: {e}", args.dir.display()))?;
-    let old = recover::trace_named_in(&args.dir);
+    let old = recover::trace_named_in(&args.dir).unwrap_or_else(|refused| {
+        say(&format!("cudatrace: {refused}"));
+        None
+    });
     if spools.is_empty() && old.is_none() {
         return Err(format!("{} holds no spool files: nothing to collect", args.dir.display()).into());
     }
@@ -79,7 +82,9 @@ pub fn collect(args: CollectArgs) -> Result<u8, Failure> {
         .or_else(|| old.clone())
         .map_or_else(|| beside(&args.dir), Ok)?;
     let completing_old = old.as_deref().is_some_and(|old| same_file(old, &destination));
-    let (staged, file) = output::stage(&destination, args.force || completing_old)?;
+    // A private trace merged into the output keeps the output private.
+    let private = old.as_deref().is_some_and(crate::output_file::is_private);
+    let (staged, file) = output::stage(&destination, args.force || completing_old, private)?;
     let kept = |reason: String| {
         format!(
             "{reason}; nothing was changed, the spools are kept in {}",

@@ -147,9 +147,9 @@ pub struct Staged {
 }
 
 /// Prepares to write a trace to `destination`, returning the temporary file
-/// to write. Refuses an existing file unless `replace`, a folder, and a
-/// missing or read-only folder.
-pub fn stage(destination: &Path, replace: bool) -> Result<(Staged, File), String> {
+/// to write (0600 if `private`, else 0644). Refuses an existing file unless
+/// `replace`, a folder, and a missing or read-only folder.
+pub fn stage(destination: &Path, replace: bool, private: bool) -> Result<(Staged, File), String> {
     if destination.is_dir() {
         return Err(format!("cannot write {}: it is a folder", destination.display()));
     }
@@ -167,7 +167,7 @@ pub fn stage(destination: &Path, replace: bool) -> Result<(Staged, File), String
     let file = std::fs::OpenOptions::new()
         .write(true)
         .create_new(true)
-        .mode(0o644)
+        .mode(if private { 0o600 } else { 0o644 })
         .open(&temporary)
         .map_err(|e| cannot_write(destination, e))?;
     let staged = Staged {
@@ -303,7 +303,7 @@ mod tests {
             format!("cannot write {}: it is a folder", dir.display())
         );
         assert_eq!(
-            stage(&dir, true).err().unwrap(),
+            stage(&dir, true, false).err().unwrap(),
             format!("cannot write {}: it is a folder", dir.display())
         );
         std::fs::remove_dir_all(&dir).unwrap();
@@ -315,13 +315,13 @@ mod tests {
         let path = dir.join("out.trace");
         std::fs::write(&path, b"old").unwrap();
         assert_eq!(
-            stage(&path, false).err().unwrap(),
+            stage(&path, false, false).err().unwrap(),
             format!(
                 "{} exists and may be the only copy of a trace; pass --force to replace it",
                 path.display()
             )
         );
-        let (staged, mut file) = stage(&path, true).unwrap();
+        let (staged, mut file) = stage(&path, true, false).unwrap();
         std::io::Write::write_all(&mut file, b"new").unwrap();
         assert_eq!(
             std::fs::read(&path).unwrap(),
@@ -334,7 +334,7 @@ mod tests {
         assert!(!temporary.exists());
         // Something appearing at the destination meanwhile is not replaced.
         let fresh = dir.join("fresh.trace");
-        let (staged, file) = stage(&fresh, false).unwrap();
+        let (staged, file) = stage(&fresh, false, false).unwrap();
         std::fs::write(&fresh, b"someone else's").unwrap();
         assert!(staged
             .commit(file)

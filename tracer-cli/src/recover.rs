@@ -131,12 +131,51 @@ pub struct Recovered {
     pub old_trace_damage: Vec<Damage>,
 }
 
-/// The trace a collector of `dir` was writing, if the folder names one that exists.
-pub fn trace_named_in(dir: &Path) -> Option<PathBuf> {
+/// The trace a collector of `dir` was writing, if the folder names one that
+/// exists: `Ok(None)` when it names none. Refused (`Err`, with the reason)
+/// where following the name could hand another user's file to this one: a
+/// pointer file or a trace not owned by the invoking user (in a shared
+/// folder anyone can write the pointer), a link, or a file that is not a
+/// cudatrace trace, which must never be replaced.
+pub fn trace_named_in(dir: &Path) -> Result<Option<PathBuf>, String> {
     use std::os::unix::ffi::OsStringExt;
-    let named = std::fs::read(dir.join(naming::TRACE_POINTER)).ok()?;
+    use std::os::unix::fs::MetadataExt;
+    let pointer = dir.join(naming::TRACE_POINTER);
+    let Ok(pointer_meta) = std::fs::symlink_metadata(&pointer) else {
+        return Ok(None);
+    };
+    // SAFETY: getuid cannot fail.
+    let me = unsafe { libc::getuid() };
+    if !pointer_meta.is_file() || pointer_meta.uid() != me {
+        return Err(format!(
+            "ignoring {}: not a file of this user's (uid {me})",
+            pointer.display()
+        ));
+    }
+    let named = std::fs::read(&pointer).map_err(|e| format!("ignoring {}: {e}", pointer.display()))?;
     let path = PathBuf::from(std::ffi::OsString::from_vec(named));
-    path.is_file().then_some(path)
+    let Ok(meta) = std::fs::symlink_metadata(&path) else {
+        return Ok(None);
+    };
+    if !meta.is_file() || meta.uid() != me {
+        return Err(format!(
+            "ignoring {}: it names {}, which is not a file of this user's (uid {me})",
+            pointer.display(),
+            path.display()
+        ));
+    }
+    let mut magic = [0u8; 8];
+    let is_trace = std::fs::File::open(&path)
+        .and_then(|mut file| std::io::Read::read_exact(&mut file, &mut magic))
+        .is_ok_and(|()| magic == cudatrace_trace::MAGIC);
+    if !is_trace {
+        return Err(format!(
+            "ignoring {}: it names {}, which is not a cudatrace trace",
+            pointer.display(),
+            path.display()
+        ));
+    }
+    Ok(Some(path))
 }
 
 /// The header of the old trace, if it has a readable one.

@@ -272,3 +272,78 @@ fn a_snapshot_of_many_processes_tries_every_pickle_and_names_those_written_and_n
         assert!(std::fs::metadata(pickle).unwrap().len() > 0, "{pickle}");
     }
 }
+
+/// A folder of spools, as a shared spool folder (mode 1777) holds them:
+/// the spools of a finished `run --keep-spools`, moved there.
+fn shared_folder_of_spools(label: &str) -> PathBuf {
+    use std::os::unix::fs::PermissionsExt;
+    let dir = scratch_dir(label);
+    let (mut command, _) = run_command(&format!("{label}-run"), "runtime", &["--keep-spools"]);
+    let output = command.env("TMPDIR", &dir).output().unwrap();
+    assert!(output.status.success(), "{}", stderr(&output));
+    let shared = dir.join("shared");
+    std::fs::create_dir(&shared).unwrap();
+    std::fs::set_permissions(&shared, std::fs::Permissions::from_mode(0o1777)).unwrap();
+    let spools = run_spools(&dir);
+    assert!(!spools.is_empty());
+    for spool in spools {
+        std::fs::rename(&spool, shared.join(spool.file_name().unwrap())).unwrap();
+    }
+    shared
+}
+
+#[test]
+fn collect_never_follows_a_trace_pointer_to_another_user_s_file_or_to_a_file_that_is_not_a_trace() {
+    use std::os::unix::fs::{MetadataExt, PermissionsExt};
+    assert_eq!(
+        effective_uid(),
+        0,
+        "this test plays two users: run it as root, as CI does"
+    );
+    let shared = shared_folder_of_spools("pointer");
+    let victim = shared.parent().unwrap().join("precious.conf");
+    std::fs::write(&victim, b"root's own data").unwrap();
+    let pointer = shared.join("trace.path");
+    // Another user points the folder at root's file.
+    std::fs::write(&pointer, victim.as_os_str().as_encoded_bytes()).unwrap();
+    std::os::unix::fs::chown(&pointer, Some(65534), Some(65534)).unwrap();
+    let output = cudatrace(&["collect", shared.to_str().unwrap()]).output().unwrap();
+    assert!(output.status.success(), "{}", stderr(&output));
+    assert!(
+        stderr(&output).starts_with(&format!(
+            "cudatrace: ignoring {}: not a file of this user's (uid 0)\n",
+            pointer.display()
+        )),
+        "{}",
+        stderr(&output)
+    );
+    assert_eq!(std::fs::read(&victim).unwrap(), b"root's own data");
+    let beside = shared.with_extension("trace");
+    assert!(std::fs::read(&beside).unwrap().starts_with(&cudatrace_trace::MAGIC));
+    // Root's own pointer, to a file that is not a trace: not replaced either.
+    let shared = shared_folder_of_spools("pointer-not-a-trace");
+    let victim = shared.parent().unwrap().join("notes.txt");
+    std::fs::write(&victim, b"not a trace").unwrap();
+    std::fs::write(shared.join("trace.path"), victim.as_os_str().as_encoded_bytes()).unwrap();
+    let output = cudatrace(&["collect", shared.to_str().unwrap()]).output().unwrap();
+    assert!(output.status.success(), "{}", stderr(&output));
+    assert!(
+        stderr(&output).contains("which is not a cudatrace trace"),
+        "{}",
+        stderr(&output)
+    );
+    assert_eq!(std::fs::read(&victim).unwrap(), b"not a trace");
+    // A private trace of root's, named by root's pointer and merged with -o:
+    // the output is private too.
+    let shared = shared_folder_of_spools("pointer-private");
+    let old = shared.parent().unwrap().join("old.trace");
+    std::fs::copy(&beside, &old).unwrap();
+    std::fs::set_permissions(&old, std::fs::Permissions::from_mode(0o600)).unwrap();
+    std::fs::write(shared.join("trace.path"), old.as_os_str().as_encoded_bytes()).unwrap();
+    let merged = shared.parent().unwrap().join("merged.trace");
+    let output = cudatrace(&["collect", shared.to_str().unwrap(), "-o", merged.to_str().unwrap()])
+        .output()
+        .unwrap();
+    assert!(output.status.success(), "{}", stderr(&output));
+    assert_eq!(std::fs::metadata(&merged).unwrap().mode() & 0o777, 0o600);
+}
