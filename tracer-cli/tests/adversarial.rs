@@ -51,7 +51,7 @@ fn a_pipe_or_a_fifo_as_input_is_refused_at_once_by_every_command() {
         assert_eq!(
             stderr(&output),
             format!(
-                "cudatrace: {} is a pipe: a trace is read more than once, so it needs a regular file (save it to one first)\n",
+                "cudatrace: {} is a pipe, not a regular file: cudatrace reads its input more than once (save it to a file first)\n",
                 fifo.display()
             ),
             "{command}"
@@ -67,7 +67,8 @@ fn a_pipe_or_a_fifo_as_input_is_refused_at_once_by_every_command() {
     );
     assert_eq!(output.status.code(), Some(2), "{}", stderr(&output));
     assert!(
-        stderr(&output).starts_with("cudatrace: /dev/fd/") && stderr(&output).contains(" is a pipe: "),
+        stderr(&output).starts_with("cudatrace: /dev/fd/")
+            && stderr(&output).contains(" is a pipe, not a regular file: "),
         "{}",
         stderr(&output)
     );

@@ -328,7 +328,10 @@ fn dump_checks_each_file_before_reading_it() {
     let empty = dir.join("empty.spool");
     std::fs::write(&empty, b"").unwrap();
     let cases = [
-        ("/dev/zero".to_string(), "/dev/zero: not a regular file".to_string()),
+        (
+            "/dev/zero".to_string(),
+            "/dev/zero is a device, not a regular file: cudatrace reads its input more than once (save it to a file first)".to_string(),
+        ),
         (
             zeros.display().to_string(),
             format!(

@@ -23,10 +23,10 @@ pub fn check_regular_file(path: &Path) -> Result<(), String> {
     } else if kind.is_char_device() || kind.is_block_device() {
         "a device"
     } else {
-        "not a regular file"
+        "a special file"
     };
     Err(format!(
-        "{} is {what}: a trace is read more than once, so it needs a regular file (save it to one first)",
+        "{} is {what}, not a regular file: cudatrace reads its input more than once (save it to a file first)",
         path.display()
     ))
 }
