@@ -16,6 +16,7 @@
 //!   is stored in its slot, so that readers can tell "dropped" from "still
 //!   being written" and move on.
 
+use crate::spool::spool_file;
 use crate::sys::clock::monotonic_ns;
 use crate::sys::lazy_mapping::LazyMapping;
 use cudatrace_events::layout::{commit_word, CHUNK_BYTES, CHUNK_RECORDS, DROPPED_OP, HEADER_SIZE};
@@ -57,12 +58,12 @@ fn errno() -> i32 {
 /// The slot of sequence number `seq`, mapping chunks up to it if needed;
 /// the `errno` that prevented it otherwise.
 #[inline]
-pub fn slot(fd: i32, seq: u64) -> Result<*mut RawRecord, i32> {
+pub fn slot(seq: u64) -> Result<*mut RawRecord, i32> {
     let chunk = (seq / CHUNK_RECORDS as u64) as usize;
     let within = (seq % CHUNK_RECORDS as u64) as usize;
     let mut base = CHUNKS.get(chunk).ok_or(libc::EFBIG)?.load(Ordering::Acquire);
     if base.is_null() {
-        base = grow(fd, chunk)?;
+        base = grow(chunk)?;
     }
     // SAFETY: `within` < CHUNK_RECORDS, the number of records in the mapping.
     Ok(unsafe { base.add(within) })
@@ -74,7 +75,7 @@ fn paused() -> Option<i32> {
 }
 
 #[cold]
-fn grow(fd: i32, target: usize) -> Result<*mut RawRecord, i32> {
+fn grow(target: usize) -> Result<*mut RawRecord, i32> {
     if let Some(errno) = paused() {
         return Err(errno);
     }
@@ -87,7 +88,7 @@ fn grow(fd: i32, target: usize) -> Result<*mut RawRecord, i32> {
     // Whoever held the lock may have just failed: do not try again at once.
     let result = match paused() {
         Some(errno) => Err(errno),
-        None => grow_locked(fd, target),
+        None => grow_locked(target),
     };
     if let Err(errno) = result {
         LAST_GROW_ERRNO.store(errno, Ordering::Relaxed);
@@ -97,8 +98,13 @@ fn grow(fd: i32, target: usize) -> Result<*mut RawRecord, i32> {
     result
 }
 
-fn grow_locked(fd: i32, target: usize) -> Result<*mut RawRecord, i32> {
+fn grow_locked(target: usize) -> Result<*mut RawRecord, i32> {
     let mut next = MAPPED.load(Ordering::Relaxed);
+    if next > target {
+        return Ok(CHUNKS[target].load(Ordering::Acquire));
+    }
+    // Never through a descriptor the program has taken over.
+    let fd = spool_file::checked()?;
     while next <= target {
         let offset = HEADER_SIZE + next * CHUNK_BYTES;
         reserve(fd, offset as u64, CHUNK_BYTES as u64)?;

@@ -2,5 +2,6 @@
 //! `LD_PRELOAD` runs, the tree's spool folder and collector.
 
 pub mod chunks;
+pub mod spool_file;
 pub mod tree_root;
 pub mod writer;

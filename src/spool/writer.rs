@@ -20,6 +20,7 @@
 //! [`spool_chunks`]: crate::spool::chunks
 
 use crate::spool::chunks as spool_chunks;
+use crate::spool::spool_file;
 use crate::spool::tree_root;
 use crate::sys::clock::{monotonic_ns, realtime_ns};
 use cudatrace_events::layout::{
@@ -35,7 +36,6 @@ const OPEN: u8 = 2;
 const FAILED: u8 = 3;
 
 static STATE: AtomicU8 = AtomicU8::new(CLOSED);
-static FD: AtomicI32 = AtomicI32::new(-1);
 static HEADER: AtomicPtr<SpoolHeader> = AtomicPtr::new(std::ptr::null_mut());
 /// Sequence numbers for a process whose spool could not be created.
 static UNSPOOLED_SEQ: AtomicU64 = AtomicU64::new(0);
@@ -96,7 +96,7 @@ pub fn write(seq: u64, mut record: RawRecord) {
     if !ensure_open() {
         return;
     }
-    let slot = match spool_chunks::slot(FD.load(Ordering::Acquire), seq) {
+    let slot = match spool_chunks::slot(seq) {
         Ok(slot) => slot,
         Err(errno) => {
             note_dropped(errno);
@@ -211,8 +211,9 @@ pub fn spool_directory() -> std::path::PathBuf {
     }
 }
 
-/// Opens a new spool file for this pid, numbering images of the same pid.
-fn create_file(directory: &std::path::Path, pid: u32) -> Option<i32> {
+/// Opens a new spool file for this pid, numbering images of the same pid;
+/// returns it with its path.
+fn create_file(directory: &std::path::Path, pid: u32) -> Option<(i32, std::ffi::CString)> {
     for image in 0..1000 {
         let path = directory.join(naming::spool_file_name(pid, image));
         let c_path = std::ffi::CString::new(path.as_os_str().as_bytes()).ok()?;
@@ -225,7 +226,7 @@ fn create_file(directory: &std::path::Path, pid: u32) -> Option<i32> {
             )
         };
         if fd >= 0 {
-            return Some(fd);
+            return Some((fd, c_path));
         }
         if errno() != libc::EEXIST {
             return None;
@@ -241,9 +242,14 @@ fn create_spool() -> bool {
     if !tree_root::prepare_spool_dir(&directory) {
         return false;
     }
-    let Some(fd) = create_file(&directory, pid) else {
+    let Some((fd, path)) = create_file(&directory, pid) else {
         return false;
     };
+    if !spool_file::adopt(fd, path) {
+        // SAFETY: closing the descriptor just opened.
+        unsafe { libc::close(fd) };
+        return false;
+    }
     // An empty file is left behind when even the header has no room: the
     // collector then reports the process as unrecorded.
     if spool_chunks::reserve(fd, 0, HEADER_SIZE as u64).is_err() {
@@ -287,7 +293,6 @@ fn create_spool() -> bool {
         h.cmdline_len = cmdline_len as u32;
         AtomicU64::from_ptr((&raw mut h.magic).cast()).store(u64::from_le_bytes(SPOOL_MAGIC), Ordering::Release);
     }
-    FD.store(fd, Ordering::Release);
     HEADER.store(header, Ordering::Release);
     // SAFETY: registering a plain function; it checks the header itself.
     unsafe { on_exit(record_exit, std::ptr::null_mut()) };
@@ -326,11 +331,7 @@ pub fn forget_parent_spool() {
         // SAFETY: the child's inherited view of the parent's header page.
         unsafe { libc::munmap(header.cast(), HEADER_SIZE) };
     }
-    let fd = FD.swap(-1, Ordering::AcqRel);
-    if fd >= 0 {
-        // SAFETY: the child's copy of the parent's descriptor.
-        unsafe { libc::close(fd) };
-    }
+    spool_file::forget_parent();
     UNSPOOLED_SEQ.store(0, Ordering::Relaxed);
     STATE.store(CLOSED, Ordering::Release);
 }

@@ -348,3 +348,30 @@ fn collect_never_follows_a_trace_pointer_to_another_user_s_file_or_to_a_file_tha
     assert!(output.status.success(), "{}", stderr(&output));
     assert_eq!(std::fs::metadata(&merged).unwrap().mode() & 0o777, 0o600);
 }
+
+#[test]
+fn a_program_that_closes_every_descriptor_and_reuses_the_spool_s_number_keeps_its_file_intact() {
+    let dir = scratch_dir("close-fds");
+    let data = dir.join("data.bin");
+    let trace = dir.join("run.trace");
+    let output = cudatrace_run()
+        .arg("-o")
+        .arg(&trace)
+        .arg("--")
+        .arg(fake_cuda::program("scenarios"))
+        .args(["close-fds", data.to_str().unwrap()])
+        .env("TMPDIR", &dir)
+        .env("CUDATRACE_SAMPLES", "0")
+        .output()
+        .unwrap();
+    assert!(output.status.success(), "{}", stderr(&output));
+    let text = String::from_utf8_lossy(&output.stdout);
+    assert!(text.contains("data intact 1\n"), "{text}");
+    assert!(text.contains("allocations 20100\nfrees 20100\n"), "{text}");
+    // The spool was opened again by its path: nothing was lost either.
+    let (report, _) = report_json(&trace);
+    let p = &report["processes"][0];
+    assert_eq!(p["events"], 40_200, "{p}");
+    assert_eq!(p["lost_events"], 0);
+    assert_eq!(report["complete"], true);
+}

@@ -25,6 +25,7 @@
 #include <signal.h>
 #include <fcntl.h>
 #include <sys/mman.h>
+#include <sys/stat.h>
 #include <sys/statvfs.h>
 #include <sys/wait.h>
 #include <time.h>
@@ -340,6 +341,43 @@ static void scenario_space_back(int pairs) {
     }
     close(spool);
     printf("allocations %llu\nfrees %llu\nwaits %llu\n", allocations, frees, waits);
+}
+
+/* A program that closes every descriptor it did not open (up to 1023),
+ * then writes 16 MiB into a data file of its own, which gets the lowest
+ * free number (the spool's, before), and allocates on: its file must come
+ * out as it wrote it. */
+static void scenario_close_fds(const char *data_path) {
+    unsigned long long allocations = 0, frees = 0;
+    for (int i = 0; i < 100; i++) {
+        void *p;
+        check("cudaMalloc", cudaMalloc(&p, 4096));
+        check("cudaFree", cudaFree(p));
+        allocations++, frees++;
+    }
+    for (int fd = 3; fd < 1024; fd++) close(fd);
+    int data = open(data_path, O_RDWR | O_CREAT | O_TRUNC, 0644);
+    if (data < 0) exit(6);
+    static unsigned char block[1 << 16];
+    for (size_t i = 0; i < sizeof block; i++) block[i] = (unsigned char)(i % 251);
+    for (int i = 0; i < 256; i++)
+        if (write(data, block, sizeof block) != (ssize_t)sizeof block) exit(7);
+    /* Over two chunks more: the spool grows twice. */
+    for (int i = 0; i < 20000; i++) {
+        void *p;
+        check("cudaMalloc", cudaMalloc(&p, 4096));
+        check("cudaFree", cudaFree(p));
+        allocations++, frees++;
+    }
+    int intact = 1;
+    static unsigned char back[1 << 16];
+    for (int i = 0; i < 256 && intact; i++) {
+        if (pread(data, back, sizeof back, (off_t)i * (off_t)sizeof back) != (ssize_t)sizeof back) intact = 0;
+        else if (memcmp(back, block, sizeof back) != 0) intact = 0;
+    }
+    struct stat st;
+    if (fstat(data, &st) != 0 || st.st_size != 256 * (off_t)sizeof block) intact = 0;
+    printf("descriptor %d\ndata intact %d\nallocations %llu\nfrees %llu\n", data, intact, allocations, frees);
 }
 
 static void scenario_oom(void) {
@@ -697,6 +735,7 @@ int main(int argc, char **argv) {
     }
     else if (!strcmp(name, "soak") && argc > 5) scenario_soak(atoi(argv[2]), atoi(argv[3]), atof(argv[4]), argv[5], argc > 6 ? atof(argv[6]) : 0);
     else if (!strcmp(name, "space-back") && argc > 2) scenario_space_back(atoi(argv[2]));
+    else if (!strcmp(name, "close-fds") && argc > 2) scenario_close_fds(argv[2]);
     else if (!strcmp(name, "fork")) scenario_fork();
     else if (!strcmp(name, "tree")) scenario_tree(argv[0]);
     else if (!strcmp(name, "killed-child")) scenario_killed_child();
