@@ -7,13 +7,16 @@
 //!   `libcudart`;
 //! - `dlsym` ([`dlsym_door`]), for programs that `dlopen` the driver;
 //! - `cuGetProcAddress` ([`proc_address`]), through which the runtime and
-//!   PyTorch obtain driver entry points.
+//!   PyTorch obtain driver entry points;
+//! - the `exec` family ([`exec`]), so that an image that replaced itself is
+//!   not taken for one that exited.
 
 pub mod array_bytes;
 pub mod context;
 pub mod dlopen_door;
 pub mod dlsym_door;
 pub mod driver;
+pub mod exec;
 pub mod graphs;
 pub mod launch;
 pub mod proc_address;

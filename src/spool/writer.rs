@@ -156,6 +156,24 @@ fn open_header() -> Option<*mut SpoolHeader> {
     (!header.is_null()).then_some(header)
 }
 
+/// Marks (or unmarks) the spool header "exec under way", around a call of
+/// the `exec` family. Only the spool's own process marks it: a child made by
+/// `vfork` shares the parent's memory, and must not mark the parent's spool.
+pub fn note_exec(starting: bool) {
+    let header = HEADER.load(Ordering::Acquire);
+    if header.is_null() {
+        return;
+    }
+    // SAFETY: getpid has no preconditions; the header stays mapped while
+    // the process runs, and the field is 4-byte aligned.
+    unsafe {
+        if libc::getpid() as u32 != (*header).pid {
+            return;
+        }
+        AtomicU32::from_ptr(&raw mut (*header).exec_started).store(u32::from(starting), Ordering::Release);
+    }
+}
+
 /// Creates this process's spool now if it has none yet: called when the
 /// process initialises CUDA, so that it appears in the trace even if it
 /// never allocates.

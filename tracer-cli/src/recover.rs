@@ -164,10 +164,12 @@ pub fn trace_named_in(dir: &Path) -> Result<Option<PathBuf>, String> {
             path.display()
         ));
     }
+    // Empty: a trace its collector has claimed and not yet begun.
     let mut magic = [0u8; 8];
-    let is_trace = std::fs::File::open(&path)
-        .and_then(|mut file| std::io::Read::read_exact(&mut file, &mut magic))
-        .is_ok_and(|()| magic == cudatrace_trace::MAGIC);
+    let is_trace = meta.len() == 0
+        || std::fs::File::open(&path)
+            .and_then(|mut file| std::io::Read::read_exact(&mut file, &mut magic))
+            .is_ok_and(|()| magic == cudatrace_trace::MAGIC);
     if !is_trace {
         return Err(format!(
             "ignoring {}: it names {}, which is not a cudatrace trace",

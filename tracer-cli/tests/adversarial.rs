@@ -375,3 +375,24 @@ fn a_program_that_closes_every_descriptor_and_reuses_the_spool_s_number_keeps_it
     assert_eq!(p["lost_events"], 0);
     assert_eq!(report["complete"], true);
 }
+
+#[test]
+fn in_an_exec_chain_only_the_last_image_exits_the_others_exec_d() {
+    // A -> B -> sh -c 'exit 7': A and B replaced themselves; only sh, which
+    // used no CUDA and has no spool, exited with 7.
+    for round in 0..3 {
+        let (output, trace) = run_scenario(&format!("exec-chain-{round}"), "exec-chain", &[]);
+        assert_eq!(output.status.code(), Some(7), "{}", stderr(&output));
+        let (report, _) = report_json(&trace);
+        let processes = report["processes"].as_array().unwrap();
+        assert_eq!(processes.len(), 2, "{report}");
+        for process in processes {
+            assert_eq!(
+                process["exit_status"],
+                serde_json::Value::Null,
+                "round {round}: {process}"
+            );
+        }
+        assert_eq!(report["complete"], true);
+    }
+}

@@ -89,8 +89,10 @@ pub struct SpoolHeader {
     pub reserved_seqs: u64,
     /// The `errno` of the first failure that made a record be dropped; 0 if none.
     pub drop_errno: i32,
-    /// Zero; room for later use.
-    pub spare: u32,
+    /// 1 while the process is in a call of the `exec` family (set just
+    /// before the real call, back to 0 if it returns): an image that ended
+    /// with this set and no exit recorded was replaced by `exec`.
+    pub exec_started: u32,
     /// The process's argv as in `/proc/self/cmdline`: NUL-separated, truncated.
     pub cmdline: [u8; CMDLINE_CAPACITY],
 }

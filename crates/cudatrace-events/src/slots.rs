@@ -24,6 +24,9 @@ pub struct ProcessInfo {
     pub start_realtime_ns: u64,
     /// (status, `CLOCK_MONOTONIC` time) if the process ended by calling `exit`.
     pub exit: Option<(i32, u64)>,
+    /// The image was calling `exec` when last seen: with no exit recorded,
+    /// it was replaced, and did not exit.
+    pub exec_started: bool,
 }
 
 /// One decoded event.
@@ -237,6 +240,7 @@ pub fn parse_header(bytes: &[u8]) -> Result<SpoolHeaderInfo, SpoolError> {
                     u64_at(offset_of!(SpoolHeader, exit_time_ns)),
                 )
             }),
+            exec_started: u32_at(offset_of!(SpoolHeader, exec_started)) == 1,
         },
         unknown_frees: u64_at(offset_of!(SpoolHeader, unknown_frees)),
         registry_overflows: u64_at(offset_of!(SpoolHeader, registry_overflows)),

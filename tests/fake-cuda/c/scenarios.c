@@ -763,6 +763,20 @@ int main(int argc, char **argv) {
         execl("/proc/self/exe", argv[0], "exec-child", (char *)NULL);
         printf("status exec failed\n");
         return 15;
+    } else if (!strcmp(name, "exec-chain")) {
+        /* A -> B -> sh -c 'exit 7': only sh exits (untraced, no CUDA). */
+        void *p;
+        check("cudaMalloc", cudaMalloc(&p, 1000));
+        fflush(stdout);
+        execl("/proc/self/exe", argv[0], "exec-chain-b", (char *)NULL);
+        return 15;
+    } else if (!strcmp(name, "exec-chain-b")) {
+        void *p;
+        check("cudaMalloc", cudaMalloc(&p, 2000));
+        fflush(stdout);
+        char *const sh_argv[] = {"sh", "-c", "exit 7", NULL};
+        execv("/bin/sh", sh_argv);
+        return 15;
     } else if (!strcmp(name, "exec-child")) {
         void *p;
         check("cudaMalloc", cudaMalloc(&p, 4000));

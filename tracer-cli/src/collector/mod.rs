@@ -432,13 +432,16 @@ fn end_of(
     gone: bool,
     superseded: bool,
 ) -> ProcessEnd {
+    // An image that was calling exec and never exited was replaced: the
+    // status its pid ended with belongs to a later image.
+    let replaced = header.process.exec_started && header.process.exit.is_none();
     let observed = shared
         .exits
         .lock()
         .unwrap()
         .get(&tail.pid)
         .copied()
-        .filter(|_| !superseded);
+        .filter(|_| !superseded && !replaced);
     let (exit_status, exit_time_ns) = match (observed, header.process.exit) {
         (Some((status, time)), _) => (Some(status), Some(time)),
         (None, Some((status, time))) => (Some(status), Some(time)),

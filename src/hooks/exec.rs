@@ -1,0 +1,102 @@
+//! The `exec` family: an image that replaces itself does not exit, so its
+//! spool says so. Just before the real call the spool header is marked
+//! "exec under way"; if the call returns (it failed), the mark is taken
+//! back. The collector then never gives an image that exec'd the exit
+//! status of the image that replaced it.
+//!
+//! `execl`, `execlp` and `execle` take variable arguments, which stable Rust
+//! cannot define: `exec_variadic.c` gathers their arguments and calls the
+//! `execv`, `execvp` and `execve` here. `posix_spawn` and `vfork` do not
+//! replace the calling image and are left alone.
+
+use crate::spool::writer;
+use crate::sys::loader::glibc_function;
+use std::ffi::{c_char, c_int};
+use std::sync::atomic::AtomicUsize;
+
+type ExecveFn = unsafe extern "C" fn(*const c_char, *const *const c_char, *const *const c_char) -> c_int;
+type ExecvFn = unsafe extern "C" fn(*const c_char, *const *const c_char) -> c_int;
+type FexecveFn = unsafe extern "C" fn(c_int, *const *const c_char, *const *const c_char) -> c_int;
+
+/// Runs the real call between the mark and its withdrawal, keeping the
+/// call's `errno`. With no real function, fails as the C library would.
+fn marked(real: usize, call: impl FnOnce(usize) -> c_int) -> c_int {
+    if real == 0 {
+        // SAFETY: the thread's errno.
+        unsafe { *libc::__errno_location() = libc::ENOSYS };
+        return -1;
+    }
+    writer::note_exec(true);
+    let result = call(real);
+    // SAFETY: the thread's errno, kept across the withdrawal.
+    let errno = unsafe { *libc::__errno_location() };
+    writer::note_exec(false);
+    // SAFETY: as above.
+    unsafe { *libc::__errno_location() = errno };
+    result
+}
+
+/// `execve`.
+///
+/// # Safety
+/// As the C library's `execve`.
+#[unsafe(no_mangle)]
+pub unsafe extern "C" fn execve(path: *const c_char, argv: *const *const c_char, envp: *const *const c_char) -> c_int {
+    static REAL: AtomicUsize = AtomicUsize::new(0);
+    marked(glibc_function(c"execve", &REAL), |real| {
+        // SAFETY: the C library's execve, with the caller's arguments.
+        unsafe { std::mem::transmute::<usize, ExecveFn>(real)(path, argv, envp) }
+    })
+}
+
+/// `execv`.
+///
+/// # Safety
+/// As the C library's `execv`.
+#[unsafe(no_mangle)]
+pub unsafe extern "C" fn execv(path: *const c_char, argv: *const *const c_char) -> c_int {
+    static REAL: AtomicUsize = AtomicUsize::new(0);
+    marked(glibc_function(c"execv", &REAL), |real| {
+        // SAFETY: the C library's execv, with the caller's arguments.
+        unsafe { std::mem::transmute::<usize, ExecvFn>(real)(path, argv) }
+    })
+}
+
+/// `execvp`.
+///
+/// # Safety
+/// As the C library's `execvp`.
+#[unsafe(no_mangle)]
+pub unsafe extern "C" fn execvp(file: *const c_char, argv: *const *const c_char) -> c_int {
+    static REAL: AtomicUsize = AtomicUsize::new(0);
+    marked(glibc_function(c"execvp", &REAL), |real| {
+        // SAFETY: the C library's execvp, with the caller's arguments.
+        unsafe { std::mem::transmute::<usize, ExecvFn>(real)(file, argv) }
+    })
+}
+
+/// `execvpe`.
+///
+/// # Safety
+/// As the C library's `execvpe`.
+#[unsafe(no_mangle)]
+pub unsafe extern "C" fn execvpe(file: *const c_char, argv: *const *const c_char, envp: *const *const c_char) -> c_int {
+    static REAL: AtomicUsize = AtomicUsize::new(0);
+    marked(glibc_function(c"execvpe", &REAL), |real| {
+        // SAFETY: the C library's execvpe, with the caller's arguments.
+        unsafe { std::mem::transmute::<usize, ExecveFn>(real)(file, argv, envp) }
+    })
+}
+
+/// `fexecve`.
+///
+/// # Safety
+/// As the C library's `fexecve`.
+#[unsafe(no_mangle)]
+pub unsafe extern "C" fn fexecve(fd: c_int, argv: *const *const c_char, envp: *const *const c_char) -> c_int {
+    static REAL: AtomicUsize = AtomicUsize::new(0);
+    marked(glibc_function(c"fexecve", &REAL), |real| {
+        // SAFETY: the C library's fexecve, with the caller's arguments.
+        unsafe { std::mem::transmute::<usize, FexecveFn>(real)(fd, argv, envp) }
+    })
+}
