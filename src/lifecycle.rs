@@ -60,6 +60,7 @@ extern "C" fn on_load() {
     spool_writer::set_callbacks(spool_opened, process_exiting);
     if tracing_switch::tracing_on() {
         tree_root::adopt_tree_if_root();
+        tree_root::settle_spool_dir();
         call_stack::configure_from_environment();
         let _ = std::panic::catch_unwind(|| {
             python_frames::resolve();

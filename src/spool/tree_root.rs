@@ -64,6 +64,40 @@ pub fn adopt_tree_if_root() {
     set("CUDATRACE_COLLECTOR", "spawn");
 }
 
+/// The spool folder, absolute, as the environment named it when the
+/// library loaded; `None` without `CUDATRACE_DIR`.
+static SPOOL_DIR: std::sync::OnceLock<PathBuf> = std::sync::OnceLock::new();
+
+/// Fixes the spool folder at load, after [`adopt_tree_if_root`]: made
+/// absolute (a relative `CUDATRACE_DIR` would move with the program's
+/// working directory, and with each descendant's), and handed down so.
+/// Without `CUDATRACE_DIR` there is no spool folder: spools never go to the
+/// working directory. Called from the library constructor, before `main`.
+pub fn settle_spool_dir() {
+    let Some(dir) = std::env::var_os("CUDATRACE_DIR").filter(|d| !d.is_empty()) else {
+        return;
+    };
+    let dir = PathBuf::from(dir);
+    let absolute = if dir.is_absolute() {
+        dir
+    } else {
+        match std::env::current_dir() {
+            Ok(cwd) => {
+                let absolute = cwd.join(dir);
+                set("CUDATRACE_DIR", &absolute);
+                absolute
+            }
+            Err(_) => return,
+        }
+    };
+    let _ = SPOOL_DIR.set(absolute);
+}
+
+/// The spool folder fixed at load ([`settle_spool_dir`]).
+pub fn spool_dir() -> Option<&'static Path> {
+    SPOOL_DIR.get().map(PathBuf::as_path)
+}
+
 /// Whether spools can be created in `folder`; why not otherwise.
 fn writable_folder(folder: &Path) -> Result<(), String> {
     let metadata = std::fs::metadata(folder).map_err(|e| e.to_string())?;

@@ -13,9 +13,9 @@
 //! Records are published as `layout` describes: the body first, then the
 //! commit word with release ordering.
 //!
-//! Files are named `cudatrace-<pid>-<n>.spool` in `$CUDATRACE_DIR` (default:
-//! the working directory); `<n>` tells apart the images of a process that
-//! called `exec`.
+//! Files are named `cudatrace-<pid>-<n>.spool` in `$CUDATRACE_DIR`, made
+//! absolute when the library loaded (without it, no spool is written);
+//! `<n>` tells apart the images of a process that called `exec`.
 //!
 //! [`spool_chunks`]: crate::spool::chunks
 
@@ -221,14 +221,6 @@ fn open_slow() -> bool {
     }
 }
 
-/// `$CUDATRACE_DIR`, or the working directory.
-pub fn spool_directory() -> std::path::PathBuf {
-    match std::env::var_os("CUDATRACE_DIR") {
-        Some(dir) if !dir.is_empty() => dir.into(),
-        _ => ".".into(),
-    }
-}
-
 /// Opens a new spool file for this pid, numbering images of the same pid;
 /// returns it with its path.
 fn create_file(directory: &std::path::Path, pid: u32) -> Option<(i32, std::ffi::CString)> {
@@ -256,11 +248,14 @@ fn create_file(directory: &std::path::Path, pid: u32) -> Option<(i32, std::ffi::
 fn create_spool() -> bool {
     // SAFETY: getpid/getppid have no preconditions.
     let (pid, ppid) = unsafe { (libc::getpid() as u32, libc::getppid() as u32) };
-    let directory = spool_directory();
-    if !tree_root::prepare_spool_dir(&directory) {
+    // No spool folder, no spool: never the working directory.
+    let Some(directory) = tree_root::spool_dir() else {
+        return false;
+    };
+    if !tree_root::prepare_spool_dir(directory) {
         return false;
     }
-    let Some((fd, path)) = create_file(&directory, pid) else {
+    let Some((fd, path)) = create_file(directory, pid) else {
         return false;
     };
     if !spool_file::adopt(fd, path) {
@@ -314,7 +309,7 @@ fn create_spool() -> bool {
     HEADER.store(header, Ordering::Release);
     // SAFETY: registering a plain function; it checks the header itself.
     unsafe { on_exit(record_exit, std::ptr::null_mut()) };
-    tree_root::start_collector_if_first(&directory);
+    tree_root::start_collector_if_first(directory);
     true
 }
 

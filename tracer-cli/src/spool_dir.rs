@@ -35,7 +35,10 @@ fn chosen_spool_folder() -> Option<std::ffi::OsString> {
 pub fn create_run_dir() -> Result<PathBuf, String> {
     let folder = match chosen_spool_folder() {
         Some(chosen) => {
-            let chosen = PathBuf::from(chosen);
+            // Absolute: the command may change its working directory before
+            // it creates its spool, and so may its descendants.
+            let chosen = std::path::absolute(PathBuf::from(&chosen))
+                .map_err(|e| format!("CUDATRACE_DIR={}: {e}", PathBuf::from(&chosen).display()))?;
             let meta = std::fs::metadata(&chosen).map_err(|e| format!("CUDATRACE_DIR={}: {e}", chosen.display()))?;
             if !meta.is_dir() {
                 return Err(format!("CUDATRACE_DIR={}: not a folder", chosen.display()));

@@ -396,3 +396,56 @@ fn in_an_exec_chain_only_the_last_image_exits_the_others_exec_d() {
         assert_eq!(report["complete"], true);
     }
 }
+
+#[test]
+fn a_relative_spool_folder_survives_a_change_of_directory_and_spools_never_go_to_the_working_directory() {
+    let dir = scratch_dir("relative-dir");
+    std::fs::create_dir(dir.join("spools")).unwrap();
+    std::fs::create_dir(dir.join("elsewhere")).unwrap();
+    let trace = dir.join("run.trace");
+    // Under run, and in a plain LD_PRELOAD tree, with CUDATRACE_DIR=spools.
+    let output = cudatrace_run()
+        .arg("-o")
+        .arg(&trace)
+        .arg("--")
+        .arg(fake_cuda::program("scenarios"))
+        .args(["chdir-first", dir.join("elsewhere").to_str().unwrap()])
+        .current_dir(&dir)
+        .env("CUDATRACE_DIR", "spools")
+        .output()
+        .unwrap();
+    assert!(output.status.success(), "{}", stderr(&output));
+    let (report, _) = report_json(&trace);
+    assert_eq!(report["processes"][0]["events"], 2, "{report}");
+    let plain = Command::new(fake_cuda::program("scenarios"))
+        .args(["chdir-first", dir.join("elsewhere").to_str().unwrap()])
+        .current_dir(&dir)
+        .env("LD_PRELOAD", tracer_library())
+        .env("LD_LIBRARY_PATH", fake_cuda::library_dir())
+        .env("CUDATRACE_DIR", "spools")
+        .output()
+        .unwrap();
+    assert!(plain.status.success(), "{}", stderr(&plain));
+    let spools: Vec<_> = std::fs::read_dir(dir.join("spools"))
+        .unwrap()
+        .map(|e| e.unwrap().file_name().to_string_lossy().into_owned())
+        .filter(|name| name.ends_with(".spool"))
+        .collect();
+    assert_eq!(spools.len(), 1, "{spools:?}");
+    // A descendant that lost CUDATRACE_DIR writes no spool where it runs.
+    let output = cudatrace_run()
+        .arg("-o")
+        .arg(dir.join("unset.trace"))
+        .args(["--", "env", "-u", "CUDATRACE_DIR"])
+        .arg(fake_cuda::program("scenarios"))
+        .arg("runtime")
+        .current_dir(dir.join("elsewhere"))
+        .output()
+        .unwrap();
+    assert!(output.status.success(), "{}", stderr(&output));
+    let stray: Vec<_> = std::fs::read_dir(dir.join("elsewhere"))
+        .unwrap()
+        .map(|e| e.unwrap().file_name())
+        .collect();
+    assert!(stray.is_empty(), "spools in the working directory: {stray:?}");
+}

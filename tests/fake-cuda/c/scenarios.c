@@ -763,6 +763,12 @@ int main(int argc, char **argv) {
         execl("/proc/self/exe", argv[0], "exec-child", (char *)NULL);
         printf("status exec failed\n");
         return 15;
+    } else if (!strcmp(name, "chdir-first") && argc > 2) {
+        /* Moves away from where a relative CUDATRACE_DIR pointed, then records. */
+        if (chdir(argv[2]) != 0) return 16;
+        void *p;
+        check("cudaMalloc", cudaMalloc(&p, 5000));
+        check("cudaFree", cudaFree(p));
     } else if (!strcmp(name, "exec-chain")) {
         /* A -> B -> sh -c 'exit 7': only sh exits (untraced, no CUDA). */
         void *p;
