@@ -449,3 +449,36 @@ fn a_relative_spool_folder_survives_a_change_of_directory_and_spools_never_go_to
         .collect();
     assert!(stray.is_empty(), "spools in the working directory: {stray:?}");
 }
+
+#[test]
+fn a_trace_with_a_20_gib_hole_in_the_middle_names_its_damage_in_every_output() {
+    use std::io::{Seek, SeekFrom, Write};
+    let trace = small_trace("hole");
+    let bytes = std::fs::read(&trace).unwrap();
+    let holed = trace.with_file_name("holed.trace");
+    let mut file = std::fs::File::create(&holed).unwrap();
+    let half = bytes.len() / 2;
+    file.write_all(&bytes[..half]).unwrap();
+    file.seek(SeekFrom::Current(20 << 30)).unwrap();
+    file.write_all(&bytes[half..]).unwrap();
+    drop(file);
+    let output = output_within_20_seconds(&mut cudatrace(&["snapshot", holed.to_str().unwrap()]));
+    assert_eq!(output.status.code(), Some(2), "{}", stderr(&output));
+    let message = stderr(&output);
+    assert!(
+        message.starts_with(&format!(
+            "cudatrace: {} has no memory events to snapshot before its damage: it is damaged at byte ",
+            holed.display()
+        )) && message.lines().count() == 1,
+        "{message}"
+    );
+    for command in ["report", "perfetto", "html"] {
+        let output = output_within_20_seconds(&mut cudatrace(&[command, holed.to_str().unwrap()]));
+        assert_eq!(output.status.code(), Some(1), "{command}: {}", stderr(&output));
+        assert!(
+            stderr(&output).contains(&format!("cudatrace: {} is damaged at byte ", holed.display())),
+            "{command}: {}",
+            stderr(&output)
+        );
+    }
+}

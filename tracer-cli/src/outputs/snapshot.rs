@@ -193,7 +193,20 @@ pub fn command(args: SnapshotArgs) -> Result<u8, Failure> {
     if selected.is_empty() {
         return Err(match args.pid {
             Some(pid) => format!("{} has no process {pid}", args.trace.display()).into(),
-            None => format!("{} has no memory events to snapshot", args.trace.display()).into(),
+            None => match (&index.damage, index.skipped.first()) {
+                // Damage may be why: name it, rather than blame the program.
+                (Some(damage), _) => format!(
+                    "{} has no memory events to snapshot before its damage: it is damaged {damage}",
+                    args.trace.display()
+                )
+                .into(),
+                (None, Some(first)) => format!(
+                    "{} has no memory events to snapshot outside its damaged frames (the first {first})",
+                    args.trace.display()
+                )
+                .into(),
+                (None, None) => format!("{} has no memory events to snapshot", args.trace.display()).into(),
+            },
         });
     }
     let window = Window::seconds(index.start_ns(), args.window.from, args.window.to);
