@@ -157,10 +157,10 @@ fn collect_tree(args: CollectArgs) -> Result<u8, Failure> {
     let destination = args.output.clone().map_or_else(|| beside(&args.dir), Ok)?;
     let root = args.root_pid.map(|pid| (pid, command_line(pid)));
     detach()?;
-    let claimed = output::claim_in_place_or_beside(&destination)?;
+    let claimed = output::claim_in_place_or_beside(&destination, true)?;
     if claimed.path != destination {
         say(&format!(
-            "cudatrace: {} is being written by another cudatrace; writing {} instead",
+            "cudatrace: {} is being written by another cudatrace, or holds a trace already; writing {} instead",
             destination.display(),
             claimed.path.display()
         ));

@@ -101,9 +101,19 @@ pub fn claim_in_place(path: &Path) -> Result<InPlace, String> {
 }
 
 /// Like [`claim_in_place`], but when another cudatrace is writing `path`,
-/// writes beside it (`NAME-2.trace`, `NAME-3.trace`, ...) instead.
-pub fn claim_in_place_or_beside(path: &Path) -> Result<InPlace, String> {
-    let first = match claim_in_place(path) {
+/// writes beside it (`NAME-2.trace`, `NAME-3.trace`, ...) instead; with
+/// `keep_finished`, also when a file with something in it is there already
+/// (a collector that a late process of a finished tree starts must never
+/// truncate the tree's trace).
+pub fn claim_in_place_or_beside(path: &Path, keep_finished: bool) -> Result<InPlace, String> {
+    let claim = |candidate: &Path| -> Result<InPlace, String> {
+        let claimed = claim_in_place(candidate)?;
+        if keep_finished && claimed.file.metadata().is_ok_and(|m| m.len() > 0) {
+            return Err(format!("{} holds a trace already", candidate.display()));
+        }
+        Ok(claimed)
+    };
+    let first = match claim(path) {
         Ok(claimed) => return Ok(claimed),
         Err(error) => error,
     };
@@ -117,7 +127,7 @@ pub fn claim_in_place_or_beside(path: &Path) -> Result<InPlace, String> {
         .unwrap_or_default();
     for n in 2..100 {
         let beside = path.with_file_name(format!("{stem}-{n}{extension}"));
-        if let Ok(claimed) = claim_in_place(&beside) {
+        if let Ok(claimed) = claim(&beside) {
             return Ok(claimed);
         }
     }
@@ -270,7 +280,7 @@ mod tests {
                 path.display()
             )
         );
-        let beside = claim_in_place_or_beside(&path).unwrap();
+        let beside = claim_in_place_or_beside(&path, false).unwrap();
         assert_eq!(beside.path, dir.join("run-2.trace"));
         drop(first);
         std::fs::write(&path, b"another finished trace").unwrap();

@@ -482,3 +482,48 @@ fn a_trace_with_a_20_gib_hole_in_the_middle_names_its_damage_in_every_output() {
         );
     }
 }
+
+/// Waits up to 30 s for a finished trace at `path` (a detached collector
+/// writes it in the background).
+fn finished_trace(path: &Path) -> serde_json::Value {
+    let deadline = Instant::now() + Duration::from_secs(30);
+    loop {
+        if path.exists() {
+            let (report, _) = report_json(path);
+            if report["complete"] == true {
+                return report;
+            }
+        }
+        assert!(Instant::now() < deadline, "no finished trace at {}", path.display());
+        std::thread::sleep(Duration::from_millis(100));
+    }
+}
+
+#[test]
+fn a_later_collector_never_truncates_a_finished_trace() {
+    let dir = scratch_dir("late-collector");
+    let trace = dir.join("tree.trace");
+    let plain_tree = || {
+        let output = Command::new(fake_cuda::program("scenarios"))
+            .arg("runtime")
+            .env("LD_LIBRARY_PATH", fake_cuda::library_dir())
+            .env("LD_PRELOAD", tracer_library())
+            .env_remove("CUDATRACE_DIR")
+            .env("CUDATRACE_OUT", &trace)
+            .env("CUDATRACE_CLI", cli())
+            .env("TMPDIR", &dir)
+            .output()
+            .unwrap();
+        assert!(output.status.success(), "{}", stderr(&output));
+    };
+    plain_tree();
+    let first = finished_trace(&trace);
+    let bytes = std::fs::read(&trace).unwrap();
+    // A collector started later for the same trace (as a late process of the
+    // tree starts one) writes beside it.
+    plain_tree();
+    let beside = dir.join("tree-2.trace");
+    let second = finished_trace(&beside);
+    assert_eq!(std::fs::read(&trace).unwrap(), bytes, "the finished trace was changed");
+    assert_eq!(first["processes"][0]["events"], second["processes"][0]["events"]);
+}
