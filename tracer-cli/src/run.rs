@@ -99,6 +99,46 @@ fn spawn(mut command: Command, program: &OsString) -> Result<Child, Failure> {
     })
 }
 
+/// Makes cudatrace the reaper of the command's orphans: a daemon the command
+/// leaves behind (a double fork) becomes cudatrace's child, so that
+/// cudatrace knows it lives, waits for it, and sees how it ends.
+fn become_subreaper() {
+    // SAFETY: a flag on our own process.
+    unsafe { libc::prctl(libc::PR_SET_CHILD_SUBREAPER, 1, 0, 0, 0) };
+}
+
+/// After the command exits, waits up to `grace` for its orphaned
+/// descendants (cudatrace's children now), recording how each ended;
+/// `true` if some are still running then.
+fn wait_for_descendants(collector: &Collector, grace: Duration) -> bool {
+    let deadline = std::time::Instant::now() + grace;
+    loop {
+        let mut status = 0;
+        // SAFETY: a valid out-pointer; WNOHANG never blocks.
+        let pid = unsafe { libc::waitpid(-1, &mut status, libc::WNOHANG) };
+        if pid > 0 {
+            let code = if libc::WIFEXITED(status) {
+                libc::WEXITSTATUS(status)
+            } else {
+                128 + libc::WTERMSIG(status)
+            };
+            collector.record_exit(pid as u32, code, monotonic_ns());
+            continue;
+        }
+        if pid < 0 {
+            if std::io::Error::last_os_error().raw_os_error() == Some(libc::EINTR) {
+                continue;
+            }
+            // ECHILD: no descendant is left.
+            return false;
+        }
+        if std::time::Instant::now() >= deadline {
+            return true;
+        }
+        std::thread::sleep(Duration::from_millis(10));
+    }
+}
+
 /// Waits for the command; its exit code, 128 + N for signal N.
 fn wait(child: &mut Child) -> Result<u8, Failure> {
     let status = child
@@ -166,6 +206,7 @@ pub fn run(args: RunArgs) -> Result<u8, Failure> {
     }
     // The device's usage without the program, read before it starts.
     let nvml = crate::collector::start_nvml();
+    become_subreaper();
     let mut child = match spawn(command, &program) {
         Ok(child) => child,
         Err(failure) => {
@@ -207,8 +248,16 @@ pub fn run(args: RunArgs) -> Result<u8, Failure> {
     collector.hold(pid);
     let code = wait(&mut child)?;
     collector.record_exit(pid, i32::from(code), monotonic_ns());
+    let lingering = wait_for_descendants(&collector, GRACE);
+    if lingering {
+        say(&format!(
+            "cudatrace: descendants of the command are still running; the spool folder {} is kept for them: `cudatrace collect {}` once they are done adds what they record",
+            run_dir.display(),
+            shell_quoted(&run_dir)
+        ));
+    }
     match collector.finish(GRACE) {
-        Ok(summary) => finished(&summary, &trace, &run_dir, args.keep_spools),
+        Ok(summary) => finished(&summary, &trace, &run_dir, args.keep_spools, lingering),
         Err(failure) => {
             say(&format!("cudatrace: {}", failure.message));
             say(&format!(
@@ -223,8 +272,8 @@ pub fn run(args: RunArgs) -> Result<u8, Failure> {
 }
 
 /// What `run` says once the trace is written, and what it leaves behind.
-fn finished(summary: &Summary, trace: &Path, run_dir: &Path, keep_spools: bool) {
-    if !keep_spools {
+fn finished(summary: &Summary, trace: &Path, run_dir: &Path, keep_spools: bool, lingering: bool) {
+    if !keep_spools && !lingering {
         spool_dir::remove_spools(run_dir, &summary.collected, true);
     }
     let disabled = std::env::var_os("CUDATRACE_DISABLE").is_some_and(|v| v != "0" && !v.is_empty());
@@ -260,7 +309,7 @@ fn finished(summary: &Summary, trace: &Path, run_dir: &Path, keep_spools: bool) 
             run_dir.display(),
             shell_quoted(run_dir)
         ));
-    } else if !keep_spools && run_dir.exists() {
+    } else if !keep_spools && !lingering && run_dir.exists() {
         say(&format!(
             "cudatrace: kept the spools that could not be read in {}",
             run_dir.display()

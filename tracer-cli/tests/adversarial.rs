@@ -527,3 +527,20 @@ fn a_later_collector_never_truncates_a_finished_trace() {
     assert_eq!(std::fs::read(&trace).unwrap(), bytes, "the finished trace was changed");
     assert_eq!(first["processes"][0]["events"], second["processes"][0]["events"]);
 }
+
+#[test]
+fn run_waits_for_a_daemon_that_records_after_the_command_exits() {
+    let (output, trace) = run_scenario("late-daemon", "late-daemon", &[]);
+    assert_eq!(output.status.code(), Some(0), "{}", stderr(&output));
+    let daemon: u32 = String::from_utf8_lossy(&output.stdout)
+        .lines()
+        .find_map(|line| line.strip_prefix("daemon ")?.parse().ok())
+        .unwrap_or_else(|| panic!("no daemon line: {}", stdout(&output)));
+    let (report, _) = report_json(&trace);
+    assert_eq!(report["complete"], true);
+    assert_eq!(report["lost_events"], 0);
+    let p = process(&report, daemon);
+    assert_eq!(p["events"], 2, "{p}");
+    // cudatrace reaped it: its status is known.
+    assert_eq!(p["exit_status"], 4, "{p}");
+}

@@ -769,6 +769,25 @@ int main(int argc, char **argv) {
         void *p;
         check("cudaMalloc", cudaMalloc(&p, 5000));
         check("cudaFree", cudaFree(p));
+    } else if (!strcmp(name, "late-daemon")) {
+        /* A daemon (double fork) whose first allocation comes after the
+         * command has exited. */
+        void *p;
+        check("cudaMalloc", cudaMalloc(&p, 1000));
+        pid_t child = fork();
+        if (child == 0) {
+            if (fork() == 0) {
+                usleep(300000);
+                void *q;
+                check("cudaMalloc", cudaMalloc(&q, 3000));
+                check("cudaFree", cudaFree(q));
+                printf("daemon %d\n", getpid());
+                fflush(stdout);
+                _exit(4);
+            }
+            _exit(0);
+        }
+        waitpid(child, NULL, 0);
     } else if (!strcmp(name, "exec-chain")) {
         /* A -> B -> sh -c 'exit 7': only sh exits (untraced, no CUDA). */
         void *p;
