@@ -462,16 +462,24 @@ fn a_trace_with_a_20_gib_hole_in_the_middle_names_its_damage_in_every_output() {
     file.seek(SeekFrom::Current(20 << 30)).unwrap();
     file.write_all(&bytes[half..]).unwrap();
     drop(file);
+    // Where the collector's blocks fall decides whether any memory event
+    // comes before the hole: either way, the damage is named.
     let output = output_within_20_seconds(&mut cudatrace(&["snapshot", holed.to_str().unwrap()]));
-    assert_eq!(output.status.code(), Some(2), "{}", stderr(&output));
     let message = stderr(&output);
-    assert!(
-        message.starts_with(&format!(
-            "cudatrace: {} has no memory events to snapshot before its damage: it is damaged at byte ",
-            holed.display()
-        )) && message.lines().count() == 1,
-        "{message}"
-    );
+    match output.status.code() {
+        Some(2) => assert!(
+            message.starts_with(&format!(
+                "cudatrace: {} has no memory events to snapshot before its damage: it is damaged at byte ",
+                holed.display()
+            )) && message.lines().count() == 1,
+            "{message}"
+        ),
+        Some(1) => assert!(
+            message.contains(&format!("cudatrace: {} is damaged at byte ", holed.display())),
+            "{message}"
+        ),
+        other => panic!("snapshot exited {other:?}: {message}"),
+    }
     for command in ["report", "perfetto", "html"] {
         let output = output_within_20_seconds(&mut cudatrace(&[command, holed.to_str().unwrap()]));
         assert_eq!(output.status.code(), Some(1), "{command}: {}", stderr(&output));
