@@ -5,6 +5,10 @@
 //!   system cannot), after checking `RLIMIT_FSIZE`, so that no store ever
 //!   touches a page without disk behind it (`SIGBUS`) and the file never
 //!   grows past the size limit (`SIGXFSZ`).
+//! - The file is a ring of chunk places (`cudatrace_events::layout`): as
+//!   many as `ulimit -f` allows, a power of two. A place is reserved again
+//!   for a later chunk only once the collector has emptied it, so the file's
+//!   size stays bounded, however long the process runs.
 //! - They are reserved and mapped strictly in order, so the file has no
 //!   unreserved hole below its end: a reader mapping it never faults either.
 //! - They are mapped at consecutive addresses inside a reserved segment of
@@ -19,13 +23,18 @@
 use crate::spool::spool_file;
 use crate::sys::clock::monotonic_ns;
 use crate::sys::lazy_mapping::LazyMapping;
-use cudatrace_events::layout::{commit_word, CHUNK_BYTES, CHUNK_RECORDS, DROPPED_OP, HEADER_SIZE};
+use cudatrace_events::layout::{
+    chunk_offset, commit_word, CHUNK_BYTES, CHUNK_RECORDS, DROPPED_OP, HEADER_SIZE, MAX_RING_CHUNKS,
+};
 use cudatrace_events::RawRecord;
 use std::ptr::NonNull;
-use std::sync::atomic::{AtomicBool, AtomicI32, AtomicPtr, AtomicU64, AtomicUsize, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicI32, AtomicPtr, AtomicU32, AtomicU64, AtomicUsize, Ordering};
 
-/// At most this many chunks: 2^32 records per process image.
+/// Chunks mapped at one time (their places in memory and in the table of
+/// mappings are reused, chunk `k` taking `k % MAX_CHUNKS`'s): a multiple of
+/// every ring, so that chunks sharing a place in memory share one in the file.
 pub const MAX_CHUNKS: usize = 1 << 18;
+const _: () = assert!(MAX_CHUNKS.is_multiple_of(MAX_RING_CHUNKS as usize));
 /// Chunks per reserved segment of address space (4 GiB).
 const SEGMENT_CHUNKS: usize = 4096;
 const SEGMENTS: usize = MAX_CHUNKS / SEGMENT_CHUNKS;
@@ -50,6 +59,48 @@ static RETRY_AFTER_NS: AtomicU64 = AtomicU64::new(0);
 static LAST_GROW_ERRNO: AtomicI32 = AtomicI32::new(libc::EIO);
 /// Sequence numbers whose record was dropped and has no tombstone yet.
 static DROPPED: LazyMapping<AtomicU64> = LazyMapping::new(DROPPED_BITMAP_BYTES / 8);
+/// Chunk places of this spool's ring; 0 until the spool is created.
+static RING: AtomicU32 = AtomicU32::new(0);
+/// Why a chunk waits for its place: `EFBIG` when `ulimit -f` made the ring
+/// small, else `ENOBUFS` (the collector is that far behind).
+static RING_FULL_ERRNO: AtomicI32 = AtomicI32::new(libc::ENOBUFS);
+/// The header's count of chunks whose place the collector has emptied.
+static PUNCHED: AtomicPtr<AtomicU32> = AtomicPtr::new(std::ptr::null_mut());
+
+/// The chunk places a new spool gets: as many whole chunks as fit under
+/// `RLIMIT_FSIZE` after the header, rounded down to a power of two, at most
+/// `MAX_RING_CHUNKS` (and at least one). Kept for the spool's life.
+pub fn ring_chunks() -> u32 {
+    let mut limit = libc::rlimit {
+        rlim_cur: 0,
+        rlim_max: 0,
+    };
+    // SAFETY: a valid out-pointer.
+    let limited =
+        unsafe { libc::getrlimit(libc::RLIMIT_FSIZE, &mut limit) } == 0 && limit.rlim_cur != libc::RLIM_INFINITY;
+    let places = if limited {
+        (limit.rlim_cur.saturating_sub(HEADER_SIZE as u64) / CHUNK_BYTES as u64).min(u64::from(MAX_RING_CHUNKS)) as u32
+    } else {
+        MAX_RING_CHUNKS
+    };
+    let ring = if places == 0 {
+        1
+    } else {
+        1 << (31 - places.leading_zeros())
+    };
+    let limited_by_size = limited && ring < MAX_RING_CHUNKS;
+    RING_FULL_ERRNO.store(
+        if limited_by_size { libc::EFBIG } else { libc::ENOBUFS },
+        Ordering::Relaxed,
+    );
+    RING.store(ring, Ordering::Release);
+    ring
+}
+
+/// Watches the header's count of emptied places (the collector writes it).
+pub fn watch_punched(counter: &'static AtomicU32) {
+    PUNCHED.store(std::ptr::from_ref(counter).cast_mut(), Ordering::Release);
+}
 
 fn errno() -> i32 {
     std::io::Error::last_os_error().raw_os_error().unwrap_or(libc::EIO)
@@ -61,8 +112,10 @@ fn errno() -> i32 {
 pub fn slot(seq: u64) -> Result<*mut RawRecord, i32> {
     let chunk = (seq / CHUNK_RECORDS as u64) as usize;
     let within = (seq % CHUNK_RECORDS as u64) as usize;
-    let mut base = CHUNKS.get(chunk).ok_or(libc::EFBIG)?.load(Ordering::Acquire);
-    if base.is_null() {
+    // The table's entry may still be an earlier chunk's: its place in the
+    // file is this chunk's too, but not reserved for it until it is mapped.
+    let mut base = CHUNKS[chunk % MAX_CHUNKS].load(Ordering::Acquire);
+    if base.is_null() || chunk >= MAPPED.load(Ordering::Acquire) {
         base = grow(chunk)?;
     }
     // SAFETY: `within` < CHUNK_RECORDS, the number of records in the mapping.
@@ -101,25 +154,41 @@ fn grow(target: usize) -> Result<*mut RawRecord, i32> {
 fn grow_locked(target: usize) -> Result<*mut RawRecord, i32> {
     let mut next = MAPPED.load(Ordering::Relaxed);
     if next > target {
-        return Ok(CHUNKS[target].load(Ordering::Acquire));
+        return Ok(CHUNKS[target % MAX_CHUNKS].load(Ordering::Acquire));
     }
     // Never through a descriptor the program has taken over.
     let fd = spool_file::checked()?;
+    let ring = RING.load(Ordering::Acquire).max(1);
     while next <= target {
-        let offset = HEADER_SIZE + next * CHUNK_BYTES;
-        reserve(fd, offset as u64, CHUNK_BYTES as u64)?;
-        let base = map(fd, next, offset)?;
+        if next >= ring as usize {
+            // The place is the chunk's `ring` before: wait for the collector
+            // to have emptied it.
+            let punched = PUNCHED.load(Ordering::Acquire);
+            // SAFETY: the header's counter, mapped while the process runs.
+            let emptied = if punched.is_null() {
+                0
+            } else {
+                unsafe { &*punched }.load(Ordering::Acquire)
+            };
+            if (emptied as usize) + (ring as usize) <= next {
+                return Err(RING_FULL_ERRNO.load(Ordering::Relaxed));
+            }
+        }
+        let offset = chunk_offset(next as u64, ring);
+        reserve(fd, offset, CHUNK_BYTES as u64)?;
+        let base = map(fd, next, offset as usize)?;
         MAPPED.store(next + 1, Ordering::Release);
-        CHUNKS[next].store(base, Ordering::Release);
+        CHUNKS[next % MAX_CHUNKS].store(base, Ordering::Release);
         tombstone_chunk(next);
         next += 1;
     }
-    Ok(CHUNKS[target].load(Ordering::Acquire))
+    Ok(CHUNKS[target % MAX_CHUNKS].load(Ordering::Acquire))
 }
 
 /// Where chunk `chunk` goes: its place in its segment of address space,
 /// reserved on first use, or `None` if address space cannot be reserved.
 fn segment_address(chunk: usize) -> Option<*mut u8> {
+    let chunk = chunk % MAX_CHUNKS;
     let segment = chunk / SEGMENT_CHUNKS;
     let mut base = SEGMENT_BASES[segment].load(Ordering::Acquire);
     if base.is_null() {
@@ -229,21 +298,19 @@ fn dropped_bitmap() -> Option<*mut AtomicU64> {
 }
 
 fn bitmap_word(bitmap: *mut AtomicU64, seq: u64) -> &'static AtomicU64 {
-    // SAFETY: seq < MAX_CHUNKS * CHUNK_RECORDS (its chunk index was checked),
-    // so the word lies inside the bitmap, which is never unmapped but by fork.
-    unsafe { &*bitmap.add((seq / 64) as usize) }
+    let bits = (MAX_CHUNKS * CHUNK_RECORDS) as u64;
+    // SAFETY: the word of seq modulo the bitmap's bits lies inside the
+    // bitmap, which is never unmapped but by fork.
+    unsafe { &*bitmap.add(((seq % bits) / 64) as usize) }
 }
 
 /// Remembers that `seq`'s record was dropped, for a tombstone once its
 /// chunk is mapped (now, if it has been meanwhile).
 pub fn note_dropped_seq(seq: u64) {
-    if seq / CHUNK_RECORDS as u64 >= MAX_CHUNKS as u64 {
-        return;
-    }
     let Some(bitmap) = dropped_bitmap() else { return };
     bitmap_word(bitmap, seq).fetch_or(1 << (seq % 64), Ordering::SeqCst);
     let chunk = (seq / CHUNK_RECORDS as u64) as usize;
-    if !CHUNKS[chunk].load(Ordering::SeqCst).is_null() {
+    if chunk < MAPPED.load(Ordering::SeqCst) && !CHUNKS[chunk % MAX_CHUNKS].load(Ordering::SeqCst).is_null() {
         // The grower may have looked at the bitmap before the bit was set.
         let taken = bitmap_word(bitmap, seq).fetch_and(!(1 << (seq % 64)), Ordering::SeqCst);
         if taken & (1 << (seq % 64)) != 0 {
@@ -278,7 +345,7 @@ fn tombstone_chunk(chunk: usize) {
 /// Stores the tombstone of dropped `seq` in its (mapped) slot.
 fn store_tombstone(seq: u64) {
     let chunk = (seq / CHUNK_RECORDS as u64) as usize;
-    let base = CHUNKS[chunk].load(Ordering::Acquire);
+    let base = CHUNKS[chunk % MAX_CHUNKS].load(Ordering::Acquire);
     if base.is_null() {
         return;
     }
@@ -318,6 +385,8 @@ pub fn forget_parent() {
         }
     }
     DROPPED.forget();
+    RING.store(0, Ordering::Release);
+    PUNCHED.store(std::ptr::null_mut(), Ordering::Release);
     RETRY_AFTER_NS.store(0, Ordering::Relaxed);
     GROW_LOCK.store(false, Ordering::Release);
 }

@@ -298,6 +298,7 @@ fn create_spool() -> bool {
         h.record_size = RECORD_SIZE as u32;
         h.header_size = HEADER_SIZE as u32;
         h.chunk_records = CHUNK_RECORDS as u32;
+        h.ring_chunks = spool_chunks::ring_chunks();
         h.pid = pid;
         h.ppid = ppid;
         h.start_monotonic_ns = monotonic_ns();
@@ -306,6 +307,9 @@ fn create_spool() -> bool {
         h.cmdline_len = cmdline_len as u32;
         AtomicU64::from_ptr((&raw mut h.magic).cast()).store(u64::from_le_bytes(SPOOL_MAGIC), Ordering::Release);
     }
+    // SAFETY: the header stays mapped while the process runs; the field is
+    // 4-byte aligned and written by the collector.
+    spool_chunks::watch_punched(unsafe { AtomicU32::from_ptr(&raw mut (*header).punched_chunks) });
     HEADER.store(header, Ordering::Release);
     // SAFETY: registering a plain function; it checks the header itself.
     unsafe { on_exit(record_exit, std::ptr::null_mut()) };

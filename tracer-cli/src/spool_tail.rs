@@ -3,7 +3,9 @@
 //! process at its start and end. Shared by the live collector and `collect`.
 
 use crate::liveness::Liveness;
-use cudatrace_events::layout::{CHUNK_BYTES, CHUNK_RECORDS, HEADER_SIZE, RELEASED_CHUNKS_OFFSET};
+use cudatrace_events::layout::{
+    chunk_offset, CHUNK_BYTES, CHUNK_RECORDS, PUNCHED_CHUNKS_OFFSET, RELEASED_CHUNKS_OFFSET,
+};
 use cudatrace_events::{Event, Pass, SpoolCursor, SpoolError, SpoolFile, SpoolHeaderInfo};
 use cudatrace_trace::{DamagedSpool, ProcessEnd, ProcessStart, Refusal};
 use std::fs::File;
@@ -20,15 +22,18 @@ pub struct Release {
     file: File,
     from_chunk: u64,
     to_chunk: u64,
+    ring_chunks: u32,
 }
 
 impl Release {
     /// Notes in the header that the chunks are collected, then punches
-    /// them out of the file (it keeps its size; the range reads as zeros).
-    /// In that order, so that a reader never takes a punched chunk for
-    /// records. Only to be applied once the trace holding their events is
-    /// durable. A file system without hole punching keeps the space until
-    /// the run ends.
+    /// their places out of the file (it keeps its size; the range reads as
+    /// zeros), then notes that their places are empty, for the writer to
+    /// use again. In that order, so that a reader never takes a punched
+    /// chunk for records, and the writer never reserves a place that is
+    /// about to be punched. Only to be applied once the trace holding their
+    /// events is durable. A file system without hole punching keeps the
+    /// space (the writer reuses the places all the same).
     pub fn apply(self) {
         let chunks = u32::try_from(self.to_chunk).unwrap_or(u32::MAX);
         if self
@@ -38,17 +43,22 @@ impl Release {
         {
             return;
         }
-        let start = HEADER_SIZE as u64 + self.from_chunk * CHUNK_BYTES as u64;
-        let length = (self.to_chunk - self.from_chunk) * CHUNK_BYTES as u64;
-        // SAFETY: punching a hole in a range of our own descriptor's file.
-        unsafe {
-            libc::fallocate(
-                self.file.as_raw_fd(),
-                libc::FALLOC_FL_PUNCH_HOLE | libc::FALLOC_FL_KEEP_SIZE,
-                start as libc::off_t,
-                length as libc::off_t,
-            )
-        };
+        // At most one ring's worth: beyond that the places repeat.
+        let first = self
+            .from_chunk
+            .max(self.to_chunk.saturating_sub(u64::from(self.ring_chunks)));
+        for chunk in first..self.to_chunk {
+            // SAFETY: punching a hole in a range of our own descriptor's file.
+            unsafe {
+                libc::fallocate(
+                    self.file.as_raw_fd(),
+                    libc::FALLOC_FL_PUNCH_HOLE | libc::FALLOC_FL_KEEP_SIZE,
+                    chunk_offset(chunk, self.ring_chunks) as libc::off_t,
+                    CHUNK_BYTES as libc::off_t,
+                )
+            };
+        }
+        let _ = self.file.write_all_at(&chunks.to_le_bytes(), PUNCHED_CHUNKS_OFFSET);
     }
 }
 
@@ -68,6 +78,7 @@ pub struct SpoolTail {
     /// How far reading got, and what it found.
     pub cursor: SpoolCursor,
     released_chunks: u64,
+    ring_chunks: u32,
 }
 
 /// Whether a spool that cannot be opened yet may still become readable: its
@@ -95,6 +106,7 @@ impl SpoolTail {
             spool,
             cursor: SpoolCursor::new(header.process.pid, header.released_records),
             released_chunks: header.released_records / CHUNK_RECORDS as u64,
+            ring_chunks: header.ring_chunks,
         };
         Ok((tail, header))
     }
@@ -135,6 +147,7 @@ impl SpoolTail {
             file,
             from_chunk: self.released_chunks,
             to_chunk: whole,
+            ring_chunks: self.ring_chunks,
         };
         self.released_chunks = whole;
         Some(release)

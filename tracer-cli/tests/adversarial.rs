@@ -552,3 +552,50 @@ fn run_waits_for_a_daemon_that_records_after_the_command_exits() {
     // cudatrace reaped it: its status is known.
     assert_eq!(p["exit_status"], 4, "{p}");
 }
+
+#[test]
+fn under_ulimit_f_the_spool_reuses_the_space_given_back_and_stays_within_the_limit() {
+    use cudatrace_events::layout::{CHUNK_BYTES, CHUNK_RECORDS, HEADER_SIZE};
+    // 8 MiB: room for 6 chunks, so a ring of 4 places; 200,000 pairs need 25.
+    let limit = 8 << 20;
+    let (mut command, trace) = run_command("ulimit-f", "space-back", &[]);
+    command.arg("200000").env("CUDATRACE_SAMPLES", "0");
+    let mut limited = Command::new("prlimit");
+    limited
+        .arg(format!("--fsize={limit}"))
+        .arg("--")
+        .arg(command.get_program())
+        .args(command.get_args());
+    for (key, value) in command.get_envs() {
+        match value {
+            Some(value) => limited.env(key, value),
+            None => limited.env_remove(key),
+        };
+    }
+    let output = limited.output().unwrap();
+    assert_eq!(output.status.code(), Some(0), "{}", stderr(&output));
+    let text = String::from_utf8_lossy(&output.stdout);
+    let value = |key: &str| -> u64 {
+        text.lines()
+            .find_map(|line| line.strip_prefix(key)?.trim().parse().ok())
+            .unwrap_or_else(|| panic!("no {key} in {text}"))
+    };
+    assert_eq!(value("ring "), 4);
+    assert!(
+        value("spool bytes ") <= (HEADER_SIZE + 4 * CHUNK_BYTES) as u64,
+        "{text}"
+    );
+    let (report, _) = report_json(&trace);
+    assert_eq!(report["complete"], true);
+    let p = &report["processes"][0];
+    let (events, lost) = (p["events"].as_u64().unwrap(), p["lost_events"].as_u64().unwrap());
+    assert_eq!(events + lost, value("allocations ") + value("frees "));
+    // Recording went round the ring six times; at most the rest of a batch
+    // of 500 pairs is dropped each time the collector was behind.
+    assert!(events > 6 * 4 * CHUNK_RECORDS as u64, "{events}");
+    assert!(
+        lost <= value("waits ") * 1_000,
+        "{lost} lost in {} waits",
+        value("waits ")
+    );
+}

@@ -5,6 +5,17 @@
 //! disk before the writer touches it; a record slot that was never written
 //! reads as zeros.
 //!
+//! # The ring
+//!
+//! The file holds at most [`SpoolHeader::ring_chunks`] chunks: chunk *k*
+//! (sequence numbers `k * CHUNK_RECORDS ..`) lives in the file's chunk place
+//! `k % ring_chunks` ([`chunk_offset`]). A place is used again once the
+//! collector has saved its chunk to the trace and given its space back
+//! ([`SpoolHeader::punched_chunks`]), so the file's size stays bounded
+//! however long the process runs, and within `ulimit -f`. Records of an
+//! earlier chunk left in a place read as another sequence number's: never
+//! this one's.
+//!
 //! # Publication protocol
 //!
 //! A writer fills words 1 to 8 of its slot, then stores word 0, the *commit
@@ -19,7 +30,7 @@
 /// First eight bytes of every spool file.
 pub const SPOOL_MAGIC: [u8; 8] = *b"CUTRSPL\0";
 /// Version of this layout; bumped on any incompatible change.
-pub const SPOOL_VERSION: u32 = 3;
+pub const SPOOL_VERSION: u32 = 4;
 /// Size of the header page; records start at this offset.
 pub const HEADER_SIZE: usize = 4096;
 /// Size of one record in bytes.
@@ -29,11 +40,21 @@ pub const CHUNK_RECORDS: usize = 16384;
 /// Bytes of one chunk.
 pub const CHUNK_BYTES: usize = CHUNK_RECORDS * RECORD_SIZE;
 /// Offset of the command line in the header.
-pub const CMDLINE_OFFSET: usize = 112;
+pub const CMDLINE_OFFSET: usize = 120;
 /// Bytes of `/proc/self/cmdline` kept in the header.
 pub const CMDLINE_CAPACITY: usize = HEADER_SIZE - CMDLINE_OFFSET;
 /// Offset of [`SpoolHeader::released_chunks`], which the collector writes.
 pub const RELEASED_CHUNKS_OFFSET: u64 = 92;
+/// Offset of [`SpoolHeader::punched_chunks`], which the collector writes.
+pub const PUNCHED_CHUNKS_OFFSET: u64 = 116;
+/// The most chunk places a spool has (a power of two): 18 GiB.
+pub const MAX_RING_CHUNKS: u32 = 1 << 14;
+
+/// Byte offset in the file of chunk `chunk`'s first record, in a spool
+/// whose ring has `ring_chunks` places.
+pub fn chunk_offset(chunk: u64, ring_chunks: u32) -> u64 {
+    HEADER_SIZE as u64 + (chunk % u64::from(ring_chunks.max(1))) * CHUNK_BYTES as u64
+}
 /// The op byte of a tombstone: the record of this sequence number was
 /// dropped (it could not be stored when it happened). Never an event.
 pub const DROPPED_OP: u8 = 0xff;
@@ -93,12 +114,20 @@ pub struct SpoolHeader {
     /// before the real call, back to 0 if it returns): an image that ended
     /// with this set and no exit recorded was replaced by `exec`.
     pub exec_started: u32,
+    /// Chunk places in the file (see the module documentation): a power of
+    /// two, as many as `ulimit -f` allows, at most [`MAX_RING_CHUNKS`].
+    pub ring_chunks: u32,
+    /// Chunks whose place the collector has emptied (punched out) after
+    /// releasing them: the writer reuses a place only below this. Written
+    /// by the collector.
+    pub punched_chunks: u32,
     /// The process's argv as in `/proc/self/cmdline`: NUL-separated, truncated.
     pub cmdline: [u8; CMDLINE_CAPACITY],
 }
 
 const _: () = assert!(std::mem::size_of::<SpoolHeader>() == HEADER_SIZE);
 const _: () = assert!(std::mem::offset_of!(SpoolHeader, released_chunks) == RELEASED_CHUNKS_OFFSET as usize);
+const _: () = assert!(std::mem::offset_of!(SpoolHeader, punched_chunks) == PUNCHED_CHUNKS_OFFSET as usize);
 const _: () = assert!(std::mem::offset_of!(SpoolHeader, cmdline) == CMDLINE_OFFSET);
 
 /// One event as stored in the spool. See the module documentation for the

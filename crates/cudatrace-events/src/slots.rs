@@ -189,6 +189,8 @@ pub struct SpoolHeaderInfo {
     /// Records already collected into a trace and released from the file:
     /// reading starts after them.
     pub released_records: u64,
+    /// Chunk places in the file ([`crate::layout::chunk_offset`]).
+    pub ring_chunks: u32,
     /// Sequence numbers handed out so far.
     pub reserved_seqs: u64,
 }
@@ -247,6 +249,7 @@ pub fn parse_header(bytes: &[u8]) -> Result<SpoolHeaderInfo, SpoolError> {
         dropped_records: u64_at(offset_of!(SpoolHeader, dropped_records)),
         drop_errno: (drop_errno != 0).then_some(drop_errno),
         released_records: u64::from(u32_at(offset_of!(SpoolHeader, released_chunks))) * CHUNK_RECORDS as u64,
+        ring_chunks: u32_at(offset_of!(SpoolHeader, ring_chunks)).max(1),
         reserved_seqs: u64_at(offset_of!(SpoolHeader, reserved_seqs)),
     })
 }

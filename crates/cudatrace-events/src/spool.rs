@@ -114,6 +114,7 @@ pub(crate) mod tests {
         bytes[88..92].copy_from_slice(&(argv.len() as u32).to_le_bytes());
         bytes[96..104].copy_from_slice(&reserved.to_le_bytes());
         bytes[104..108].copy_from_slice(&28i32.to_le_bytes());
+        bytes[112..116].copy_from_slice(&crate::layout::MAX_RING_CHUNKS.to_le_bytes());
         bytes[CMDLINE_OFFSET..CMDLINE_OFFSET + argv.len()].copy_from_slice(argv);
         bytes
     }
@@ -232,7 +233,7 @@ pub(crate) mod tests {
         old[8..12].copy_from_slice(&1u32.to_le_bytes());
         assert_eq!(
             SpoolReader::parse(&old).unwrap_err().to_string(),
-            "spool format version 1 is not supported (this build reads 3)"
+            "spool format version 1 is not supported (this build reads 4)"
         );
     }
 }

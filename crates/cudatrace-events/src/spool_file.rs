@@ -11,7 +11,7 @@
 //! way are still checked by their commit word.
 
 use crate::cursor::SlotSource;
-use crate::layout::{RawRecord, CHUNK_BYTES, CHUNK_RECORDS, HEADER_SIZE, RECORD_SIZE};
+use crate::layout::{chunk_offset, RawRecord, CHUNK_BYTES, CHUNK_RECORDS, HEADER_SIZE, RECORD_SIZE};
 use crate::slots::{parse_header, SpoolError, SpoolHeaderInfo};
 use std::collections::BTreeMap;
 use std::fs::File;
@@ -97,6 +97,8 @@ pub struct SpoolFile {
     file: File,
     header: Mapping,
     chunks: BTreeMap<u64, ChunkView>,
+    /// Chunk places in the file, from the header.
+    ring_chunks: u32,
 }
 
 impl SpoolFile {
@@ -117,12 +119,13 @@ impl SpoolFile {
             return Err(SpoolError::Truncated { len: metadata.len() });
         }
         let header = Mapping::new(&file, 0, HEADER_SIZE)?;
-        let spool = SpoolFile {
+        let mut spool = SpoolFile {
             file,
             header,
             chunks: BTreeMap::new(),
+            ring_chunks: 1,
         };
-        parse_header(&spool.header_bytes())?;
+        spool.ring_chunks = parse_header(&spool.header_bytes())?.ring_chunks;
         Ok(spool)
     }
 
@@ -172,13 +175,21 @@ fn has_hole(file: &File, offset: u64, length: usize) -> bool {
 impl SlotSource for SpoolFile {
     fn slot_count(&mut self) -> Result<u64, SpoolError> {
         let length = self.file.metadata().map_err(SpoolError::Io)?.len();
-        Ok(length.saturating_sub(HEADER_SIZE as u64) / RECORD_SIZE as u64)
+        let linear = length.saturating_sub(HEADER_SIZE as u64) / RECORD_SIZE as u64;
+        // Once every place of the ring exists, any sequence number handed
+        // out has its slot inside the file.
+        let ring_bytes = u64::from(self.ring_chunks) * CHUNK_BYTES as u64;
+        if length >= HEADER_SIZE as u64 + ring_bytes {
+            Ok(linear.max(self.header().reserved_seqs))
+        } else {
+            Ok(linear)
+        }
     }
 
     fn slot(&mut self, index: u64) -> RawRecord {
         let chunk = index / CHUNK_RECORDS as u64;
         let within = (index % CHUNK_RECORDS as u64) as usize * RECORD_SIZE;
-        let offset = HEADER_SIZE as u64 + chunk * CHUNK_BYTES as u64;
+        let offset = chunk_offset(chunk, self.ring_chunks);
         if !self
             .chunks
             .get(&chunk)

@@ -301,11 +301,12 @@ static unsigned long long spool_word(int fd, off_t offset, size_t size) { /* lit
     return word;
 }
 
-/* Pairs of allocations and frees on a small spool disk, paced by the
- * collector rather than by the clock: whenever records were dropped (the
- * disk had no room for the next chunk), wait until the collector has given
- * a chunk back and the spool's retry pause is over, then go on. Run with
- * CUDATRACE_DIR on the small disk. */
+/* Pairs of allocations and frees, paced by the collector rather than by
+ * the clock: whenever records were dropped (the spool had no room for its
+ * next chunk: a small disk, or a ring whose next place the collector has
+ * not emptied yet), wait until the collector has made room and the spool's
+ * retry pause is over, then go on. Run with CUDATRACE_DIR holding the
+ * spool. Prints the counts, and the spool file's size at the end. */
 static void scenario_space_back(int pairs) {
     const char *dir = getenv("CUDATRACE_DIR");
     if (!dir) exit(3);
@@ -316,6 +317,7 @@ static void scenario_space_back(int pairs) {
     snprintf(path, sizeof path, "%s/cudatrace-%d-0.spool", dir, getpid());
     int spool = open(path, O_RDONLY);
     if (spool < 0) exit(4);
+    unsigned long long ring = spool_word(spool, 112, 4);
     unsigned long long allocations = 1, frees = 1, waits = 0, dropped_seen = 0;
     for (int i = 0; i < pairs; i++) {
         void *p;
@@ -328,9 +330,13 @@ static void scenario_space_back(int pairs) {
         if (dropped == dropped_seen) continue;
         dropped_seen = dropped;
         waits++;
-        /* The collector gives space back by punching out the chunks it has saved. */
+        /* Room: disk space for a chunk, and the place of the current chunk
+         * emptied by the collector (punched chunks, u32 at 116). */
         double give_up = now_seconds() + 30;
-        while (free_bytes(dir) < 1179648 + 8192) {
+        for (;;) {
+            unsigned long long chunk = (spool_word(spool, 96, 8) - 1) / 16384;
+            int place = spool_word(spool, 116, 4) + ring > chunk;
+            if (place && free_bytes(dir) >= 1179648 + 8192) break;
             if (now_seconds() > give_up) {
                 printf("no space came back\n");
                 exit(5);
@@ -339,8 +345,10 @@ static void scenario_space_back(int pairs) {
         }
         usleep(60000); /* the spool's pause before it tries to grow again */
     }
+    struct stat st;
+    long long size = fstat(spool, &st) == 0 ? (long long)st.st_size : -1;
     close(spool);
-    printf("allocations %llu\nfrees %llu\nwaits %llu\n", allocations, frees, waits);
+    printf("allocations %llu\nfrees %llu\nwaits %llu\nspool bytes %lld\nring %llu\n", allocations, frees, waits, size, ring);
 }
 
 /* A program that closes every descriptor it did not open (up to 1023),
