@@ -164,10 +164,10 @@ fn grow_locked(target: usize) -> Result<*mut RawRecord, i32> {
             // The place is the chunk's `ring` before: wait for the collector
             // to have emptied it.
             let punched = PUNCHED.load(Ordering::Acquire);
-            // SAFETY: the header's counter, mapped while the process runs.
             let emptied = if punched.is_null() {
                 0
             } else {
+                // SAFETY: the header's counter, mapped while the process runs.
                 unsafe { &*punched }.load(Ordering::Acquire)
             };
             if (emptied as usize) + (ring as usize) <= next {
