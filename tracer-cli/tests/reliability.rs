@@ -229,7 +229,9 @@ fn a_full_tmpfs_never_faults_the_collector_reading_its_spools() {
 
 #[test]
 fn a_file_size_limit_drops_events_and_never_raises_sigxfsz_in_the_program() {
-    // 1.5 MiB: the header and the first chunk fit, the second does not.
+    // 1.5 MiB: the header and one chunk fit, so the spool is a ring of one
+    // place: each chunk waits for the collector to empty the place of the
+    // one before, and the records meanwhile are dropped.
     let (mut command, trace, _) = run_program(
         "fsize",
         &[],
@@ -256,9 +258,14 @@ fn a_file_size_limit_drops_events_and_never_raises_sigxfsz_in_the_program() {
         .find(|p| p["events"] != 0)
         .unwrap();
     let stack_records = stack_records_in(&trace);
-    assert_eq!(p["events"], 16_384 - stack_records);
-    assert_eq!(p["dropped_events"], 150_000 - (16_384 - stack_records));
-    assert_eq!(p["lost_events"], 150_000 - (16_384 - stack_records));
+    let (events, lost) = (p["events"].as_u64().unwrap(), p["lost_events"].as_u64().unwrap());
+    // Every event is in the trace or counted as dropped, with the reason;
+    // recording went on past the first chunk as places were emptied (how
+    // far depends on how fast the collector is).
+    assert_eq!(events + lost, 150_000);
+    assert_eq!(p["dropped_events"], lost);
+    assert!(lost > 0, "a ring of one place must drop while it is emptied");
+    assert!(events >= 16_384 - stack_records, "{events}");
     assert_eq!(p["drop_reason"], "EFBIG: File too large");
     assert_eq!(p["exit_status"], 7);
 }
