@@ -10,13 +10,53 @@
 //! replace the calling image and are left alone.
 
 use crate::spool::writer;
-use crate::sys::loader::glibc_function;
-use std::ffi::{c_char, c_int};
-use std::sync::atomic::AtomicUsize;
+use std::ffi::{c_char, c_int, CStr};
+use std::sync::atomic::{AtomicUsize, Ordering};
 
 type ExecveFn = unsafe extern "C" fn(*const c_char, *const *const c_char, *const *const c_char) -> c_int;
 type ExecvFn = unsafe extern "C" fn(*const c_char, *const *const c_char) -> c_int;
 type FexecveFn = unsafe extern "C" fn(c_int, *const *const c_char, *const *const c_char) -> c_int;
+
+static REAL_EXECVE: AtomicUsize = AtomicUsize::new(0);
+static REAL_EXECV: AtomicUsize = AtomicUsize::new(0);
+static REAL_EXECVP: AtomicUsize = AtomicUsize::new(0);
+static REAL_EXECVPE: AtomicUsize = AtomicUsize::new(0);
+static REAL_FEXECVE: AtomicUsize = AtomicUsize::new(0);
+
+/// The next definition of `name` after this library, whatever its symbol
+/// version (`execvpe` is `GLIBC_2.11`, and other architectures have other
+/// base versions); 0 if none.
+fn next_definition(name: &CStr) -> usize {
+    // SAFETY: a NUL-terminated name; RTLD_NEXT searches the libraries after ours.
+    unsafe { libc::dlsym(libc::RTLD_NEXT, name.as_ptr()) as usize }
+}
+
+/// Finds the C library's exec functions, from the library constructor: an
+/// exec may come from a signal handler or a `vfork` child, where looking a
+/// symbol up (which may allocate) is not safe.
+pub fn resolve() {
+    for (name, cache) in [
+        (c"execve", &REAL_EXECVE),
+        (c"execv", &REAL_EXECV),
+        (c"execvp", &REAL_EXECVP),
+        (c"execvpe", &REAL_EXECVPE),
+        (c"fexecve", &REAL_FEXECVE),
+    ] {
+        cache.store(next_definition(name), Ordering::Release);
+    }
+}
+
+/// The cached function, or (an exec before the constructor ran) a lookup now.
+fn real(name: &CStr, cache: &AtomicUsize) -> usize {
+    match cache.load(Ordering::Acquire) {
+        0 => {
+            let found = next_definition(name);
+            cache.store(found, Ordering::Release);
+            found
+        }
+        found => found,
+    }
+}
 
 /// Runs the real call between the mark and its withdrawal, keeping the
 /// call's `errno`. With no real function, fails as the C library would.
@@ -42,8 +82,7 @@ fn marked(real: usize, call: impl FnOnce(usize) -> c_int) -> c_int {
 /// As the C library's `execve`.
 #[unsafe(no_mangle)]
 pub unsafe extern "C" fn execve(path: *const c_char, argv: *const *const c_char, envp: *const *const c_char) -> c_int {
-    static REAL: AtomicUsize = AtomicUsize::new(0);
-    marked(glibc_function(c"execve", &REAL), |real| {
+    marked(real(c"execve", &REAL_EXECVE), |real| {
         // SAFETY: the C library's execve, with the caller's arguments.
         unsafe { std::mem::transmute::<usize, ExecveFn>(real)(path, argv, envp) }
     })
@@ -55,8 +94,7 @@ pub unsafe extern "C" fn execve(path: *const c_char, argv: *const *const c_char,
 /// As the C library's `execv`.
 #[unsafe(no_mangle)]
 pub unsafe extern "C" fn execv(path: *const c_char, argv: *const *const c_char) -> c_int {
-    static REAL: AtomicUsize = AtomicUsize::new(0);
-    marked(glibc_function(c"execv", &REAL), |real| {
+    marked(real(c"execv", &REAL_EXECV), |real| {
         // SAFETY: the C library's execv, with the caller's arguments.
         unsafe { std::mem::transmute::<usize, ExecvFn>(real)(path, argv) }
     })
@@ -68,8 +106,7 @@ pub unsafe extern "C" fn execv(path: *const c_char, argv: *const *const c_char) 
 /// As the C library's `execvp`.
 #[unsafe(no_mangle)]
 pub unsafe extern "C" fn execvp(file: *const c_char, argv: *const *const c_char) -> c_int {
-    static REAL: AtomicUsize = AtomicUsize::new(0);
-    marked(glibc_function(c"execvp", &REAL), |real| {
+    marked(real(c"execvp", &REAL_EXECVP), |real| {
         // SAFETY: the C library's execvp, with the caller's arguments.
         unsafe { std::mem::transmute::<usize, ExecvFn>(real)(file, argv) }
     })
@@ -81,8 +118,7 @@ pub unsafe extern "C" fn execvp(file: *const c_char, argv: *const *const c_char)
 /// As the C library's `execvpe`.
 #[unsafe(no_mangle)]
 pub unsafe extern "C" fn execvpe(file: *const c_char, argv: *const *const c_char, envp: *const *const c_char) -> c_int {
-    static REAL: AtomicUsize = AtomicUsize::new(0);
-    marked(glibc_function(c"execvpe", &REAL), |real| {
+    marked(real(c"execvpe", &REAL_EXECVPE), |real| {
         // SAFETY: the C library's execvpe, with the caller's arguments.
         unsafe { std::mem::transmute::<usize, ExecveFn>(real)(file, argv, envp) }
     })
@@ -94,8 +130,7 @@ pub unsafe extern "C" fn execvpe(file: *const c_char, argv: *const *const c_char
 /// As the C library's `fexecve`.
 #[unsafe(no_mangle)]
 pub unsafe extern "C" fn fexecve(fd: c_int, argv: *const *const c_char, envp: *const *const c_char) -> c_int {
-    static REAL: AtomicUsize = AtomicUsize::new(0);
-    marked(glibc_function(c"fexecve", &REAL), |real| {
+    marked(real(c"fexecve", &REAL_FEXECVE), |real| {
         // SAFETY: the C library's fexecve, with the caller's arguments.
         unsafe { std::mem::transmute::<usize, FexecveFn>(real)(fd, argv, envp) }
     })

@@ -176,7 +176,9 @@ fn grow_locked(target: usize) -> Result<*mut RawRecord, i32> {
         }
         let offset = chunk_offset(next as u64, ring);
         reserve(fd, offset, CHUNK_BYTES as u64)?;
-        let base = map(fd, next, offset as usize)?;
+        // At its place's address: a later lap maps over an earlier one, so
+        // mappings never pile up however long the process runs.
+        let base = map(fd, next % ring as usize, offset as usize, next > 0)?;
         MAPPED.store(next + 1, Ordering::Release);
         CHUNKS[next % MAX_CHUNKS].store(base, Ordering::Release);
         tombstone_chunk(next);
@@ -213,8 +215,8 @@ fn segment_address(chunk: usize) -> Option<*mut u8> {
     Some(unsafe { base.add((chunk % SEGMENT_CHUNKS) * CHUNK_BYTES) })
 }
 
-fn map(fd: i32, chunk: usize, offset: usize) -> Result<*mut RawRecord, i32> {
-    let (address, fixed) = match segment_address(chunk) {
+fn map(fd: i32, place: usize, offset: usize, populate: bool) -> Result<*mut RawRecord, i32> {
+    let (address, fixed) = match segment_address(place) {
         Some(address) => (address.cast(), libc::MAP_FIXED),
         None => (std::ptr::null_mut(), 0),
     };
@@ -240,7 +242,7 @@ fn map(fd: i32, chunk: usize, offset: usize) -> Result<*mut RawRecord, i32> {
     // chunk faults in page by page, so that a process with few events does
     // not hold a megabyte for them. A kernel without MADV_POPULATE_WRITE
     // (before 5.14) says EINVAL, and the pages fault in one by one.
-    if chunk > 0 {
+    if populate {
         // SAFETY: advice on our own mapping, whose blocks are reserved on disk.
         unsafe { libc::madvise(base, CHUNK_BYTES, libc::MADV_POPULATE_WRITE) };
     }

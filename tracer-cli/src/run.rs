@@ -99,44 +99,40 @@ fn spawn(mut command: Command, program: &OsString) -> Result<Child, Failure> {
     })
 }
 
-/// Makes cudatrace the reaper of the command's orphans: a daemon the command
-/// leaves behind (a double fork) becomes cudatrace's child, so that
-/// cudatrace knows it lives, waits for it, and sees how it ends.
-fn become_subreaper() {
-    // SAFETY: a flag on our own process.
-    unsafe { libc::prctl(libc::PR_SET_CHILD_SUBREAPER, 1, 0, 0, 0) };
+/// Whether any process still runs with this run's spool folder in its
+/// environment: the command's descendants, a daemon it left behind
+/// included (orphans are not cudatrace's children, and must not become
+/// them: a program may watch its parent). Processes whose environment this
+/// user cannot read are not ours.
+fn descendants_alive(run_dir: &Path) -> bool {
+    let mut needle = b"CUDATRACE_DIR=".to_vec();
+    needle.extend_from_slice(run_dir.as_os_str().as_encoded_bytes());
+    needle.push(0);
+    let Ok(entries) = std::fs::read_dir("/proc") else {
+        return false;
+    };
+    let me = std::process::id();
+    entries.flatten().any(|entry| {
+        let Some(pid) = entry.file_name().to_str().and_then(|name| name.parse::<u32>().ok()) else {
+            return false;
+        };
+        pid != me
+            && std::fs::read(format!("/proc/{pid}/environ"))
+                .is_ok_and(|environ| environ.windows(needle.len()).any(|window| window == needle.as_slice()))
+    })
 }
 
-/// After the command exits, waits up to `grace` for its orphaned
-/// descendants (cudatrace's children now), recording how each ended;
-/// `true` if some are still running then.
-fn wait_for_descendants(collector: &Collector, grace: Duration) -> bool {
+/// After the command exits, waits up to `grace` for its descendants still
+/// running; `true` if some still run then.
+fn wait_for_descendants(run_dir: &Path, grace: Duration) -> bool {
     let deadline = std::time::Instant::now() + grace;
-    loop {
-        let mut status = 0;
-        // SAFETY: a valid out-pointer; WNOHANG never blocks.
-        let pid = unsafe { libc::waitpid(-1, &mut status, libc::WNOHANG) };
-        if pid > 0 {
-            let code = if libc::WIFEXITED(status) {
-                libc::WEXITSTATUS(status)
-            } else {
-                128 + libc::WTERMSIG(status)
-            };
-            collector.record_exit(pid as u32, code, monotonic_ns());
-            continue;
-        }
-        if pid < 0 {
-            if std::io::Error::last_os_error().raw_os_error() == Some(libc::EINTR) {
-                continue;
-            }
-            // ECHILD: no descendant is left.
-            return false;
-        }
+    while descendants_alive(run_dir) {
         if std::time::Instant::now() >= deadline {
             return true;
         }
-        std::thread::sleep(Duration::from_millis(10));
+        std::thread::sleep(Duration::from_millis(20));
     }
+    false
 }
 
 /// Waits for the command; its exit code, 128 + N for signal N.
@@ -206,7 +202,6 @@ pub fn run(args: RunArgs) -> Result<u8, Failure> {
     }
     // The device's usage without the program, read before it starts.
     let nvml = crate::collector::start_nvml();
-    become_subreaper();
     let mut child = match spawn(command, &program) {
         Ok(child) => child,
         Err(failure) => {
@@ -248,7 +243,7 @@ pub fn run(args: RunArgs) -> Result<u8, Failure> {
     collector.hold(pid);
     let code = wait(&mut child)?;
     collector.record_exit(pid, i32::from(code), monotonic_ns());
-    let lingering = wait_for_descendants(&collector, GRACE);
+    let lingering = wait_for_descendants(&run_dir, GRACE);
     if lingering {
         say(&format!(
             "cudatrace: descendants of the command are still running; the spool folder {} is kept for them: `cudatrace collect {}` once they are done adds what they record",

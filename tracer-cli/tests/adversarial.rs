@@ -549,7 +549,7 @@ fn run_waits_for_a_daemon_that_records_after_the_command_exits() {
     assert_eq!(report["lost_events"], 0);
     let p = process(&report, daemon);
     assert_eq!(p["events"], 2, "{p}");
-    // cudatrace reaped it: its status is known.
+    // Its status, from its own exit().
     assert_eq!(p["exit_status"], 4, "{p}");
 }
 

@@ -191,6 +191,8 @@ pub struct SpoolHeaderInfo {
     pub released_records: u64,
     /// Chunk places in the file ([`crate::layout::chunk_offset`]).
     pub ring_chunks: u32,
+    /// Chunks whose place the collector has emptied for reuse.
+    pub punched_chunks: u32,
     /// Sequence numbers handed out so far.
     pub reserved_seqs: u64,
 }
@@ -250,6 +252,7 @@ pub fn parse_header(bytes: &[u8]) -> Result<SpoolHeaderInfo, SpoolError> {
         drop_errno: (drop_errno != 0).then_some(drop_errno),
         released_records: u64::from(u32_at(offset_of!(SpoolHeader, released_chunks))) * CHUNK_RECORDS as u64,
         ring_chunks: u32_at(offset_of!(SpoolHeader, ring_chunks)).max(1),
+        punched_chunks: u32_at(offset_of!(SpoolHeader, punched_chunks)),
         reserved_seqs: u64_at(offset_of!(SpoolHeader, reserved_seqs)),
     })
 }

@@ -176,11 +176,16 @@ impl SlotSource for SpoolFile {
     fn slot_count(&mut self) -> Result<u64, SpoolError> {
         let length = self.file.metadata().map_err(SpoolError::Io)?.len();
         let linear = length.saturating_sub(HEADER_SIZE as u64) / RECORD_SIZE as u64;
-        // Once every place of the ring exists, any sequence number handed
-        // out has its slot inside the file.
+        // Once every place of the ring exists, the slots that may be read
+        // are those of the chunks whose place is theirs: up to `ring` past
+        // the chunks whose places were emptied. Further places still hold
+        // an earlier lap's records, which must be neither read as damage
+        // nor mapped (the collector will punch them).
         let ring_bytes = u64::from(self.ring_chunks) * CHUNK_BYTES as u64;
         if length >= HEADER_SIZE as u64 + ring_bytes {
-            Ok(linear.max(self.header().reserved_seqs))
+            let header = self.header();
+            let placed = (u64::from(header.punched_chunks) + u64::from(self.ring_chunks)) * CHUNK_RECORDS as u64;
+            Ok(linear.max(header.reserved_seqs.min(placed)))
         } else {
             Ok(linear)
         }

@@ -791,7 +791,7 @@ int main(int argc, char **argv) {
                 check("cudaFree", cudaFree(q));
                 printf("daemon %d\n", getpid());
                 fflush(stdout);
-                _exit(4);
+                exit(4);
             }
             _exit(0);
         }
@@ -808,7 +808,9 @@ int main(int argc, char **argv) {
         check("cudaMalloc", cudaMalloc(&p, 2000));
         fflush(stdout);
         char *const sh_argv[] = {"sh", "-c", "exit 7", NULL};
-        execv("/bin/sh", sh_argv);
+        extern char **environ;
+        execvpe("sh", sh_argv, environ); /* found on PATH */
+        printf("execvpe failed: %s\n", strerror(errno));
         return 15;
     } else if (!strcmp(name, "exec-child")) {
         void *p;
