@@ -512,16 +512,7 @@ fn a_later_collector_never_truncates_a_finished_trace() {
     let dir = scratch_dir("late-collector");
     let trace = dir.join("tree.trace");
     let plain_tree = || {
-        let output = Command::new(fake_cuda::program("scenarios"))
-            .arg("runtime")
-            .env("LD_LIBRARY_PATH", fake_cuda::library_dir())
-            .env("LD_PRELOAD", tracer_library())
-            .env_remove("CUDATRACE_DIR")
-            .env("CUDATRACE_OUT", &trace)
-            .env("CUDATRACE_CLI", cli())
-            .env("TMPDIR", &dir)
-            .output()
-            .unwrap();
+        let output = plain_preload_scenario("runtime", &trace, &dir);
         assert!(output.status.success(), "{}", stderr(&output));
     };
     plain_tree();

@@ -194,16 +194,7 @@ fn a_signal_sent_to_cudatrace_reaches_the_command_and_the_trace_is_finished() {
 fn plain_ld_preload_writes_a_trace_for_the_tree_root() {
     let dir = scratch_dir("plain");
     let trace = dir.join("plain.trace");
-    let output = Command::new(fake_cuda::program("scenarios"))
-        .arg("tree")
-        .env("LD_LIBRARY_PATH", fake_cuda::library_dir())
-        .env("LD_PRELOAD", tracer_library())
-        .env_remove("CUDATRACE_DIR")
-        .env("CUDATRACE_OUT", &trace)
-        .env("CUDATRACE_CLI", cli())
-        .env("TMPDIR", &dir)
-        .output()
-        .unwrap();
+    let output = plain_preload_scenario("tree", &trace, &dir);
     assert!(output.status.success());
     // The collector runs on in the background until the tree is gone.
     let deadline = Instant::now() + Duration::from_secs(30);

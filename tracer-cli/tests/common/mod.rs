@@ -195,3 +195,18 @@ pub fn on_small_disk(dir: &Path, size: &str, command: &Command) -> Command {
     }
     wrapped
 }
+
+/// A scenario run as a plain `LD_PRELOAD` tree (no `cudatrace run`): its
+/// root starts a collector that writes `trace`, with spools under `tmpdir`.
+pub fn plain_preload_scenario(scenario: &str, trace: &Path, tmpdir: &Path) -> Output {
+    Command::new(fake_cuda::program("scenarios"))
+        .arg(scenario)
+        .env("LD_LIBRARY_PATH", fake_cuda::library_dir())
+        .env("LD_PRELOAD", tracer_library())
+        .env_remove("CUDATRACE_DIR")
+        .env("CUDATRACE_OUT", trace)
+        .env("CUDATRACE_CLI", cli())
+        .env("TMPDIR", tmpdir)
+        .output()
+        .unwrap()
+}
