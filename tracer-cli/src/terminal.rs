@@ -84,7 +84,14 @@ pub fn parse_error(error: &clap::Error) -> ExitCode {
                 .collect();
             let message = message.join(" ");
             let message = message.strip_prefix("error: ").unwrap_or(&message);
-            say(&format!("cudatrace: {message} (see --help)"));
+            // Clap's tip ("a similar subcommand exists: 'report'") comes in a
+            // paragraph of its own: kept, on the same line.
+            let tips: Vec<&str> = rendered
+                .lines()
+                .filter_map(|line| line.trim().strip_prefix("tip: "))
+                .collect();
+            let tips: String = tips.iter().map(|tip| format!("; {tip}")).collect();
+            say(&format!("cudatrace: {message}{tips} (see --help)"));
             ExitCode::from(2)
         }
     }

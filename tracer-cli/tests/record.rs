@@ -321,6 +321,14 @@ fn bad_input_gets_one_line_and_a_non_zero_exit() {
             "cannot read",
         ),
         (vec!["launch".into()], "unrecognized subcommand 'launch' (see --help)"),
+        (
+            vec!["reprot".into()],
+            "unrecognized subcommand 'reprot'; a similar subcommand exists: 'report' (see --help)",
+        ),
+        (
+            vec!["report".into(), "--jsn".into(), "t.trace".into()],
+            "unexpected argument '--jsn' found; a similar argument exists: '--json' (see --help)",
+        ),
     ];
     for (args, message) in cases {
         let output = Command::new(cli()).args(&args).output().unwrap();
