@@ -84,11 +84,12 @@ pub fn parse_error(error: &clap::Error) -> ExitCode {
                 .collect();
             let message = message.join(" ");
             let message = message.strip_prefix("error: ").unwrap_or(&message);
-            // Clap's tip ("a similar subcommand exists: 'report'") comes in a
-            // paragraph of its own: kept, on the same line.
+            // Clap's tip naming what was meant ("a similar subcommand exists:
+            // 'report'") comes in a paragraph of its own: kept, on the same line.
             let tips: Vec<&str> = rendered
                 .lines()
                 .filter_map(|line| line.trim().strip_prefix("tip: "))
+                .filter(|tip| tip.contains("similar"))
                 .collect();
             let tips: String = tips.iter().map(|tip| format!("; {tip}")).collect();
             say(&format!("cudatrace: {message}{tips} (see --help)"));
