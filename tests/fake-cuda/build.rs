@@ -41,6 +41,7 @@ fn main() {
         "graph_capture.c",
         "device_switch.c",
         "context_reset.c",
+        "cuda_types.h",
     ] {
         println!("cargo:rerun-if-changed=c/{file}");
     }

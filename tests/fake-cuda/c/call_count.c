@@ -20,16 +20,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 
-typedef unsigned long long CUdeviceptr;
-typedef struct { int type; int id; } CUmemLocation;
-typedef struct {
-    int allocType, handleTypes;
-    CUmemLocation location;
-    void *win32SecurityAttributes;
-    size_t maxSize;
-    unsigned short usage;
-    unsigned char reserved[54];
-} CUmemPoolProps;
+#include "cuda_types.h"
 
 int cuInit(unsigned);
 int cuCtxSetCurrent(void *);

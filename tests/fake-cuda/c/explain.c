@@ -13,25 +13,10 @@
 #include <unistd.h>
 
 typedef int CUresult;
-typedef unsigned long long CUdeviceptr;
+#include "cuda_types.h"
 typedef void *CUcontext;
 typedef void *CUmodule;
 typedef void *CUfunction;
-typedef struct { int type, id; } CUmemLocation;
-typedef struct {
-    int allocType, handleTypes;
-    CUmemLocation location;
-    void *win32SecurityAttributes;
-    size_t maxSize;
-    unsigned short usage;
-    unsigned char reserved[54];
-} CUmemPoolProps;
-typedef struct {
-    CUmemPoolProps poolProps;
-    const void *accessDescs;
-    size_t accessDescCount, bytesize;
-    CUdeviceptr dptr;
-} CUDA_MEM_ALLOC_NODE_PARAMS;
 
 CUresult cuInit(unsigned);
 CUresult cuDevicePrimaryCtxRetain(CUcontext *, int);

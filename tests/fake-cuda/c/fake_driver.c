@@ -55,7 +55,7 @@
 #include <unistd.h>
 
 typedef int CUresult;
-typedef unsigned long long CUdeviceptr;
+#include "cuda_types.h"
 typedef unsigned int CUdeviceptr_v1;
 typedef int CUdevice;
 typedef void *CUcontext;
@@ -65,7 +65,6 @@ typedef void *CUarray;
 typedef void *CUmipmappedArray;
 typedef unsigned long long CUmemGenericAllocationHandle;
 typedef struct { char reserved[64]; } CUipcMemHandle;
-typedef struct { int type; int id; } CUmemLocation;
 typedef struct {
     int type;
     int requestedHandleTypes;
@@ -624,20 +623,6 @@ typedef void *CUlibrary;
 typedef void *CUgraph;
 typedef void *CUgraphNode;
 typedef struct { unsigned char bytes[16]; } CUuuid;
-typedef struct {
-    int allocType, handleTypes;
-    CUmemLocation location;
-    void *win32SecurityAttributes;
-    size_t maxSize;
-    unsigned short usage;
-    unsigned char reserved[54];
-} CUmemPoolProps;
-typedef struct {
-    CUmemPoolProps poolProps;
-    const void *accessDescs;
-    size_t accessDescCount, bytesize;
-    CUdeviceptr dptr;
-} CUDA_MEM_ALLOC_NODE_PARAMS;
 
 static size_t limits[MAX_DEVICES][3];
 static int limits_set[MAX_DEVICES];
