@@ -28,10 +28,6 @@ fn output_within_20_seconds(command: &mut Command) -> Output {
     child.wait_with_output().unwrap()
 }
 
-fn stderr(output: &Output) -> String {
-    String::from_utf8_lossy(&output.stderr).into_owned()
-}
-
 /// A finished trace of a small scenario.
 fn small_trace(label: &str) -> PathBuf {
     let (output, trace) = run_scenario(label, "runtime", &[]);
@@ -531,10 +527,7 @@ fn a_later_collector_never_truncates_a_finished_trace() {
 fn run_waits_for_a_daemon_that_records_after_the_command_exits() {
     let (output, trace) = run_scenario("late-daemon", "late-daemon", &[]);
     assert_eq!(output.status.code(), Some(0), "{}", stderr(&output));
-    let daemon: u32 = String::from_utf8_lossy(&output.stdout)
-        .lines()
-        .find_map(|line| line.strip_prefix("daemon ")?.parse().ok())
-        .unwrap_or_else(|| panic!("no daemon line: {}", stdout(&output)));
+    let daemon: u32 = field(&stdout(&output), "daemon", 0).parse().unwrap();
     let (report, _) = report_json(&trace);
     assert_eq!(report["complete"], true);
     assert_eq!(report["lost_events"], 0);
@@ -566,11 +559,7 @@ fn under_ulimit_f_the_spool_reuses_the_space_given_back_and_stays_within_the_lim
     let output = limited.output().unwrap();
     assert_eq!(output.status.code(), Some(0), "{}", stderr(&output));
     let text = String::from_utf8_lossy(&output.stdout);
-    let value = |key: &str| -> u64 {
-        text.lines()
-            .find_map(|line| line.strip_prefix(key)?.trim().parse().ok())
-            .unwrap_or_else(|| panic!("no {key} in {text}"))
-    };
+    let value = |key: &str| -> u64 { field(&text, key.trim_end(), 0).parse().unwrap() };
     assert_eq!(value("ring "), 4);
     assert!(
         value("spool bytes ") <= (HEADER_SIZE + 4 * CHUNK_BYTES) as u64,

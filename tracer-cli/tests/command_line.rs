@@ -10,10 +10,6 @@ use serde_json::json;
 use std::path::Path;
 use std::process::{Command, Output, Stdio};
 
-fn stderr(output: &Output) -> String {
-    String::from_utf8_lossy(&output.stderr).into_owned()
-}
-
 /// `cudatrace run -o TRACE -- touch MARKER`: whether the command ran shows in MARKER.
 fn run_touching(trace: &Path, marker: &Path) -> Command {
     let mut command = cudatrace_run();

@@ -8,7 +8,7 @@ mod common;
 use common::*;
 use serde_json::{json, Value};
 use std::path::{Path, PathBuf};
-use std::process::{Command, Output, Stdio};
+use std::process::{Command, Stdio};
 use std::time::{Duration, Instant};
 
 /// Device bytes for the fake driver: enough for every loop.
@@ -32,10 +32,6 @@ fn exact(stdout: &str, exit_status: i32) -> Value {
         "live_bytes_at_exit": live,
         "exit_status": exit_status,
     })
-}
-
-fn stderr(output: &Output) -> String {
-    String::from_utf8_lossy(&output.stderr).into_owned()
 }
 
 /// `cudatrace run [options] -o DIR/run.trace -- PROGRAM...` in a fresh folder.
@@ -178,11 +174,7 @@ fn recording_resumes_once_the_collector_gives_spool_space_back() {
     let output = on_small_disk(&spools, "2m", &command).output().unwrap();
     assert_eq!(output.status.code(), Some(0), "{}", stderr(&output));
     let text = String::from_utf8_lossy(&output.stdout);
-    let value = |key: &str| -> u64 {
-        text.lines()
-            .find_map(|line| line.strip_prefix(key)?.trim().parse().ok())
-            .unwrap_or_else(|| panic!("no {key} in {text}"))
-    };
+    let value = |key: &str| -> u64 { field(&text, key.trim_end(), 0).parse().unwrap() };
     let (allocations, frees, waits) = (value("allocations "), value("frees "), value("waits "));
     assert_eq!((allocations, frees), (40_001, 40_001));
     let (report, _) = report_json(&trace);

@@ -105,6 +105,10 @@ pub fn stdout(output: &Output) -> String {
     String::from_utf8_lossy(&output.stdout).into_owned()
 }
 
+pub fn stderr(output: &Output) -> String {
+    String::from_utf8_lossy(&output.stderr).into_owned()
+}
+
 pub fn process(report: &Value, pid: u32) -> &Value {
     report["processes"]
         .as_array()
