@@ -10,6 +10,7 @@
 //! replace the calling image and are left alone.
 
 use crate::spool::writer;
+use crate::sys::tracing_switch::guarded;
 use std::ffi::{c_char, c_int, CStr};
 use std::sync::atomic::{AtomicUsize, Ordering};
 
@@ -58,21 +59,18 @@ fn real(name: &CStr, cache: &AtomicUsize) -> usize {
     }
 }
 
-/// Runs the real call between the mark and its withdrawal, keeping the
-/// call's `errno`. With no real function, fails as the C library would.
+/// Runs the real call between the mark and its withdrawal (each guarded,
+/// like every hook's bookkeeping), keeping the call's `errno`. With no real function, fails as the C library would.
 fn marked(real: usize, call: impl FnOnce(usize) -> c_int) -> c_int {
     if real == 0 {
         // SAFETY: the thread's errno.
         unsafe { *libc::__errno_location() = libc::ENOSYS };
         return -1;
     }
-    writer::note_exec(true);
+    guarded(|| writer::note_exec(true));
     let result = call(real);
-    // SAFETY: the thread's errno, kept across the withdrawal.
-    let errno = unsafe { *libc::__errno_location() };
-    writer::note_exec(false);
-    // SAFETY: as above.
-    unsafe { *libc::__errno_location() = errno };
+    // `guarded` keeps the call's errno across the withdrawal.
+    guarded(|| writer::note_exec(false));
     result
 }
 

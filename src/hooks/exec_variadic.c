@@ -25,25 +25,20 @@ static size_t count_arguments(const char *arg, va_list args) {
         argv[count] = NULL;                                                     \
     } while (0)
 
-int execl(const char *path, const char *arg, ...) {
-    va_list args;
-    va_start(args, arg);
-    size_t count = count_arguments(arg, args);
-    const char *argv[count + 1];
-    GATHER(argv, count, arg, args);
-    va_end(args);
-    return execv(path, (char *const *)argv);
-}
+/* execl and execlp: the arguments gathered, then execv or execvp. */
+#define EXEC_WITH_LIST(name, with_vector)                        \
+    int name(const char *file, const char *arg, ...) {          \
+        va_list args;                                            \
+        va_start(args, arg);                                     \
+        size_t count = count_arguments(arg, args);               \
+        const char *argv[count + 1];                             \
+        GATHER(argv, count, arg, args);                          \
+        va_end(args);                                            \
+        return with_vector(file, (char *const *)argv);           \
+    }
 
-int execlp(const char *file, const char *arg, ...) {
-    va_list args;
-    va_start(args, arg);
-    size_t count = count_arguments(arg, args);
-    const char *argv[count + 1];
-    GATHER(argv, count, arg, args);
-    va_end(args);
-    return execvp(file, (char *const *)argv);
-}
+EXEC_WITH_LIST(execl, execv)
+EXEC_WITH_LIST(execlp, execvp)
 
 int execle(const char *path, const char *arg, ...) {
     va_list args;

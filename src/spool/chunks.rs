@@ -23,6 +23,7 @@
 use crate::spool::spool_file;
 use crate::sys::clock::monotonic_ns;
 use crate::sys::lazy_mapping::LazyMapping;
+use crate::sys::thread::last_errno;
 use cudatrace_events::layout::{
     chunk_offset, commit_word, CHUNK_BYTES, CHUNK_RECORDS, DROPPED_OP, HEADER_SIZE, MAX_RING_CHUNKS,
 };
@@ -100,10 +101,6 @@ pub fn ring_chunks() -> u32 {
 /// Watches the header's count of emptied places (the collector writes it).
 pub fn watch_punched(counter: &'static AtomicU32) {
     PUNCHED.store(std::ptr::from_ref(counter).cast_mut(), Ordering::Release);
-}
-
-fn errno() -> i32 {
-    std::io::Error::last_os_error().raw_os_error().unwrap_or(libc::EIO)
 }
 
 /// The slot of sequence number `seq`, mapping chunks up to it if needed;
@@ -233,7 +230,7 @@ fn map(fd: i32, place: usize, offset: usize, populate: bool) -> Result<*mut RawR
         )
     };
     if base == libc::MAP_FAILED {
-        return Err(errno());
+        return Err(last_errno());
     }
     // From the second chunk on (a process that has made 16,384 records will
     // make more), fault every page in, writable, now, in one call: one page
@@ -269,7 +266,7 @@ pub fn reserve(fd: i32, offset: u64, length: u64) -> Result<(), i32> {
         if unsafe { libc::fallocate(fd, 0, offset as libc::off_t, length as libc::off_t) } == 0 {
             return Ok(());
         }
-        match errno() {
+        match last_errno() {
             libc::EINTR => continue,
             libc::EOPNOTSUPP => return reserve_by_writing(fd, offset, length),
             other => return Err(other),
@@ -287,8 +284,8 @@ fn reserve_by_writing(fd: i32, offset: u64, length: u64) -> Result<(), i32> {
         let written = unsafe { libc::pwrite(fd, ZEROS.as_ptr().cast(), piece, at as libc::off_t) };
         match written {
             n if n > 0 => at += n as u64,
-            _ if errno() == libc::EINTR => {}
-            _ => return Err(errno()),
+            _ if last_errno() == libc::EINTR => {}
+            _ => return Err(last_errno()),
         }
     }
     Ok(())

@@ -11,6 +11,7 @@
 //! else nothing more is stored, and the records are counted as dropped.
 //! The program's descriptor is never closed or touched.
 
+use crate::sys::thread::last_errno;
 use std::ffi::CString;
 use std::sync::atomic::{AtomicI32, AtomicPtr, AtomicU64, Ordering};
 
@@ -26,10 +27,6 @@ fn identity(fd: i32) -> Option<(u64, u64)> {
     let mut stat: libc::stat = unsafe { std::mem::zeroed() };
     // SAFETY: fstat only writes into `stat`.
     (unsafe { libc::fstat(fd, &mut stat) } == 0).then_some((stat.st_dev, stat.st_ino))
-}
-
-fn errno() -> i32 {
-    std::io::Error::last_os_error().raw_os_error().unwrap_or(libc::EIO)
 }
 
 /// Takes `fd`, just created at `path`, as the spool. `false` if it cannot
@@ -71,7 +68,7 @@ pub fn checked() -> Result<i32, i32> {
     // SAFETY: a NUL-terminated path, leaked and never freed.
     let reopened = unsafe { libc::open(path, libc::O_RDWR | libc::O_CLOEXEC) };
     if reopened < 0 {
-        return Err(errno());
+        return Err(last_errno());
     }
     if identity(reopened) != Some(saved) {
         // Another file at the spool's path: not ours to write.

@@ -23,6 +23,7 @@ use crate::spool::chunks as spool_chunks;
 use crate::spool::spool_file;
 use crate::spool::tree_root;
 use crate::sys::clock::{monotonic_ns, realtime_ns};
+use crate::sys::thread::last_errno;
 use cudatrace_events::layout::{
     commit_word, CHUNK_RECORDS, CMDLINE_CAPACITY, HEADER_SIZE, RECORD_SIZE, SPOOL_MAGIC, SPOOL_VERSION,
 };
@@ -186,10 +187,6 @@ pub fn is_open() -> bool {
     STATE.load(Ordering::SeqCst) == OPEN
 }
 
-fn errno() -> i32 {
-    std::io::Error::last_os_error().raw_os_error().unwrap_or(libc::EIO)
-}
-
 #[inline]
 fn ensure_open() -> bool {
     match STATE.load(Ordering::Acquire) {
@@ -238,7 +235,7 @@ fn create_file(directory: &std::path::Path, pid: u32) -> Option<(i32, std::ffi::
         if fd >= 0 {
             return Some((fd, c_path));
         }
-        if errno() != libc::EEXIST {
+        if last_errno() != libc::EEXIST {
             return None;
         }
     }

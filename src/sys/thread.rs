@@ -44,3 +44,9 @@ pub fn current_tid() -> u32 {
         // SAFETY: gettid has no preconditions.
         .unwrap_or_else(|_| unsafe { libc::gettid() } as u32)
 }
+
+/// The calling thread's `errno` after a failed system call (`EIO` if none
+/// can be read), for the spool's counts of dropped records.
+pub fn last_errno() -> i32 {
+    std::io::Error::last_os_error().raw_os_error().unwrap_or(libc::EIO)
+}
