@@ -487,22 +487,6 @@ fn a_trace_with_a_20_gib_hole_in_the_middle_names_its_damage_in_every_output() {
     }
 }
 
-/// Waits up to 30 s for a finished trace at `path` (a detached collector
-/// writes it in the background).
-fn finished_trace(path: &Path) -> serde_json::Value {
-    let deadline = Instant::now() + Duration::from_secs(30);
-    loop {
-        if path.exists() {
-            let (report, _) = report_json(path);
-            if report["complete"] == true {
-                return report;
-            }
-        }
-        assert!(Instant::now() < deadline, "no finished trace at {}", path.display());
-        std::thread::sleep(Duration::from_millis(100));
-    }
-}
-
 #[test]
 fn a_later_collector_never_truncates_a_finished_trace() {
     let dir = scratch_dir("late-collector");
@@ -544,19 +528,9 @@ fn under_ulimit_f_the_spool_reuses_the_space_given_back_and_stays_within_the_lim
     let limit = 8 << 20;
     let (mut command, trace) = run_command("ulimit-f", "space-back", &[]);
     command.arg("200000").env("CUDATRACE_SAMPLES", "0");
-    let mut limited = Command::new("prlimit");
-    limited
-        .arg(format!("--fsize={limit}"))
-        .arg("--")
-        .arg(command.get_program())
-        .args(command.get_args());
-    for (key, value) in command.get_envs() {
-        match value {
-            Some(value) => limited.env(key, value),
-            None => limited.env_remove(key),
-        };
-    }
-    let output = limited.output().unwrap();
+    let output = wrapped(&["prlimit", &format!("--fsize={limit}"), "--"], &command)
+        .output()
+        .unwrap();
     assert_eq!(output.status.code(), Some(0), "{}", stderr(&output));
     let text = String::from_utf8_lossy(&output.stdout);
     let value = |key: &str| -> u64 { field(&text, key.trim_end(), 0).parse().unwrap() };

@@ -197,17 +197,7 @@ fn plain_ld_preload_writes_a_trace_for_the_tree_root() {
     let output = plain_preload_scenario("tree", &trace, &dir);
     assert!(output.status.success());
     // The collector runs on in the background until the tree is gone.
-    let deadline = Instant::now() + Duration::from_secs(30);
-    let report = loop {
-        if trace.exists() {
-            let (report, _) = report_json(&trace);
-            if report["complete"] == true {
-                break report;
-            }
-        }
-        assert!(Instant::now() < deadline, "no finished trace at {}", trace.display());
-        std::thread::sleep(Duration::from_millis(100));
-    };
+    let report = finished_trace(&trace);
     // The root is not the collector's child: its status comes from its own exit().
     assert_tree(&report, &stdout(&output), Some(0));
     let spool_parent = dir.join(cudatrace_events::naming::user_folder_name(effective_uid()));

@@ -178,17 +178,27 @@ pub fn counts(report: &Value) -> Value {
 /// `command` in a mount namespace of its own, where a tmpfs of `size` is
 /// mounted on `dir`: a small disk that fills up, and vanishes afterwards.
 pub fn on_small_disk(dir: &Path, size: &str, command: &Command) -> Command {
-    let mut wrapped = Command::new("unshare");
-    wrapped
-        .args([
+    wrapped(
+        &[
+            "unshare",
             "-rm",
             "sh",
             "-c",
             r#"mount -t tmpfs -o size="$1" tmpfs "$2" && shift 2 && exec "$@""#,
             "sh",
             size,
-        ])
-        .arg(dir)
+            dir.to_str().unwrap(),
+        ],
+        command,
+    )
+}
+
+/// `command` run by a wrapper (`prefix` then the command's program and
+/// arguments), with the command's environment.
+pub fn wrapped(prefix: &[&str], command: &Command) -> Command {
+    let mut wrapped = Command::new(prefix[0]);
+    wrapped
+        .args(&prefix[1..])
         .arg(command.get_program())
         .args(command.get_args());
     for (key, value) in command.get_envs() {
@@ -198,6 +208,26 @@ pub fn on_small_disk(dir: &Path, size: &str, command: &Command) -> Command {
         };
     }
     wrapped
+}
+
+/// Waits up to 30 s for a finished trace at `path` (a detached collector
+/// writes it in the background); its report.
+pub fn finished_trace(path: &Path) -> Value {
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(30);
+    loop {
+        if path.exists() {
+            let (report, _) = report_json(path);
+            if report["complete"] == true {
+                return report;
+            }
+        }
+        assert!(
+            std::time::Instant::now() < deadline,
+            "no finished trace at {}",
+            path.display()
+        );
+        std::thread::sleep(std::time::Duration::from_millis(100));
+    }
 }
 
 /// A scenario run as a plain `LD_PRELOAD` tree (no `cudatrace run`): its
