@@ -274,19 +274,7 @@ pub fn capture(out: &mut [u64]) -> (usize, bool) {
                             seen => {
                                 let (next, observed) = step_with_framehop(unwinder, frame, &mut regs, cache, read);
                                 if let Some(observed) = observed.filter(|_| !learnt.is_empty()) {
-                                    let learnt_now = match (seen, observed) {
-                                        // Seen again with the frame pointer elsewhere: the
-                                        // step does not depend on it.
-                                        (
-                                            Some(Learnt::Tentative(step, distance)),
-                                            Learnt::Tentative(now, now_distance),
-                                        ) if step == now && distance != now_distance => Some(Learnt::Confirmed(step)),
-                                        (Some(Learnt::Tentative(..)), Learnt::Tentative(..)) => None,
-                                        (_, observed) => Some(observed),
-                                    };
-                                    if let Some(learnt_now) = learnt_now {
-                                        remember(learnt, key, address, learnt_now);
-                                    }
+                                    learn(learnt, key, address, seen, observed);
                                 }
                                 next
                             }
@@ -318,6 +306,24 @@ pub fn capture(out: &mut [u64]) -> (usize, bool) {
             }
         })
         .unwrap_or((0, false))
+}
+
+/// Remembers what framehop did from `address`, given what was remembered
+/// before (`seen`): a step seen twice with the frame pointer at different
+/// places does not depend on it, and is confirmed.
+fn learn(slots: &[LearntSlot], key: u64, address: u64, seen: Option<Learnt>, observed: Learnt) {
+    let learnt_now = match (seen, observed) {
+        (Some(Learnt::Tentative(step, distance)), Learnt::Tentative(now, now_distance))
+            if step == now && distance != now_distance =>
+        {
+            Some(Learnt::Confirmed(step))
+        }
+        (Some(Learnt::Tentative(..)), Learnt::Tentative(..)) => None,
+        (_, observed) => Some(observed),
+    };
+    if let Some(learnt_now) = learnt_now {
+        remember(slots, key, address, learnt_now);
+    }
 }
 
 /// framehop's rule cache, built on the heap.
