@@ -20,6 +20,9 @@ const SLOTS: usize = 1 << 20;
 const MAX_PROBES: usize = 4096;
 /// Spins waiting for another thread to finish publishing a slot it claimed.
 const MAX_WAIT_SPINS: u32 = 100_000;
+/// Then yields of the core, for a claimer that was preempted (rare: only
+/// when two threads meet a new node at once and one loses its core).
+const MAX_WAIT_YIELDS: u32 = 10_000;
 
 #[repr(C)]
 struct Slot {
@@ -81,11 +84,18 @@ pub fn intern(kind: u8, value: u64, parent: u32, offset: u32) -> Option<(u32, bo
         let mut spins = 0;
         let ready = loop {
             let ready = slot.ready.load(Ordering::Acquire);
-            if ready != 0 || spins == MAX_WAIT_SPINS {
+            if ready != 0 || spins == MAX_WAIT_SPINS + MAX_WAIT_YIELDS {
                 break ready;
             }
             spins += 1;
-            std::hint::spin_loop();
+            if spins < MAX_WAIT_SPINS {
+                std::hint::spin_loop();
+            } else {
+                // The claimer was preempted between its claim and its
+                // publication: give it the core rather than give up, which
+                // would intern the node again under a second id.
+                std::thread::yield_now();
+            }
         };
         if ready == u32::from(kind) + 1
             && slot.value.load(Ordering::Relaxed) == value
