@@ -2,7 +2,7 @@
 //! forks and when it exits, for every layer. No other module registers
 //! handlers; each layer only offers what these need.
 
-use crate::hooks::{dlopen_door, exec, launch, streams};
+use crate::hooks::{dlopen_door, exec, launch, streams, torch_allocator};
 use crate::record::{capture_state, devices, live_table, readings};
 use crate::spool::{tree_root, writer as spool_writer};
 use crate::stacks::{call_stack, module_map, python_frames};
@@ -30,6 +30,7 @@ extern "C" fn after_fork_in_child() {
     capture_state::forget_parent();
     launch::forget_parent();
     streams::forget_parent();
+    torch_allocator::forget_parent();
 }
 
 /// Right after this process's spool is created: the modules already loaded
@@ -63,9 +64,11 @@ extern "C" fn on_load() {
         tree_root::adopt_tree_if_root();
         tree_root::settle_spool_dir();
         call_stack::configure_from_environment();
+        torch_allocator::configure_from_environment();
         let _ = std::panic::catch_unwind(|| {
             python_frames::resolve();
             module_map::rebuild();
+            torch_allocator::resolve_if_loaded();
         });
     }
     // SAFETY: registering plain function pointers; the library is never unloaded.

@@ -49,5 +49,6 @@ extern "C" fn prepare() -> usize {
 pub fn catch_up() {
     if crate::stacks::module_map::refresh_if_stale() {
         crate::stacks::python_frames::resolve();
+        crate::hooks::torch_allocator::resolve_if_loaded();
     }
 }

@@ -6,11 +6,11 @@
 //! returns its result unchanged; the bookkeeping happens around the call.
 
 use crate::hooks::array_bytes::{array_bytes, mipmapped_array_bytes};
-use crate::hooks::dlopen_door;
 use crate::hooks::support::{read, real_or_fail};
+use crate::hooks::{dlopen_door, torch_allocator};
 use crate::record::live_table::Namespace;
 use crate::record::recorder::{self, free_starting, range_release_starting, range_returned, AddressRange, Allocation};
-use crate::record::{capture_state, devices, readings};
+use crate::record::{capture_state, devices, readings, tensors};
 use crate::spool::writer as spool_writer;
 use crate::sys::cuda_ffi::*;
 use crate::sys::tracing_switch::guarded;
@@ -108,7 +108,15 @@ fn allocation_returned(
                 stream: call.stream,
                 arg1: call.arg1,
             };
-            if !recorder::allocated(allocation) || device < 0 || kind == Kind::GraphAllocation {
+            if !recorder::allocated(allocation) {
+                return;
+            }
+            if call.namespace == Namespace::Device {
+                tensors::note_driver_memory(allocation.address, allocation.size);
+            }
+            // PyTorch's allocator is initialised by its first allocation.
+            torch_allocator::after_allocation();
+            if device < 0 || kind == Kind::GraphAllocation {
                 return;
             }
             if kind == Kind::Pool {
@@ -457,6 +465,9 @@ pub unsafe extern "C" fn cuMemMap(
         offset: offset as u64,
     };
     range_returned(result, None, range, || ptr);
+    if result == CUDA_SUCCESS {
+        tensors::note_driver_memory(ptr, size as u64);
+    }
     result
 }
 

@@ -9,7 +9,9 @@
 //! - `cuGetProcAddress` ([`proc_address`]), through which the runtime and
 //!   PyTorch obtain driver entry points;
 //! - the `exec` family ([`exec`]), so that an image that replaced itself is
-//!   not taken for one that exited.
+//!   not taken for one that exited;
+//! - PyTorch's caching allocator ([`torch_allocator`]), through a trace
+//!   tracker attached from inside the process: one record per tensor.
 
 pub mod array_bytes;
 pub mod context;
@@ -24,3 +26,4 @@ pub mod runtime;
 pub mod streams;
 mod support;
 pub mod table;
+pub mod torch_allocator;

@@ -8,3 +8,4 @@ pub mod devices;
 pub mod live_table;
 pub mod readings;
 pub mod recorder;
+pub mod tensors;

@@ -5,6 +5,8 @@
 
 pub mod clock;
 pub mod cuda_ffi;
+pub mod cxx_function;
+pub mod elf_symbols;
 pub mod lazy_mapping;
 pub mod loader;
 pub mod symbols;

@@ -42,6 +42,9 @@ fn main() {
         "device_switch.c",
         "context_reset.c",
         "cuda_types.h",
+        "fake_torch.cpp",
+        "fake_torch.map",
+        "torch_like.cpp",
     ] {
         println!("cargo:rerun-if-changed=c/{file}");
     }
@@ -237,5 +240,69 @@ fn main() {
             "-lcuda",
         ],
     );
+    build_torch(&out, &lib, &bin);
     println!("cargo:rustc-env=FAKE_CUDA_DIR={}", s(&out));
+}
+
+/// The fake `libc10_cuda.so` of PyTorch 2.11 and one of a layout no tracer
+/// knows, each in a package folder with its `version.py`, and `torch_like`.
+fn build_torch(out: &Path, lib: &Path, bin: &Path) {
+    let compiler = cc::Build::new().cpp(true).get_compiler();
+    let s = |p: &Path| p.to_str().unwrap().to_owned();
+    let c = Path::new("c");
+    let search = format!("-L{}", s(lib));
+    let exports = format!("-Wl,--version-script={}", s(&c.join("fake_torch.map")));
+    for (folder, version, layout) in [
+        ("torch211", "2.11.0+cu130", "-DFAKE_TORCH_2_11_LAYOUT"),
+        ("torch_other", "2.99.0", "-DFAKE_TORCH_OTHER_LAYOUT"),
+    ] {
+        let package = out.join(folder).join("torch");
+        std::fs::create_dir_all(package.join("lib")).unwrap();
+        compile(
+            &compiler,
+            &[
+                "-std=c++17",
+                "-D_GLIBCXX_USE_CXX11_ABI=1",
+                layout,
+                "-shared",
+                "-fPIC",
+                "-fvisibility=hidden",
+                "-Wl,-soname,libc10_cuda.so",
+                &exports,
+                &s(&c.join("fake_torch.cpp")),
+                "-o",
+                &s(&package.join("lib").join("libc10_cuda.so")),
+                &search,
+                // torch/lib/../../../lib: the fake runtime and driver.
+                "-Wl,-rpath,$ORIGIN/../../../lib",
+                "-lcudart",
+                // Loaded with it, so that the runtime's dlopen finds it.
+                "-Wl,--no-as-needed",
+                "-lcuda",
+                "-Wl,--as-needed",
+                "-lpthread",
+            ],
+        );
+        std::fs::write(
+            package.join("version.py"),
+            format!(
+                "from typing import Optional\n\n__all__ = ['__version__', 'debug', 'cuda', 'git_version', 'hip']\n\
+                 __version__ = '{version}'\ndebug = False\ncuda: Optional[str] = '13.0'\n\
+                 git_version = 'fake-cuda'\nhip: Optional[str] = None\n"
+            ),
+        )
+        .unwrap();
+    }
+    compile(
+        &compiler,
+        &[
+            "-std=c++17",
+            "-D_GLIBCXX_USE_CXX11_ABI=1",
+            &s(&c.join("torch_like.cpp")),
+            "-o",
+            &s(&bin.join("torch_like")),
+            "-ldl",
+            "-lpthread",
+        ],
+    );
 }

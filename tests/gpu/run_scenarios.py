@@ -726,6 +726,16 @@ def bootstrap_ratio(traced, plain, draws=4000, seed=7):
     return ratios[int(draws * 0.025)], ratios[int(draws * 0.975)]
 
 
+#: Traced variants of the ResNet cost runs: (stacks, tensors). The layers-
+#: and-cost goals are for tensor tracking off; the tensors issue's for on.
+TRACED_VARIANTS = {
+    "all": ("all", "off"),
+    "none": ("none", "off"),
+    "tensors-all": ("all", "on"),
+    "tensors-python": ("python", "on"),
+}
+
+
 def resnet_cost(args, label, environment, variants, goals, steps, rounds=10):
     """ResNet-50 bs32 training steps in `rounds` interleaved processes per
     variant; each variant's median step against plain's, with a 95%
@@ -738,8 +748,9 @@ def resnet_cost(args, label, environment, variants, goals, steps, rounds=10):
             out = os.path.join(workdir, "out.json")
             env = dict(os.environ, RESNET_STEPS=str(steps), **environment)
             argv = [sys.executable, script, out, "recorder" if name == "recorder" else "plain"]
-            if name in ("all", "none"):
-                argv = [args.cli, "run", "--preload", args.preload, "--stacks", name, "-o",
+            if name in TRACED_VARIANTS:
+                stacks, tensors = TRACED_VARIANTS[name]
+                argv = [args.cli, "run", "--preload", args.preload, "--stacks", stacks, "--tensors", tensors, "-o",
                         os.path.join(workdir, "t.trace"), "--"] + argv
             done = subprocess.run(argv, env=env, capture_output=True, text=True, timeout=args.timeout)
             if done.returncode != 0 or not os.path.exists(out):
@@ -805,6 +816,111 @@ def scenario_resnet_no_caching(args):
                        {"all": 10.0, "none": 3.0}, steps=12)
 
 
+EXAMPLES = os.path.join(os.path.dirname(os.path.dirname(HERE)), "examples")
+
+
+def snapshot_contents(pickle_path):
+    """(PyTorch segments as {(address, size)}, live blocks as {(address, size)},
+    counts of each trace action) of a snapshot pickle."""
+    import pickle
+    with open(pickle_path, "rb") as f:
+        snap = pickle.load(f)
+    segments = {(s["address"], s["total_size"]) for s in snap["segments"]}
+    live = {(b["address"], b["size"]) for s in snap["segments"] for b in s["blocks"] if b["state"] == "active_allocated"}
+    actions = collections.Counter(e["action"] for trace in snap["device_traces"] for e in trace)
+    return snap, segments, live, actions
+
+
+def tensor_parity(args, name, argv, env=None):
+    """Runs argv (which writes PyTorch's own snapshot to {torch}) under
+    `cudatrace run`, snapshots the trace and compares the two pickles."""
+    workdir = tempfile.mkdtemp(prefix=f"cudatrace-{name}-")
+    torch_pickle = os.path.join(workdir, "torch.pickle")
+    facts = os.path.join(workdir, "facts.json")
+    trace = os.path.join(workdir, "run.trace")
+    argv = [a.replace("{torch}", torch_pickle).replace("{facts}", facts) for a in argv]
+    done = subprocess.run([args.cli, "run", "--preload", args.preload, "-o", trace, "--"] + argv,
+                          env=dict(os.environ, **(env or {})), capture_output=True, text=True, timeout=args.timeout)
+    if done.returncode != 0:
+        return False, f"exit {done.returncode}: {done.stderr.strip().splitlines()[-3:]}", None
+    snap = subprocess.run([args.cli, "snapshot", trace, "-o", os.path.join(workdir, "ours")],
+                          capture_output=True, text=True)
+    pickles = snap.stdout.split()
+    if snap.returncode != 0 or not pickles:
+        return False, f"snapshot exit {snap.returncode}: {snap.stderr.strip()}", None
+    theirs, their_segments, their_live, their_actions = snapshot_contents(torch_pickle)
+    ours, our_segments, our_live, our_actions = snapshot_contents(pickles[0])
+    report = report_of(args, trace)
+    details, passed = [], True
+    missing = their_segments - our_segments
+    passed &= not missing
+    details.append(f"segments: PyTorch {len(their_segments)}, ours {len(our_segments)} "
+                   f"({len(our_segments - their_segments)} outside PyTorch), missing {len(missing)}")
+    # Outside PyTorch's segments each allocation is a block of its own.
+    starts = sorted(their_segments)
+    def in_theirs(block):
+        return any(a <= block[0] < a + size for a, size in starts)
+    ours_inside = {b for b in our_live if in_theirs(b)}
+    passed &= their_live == ours_inside
+    details.append(f"live blocks in PyTorch's segments: PyTorch {len(their_live)}, ours {len(ours_inside)}, "
+                   f"only PyTorch's {len(their_live - ours_inside)}, only ours {len(ours_inside - their_live)}; "
+                   f"outside them {len(our_live - ours_inside)}")
+    for action in ("alloc", "free_completed", "segment_alloc"):
+        a, b = their_actions.get(action, 0), our_actions.get(action, 0)
+        within = a > 0 and abs(a - b) <= 0.01 * a
+        if action != "segment_alloc":
+            passed &= within
+        details.append(f"{action}: PyTorch {a}, ours {b}")
+    place_flamegraph_standin()
+    for command in ("stats", "trace", "segments", "memory"):
+        ok, _, tail = viz(args, command, pickles[0])
+        passed &= ok
+        if not ok:
+            details.append(f"_memory_viz {command}: {tail}")
+    notes = ours.get("allocator_settings", {}).get("cudatrace_notes", [])
+    details.append("; ".join(n for n in notes if n.startswith("tensors") or "PyTorch's default" in n))
+    facts_data = json.load(open(facts)) if os.path.exists(facts) else None
+    shutil.rmtree(workdir, ignore_errors=True)
+    return passed, "; ".join(details), (report, facts_data)
+
+
+def scenario_tensor_parity_leak(args):
+    """Seed 000's leak (ResNet-50, zero_grad forgotten) with PyTorch's recorder
+    on in the same process: the same segments and live blocks, alloc and free
+    counts within 1%, and the report names the gradients' call site."""
+    passed, detail, extra = tensor_parity(args, "leak", [
+        sys.executable, os.path.join(EXAMPLES, "leak_zero_grad.py"), "--pytorch-snapshot", "{torch}", "--facts", "{facts}"])
+    if extra is None:
+        return passed, detail
+    report, facts = extra
+    main = next(p for p in report["processes"] if p["tensors"]["devices"])
+    sites = main["tensors"]["devices"][0]["live_at_exit_by_call_site"]
+    def in_backward(site):
+        # Gradients are made by backward ops on the autograd engine's threads.
+        # cuBLAS's workspace is made there too, on the first backward matmul.
+        functions = [f.get("function") or "" for f in site["stack"]]
+        return any("autograd::Engine" in f for f in functions) and not any("Workspace" in f for f in functions)
+
+    def op_name(site):
+        frame = next((f for f in site["stack"] if "_backward" in (f.get("function") or "")), None)
+        return (frame or {}).get("function", "?").split("(")[0][-50:]
+    grad_sites = [s for s in sites if in_backward(s)]
+    grad_bytes = sum(s["bytes"] for s in grad_sites)
+    named = bool(grad_sites) and grad_bytes == facts["gradient_bytes"]
+    return passed and named, (f"{detail}; gradients {facts['gradients']} of {facts['gradient_bytes']} B; "
+                              f"live-at-exit call sites in backward {len(grad_sites)} holding {grad_bytes} B, "
+                              f"largest {grad_sites[0]['bytes'] if grad_sites else 0} B at {op_name(grad_sites[0]) if grad_sites else '-'}")
+
+
+def scenario_resnet_tensors(args):
+    """The tensors issue's cost goal: ResNet-50 with the caching allocator,
+    tensors on with the default stacks (all) and with Python stacks, against
+    plain, with tensors off and PyTorch's recorder in the same table."""
+    return resnet_cost(args, "tensors, caching allocator", {},
+                       ["plain", "tensors-all", "tensors-python", "all", "recorder"],
+                       {"tensors-all": 5.0, "tensors-python": 3.0}, steps=30)
+
+
 SCENARIOS = [
     ("a torch caching allocator", scenario_torch_caching),
     ("b expandable segments", scenario_torch_expandable),
@@ -835,6 +951,8 @@ SCENARIOS = [
     ("R1 ResNet-50 cost: caching allocator", scenario_resnet_caching),
     ("R2 ResNet-50 cost: cudaMallocAsync backend", scenario_resnet_async),
     ("R3 ResNet-50 cost: no caching", scenario_resnet_no_caching),
+    ("T1 tensors: seed 000's leak, parity with PyTorch's recorder", scenario_tensor_parity_leak),
+    ("T2 tensors: ResNet-50 cost, caching allocator", scenario_resnet_tensors),
 ]
 
 #: Parts of the suite that run separately, each within 5 minutes on an H100.
@@ -845,6 +963,8 @@ PARTS = {
     "4": "z,R1",
     "5": "R2",
     "6": "R3",
+    "7": "T1",
+    "8": "T2",
 }
 
 

@@ -61,6 +61,11 @@ pub struct RunArgs {
     /// $CUDATRACE_MAX_DEPTH, else 64].
     #[arg(long, value_name = "N", value_parser = clap::value_parser!(u32).range(1..=256))]
     pub max_depth: Option<u32>,
+    /// Record PyTorch's tensors (the actions of its CUDA caching
+    /// allocator) in processes that use it [default: $CUDATRACE_TENSORS,
+    /// else on].
+    #[arg(long, value_enum, value_name = "ON_OFF")]
+    pub tensors: Option<Switch>,
     /// Leave kernel launches alone: their first launches (lazily loaded
     /// kernels) go unmeasured, and later ones cost nothing at all.
     #[arg(long)]
@@ -68,6 +73,25 @@ pub struct RunArgs {
     /// The command to run, and its arguments.
     #[arg(required = true, trailing_var_arg = true, value_name = "CMD")]
     pub command: Vec<OsString>,
+}
+
+/// On or off.
+#[derive(clap::ValueEnum, Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Switch {
+    /// On.
+    On,
+    /// Off.
+    Off,
+}
+
+impl Switch {
+    /// The value of the environment variable.
+    pub fn name(self) -> &'static str {
+        match self {
+            Switch::On => "on",
+            Switch::Off => "off",
+        }
+    }
 }
 
 /// Which frames stacks hold.

@@ -194,6 +194,9 @@ pub fn run(args: RunArgs) -> Result<u8, Failure> {
     if let Some(stacks) = args.stacks {
         command.env("CUDATRACE_STACKS", stacks.name());
     }
+    if let Some(tensors) = args.tensors {
+        command.env("CUDATRACE_TENSORS", tensors.name());
+    }
     if let Some(depth) = args.max_depth {
         command.env("CUDATRACE_MAX_DEPTH", depth.to_string());
     }

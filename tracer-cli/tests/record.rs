@@ -48,7 +48,7 @@ fn a_single_process_run_reports_exactly_what_it_did() {
     ];
     live_at_exit.sort_by_key(|l| l["address"].as_u64());
     let expected = json!({
-        "format_version": 4,
+        "format_version": 5,
         "lost_events": 0,
         "dropped_events": 0,
         "complete": true,
@@ -77,7 +77,9 @@ fn a_single_process_run_reports_exactly_what_it_did() {
                 {"device": 1, "allocations": 1, "frees": 1, "bytes_allocated": 4096, "peak_bytes": 4096,
                  "live_bytes_at_exit": 0, "live_at_exit": [], "ooms": []}
             ],
-            "host_pinned": {"allocations": 3, "frees": 3, "peak_bytes": 12288, "live_bytes_at_exit": 0}
+            "host_pinned": {"allocations": 3, "frees": 3, "peak_bytes": 12288, "live_bytes_at_exit": 0},
+            // No PyTorch in the process: no tensors, and nothing said of them.
+            "tensors": {"status": null, "actions": 0, "devices": []}
         }]
     });
     assert_eq!(report, expected);

@@ -110,6 +110,15 @@ code_enum! {
         /// (the context changed through a call that is not hooked):
         /// `device` the driver's answer, `arg1` the cached device.
         DeviceMismatch = 21 => "device-mismatch",
+        /// One action of PyTorch's caching allocator, seen by the tracker
+        /// the library attaches to it (see [`crate::tensors`]): `arg1` the
+        /// action, `address`, `size`, `stream` and `device` as PyTorch gave
+        /// them, `arg2` the memory pool.
+        Tensor = 22 => "tensor",
+        /// What became of tensor tracking in the process (see
+        /// [`crate::tensors::status`]): `arg1` the status, `arg2` the
+        /// reason or count, `address` the PyTorch version.
+        TensorStatus = 23 => "tensor-status",
     }
 }
 
@@ -117,7 +126,13 @@ impl Op {
     /// Whether the record says something about memory allocations (rather
     /// than describing call stacks or measuring the device).
     pub fn is_memory_event(self) -> bool {
-        !self.is_stack_record() && !self.is_measurement()
+        !self.is_stack_record() && !self.is_measurement() && !self.is_tensor_record()
+    }
+
+    /// Whether the record is about PyTorch's tensors ([`Op::Tensor`],
+    /// [`Op::TensorStatus`]): inside memory the driver events account for.
+    pub fn is_tensor_record(self) -> bool {
+        matches!(self, Op::Tensor | Op::TensorStatus)
     }
 
     /// Whether the record describes call stacks or devices ([`Op::StackNode`], [`Op::Blob`]).
@@ -128,7 +143,7 @@ impl Op {
     /// Whether the record measures the device rather than an allocation
     /// (samples, contexts, limits, loads, pools and graphs).
     pub fn is_measurement(self) -> bool {
-        (self as u8) >= Op::Sample as u8
+        (Op::Sample as u8..=Op::DeviceMismatch as u8).contains(&(self as u8))
     }
 }
 
@@ -307,6 +322,8 @@ code_enum! {
         CuGraphLaunchPtsz = 168 => "cuGraphLaunch_ptsz",
         CuGraphExecDestroy = 169 => "cuGraphExecDestroy",
         CuCtxGetDevice = 170 => "cuCtxGetDevice",
+        /// PyTorch's CUDA caching allocator, through its trace tracker.
+        TorchCachingAllocator = 171 => "c10::cuda::CUDACachingAllocator",
     }
 }
 
@@ -335,12 +352,13 @@ mod tests {
             assert_eq!(Op::from_code(op as u8), Some(op));
         }
         assert_eq!(Api::from_code(90), None);
-        assert_eq!(Api::from_code(171), None);
+        assert_eq!(Api::from_code(172), None);
         assert_eq!(Kind::from_code(10), None);
         assert!(!Kind::GraphAllocation.counts_as_device_memory());
         // Zero is never an op: it marks a slot not yet written.
         assert_eq!(Op::from_code(0), None);
-        assert_eq!(Op::from_code(22), None);
+        assert_eq!(Op::from_code(24), None);
+        assert!(Op::Tensor.is_tensor_record() && !Op::Tensor.is_memory_event() && !Op::Tensor.is_measurement());
         assert!(Op::Free.is_memory_event() && !Op::Free.is_measurement());
         assert!(Op::Blob.is_stack_record() && !Op::Blob.is_memory_event());
         assert!(Op::GraphNode.is_measurement() && !Op::Sample.is_memory_event());

@@ -23,6 +23,7 @@ pub mod slots;
 pub mod spool;
 pub mod spool_file;
 pub mod stacks;
+pub mod tensors;
 
 pub use codes::{Api, Kind, Op};
 pub use cursor::{Pass, SlotSource, SpoolCursor};

@@ -12,19 +12,25 @@
 mod event_stream;
 mod footprint;
 mod input_path;
+mod keys;
 mod owner;
 mod replay;
 mod stack_frames;
 mod summary;
+mod tensor_status;
+mod tensor_summary;
 mod trace_index;
 mod window;
 
 pub use event_stream::EventStream;
 pub use footprint::{limit_text, Breakdown, DeviceFootprint, FootprintTracker, ReferenceSource};
 pub use input_path::check_regular_file;
+pub use keys::{ByStack, DeviceKey};
 pub use owner::owner_of;
 pub use replay::{Allocation, Change, ProcessMemory};
 pub use stack_frames::Frame;
-pub use summary::{largest_call_sites, ByStack, DeviceKey, ProcessSummary, Summary};
+pub use summary::{largest_call_sites, ProcessSummary, Summary};
+pub use tensor_status::tensor_status_line;
+pub use tensor_summary::TensorStats;
 pub use trace_index::{ProcessIndex, TraceIndex};
 pub use window::Window;

@@ -92,6 +92,20 @@ impl TraceIndex {
                 None => break,
             }
         }
+        // A tensor's stack starts inside PyTorch's allocator, which called
+        // the tracker: its caller is where the tensor was made.
+        let allocator = frames
+            .iter()
+            .take_while(|f| f.module.as_deref().is_some_and(is_caching_allocator))
+            .count();
+        if allocator < frames.len() {
+            frames.drain(..allocator);
+        }
         frames
     }
+}
+
+/// Whether `module` is PyTorch's CUDA caching allocator's library.
+fn is_caching_allocator(module: &str) -> bool {
+    module.rsplit('/').next() == Some("libc10_cuda.so")
 }

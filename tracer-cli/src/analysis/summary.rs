@@ -4,48 +4,13 @@
 
 use super::event_stream::EventStream;
 use super::footprint::{DeviceFootprint, FootprintTracker};
+use super::keys::{ByStack, DeviceKey};
 use super::replay::{Allocation, Change, ProcessMemory};
+use super::tensor_summary::TensorSummary;
 use super::trace_index::TraceIndex;
 use crate::progress::Progress;
 use cudatrace_events::{Api, Event};
-use serde_json::{json, Value};
-use std::collections::{BTreeMap, HashMap};
-
-/// Bytes and allocations live per call stack (innermost node id).
-pub type ByStack = HashMap<u32, (u64, u64)>;
-
-/// A device as the report groups memory: an ordinal, or unknown (the
-/// tracer could not learn which device an allocation was on).
-#[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord, Hash)]
-pub enum DeviceKey {
-    /// A device ordinal.
-    Gpu(u8),
-    /// Not known.
-    Unknown,
-}
-
-impl DeviceKey {
-    /// The key of an allocation's device.
-    pub fn of(device: Option<u8>) -> DeviceKey {
-        device.map_or(DeviceKey::Unknown, DeviceKey::Gpu)
-    }
-
-    /// The ordinal, or null.
-    pub fn json(self) -> Value {
-        match self {
-            DeviceKey::Gpu(ordinal) => json!(ordinal),
-            DeviceKey::Unknown => Value::Null,
-        }
-    }
-
-    /// `GPU 0`, or `unknown device`.
-    pub fn label(self) -> String {
-        match self {
-            DeviceKey::Gpu(ordinal) => format!("GPU {ordinal}"),
-            DeviceKey::Unknown => "unknown device".to_string(),
-        }
-    }
-}
+use std::collections::BTreeMap;
 
 /// An out-of-memory failure.
 #[derive(Clone, Debug)]
@@ -149,12 +114,15 @@ pub struct ProcessSummary {
     pub devices: BTreeMap<DeviceKey, DeviceStats>,
     /// Pinned host memory.
     pub host: HostStats,
+    /// PyTorch's tensors, per device.
+    pub tensors: TensorSummary,
 }
 
 impl ProcessSummary {
     /// Applies one event: replays it and counts what it changed.
     pub fn apply(&mut self, event: &Event, changes: &mut Vec<Change>) {
         changes.clear();
+        self.tensors.observe(event);
         self.memory.apply(event, changes);
         for change in changes.iter() {
             self.count(change, event);
@@ -223,6 +191,7 @@ impl ProcessSummary {
     /// Ends the replay: the last peak's call sites are settled.
     pub fn finish(&mut self) {
         self.devices.values_mut().for_each(DeviceStats::settle_peak);
+        self.tensors.finish();
     }
 }
 
@@ -375,7 +344,7 @@ mod tests {
         assert_eq!(p.devices[&DeviceKey::Unknown].current, 30);
         assert_eq!(p.devices[&DeviceKey::Unknown].allocations, 2);
         assert_eq!(balance(&p), vec![(GPU0, 1, 1), (DeviceKey::Unknown, 1, 1)]);
-        assert_eq!(DeviceKey::Unknown.json(), Value::Null);
+        assert_eq!(DeviceKey::Unknown.json(), serde_json::Value::Null);
         assert_eq!(DeviceKey::Unknown.label(), "unknown device");
     }
 

@@ -2,7 +2,7 @@
 
 use cudatrace_events::measures::{DeviceInfo, DEVICE_BLOB};
 use cudatrace_events::stacks::{BlobAssembler, BlobPiece, StackNode};
-use cudatrace_events::Event;
+use cudatrace_events::{Event, Op};
 use cudatrace_trace::{
     Damage, DamagedSpool, Header, NvmlSample, NvmlStatus, ProcessEnd, ProcessStart, Record, Refusal, SymbolFrame,
     TraceReader,
@@ -42,6 +42,10 @@ pub struct ProcessIndex {
     pub measurements: Vec<Event>,
     /// The devices it described, by ordinal.
     pub devices: HashMap<u32, DeviceInfo>,
+    /// Tensor records (PyTorch's caching allocator's actions) in its blocks.
+    pub tensor_actions: u64,
+    /// Its tensor-status records, in sequence order.
+    pub tensor_status: Vec<Event>,
     blobs: BlobAssembler,
 }
 
@@ -150,6 +154,8 @@ impl TraceIndex {
                     last_time_ns: None,
                     measurements: Vec::new(),
                     devices: HashMap::new(),
+                    tensor_actions: 0,
+                    tensor_status: Vec::new(),
                     blobs: BlobAssembler::default(),
                 });
             }
@@ -174,6 +180,8 @@ impl TraceIndex {
                             process.last_time_ns = Some(event.time_ns);
                         }
                         None if event.op.is_measurement() => process.measurements.push(event.clone()),
+                        None if event.op == Op::Tensor => process.tensor_actions += 1,
+                        None if event.op == Op::TensorStatus => process.tensor_status.push(event.clone()),
                         None => {
                             let whole = BlobPiece::from_event(event).and_then(|piece| process.blobs.add(&piece));
                             if let Some((DEVICE_BLOB, key, bytes)) = whole {

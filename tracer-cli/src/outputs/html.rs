@@ -7,7 +7,8 @@
 //! and zoom. The figures come from the same replay as `cudatrace report`.
 
 use crate::analysis::{
-    largest_call_sites, ByStack, Change, DeviceKey, EventStream, ProcessIndex, ProcessMemory, Summary, TraceIndex,
+    largest_call_sites, ByStack, Change, DeviceKey, EventStream, ProcessIndex, ProcessMemory, Summary, TensorStats,
+    TraceIndex,
 };
 use crate::cli::HtmlArgs;
 use crate::failure::Failure;
@@ -282,6 +283,9 @@ fn page(
                 &stats.peak_by_stack,
             );
             out += &sites_table(index, info, "Memory live at exit (leaks)", &stats.live_by_stack);
+            if let (Some(tensors), Some(chart)) = (process.tensors.devices.get(device), charts.get(device)) {
+                out += &tensors_html(index, info, tensors, chart);
+            }
             if !stats.ooms.is_empty() {
                 out += "<h3>Out-of-memory failures</h3>\n<table class=\"ooms\"><tr><th>when</th><th>asked for</th><th>free</th><th>total</th><th>API</th><th>stack</th></tr>\n";
                 for oom in &stats.ooms {
@@ -305,6 +309,52 @@ fn page(
         "<script>\n{}</script>\n</body></html>\n",
         include_str!("html/page.js")
     );
+    out
+}
+
+/// PyTorch's tensors on a device: allocated and inactive bytes over time,
+/// on the time axis of the device's own chart, and their call sites.
+fn tensors_html(index: &TraceIndex, info: &ProcessIndex, tensors: &TensorStats, device_chart: &Chart) -> String {
+    let mut chart = Chart {
+        series_of: HashMap::new(),
+        names: vec![
+            "allocated (tensors)".to_string(),
+            "reserved, not allocated (inactive)".to_string(),
+        ],
+        current: vec![0; 2],
+        bins: vec![None; BINS],
+        t0: device_chart.t0,
+        span: device_chart.span,
+    };
+    for point in &tensors.timeline {
+        chart.current = vec![point.allocated, point.inactive()];
+        chart.record(point.time_ns);
+    }
+    let mut out = format!(
+        "<h3>PyTorch's tensors</h3>\n<p>{}, {}; allocated {} at exit (peak {}), reserved {} at exit (peak {}).</p>\n",
+        count(tensors.allocations, "allocation", "allocations"),
+        count(tensors.frees, "free", "frees"),
+        bytes(tensors.now.allocated),
+        bytes(tensors.allocated_peak.allocated),
+        bytes(tensors.now.reserved),
+        bytes(tensors.reserved_peak)
+    );
+    out += &chart_html(
+        &chart,
+        "chart tensors",
+        tensors.allocated_peak.allocated,
+        tensors.allocated_peak.time_ns,
+    );
+    out += &sites_table(
+        index,
+        info,
+        &format!(
+            "Tensors at the allocated peak of {}",
+            bytes(tensors.allocated_peak.allocated)
+        ),
+        &tensors.peak_by_stack,
+    );
+    out += &sites_table(index, info, "Tensors live at exit (leaks)", &tensors.live_by_stack);
     out
 }
 

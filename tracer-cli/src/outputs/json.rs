@@ -1,7 +1,9 @@
 //! `cudatrace report --json`: the report as one JSON object (the documented
 //! shape; keys may be added, never removed).
 
-use crate::analysis::{largest_call_sites, ByStack, Frame, ProcessIndex, ProcessSummary, Summary, TraceIndex};
+use crate::analysis::{
+    largest_call_sites, tensor_status_line, ByStack, Frame, ProcessIndex, ProcessSummary, Summary, TraceIndex,
+};
 use serde_json::{json, Value};
 
 fn process_json(index: &TraceIndex, info: &ProcessIndex, process: &ProcessSummary) -> Value {
@@ -46,6 +48,45 @@ fn process_json(index: &TraceIndex, info: &ProcessIndex, process: &ProcessSummar
             })
         })
         .collect();
+    let tensor_devices: Vec<Value> = process
+        .tensors
+        .devices
+        .iter()
+        .map(|(&device, stats)| {
+            let sites = |by_stack: &ByStack| -> Vec<Value> {
+                largest_call_sites(by_stack)
+                    .into_iter()
+                    .map(|(stack, bytes, tensors)| json!({"bytes": bytes, "tensors": tensors, "stack": stack_json(stack)}))
+                    .collect()
+            };
+            let fragmentation: Vec<Value> = ["small", "large"]
+                .iter()
+                .zip(stats.fragmentation())
+                .map(|(class, f)| json!({"class": class, "segments": f.segments, "reserved_bytes": f.reserved, "inactive_bytes": f.inactive}))
+                .collect();
+            let timeline: Vec<Value> = stats
+                .timeline
+                .iter()
+                .map(|t| json!([t.time_ns, t.allocated, t.reserved]))
+                .collect();
+            json!({
+                "device": device.json(),
+                "allocations": stats.allocations,
+                "frees": stats.frees,
+                "ooms": stats.ooms,
+                "allocated_bytes_at_exit": stats.now.allocated,
+                "reserved_bytes_at_exit": stats.now.reserved,
+                "inactive_bytes_at_exit": stats.now.inactive(),
+                "allocated_peak_bytes": stats.allocated_peak.allocated,
+                "reserved_peak_bytes": stats.reserved_peak,
+                "live_tensors_at_exit": stats.live_tensors().len(),
+                "live_at_exit_by_call_site": sites(&stats.live_by_stack),
+                "allocated_peak_by_call_site": sites(&stats.peak_by_stack),
+                "fragmentation_at_exit": fragmentation,
+                "timeline_time_allocated_reserved": timeline,
+            })
+        })
+        .collect();
     let exit_time = end
         .exit_time_ns
         .filter(|&t| t >= start.start_monotonic_ns)
@@ -68,6 +109,11 @@ fn process_json(index: &TraceIndex, info: &ProcessIndex, process: &ProcessSummar
         "unknown_frees": end.unknown_frees,
         "reused_without_free": process.memory.reused_without_free,
         "devices": devices,
+        "tensors": {
+            "status": tensor_status_line(info),
+            "actions": info.tensor_actions,
+            "devices": tensor_devices,
+        },
         "host_pinned": {
             "allocations": process.host.allocations,
             "frees": process.host.frees,

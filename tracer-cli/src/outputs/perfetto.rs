@@ -6,6 +6,8 @@
 //! - per device, a counter track of live bytes, the report's figure, and
 //!   counter tracks of where the driver's memory went: one per owning
 //!   library and one per driver category (see [`owner_tracks`]);
+//! - per device where PyTorch's tensors were recorded, its allocated and
+//!   reserved bytes as two counter tracks beside those;
 //! - each allocation's lifetime as an async slice named by size and API,
 //!   with its top frames in `args`;
 //! - out-of-memory failures as instant events; process starts (forks and
@@ -20,7 +22,7 @@ use crate::failure::Failure;
 use crate::output_file::{is_private, OutputFile};
 use crate::progress::Progress;
 use crate::wording::bytes;
-use cudatrace_events::Event;
+use cudatrace_events::{Event, Op};
 use std::collections::HashMap;
 use std::io::{self, BufWriter, Write};
 
@@ -232,6 +234,26 @@ fn write(
         for c in &counters {
             sep(out)?;
             counter(out, info, c)?;
+        }
+        if event.op == Op::Tensor {
+            // PyTorch's tensor track: its allocated and reserved bytes.
+            let device = DeviceKey::of(event.device);
+            if let Some(stats) = track.summary.tensors.devices.get(&device) {
+                for (what, bytes) in [
+                    ("PyTorch allocated", stats.now.allocated),
+                    ("PyTorch reserved", stats.now.reserved),
+                ] {
+                    sep(out)?;
+                    write!(
+                        out,
+                        "{{\"ph\":\"C\",\"name\":\"{} {what}\",\"pid\":{},\"ts\":{:.3},\"args\":{{\"bytes\":{bytes}}}}}",
+                        device.label(),
+                        track_pid(info),
+                        us(event.time_ns)
+                    )?;
+                }
+            }
+            continue;
         }
         if !event.op.is_memory_event() {
             continue;

@@ -15,14 +15,20 @@
 //! inside a segment at every step.
 
 use super::pickle::Pickler;
-use crate::analysis::{Change, EventStream, Frame, ProcessIndex, ProcessMemory, TraceIndex, Window};
+use torch_blocks::{Allocation, Block, TorchBlocks, SMALL_SEGMENT};
+
+mod torch_blocks;
+use crate::analysis::{
+    tensor_status_line, Change, EventStream, Frame, ProcessIndex, ProcessMemory, TraceIndex, Window,
+};
 use crate::cli::SnapshotArgs;
 use crate::failure::Failure;
 use crate::output_file::{is_private, OutputFile};
 use crate::progress::Progress;
 use crate::wording::{bytes, count};
+use cudatrace_events::tensors::{self, Action};
 use cudatrace_events::{Event, Kind, Op};
-use std::collections::{BTreeMap, HashMap};
+use std::collections::{BTreeMap, HashMap, HashSet};
 use std::fs::File;
 use std::io::{self, BufWriter, Seek, Write};
 use std::path::{Path, PathBuf};
@@ -56,6 +62,9 @@ struct Segment {
     mapped: bool,
     /// For stream-ordered allocations from a pool of the program's own.
     pool: u64,
+    /// One of PyTorch's segments: its blocks are the tensors in
+    /// [`ViewerState::torch`], not one block covering it.
+    torch: bool,
 }
 
 /// The segments the entries written so far lead to, per address. Entries
@@ -63,6 +72,8 @@ struct Segment {
 #[derive(Default)]
 struct ViewerState {
     segments: BTreeMap<u64, Segment>,
+    /// The blocks of PyTorch's segments.
+    torch: TorchBlocks,
 }
 
 impl ViewerState {
@@ -95,14 +106,121 @@ impl ViewerState {
             device_free: 0,
         };
         out.push((segment.device, entry));
-        out.push((
-            segment.device,
-            Entry {
-                action: "alloc",
-                ..entry
-            },
-        ));
+        if segment.torch {
+            self.torch.segment_added(address, segment.size, segment.mapped);
+        } else {
+            out.push((
+                segment.device,
+                Entry {
+                    action: "alloc",
+                    ..entry
+                },
+            ));
+        }
         self.segments.insert(address, segment);
+    }
+
+    /// The PyTorch segment holding `address`, if one does.
+    fn torch_segment_at(&self, address: u64) -> Option<&Segment> {
+        let (&start, segment) = self.segments.range(..=address).next_back()?;
+        (segment.torch && address < start.saturating_add(segment.size)).then_some(segment)
+    }
+
+    /// Applies one of PyTorch's actions; returns whether it named a block
+    /// outside PyTorch's segments (which the viewer cannot place).
+    fn tensor(&mut self, event: &Event, action: Action, out: &mut Vec<(u8, Entry)>) -> bool {
+        let entry = Entry {
+            action: action.name(),
+            address: event.address,
+            size: event.size,
+            stream: event.stream,
+            stack: event.stack,
+            time_ns: event.time_ns,
+            device_free: 0,
+        };
+        match action {
+            Action::Alloc => {
+                let Some(segment) = self.torch_segment_at(event.address) else {
+                    return true;
+                };
+                let device = segment.device;
+                let allocation = Allocation {
+                    requested: event.size,
+                    stream: event.stream,
+                    stack: event.stack,
+                    small_pool: !segment.mapped && segment.size == SMALL_SEGMENT,
+                    expandable: segment.mapped,
+                };
+                if let Some(old) = self.torch.allocate(event.address, allocation) {
+                    // Its free was never seen: end it first.
+                    let free = Entry {
+                        size: old.requested,
+                        stack: 0,
+                        ..entry
+                    };
+                    out.push((
+                        device,
+                        Entry {
+                            action: "free_requested",
+                            ..free
+                        },
+                    ));
+                    out.push((
+                        device,
+                        Entry {
+                            action: "free_completed",
+                            ..free
+                        },
+                    ));
+                }
+                out.push((device, entry));
+            }
+            Action::FreeRequested | Action::FreeCompleted => {
+                let Some(device) = self.torch_segment_at(event.address).map(|s| s.device) else {
+                    return false;
+                };
+                let freed = if action == Action::FreeRequested {
+                    self.torch.request_free(event.address)
+                } else {
+                    self.torch.complete_free(event.address)
+                };
+                let Some(tensor) = freed else {
+                    return false;
+                };
+                let entry = Entry {
+                    size: tensor.requested,
+                    stack: tensor.stack,
+                    ..entry
+                };
+                if action == Action::FreeCompleted && !tensor.pending_free {
+                    out.push((
+                        device,
+                        Entry {
+                            action: "free_requested",
+                            ..entry
+                        },
+                    ));
+                }
+                out.push((device, entry));
+            }
+            Action::Oom => {
+                if let Some(device) = event.device {
+                    let entry = Entry {
+                        address: 0,
+                        device_free: event.address,
+                        ..entry
+                    };
+                    out.push((device, entry));
+                }
+            }
+            // Segments come from the driver's events; snapshots are not memory.
+            Action::SegmentAlloc
+            | Action::SegmentFree
+            | Action::SegmentMap
+            | Action::SegmentUnmap
+            | Action::Snapshot => {}
+        }
+        false
     }
 
     /// Removes the segment at `address`, if there is one.
@@ -119,14 +237,36 @@ impl ViewerState {
             time_ns,
             device_free: 0,
         };
-        out.push((segment.device, entry));
-        out.push((
-            segment.device,
-            Entry {
-                action: "free_completed",
-                ..entry
-            },
-        ));
+        if segment.torch {
+            // Tensors still inside end with it (their frees were not seen).
+            for (block_address, tensor) in self.torch.segment_removed(address, segment.size) {
+                let free = Entry {
+                    address: block_address,
+                    size: tensor.requested,
+                    stream: tensor.stream,
+                    ..entry
+                };
+                if !tensor.pending_free {
+                    out.push((segment.device, free));
+                }
+                out.push((
+                    segment.device,
+                    Entry {
+                        action: "free_completed",
+                        ..free
+                    },
+                ));
+            }
+        } else {
+            out.push((segment.device, entry));
+            out.push((
+                segment.device,
+                Entry {
+                    action: "free_completed",
+                    ..entry
+                },
+            ));
+        }
         let action = if segment.mapped {
             "segment_unmap"
         } else {
@@ -146,6 +286,12 @@ struct LeftOut {
     unmapped_vmm_at_end: (u64, u64),
     before_window: u64,
     over_max_events: u64,
+    /// Tensors PyTorch placed outside any segment it was seen to make.
+    tensors_outside: u64,
+    /// Some segment was PyTorch's.
+    torch_segments: bool,
+    /// Tensors whose blocks fit no free block of PyTorch's default rules.
+    block_misses: u64,
 }
 
 /// One process's snapshot being written.
@@ -164,6 +310,8 @@ struct ProcessSnapshot {
     entries_written: u64,
     /// The highest device any entry was for, written or not.
     highest_device: Option<u8>,
+    /// Sequence numbers of the driver events that made PyTorch's segments.
+    claimed: HashSet<u64>,
 }
 
 /// One device's trace entries, pickled into a temporary file.
@@ -211,10 +359,9 @@ pub fn command(args: SnapshotArgs) -> Result<u8, Failure> {
     }
     let window = Window::seconds(index.start_ns(), args.window.from, args.window.to);
     let stem = output_stem(&args.trace, args.output.as_deref());
-    let progress = Progress::new(
-        "snapshot",
-        index.events * if args.window.max_events.is_some() { 2 } else { 1 },
-    );
+    let with_tensors = selected.iter().any(|&p| index.processes[p].tensor_actions > 0);
+    let passes = 1 + u64::from(args.window.max_events.is_some()) + u64::from(with_tensors);
+    let progress = Progress::new("snapshot", index.events * passes);
     let mut snapshots: Vec<Option<ProcessSnapshot>> = (0..index.processes.len()).map(|_| None).collect();
     for &process in &selected {
         let start = &index.processes[process].start;
@@ -233,7 +380,11 @@ pub fn command(args: SnapshotArgs) -> Result<u8, Failure> {
             to_skip: 0,
             entries_written: 0,
             highest_device: None,
+            claimed: HashSet::new(),
         });
+    }
+    if with_tensors {
+        claim_torch_segments(&index, &mut snapshots, &progress);
     }
     if let Some(max) = args.window.max_events {
         for (process, entries) in count_entries(&index, &window, &snapshots, &progress) {
@@ -321,6 +472,57 @@ fn output_stem(trace: &Path, output: Option<&Path>) -> PathBuf {
     }
 }
 
+/// The first pass of a trace with tensors: which driver allocations and
+/// mappings are PyTorch's segments, so that their blocks are its tensors.
+/// A segment action names the `cuMemAlloc` at its address; a mapped range
+/// of an expandable segment, every `cuMemMap` inside it.
+fn claim_torch_segments(index: &TraceIndex, snapshots: &mut [Option<ProcessSnapshot>], progress: &Progress) {
+    #[derive(Default)]
+    struct Seen {
+        allocations: HashMap<u64, u64>,
+        mappings: BTreeMap<u64, u64>,
+    }
+    let mut seen: HashMap<usize, Seen> = HashMap::new();
+    for (process, event) in EventStream::new(index) {
+        progress.tick();
+        let Some(snapshot) = &mut snapshots[process] else {
+            continue;
+        };
+        if index.processes[process].tensor_actions == 0 {
+            continue;
+        }
+        let seen = seen.entry(process).or_default();
+        match (event.op, tensors::action_of(&event)) {
+            (Op::Alloc, _) if event.kind == Kind::Device => {
+                seen.allocations.insert(event.address, event.seq);
+            }
+            (Op::Map, _) => {
+                seen.mappings.insert(event.address, event.seq);
+            }
+            (Op::Unmap, _) => {
+                let end = event.address.saturating_add(event.size);
+                let gone: Vec<u64> = seen.mappings.range(event.address..end).map(|(&a, _)| a).collect();
+                for address in gone {
+                    seen.mappings.remove(&address);
+                }
+            }
+            (_, Some(Action::SegmentAlloc)) => {
+                if let Some(&seq) = seen.allocations.get(&event.address) {
+                    snapshot.claimed.insert(seq);
+                }
+            }
+            (_, Some(Action::SegmentMap)) => {
+                let end = event.address.saturating_add(event.size);
+                snapshot
+                    .claimed
+                    .extend(seen.mappings.range(event.address..end).map(|(_, &seq)| seq));
+            }
+            _ => {}
+        }
+    }
+    progress.next_pass("snapshot");
+}
+
 /// The entries each selected process would write in the window.
 fn count_entries(
     index: &TraceIndex,
@@ -336,11 +538,12 @@ fn count_entries(
         if snapshots[process].is_none() || window.is_after(event.time_ns) {
             continue;
         }
+        let claimed = snapshots[process].as_ref().map(|s| &s.claimed).expect("selected");
         let (memory, state, counted) = memories.entry(process).or_default();
         changes.clear();
         entries.clear();
         memory.apply(&event, &mut changes);
-        entries_of(&event, &changes, state, &mut entries, &mut LeftOut::default());
+        entries_of(&event, &changes, claimed, state, &mut entries, &mut LeftOut::default());
         if !window.is_before(event.time_ns) {
             *counted += entries.len() as u64;
         }
@@ -353,6 +556,7 @@ fn count_entries(
 fn entries_of(
     event: &Event,
     changes: &[Change],
+    claimed: &HashSet<u64>,
     state: &mut ViewerState,
     out: &mut Vec<(u8, Entry)>,
     left_out: &mut LeftOut,
@@ -360,6 +564,14 @@ fn entries_of(
     if event.op == Op::Alloc && event.kind == Kind::IpcImport {
         left_out.ipc_imports += 1;
     }
+    if let Some(action) = tensors::action_of(event) {
+        if state.tensor(event, action, out) {
+            left_out.tensors_outside += 1;
+        }
+        return;
+    }
+    let torch = claimed.contains(&event.seq);
+    left_out.torch_segments |= torch;
     for change in changes {
         match change {
             Change::Allocated(a) => match (a.kind, a.device) {
@@ -379,6 +591,7 @@ fn entries_of(
                         } else {
                             0
                         },
+                        torch,
                     };
                     state.add(a.address, segment, a.time_ns, a.stack, out);
                 }
@@ -405,6 +618,7 @@ fn entries_of(
                     stack: physical.as_ref().map_or(event.stack, |p| p.stack),
                     mapped: true,
                     pool: 0,
+                    torch,
                 };
                 state.add(*address, segment, event.time_ns, event.stack, out);
             }
@@ -462,6 +676,7 @@ fn write_entries(
         entries_of(
             &event,
             &changes,
+            &snapshot.claimed,
             &mut snapshot.state,
             &mut entries,
             &mut snapshot.left_out,
@@ -669,14 +884,20 @@ fn finish(index: &TraceIndex, mut snapshot: ProcessSnapshot, memo: &mut Memo, fi
     p.begin_list()?;
     for (address, run) in segment_runs(&snapshot.state) {
         p.item()?;
-        write_segment(&mut p, index, info, address, &run, memo)?;
+        write_segment(&mut p, index, info, address, &run, &snapshot.state.torch, memo)?;
         p.item_done()?;
     }
     p.end()?;
     p.item_done()?;
     p.item()?;
     p.str("allocator_settings")?;
-    write_notes(&mut p, &snapshot.left_out, snapshot.entries_written)?;
+    snapshot.left_out.block_misses = snapshot.state.torch.misses;
+    write_notes(
+        &mut p,
+        &snapshot.left_out,
+        snapshot.entries_written,
+        tensor_status_line(info),
+    )?;
     p.item_done()?;
     p.end()?;
     let written = p.written();
@@ -692,8 +913,11 @@ fn segment_runs(state: &ViewerState) -> Vec<(u64, Vec<(u64, Segment)>)> {
     for (&address, segment) in &state.segments {
         if let Some((_, blocks)) = runs.last_mut() {
             let (last_address, last) = blocks.last().expect("a run has a block");
-            let joins =
-                segment.mapped && last.mapped && last.device == segment.device && last_address + last.size == address;
+            let joins = segment.mapped
+                && last.mapped
+                && last.device == segment.device
+                && last.torch == segment.torch
+                && last_address + last.size == address;
             if joins {
                 blocks.push((address, segment.clone()));
                 continue;
@@ -709,11 +933,27 @@ fn write_segment<W: Write>(
     index: &TraceIndex,
     info: &ProcessIndex,
     address: u64,
-    blocks: &[(u64, Segment)],
+    pieces: &[(u64, Segment)],
+    torch: &TorchBlocks,
     memo: &mut Memo,
 ) -> io::Result<()> {
-    let first = &blocks[0].1;
-    let total: u64 = blocks.iter().map(|(_, s)| s.size).sum();
+    let first = &pieces[0].1;
+    let total: u64 = pieces.iter().map(|(_, s)| s.size).sum();
+    let blocks = segment_blocks(address, pieces, torch);
+    let sum = |states: &[&str]| -> u64 {
+        blocks
+            .iter()
+            .filter(|b| states.contains(&b.state))
+            .map(|b| b.size)
+            .sum()
+    };
+    let allocated = sum(&["active_allocated"]);
+    let active = sum(&["active_allocated", "active_pending_free"]);
+    let requested: u64 = blocks
+        .iter()
+        .filter(|b| b.state != "inactive")
+        .map(|b| b.requested)
+        .sum();
     let mut frames = |p: &mut Pickler<W>, stack: u32| -> io::Result<()> {
         match memo.frames.get(&stack) {
             Some(&id) => p.get(id),
@@ -723,9 +963,10 @@ fn write_segment<W: Write>(
     p.begin_dict()?;
     p.entry("device", |p| p.uint(u64::from(first.device)))?;
     p.entry("address", |p| p.uint(address))?;
-    for key in ["total_size", "allocated_size", "active_size", "requested_size"] {
-        p.entry(key, |p| p.uint(total))?;
-    }
+    p.entry("total_size", |p| p.uint(total))?;
+    p.entry("allocated_size", |p| p.uint(allocated))?;
+    p.entry("active_size", |p| p.uint(active))?;
+    p.entry("requested_size", |p| p.uint(requested))?;
     p.entry("stream", |p| p.uint(first.stream))?;
     let kind = if total > SMALL_SEGMENT_LIMIT { "large" } else { "small" };
     p.entry("segment_type", |p| p.str(kind))?;
@@ -742,13 +983,13 @@ fn write_segment<W: Write>(
     p.item()?;
     p.str("blocks")?;
     p.begin_list()?;
-    for (block_address, block) in blocks {
+    for block in &blocks {
         p.item()?;
         p.begin_dict()?;
-        p.entry("address", |p| p.uint(*block_address))?;
+        p.entry("address", |p| p.uint(block.address))?;
         p.entry("size", |p| p.uint(block.size))?;
-        p.entry("requested_size", |p| p.uint(block.size))?;
-        p.entry("state", |p| p.str("active_allocated"))?;
+        p.entry("requested_size", |p| p.uint(block.requested))?;
+        p.entry("state", |p| p.str(block.state))?;
         p.item()?;
         p.str("frames")?;
         frames(p, block.stack)?;
@@ -761,15 +1002,93 @@ fn write_segment<W: Write>(
     p.end()
 }
 
+/// A block of a final segment, as the viewer's segment view lists it.
+#[derive(Debug, PartialEq, Eq)]
+struct FinalBlock {
+    address: u64,
+    size: u64,
+    requested: u64,
+    state: &'static str,
+    stack: u32,
+}
+
+/// The blocks of a final segment at `address`: for one of PyTorch's, its
+/// tensors and free blocks, tiling the segment as in PyTorch's own
+/// snapshots; for any other, one block per allocation or mapping.
+fn segment_blocks(address: u64, pieces: &[(u64, Segment)], torch: &TorchBlocks) -> Vec<FinalBlock> {
+    if !pieces[0].1.torch {
+        return pieces
+            .iter()
+            .map(|(a, s)| FinalBlock {
+                address: *a,
+                size: s.size,
+                requested: s.size,
+                state: "active_allocated",
+                stack: s.stack,
+            })
+            .collect();
+    }
+    let end = address + pieces.iter().map(|(_, s)| s.size).sum::<u64>();
+    torch
+        .blocks_in(address, end)
+        .into_iter()
+        .map(|block| match block {
+            Block::Tensor(address, tensor) => FinalBlock {
+                address,
+                size: tensor.size,
+                requested: tensor.requested,
+                state: if tensor.pending_free {
+                    "active_pending_free"
+                } else {
+                    "active_allocated"
+                },
+                stack: tensor.stack,
+            },
+            Block::Free(address, size) => FinalBlock {
+                address,
+                size,
+                requested: 0,
+                state: "inactive",
+                stack: 0,
+            },
+        })
+        .collect()
+}
+
 /// `allocator_settings`: the viewer shows it as it is, so it says where
 /// the snapshot came from and what it left out.
-fn write_notes<W: Write>(p: &mut Pickler<W>, left_out: &LeftOut, entries: u64) -> io::Result<()> {
-    let mut notes = vec![
+fn write_notes<W: Write>(
+    p: &mut Pickler<W>,
+    left_out: &LeftOut,
+    entries: u64,
+    tensors: Option<String>,
+) -> io::Result<()> {
+    let origin = if left_out.torch_segments {
+        "written by cudatrace: the blocks of PyTorch's segments are its tensors, from its caching allocator; \
+         every other allocation (cudaMalloc, cuMemAlloc, stream-ordered and managed allocations, VMM mappings) \
+         is a segment of its own with one block"
+    } else {
         "written by cudatrace from a driver-level trace: blocks are driver allocations (cudaMalloc, cuMemAlloc, \
          stream-ordered and managed allocations, VMM mappings), not tensors"
-            .to_string(),
+    };
+    let mut notes = vec![
+        origin.to_string(),
         format!("{} in the trace entries", count(entries, "entry", "entries")),
     ];
+    notes.extend(tensors);
+    if left_out.block_misses > 0 {
+        notes.push(format!(
+            "{} fit no free block under PyTorch's default splitting rules (other allocator settings?): \
+             their blocks are shown at their requests rounded up to 512 bytes",
+            count(left_out.block_misses, "tensor", "tensors")
+        ));
+    }
+    if left_out.tensors_outside > 0 {
+        notes.push(format!(
+            "left out: {} PyTorch placed outside any segment seen made",
+            count(left_out.tensors_outside, "tensor", "tensors")
+        ));
+    }
     let mut say = |what: &str, (n, size): (u64, u64)| {
         if n > 0 {
             notes.push(format!(

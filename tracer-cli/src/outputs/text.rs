@@ -1,6 +1,8 @@
 //! `cudatrace report`: the report for people.
 
-use crate::analysis::{largest_call_sites, ByStack, ProcessIndex, ProcessSummary, Summary, TraceIndex};
+use crate::analysis::{
+    largest_call_sites, tensor_status_line, ByStack, ProcessIndex, ProcessSummary, Summary, TraceIndex,
+};
 use crate::wording::{bytes, count};
 use cudatrace_trace::ProcessEnd;
 
@@ -110,6 +112,7 @@ fn process_text(index: &TraceIndex, info: &ProcessIndex, process: &ProcessSummar
             out += &stack_text(index, info, oom.stack, "      ");
         }
     }
+    out += &tensors_text(index, info, process);
     if process.host.allocations > 0 {
         out += &format!(
             "  pinned host memory: {}, {}, peak {}, live at exit {}\n",
@@ -120,6 +123,59 @@ fn process_text(index: &TraceIndex, info: &ProcessIndex, process: &ProcessSummar
         );
     }
     out += &lost_text(process.lost_events(info.end.as_ref().map(|e| e.reserved_events)), &end);
+    out
+}
+
+/// PyTorch's tensors, per device: the allocator's split of its bytes,
+/// the tensors live at exit and at the allocated peak by call site, and
+/// the fragmentation at exit.
+fn tensors_text(index: &TraceIndex, info: &ProcessIndex, process: &ProcessSummary) -> String {
+    let Some(status) = tensor_status_line(info) else {
+        return String::new();
+    };
+    let mut out = format!("  {status}\n");
+    for (device, stats) in &process.tensors.devices {
+        out += &format!(
+            "  tensors on {}: {}, {}; allocated {} at exit, peak {}; reserved {} at exit, peak {}; inactive {} at exit\n",
+            device.label(),
+            count(stats.allocations, "allocation", "allocations"),
+            count(stats.frees, "free", "frees"),
+            bytes(stats.now.allocated),
+            bytes(stats.allocated_peak.allocated),
+            bytes(stats.now.reserved),
+            bytes(stats.reserved_peak),
+            bytes(stats.now.inactive())
+        );
+        let live = stats.live_tensors();
+        out += &format!("    {} live at exit\n", count(live.len() as u64, "tensor", "tensors"));
+        out += &call_sites_text(index, info, "of tensors live at exit", &stats.live_by_stack);
+        out += &call_sites_text(
+            index,
+            info,
+            &format!(
+                "of tensors at the allocated peak of {}",
+                bytes(stats.allocated_peak.allocated)
+            ),
+            &stats.peak_by_stack,
+        );
+        let [small, large] = stats.fragmentation();
+        for (name, class) in [("small (up to 2 MiB)", small), ("large", large)] {
+            if class.segments > 0 {
+                out += &format!(
+                    "    fragmentation at exit, {name} segments: {} reserved in {}, {} of it inactive\n",
+                    bytes(class.reserved),
+                    count(class.segments, "segment", "segments"),
+                    bytes(class.inactive)
+                );
+            }
+        }
+        if stats.ooms > 0 {
+            out += &format!(
+                "    PyTorch reported {}\n",
+                count(stats.ooms, "out-of-memory failure", "out-of-memory failures")
+            );
+        }
+    }
     out
 }
 

@@ -1,0 +1,263 @@
+//! Tensors, on the fake `libc10_cuda.so`: the library attaches a trace
+//! tracker to the caching allocator of a known PyTorch layout, records
+//! every action, and refuses another layout, the async backend and
+//! `--tensors off` with the reason in the trace. The snapshot's blocks
+//! inside PyTorch's segments are then the tensors.
+
+mod common;
+
+use common::viewer::{check_replay, unpickle};
+use common::*;
+use serde_json::Value;
+use std::collections::BTreeMap;
+use std::path::{Path, PathBuf};
+
+/// Runs `torch_like <layout's library> SCENARIO` under `cudatrace run`;
+/// returns the trace and what the program printed.
+fn run_torch(label: &str, layout: &str, scenario: &str, flags: &[&str], env: &[(&str, &str)]) -> (PathBuf, String) {
+    let dir = scratch_dir(label);
+    let trace = dir.join("run.trace");
+    let mut command = cudatrace_run();
+    command
+        .arg("-o")
+        .arg(&trace)
+        .args(flags)
+        .arg("--")
+        .arg(fake_cuda::program("torch_like"))
+        .arg(fake_cuda::torch_library(layout))
+        .arg(scenario)
+        .env("TMPDIR", &dir);
+    for (key, value) in env {
+        command.env(key, value);
+    }
+    let output = command.output().unwrap();
+    assert_eq!(output.status.code(), Some(0), "{}", stderr(&output));
+    (trace, stdout(&output))
+}
+
+/// The counts the program printed on its `actions` line: what its
+/// allocator handed to trackers.
+fn printed_counts(stdout: &str) -> [u64; 9] {
+    let line = stdout
+        .lines()
+        .find(|l| l.starts_with("actions "))
+        .expect("an actions line");
+    let mut counts = [0; 9];
+    for (slot, field) in counts.iter_mut().zip(line.split_whitespace().skip(1)) {
+        *slot = field.split_once('=').unwrap().1.parse().unwrap();
+    }
+    counts
+}
+
+/// The blocks the program left live: (address, block size).
+fn printed_blocks(stdout: &str) -> Vec<(u64, u64)> {
+    stdout
+        .lines()
+        .filter_map(|l| l.strip_prefix("block 0x"))
+        .map(|l| {
+            let (address, size) = l.split_once(' ').unwrap();
+            (u64::from_str_radix(address, 16).unwrap(), size.parse().unwrap())
+        })
+        .collect()
+}
+
+/// The trace's tensor records, counted by action, and its status records' `arg1`s.
+fn recorded(trace: &Path) -> ([u64; 9], Vec<(u64, u64)>) {
+    let dump = cudatrace(&["dump", trace.to_str().unwrap()]).output().unwrap();
+    assert!(dump.status.success(), "{}", stderr(&dump));
+    let mut counts = [0; 9];
+    let mut status = Vec::new();
+    for line in stdout(&dump).lines() {
+        let record: Value = serde_json::from_str(line).unwrap();
+        match record["op"].as_str() {
+            Some("tensor") => counts[record["arg1"].as_u64().unwrap() as usize] += 1,
+            Some("tensor-status") => status.push((record["arg1"].as_u64().unwrap(), record["arg2"].as_u64().unwrap())),
+            _ => {}
+        }
+    }
+    (counts, status)
+}
+
+fn tensors_of(trace: &Path) -> Value {
+    let (report, _) = report_json_with_stacks(trace);
+    report["processes"][0]["tensors"].clone()
+}
+
+#[test]
+fn every_action_of_the_known_layout_is_recorded_and_the_layout_confirmed() {
+    let (trace, printed) = run_torch("tensors-all", "211", "all", &[], &[]);
+    // The tracker the library attached is the only one: every action the
+    // allocator handed out went to it.
+    assert_eq!(printed_counts(&printed), [28, 23, 23, 7, 4, 4, 3, 1, 1]);
+    let (counts, status) = recorded(&trace);
+    assert_eq!(counts, printed_counts(&printed));
+    // Attached (1), then confirmed (2) by the first segment.
+    assert_eq!(status, vec![(1, 0), (2, 0)]);
+    let tensors = tensors_of(&trace);
+    assert_eq!(
+        tensors["status"],
+        "tensors: 94 actions of PyTorch 2.11.0's caching allocator recorded"
+    );
+    let device = &tensors["devices"][0];
+    assert_eq!(
+        (device["allocations"].as_u64(), device["frees"].as_u64()),
+        (Some(28), Some(23))
+    );
+    assert_eq!(device["live_tensors_at_exit"], 5);
+    assert_eq!(device["ooms"], 1);
+    // The tensors live at exit: what the program says it kept.
+    let requested: u64 = [4096u64, 524_288, 10 << 20, 3 << 20, 1 << 20].iter().sum();
+    assert_eq!(device["allocated_bytes_at_exit"].as_u64(), Some(requested));
+    let text = stdout(&cudatrace(&["report", trace.to_str().unwrap()]).output().unwrap());
+    assert!(
+        text.contains("  tensors on GPU 0: 28 allocations, 23 frees; allocated 14.5 MiB at exit, peak 77.0 MiB"),
+        "{text}"
+    );
+    assert!(text.contains("    5 tensors live at exit\n"), "{text}");
+}
+
+#[test]
+fn the_snapshot_blocks_inside_pytorch_segments_are_its_tensors() {
+    // The viewer's replay merges every pair of adjacent segments when it
+    // undoes an unmap, so it cannot replay a trace whose plain segments
+    // touch once expandable ones were unmapped ("all" has both): that one
+    // is checked for its blocks and counts only.
+    for (scenario, devices, replays) in [
+        ("basic", 1, true),
+        ("expandable", 1, true),
+        ("pool", 1, true),
+        ("record_stream", 1, true),
+        ("all", 1, false),
+        ("two_devices", 2, true),
+    ] {
+        let (trace, printed) = run_torch(&format!("tensors-snapshot-{scenario}"), "211", scenario, &[], &[]);
+        let stem = trace.with_extension("");
+        let written = cudatrace(&["snapshot", trace.to_str().unwrap(), "-o", stem.to_str().unwrap()])
+            .output()
+            .unwrap();
+        assert!(written.status.success(), "{}", stderr(&written));
+        let pickle = stdout(&written).lines().next().unwrap().to_string();
+        let (snapshot, _) = unpickle(&std::fs::read(&pickle).unwrap()).unwrap();
+        let mut live: Vec<(u64, u64)> = snapshot["segments"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .flat_map(|s| s["blocks"].as_array().unwrap().iter())
+            .filter(|b| b["state"] == "active_allocated")
+            .map(|b| (b["address"].as_u64().unwrap(), b["size"].as_u64().unwrap()))
+            .collect();
+        live.sort_unstable();
+        // Every block the fake kept, at its carved size; nothing else (the
+        // fake makes no allocation outside its allocator).
+        assert_eq!(live, printed_blocks(&printed), "{scenario}");
+        for device in (0..devices).filter(|_| replays) {
+            check_replay(&snapshot, device, false).unwrap_or_else(|e| panic!("{scenario} device {device}: {e}"));
+        }
+        let mut actions: BTreeMap<String, u64> = BTreeMap::new();
+        for device in 0..devices {
+            for entry in snapshot["device_traces"][device].as_array().unwrap() {
+                *actions
+                    .entry(entry["action"].as_str().unwrap().to_string())
+                    .or_default() += 1;
+            }
+        }
+        let counts = printed_counts(&printed);
+        assert_eq!(actions.get("alloc").copied().unwrap_or(0), counts[0], "{scenario}");
+        assert_eq!(
+            actions.get("free_completed").copied().unwrap_or(0),
+            counts[2],
+            "{scenario}"
+        );
+        let notes = snapshot["allocator_settings"]["cudatrace_notes"].to_string();
+        assert!(
+            notes.contains("the blocks of PyTorch's segments are its tensors"),
+            "{notes}"
+        );
+        assert!(!notes.contains("default splitting rules"), "{scenario}: {notes}");
+    }
+}
+
+#[test]
+fn another_layout_is_refused_and_the_trace_says_why() {
+    let (trace, printed) = run_torch("tensors-other", "other", "basic", &[], &[]);
+    // Nothing was attached: the allocator handed no action to anyone.
+    assert_eq!(printed_counts(&printed), [0; 9]);
+    let (counts, status) = recorded(&trace);
+    assert_eq!(counts, [0; 9]);
+    // Unavailable (3): unknown version (1).
+    assert_eq!(status, vec![(3, 1)]);
+    assert_eq!(
+        tensors_of(&trace)["status"],
+        "tensors: unavailable in PyTorch 2.99.0: this PyTorch version's allocator layout is not known"
+    );
+    // The run carries on at segment level: basic's 4 segments, 2 freed.
+    let (report, _) = report_json(&trace);
+    let device = &report["processes"][0]["devices"][0];
+    assert_eq!(
+        (device["allocations"].as_u64(), device["frees"].as_u64()),
+        (Some(4), Some(2))
+    );
+}
+
+#[test]
+fn the_async_backend_is_refused_without_calling_its_attach() {
+    let env = [("PYTORCH_CUDA_ALLOC_CONF", "backend:cudaMallocAsync")];
+    let (trace, printed) = run_torch("tensors-async", "211", "async", &[], &env);
+    assert!(printed.contains("main returned"), "{printed}");
+    let (counts, status) = recorded(&trace);
+    assert_eq!(counts, [0; 9]);
+    // Unavailable (3): not the native allocator (3).
+    assert_eq!(status, vec![(3, 3)]);
+    let tensors = tensors_of(&trace);
+    assert!(
+        tensors["status"].as_str().unwrap().starts_with(
+            "tensors: unavailable in PyTorch 2.11.0: the allocator is not PyTorch's native caching allocator"
+        ),
+        "{tensors}"
+    );
+}
+
+#[test]
+fn tensors_off_leaves_the_allocator_alone() {
+    let (trace, printed) = run_torch("tensors-off", "211", "basic", &["--tensors", "off"], &[]);
+    assert_eq!(printed_counts(&printed), [0; 9]);
+    let (counts, status) = recorded(&trace);
+    assert_eq!(counts, [0; 9]);
+    assert_eq!(status, vec![(3, 7)]);
+    assert_eq!(
+        tensors_of(&trace)["status"],
+        "tensors: unavailable in PyTorch 2.11.0: turned off (--tensors off)"
+    );
+}
+
+#[test]
+fn threads_on_two_devices_lose_no_action_with_or_without_the_lock_released() {
+    for conf in ["", "release_lock_on_cudamalloc:True"] {
+        let env = [("PYTORCH_CUDA_ALLOC_CONF", conf)];
+        let (trace, printed) = run_torch("tensors-threads", "211", "threads", &[], &env);
+        let printed = printed_counts(&printed);
+        // The main thread's first tensor attached the tracker before the
+        // threads started: every action reached it.
+        assert_eq!(printed[..3], [8001, 8001, 8001], "{conf}");
+        assert_eq!(recorded(&trace).0, printed, "{conf}");
+        let tensors = tensors_of(&trace);
+        let allocations: u64 = tensors["devices"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .map(|d| d["allocations"].as_u64().unwrap())
+            .sum();
+        assert_eq!(allocations, 8001, "{conf}");
+    }
+}
+
+#[test]
+fn a_late_attach_records_what_follows_and_says_what_it_missed() {
+    // The tracker attaches at the first hooked allocation after the
+    // library is resolved; with the program's own late tracker too, both
+    // see the same actions after the pause.
+    let (trace, printed) = run_torch("tensors-late", "211", "late_attach", &[], &[]);
+    let (counts, status) = recorded(&trace);
+    assert_eq!(counts, printed_counts(&printed));
+    assert_eq!(status[..2], [(1, 0), (2, 0)]);
+}
