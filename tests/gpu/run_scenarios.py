@@ -859,13 +859,17 @@ def tensor_parity(args, name, argv, env=None):
     missing = their_segments - our_segments
     passed &= not missing
     details.append(f"segments: PyTorch {len(their_segments)}, ours {len(our_segments)} "
-                   f"({len(our_segments - their_segments)} outside PyTorch), missing {len(missing)}")
+                   f"({len(our_segments - their_segments)} outside PyTorch), missing {len(missing)}"
+                   + (f" e.g. {[(hex(a), n) for a, n in sorted(missing)[:3]]}" if missing else ""))
     # Outside PyTorch's segments each allocation is a block of its own.
     starts = sorted(their_segments)
     def in_theirs(block):
         return any(a <= block[0] < a + size for a, size in starts)
     ours_inside = {b for b in our_live if in_theirs(b)}
     passed &= their_live == ours_inside
+    odd = sorted(their_live ^ ours_inside)[:4]
+    if odd:
+        details.append(f"differing blocks e.g. {[(hex(a), n, 'theirs' if (a, n) in their_live else 'ours') for a, n in odd]}")
     details.append(f"live blocks in PyTorch's segments: PyTorch {len(their_live)}, ours {len(ours_inside)}, "
                    f"only PyTorch's {len(their_live - ours_inside)}, only ours {len(ours_inside - their_live)}; "
                    f"outside them {len(our_live - ours_inside)}")
@@ -916,6 +920,19 @@ def scenario_tensor_parity_leak(args):
                               f"largest {grad_sites[0]['bytes'] if grad_sites else 0} B at {op_name(grad_sites[0]) if grad_sites else '-'}")
 
 
+def scenario_tensor_cases(args):
+    """record_stream, empty_cache, an OOM, a graph's private pool and a
+    MemPool, with and without expandable segments: parity with PyTorch's
+    recorder in the same process."""
+    passed, details = True, []
+    for label, env in (("default", {}), ("expandable", {"PYTORCH_CUDA_ALLOC_CONF": "expandable_segments:True"})):
+        ok, detail, _ = tensor_parity(args, f"cases-{label}", [
+            sys.executable, os.path.join(WORKLOADS, "tensor_cases.py"), "{torch}"], env)
+        passed &= ok
+        details.append(f"{label}: {detail}")
+    return passed, " || ".join(details)
+
+
 def scenario_resnet_tensors(args):
     """The tensors issue's cost goal: ResNet-50 with the caching allocator,
     tensors on with the default stacks (all) and with Python stacks, against
@@ -957,6 +974,7 @@ SCENARIOS = [
     ("R3 ResNet-50 cost: no caching", scenario_resnet_no_caching),
     ("T1 tensors: seed 000's leak, parity with PyTorch's recorder", scenario_tensor_parity_leak),
     ("T2 tensors: ResNet-50 cost, caching allocator", scenario_resnet_tensors),
+    ("T3 tensors: record_stream, empty_cache, OOM, graph pool, MemPool; expandable or not", scenario_tensor_cases),
 ]
 
 #: Parts of the suite that run separately, each within 5 minutes on an H100.
@@ -967,7 +985,7 @@ PARTS = {
     "4": "z,R1",
     "5": "R2",
     "6": "R3",
-    "7": "T1",
+    "7": "T1,T3",
     "8": "T2",
 }
 
