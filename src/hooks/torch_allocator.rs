@@ -68,6 +68,8 @@ mod state {
     pub const OFF_UNREPORTED: u8 = 5;
     /// Off for good.
     pub const OFF: u8 = 6;
+    /// One thread is resolving; others leave it be.
+    pub const RESOLVING: u8 = 7;
 }
 
 static STATE: AtomicU8 = AtomicU8::new(state::NOT_FOUND);
@@ -77,6 +79,8 @@ static OFF_REASON: AtomicU64 = AtomicU64::new(0);
 static VERSION: AtomicU64 = AtomicU64::new(0);
 /// Actions seen before the layout was confirmed.
 static NOT_RECORDED: AtomicU64 = AtomicU64::new(0);
+/// A forked child of a confirmed parent: its spool has yet to say so.
+static CONFIRMED_UNREPORTED: AtomicBool = AtomicBool::new(false);
 
 /// Addresses resolved from `libc10_cuda.so`, absolute.
 static ALLOCATOR_SLOT: AtomicUsize = AtomicUsize::new(0);
@@ -142,8 +146,13 @@ pub fn configure_from_environment() {
 /// Forgets why tracking is off once that has gone into the trace: a forked
 /// child writes its own spool, which must say it too.
 pub fn forget_parent() {
-    if STATE.load(Ordering::Relaxed) == state::OFF && OFF_REASON.load(Ordering::Relaxed) != 0 {
-        STATE.store(state::OFF_UNREPORTED, Ordering::Relaxed);
+    match STATE.load(Ordering::Relaxed) {
+        state::OFF if OFF_REASON.load(Ordering::Relaxed) != 0 => STATE.store(state::OFF_UNREPORTED, Ordering::Relaxed),
+        // The tracker PyTorch keeps is the child's too.
+        state::CONFIRMED => CONFIRMED_UNREPORTED.store(true, Ordering::Relaxed),
+        // The parent's resolving thread is gone: resolve again.
+        state::RESOLVING => STATE.store(state::NOT_FOUND, Ordering::Relaxed),
+        _ => {}
     }
 }
 
@@ -156,10 +165,17 @@ fn turn_off(why: u64) {
 /// `libc10_cuda.so` if it has been loaded, and resolves what attaching
 /// needs. Reads a file and allocates.
 pub fn resolve_if_loaded() {
-    if STATE.load(Ordering::Acquire) != state::NOT_FOUND || !tracing_on() {
+    // One resolver at a time: a second one finishing late would set a
+    // state the first one's attach has moved past.
+    if !tracing_on()
+        || STATE
+            .compare_exchange(state::NOT_FOUND, state::RESOLVING, Ordering::AcqRel, Ordering::Relaxed)
+            .is_err()
+    {
         return;
     }
     let Some((base, path)) = loaded_object("libc10_cuda.so") else {
+        STATE.store(state::NOT_FOUND, Ordering::Release);
         return;
     };
     let Some((major, minor, patch)) = installed_version(&path) else {
@@ -337,7 +353,12 @@ unsafe extern "C" fn on_trace_entry(_functor: *const AnyData, entry: *const u8) 
         }
         let layout = LAYOUTS[LAYOUT.load(Ordering::Relaxed)];
         // SAFETY: PyTorch passes a live TraceEntry of the layout resolved.
-        let Some(action) = (unsafe { read_entry(entry, layout) }) else {
+        let action = match unsafe { read_entry(entry, layout) } {
+            Entry::Action(action) => Some(action),
+            Entry::Ignored => return,
+            Entry::Bad => None,
+        };
+        let Some(action) = action else {
             if STATE.swap(state::OFF, Ordering::AcqRel) != state::OFF {
                 OFF_REASON.store(reason::BAD_ENTRY, Ordering::Relaxed);
                 tensors::write_status(status::UNAVAILABLE, reason::BAD_ENTRY, VERSION.load(Ordering::Relaxed));
@@ -347,6 +368,9 @@ unsafe extern "C" fn on_trace_entry(_functor: *const AnyData, entry: *const u8) 
         if now == state::ATTACHED {
             confirm(action);
         } else {
+            if CONFIRMED_UNREPORTED.swap(false, Ordering::Relaxed) {
+                tensors::write_status(status::CONFIRMED, 0, VERSION.load(Ordering::Relaxed));
+            }
             tensors::write_action(action);
         }
     });
@@ -354,12 +378,9 @@ unsafe extern "C" fn on_trace_entry(_functor: *const AnyData, entry: *const u8) 
 
 /// Step 3: the first segment action decides.
 fn confirm(action: TensorAction) {
-    if !matches!(action.action, Action::SegmentAlloc | Action::SegmentMap) {
-        NOT_RECORDED.fetch_add(1, Ordering::Relaxed);
-        return;
-    }
     let version = VERSION.load(Ordering::Relaxed);
-    if tensors::matches_driver_memory(action.action, action.address, action.size) {
+    let segment = matches!(action.action, Action::SegmentAlloc | Action::SegmentMap);
+    if segment && tensors::matches_driver_memory(action.action, action.address, action.size) {
         if STATE
             .compare_exchange(state::ATTACHED, state::CONFIRMED, Ordering::AcqRel, Ordering::Relaxed)
             .is_ok()
@@ -371,6 +392,13 @@ fn confirm(action: TensorAction) {
             }
         }
         tensors::write_action(action);
+        return;
+    }
+    if STATE.load(Ordering::Acquire) == state::CONFIRMED {
+        // Another thread (another device's lock) confirmed meanwhile.
+        tensors::write_action(action);
+    } else if !segment {
+        NOT_RECORDED.fetch_add(1, Ordering::Relaxed);
     } else if STATE
         .compare_exchange(state::ATTACHED, state::OFF, Ordering::AcqRel, Ordering::Relaxed)
         .is_ok()
@@ -380,11 +408,38 @@ fn confirm(action: TensorAction) {
     }
 }
 
-/// Reads one entry; `None` if it holds what no entry of this layout can.
+/// What an entry holds.
+enum Entry {
+    Action(TensorAction),
+    /// `USER_DEFINED` (9): an annotation some versions send through the
+    /// same trackers; no memory changed.
+    Ignored,
+    /// What no entry of this layout can hold.
+    Bad,
+}
+
+/// Code of PyTorch's `USER_DEFINED` annotations.
+const USER_DEFINED: i32 = 9;
+
+/// Reads one entry.
 ///
 /// # Safety
 /// `entry` points at a `TraceEntry` of `layout`.
-unsafe fn read_entry(entry: *const u8, layout: &Layout) -> Option<TensorAction> {
+unsafe fn read_entry(entry: *const u8, layout: &Layout) -> Entry {
+    // SAFETY: per the caller's contract.
+    match unsafe { read_action(entry, layout) } {
+        Some(action) => Entry::Action(action),
+        // SAFETY: as above.
+        None if unsafe { entry.add(layout.action).cast::<i32>().read_unaligned() } == USER_DEFINED => Entry::Ignored,
+        None => Entry::Bad,
+    }
+}
+
+/// Reads one entry's action; `None` if it is not one.
+///
+/// # Safety
+/// `entry` points at a `TraceEntry` of `layout`.
+unsafe fn read_action(entry: *const u8, layout: &Layout) -> Option<TensorAction> {
     // SAFETY: offsets inside the entry, per the caller's contract.
     let word = |offset: usize| unsafe { entry.add(offset).cast::<u64>().read_unaligned() };
     // SAFETY: as above.
@@ -435,7 +490,7 @@ mod tests {
         entry[48..56].copy_from_slice(&4u64.to_ne_bytes());
         entry[56..64].copy_from_slice(&0u64.to_ne_bytes());
         // SAFETY: a 136-byte buffer of the layout.
-        let action = unsafe { read_entry(entry.as_ptr(), &LAYOUT_2_11) }.unwrap();
+        let action = unsafe { read_action(entry.as_ptr(), &LAYOUT_2_11) }.unwrap();
         assert_eq!(
             (
                 action.action,
@@ -447,12 +502,19 @@ mod tests {
             ),
             (Action::SegmentAlloc, 1, 0x7f00_0000_0000, 0x55, 2 << 20, 4)
         );
-        entry[0..4].copy_from_slice(&9i32.to_ne_bytes());
+        entry[0..4].copy_from_slice(&10i32.to_ne_bytes());
         // SAFETY: as above.
-        assert!(unsafe { read_entry(entry.as_ptr(), &LAYOUT_2_11) }.is_none());
+        assert!(unsafe { read_action(entry.as_ptr(), &LAYOUT_2_11) }.is_none());
+        // SAFETY: as above.
+        let bad = unsafe { read_entry(entry.as_ptr(), &LAYOUT_2_11) };
+        assert!(matches!(bad, Entry::Bad));
+        entry[0..4].copy_from_slice(&9i32.to_ne_bytes());
+        // SAFETY: as above: an annotation is ignored, not bad.
+        let annotation = unsafe { read_entry(entry.as_ptr(), &LAYOUT_2_11) };
+        assert!(matches!(annotation, Entry::Ignored));
         entry[0..4].copy_from_slice(&0i32.to_ne_bytes());
         entry[4] = 0xff;
         // SAFETY: as above.
-        assert!(unsafe { read_entry(entry.as_ptr(), &LAYOUT_2_11) }.is_none());
+        assert!(unsafe { read_action(entry.as_ptr(), &LAYOUT_2_11) }.is_none());
     }
 }

@@ -32,7 +32,9 @@ pub fn symbol_values(path: &Path, wanted: &[SymbolName]) -> Result<Vec<Option<u6
         for (slot, want) in found.iter_mut().zip(wanted) {
             let matches = match *want {
                 SymbolName::Exact(text) => name == text,
-                SymbolName::Prefix(text) => name.starts_with(text),
+                // `.cold`, `.constprop.0` and the like are pieces of the
+                // function, not the function.
+                SymbolName::Prefix(text) => name.starts_with(text) && !name.contains('.'),
             };
             // The same symbol may be in both tables: count distinct values.
             if matches && slot.0 != Some(symbol.address()) {

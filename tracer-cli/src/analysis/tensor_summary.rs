@@ -143,21 +143,33 @@ impl TensorStats {
         }
     }
 
-    /// Removes the segment pieces inside [address, address + size); returns their bytes.
+    /// Removes [address, address + size) from the segment pieces, trimming
+    /// or splitting any piece it overlaps (PyTorch unmaps the inside of a
+    /// mapped range); returns the bytes removed.
     fn unreserve(&mut self, address: u64, size: u64) -> u64 {
         let end = address.saturating_add(size);
-        let inside: Vec<(u64, u64)> = self.segments.range(address..end).map(|(&a, &s)| (a, s)).collect();
+        let first = self
+            .segments
+            .range(..address)
+            .next_back()
+            .filter(|(&start, &bytes)| start.saturating_add(bytes) > address)
+            .map(|(&start, _)| start);
+        let overlapping: Vec<(u64, u64)> = first
+            .into_iter()
+            .chain(self.segments.range(address..end).map(|(&a, _)| a))
+            .map(|start| (start, self.segments[&start]))
+            .collect();
         let mut freed = 0;
-        for (start, bytes) in inside {
+        for (start, bytes) in overlapping {
             self.segments.remove(&start);
             let piece_end = start.saturating_add(bytes);
-            if piece_end > end {
-                // Only the front of a mapped range went away.
-                self.segments.insert(end, piece_end - end);
-                freed += end - start;
-            } else {
-                freed += bytes;
+            if start < address {
+                self.segments.insert(start, address - start);
             }
+            if piece_end > end {
+                self.segments.insert(end, piece_end - end);
+            }
+            freed += piece_end.min(end) - start.max(address);
         }
         freed
     }
@@ -305,5 +317,13 @@ mod tests {
         assert_eq!(stats.now.reserved, 6 << 20);
         assert_eq!(stats.segments.get(&(0x1000_0000 + (2 << 20))), Some(&(6 << 20)));
         assert_eq!(stats.reserved_peak, 8 << 20);
+        // The inside of a mapped range, as PyTorch unmaps a free block's pages.
+        stats.apply(
+            Action::SegmentUnmap,
+            &action(3, Action::SegmentUnmap, 0x1000_0000 + (4 << 20), 2 << 20, 0),
+        );
+        assert_eq!(stats.now.reserved, 4 << 20);
+        assert_eq!(stats.segments.get(&(0x1000_0000 + (2 << 20))), Some(&(2 << 20)));
+        assert_eq!(stats.segments.get(&(0x1000_0000 + (6 << 20))), Some(&(2 << 20)));
     }
 }
