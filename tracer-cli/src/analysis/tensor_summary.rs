@@ -1,11 +1,14 @@
 //! Tensor figures per device, from the records of PyTorch's caching
-//! allocator: allocated, reserved and inactive bytes as its
-//! `memory_summary` splits them, the tensors live at exit and at the
-//! allocated peak by call site, and the fragmentation at exit.
+//! allocator: allocated, reserved and inactive bytes, the tensors live at
+//! exit and at the allocated peak by call site, and the fragmentation at
+//! exit.
 //!
-//! "Allocated" is the tensors' blocks until their free completes (a
-//! `record_stream` free stays allocated until the stream is done with it),
-//! "reserved" the segments' bytes, "inactive" reserved but not allocated.
+//! "Allocated" is the bytes the tensors asked for, until their free
+//! completes (a `record_stream` free stays allocated until the stream is
+//! done with it): PyTorch's "active" in requested bytes, which differs from
+//! its `memory_allocated()` by the rounding of blocks and by frees still
+//! waiting for streams. "Reserved" is the segments' bytes, as PyTorch's;
+//! "inactive" is reserved less allocated, so it includes the rounding.
 
 use super::keys::{ByStack, DeviceKey};
 use cudatrace_events::tensors::{action_of, Action};
