@@ -79,7 +79,7 @@ fn a_single_process_run_reports_exactly_what_it_did() {
             ],
             "host_pinned": {"allocations": 3, "frees": 3, "peak_bytes": 12288, "live_bytes_at_exit": 0},
             // No PyTorch in the process: no tensors, and nothing said of them.
-            "tensors": {"status": null, "actions": 0, "devices": []}
+            "tensors": {"status": null, "stopped_midway": false, "actions": 0, "devices": []}
         }]
     });
     assert_eq!(report, expected);

@@ -98,6 +98,7 @@ fn every_action_of_the_known_layout_is_recorded_and_the_layout_confirmed() {
         tensors["status"],
         "tensors: 94 actions of PyTorch 2.11.0's caching allocator recorded"
     );
+    assert_eq!(tensors["stopped_midway"], false);
     let device = &tensors["devices"][0];
     assert_eq!(
         (device["allocations"].as_u64(), device["frees"].as_u64()),

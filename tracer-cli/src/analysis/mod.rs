@@ -30,7 +30,7 @@ pub use owner::owner_of;
 pub use replay::{Allocation, Change, ProcessMemory};
 pub use stack_frames::Frame;
 pub use summary::{largest_call_sites, ProcessSummary, Summary};
-pub use tensor_status::tensor_status_line;
+pub use tensor_status::{tensor_status_line, tensors_stopped_midway};
 pub use tensor_summary::TensorStats;
 pub use trace_index::{ProcessIndex, TraceIndex};
 pub use window::Window;

@@ -16,6 +16,13 @@ pub fn tensor_status_line(process: &ProcessIndex) -> Option<String> {
         .unwrap_or_else(|| "PyTorch".to_owned());
     let of = |what: u64| process.tensor_status.iter().find(|e| e.arg1 == what);
     if let Some(off) = of(status::UNAVAILABLE) {
+        if process.tensor_actions > 0 {
+            return Some(format!(
+                "tensors: {} of {version}'s caching allocator recorded, then tracking stopped: {}; the tensors live at exit are not known",
+                crate::wording::count(process.tensor_actions, "action", "actions"),
+                reason::text(off.arg2)
+            ));
+        }
         return Some(format!("tensors: unavailable in {version}: {}", reason::text(off.arg2)));
     }
     let missed: u64 = process
@@ -38,4 +45,10 @@ pub fn tensor_status_line(process: &ProcessIndex) -> Option<String> {
     of(status::ATTACHED).map(|_| {
         format!("tensors: attached to {version}'s caching allocator, which made no segment to confirm its layout by{missed}")
     })
+}
+
+/// Whether tracking stopped after recording: the tensors' end state is then
+/// not known, and no leak may be claimed from it.
+pub fn tensors_stopped_midway(process: &ProcessIndex) -> bool {
+    process.tensor_actions > 0 && process.tensor_status.iter().any(|e| e.arg1 == status::UNAVAILABLE)
 }

@@ -2,7 +2,8 @@
 //! shape; keys may be added, never removed).
 
 use crate::analysis::{
-    largest_call_sites, tensor_status_line, ByStack, Frame, ProcessIndex, ProcessSummary, Summary, TraceIndex,
+    largest_call_sites, tensor_status_line, tensors_stopped_midway, ByStack, Frame, ProcessIndex, ProcessSummary,
+    Summary, TraceIndex,
 };
 use serde_json::{json, Value};
 
@@ -111,6 +112,8 @@ fn process_json(index: &TraceIndex, info: &ProcessIndex, process: &ProcessSummar
         "devices": devices,
         "tensors": {
             "status": tensor_status_line(info),
+            // Tracking stopped after recording: the live-at-exit figures are not an end state.
+            "stopped_midway": tensors_stopped_midway(info),
             "actions": info.tensor_actions,
             "devices": tensor_devices,
         },

@@ -1,7 +1,8 @@
 //! `cudatrace report`: the report for people.
 
 use crate::analysis::{
-    largest_call_sites, tensor_status_line, ByStack, ProcessIndex, ProcessSummary, Summary, TraceIndex,
+    largest_call_sites, tensor_status_line, tensors_stopped_midway, ByStack, ProcessIndex, ProcessSummary, Summary,
+    TraceIndex,
 };
 use crate::wording::{bytes, count};
 use cudatrace_trace::ProcessEnd;
@@ -146,9 +147,12 @@ fn tensors_text(index: &TraceIndex, info: &ProcessIndex, process: &ProcessSummar
             bytes(stats.reserved_peak),
             bytes(stats.now.inactive())
         );
-        let live = stats.live_tensors();
-        out += &format!("    {} live at exit\n", count(live.len() as u64, "tensor", "tensors"));
-        out += &call_sites_text(index, info, "of tensors live at exit", &stats.live_by_stack);
+        // A stream cut short leaves no end state to call leaks from.
+        if !tensors_stopped_midway(info) {
+            let live = stats.live_tensors();
+            out += &format!("    {} live at exit\n", count(live.len() as u64, "tensor", "tensors"));
+            out += &call_sites_text(index, info, "of tensors live at exit", &stats.live_by_stack);
+        }
         out += &call_sites_text(
             index,
             info,
