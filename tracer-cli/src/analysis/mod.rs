@@ -14,6 +14,7 @@ mod footprint;
 mod input_path;
 mod keys;
 mod owner;
+mod ranges;
 mod replay;
 mod stack_frames;
 mod summary;
@@ -27,6 +28,7 @@ pub use footprint::{limit_text, Breakdown, DeviceFootprint, FootprintTracker, Re
 pub use input_path::check_regular_file;
 pub use keys::{ByStack, DeviceKey};
 pub use owner::owner_of;
+pub use ranges::cut_range;
 pub use replay::{Allocation, Change, ProcessMemory};
 pub use stack_frames::Frame;
 pub use summary::{largest_call_sites, ProcessSummary, Summary};

@@ -11,6 +11,7 @@
 //! "inactive" is reserved less allocated, so it includes the rounding.
 
 use super::keys::{ByStack, DeviceKey};
+use super::ranges::cut_range;
 use cudatrace_events::tensors::{action_of, Action};
 use cudatrace_events::Event;
 use std::collections::{BTreeMap, HashMap};
@@ -75,7 +76,6 @@ pub struct TensorStats {
     live: HashMap<u64, (u64, u32)>,
     /// PyTorch's segments and mapped ranges: address → bytes.
     segments: BTreeMap<u64, u64>,
-    changes: u64,
 }
 
 /// Most points a device's timeline keeps.
@@ -123,7 +123,6 @@ impl TensorStats {
             Action::FreeRequested | Action::Snapshot => return,
         }
         self.now.time_ns = event.time_ns;
-        self.changes += 1;
         self.timeline.push(self.now);
         if self.timeline.len() >= 2 * TIMELINE_POINTS {
             // Keep every other point: evenly spaced in changes.
@@ -150,31 +149,13 @@ impl TensorStats {
     /// or splitting any piece it overlaps (PyTorch unmaps the inside of a
     /// mapped range); returns the bytes removed.
     fn unreserve(&mut self, address: u64, size: u64) -> u64 {
-        let end = address.saturating_add(size);
-        let first = self
-            .segments
-            .range(..address)
-            .next_back()
-            .filter(|(&start, &bytes)| start.saturating_add(bytes) > address)
-            .map(|(&start, _)| start);
-        let overlapping: Vec<(u64, u64)> = first
-            .into_iter()
-            .chain(self.segments.range(address..end).map(|(&a, _)| a))
-            .map(|start| (start, self.segments[&start]))
-            .collect();
-        let mut freed = 0;
-        for (start, bytes) in overlapping {
-            self.segments.remove(&start);
-            let piece_end = start.saturating_add(bytes);
-            if start < address {
-                self.segments.insert(start, address - start);
-            }
-            if piece_end > end {
-                self.segments.insert(end, piece_end - end);
-            }
-            freed += piece_end.min(end) - start.max(address);
-        }
-        freed
+        cut_range(
+            &mut self.segments,
+            address,
+            address.saturating_add(size),
+            |&l| l,
+            |_, l| l,
+        )
     }
 
     fn settle_peak(&mut self) {

@@ -13,6 +13,7 @@
 //! `roundup_power2_divisions`), the block keeps its rounded size and the
 //! miss is counted.
 
+use crate::analysis::cut_range;
 use std::collections::BTreeMap;
 
 /// PyTorch's smallest block and its rounding.
@@ -107,40 +108,7 @@ impl TorchBlocks {
     pub fn segment_removed(&mut self, address: u64, size: u64) -> Vec<(u64, Tensor)> {
         let end = address.saturating_add(size);
         self.pieces.remove(&address);
-        // A free block that straddles the range keeps its parts outside.
-        if let Some((&start, &free)) = self.free.range(..address).next_back() {
-            if start + free.size > address {
-                self.free.insert(
-                    start,
-                    Free {
-                        size: address - start,
-                        ..free
-                    },
-                );
-                if start + free.size > end {
-                    self.free.insert(
-                        end,
-                        Free {
-                            size: start + free.size - end,
-                            ..free
-                        },
-                    );
-                }
-            }
-        }
-        let inside: Vec<u64> = self.free.range(address..end).map(|(&a, _)| a).collect();
-        for start in inside {
-            let free = self.free.remove(&start).expect("listed");
-            if start + free.size > end {
-                self.free.insert(
-                    end,
-                    Free {
-                        size: start + free.size - end,
-                        ..free
-                    },
-                );
-            }
-        }
+        cut_range(&mut self.free, address, end, |f| f.size, |f, size| Free { size, ..f });
         let gone: Vec<u64> = self.tensors.range(address..end).map(|(&a, _)| a).collect();
         gone.into_iter()
             .map(|a| (a, self.tensors.remove(&a).expect("listed")))
