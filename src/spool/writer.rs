@@ -20,6 +20,7 @@
 //! [`spool_chunks`]: crate::spool::chunks
 
 use crate::spool::chunks as spool_chunks;
+use crate::spool::notice;
 use crate::spool::spool_file;
 use crate::spool::tree_root;
 use crate::sys::clock::{monotonic_ns, realtime_ns};
@@ -242,30 +243,50 @@ fn create_file(directory: &std::path::Path, pid: u32) -> Option<(i32, std::ffi::
     None
 }
 
+/// Creates this process's spool; when it cannot, says why through the
+/// run's notice file, so that the trace shows the process.
 fn create_spool() -> bool {
+    match try_create_spool() {
+        Ok(()) => true,
+        Err((errno, reason)) => {
+            notice::could_not_record(errno, &reason);
+            false
+        }
+    }
+}
+
+/// Why no spool: the `errno` (0 if none) and the words.
+type NoSpool = (i32, String);
+
+fn try_create_spool() -> Result<(), NoSpool> {
     // SAFETY: getpid/getppid have no preconditions.
     let (pid, ppid) = unsafe { (libc::getpid() as u32, libc::getppid() as u32) };
     // No spool folder, no spool: never the working directory.
     let Some(directory) = tree_root::spool_dir() else {
-        return false;
+        return Err((
+            0,
+            "its environment lost CUDATRACE_DIR, which names the spool folder".into(),
+        ));
     };
+    let failed = |what: &str| (last_errno(), format!("{what} {}", directory.display()));
     if !tree_root::prepare_spool_dir(directory) {
-        return false;
+        return Err(failed("cannot create the spool folder"));
     }
     let Some((fd, path)) = create_file(directory, pid) else {
-        return false;
+        return Err(failed("cannot create its spool in"));
     };
     if !spool_file::adopt(fd, path) {
+        let failure = failed("cannot identify its spool in");
         // SAFETY: closing the descriptor just opened.
         unsafe { libc::close(fd) };
-        return false;
+        return Err(failure);
     }
     // An empty file is left behind when even the header has no room: the
     // collector then reports the process as unrecorded.
-    if spool_chunks::reserve(fd, 0, HEADER_SIZE as u64).is_err() {
+    if let Err(errno) = spool_chunks::reserve(fd, 0, HEADER_SIZE as u64) {
         // SAFETY: closing our own descriptor.
         unsafe { libc::close(fd) };
-        return false;
+        return Err((errno, format!("no room for its spool in {}", directory.display())));
     }
     // SAFETY: fd is ours; the header page is mapped shared like the records.
     let header = unsafe {
@@ -279,9 +300,10 @@ fn create_spool() -> bool {
         )
     };
     if header == libc::MAP_FAILED {
+        let failure = failed("cannot map its spool in");
         // SAFETY: closing our own descriptor.
         unsafe { libc::close(fd) };
-        return false;
+        return Err(failure);
     }
     let header = header.cast::<SpoolHeader>();
     let cmdline = std::fs::read("/proc/self/cmdline").unwrap_or_default();
@@ -311,7 +333,7 @@ fn create_spool() -> bool {
     // SAFETY: registering a plain function; it checks the header itself.
     unsafe { on_exit(record_exit, std::ptr::null_mut()) };
     tree_root::start_collector_if_first(directory);
-    true
+    Ok(())
 }
 
 unsafe extern "C" {
@@ -346,6 +368,7 @@ pub fn forget_parent_spool() {
         unsafe { libc::munmap(header.cast(), HEADER_SIZE) };
     }
     spool_file::forget_parent();
+    notice::forget_parent();
     UNSPOOLED_SEQ.store(0, Ordering::Relaxed);
     STATE.store(CLOSED, Ordering::Release);
 }

@@ -128,6 +128,7 @@ fn dump_trace(path: &Path, out: &mut Stdout) -> Result<Option<u8>, Failure> {
             Ok(Record::DamagedSpool(d)) => {
                 vec![json!({"damaged_spool": {"pid": d.pid, "image": d.image, "path": d.path, "reason": d.reason}})]
             }
+            Ok(Record::Unrecorded(u)) => vec![json!({"unrecorded": crate::analysis::unrecorded_json(&u)})],
             Ok(Record::String { id, text }) => vec![json!({"string": {"id": id, "text": text}})],
             Ok(Record::Symbols { process, nodes }) => nodes
                 .iter()

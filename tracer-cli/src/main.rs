@@ -15,6 +15,7 @@ mod dump;
 mod errno;
 mod failure;
 mod liveness;
+mod notice_file;
 mod output;
 mod output_file;
 mod outputs;

@@ -11,10 +11,12 @@
 
 use crate::collector::{describe_io, header_for, Summary};
 use crate::liveness::Liveness;
+use crate::notice_file::NoticeTail;
 use crate::spool_tail::{check_spool_file, damaged_spool, SpoolTail};
 use cudatrace_events::{naming, Event, Pass, SpoolHeaderInfo};
 use cudatrace_trace::{
     Damage, DamagedSpool, Footer, Header, ProcessEnd, ProcessStart, Record, Refusal, TraceReader, TraceWriter,
+    UnrecordedProcess,
 };
 use std::collections::{BTreeMap, HashMap, HashSet, VecDeque};
 use std::io::{BufReader, BufWriter, Write};
@@ -254,6 +256,7 @@ pub fn recover(
     let mut old_trace_damage = Vec::new();
     let mut refused_paths: HashSet<String> = refusals.iter().map(|r| r.path.clone()).collect();
     let mut damaged_keys: HashSet<Key> = damaged.iter().map(|d| (d.pid, d.image)).collect();
+    let mut unrecorded = Vec::new();
     if let Some(old) = old {
         merge_old_trace(
             old,
@@ -264,6 +267,7 @@ pub fn recover(
             &mut refused_paths,
             &mut damaged,
             &mut damaged_keys,
+            &mut unrecorded,
         )?;
     }
     let mut latest_image: HashMap<u32, u32> = HashMap::new();
@@ -279,6 +283,13 @@ pub fn recover(
     for refusal in &refusals {
         out.summary.refused += 1;
         out.trace.refused(refusal).map_err(io)?;
+    }
+    // The notice file holds every line, those the old trace has included.
+    unrecorded.extend(NoticeTail::new(dir).read_new());
+    let mut noted = HashSet::new();
+    for process in unrecorded.into_iter().filter(|p| noted.insert(p.clone())) {
+        out.trace.record(&Record::Unrecorded(process.clone())).map_err(io)?;
+        out.summary.unrecorded.push(process);
     }
     for damage in &damaged {
         out.summary.damaged_spools += 1;
@@ -323,6 +334,7 @@ fn merge_old_trace(
     refused_paths: &mut HashSet<String>,
     damaged: &mut Vec<DamagedSpool>,
     damaged_keys: &mut HashSet<Key>,
+    unrecorded: &mut Vec<UnrecordedProcess>,
 ) -> Result<(), String> {
     let file = std::fs::File::open(old).map_err(|e| format!("cannot open {}: {e}", old.display()))?;
     let reader = match TraceReader::new(BufReader::with_capacity(1 << 20, file)) {
@@ -371,6 +383,7 @@ fn merge_old_trace(
                     damaged.push(spool);
                 }
             }
+            Record::Unrecorded(process) => unrecorded.push(process),
             record @ (Record::Nvml(_) | Record::NvmlStatus(_)) => {
                 out.trace.record(&record).map_err(|e| out.io(e))?;
             }

@@ -8,7 +8,7 @@ use crate::output;
 use crate::spool_dir;
 use crate::terminal::say;
 use crate::wording::{count, shell_quoted};
-use cudatrace_events::naming;
+use cudatrace_events::{naming, notices};
 use std::ffi::OsString;
 use std::os::unix::process::{CommandExt, ExitStatusExt};
 use std::path::{Path, PathBuf};
@@ -145,6 +145,37 @@ fn wait(child: &mut Child) -> Result<u8, Failure> {
     Ok(u8::try_from(code & 0xff).unwrap_or(1))
 }
 
+/// Creates the run's notice file and hands it down to the command (see
+/// `cudatrace_events::notices`): the descriptor stays open across its
+/// `exec`, and the environment names it with the file's identity. Without
+/// it, a process that cannot create its spool goes unseen; the run goes on.
+fn open_notice_file(run_dir: &Path, command: &mut Command) -> Option<std::fs::File> {
+    use std::os::unix::fs::{MetadataExt, OpenOptionsExt};
+    use std::os::unix::io::AsRawFd;
+    let file = std::fs::OpenOptions::new()
+        .append(true)
+        .create_new(true)
+        .mode(0o600)
+        .custom_flags(libc::O_NOFOLLOW)
+        .open(run_dir.join(notices::NOTICE_FILE))
+        .ok()?;
+    let metadata = file.metadata().ok()?;
+    let fd = file.as_raw_fd();
+    command.env(
+        notices::NOTICE_ENV,
+        format!("{fd}:{}:{}", metadata.dev(), metadata.ino()),
+    );
+    // SAFETY: only fcntl, async-signal-safe, between fork and exec: the
+    // descriptor loses close-on-exec in the command alone.
+    unsafe {
+        command.pre_exec(move || {
+            libc::fcntl(fd, libc::F_SETFD, 0);
+            Ok(())
+        })
+    };
+    Some(file)
+}
+
 /// Runs the command; returns the exit code cudatrace should exit with.
 pub fn run(args: RunArgs) -> Result<u8, Failure> {
     install_signal_forwarding();
@@ -180,6 +211,8 @@ pub fn run(args: RunArgs) -> Result<u8, Failure> {
             return wait(&mut child);
         }
     };
+    // Kept open until the command and its descendants are done with it.
+    let _notice_file = open_notice_file(&run_dir, &mut command);
     let mut ld_preload = preload.into_os_string();
     if let Some(existing) = std::env::var_os("LD_PRELOAD").filter(|p| !p.is_empty()) {
         ld_preload.push(":");
@@ -275,7 +308,7 @@ fn finished(summary: &Summary, trace: &Path, run_dir: &Path, keep_spools: bool, 
         spool_dir::remove_spools(run_dir, &summary.collected, true);
     }
     let disabled = std::env::var_os("CUDATRACE_DISABLE").is_some_and(|v| v != "0" && !v.is_empty());
-    if summary.processes == 0 && summary.damaged_spools == 0 {
+    if summary.processes == 0 && summary.damaged_spools == 0 && summary.unrecorded.is_empty() {
         let why = if disabled {
             "CUDATRACE_DISABLE is set; nothing was recorded"
         } else {

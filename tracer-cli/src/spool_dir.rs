@@ -1,6 +1,6 @@
 //! The folder a run's spools go to: private to the user who runs cudatrace.
 
-use cudatrace_events::naming;
+use cudatrace_events::{naming, notices};
 use std::os::unix::fs::{DirBuilderExt, MetadataExt};
 use std::path::{Path, PathBuf};
 
@@ -88,7 +88,7 @@ pub fn remove_spools(dir: &Path, collected: &[PathBuf], cudatrace_made_it: bool)
     if left > 0 {
         return;
     }
-    for name in [naming::COLLECTOR_LOCK, naming::TRACE_POINTER] {
+    for name in [naming::COLLECTOR_LOCK, naming::TRACE_POINTER, notices::NOTICE_FILE] {
         let _ = std::fs::remove_file(dir.join(name));
     }
     if cudatrace_made_it {

@@ -553,3 +553,144 @@ fn under_ulimit_f_the_spool_reuses_the_space_given_back_and_stays_within_the_lim
         value("waits ")
     );
 }
+
+/// The processes the report names as having could not record: (pid, errno, reason).
+fn unrecorded(report: &serde_json::Value) -> Vec<(u64, i64, String)> {
+    report["unrecorded_processes"]
+        .as_array()
+        .unwrap_or_else(|| panic!("no unrecorded_processes in {report}"))
+        .iter()
+        .map(|p| {
+            (
+                p["pid"].as_u64().unwrap(),
+                p["errno"].as_i64().unwrap(),
+                p["reason"].as_str().unwrap().to_string(),
+            )
+        })
+        .collect()
+}
+
+#[test]
+fn a_process_without_a_free_descriptor_says_it_could_not_record_and_run_never_says_nothing_to_record() {
+    let (output, trace) = run_scenario("no-free-fd", "no-free-fd", &[]);
+    assert!(output.status.success(), "{}", stderr(&output));
+    let pid: u64 = field(&stdout(&output), "pid", 0).parse().unwrap();
+    let (report, _) = report_json(&trace);
+    let spool_dir = unrecorded(&report)
+        .first()
+        .map(|(_, _, reason)| reason.trim_start_matches("cannot create its spool in ").to_string())
+        .unwrap_or_default();
+    assert_eq!(
+        unrecorded(&report),
+        vec![(
+            pid,
+            i64::from(libc::EMFILE),
+            format!("cannot create its spool in {spool_dir}")
+        )]
+    );
+    assert_eq!(report["processes"].as_array().unwrap().len(), 0);
+    let said = stderr(&output);
+    assert!(!said.contains("nothing to record"), "{said}");
+    let line = said
+        .lines()
+        .find(|l| l.contains("could not record"))
+        .unwrap_or_default();
+    assert!(
+        line.starts_with(&format!(
+            "cudatrace: 1 process could not record (pid {pid} (scenarios, parent "
+        )),
+        "{said}"
+    );
+    assert!(
+        line.ends_with(&format!(
+            "uid 0): cannot create its spool in {spool_dir} (EMFILE: Too many open files))"
+        )),
+        "{said}"
+    );
+    // The text report says it too.
+    let text = cudatrace(&["report", trace.to_str().unwrap()]).output().unwrap();
+    assert!(
+        stdout(&text).contains("\n1 process could not record; the trace has none of their events:\n  pid "),
+        "{}",
+        stdout(&text)
+    );
+}
+
+fn assert_root() {
+    assert_eq!(effective_uid(), 0, "this test changes user: run it as root, as CI does");
+}
+
+#[test]
+fn a_process_that_setuid_before_its_first_cuda_call_says_it_could_not_record() {
+    assert_root();
+    let (output, trace) = run_scenario("setuid-first", "setuid-first", &[]);
+    assert!(output.status.success(), "{}", stderr(&output));
+    let pid: u64 = field(&stdout(&output), "pid", 0).parse().unwrap();
+    let (report, _) = report_json(&trace);
+    let found = unrecorded(&report);
+    assert_eq!(found.len(), 1, "{report}");
+    assert_eq!((found[0].0, found[0].1), (pid, i64::from(libc::EACCES)));
+    assert!(found[0].2.starts_with("cannot create its spool in /"), "{found:?}");
+    assert_eq!(report["unrecorded_processes"][0]["uid"], 65534);
+    let said = stderr(&output);
+    assert!(!said.contains("nothing to record"), "{said}");
+    assert!(
+        said.contains(&format!("could not record (pid {pid} (scenarios, parent ")),
+        "{said}"
+    );
+    assert!(said.contains("uid 65534): cannot create its spool in /"), "{said}");
+    assert!(said.contains("(EACCES: Permission denied))"), "{said}");
+}
+
+#[test]
+fn a_child_forked_after_setuid_is_in_the_trace_as_a_process_that_could_not_record() {
+    assert_root();
+    let (output, trace) = run_scenario("setuid-fork", "setuid-then-fork", &[]);
+    assert!(output.status.success(), "{}", stderr(&output));
+    let child: u64 = field(&stdout(&output), "child", 0).parse().unwrap();
+    let (report, _) = report_json(&trace);
+    // The parent recorded both its events; the child's 14 are not lost unseen.
+    assert_eq!(report["processes"].as_array().unwrap().len(), 1, "{report}");
+    assert_eq!(report["processes"][0]["events"], 2, "{report}");
+    let found = unrecorded(&report);
+    assert_eq!(found.len(), 1, "{report}");
+    assert_eq!((found[0].0, found[0].1), (child, i64::from(libc::EACCES)));
+    assert_eq!(
+        report["unrecorded_processes"][0]["ppid"], report["processes"][0]["pid"],
+        "{report}"
+    );
+    let said = stderr(&output);
+    assert!(
+        said.contains(&format!("could not record (pid {child} (scenarios, parent ")),
+        "{said}"
+    );
+}
+
+#[test]
+fn a_descendant_that_lost_cudatrace_dir_is_named_as_one_that_could_not_record() {
+    let dir = scratch_dir("lost-dir");
+    let trace = dir.join("run.trace");
+    let output = cudatrace_run()
+        .arg("-o")
+        .arg(&trace)
+        .args(["--", "env", "-u", "CUDATRACE_DIR"])
+        .arg(fake_cuda::program("scenarios"))
+        .arg("runtime")
+        .env("TMPDIR", &dir)
+        .output()
+        .unwrap();
+    assert!(output.status.success(), "{}", stderr(&output));
+    let (report, _) = report_json(&trace);
+    let found = unrecorded(&report);
+    assert_eq!(found.len(), 1, "{report}");
+    assert_eq!(
+        (found[0].1, found[0].2.as_str()),
+        (0, "its environment lost CUDATRACE_DIR, which names the spool folder")
+    );
+    let said = stderr(&output);
+    assert!(!said.contains("nothing to record"), "{said}");
+    assert!(
+        said.contains("uid 0): its environment lost CUDATRACE_DIR, which names the spool folder)"),
+        "{said}"
+    );
+}

@@ -19,6 +19,7 @@ pub mod event_args;
 pub mod layout;
 pub mod measures;
 pub mod naming;
+pub mod notices;
 pub mod slots;
 pub mod spool;
 pub mod spool_file;

@@ -6,7 +6,7 @@ use cudatrace_events::{Api, Event, Kind, Op};
 /// First eight bytes of a trace file.
 pub const MAGIC: [u8; 8] = *b"CUTRACE\0";
 /// Version of the record encodings; readers refuse other versions.
-pub const FORMAT_VERSION: u32 = 5;
+pub const FORMAT_VERSION: u32 = 6;
 /// Oldest version readers still accept (it has no call stacks).
 pub const OLDEST_READABLE_VERSION: u32 = 2;
 /// Largest payload a frame may declare; anything larger is damage.
@@ -25,6 +25,7 @@ pub(crate) const TAG_NVML_STATUS: u8 = b'V';
 pub(crate) const TAG_PROCESS_END: u8 = b'X';
 pub(crate) const TAG_REFUSED: u8 = b'R';
 pub(crate) const TAG_DAMAGED_SPOOL: u8 = b'D';
+pub(crate) const TAG_UNRECORDED: u8 = b'U';
 pub(crate) const TAG_STRING: u8 = b'S';
 pub(crate) const TAG_SYMBOLS: u8 = b'K';
 pub(crate) const TAG_FOOTER: u8 = b'F';
@@ -104,6 +105,26 @@ pub struct DamagedSpool {
     /// Path of the spool.
     pub path: String,
     /// What is wrong with it.
+    pub reason: String,
+}
+
+/// A traced process that could not record: it found no way to create its
+/// spool, and said so through the run's notice file (format 6 and later).
+#[derive(Clone, Debug, PartialEq, Eq, Hash)]
+pub struct UnrecordedProcess {
+    /// Process id.
+    pub pid: u32,
+    /// Its parent's process id then.
+    pub ppid: u32,
+    /// Its real user id then (a `setuid` shows here).
+    pub uid: u32,
+    /// `CLOCK_MONOTONIC` when it gave up.
+    pub time_ns: u64,
+    /// The `errno` of the failure; 0 when there was none (no spool folder).
+    pub errno: i32,
+    /// The process's name (`comm`, at most 15 bytes).
+    pub name: String,
+    /// Why, in words (the errno's text is not in it).
     pub reason: String,
 }
 
@@ -212,6 +233,8 @@ pub enum Record {
     Refused(Refusal),
     /// [`DamagedSpool`].
     DamagedSpool(DamagedSpool),
+    /// [`UnrecordedProcess`].
+    Unrecorded(UnrecordedProcess),
     /// An interned string (for stack frames); ids start at 1.
     String {
         /// Its id.
@@ -315,6 +338,16 @@ pub(crate) fn encode(record: &Record, out: &mut Vec<u8>) -> u8 {
             put_string(out, &d.path);
             put_string(out, &d.reason);
             TAG_DAMAGED_SPOOL
+        }
+        Record::Unrecorded(u) => {
+            for v in [u.pid, u.ppid, u.uid] {
+                put(out, u64::from(v));
+            }
+            put(out, u.time_ns);
+            put_signed(out, i64::from(u.errno));
+            put_string(out, &u.name);
+            put_string(out, &u.reason);
+            TAG_UNRECORDED
         }
         Record::String { id, text } => {
             put(out, *id);
@@ -541,6 +574,15 @@ pub(crate) fn decode(tag: u8, payload: &[u8], pid_of: &dyn Fn(u32) -> Option<u32
             pid: c.get_u32()?,
             image: c.get_u32()?,
             path: c.string()?,
+            reason: c.string()?,
+        }),
+        TAG_UNRECORDED => Record::Unrecorded(UnrecordedProcess {
+            pid: c.get_u32()?,
+            ppid: c.get_u32()?,
+            uid: c.get_u32()?,
+            time_ns: c.get()?,
+            errno: i32::try_from(c.get_signed()?).map_err(|_| "errno out of range")?,
+            name: c.string()?,
             reason: c.string()?,
         }),
         TAG_STRING => Record::String {

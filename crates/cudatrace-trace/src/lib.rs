@@ -19,7 +19,7 @@ pub mod writer;
 
 pub use format::{
     DamagedSpool, Footer, Header, NodeSymbols, NvmlSample, NvmlStatus, ProcessEnd, ProcessStart, Record, Refusal,
-    SymbolFrame, FORMAT_VERSION, MAGIC, OLDEST_READABLE_VERSION,
+    SymbolFrame, UnrecordedProcess, FORMAT_VERSION, MAGIC, OLDEST_READABLE_VERSION,
 };
 pub use reader::{read_record_at, Damage, TraceReader};
 pub use writer::TraceWriter;

@@ -242,7 +242,7 @@ impl<R: Read> Iterator for TraceReader<R> {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::format::{Footer, Header, NvmlSample, NvmlStatus, ProcessEnd, ProcessStart};
+    use crate::format::{Footer, Header, NvmlSample, NvmlStatus, ProcessEnd, ProcessStart, UnrecordedProcess};
     use crate::writer::TraceWriter;
     use cudatrace_events::{Api, Event, Kind, Op};
 
@@ -366,6 +366,26 @@ mod tests {
             read,
             vec![Record::Header(header), Record::Nvml(nvml), Record::NvmlStatus(status)]
         );
+    }
+
+    #[test]
+    fn a_process_that_could_not_record_round_trips() {
+        let header = sample_trace().1[0].clone();
+        let Record::Header(header) = header else { unreachable!() };
+        let unrecorded = UnrecordedProcess {
+            pid: 43,
+            ppid: 42,
+            uid: 65534,
+            time_ns: 4000,
+            errno: 13,
+            name: "worker".into(),
+            reason: "cannot create its spool in /tmp/run".into(),
+        };
+        let mut writer = TraceWriter::new(Vec::new(), &header).unwrap();
+        writer.record(&Record::Unrecorded(unrecorded.clone())).unwrap();
+        let bytes = writer.into_inner();
+        let read: Vec<Record> = TraceReader::new(&bytes[..]).unwrap().map(Result::unwrap).collect();
+        assert_eq!(read, vec![Record::Header(header), Record::Unrecorded(unrecorded)]);
     }
 
     #[test]

@@ -25,6 +25,7 @@
 #include <signal.h>
 #include <fcntl.h>
 #include <sys/mman.h>
+#include <sys/resource.h>
 #include <sys/stat.h>
 #include <sys/statvfs.h>
 #include <sys/wait.h>
@@ -776,6 +777,42 @@ int main(int argc, char **argv) {
         if (chdir(argv[2]) != 0) return 16;
         void *p;
         check("cudaMalloc", cudaMalloc(&p, 5000));
+        check("cudaFree", cudaFree(p));
+    } else if (!strcmp(name, "no-free-fd")) {
+        /* RLIMIT_NOFILE 16, every descriptor taken, then the first CUDA call. */
+        struct rlimit limit = {16, 16};
+        if (setrlimit(RLIMIT_NOFILE, &limit) != 0) return 17;
+        while (open("/dev/null", O_RDONLY) >= 0) {}
+        void *p;
+        check("cudaMalloc", cudaMalloc(&p, 5000));
+        check("cudaFree", cudaFree(p));
+        printf("pid %d\n", getpid());
+    } else if (!strcmp(name, "setuid-first")) {
+        /* Becomes another user before its first CUDA call. */
+        if (setuid(65534) != 0) return 18;
+        void *p;
+        check("cudaMalloc", cudaMalloc(&p, 5000));
+        check("cudaFree", cudaFree(p));
+        printf("pid %d\n", getpid());
+    } else if (!strcmp(name, "setuid-then-fork")) {
+        /* Records, becomes another user, then forks a child that allocates. */
+        void *p;
+        check("cudaMalloc", cudaMalloc(&p, 5000));
+        if (setuid(65534) != 0) return 18;
+        fflush(stdout);
+        pid_t child = fork();
+        if (child == 0) {
+            void *q;
+            for (int i = 0; i < 7; i++) {
+                check("cudaMalloc", cudaMalloc(&q, 3000));
+                check("cudaFree", cudaFree(q));
+            }
+            printf("child %d\n", getpid());
+            fflush(stdout);
+            _exit(0);
+        }
+        int status;
+        waitpid(child, &status, 0);
         check("cudaFree", cudaFree(p));
     } else if (!strcmp(name, "late-daemon")) {
         /* A daemon (double fork) whose first allocation comes after the

@@ -21,6 +21,7 @@ mod summary;
 mod tensor_status;
 mod tensor_summary;
 mod trace_index;
+mod unrecorded;
 mod window;
 
 pub use event_stream::EventStream;
@@ -35,4 +36,5 @@ pub use summary::{largest_call_sites, ProcessSummary, Summary};
 pub use tensor_status::{tensor_status_line, tensors_stopped_midway};
 pub use tensor_summary::TensorStats;
 pub use trace_index::{ProcessIndex, TraceIndex};
+pub use unrecorded::{unrecorded_json, unrecorded_line, unrecorded_process_text};
 pub use window::Window;

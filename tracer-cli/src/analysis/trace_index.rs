@@ -5,7 +5,7 @@ use cudatrace_events::stacks::{BlobAssembler, BlobPiece, StackNode};
 use cudatrace_events::{Event, Op};
 use cudatrace_trace::{
     Damage, DamagedSpool, Header, NvmlSample, NvmlStatus, ProcessEnd, ProcessStart, Record, Refusal, SymbolFrame,
-    TraceReader,
+    TraceReader, UnrecordedProcess,
 };
 use std::collections::HashMap;
 use std::fs::File;
@@ -63,6 +63,8 @@ pub struct TraceIndex {
     pub refused: Vec<Refusal>,
     /// Spools that could not be read at all.
     pub damaged_spools: Vec<DamagedSpool>,
+    /// Processes that could not record (they have no events here).
+    pub unrecorded: Vec<UnrecordedProcess>,
     /// Whether the trace ended with its footer.
     pub complete: bool,
     /// Where reading stopped early, if it did.
@@ -104,6 +106,7 @@ impl TraceIndex {
             processes: Vec::new(),
             refused: Vec::new(),
             damaged_spools: Vec::new(),
+            unrecorded: Vec::new(),
             complete: false,
             damage: None,
             skipped: Vec::new(),
@@ -202,6 +205,7 @@ impl TraceIndex {
             }
             Record::Refused(refusal) => self.refused.push(refusal),
             Record::DamagedSpool(spool) => self.damaged_spools.push(spool),
+            Record::Unrecorded(process) => self.unrecorded.push(process),
             Record::Footer(_) => self.complete = true,
             Record::String { id, text } => {
                 self.strings.insert(id, text);

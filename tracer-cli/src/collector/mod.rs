@@ -20,6 +20,7 @@ pub use summary::Summary;
 pub use sink::{describe_io, TraceFailure};
 
 use crate::liveness::Liveness;
+use crate::notice_file::NoticeTail;
 use crate::output::InPlace;
 use crate::spool_tail::{check_spool_file, damaged_spool, may_become_readable, SpoolTail};
 use crate::terminal::say;
@@ -76,6 +77,9 @@ impl Summary {
                 "cudatrace: {} could not be read (see `cudatrace report`)",
                 count(self.damaged_spools, "spool file", "spool files")
             ));
+        }
+        if let Some(line) = crate::analysis::unrecorded_line(&self.unrecorded) {
+            lines.push(format!("cudatrace: {line}"));
         }
         lines
     }
@@ -284,8 +288,12 @@ fn sample_nvml(shared: &Shared, to_writer: &Sender<Message>, start: NvmlStart) {
 fn scan(shared: &Shared, to_writer: &Sender<Message>, to_readers: &Sender<SpoolTail>) {
     let mut seen: HashSet<PathBuf> = HashSet::new();
     let mut next_process = 0u32;
+    let mut notices = NoticeTail::new(&shared.dir);
     loop {
         let last_pass = shared.draining.load(Ordering::Acquire);
+        for process in notices.read_new() {
+            let _ = to_writer.send(Message::Unrecorded(process));
+        }
         let mut found: Vec<(u32, u32, PathBuf)> = std::fs::read_dir(&shared.dir)
             .map(|entries| entries.filter_map(|e| e.ok().map(|e| e.path())).collect::<Vec<_>>())
             .unwrap_or_default()

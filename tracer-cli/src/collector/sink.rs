@@ -9,7 +9,9 @@ use crate::spool_tail::Release;
 use crate::symbolize::StackCatalog;
 use crossbeam_channel::{Receiver, RecvTimeoutError};
 use cudatrace_events::Event;
-use cudatrace_trace::{DamagedSpool, Footer, ProcessEnd, ProcessStart, Record, Refusal, TraceWriter};
+use cudatrace_trace::{
+    DamagedSpool, Footer, ProcessEnd, ProcessStart, Record, Refusal, TraceWriter, UnrecordedProcess,
+};
 use std::fs::File;
 use std::io::BufWriter;
 use std::path::PathBuf;
@@ -31,6 +33,8 @@ pub enum Message {
     End(ProcessEnd, Option<PathBuf>),
     Refused(Refusal),
     Damaged(DamagedSpool),
+    /// A process that said it could not record.
+    Unrecorded(UnrecordedProcess),
     /// A record written as it is (NVML's readings).
     Record(Record),
     Finish,
@@ -112,6 +116,11 @@ impl Sink {
                 Some(Message::Damaged(damage)) => {
                     summary.damaged_spools += 1;
                     self.trace.damaged_spool(&damage)
+                }
+                Some(Message::Unrecorded(process)) => {
+                    let written = self.trace.record(&Record::Unrecorded(process.clone()));
+                    summary.unrecorded.push(process);
+                    written
                 }
                 Some(Message::Record(record)) => self.trace.record(&record),
                 Some(Message::Finish) => return self.finish(summary),

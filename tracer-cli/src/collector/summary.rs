@@ -1,5 +1,6 @@
 //! What a collection wrote.
 
+use cudatrace_trace::UnrecordedProcess;
 use std::path::PathBuf;
 
 /// What a collection wrote.
@@ -19,6 +20,8 @@ pub struct Summary {
     pub refused: u64,
     /// Spools that could not be read at all.
     pub damaged_spools: u64,
+    /// Processes that could not record.
+    pub unrecorded: Vec<UnrecordedProcess>,
     /// Processes still running when the trace was finished.
     pub still_running: u64,
     /// Spools read to their end, undamaged, of processes that are gone:

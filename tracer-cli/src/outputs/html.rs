@@ -219,6 +219,9 @@ fn page(
             if index.complete { "" } else { " and has no footer" }
         );
     }
+    if let Some(line) = crate::analysis::unrecorded_line(&index.unrecorded) {
+        let _ = writeln!(out, "<p><b>This trace is incomplete:</b> {}.</p>", escape(&line));
+    }
     out += "<h2>Processes</h2>\n<table><tr><th>pid</th><th>parent</th><th>image</th><th>command</th><th>exit</th><th>events</th></tr>\n";
     for (info, process) in index.processes.iter().zip(&summary.processes) {
         let s = &info.start;

@@ -165,6 +165,7 @@ pub fn report(index: &TraceIndex, summary: &Summary) -> Value {
         "skipped_damage": skipped,
         "refused_spools": refused,
         "damaged_spools": damaged_spools,
+        "unrecorded_processes": index.unrecorded.iter().map(crate::analysis::unrecorded_json).collect::<Vec<_>>(),
         "processes": processes,
     })
 }

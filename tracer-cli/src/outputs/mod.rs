@@ -37,6 +37,12 @@ pub fn say_what_the_trace_lacks(index: &TraceIndex, stream_errors: &[String]) ->
             "cudatrace: {path} has no footer: it is still being written, or its writer was stopped"
         ));
     }
+    if !index.unrecorded.is_empty() {
+        say(&format!(
+            "cudatrace: {path} lacks every event of {} that could not record (the report names them)",
+            count(index.unrecorded.len() as u64, "process", "processes")
+        ));
+    }
     if let Some(first) = stream_errors.first() {
         say(&format!(
             "cudatrace: {path} changed while it was read ({first}); the output lacks {}",

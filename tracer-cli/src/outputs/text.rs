@@ -1,8 +1,8 @@
 //! `cudatrace report`: the report for people.
 
 use crate::analysis::{
-    largest_call_sites, tensor_status_line, tensors_stopped_midway, ByStack, ProcessIndex, ProcessSummary, Summary,
-    TraceIndex,
+    largest_call_sites, tensor_status_line, tensors_stopped_midway, unrecorded_process_text, ByStack, ProcessIndex,
+    ProcessSummary, Summary, TraceIndex,
 };
 use crate::wording::{bytes, count};
 use cudatrace_trace::ProcessEnd;
@@ -47,6 +47,15 @@ pub fn report(index: &TraceIndex, summary: &Summary) -> String {
             "\npid {} (image {}): spool {} could not be read: {}\n",
             spool.pid, spool.image, spool.path, spool.reason
         );
+    }
+    if !index.unrecorded.is_empty() {
+        out += &format!(
+            "\n{} could not record; the trace has none of their events:\n",
+            count(index.unrecorded.len() as u64, "process", "processes")
+        );
+        for process in &index.unrecorded {
+            out += &format!("  {}\n", unrecorded_process_text(process));
+        }
     }
     out
 }

@@ -1,0 +1,175 @@
+//! The run's notice file: how a traced process that cannot create its
+//! spool still tells the collector that it existed, and why it recorded
+//! nothing.
+//!
+//! `cudatrace run` creates [`NOTICE_FILE`] in the run folder, opens it for
+//! appending and hands the descriptor down to the command, named in
+//! [`NOTICE_ENV`] as `fd:device:inode`. A process that gives up on its
+//! spool (no free descriptor, a `setuid` that locked it out of the run
+//! folder, a spool folder removed from its environment) writes one line
+//! through that descriptor, in one `write`, after checking that the
+//! descriptor still names that file. The collector reads the lines as they
+//! come and puts each in the trace as a process that could not record.
+//!
+//! A line is tab-separated: [`NOTICE_TAG`], pid, ppid, uid, monotonic time
+//! in ns, errno, the process's name, and the reason in words.
+
+/// The notice file's name in the run folder.
+pub const NOTICE_FILE: &str = "notices";
+
+/// The environment variable naming the inherited descriptor: `fd:device:inode`.
+pub const NOTICE_ENV: &str = "CUDATRACE_NOTICE";
+
+/// The first field of every line, with the line format's version.
+pub const NOTICE_TAG: &str = "cudatrace-notice-1";
+
+/// Longest line written; a longer reason is cut.
+pub const MAX_NOTICE_LINE: usize = 1024;
+
+/// One process that could not record.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Notice {
+    /// Process id.
+    pub pid: u32,
+    /// Parent process id.
+    pub ppid: u32,
+    /// Real user id.
+    pub uid: u32,
+    /// `CLOCK_MONOTONIC` when it gave up.
+    pub time_ns: u64,
+    /// The failure's `errno`, or 0.
+    pub errno: i32,
+    /// The process's name (`comm`).
+    pub name: String,
+    /// Why, in words.
+    pub reason: String,
+}
+
+/// Text as it may stand in a field: no tab, newline or other control byte.
+fn field(text: &str) -> String {
+    text.chars().map(|c| if c.is_control() { ' ' } else { c }).collect()
+}
+
+impl Notice {
+    /// The line, newline included, at most [`MAX_NOTICE_LINE`] bytes.
+    pub fn to_line(&self) -> String {
+        let mut line = format!(
+            "{NOTICE_TAG}\t{}\t{}\t{}\t{}\t{}\t{}\t{}",
+            self.pid,
+            self.ppid,
+            self.uid,
+            self.time_ns,
+            self.errno,
+            field(&self.name),
+            field(&self.reason)
+        );
+        if line.len() > MAX_NOTICE_LINE - 1 {
+            let mut cut = MAX_NOTICE_LINE - 1;
+            while !line.is_char_boundary(cut) {
+                cut -= 1;
+            }
+            line.truncate(cut);
+        }
+        line.push('\n');
+        line
+    }
+
+    /// Reads one line (without its newline); `None` for anything else.
+    pub fn parse(line: &str) -> Option<Notice> {
+        let mut fields = line.split('\t');
+        if fields.next()? != NOTICE_TAG {
+            return None;
+        }
+        let notice = Notice {
+            pid: fields.next()?.parse().ok()?,
+            ppid: fields.next()?.parse().ok()?,
+            uid: fields.next()?.parse().ok()?,
+            time_ns: fields.next()?.parse().ok()?,
+            errno: fields.next()?.parse().ok()?,
+            name: fields.next()?.to_string(),
+            reason: fields.next()?.to_string(),
+        };
+        fields.next().is_none().then_some(notice)
+    }
+}
+
+/// The descriptor named by [`NOTICE_ENV`]'s value: `(fd, device, inode)`.
+pub fn parse_descriptor(value: &str) -> Option<(i32, u64, u64)> {
+    let mut parts = value.split(':');
+    let fd = parts.next()?.parse().ok().filter(|&fd: &i32| fd >= 0)?;
+    let device = parts.next()?.parse().ok()?;
+    let inode = parts.next()?.parse().ok()?;
+    parts.next().is_none().then_some((fd, device, inode))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn sample() -> Notice {
+        Notice {
+            pid: 4242,
+            ppid: 4241,
+            uid: 65534,
+            time_ns: 123_456_789,
+            errno: 13,
+            name: "python3".into(),
+            reason: "cannot create its spool in /tmp/run".into(),
+        }
+    }
+
+    #[test]
+    fn a_line_reads_back_as_the_notice_it_was_written_from() {
+        let line = sample().to_line();
+        assert_eq!(
+            line,
+            "cudatrace-notice-1\t4242\t4241\t65534\t123456789\t13\tpython3\tcannot create its spool in /tmp/run\n"
+        );
+        assert_eq!(Notice::parse(line.trim_end_matches('\n')), Some(sample()));
+    }
+
+    #[test]
+    fn tabs_and_newlines_in_a_name_or_reason_cannot_split_the_line() {
+        let notice = Notice {
+            name: "a\tb".into(),
+            reason: "x\ny\tz".into(),
+            ..sample()
+        };
+        let line = notice.to_line();
+        assert_eq!(line.matches('\n').count(), 1);
+        let read = Notice::parse(line.trim_end_matches('\n')).unwrap();
+        assert_eq!((read.name.as_str(), read.reason.as_str()), ("a b", "x y z"));
+    }
+
+    #[test]
+    fn a_long_reason_is_cut_to_the_longest_line() {
+        let notice = Notice {
+            reason: "é".repeat(2000),
+            ..sample()
+        };
+        let line = notice.to_line();
+        assert!(line.len() <= MAX_NOTICE_LINE, "{}", line.len());
+        assert!(Notice::parse(line.trim_end_matches('\n')).is_some());
+    }
+
+    #[test]
+    fn anything_else_is_not_a_notice() {
+        for line in [
+            "",
+            "cudatrace-notice-2\t1\t1\t0\t0\t0\tx\ty",
+            "cudatrace-notice-1\t1\t1\t0\t0\t0\tx",
+            "cudatrace-notice-1\tpid\t1\t0\t0\t0\tx\ty",
+            "cudatrace-notice-1\t1\t1\t0\t0\t0\tx\ty\textra",
+        ] {
+            assert_eq!(Notice::parse(line), None, "{line:?}");
+        }
+    }
+
+    #[test]
+    fn the_descriptor_is_fd_device_inode() {
+        assert_eq!(parse_descriptor("7:2049:131"), Some((7, 2049, 131)));
+        for bad in ["", "7", "7:1", "-1:1:1", "7:1:1:1", "x:1:1"] {
+            assert_eq!(parse_descriptor(bad), None, "{bad:?}");
+        }
+    }
+}

@@ -1,0 +1,103 @@
+//! Reading the run folder's notice file: the processes that could not
+//! record (see `cudatrace_events::notices`).
+
+use crate::spool_tail::check_spool_file;
+use cudatrace_events::notices::{Notice, MAX_NOTICE_LINE, NOTICE_FILE};
+use cudatrace_trace::UnrecordedProcess;
+use std::io::{Read, Seek, SeekFrom};
+use std::path::{Path, PathBuf};
+
+/// Most bytes of notices read from one folder: thousands of processes.
+const MAX_NOTICE_BYTES: u64 = 4 << 20;
+
+/// Follows a notice file as lines are appended to it.
+pub struct NoticeTail {
+    path: PathBuf,
+    /// Bytes read and taken, up to the end of the last whole line.
+    offset: u64,
+}
+
+impl NoticeTail {
+    /// The notice file of `dir` (it need not exist yet).
+    pub fn new(dir: &Path) -> NoticeTail {
+        NoticeTail {
+            path: dir.join(NOTICE_FILE),
+            offset: 0,
+        }
+    }
+
+    /// The processes noticed since the last call. A line still being
+    /// written waits for the next call; a file that is not this user's
+    /// regular file is not read.
+    pub fn read_new(&mut self) -> Vec<UnrecordedProcess> {
+        if self.offset >= MAX_NOTICE_BYTES || check_spool_file(&self.path).is_err() {
+            return Vec::new();
+        }
+        let Ok(mut file) = std::fs::File::open(&self.path) else {
+            return Vec::new();
+        };
+        let mut bytes = Vec::new();
+        let read = file
+            .seek(SeekFrom::Start(self.offset))
+            .and_then(|_| file.take(MAX_NOTICE_BYTES - self.offset).read_to_end(&mut bytes));
+        if read.is_err() {
+            return Vec::new();
+        }
+        let whole = bytes.iter().rposition(|&b| b == b'\n').map_or(0, |last| last + 1);
+        self.offset += whole as u64;
+        bytes[..whole]
+            .split(|&b| b == b'\n')
+            .filter(|line| !line.is_empty() && line.len() < MAX_NOTICE_LINE)
+            .filter_map(|line| Notice::parse(std::str::from_utf8(line).ok()?))
+            .map(unrecorded)
+            .collect()
+    }
+}
+
+fn unrecorded(notice: Notice) -> UnrecordedProcess {
+    UnrecordedProcess {
+        pid: notice.pid,
+        ppid: notice.ppid,
+        uid: notice.uid,
+        time_ns: notice.time_ns,
+        errno: notice.errno,
+        name: notice.name,
+        reason: notice.reason,
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::io::Write;
+
+    fn notice(pid: u32) -> Notice {
+        Notice {
+            pid,
+            ppid: 1,
+            uid: 0,
+            time_ns: 5,
+            errno: libc::EMFILE,
+            name: "w".into(),
+            reason: "cannot create its spool in /x".into(),
+        }
+    }
+
+    #[test]
+    fn whole_lines_are_read_once_and_a_half_written_one_waits() {
+        let dir = std::env::temp_dir().join(format!("cudatrace-notices-{}", std::process::id()));
+        std::fs::create_dir_all(&dir).unwrap();
+        let path = dir.join(NOTICE_FILE);
+        let mut tail = NoticeTail::new(&dir);
+        assert_eq!(tail.read_new(), vec![]);
+        let mut file = std::fs::File::create(&path).unwrap();
+        let second = notice(8).to_line();
+        let (head, rest) = second.split_at(10);
+        write!(file, "{}garbage line\n{head}", notice(7).to_line()).unwrap();
+        assert_eq!(tail.read_new(), vec![unrecorded(notice(7))]);
+        write!(file, "{rest}").unwrap();
+        assert_eq!(tail.read_new(), vec![unrecorded(notice(8))]);
+        assert_eq!(tail.read_new(), vec![]);
+        std::fs::remove_dir_all(&dir).unwrap();
+    }
+}
