@@ -243,3 +243,43 @@ fn a_thread_without_a_python_thread_state_gets_native_frames_and_the_marker() {
     );
     assert!(!stack.iter().any(|f| f.1.ends_with(".py")), "{stack:?}");
 }
+
+#[test]
+fn stacks_that_share_stack_slots_but_not_callers_each_get_their_own_frames() {
+    // Walks are replayed from the previous one where the slots agree: paths
+    // through maze_a and maze_c leave the frames below at the same
+    // addresses, with the same return addresses, and only the caller's slot
+    // tells them apart.
+    for program in ["stack_names_fp", "stack_names_nofp"] {
+        let (mut command, trace) = traced(
+            &format!("maze-{program}"),
+            &["--stacks", "native"],
+            &[fake_cuda::program(program).as_os_str(), "maze".as_ref(), "400".as_ref()],
+        );
+        let output = command.output().unwrap();
+        assert!(output.status.success(), "{}", stderr(&output));
+        let expected: std::collections::HashMap<u64, String> = stdout(&output)
+            .lines()
+            .filter_map(|line| line.strip_prefix("maze "))
+            .map(|rest| {
+                let (bytes, path) = rest.split_once(' ').unwrap();
+                (bytes.parse().unwrap(), path.to_owned())
+            })
+            .collect();
+        assert_eq!(expected.len(), 400);
+        let (report, _) = report_json_with_stacks(&trace);
+        let live = report["processes"][0]["devices"][0]["live_at_exit"].as_array().unwrap();
+        assert_eq!(live.len(), 400, "{program}");
+        for allocation in live {
+            let size = allocation["size"].as_u64().unwrap();
+            // The maze functions, outermost first, as letters.
+            let path: String = stack_of(allocation)
+                .iter()
+                .rev()
+                .filter_map(|(function, _, _)| function.strip_prefix("maze_"))
+                .filter(|name| name.len() == 1)
+                .collect();
+            assert_eq!(path, expected[&size], "{program}: allocation of {size} bytes");
+        }
+    }
+}

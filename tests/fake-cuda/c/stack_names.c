@@ -10,7 +10,7 @@
  * Each allocation stays live, so it shows in `live at exit`. Frames are
  * noinline so that every name survives optimisation; the file is built with
  * and without frame pointers. */
-int cudaMalloc(void **block, unsigned long bytes);
+int cudaMalloc(void **block, unsigned long bytes); int atoi(const char *text); static void maze(int count);
 #include <dlfcn.h>
 #include <pthread.h>
 #include <stdio.h>
@@ -68,6 +68,8 @@ int main(int argc, char **argv) {
         allocate(2 << 20);
     } else if (strcmp(what, "fork") == 0) {
         allocate_around_a_fork();
+    } else if (strcmp(what, "maze") == 0 && argc > 2) {
+        maze(atoi(argv[2]));
     } else if (strcmp(what, "thread") == 0) {
         pthread_t thread;
         pthread_create(&thread, 0, thread_body, 0);
@@ -76,4 +78,69 @@ int main(int argc, char **argv) {
         return 2;
     }
     return 0;
+}
+
+/* stack_names maze N: N allocations, each down a pseudo-random path of
+ * maze_a/maze_b/maze_c/maze_d calls; prints "maze BYTES PATH" (outermost
+ * first).
+ *
+ * The maze: four functions calling each other down a path. maze_a and
+ * maze_c have frames of one size, so that a path through either puts the
+ * frames below at the very same stack addresses with the very same return
+ * addresses: only the slot holding the caller's return address differs. */
+static unsigned maze_seed = 12345;
+static unsigned maze_next(void) {
+    maze_seed = maze_seed * 1103515245u + 12345u;
+    return (maze_seed >> 16) & 0x7fff;
+}
+NOINLINE void maze_step(const char *path, size_t bytes);
+NOINLINE void maze_a(const char *path, size_t bytes) {
+    volatile char pad[32];
+    pad[0] = 0;
+    (void)pad[0];
+    maze_step(path, bytes);
+    __asm__ volatile("" ::: "memory");
+}
+NOINLINE void maze_c(const char *path, size_t bytes) {
+    volatile char pad[32];
+    pad[0] = 1;
+    (void)pad[0];
+    maze_step(path, bytes);
+    __asm__ volatile("" ::: "memory");
+}
+NOINLINE void maze_b(const char *path, size_t bytes) {
+    volatile char pad[96];
+    pad[0] = 2;
+    (void)pad[0];
+    maze_step(path, bytes);
+    __asm__ volatile("" ::: "memory");
+}
+NOINLINE void maze_d(const char *path, size_t bytes) {
+    maze_step(path, bytes);
+    __asm__ volatile("" ::: "memory");
+}
+NOINLINE void maze_step(const char *path, size_t bytes) {
+    switch (*path) {
+    case 'a': maze_a(path + 1, bytes); break;
+    case 'b': maze_b(path + 1, bytes); break;
+    case 'c': maze_c(path + 1, bytes); break;
+    case 'd': maze_d(path + 1, bytes); break;
+    default: {
+        void *block = 0;
+        if (cudaMalloc(&block, bytes) != 0) printf("cudaMalloc failed\n");
+    }
+    }
+    __asm__ volatile("" ::: "memory");
+}
+
+static void maze(int count) {
+    char path[16];
+    for (int i = 0; i < count; i++) {
+        int depth = 1 + maze_next() % 12;
+        for (int k = 0; k < depth; k++) path[k] = "abcd"[maze_next() % 4];
+        path[depth] = 0;
+        size_t bytes = 4096 * (size_t)(i + 1);
+        maze_step(path, bytes);
+        printf("maze %zu %s\n", bytes, path);
+    }
 }
