@@ -1,7 +1,6 @@
 //! Reading the run folder's notice file: the processes that could not
 //! record (see `cudatrace_events::notices`).
 
-use crate::spool_tail::check_spool_file;
 use cudatrace_events::notices::{Notice, MAX_NOTICE_LINE, NOTICE_FILE};
 use cudatrace_trace::UnrecordedProcess;
 use std::io::{Read, Seek, SeekFrom};
@@ -30,10 +29,10 @@ impl NoticeTail {
     /// written waits for the next call; a file that is not this user's
     /// regular file is not read.
     pub fn read_new(&mut self) -> Vec<UnrecordedProcess> {
-        if self.offset >= MAX_NOTICE_BYTES || check_spool_file(&self.path).is_err() {
+        if self.offset >= MAX_NOTICE_BYTES {
             return Vec::new();
         }
-        let Ok(mut file) = std::fs::File::open(&self.path) else {
+        let Some(mut file) = open_own_regular_file(&self.path) else {
             return Vec::new();
         };
         let mut bytes = Vec::new();
@@ -49,21 +48,24 @@ impl NoticeTail {
             .split(|&b| b == b'\n')
             .filter(|line| !line.is_empty() && line.len() < MAX_NOTICE_LINE)
             .filter_map(|line| Notice::parse(std::str::from_utf8(line).ok()?))
-            .map(unrecorded)
             .collect()
     }
 }
 
-fn unrecorded(notice: Notice) -> UnrecordedProcess {
-    UnrecordedProcess {
-        pid: notice.pid,
-        ppid: notice.ppid,
-        uid: notice.uid,
-        time_ns: notice.time_ns,
-        errno: notice.errno,
-        name: notice.name,
-        reason: notice.reason,
-    }
+/// Opens `path` only if it is, once opened, a regular file of this user's:
+/// never through a link, and without blocking on a FIFO someone put there
+/// (the check is made on what was opened, so it cannot be swapped after).
+fn open_own_regular_file(path: &Path) -> Option<std::fs::File> {
+    use std::os::unix::fs::{MetadataExt, OpenOptionsExt};
+    let file = std::fs::OpenOptions::new()
+        .read(true)
+        .custom_flags(libc::O_NOFOLLOW | libc::O_NONBLOCK)
+        .open(path)
+        .ok()?;
+    let metadata = file.metadata().ok()?;
+    // SAFETY: no preconditions.
+    let own = metadata.uid() == unsafe { libc::geteuid() };
+    (metadata.file_type().is_file() && own).then_some(file)
 }
 
 #[cfg(test)]
@@ -94,10 +96,27 @@ mod tests {
         let second = notice(8).to_line();
         let (head, rest) = second.split_at(10);
         write!(file, "{}garbage line\n{head}", notice(7).to_line()).unwrap();
-        assert_eq!(tail.read_new(), vec![unrecorded(notice(7))]);
+        assert_eq!(tail.read_new(), vec![notice(7)]);
         write!(file, "{rest}").unwrap();
-        assert_eq!(tail.read_new(), vec![unrecorded(notice(8))]);
+        assert_eq!(tail.read_new(), vec![notice(8)]);
         assert_eq!(tail.read_new(), vec![]);
+        std::fs::remove_dir_all(&dir).unwrap();
+    }
+
+    #[test]
+    fn a_fifo_or_a_link_in_its_place_is_not_read_and_never_blocks() {
+        let dir = std::env::temp_dir().join(format!("cudatrace-notices-odd-{}", std::process::id()));
+        std::fs::create_dir_all(&dir).unwrap();
+        let path = dir.join(NOTICE_FILE);
+        let fifo = std::ffi::CString::new(path.as_os_str().as_encoded_bytes()).unwrap();
+        // SAFETY: a NUL-terminated path.
+        assert_eq!(unsafe { libc::mkfifo(fifo.as_ptr(), 0o600) }, 0);
+        assert_eq!(NoticeTail::new(&dir).read_new(), vec![]);
+        std::fs::remove_file(&path).unwrap();
+        let target = dir.join("elsewhere");
+        std::fs::write(&target, notice(9).to_line()).unwrap();
+        std::os::unix::fs::symlink(&target, &path).unwrap();
+        assert_eq!(NoticeTail::new(&dir).read_new(), vec![]);
         std::fs::remove_dir_all(&dir).unwrap();
     }
 }

@@ -694,3 +694,15 @@ fn a_descendant_that_lost_cudatrace_dir_is_named_as_one_that_could_not_record() 
         "{said}"
     );
 }
+
+#[test]
+fn a_program_that_took_the_notice_descriptor_s_number_never_gets_a_notice_in_its_file() {
+    assert_root();
+    let dir = scratch_dir("notice-fd-reuse");
+    let own = dir.join("own.txt");
+    let (mut command, _) = run_command("notice-fd-reuse-run", "reuse-notice-fd", &[]);
+    let output = command.arg(&own).output().unwrap();
+    assert!(output.status.success(), "{}", stderr(&output));
+    assert!(stdout(&output).contains("own fd "), "{}", stdout(&output));
+    assert_eq!(std::fs::read_to_string(&own).unwrap(), "program data\n");
+}

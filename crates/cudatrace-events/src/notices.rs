@@ -27,7 +27,7 @@ pub const NOTICE_TAG: &str = "cudatrace-notice-1";
 pub const MAX_NOTICE_LINE: usize = 1024;
 
 /// One process that could not record.
-#[derive(Clone, Debug, PartialEq, Eq)]
+#[derive(Clone, Debug, PartialEq, Eq, Hash)]
 pub struct Notice {
     /// Process id.
     pub pid: u32,

@@ -110,23 +110,8 @@ pub struct DamagedSpool {
 
 /// A traced process that could not record: it found no way to create its
 /// spool, and said so through the run's notice file (format 6 and later).
-#[derive(Clone, Debug, PartialEq, Eq, Hash)]
-pub struct UnrecordedProcess {
-    /// Process id.
-    pub pid: u32,
-    /// Its parent's process id then.
-    pub ppid: u32,
-    /// Its real user id then (a `setuid` shows here).
-    pub uid: u32,
-    /// `CLOCK_MONOTONIC` when it gave up.
-    pub time_ns: u64,
-    /// The `errno` of the failure; 0 when there was none (no spool folder).
-    pub errno: i32,
-    /// The process's name (`comm`, at most 15 bytes).
-    pub name: String,
-    /// Why, in words (the errno's text is not in it).
-    pub reason: String,
-}
+/// The trace keeps the notice's fields as they are.
+pub type UnrecordedProcess = cudatrace_events::notices::Notice;
 
 /// A spool the collector would not read.
 #[derive(Clone, Debug, PartialEq, Eq)]

@@ -794,6 +794,21 @@ int main(int argc, char **argv) {
         check("cudaMalloc", cudaMalloc(&p, 5000));
         check("cudaFree", cudaFree(p));
         printf("pid %d\n", getpid());
+    } else if (!strcmp(name, "reuse-notice-fd") && argc > 2) {
+        /* Closes every descriptor, opens its own file under the number the
+         * run's notice descriptor had, then cannot record (another user). */
+        const char *notice = getenv("CUDATRACE_NOTICE");
+        int wanted = notice ? atoi(notice) : -1;
+        if (wanted < 3) return 19;
+        for (int fd = 3; fd < 1024; fd++) close(fd);
+        int own = -1;
+        for (int fd = 3; fd <= wanted; fd++) own = open(argv[2], O_RDWR | O_CREAT | O_APPEND, 0644);
+        if (own != wanted) return 20;
+        if (write(own, "program data\n", 13) != 13) return 21;
+        if (setuid(65534) != 0) return 18;
+        void *p;
+        check("cudaMalloc", cudaMalloc(&p, 5000));
+        printf("own fd %d\n", own);
     } else if (!strcmp(name, "setuid-then-fork")) {
         /* Records, becomes another user, then forks a child that allocates. */
         void *p;

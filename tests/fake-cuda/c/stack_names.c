@@ -94,27 +94,19 @@ static unsigned maze_next(void) {
     return (maze_seed >> 16) & 0x7fff;
 }
 NOINLINE void maze_step(const char *path, size_t bytes);
-NOINLINE void maze_a(const char *path, size_t bytes) {
-    volatile char pad[32];
-    pad[0] = 0;
-    (void)pad[0];
-    maze_step(path, bytes);
-    __asm__ volatile("" ::: "memory");
-}
-NOINLINE void maze_c(const char *path, size_t bytes) {
-    volatile char pad[32];
-    pad[0] = 1;
-    (void)pad[0];
-    maze_step(path, bytes);
-    __asm__ volatile("" ::: "memory");
-}
-NOINLINE void maze_b(const char *path, size_t bytes) {
-    volatile char pad[96];
-    pad[0] = 2;
-    (void)pad[0];
-    maze_step(path, bytes);
-    __asm__ volatile("" ::: "memory");
-}
+/* A maze function whose frame holds PAD bytes of its own; MARK keeps two
+ * functions of one size from being folded into one by the compiler. */
+#define MAZE_FUNCTION(name, PAD, MARK)                                           \
+    NOINLINE void name(const char *path, size_t bytes) {                         \
+        volatile char pad[PAD];                                                  \
+        pad[0] = MARK;                                                           \
+        (void)pad[0];                                                            \
+        maze_step(path, bytes);                                                  \
+        __asm__ volatile("" ::: "memory");                                       \
+    }
+MAZE_FUNCTION(maze_a, 32, 0)
+MAZE_FUNCTION(maze_c, 32, 1)
+MAZE_FUNCTION(maze_b, 96, 2)
 NOINLINE void maze_d(const char *path, size_t bytes) {
     maze_step(path, bytes);
     __asm__ volatile("" ::: "memory");
