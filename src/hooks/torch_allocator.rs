@@ -368,7 +368,8 @@ unsafe extern "C" fn on_trace_entry(_functor: *const AnyData, entry: *const u8) 
         if now == state::ATTACHED {
             confirm(action);
         } else {
-            if CONFIRMED_UNREPORTED.swap(false, Ordering::Relaxed) {
+            // Loaded first: a swap on every action would claim the line.
+            if CONFIRMED_UNREPORTED.load(Ordering::Relaxed) && CONFIRMED_UNREPORTED.swap(false, Ordering::Relaxed) {
                 tensors::write_status(status::CONFIRMED, 0, VERSION.load(Ordering::Relaxed));
             }
             tensors::write_action(action);

@@ -6,10 +6,15 @@
 # build's PHASES line (mean ns per record of each phase; tensor_callback is
 # the whole tracker call, tensor_noop a call told to return at once).
 #
-#   tests/gpu/diagnostics/tensor_phases.sh ROUNDS LIB
+# With a second library, compares two builds instead: each round runs plain,
+# then stacks none, python and all (or those SETTINGS names) under LIB (A)
+# and LIB_B (B) side by side.
+#
+#   tests/gpu/diagnostics/tensor_phases.sh ROUNDS LIB [LIB_B]
 set -euo pipefail
 here=$(cd "$(dirname "$0")/.." && pwd)
-rounds=$1 lib=$2
+rounds=$1 lib=$2 lib_b=${3:-}
+echo "clock source: $(cat /sys/devices/system/clocksource/clocksource0/current_clocksource 2>/dev/null || echo unknown)"
 work=$(mktemp -d)
 steps() { # NAME ENV...
     local name=$1
@@ -25,6 +30,13 @@ steps() { # NAME ENV...
 for round in $(seq "$rounds"); do
     echo "round $round"
     steps plain CUDATRACE_UNUSED=1
+    if [ -n "$lib_b" ]; then
+        for stacks in ${SETTINGS:-none python all}; do
+            steps "A, stacks $stacks" LD_PRELOAD="$lib" CUDATRACE_STACKS=$stacks
+            steps "B, stacks $stacks" LD_PRELOAD="$lib_b" CUDATRACE_STACKS=$stacks
+        done
+        continue
+    fi
     steps "tensors off" LD_PRELOAD="$lib" CUDATRACE_TENSORS=off
     steps "tensors noop" LD_PRELOAD="$lib" PHASES_TENSOR_NOOP=1
     steps "tensors, stacks none" LD_PRELOAD="$lib" CUDATRACE_STACKS=none
