@@ -34,6 +34,7 @@ fn main() {
         "deny_syscall.c",
         "stack_names.c",
         "stack_plugin.c",
+        "deep_library.c",
         "owner_inner.c",
         "owner_outer.c",
         "explain.c",
@@ -199,6 +200,22 @@ fn main() {
             &rpath,
             "-lcudart",
             "-lpthread",
+        ],
+    );
+    compile(
+        &compiler,
+        &[
+            "-g",
+            "-O2",
+            "-fno-omit-frame-pointer",
+            "-shared",
+            "-fPIC",
+            &s(&c.join("deep_library.c")),
+            "-o",
+            &s(&lib.join("libdeep_library.so")),
+            &search,
+            &rpath,
+            "-lcudart",
         ],
     );
     // Two libraries that allocate, one calling the other, and a program using

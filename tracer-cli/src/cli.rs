@@ -1,6 +1,7 @@
 //! The command line: what each subcommand accepts. Parsing only; the work
 //! is done by the module of each subcommand.
 
+use crate::analysis::FramesShown;
 use clap::{Args, Parser, Subcommand};
 use std::ffi::OsString;
 use std::path::PathBuf;
@@ -149,6 +150,10 @@ pub struct ReportArgs {
     /// Print one JSON object instead of text.
     #[arg(long)]
     pub json: bool,
+    /// How much of each call stack to show: runs of framework frames folded
+    /// into one line, or every frame.
+    #[arg(long, value_enum, value_name = "HOW", default_value = "folded")]
+    pub frames: FramesShown,
     /// The trace to read.
     #[arg(value_name = "TRACE")]
     pub trace: PathBuf,
@@ -212,6 +217,10 @@ pub struct HtmlArgs {
     /// The trace to read.
     #[arg(value_name = "TRACE")]
     pub trace: PathBuf,
+    /// How much of each call stack to show: runs of framework frames folded
+    /// into one line, or every frame.
+    #[arg(long, value_enum, value_name = "HOW", default_value = "folded")]
+    pub frames: FramesShown,
     /// Write the page here [default: the trace's path with .html].
     #[arg(short = 'o', long = "output", value_name = "PATH")]
     pub output: Option<PathBuf>,

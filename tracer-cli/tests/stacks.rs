@@ -83,7 +83,9 @@ fn native_frames_name_function_file_and_line_with_and_without_frame_pointers() {
         );
         let text = String::from_utf8(cudatrace(&["report", trace.to_str().unwrap()]).output().unwrap().stdout).unwrap();
         assert!(
-            text.contains("    call sites live at exit:\n      1.0 MiB in 1 allocation\n"),
+            text.contains(&format!(
+                "    call sites live at exit:\n      1.0 MiB in 1 allocation: inner_frame (stack_names.c:25) [{program}]\n"
+            )),
             "{text}"
         );
         assert!(text.contains("inner_frame ("), "{text}");
@@ -282,4 +284,85 @@ fn stacks_that_share_stack_slots_but_not_callers_each_get_their_own_frames() {
             assert_eq!(path, expected[&size], "{program}: allocation of {size} bytes");
         }
     }
+}
+
+/// Python calls a library that allocates 12 native frames further down
+/// (`libdeep_library.so`), through ctypes and libffi.
+const DEEP_PROGRAM: &str = r#"import ctypes, os
+deep = ctypes.CDLL(os.environ["DEEP_LIBRARY"])
+
+def make_buffers():
+    deep.deep_allocate(ctypes.c_size_t(3 << 20))
+
+make_buffers()
+"#;
+
+#[test]
+fn the_python_line_heads_a_call_site_twelve_native_frames_above_the_allocation() {
+    let dir = scratch_dir("deep");
+    let script = dir.join("deep.py");
+    std::fs::write(&script, DEEP_PROGRAM).unwrap();
+    let (mut command, trace) = traced("deep", &[], &["python3".as_ref(), script.as_os_str()]);
+    let output = command
+        .env("DEEP_LIBRARY", fake_cuda::library_dir().join("libdeep_library.so"))
+        .output()
+        .unwrap();
+    assert!(output.status.success(), "{}", String::from_utf8_lossy(&output.stderr));
+    let trace = trace.to_str().unwrap();
+
+    // Text: the site's first line names the Python line; the library's 12
+    // levels follow in full, ctypes and the interpreter folded.
+    let text = String::from_utf8(cudatrace(&["report", trace]).output().unwrap().stdout).unwrap();
+    let sites = text.split("    call sites live at exit:\n").nth(1).expect(&text);
+    let lines: Vec<&str> = sites.lines().collect();
+    assert_eq!(
+        lines[0], "      3.0 MiB in 1 allocation: deep.py:5 make_buffers",
+        "{text}"
+    );
+    for level in 1..=12 {
+        assert!(
+            lines[1..]
+                .iter()
+                .take(16)
+                .any(|l| l.contains(&format!("deep_level_{level} ("))),
+            "level {level}: {text}"
+        );
+    }
+    assert!(
+        lines[1..]
+            .iter()
+            .any(|l| l.starts_with("        … ") && l.contains(" frames in ")),
+        "{text}"
+    );
+    // Every frame with --frames full: none folded.
+    let full = String::from_utf8(
+        cudatrace(&["report", "--frames", "full", trace])
+            .output()
+            .unwrap()
+            .stdout,
+    )
+    .unwrap();
+    assert!(!full.contains(" frames in "), "{full}");
+    assert!(full.contains("deep_allocate ("), "{full}");
+
+    // HTML: the chart's legend and the table name the Python line.
+    let page = dir.join("deep.html");
+    let html = cudatrace(&["html", trace, "-o", page.to_str().unwrap()])
+        .output()
+        .unwrap();
+    assert!(html.status.success(), "{}", String::from_utf8_lossy(&html.stderr));
+    let page = std::fs::read_to_string(&page).unwrap();
+    // The owner chart's legend names the library; the call-site chart's the line.
+    let legends: Vec<&str> = page
+        .split("<div class=\"legend\">")
+        .skip(1)
+        .map(|l| &l[..l.find("</div>").unwrap()])
+        .collect();
+    assert!(
+        legends
+            .iter()
+            .any(|l| l == &"<span><i style=\"background:#4e79a7\"></i>deep.py:5 make_buffers</span>"),
+        "{legends:?}"
+    );
+    assert!(page.contains("<td class=\"site\">deep.py:5 make_buffers</td>"));
 }

@@ -9,6 +9,7 @@
 //! a trace agree. Memory stays proportional to the live set and the number
 //! of distinct stacks, never to the number of events.
 
+mod call_site;
 mod event_stream;
 mod footprint;
 mod input_path;
@@ -24,6 +25,7 @@ mod trace_index;
 mod unrecorded;
 mod window;
 
+pub use call_site::{call_sites, headline, headline_text, site_key, stack_lines, FramesShown};
 pub use event_stream::EventStream;
 pub use footprint::{limit_text, Breakdown, DeviceFootprint, FootprintTracker, ReferenceSource};
 pub use input_path::check_regular_file;

@@ -7,8 +7,8 @@
 //! and zoom. The figures come from the same replay as `cudatrace report`.
 
 use crate::analysis::{
-    largest_call_sites, ByStack, Change, DeviceKey, EventStream, ProcessIndex, ProcessMemory, Summary, TensorStats,
-    TraceIndex,
+    call_sites, headline, headline_text, site_key, stack_lines, ByStack, Change, DeviceKey, EventStream, FramesShown,
+    ProcessIndex, ProcessMemory, Summary, TensorStats, TraceIndex,
 };
 use crate::cli::HtmlArgs;
 use crate::failure::Failure;
@@ -30,7 +30,7 @@ const WIDTH: f64 = 900.0;
 const HEIGHT: f64 = 260.0;
 /// Call sites listed per table.
 const TABLE_ROWS: usize = 20;
-/// Frames shown per stack.
+/// Lines shown per stack, unless every frame is asked for.
 const FRAMES_SHOWN: usize = 12;
 const COLORS: [&str; SERIES + 5] = [
     "#4e79a7", "#f28e2b", "#e15759", "#76b7b2", "#59a14f", "#edc948", "#b07aa1", "#ff9da7", "#bab0ac", "#9c755f",
@@ -46,7 +46,7 @@ pub fn command(args: HtmlArgs) -> Result<u8, Failure> {
     progress.next_pass("html");
     let (charts, owner_charts) = fill_charts(&index, &summary, &progress);
     drop(progress);
-    let page = page(&index, &summary, &charts, &owner_charts);
+    let page = page(&index, &summary, &charts, &owner_charts, args.frames);
     let mut output = OutputFile::create(&path, is_private(&args.trace))?;
     if let Err(e) = output.file().write_all(page.as_bytes()) {
         output.abandon();
@@ -63,27 +63,32 @@ type ProcessCharts = (Vec<BTreeMap<DeviceKey, Chart>>, Vec<BTreeMap<u8, OwnerCha
 /// The second pass: live bytes per top call site, and per owner and
 /// category, per process and device.
 fn fill_charts(index: &TraceIndex, summary: &Summary, progress: &Progress) -> ProcessCharts {
+    // Per process and device: the series of each charted call site, by key.
+    let mut site_series: Vec<BTreeMap<DeviceKey, HashMap<String, usize>>> =
+        vec![BTreeMap::new(); index.processes.len()];
     let mut charts: Vec<BTreeMap<DeviceKey, Chart>> = index
         .processes
         .iter()
         .zip(&summary.processes)
-        .map(|(info, process)| {
+        .enumerate()
+        .map(|(process_number, (info, process))| {
             let t0 = info.first_time_ns.unwrap_or(0);
             let span = info.last_time_ns.unwrap_or(t0).saturating_sub(t0);
             process
                 .devices
                 .iter()
                 .map(|(&device, stats)| {
-                    let sites = largest_call_sites(&stats.peak_by_stack);
-                    let mut series_of = HashMap::new();
+                    let sites = call_sites(index, info, &stats.peak_by_stack);
                     let mut names = Vec::new();
-                    for &(stack, _, _) in sites.iter().take(SERIES) {
-                        series_of.insert(stack, names.len());
-                        names.push(site_name(index, info, stack));
+                    let mut of_site = HashMap::new();
+                    for site in sites.iter().take(SERIES) {
+                        of_site.insert(site.key.clone(), names.len());
+                        names.push(site.name.clone());
                     }
                     names.push("other call sites".to_string());
+                    site_series[process_number].insert(device, of_site);
                     let chart = Chart {
-                        series_of,
+                        series_of: HashMap::new(),
                         current: vec![0; names.len()],
                         names,
                         bins: vec![None; BINS],
@@ -143,7 +148,14 @@ fn fill_charts(index: &TraceIndex, summary: &Summary, progress: &Progress) -> Pr
             let Some(chart) = charts[process].get_mut(&DeviceKey::of(a.device)) else {
                 continue;
             };
-            let series = chart.series_of.get(&a.stack).copied().unwrap_or(chart.names.len() - 1);
+            let other = chart.names.len() - 1;
+            let series = *chart.series_of.entry(a.stack).or_insert_with(|| {
+                site_series[process]
+                    .get(&DeviceKey::of(a.device))
+                    .and_then(|sites| sites.get(&site_key(index, info, a.stack)))
+                    .copied()
+                    .unwrap_or(other)
+            });
             let value = &mut chart.current[series];
             *value = if sign > 0 {
                 *value + a.size
@@ -154,17 +166,6 @@ fn fill_charts(index: &TraceIndex, summary: &Summary, progress: &Progress) -> Pr
         }
     }
     (charts, owner_charts)
-}
-
-/// A call site's name in a legend: its innermost frame with a source line,
-/// else its innermost frame.
-fn site_name(index: &TraceIndex, info: &ProcessIndex, stack: u32) -> String {
-    let frames = index.frames(info, stack);
-    frames
-        .iter()
-        .find(|f| f.line.is_some())
-        .or(frames.first())
-        .map_or_else(|| "(no call stack recorded)".to_string(), |f| f.text())
 }
 
 fn escape(text: &str) -> String {
@@ -187,6 +188,7 @@ fn page(
     summary: &Summary,
     charts: &[BTreeMap<DeviceKey, Chart>],
     owner_charts: &[BTreeMap<u8, OwnerChart>],
+    frames: FramesShown,
 ) -> String {
     let title = index
         .header
@@ -282,12 +284,13 @@ fn page(
             out += &sites_table(
                 index,
                 info,
+                frames,
                 &format!("Memory at the peak of {}", bytes(stats.peak)),
                 &stats.peak_by_stack,
             );
-            out += &sites_table(index, info, "Memory live at exit (leaks)", &stats.live_by_stack);
+            out += &sites_table(index, info, frames, "Memory live at exit (leaks)", &stats.live_by_stack);
             if let (Some(tensors), Some(chart)) = (process.tensors.devices.get(device), charts.get(device)) {
-                out += &tensors_html(index, info, tensors, chart);
+                out += &tensors_html(index, info, tensors, chart, frames);
             }
             if !stats.ooms.is_empty() {
                 out += "<h3>Out-of-memory failures</h3>\n<table class=\"ooms\"><tr><th>when</th><th>asked for</th><th>free</th><th>total</th><th>API</th><th>stack</th></tr>\n";
@@ -300,7 +303,7 @@ fn page(
                         bytes(oom.device_free),
                         bytes(oom.device_total),
                         oom.api,
-                        stack_html(index, info, oom.stack)
+                        stack_html(index, info, oom.stack, frames)
                     );
                 }
                 out += "</table>\n";
@@ -317,7 +320,13 @@ fn page(
 
 /// PyTorch's tensors on a device: allocated and inactive bytes over time,
 /// on the time axis of the device's own chart, and their call sites.
-fn tensors_html(index: &TraceIndex, info: &ProcessIndex, tensors: &TensorStats, device_chart: &Chart) -> String {
+fn tensors_html(
+    index: &TraceIndex,
+    info: &ProcessIndex,
+    tensors: &TensorStats,
+    device_chart: &Chart,
+    frames: FramesShown,
+) -> String {
     let mut chart = Chart {
         series_of: HashMap::new(),
         names: vec![
@@ -351,13 +360,20 @@ fn tensors_html(index: &TraceIndex, info: &ProcessIndex, tensors: &TensorStats, 
     out += &sites_table(
         index,
         info,
+        frames,
         &format!(
             "Tensors at the allocated peak of {}",
             bytes(tensors.allocated_peak.allocated)
         ),
         &tensors.peak_by_stack,
     );
-    out += &sites_table(index, info, "Tensors live at exit (leaks)", &tensors.live_by_stack);
+    out += &sites_table(
+        index,
+        info,
+        frames,
+        "Tensors live at exit (leaks)",
+        &tensors.live_by_stack,
+    );
     out
 }
 
@@ -442,41 +458,72 @@ fn duration(ns: u64) -> String {
     }
 }
 
-fn sites_table(index: &TraceIndex, info: &ProcessIndex, title: &str, by_stack: &ByStack) -> String {
-    let sites = largest_call_sites(by_stack);
+fn sites_table(
+    index: &TraceIndex,
+    info: &ProcessIndex,
+    frames: FramesShown,
+    title: &str,
+    by_stack: &ByStack,
+) -> String {
+    let sites = call_sites(index, info, by_stack);
     if sites.is_empty() {
         return format!("<h3>{}</h3>\n<p class=\"note\">none</p>\n", escape(title));
     }
     let mut out = format!(
-        "<h3>{}</h3>\n<table class=\"sites\"><tr><th>bytes</th><th>allocations</th><th>call stack</th></tr>\n",
+        "<h3>{}</h3>\n<table class=\"sites\"><tr><th>bytes</th><th>allocations</th><th>call site</th><th>stack of its largest allocation</th></tr>\n",
         escape(title)
     );
-    for &(stack, size, allocations) in sites.iter().take(TABLE_ROWS) {
+    for site in sites.iter().take(TABLE_ROWS) {
         let _ = writeln!(
             out,
-            "<tr><td class=\"num\">{}</td><td class=\"num\">{allocations}</td><td>{}</td></tr>",
-            bytes(size),
-            stack_html(index, info, stack)
+            "<tr><td class=\"num\">{}</td><td class=\"num\">{}</td><td class=\"site\">{}</td><td>{}</td></tr>",
+            bytes(site.bytes),
+            site.allocations,
+            escape(&site.name),
+            stack_lines_html(index, info, site.stack, frames)
         );
     }
     if sites.len() > TABLE_ROWS {
         let _ = writeln!(
             out,
-            "<tr><td colspan=\"3\">... and {} more call sites</td></tr>",
+            "<tr><td colspan=\"4\">... and {} more call sites</td></tr>",
             sites.len() - TABLE_ROWS
         );
     }
     out + "</table>\n"
 }
 
-fn stack_html(index: &TraceIndex, info: &ProcessIndex, stack: u32) -> String {
-    let frames = index.frames(info, stack);
-    if frames.is_empty() {
+/// A stack headed by its headline frame.
+fn stack_html(index: &TraceIndex, info: &ProcessIndex, stack: u32, frames: FramesShown) -> String {
+    let resolved = index.frames(info, stack);
+    match headline(&resolved) {
+        Some(at) => format!(
+            "<div class=\"site\">{}</div>{}",
+            escape(&headline_text(&resolved[at], false)),
+            stack_lines_html(index, info, stack, frames)
+        ),
+        None => "<span class=\"note\">(no call stack recorded)</span>".to_string(),
+    }
+}
+
+/// A stack's lines: folded and at most [`FRAMES_SHOWN`], or every frame.
+fn stack_lines_html(index: &TraceIndex, info: &ProcessIndex, stack: u32, frames: FramesShown) -> String {
+    let resolved = index.frames(info, stack);
+    if resolved.is_empty() {
         return "<span class=\"note\">(no call stack recorded)</span>".to_string();
     }
-    let mut lines: Vec<String> = frames.iter().take(FRAMES_SHOWN).map(|f| escape(&f.text())).collect();
-    if frames.len() > FRAMES_SHOWN {
-        lines.push(format!("... {} more frames", frames.len() - FRAMES_SHOWN));
+    let lines = stack_lines(&resolved, frames);
+    let shown = if frames == FramesShown::Full {
+        lines.len()
+    } else {
+        FRAMES_SHOWN
+    };
+    let mut out: Vec<String> = lines.iter().take(shown).map(|line| escape(line)).collect();
+    if lines.len() > shown {
+        out.push(format!(
+            "... {} more lines (--frames full shows them)",
+            lines.len() - shown
+        ));
     }
-    format!("<pre class=\"stack\">{}</pre>", lines.join("\n"))
+    format!("<pre class=\"stack\">{}</pre>", out.join("\n"))
 }

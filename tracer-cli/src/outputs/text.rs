@@ -1,19 +1,19 @@
 //! `cudatrace report`: the report for people.
 
 use crate::analysis::{
-    largest_call_sites, tensor_status_line, tensors_stopped_midway, unrecorded_process_text, ByStack, ProcessIndex,
-    ProcessSummary, Summary, TraceIndex,
+    call_sites, headline, headline_text, stack_lines, tensor_status_line, tensors_stopped_midway,
+    unrecorded_process_text, ByStack, FramesShown, ProcessIndex, ProcessSummary, Summary, TraceIndex,
 };
 use crate::wording::{bytes, count};
 use cudatrace_trace::ProcessEnd;
 
 /// Live allocations the text report lists per device, largest first.
 const LARGEST_SHOWN: usize = 5;
-/// Frames of one stack shown.
+/// Lines of one stack shown, unless every frame is asked for.
 const FRAMES_SHOWN: usize = 16;
 
-/// The whole report as text.
-pub fn report(index: &TraceIndex, summary: &Summary) -> String {
+/// The whole report as text, stacks shown as `frames` says.
+pub fn report(index: &TraceIndex, summary: &Summary, frames: FramesShown) -> String {
     let mut out = String::new();
     let events: u64 = summary.processes.iter().map(|p| p.memory.events).sum();
     if let Some(h) = &index.header {
@@ -33,7 +33,7 @@ pub fn report(index: &TraceIndex, summary: &Summary) -> String {
         }
     }
     for (info, process) in index.processes.iter().zip(&summary.processes) {
-        out += &process_text(index, info, process);
+        out += &process_text(index, info, process, frames);
     }
     let lost = summary.lost_events(index);
     if lost > 0 {
@@ -60,7 +60,7 @@ pub fn report(index: &TraceIndex, summary: &Summary) -> String {
     out
 }
 
-fn process_text(index: &TraceIndex, info: &ProcessIndex, process: &ProcessSummary) -> String {
+fn process_text(index: &TraceIndex, info: &ProcessIndex, process: &ProcessSummary, frames: FramesShown) -> String {
     let start = &info.start;
     let end = info.end.clone().unwrap_or_default();
     let exit = match (end.exit_status, end.still_running) {
@@ -104,10 +104,11 @@ fn process_text(index: &TraceIndex, info: &ProcessIndex, process: &ProcessSummar
                 largest.len() - LARGEST_SHOWN
             );
         }
-        out += &call_sites_text(index, info, "live at exit", &stats.live_by_stack);
+        out += &call_sites_text(index, info, frames, "live at exit", &stats.live_by_stack);
         out += &call_sites_text(
             index,
             info,
+            frames,
             &format!("at the peak of {}", bytes(stats.peak)),
             &stats.peak_by_stack,
         );
@@ -119,10 +120,10 @@ fn process_text(index: &TraceIndex, info: &ProcessIndex, process: &ProcessSummar
                 bytes(oom.device_free),
                 bytes(oom.device_total)
             );
-            out += &stack_text(index, info, oom.stack, "      ");
+            out += &stack_text(index, info, oom.stack, frames, "      ");
         }
     }
-    out += &tensors_text(index, info, process);
+    out += &tensors_text(index, info, process, frames);
     if process.host.allocations > 0 {
         out += &format!(
             "  pinned host memory: {}, {}, peak {}, live at exit {}\n",
@@ -139,7 +140,7 @@ fn process_text(index: &TraceIndex, info: &ProcessIndex, process: &ProcessSummar
 /// PyTorch's tensors, per device: the allocator's split of its bytes,
 /// the tensors live at exit and at the allocated peak by call site, and
 /// the fragmentation at exit.
-fn tensors_text(index: &TraceIndex, info: &ProcessIndex, process: &ProcessSummary) -> String {
+fn tensors_text(index: &TraceIndex, info: &ProcessIndex, process: &ProcessSummary, frames: FramesShown) -> String {
     let Some(status) = tensor_status_line(info) else {
         return String::new();
     };
@@ -160,11 +161,12 @@ fn tensors_text(index: &TraceIndex, info: &ProcessIndex, process: &ProcessSummar
         if !tensors_stopped_midway(info) {
             let live = stats.live_tensors();
             out += &format!("    {} live at exit\n", count(live.len() as u64, "tensor", "tensors"));
-            out += &call_sites_text(index, info, "of tensors live at exit", &stats.live_by_stack);
+            out += &call_sites_text(index, info, frames, "of tensors live at exit", &stats.live_by_stack);
         }
         out += &call_sites_text(
             index,
             info,
+            frames,
             &format!(
                 "of tensors at the allocated peak of {}",
                 bytes(stats.allocated_peak.allocated)
@@ -192,20 +194,33 @@ fn tensors_text(index: &TraceIndex, info: &ProcessIndex, process: &ProcessSummar
     out
 }
 
-/// The largest call sites of `by_stack`, each with its stack.
-fn call_sites_text(index: &TraceIndex, info: &ProcessIndex, what: &str, by_stack: &ByStack) -> String {
-    let sites = largest_call_sites(by_stack);
-    if sites.is_empty() || sites.iter().all(|&(stack, _, _)| stack == 0) {
+/// The largest call sites of `by_stack`, each headed by its headline frame
+/// and followed by the stack of its largest allocation.
+fn call_sites_text(
+    index: &TraceIndex,
+    info: &ProcessIndex,
+    frames: FramesShown,
+    what: &str,
+    by_stack: &ByStack,
+) -> String {
+    let sites = call_sites(index, info, by_stack);
+    if sites.is_empty() || sites.iter().all(|site| site.stack == 0) {
         return String::new();
     }
     let mut out = format!("    call sites {what}:\n");
-    for &(stack, size, allocations) in sites.iter().take(LARGEST_SHOWN) {
+    for site in sites.iter().take(LARGEST_SHOWN) {
+        let stacks = if site.stacks > 1 {
+            format!(", {} stacks", site.stacks)
+        } else {
+            String::new()
+        };
         out += &format!(
-            "      {} in {}\n",
-            bytes(size),
-            count(allocations, "allocation", "allocations")
+            "      {} in {}{stacks}: {}\n",
+            bytes(site.bytes),
+            count(site.allocations, "allocation", "allocations"),
+            site.name
         );
-        out += &stack_text(index, info, stack, "        ");
+        out += &stack_lines_text(index, info, site.stack, frames, "        ");
     }
     if sites.len() > LARGEST_SHOWN {
         out += &format!("      ... and {} more call sites\n", sites.len() - LARGEST_SHOWN);
@@ -213,17 +228,42 @@ fn call_sites_text(index: &TraceIndex, info: &ProcessIndex, what: &str, by_stack
     out
 }
 
-fn stack_text(index: &TraceIndex, info: &ProcessIndex, stack: u32, indent: &str) -> String {
-    let frames = index.frames(info, stack);
-    if frames.is_empty() {
+/// A stack headed by its headline frame (for lists without their own
+/// heading line).
+fn stack_text(index: &TraceIndex, info: &ProcessIndex, stack: u32, frames: FramesShown, indent: &str) -> String {
+    let resolved = index.frames(info, stack);
+    match headline(&resolved) {
+        Some(at) => format!(
+            "{indent}at {}\n{}",
+            headline_text(&resolved[at], false),
+            stack_lines_text(index, info, stack, frames, indent)
+        ),
+        None => format!("{indent}(no call stack recorded)\n"),
+    }
+}
+
+/// A stack's lines: folded and at most [`FRAMES_SHOWN`] of them, or every
+/// frame.
+fn stack_lines_text(index: &TraceIndex, info: &ProcessIndex, stack: u32, frames: FramesShown, indent: &str) -> String {
+    let resolved = index.frames(info, stack);
+    if resolved.is_empty() {
         return format!("{indent}(no call stack recorded)\n");
     }
+    let lines = stack_lines(&resolved, frames);
+    let shown = if frames == FramesShown::Full {
+        lines.len()
+    } else {
+        FRAMES_SHOWN
+    };
     let mut out = String::new();
-    for frame in frames.iter().take(FRAMES_SHOWN) {
-        out += &format!("{indent}{}\n", frame.text());
+    for line in lines.iter().take(shown) {
+        out += &format!("{indent}{line}\n");
     }
-    if frames.len() > FRAMES_SHOWN {
-        out += &format!("{indent}... {} more frames\n", frames.len() - FRAMES_SHOWN);
+    if lines.len() > shown {
+        out += &format!(
+            "{indent}... {} more lines (--frames full shows them)\n",
+            lines.len() - shown
+        );
     }
     out
 }

@@ -1,0 +1,441 @@
+//! Call sites as a reader wants them: each headed by the frame that says
+//! where in the program the memory was asked for, the rest of the stack
+//! with runs of framework frames folded into one line, and stacks that
+//! share that frame counted as one place.
+//!
+//! The headline is, in this order of preference: the innermost Python
+//! frame outside the frameworks' own Python code; the innermost Python
+//! frame; the innermost native frame outside CUDA, cudatrace, the
+//! frameworks' C++ libraries, libffi, `_ctypes`, the interpreter and the C
+//! and C++ runtimes; the innermost native frame outside CUDA, cudatrace,
+//! PyTorch's allocator and those runtimes; the innermost frame.
+
+use super::keys::ByStack;
+use super::stack_frames::Frame;
+use super::summary::largest_call_sites;
+use super::trace_index::{ProcessIndex, TraceIndex};
+use crate::symbolize::PYTHON_MODULE;
+use std::collections::HashMap;
+
+/// How much of a stack outputs show.
+#[derive(clap::ValueEnum, Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub enum FramesShown {
+    /// Runs of framework frames folded into one line each.
+    #[default]
+    Folded,
+    /// Every frame.
+    Full,
+}
+
+/// Libraries of CUDA itself and of NVIDIA's math and communication
+/// libraries, by the start of their file names.
+const CUDA_LIBRARIES: &[&str] = &[
+    "libcuda.so",
+    "libcudart",
+    "libcublas",
+    "libcudnn",
+    "libnccl",
+    "libcufft",
+    "libcurand",
+    "libcusparse",
+    "libcusolver",
+    "libnvrtc",
+    "libnvJitLink",
+    "libcupti",
+    "libnvidia-",
+];
+
+/// The frameworks' native libraries.
+const FRAMEWORK_LIBRARIES: &[&str] = &["libc10", "libtorch", "libshm", "xla_extension", "libjax", "libtriton"];
+
+/// The frameworks' Python packages (also where their native modules live).
+const FRAMEWORK_PACKAGES: &[&str] = &[
+    "torch",
+    "jax",
+    "jaxlib",
+    "flax",
+    "optax",
+    "cupy",
+    "cupyx",
+    "cupy_backends",
+    "triton",
+];
+
+/// The C and C++ runtimes, the loader, libffi and the interpreter.
+const RUNTIME_LIBRARIES: &[&str] = &[
+    "libc.so",
+    "libc-",
+    "ld-linux",
+    "libpthread",
+    "libstdc++",
+    "libgcc_s",
+    "libffi",
+    "_ctypes.",
+    "libpython",
+];
+
+/// What a frame is, for choosing headlines and folding.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum Role {
+    /// Python code of the program (or of a library that is not a framework).
+    UserPython,
+    /// Python code of a framework, or of the standard library's machinery.
+    FrameworkPython,
+    /// Native code of the program or of a library that is not listed.
+    UserNative,
+    /// A framework's native code (its allocator aside).
+    FrameworkNative,
+    /// CUDA, cudatrace, PyTorch's allocator, the runtimes, the interpreter.
+    Plumbing,
+}
+
+/// The Python package a file lies in, when installed as one.
+fn installed_package(path: &str) -> Option<&str> {
+    for marker in ["/site-packages/", "/dist-packages/"] {
+        if let Some(at) = path.rfind(marker) {
+            let inside = &path[at + marker.len()..];
+            return Some(inside.split('/').next().unwrap_or(inside));
+        }
+    }
+    None
+}
+
+/// Whether a Python file is a framework's or the standard library's
+/// machinery (threading, importlib, runpy) rather than the program's.
+fn framework_python_file(file: &str) -> bool {
+    if let Some(package) = installed_package(file) {
+        return FRAMEWORK_PACKAGES.contains(&package);
+    }
+    if file.starts_with("<frozen ") {
+        return true;
+    }
+    let name = file.rsplit('/').next().unwrap_or(file);
+    let standard_library = file.contains("/lib/python3") && !file.contains("-packages/");
+    standard_library && ["threading.py", "runpy.py", "__init__.py"].contains(&name)
+        || file.contains("/lib/python3") && file.contains("/importlib/")
+}
+
+fn role(frame: &Frame) -> Role {
+    let Some(module) = frame.module.as_deref() else {
+        return Role::UserNative;
+    };
+    if module == PYTHON_MODULE {
+        return match frame.file.as_deref() {
+            Some(file) if framework_python_file(file) => Role::FrameworkPython,
+            _ => Role::UserPython,
+        };
+    }
+    let name = module.rsplit('/').next().unwrap_or(module);
+    let starts = |list: &[&str]| list.iter().any(|prefix| name.starts_with(prefix));
+    let python_executable = name.starts_with("python") && !name.contains(".so");
+    if starts(CUDA_LIBRARIES)
+        || starts(RUNTIME_LIBRARIES)
+        || name.starts_with("libcudatrace")
+        || name.starts_with("libc10_cuda")
+        || python_executable
+        || module.contains("/lib-dynload/")
+    {
+        return Role::Plumbing;
+    }
+    if starts(FRAMEWORK_LIBRARIES) || installed_package(module).is_some_and(|p| FRAMEWORK_PACKAGES.contains(&p)) {
+        return Role::FrameworkNative;
+    }
+    Role::UserNative
+}
+
+/// The index of the headline frame of `frames` (innermost first).
+pub fn headline(frames: &[Frame]) -> Option<usize> {
+    let roles: Vec<Role> = frames.iter().map(role).collect();
+    let first = |wanted: &[Role]| roles.iter().position(|r| wanted.contains(r));
+    first(&[Role::UserPython])
+        .or_else(|| first(&[Role::FrameworkPython]))
+        .or_else(|| first(&[Role::UserNative]))
+        .or_else(|| first(&[Role::FrameworkNative]))
+        .or(if frames.is_empty() { None } else { Some(0) })
+}
+
+/// A frame as a headline: `file:line function` for Python, else
+/// `function (file:line) [module]`; with file names only, or (`long`) with
+/// their folders.
+pub fn headline_text(frame: &Frame, long: bool) -> String {
+    let shorten = |path: &str| -> String {
+        if long {
+            path.to_string()
+        } else {
+            path.rsplit('/').next().unwrap_or(path).to_string()
+        }
+    };
+    let at_line = |file: &str| match frame.line {
+        Some(line) => format!("{}:{line}", shorten(file)),
+        None => shorten(file),
+    };
+    let module = frame.module.as_deref();
+    match (module, frame.file.as_deref()) {
+        (Some(PYTHON_MODULE), Some(file)) => format!("{} {}", at_line(file), frame.function),
+        (Some(PYTHON_MODULE), None) => frame.function.clone(),
+        (module, file) => {
+            let mut text = frame.function.clone();
+            if let Some(file) = file {
+                text += &format!(" ({})", at_line(file));
+            }
+            if let Some(module) = module {
+                let module = shorten(module);
+                if !text.contains(&module) {
+                    text += &format!(" [{module}]");
+                }
+            }
+            text
+        }
+    }
+}
+
+/// The lines a stack is shown as: each frame, except that runs of two or
+/// more framework or plumbing frames become "… N frames in a, b".
+pub fn stack_lines(frames: &[Frame], shown: FramesShown) -> Vec<String> {
+    if shown == FramesShown::Full {
+        return frames.iter().map(Frame::text).collect();
+    }
+    let mut lines = Vec::new();
+    let mut i = 0;
+    while i < frames.len() {
+        let folds = |f: &Frame| !matches!(role(f), Role::UserPython | Role::UserNative);
+        let run = frames[i..].iter().take_while(|f| folds(f)).count();
+        if run < 2 {
+            lines.push(frames[i].text());
+            i += 1;
+            continue;
+        }
+        let mut places: Vec<String> = Vec::new();
+        for frame in &frames[i..i + run] {
+            let place = place_of(frame);
+            if !places.contains(&place) {
+                places.push(place);
+            }
+        }
+        lines.push(format!("… {run} frames in {}", places.join(", ")));
+        i += run;
+    }
+    lines
+}
+
+/// Where a folded frame lives: its library's file name, or for Python its
+/// package (or file).
+fn place_of(frame: &Frame) -> String {
+    match (frame.module.as_deref(), frame.file.as_deref()) {
+        (Some(PYTHON_MODULE), Some(file)) => match installed_package(file) {
+            Some(package) => format!("{package} (Python)"),
+            None => file.rsplit('/').next().unwrap_or(file).to_string(),
+        },
+        (Some(module), _) => module.rsplit('/').next().unwrap_or(module).to_string(),
+        (None, _) => "unknown code".to_string(),
+    }
+}
+
+/// One place in the program that holds memory: every stack whose headline
+/// is the same frame.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct CallSite {
+    /// The headline, unique among the sites of one list.
+    pub name: String,
+    /// What the site's stacks share: [`site_key`].
+    pub key: String,
+    /// Bytes.
+    pub bytes: u64,
+    /// Allocations.
+    pub allocations: u64,
+    /// The stack with the most bytes among them (shown as the example).
+    pub stack: u32,
+    /// How many different stacks it gathers.
+    pub stacks: usize,
+}
+
+/// What a stack's call site is known by: its headline frame in full (file
+/// or module path, line and function), or "(no call stack recorded)".
+pub fn site_key(index: &TraceIndex, info: &ProcessIndex, stack: u32) -> String {
+    let frames = index.frames(info, stack);
+    headline(&frames).map_or_else(|| NO_STACK.to_string(), |at| headline_text(&frames[at], true))
+}
+
+const NO_STACK: &str = "(no call stack recorded)";
+
+/// The call sites of `by_stack`, largest first.
+pub fn call_sites(index: &TraceIndex, info: &ProcessIndex, by_stack: &ByStack) -> Vec<CallSite> {
+    let mut sites: Vec<CallSite> = Vec::new();
+    let mut by_key: HashMap<String, usize> = HashMap::new();
+    // Largest stacks first, so each site's example is its largest stack.
+    for (stack, bytes, allocations) in largest_call_sites(by_stack) {
+        let frames = index.frames(info, stack);
+        let (key, name) = match headline(&frames) {
+            Some(at) => (headline_text(&frames[at], true), headline_text(&frames[at], false)),
+            None => (NO_STACK.to_string(), NO_STACK.to_string()),
+        };
+        match by_key.get(&key) {
+            Some(&at) => {
+                sites[at].bytes += bytes;
+                sites[at].allocations += allocations;
+                sites[at].stacks += 1;
+            }
+            None => {
+                by_key.insert(key.clone(), sites.len());
+                sites.push(CallSite {
+                    name,
+                    key,
+                    bytes,
+                    allocations,
+                    stack,
+                    stacks: 1,
+                });
+            }
+        }
+    }
+    make_names_unique(&mut sites);
+    sites.sort_by(|a, b| b.bytes.cmp(&a.bytes).then_with(|| a.name.cmp(&b.name)));
+    sites
+}
+
+/// Where two sites' short names coincide, both take their keys (the long
+/// form); where those coincide too, a number.
+fn make_names_unique(sites: &mut [CallSite]) {
+    let mut uses: HashMap<String, usize> = HashMap::new();
+    for site in sites.iter() {
+        *uses.entry(site.name.clone()).or_default() += 1;
+    }
+    for site in sites.iter_mut() {
+        if uses[&site.name] > 1 {
+            site.name = site.key.clone();
+        }
+    }
+    let mut seen: HashMap<String, usize> = HashMap::new();
+    for site in sites.iter_mut() {
+        let n = seen.entry(site.name.clone()).or_default();
+        *n += 1;
+        if *n > 1 {
+            site.name = format!("{} #{n}", site.name);
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn native(function: &str, module: &str) -> Frame {
+        Frame {
+            function: function.into(),
+            file: None,
+            line: None,
+            module: Some(module.into()),
+        }
+    }
+
+    fn python(function: &str, file: &str, line: u32) -> Frame {
+        Frame {
+            function: function.into(),
+            file: Some(file.into()),
+            line: Some(line),
+            module: Some(PYTHON_MODULE.into()),
+        }
+    }
+
+    fn pytorch_stack() -> Vec<Frame> {
+        let mut frames = vec![native("cudaMalloc", "/usr/lib/libcudart.so.13")];
+        frames.extend((0..3).map(|i| native(&format!("c10::alloc{i}"), "/sp/torch/lib/libc10_cuda.so")));
+        frames.extend((0..23).map(|i| native(&format!("at::op{i}"), "/sp/torch/lib/libtorch_cuda.so")));
+        frames.push(native("torch::autograd::f", "/sp/torch/lib/libtorch_python.so"));
+        frames.extend((0..4).map(|i| native(&format!("_PyEval{i}"), "/usr/bin/python3.12")));
+        frames.push(python(
+            "_conv_forward",
+            "/venv/lib/python3.12/site-packages/torch/nn/modules/conv.py",
+            456,
+        ));
+        frames.push(python("forward", "/home/me/model.py", 31));
+        frames.push(python("<module>", "/home/me/train.py", 12));
+        frames.push(native("__libc_start_call_main", "/usr/lib/libc.so.6"));
+        frames
+    }
+
+    #[test]
+    fn the_headline_is_the_innermost_python_line_of_the_program() {
+        let frames = pytorch_stack();
+        let at = headline(&frames).unwrap();
+        assert_eq!(headline_text(&frames[at], false), "model.py:31 forward");
+        assert_eq!(headline_text(&frames[at], true), "/home/me/model.py:31 forward");
+    }
+
+    #[test]
+    fn without_python_the_headline_is_the_innermost_native_frame_outside_cuda_and_frameworks() {
+        let frames = vec![
+            native("cudaMalloc", "/usr/lib/libcudart.so.13"),
+            native("ffi_call", "/usr/lib/libffi.so.8"),
+            native("deep_level_12", "/opt/ext/libdeep.so"),
+            native("main", "/opt/ext/program"),
+        ];
+        assert_eq!(headline(&frames), Some(2));
+        assert_eq!(headline_text(&frames[2], false), "deep_level_12 [libdeep.so]");
+        assert_eq!(headline_text(&frames[2], true), "deep_level_12 [/opt/ext/libdeep.so]");
+        // Only framework code: its innermost frame outside the plumbing.
+        let frames = vec![
+            native("cudaMalloc", "/usr/lib/libcudart.so.13"),
+            native("c10::malloc", "/sp/torch/lib/libc10_cuda.so"),
+            native("at::native::conv_backward", "/sp/torch/lib/libtorch_cuda.so"),
+            native("start_thread", "/usr/lib/libc.so.6"),
+        ];
+        assert_eq!(headline(&frames), Some(2));
+        // A framework's own Python code when no other Python frame is there.
+        let frames = vec![
+            native("cudaMalloc", "/usr/lib/libcudart.so.13"),
+            python("f", "/venv/lib/python3.12/site-packages/torch/cuda/__init__.py", 3),
+        ];
+        assert_eq!(headline(&frames), Some(1));
+        assert_eq!(headline(&[]), None);
+    }
+
+    #[test]
+    fn runs_of_framework_frames_fold_into_one_line_and_full_shows_every_frame() {
+        let frames = pytorch_stack();
+        assert_eq!(
+            stack_lines(&frames, FramesShown::Folded),
+            vec![
+                "… 33 frames in libcudart.so.13, libc10_cuda.so, libtorch_cuda.so, libtorch_python.so, python3.12, torch (Python)".to_string(),
+                "forward (/home/me/model.py:31)".to_string(),
+                "<module> (/home/me/train.py:12)".to_string(),
+                "__libc_start_call_main [libc.so.6]".to_string(),
+            ]
+        );
+        assert_eq!(stack_lines(&frames, FramesShown::Full).len(), frames.len());
+        // A single plumbing frame between two of the program's is kept.
+        let frames = vec![
+            native("a", "/opt/libuser.so"),
+            native("ffi_call", "/usr/lib/libffi.so.8"),
+            native("b", "/opt/libuser.so"),
+        ];
+        assert_eq!(
+            stack_lines(&frames, FramesShown::Folded),
+            vec!["a [libuser.so]", "ffi_call [libffi.so.8]", "b [libuser.so]"]
+        );
+    }
+
+    #[test]
+    fn coinciding_names_take_their_long_form_then_a_number() {
+        let site = |name: &str, key: &str| CallSite {
+            name: name.into(),
+            key: key.into(),
+            bytes: 1,
+            allocations: 1,
+            stack: 1,
+            stacks: 1,
+        };
+        let mut sites = vec![
+            site("model.py:3 f", "/a/model.py:3 f"),
+            site("model.py:3 f", "/b/model.py:3 f"),
+            site("other.py:1 g", "/c/other.py:1 g"),
+        ];
+        make_names_unique(&mut sites);
+        let names: Vec<&str> = sites.iter().map(|s| s.name.as_str()).collect();
+        assert_eq!(names, ["/a/model.py:3 f", "/b/model.py:3 f", "other.py:1 g"]);
+        let mut same = vec![site("x", "x"), site("x", "x")];
+        make_names_unique(&mut same);
+        let names: Vec<&str> = same.iter().map(|s| s.name.as_str()).collect();
+        assert_eq!(names, ["x", "x #2"]);
+    }
+}
