@@ -2,6 +2,7 @@
 //! is done by the module of each subcommand.
 
 use crate::analysis::FramesShown;
+use crate::outputs::flamegraph::Moment;
 use clap::{Args, Parser, Subcommand};
 use std::ffi::OsString;
 use std::path::PathBuf;
@@ -37,6 +38,9 @@ pub enum Command {
     Perfetto(PerfettoArgs),
     /// Write one self-contained HTML report with charts and tables.
     Html(HtmlArgs),
+    /// Draw device memory by call stack, at the peak or at exit, as an SVG
+    /// flamegraph, or write it as folded stacks.
+    Flamegraph(FlamegraphArgs),
 }
 
 /// `cudatrace run`.
@@ -224,6 +228,29 @@ pub struct HtmlArgs {
     /// Write the page here [default: the trace's path with .html].
     #[arg(short = 'o', long = "output", value_name = "PATH")]
     pub output: Option<PathBuf>,
+}
+
+/// `cudatrace flamegraph`.
+#[derive(Args, Debug)]
+pub struct FlamegraphArgs {
+    /// The trace to read.
+    #[arg(value_name = "TRACE")]
+    pub trace: PathBuf,
+    /// Write here, `-` for stdout [default: the trace's path with .svg, or
+    /// .folded].
+    #[arg(short = 'o', long = "output", value_name = "PATH")]
+    pub output: Option<PathBuf>,
+    /// Which moment: each device at its peak, or what was live at exit.
+    #[arg(long, value_enum, value_name = "WHEN", default_value = "peak")]
+    pub at: Moment,
+    /// Write folded stacks (`frame;frame;... bytes`, with `;`, spaces and `%`
+    /// in names escaped as %3B, %20 and %25) instead of an SVG.
+    #[arg(long)]
+    pub folded: bool,
+    /// How much of each call stack to show: runs of framework frames folded
+    /// into one frame, or every frame.
+    #[arg(long, value_enum, value_name = "HOW", default_value = "folded")]
+    pub frames: FramesShown,
 }
 
 /// `cudatrace dump`.

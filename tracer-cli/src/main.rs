@@ -5,7 +5,8 @@
 //! - `collect` turns a folder of spools into a trace, merging what a stopped
 //!   collector had written;
 //! - `report` summarises a trace, for people or as JSON;
-//! - `dump` prints spool files as JSON lines.
+//! - `dump` prints spool files as JSON lines;
+//! - `snapshot`, `perfetto`, `html` and `flamegraph` write a trace for viewers.
 
 mod analysis;
 mod cli;
@@ -14,6 +15,7 @@ mod collector;
 mod dump;
 mod errno;
 mod failure;
+mod flamegraph;
 mod liveness;
 mod notice_file;
 mod output;
@@ -52,6 +54,7 @@ fn main() -> ExitCode {
         cli::Command::Snapshot(args) => outputs::snapshot::command(args),
         cli::Command::Perfetto(args) => outputs::perfetto::command(args),
         cli::Command::Html(args) => outputs::html::command(args),
+        cli::Command::Flamegraph(args) => flamegraph::command(args),
     };
     match result {
         Ok(code) => ExitCode::from(code),

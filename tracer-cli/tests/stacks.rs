@@ -365,4 +365,39 @@ fn the_python_line_heads_a_call_site_twelve_native_frames_above_the_allocation()
         "{legends:?}"
     );
     assert!(page.contains("<td class=\"site\">deep.py:5 make_buffers</td>"));
+
+    // Flamegraph: the SVG has the line; the folded stack is the whole path,
+    // outermost first, interpreter and ctypes folded.
+    let svg = dir.join("deep.svg");
+    let drawn = cudatrace(&["flamegraph", trace, "-o", svg.to_str().unwrap()])
+        .output()
+        .unwrap();
+    assert!(drawn.status.success(), "{}", String::from_utf8_lossy(&drawn.stderr));
+    assert!(std::fs::read_to_string(&svg)
+        .unwrap()
+        .contains("deep.py:5 make_buffers"));
+    let folded = cudatrace(&["flamegraph", trace, "--folded", "-o", "-"])
+        .output()
+        .unwrap();
+    let folded = String::from_utf8(folded.stdout).unwrap();
+    assert_eq!(folded.lines().count(), 1, "{folded}");
+    let frames: Vec<&str> = folded.trim_end().rsplit_once(' ').unwrap().0.split(';').collect();
+    assert!(
+        frames[0].starts_with("pid%20") && frames[0].ends_with("%20python3"),
+        "{folded}"
+    );
+    assert_eq!(frames[1], "GPU%200");
+    let at = frames
+        .iter()
+        .position(|f| *f == "deep.py:5%20make_buffers")
+        .expect(&folded);
+    assert_eq!(frames[at - 1], "deep.py:7%20<module>");
+    assert!(frames[at + 1].starts_with("…%207%20frames%20in%20libffi"), "{folded}");
+    let levels: Vec<String> = (1..=12)
+        .map(|level| frames[at + 2 + level].split("%20").next().unwrap().to_string())
+        .collect();
+    let expected: Vec<String> = (1..=12).map(|level| format!("deep_level_{level}")).collect();
+    assert_eq!(levels, expected);
+    assert_eq!(frames.len(), at + 15, "{folded}");
+    assert!(folded.ends_with(" 3145728\n"), "{folded}");
 }

@@ -262,3 +262,54 @@ fn a_late_attach_records_what_follows_and_says_what_it_missed() {
     assert_eq!(counts, printed_counts(&printed));
     assert_eq!(status[..2], [(1, 0), (2, 0)]);
 }
+
+#[test]
+fn the_flamegraph_shows_pytorch_segments_as_their_tensors_and_the_cache() {
+    let (trace, _) = run_torch("tensors-flamegraph", "211", "all", &[], &[]);
+    let folded = trace.with_extension("exit.folded");
+    let written = cudatrace(&[
+        "flamegraph",
+        trace.to_str().unwrap(),
+        "--at",
+        "exit",
+        "--folded",
+        "-o",
+        folded.to_str().unwrap(),
+    ])
+    .output()
+    .unwrap();
+    assert!(written.status.success(), "{}", String::from_utf8_lossy(&written.stderr));
+    let lines: Vec<(String, u64)> = std::fs::read_to_string(&folded)
+        .unwrap()
+        .lines()
+        .map(|line| {
+            let (frames, bytes) = line.rsplit_once(' ').unwrap();
+            (frames.to_string(), bytes.parse().unwrap())
+        })
+        .collect();
+    let tensors = tensors_of(&trace);
+    let device = &tensors["devices"][0];
+    let allocated = device["allocated_bytes_at_exit"].as_u64().unwrap();
+    let reserved = device["reserved_bytes_at_exit"].as_u64().unwrap();
+    let cache: Vec<u64> = lines
+        .iter()
+        .filter(|(frames, _)| frames.ends_with(";PyTorch's%20cache%20(reserved,%20in%20no%20tensor)"))
+        .map(|&(_, bytes)| bytes)
+        .collect();
+    assert_eq!(cache, vec![reserved - allocated], "{lines:?}");
+    // Every byte once: the tensors, the cache and the memory outside
+    // PyTorch add up to what the device held at exit.
+    let (report, _) = report_json_with_stacks(&trace);
+    let live: u64 = report["processes"][0]["devices"][0]["live_at_exit"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|a| a["size"].as_u64().unwrap())
+        .sum();
+    assert_eq!(lines.iter().map(|&(_, bytes)| bytes).sum::<u64>(), live, "{lines:?}");
+    // No frame of the allocator's own library: its segments became tensors.
+    assert!(
+        !lines.iter().any(|(frames, _)| frames.contains("libc10_cuda")),
+        "{lines:?}"
+    );
+}

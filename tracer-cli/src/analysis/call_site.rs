@@ -192,8 +192,14 @@ pub fn headline_text(frame: &Frame, long: bool) -> String {
 /// The lines a stack is shown as: each frame, except that runs of two or
 /// more framework or plumbing frames become "… N frames in a, b".
 pub fn stack_lines(frames: &[Frame], shown: FramesShown) -> Vec<String> {
+    stack_names(frames, shown, Frame::text)
+}
+
+/// A stack's frames named by `name`, runs folded as [`stack_lines`] does
+/// (unless `shown` is [`FramesShown::Full`]).
+pub fn stack_names(frames: &[Frame], shown: FramesShown, name: impl Fn(&Frame) -> String) -> Vec<String> {
     if shown == FramesShown::Full {
-        return frames.iter().map(Frame::text).collect();
+        return frames.iter().map(name).collect();
     }
     let mut lines = Vec::new();
     let mut i = 0;
@@ -201,7 +207,7 @@ pub fn stack_lines(frames: &[Frame], shown: FramesShown) -> Vec<String> {
         let folds = |f: &Frame| !matches!(role(f), Role::UserPython | Role::UserNative);
         let run = frames[i..].iter().take_while(|f| folds(f)).count();
         if run < 2 {
-            lines.push(frames[i].text());
+            lines.push(name(&frames[i]));
             i += 1;
             continue;
         }
@@ -216,6 +222,16 @@ pub fn stack_lines(frames: &[Frame], shown: FramesShown) -> Vec<String> {
         i += run;
     }
     lines
+}
+
+/// Whether a stack passes through PyTorch's caching allocator (a segment
+/// it reserved, not memory of the program's own).
+pub fn made_by_caching_allocator(frames: &[Frame]) -> bool {
+    frames.iter().any(|f| {
+        f.module
+            .as_deref()
+            .is_some_and(|m| m.rsplit('/').next().is_some_and(|n| n.starts_with("libc10_cuda")))
+    })
 }
 
 /// Where a folded frame lives: its library's file name, or for Python its

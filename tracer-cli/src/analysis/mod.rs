@@ -25,7 +25,9 @@ mod trace_index;
 mod unrecorded;
 mod window;
 
-pub use call_site::{call_sites, headline, headline_text, site_key, stack_lines, FramesShown};
+pub use call_site::{
+    call_sites, headline, headline_text, made_by_caching_allocator, site_key, stack_lines, stack_names, FramesShown,
+};
 pub use event_stream::EventStream;
 pub use footprint::{limit_text, Breakdown, DeviceFootprint, FootprintTracker, ReferenceSource};
 pub use input_path::check_regular_file;

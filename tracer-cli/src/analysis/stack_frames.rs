@@ -54,7 +54,23 @@ impl Frame {
 
 impl TraceIndex {
     /// The frames of stack `stack` of `process`, innermost first; empty for 0.
+    /// A tensor's stack starts at the caller of PyTorch's allocator.
     pub fn frames(&self, process: &ProcessIndex, stack: u32) -> Vec<Frame> {
+        let mut frames = self.all_frames(process, stack);
+        // A tensor's stack starts inside PyTorch's allocator, which called
+        // the tracker: its caller is where the tensor was made.
+        let allocator = frames
+            .iter()
+            .take_while(|f| f.module.as_deref().is_some_and(is_caching_allocator))
+            .count();
+        if allocator < frames.len() {
+            frames.drain(..allocator);
+        }
+        frames
+    }
+
+    /// Every frame of stack `stack` of `process`, innermost first.
+    pub fn all_frames(&self, process: &ProcessIndex, stack: u32) -> Vec<Frame> {
         let text = |id: u64| {
             (id != 0).then(|| {
                 self.strings
@@ -91,15 +107,6 @@ impl TraceIndex {
                 Some(n) => node = n.parent,
                 None => break,
             }
-        }
-        // A tensor's stack starts inside PyTorch's allocator, which called
-        // the tracker: its caller is where the tensor was made.
-        let allocator = frames
-            .iter()
-            .take_while(|f| f.module.as_deref().is_some_and(is_caching_allocator))
-            .count();
-        if allocator < frames.len() {
-            frames.drain(..allocator);
         }
         frames
     }

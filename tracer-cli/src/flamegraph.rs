@@ -1,0 +1,49 @@
+//! `cudatrace flamegraph`: device bytes by call stack at the peak or at
+//! exit, as an SVG or as folded stacks for other tools.
+
+use crate::analysis::{Summary, TraceIndex};
+use crate::cli::FlamegraphArgs;
+use crate::failure::Failure;
+use crate::output_file::{is_private, OutputFile};
+use crate::outputs::flamegraph::{folded_stacks, folded_text, svg, total_bytes, Moment};
+use crate::progress::Progress;
+use crate::wording::bytes;
+use std::io::Write;
+
+/// `cudatrace flamegraph`; 1 if the trace is damaged.
+pub fn command(args: FlamegraphArgs) -> Result<u8, Failure> {
+    let index = TraceIndex::read(&args.trace)?;
+    let extension = if args.folded { "folded" } else { "svg" };
+    let path = args
+        .output
+        .clone()
+        .unwrap_or_else(|| args.trace.with_extension(extension));
+    let summary = Summary::build(&index, &Progress::new("reading", index.events));
+    let stacks = folded_stacks(&index, &summary, args.at, args.frames);
+    let moment = match args.at {
+        Moment::Peak => "at each device's peak",
+        Moment::Exit => "live at exit",
+    };
+    let content = if args.folded {
+        folded_text(&stacks).into_bytes()
+    } else {
+        let title = format!("GPU memory {moment}: {}", bytes(total_bytes(&stacks)));
+        svg(&stacks, &title).map_err(|e| format!("{}: {e}", args.trace.display()))?
+    };
+    if path.as_os_str() == "-" {
+        let mut out = crate::terminal::Stdout::new();
+        let text = String::from_utf8_lossy(&content);
+        if out.write(&text)? {
+            out.finish()?;
+        }
+        return Ok(crate::outputs::say_what_the_trace_lacks(&index, &summary.stream_errors));
+    }
+    let mut output = OutputFile::create(&path, is_private(&args.trace))?;
+    if let Err(e) = output.file().write_all(&content) {
+        output.abandon();
+        return Err(format!("cannot write {}: {e}", path.display()).into());
+    }
+    output.finish()?;
+    println!("{}", path.display());
+    Ok(crate::outputs::say_what_the_trace_lacks(&index, &summary.stream_errors))
+}
