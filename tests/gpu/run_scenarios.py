@@ -89,7 +89,7 @@ def run_cli(args, name, argv, env=None, plain_preload=False):
                 break
             time.sleep(0.2)
     else:
-        command = [args.cli, "run", "--preload", args.preload, "-o", trace, "--"] + argv
+        command = [args.cli, "run", "--force", "--preload", args.preload, "-o", trace, "--"] + argv
         done = subprocess.run(command, env=environment, capture_output=True, text=True, timeout=args.timeout)
         report = report_of(args, trace) if os.path.exists(trace) else None
     data = json.load(open(out_json)) if os.path.exists(out_json) else None
@@ -457,11 +457,11 @@ def scenario_viewer_outputs(args):
          {"PYTORCH_NO_CUDA_MEMORY_CACHING": "1"}),
     ):
         trace = os.path.join(workdir, f"{name}.trace")
-        done = subprocess.run([args.cli, "run", "--preload", args.preload, "-o", trace, "--"] + argv,
+        done = subprocess.run([args.cli, "run", "--force", "--preload", args.preload, "-o", trace, "--"] + argv,
                               env=dict(os.environ, **env), capture_output=True, text=True, timeout=args.timeout)
         if done.returncode != 0:
             return False, f"{name}: exit {done.returncode}: {done.stderr.strip().splitlines()[-1:]}"
-        snap = subprocess.run([args.cli, "snapshot", trace, "-o", os.path.join(workdir, name)],
+        snap = subprocess.run([args.cli, "snapshot", "--force", trace, "-o", os.path.join(workdir, name)],
                               capture_output=True, text=True)
         pickles = snap.stdout.split()
         if snap.returncode != 0 or not pickles:
@@ -481,9 +481,9 @@ def scenario_viewer_outputs(args):
             results[command] = ok
             if not ok:
                 details.append(f"{name} {command}: {tail}")
-        perfetto = subprocess.run([args.cli, "perfetto", trace, "-o", os.path.join(workdir, f"{name}.json")],
+        perfetto = subprocess.run([args.cli, "perfetto", "--force", trace, "-o", os.path.join(workdir, f"{name}.json")],
                                   capture_output=True, text=True)
-        html = subprocess.run([args.cli, "html", trace, "-o", os.path.join(workdir, f"{name}.html")],
+        html = subprocess.run([args.cli, "html", "--force", trace, "-o", os.path.join(workdir, f"{name}.html")],
                               capture_output=True, text=True)
         try:
             json.load(open(os.path.join(workdir, f"{name}.json")))
@@ -630,7 +630,7 @@ def scenario_launch_cost(args):
     for _ in range(9):
         for kind, flags in [("plain", None), ("traced", []), ("no hooks", ["--no-launch-hooks"])]:
             workdir = tempfile.mkdtemp(prefix="cudatrace-launch-")
-            prefix = [] if flags is None else [args.cli, "run", "--preload", args.preload, *flags, "-o",
+            prefix = [] if flags is None else [args.cli, "run", "--force", "--preload", args.preload, *flags, "-o",
                                                os.path.join(workdir, "t.trace"), "--"]
             done = subprocess.run(prefix + [binary, "100000"], capture_output=True, text=True, timeout=args.timeout)
             shutil.rmtree(workdir, ignore_errors=True)
@@ -754,7 +754,7 @@ def resnet_cost(args, label, environment, variants, goals, steps, rounds=10):
             argv = [sys.executable, script, out, "recorder" if name == "recorder" else "plain"]
             if name in TRACED_VARIANTS:
                 stacks, tensors = TRACED_VARIANTS[name]
-                argv = [args.cli, "run", "--preload", args.preload, "--stacks", stacks, "--tensors", tensors, "-o",
+                argv = [args.cli, "run", "--force", "--preload", args.preload, "--stacks", stacks, "--tensors", tensors, "-o",
                         os.path.join(workdir, "t.trace"), "--"] + argv
             done = subprocess.run(argv, env=env, capture_output=True, text=True, timeout=args.timeout)
             if done.returncode != 0 or not os.path.exists(out):
@@ -843,11 +843,11 @@ def tensor_parity(args, name, argv, env=None):
     facts = os.path.join(workdir, "facts.json")
     trace = os.path.join(workdir, "run.trace")
     argv = [a.replace("{torch}", torch_pickle).replace("{facts}", facts) for a in argv]
-    done = subprocess.run([args.cli, "run", "--preload", args.preload, "-o", trace, "--"] + argv,
+    done = subprocess.run([args.cli, "run", "--force", "--preload", args.preload, "-o", trace, "--"] + argv,
                           env=dict(os.environ, **(env or {})), capture_output=True, text=True, timeout=args.timeout)
     if done.returncode != 0:
         return False, f"exit {done.returncode}: {done.stderr.strip().splitlines()[-3:]}", None
-    snap = subprocess.run([args.cli, "snapshot", trace, "-o", os.path.join(workdir, "ours")],
+    snap = subprocess.run([args.cli, "snapshot", "--force", trace, "-o", os.path.join(workdir, "ours")],
                           capture_output=True, text=True)
     pickles = snap.stdout.split()
     if snap.returncode != 0 or not pickles:

@@ -47,10 +47,13 @@ pub enum Command {
 #[derive(Args, Debug)]
 pub struct RunArgs {
     /// Write the trace here [default: cudatrace-<CMD>-<pid>.trace]. Refused
-    /// before CMD starts if it cannot be written or another cudatrace is
-    /// writing it; a finished trace there is replaced.
+    /// before CMD starts if it cannot be written, another cudatrace is
+    /// writing it, or a file is there already (unless --force).
     #[arg(short = 'o', long = "output", value_name = "TRACE")]
     pub output: Option<PathBuf>,
+    /// Replace the output if a file is there already.
+    #[arg(long)]
+    pub force: bool,
     /// The library to preload [default: $CUDATRACE_PRELOAD, else the
     /// libcudatrace.so next to cudatrace].
     #[arg(long, value_name = "LIB")]
@@ -195,6 +198,9 @@ pub struct SnapshotArgs {
     /// trace's].
     #[arg(short = 'o', long = "output", value_name = "PATH")]
     pub output: Option<PathBuf>,
+    /// Replace the output if a file is there already.
+    #[arg(long)]
+    pub force: bool,
     /// Only the process with this pid [default: every process with memory events].
     #[arg(long, value_name = "P")]
     pub pid: Option<u32>,
@@ -211,6 +217,9 @@ pub struct PerfettoArgs {
     /// Write the JSON here [default: the trace's path with .perfetto.json].
     #[arg(short = 'o', long = "output", value_name = "PATH")]
     pub output: Option<PathBuf>,
+    /// Replace the output if a file is there already.
+    #[arg(long)]
+    pub force: bool,
     #[command(flatten)]
     pub window: WindowArgs,
 }
@@ -228,6 +237,9 @@ pub struct HtmlArgs {
     /// Write the page here [default: the trace's path with .html].
     #[arg(short = 'o', long = "output", value_name = "PATH")]
     pub output: Option<PathBuf>,
+    /// Replace the output if a file is there already.
+    #[arg(long)]
+    pub force: bool,
 }
 
 /// `cudatrace flamegraph`.
@@ -240,6 +252,9 @@ pub struct FlamegraphArgs {
     /// .folded].
     #[arg(short = 'o', long = "output", value_name = "PATH")]
     pub output: Option<PathBuf>,
+    /// Replace the output if a file is there already.
+    #[arg(long)]
+    pub force: bool,
     /// Which moment: each device at its peak, or what was live at exit.
     #[arg(long, value_enum, value_name = "WHEN", default_value = "peak")]
     pub at: Moment,

@@ -38,12 +38,15 @@ pub fn command(args: FlamegraphArgs) -> Result<u8, Failure> {
         }
         return Ok(crate::outputs::say_what_the_trace_lacks(&index, &summary.stream_errors));
     }
-    let mut output = OutputFile::create(&path, is_private(&args.trace))?;
+    let mut output = OutputFile::create(&path, is_private(&args.trace), args.force)?;
     if let Err(e) = output.file().write_all(&content) {
         output.abandon();
         return Err(format!("cannot write {}: {e}", path.display()).into());
     }
     output.finish()?;
     println!("{}", path.display());
+    if !args.folded {
+        crate::terminal::say("cudatrace: open the SVG in a browser: hover names a frame, click zooms");
+    }
     Ok(crate::outputs::say_what_the_trace_lacks(&index, &summary.stream_errors))
 }

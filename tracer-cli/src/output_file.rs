@@ -33,7 +33,11 @@ impl OutputFile {
     /// Opens `destination` for writing. `private` creates a new file 0600
     /// (its source trace was private: it holds argv and environment), else
     /// 0644; a file replaced keeps neither its mode nor its owner.
-    pub fn create(destination: &Path, private: bool) -> Result<OutputFile, String> {
+    /// A regular file there already is replaced only with `force`.
+    pub fn create(destination: &Path, private: bool, force: bool) -> Result<OutputFile, String> {
+        if !force && std::fs::metadata(destination).is_ok_and(|meta| meta.is_file()) {
+            return Err(refusal(destination));
+        }
         let cannot = |e: std::io::Error| format!("cannot write {}: {e}", destination.display());
         let target = match std::fs::symlink_metadata(destination) {
             Ok(meta) if meta.file_type().is_symlink() => {
@@ -113,6 +117,11 @@ impl OutputFile {
     }
 }
 
+/// Why an existing file is not replaced.
+pub fn refusal(path: &Path) -> String {
+    format!("{} exists; pass --force to replace it", path.display())
+}
+
 /// Whether a trace is private (no one but its owner may read it): outputs
 /// made from it are created private too.
 pub fn is_private(trace: &Path) -> bool {
@@ -137,14 +146,14 @@ mod tests {
         let dir = scratch("regular");
         let path = dir.join("out.html");
         std::fs::write(&path, b"old").unwrap();
-        let mut output = OutputFile::create(&path, true).unwrap();
+        let mut output = OutputFile::create(&path, true, true).unwrap();
         output.file().write_all(b"new").unwrap();
         assert_eq!(std::fs::read(&path).unwrap(), b"old");
         output.finish().unwrap();
         assert_eq!(std::fs::read(&path).unwrap(), b"new");
         assert_eq!(std::fs::metadata(&path).unwrap().permissions().mode() & 0o777, 0o600);
         // Abandoned: the old file stays, and nothing is left beside it.
-        let mut output = OutputFile::create(&path, false).unwrap();
+        let mut output = OutputFile::create(&path, false, true).unwrap();
         output.file().write_all(b"half").unwrap();
         output.abandon();
         assert_eq!(std::fs::read(&path).unwrap(), b"new");
@@ -159,18 +168,38 @@ mod tests {
         let link = dir.join("link.json");
         std::fs::write(&real, b"old").unwrap();
         std::os::unix::fs::symlink(&real, &link).unwrap();
-        let mut output = OutputFile::create(&link, false).unwrap();
+        let mut output = OutputFile::create(&link, false, true).unwrap();
         output.file().write_all(b"new").unwrap();
         output.finish().unwrap();
         assert!(std::fs::symlink_metadata(&link).unwrap().file_type().is_symlink());
         assert_eq!(std::fs::read(&real).unwrap(), b"new");
-        let output = OutputFile::create(Path::new("/dev/null"), false).unwrap();
+        let output = OutputFile::create(Path::new("/dev/null"), false, true).unwrap();
         output.abandon();
         assert!(Path::new("/dev/null").exists());
         assert_eq!(
-            OutputFile::create(&dir, false).err().unwrap(),
+            OutputFile::create(&dir, false, true).err().unwrap(),
             format!("cannot write {}: it is a folder", dir.display())
         );
+        std::fs::remove_dir_all(&dir).unwrap();
+    }
+
+    #[test]
+    fn an_existing_file_is_replaced_only_with_force() {
+        let dir = std::env::temp_dir().join(format!("cudatrace-refuse-{}", std::process::id()));
+        std::fs::create_dir_all(&dir).unwrap();
+        let path = dir.join("out.html");
+        std::fs::write(&path, "the user's page").unwrap();
+        assert_eq!(
+            OutputFile::create(&path, false, false).err().unwrap(),
+            format!("{} exists; pass --force to replace it", path.display())
+        );
+        assert_eq!(std::fs::read_to_string(&path).unwrap(), "the user's page");
+        let mut output = OutputFile::create(&path, false, true).unwrap();
+        output.file().write_all(b"new").unwrap();
+        output.finish().unwrap();
+        assert_eq!(std::fs::read_to_string(&path).unwrap(), "new");
+        // Not a regular file: written through, no refusal.
+        assert!(OutputFile::create(Path::new("/dev/null"), false, false).is_ok());
         std::fs::remove_dir_all(&dir).unwrap();
     }
 }

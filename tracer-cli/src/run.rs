@@ -182,6 +182,7 @@ pub fn run(args: RunArgs) -> Result<u8, Failure> {
     let preload = preload_library(args.preload)?;
     // The destination is settled before the command starts.
     let claimed = match &args.output {
+        Some(path) if !args.force && path.is_file() => return Err(crate::output_file::refusal(path).into()),
         Some(path) => Some(output::claim_in_place(path)?),
         None => {
             output::check_folder_writable(Path::new("."))?;
@@ -276,6 +277,15 @@ pub fn run(args: RunArgs) -> Result<u8, Failure> {
             return Ok(code);
         }
     };
+    say(&format!(
+        "cudatrace: recording `{}` and every process it starts into {}",
+        args.command
+            .iter()
+            .map(|a| a.to_string_lossy())
+            .collect::<Vec<_>>()
+            .join(" "),
+        trace.display()
+    ));
     collector.hold(pid);
     let code = wait(&mut child)?;
     collector.record_exit(pid, i32::from(code), monotonic_ns());
@@ -288,7 +298,14 @@ pub fn run(args: RunArgs) -> Result<u8, Failure> {
         ));
     }
     match collector.finish(GRACE) {
-        Ok(summary) => finished(&summary, &trace, &run_dir, args.keep_spools, lingering),
+        Ok(summary) => finished(
+            &summary,
+            &trace,
+            &run_dir,
+            args.keep_spools,
+            lingering,
+            args.output.is_some(),
+        ),
         Err(failure) => {
             say(&format!("cudatrace: {}", failure.message));
             say(&format!(
@@ -302,8 +319,9 @@ pub fn run(args: RunArgs) -> Result<u8, Failure> {
     Ok(code)
 }
 
-/// What `run` says once the trace is written, and what it leaves behind.
-fn finished(summary: &Summary, trace: &Path, run_dir: &Path, keep_spools: bool, lingering: bool) {
+/// What `run` says once the trace is written, and what it leaves behind:
+/// no empty trace unless `-o` named it.
+fn finished(summary: &Summary, trace: &Path, run_dir: &Path, keep_spools: bool, lingering: bool, named: bool) {
     if !keep_spools && !lingering {
         spool_dir::remove_spools(run_dir, &summary.collected, true);
     }
@@ -314,9 +332,18 @@ fn finished(summary: &Summary, trace: &Path, run_dir: &Path, keep_spools: bool, 
         } else {
             "no process loaded libcuda; nothing to record"
         };
-        say(&format!("cudatrace: {why} (wrote an empty trace {})", trace.display()));
+        if named || lingering {
+            say(&format!("cudatrace: {why} (wrote an empty trace {})", trace.display()));
+        } else {
+            let _ = std::fs::remove_file(trace);
+            say(&format!("cudatrace: {why}; no trace written"));
+        }
     } else {
         say(&summary.describe(trace));
+        let quoted = shell_quoted(trace);
+        say(&format!(
+            "cudatrace: open it with `cudatrace report {quoted}` (text), or turn it into a page, an SVG, pickles for pytorch.org/memory_viz or JSON for ui.perfetto.dev with `cudatrace html`, `flamegraph`, `snapshot` or `perfetto`"
+        ));
     }
     for line in summary.warnings(run_dir) {
         say(&line);

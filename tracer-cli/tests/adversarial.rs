@@ -196,9 +196,15 @@ fn an_output_through_a_link_keeps_the_link_and_a_failed_one_keeps_the_old_file()
     let link = dir.join("link.json");
     std::fs::write(&real, b"old").unwrap();
     std::os::unix::fs::symlink(&real, &link).unwrap();
-    let output = cudatrace(&["perfetto", trace.to_str().unwrap(), "-o", link.to_str().unwrap()])
-        .output()
-        .unwrap();
+    let output = cudatrace(&[
+        "perfetto",
+        trace.to_str().unwrap(),
+        "-o",
+        link.to_str().unwrap(),
+        "--force",
+    ])
+    .output()
+    .unwrap();
     assert!(output.status.success(), "{}", stderr(&output));
     assert!(std::fs::symlink_metadata(&link).unwrap().file_type().is_symlink());
     let written = std::fs::read_to_string(&real).unwrap();
@@ -211,7 +217,7 @@ fn an_output_through_a_link_keeps_the_link_and_a_failed_one_keeps_the_old_file()
     script
         .arg("-c")
         .arg(
-            r#"printf old > "$1/out.json" && "$2" perfetto "$3" -o "$1/out.json"; echo "status $?"; cat "$1/out.json"; echo; ls -A "$1""#,
+            r#"printf old > "$1/out.json" && "$2" perfetto "$3" -o "$1/out.json" --force; echo "status $?"; cat "$1/out.json"; echo; ls -A "$1""#,
         )
         .arg("sh")
         .arg(&disk)

@@ -80,9 +80,21 @@ fn a_run_that_cannot_start_leaves_an_existing_trace_as_it_was() {
     let dir = scratch_dir("failed-start");
     let trace = dir.join("results.trace");
     std::fs::write(&trace, b"yesterday's results").unwrap();
+    // Without --force a file there is never replaced: the command does not run.
+    let marker = dir.join("ran");
+    let refused = run_touching(&trace, &marker).env("TMPDIR", &dir).output().unwrap();
+    assert_eq!(refused.status.code(), Some(2));
+    assert_eq!(
+        stderr(&refused),
+        format!("cudatrace: {} exists; pass --force to replace it\n", trace.display())
+    );
+    assert!(!marker.exists(), "the command ran");
+    assert_eq!(std::fs::read(&trace).unwrap(), b"yesterday's results");
+    // With --force, a run that cannot start still leaves it as it was.
     let output = cudatrace_run()
         .arg("-o")
         .arg(&trace)
+        .arg("--force")
         .args(["--", "/no/such/program"])
         .env("TMPDIR", &dir)
         .output()
@@ -92,6 +104,7 @@ fn a_run_that_cannot_start_leaves_an_existing_trace_as_it_was() {
     let output = cudatrace_run()
         .arg("-o")
         .arg(&trace)
+        .arg("--force")
         .args(["--", "true"])
         .env("TMPDIR", &dir)
         .env("CUDATRACE_DIR", dir.join("nowhere"))
@@ -107,7 +120,11 @@ fn a_second_run_to_the_same_trace_is_refused_while_the_first_writes_it() {
     let mut first = first.stdout(Stdio::piped()).spawn().unwrap();
     let _program_out = wait_for_line(&mut first, "ready");
     let marker = trace.with_file_name("second-ran");
-    let second = run_touching(&trace, &marker)
+    let second = cudatrace_run()
+        .arg("-o")
+        .arg(&trace)
+        .args(["--force", "--", "touch"])
+        .arg(&marker)
         .env("TMPDIR", trace.parent().unwrap())
         .output()
         .unwrap();
@@ -126,8 +143,19 @@ fn a_second_run_to_the_same_trace_is_refused_while_the_first_writes_it() {
     let (report, _) = report_json(&trace);
     assert_eq!(report["complete"], true);
     assert_eq!(report["processes"][0]["devices"][0]["live_bytes_at_exit"], 4096);
-    // Once the first is done, a later run may replace its finished trace.
-    let third = run_touching(&trace, &marker)
+    // Once the first is done, a later run replaces its finished trace only
+    // with --force.
+    let refused = run_touching(&trace, &marker)
+        .env("TMPDIR", trace.parent().unwrap())
+        .output()
+        .unwrap();
+    assert_eq!(refused.status.code(), Some(2), "{}", stderr(&refused));
+    assert!(!marker.exists());
+    let third = cudatrace_run()
+        .arg("-o")
+        .arg(&trace)
+        .args(["--force", "--", "touch"])
+        .arg(&marker)
         .env("TMPDIR", trace.parent().unwrap())
         .output()
         .unwrap();
@@ -394,10 +422,29 @@ fn a_program_without_cuda_is_said_to_record_nothing_and_one_that_only_initialise
     assert_eq!(
         stderr(&output),
         format!(
-            "cudatrace: no process loaded libcuda; nothing to record (wrote an empty trace {})\n",
+            "cudatrace: recording `true` and every process it starts into {0}\ncudatrace: no process loaded libcuda; nothing to record (wrote an empty trace {0})\n",
             trace.display()
         )
     );
+    // Without -o, no empty trace is left behind.
+    let output = cudatrace_run()
+        .args(["--", "true"])
+        .current_dir(&dir)
+        .env("TMPDIR", &dir)
+        .output()
+        .unwrap();
+    assert_eq!(output.status.code(), Some(0));
+    let said = stderr(&output);
+    assert!(
+        said.ends_with("\ncudatrace: no process loaded libcuda; nothing to record; no trace written\n"),
+        "{said}"
+    );
+    let traces: Vec<_> = std::fs::read_dir(&dir)
+        .unwrap()
+        .map(|e| e.unwrap().file_name().to_string_lossy().into_owned())
+        .filter(|name| name.ends_with(".trace") && name != "true.trace")
+        .collect();
+    assert_eq!(traces, Vec::<String>::new());
     let (report, _) = report_json(&trace);
     assert_eq!(report["processes"], json!([]));
     let (output, trace) = run_scenario("init-only-run", "init-only", &[]);
@@ -562,8 +609,9 @@ fn run_says_so_when_recording_is_disabled() {
     assert_eq!(
         stderr(&output),
         format!(
-            "cudatrace: CUDATRACE_DISABLE is set; nothing was recorded (wrote an empty trace {})\n",
-            trace.display()
+            "cudatrace: recording `{1} runtime` and every process it starts into {0}\ncudatrace: CUDATRACE_DISABLE is set; nothing was recorded (wrote an empty trace {0})\n",
+            trace.display(),
+            fake_cuda::program("scenarios").display()
         )
     );
 }

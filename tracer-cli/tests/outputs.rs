@@ -16,9 +16,10 @@ fn traced(label: &str, scenario: &str, env: &[(&str, &str)]) -> (PathBuf, Value)
     (trace, report)
 }
 
-/// Runs `cudatrace ARGS`; returns stdout's lines, asserting success.
+/// Runs `cudatrace ARGS --force` (the tests convert one trace again and
+/// again to the same outputs); returns stdout's lines, asserting success.
 fn convert(args: &[&str]) -> Vec<String> {
-    let out = cudatrace(args).output().unwrap();
+    let out = cudatrace(args).arg("--force").output().unwrap();
     assert!(
         out.status.success(),
         "{args:?}: {}",

@@ -47,13 +47,14 @@ pub fn command(args: HtmlArgs) -> Result<u8, Failure> {
     let (charts, owner_charts) = fill_charts(&index, &summary, &progress);
     drop(progress);
     let page = page(&index, &summary, &charts, &owner_charts, args.frames);
-    let mut output = OutputFile::create(&path, is_private(&args.trace))?;
+    let mut output = OutputFile::create(&path, is_private(&args.trace), args.force)?;
     if let Err(e) = output.file().write_all(page.as_bytes()) {
         output.abandon();
         return Err(format!("cannot write {}: {e}", path.display()).into());
     }
     output.finish()?;
     println!("{}", path.display());
+    crate::terminal::say("cudatrace: open the page in a browser; it needs no network");
     Ok(super::say_what_the_trace_lacks(&index, &summary.stream_errors))
 }
 

@@ -97,7 +97,7 @@ pub fn command(args: PerfettoArgs) -> Result<u8, Failure> {
         Some(max) => count_in_window(&index, &window, &progress).saturating_sub(max),
         None => 0,
     };
-    let mut output = OutputFile::create(&path, is_private(&args.trace))?;
+    let mut output = OutputFile::create(&path, is_private(&args.trace), args.force)?;
     let mut out = Counting {
         out: BufWriter::with_capacity(1 << 20, output.file()),
         written: 0,
@@ -118,6 +118,7 @@ pub fn command(args: PerfettoArgs) -> Result<u8, Failure> {
     output.finish()?;
     drop(progress);
     println!("{}", path.display());
+    crate::terminal::say("cudatrace: open it at ui.perfetto.dev with \"Open trace file\"");
     if written > WARN_BYTES {
         crate::terminal::say(&format!(
             "cudatrace: {} is {}: Perfetto's UI may fail to open JSON this large; narrow it with --from/--to or --max-events",

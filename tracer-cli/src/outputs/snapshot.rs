@@ -406,10 +406,16 @@ pub fn command(args: SnapshotArgs) -> Result<u8, Failure> {
     drop(progress);
     // Every pickle is tried, whatever became of the others.
     let private = is_private(&args.trace);
+    // Nothing is written if any pickle would replace a file.
+    if !args.force {
+        if let Some(existing) = snapshots.iter().flatten().find(|s| s.path.is_file()) {
+            return Err(crate::output_file::refusal(&existing.path).into());
+        }
+    }
     let (mut written_paths, mut failures) = (Vec::new(), Vec::new());
     for snapshot in snapshots.into_iter().flatten() {
         let path = snapshot.path.clone();
-        let mut output = match OutputFile::create(&path, private) {
+        let mut output = match OutputFile::create(&path, private, true) {
             Ok(output) => output,
             Err(reason) => {
                 failures.push((path, reason));
@@ -439,6 +445,11 @@ pub fn command(args: SnapshotArgs) -> Result<u8, Failure> {
             ));
         }
         written_paths.push(path);
+    }
+    if failures.is_empty() && !written_paths.is_empty() {
+        crate::terminal::say(
+            "cudatrace: drop a pickle onto pytorch.org/memory_viz, or run `python -m torch.cuda._memory_viz trace_plot PICKLE -o PAGE.html`",
+        );
     }
     if !failures.is_empty() {
         let list = |paths: &mut dyn Iterator<Item = &PathBuf>| {
