@@ -4,8 +4,9 @@
 //! share that frame counted as one place.
 //!
 //! The headline is, in this order of preference: the innermost Python
-//! frame outside the frameworks' own Python code; the innermost Python
-//! frame; the innermost native frame outside CUDA, cudatrace, the
+//! frame of a file not installed as a package (the program's own); the
+//! innermost Python frame of an installed package other than a framework
+//! (torchvision); the innermost Python frame; the innermost native frame outside CUDA, cudatrace, the
 //! frameworks' C++ libraries, libffi, `_ctypes`, the interpreter and the C
 //! and C++ runtimes; the innermost native frame outside CUDA, cudatrace,
 //! PyTorch's allocator and those runtimes; the innermost frame.
@@ -77,8 +78,11 @@ const RUNTIME_LIBRARIES: &[&str] = &[
 /// What a frame is, for choosing headlines and folding.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 enum Role {
-    /// Python code of the program (or of a library that is not a framework).
+    /// Python code of the program: a file not installed as a package.
     UserPython,
+    /// Python code of an installed package that is not a framework
+    /// (torchvision, transformers, the program's own installed package).
+    LibraryPython,
     /// Python code of a framework, or of the standard library's machinery.
     FrameworkPython,
     /// Native code of the program or of a library that is not listed.
@@ -122,6 +126,7 @@ fn role(frame: &Frame) -> Role {
     if module == PYTHON_MODULE {
         return match frame.file.as_deref() {
             Some(file) if framework_python_file(file) => Role::FrameworkPython,
+            Some(file) if installed_package(file).is_some() => Role::LibraryPython,
             _ => Role::UserPython,
         };
     }
@@ -148,6 +153,7 @@ pub fn headline(frames: &[Frame]) -> Option<usize> {
     let roles: Vec<Role> = frames.iter().map(role).collect();
     let first = |wanted: &[Role]| roles.iter().position(|r| wanted.contains(r));
     first(&[Role::UserPython])
+        .or_else(|| first(&[Role::LibraryPython]))
         .or_else(|| first(&[Role::FrameworkPython]))
         .or_else(|| first(&[Role::UserNative]))
         .or_else(|| first(&[Role::FrameworkNative]))
@@ -204,7 +210,7 @@ pub fn stack_names(frames: &[Frame], shown: FramesShown, name: impl Fn(&Frame) -
     let mut lines = Vec::new();
     let mut i = 0;
     while i < frames.len() {
-        let folds = |f: &Frame| !matches!(role(f), Role::UserPython | Role::UserNative);
+        let folds = |f: &Frame| !matches!(role(f), Role::UserPython | Role::LibraryPython | Role::UserNative);
         let run = frames[i..].iter().take_while(|f| folds(f)).count();
         if run < 2 {
             lines.push(name(&frames[i]));
@@ -376,6 +382,25 @@ mod tests {
         let at = headline(&frames).unwrap();
         assert_eq!(headline_text(&frames[at], false), "model.py:31 forward");
         assert_eq!(headline_text(&frames[at], true), "/home/me/model.py:31 forward");
+    }
+
+    #[test]
+    fn the_program_s_own_file_comes_before_an_installed_library_s() {
+        let mut frames = pytorch_stack();
+        frames.insert(
+            6 + 23,
+            python(
+                "ResNet._forward_impl",
+                "/venv/lib/python3.12/site-packages/torchvision/models/resnet.py",
+                280,
+            ),
+        );
+        let at = headline(&frames).unwrap();
+        assert_eq!(headline_text(&frames[at], false), "model.py:31 forward");
+        // Without the program's own frames, the library's line.
+        frames.retain(|f| !f.file.as_deref().is_some_and(|file| file.starts_with("/home/me/")));
+        let at = headline(&frames).unwrap();
+        assert_eq!(headline_text(&frames[at], false), "resnet.py:280 ResNet._forward_impl");
     }
 
     #[test]
