@@ -51,9 +51,8 @@ pub struct RunArgs {
     /// writing it, or a file is there already (unless --force).
     #[arg(short = 'o', long = "output", value_name = "TRACE")]
     pub output: Option<PathBuf>,
-    /// Replace the output if a file is there already.
-    #[arg(long)]
-    pub force: bool,
+    #[command(flatten)]
+    pub replace: Replace,
     /// The library to preload [default: $CUDATRACE_PRELOAD, else the
     /// libcudatrace.so next to cudatrace].
     #[arg(long, value_name = "LIB")]
@@ -127,6 +126,23 @@ impl Stacks {
     }
 }
 
+/// `--force`, for commands that write what `-o` names.
+#[derive(Args, Debug, Clone, Copy, Default)]
+pub struct Replace {
+    /// Replace the output if a file is there already.
+    #[arg(long)]
+    pub force: bool,
+}
+
+/// `--frames`, for commands that show call stacks.
+#[derive(Args, Debug, Clone, Copy, Default)]
+pub struct StackView {
+    /// How much of each call stack to show: runs of framework frames folded
+    /// into one, or every frame.
+    #[arg(long, value_enum, value_name = "HOW", default_value = "folded")]
+    pub frames: FramesShown,
+}
+
 /// `cudatrace collect`.
 #[derive(Args, Debug)]
 pub struct CollectArgs {
@@ -157,10 +173,8 @@ pub struct ReportArgs {
     /// Print one JSON object instead of text.
     #[arg(long)]
     pub json: bool,
-    /// How much of each call stack to show: runs of framework frames folded
-    /// into one line, or every frame.
-    #[arg(long, value_enum, value_name = "HOW", default_value = "folded")]
-    pub frames: FramesShown,
+    #[command(flatten)]
+    pub view: StackView,
     /// The trace to read.
     #[arg(value_name = "TRACE")]
     pub trace: PathBuf,
@@ -198,9 +212,8 @@ pub struct SnapshotArgs {
     /// trace's].
     #[arg(short = 'o', long = "output", value_name = "PATH")]
     pub output: Option<PathBuf>,
-    /// Replace the output if a file is there already.
-    #[arg(long)]
-    pub force: bool,
+    #[command(flatten)]
+    pub replace: Replace,
     /// Only the process with this pid [default: every process with memory events].
     #[arg(long, value_name = "P")]
     pub pid: Option<u32>,
@@ -217,9 +230,8 @@ pub struct PerfettoArgs {
     /// Write the JSON here [default: the trace's path with .perfetto.json].
     #[arg(short = 'o', long = "output", value_name = "PATH")]
     pub output: Option<PathBuf>,
-    /// Replace the output if a file is there already.
-    #[arg(long)]
-    pub force: bool,
+    #[command(flatten)]
+    pub replace: Replace,
     #[command(flatten)]
     pub window: WindowArgs,
 }
@@ -230,16 +242,13 @@ pub struct HtmlArgs {
     /// The trace to read.
     #[arg(value_name = "TRACE")]
     pub trace: PathBuf,
-    /// How much of each call stack to show: runs of framework frames folded
-    /// into one line, or every frame.
-    #[arg(long, value_enum, value_name = "HOW", default_value = "folded")]
-    pub frames: FramesShown,
+    #[command(flatten)]
+    pub view: StackView,
     /// Write the page here [default: the trace's path with .html].
     #[arg(short = 'o', long = "output", value_name = "PATH")]
     pub output: Option<PathBuf>,
-    /// Replace the output if a file is there already.
-    #[arg(long)]
-    pub force: bool,
+    #[command(flatten)]
+    pub replace: Replace,
 }
 
 /// `cudatrace flamegraph`.
@@ -252,9 +261,8 @@ pub struct FlamegraphArgs {
     /// .folded].
     #[arg(short = 'o', long = "output", value_name = "PATH")]
     pub output: Option<PathBuf>,
-    /// Replace the output if a file is there already.
-    #[arg(long)]
-    pub force: bool,
+    #[command(flatten)]
+    pub replace: Replace,
     /// Which moment: each device at its peak, or what was live at exit.
     #[arg(long, value_enum, value_name = "WHEN", default_value = "peak")]
     pub at: Moment,
@@ -262,10 +270,8 @@ pub struct FlamegraphArgs {
     /// in names escaped as %3B, %20 and %25) instead of an SVG.
     #[arg(long)]
     pub folded: bool,
-    /// How much of each call stack to show: runs of framework frames folded
-    /// into one frame, or every frame.
-    #[arg(long, value_enum, value_name = "HOW", default_value = "folded")]
-    pub frames: FramesShown,
+    #[command(flatten)]
+    pub view: StackView,
 }
 
 /// `cudatrace dump`.

@@ -19,7 +19,7 @@ pub fn command(args: FlamegraphArgs) -> Result<u8, Failure> {
         .clone()
         .unwrap_or_else(|| args.trace.with_extension(extension));
     let summary = Summary::build(&index, &Progress::new("reading", index.events));
-    let stacks = folded_stacks(&index, &summary, args.at, args.frames);
+    let stacks = folded_stacks(&index, &summary, args.at, args.view.frames);
     let moment = match args.at {
         Moment::Peak => "at each device's peak",
         Moment::Exit => "live at exit",
@@ -38,7 +38,7 @@ pub fn command(args: FlamegraphArgs) -> Result<u8, Failure> {
         }
         return Ok(crate::outputs::say_what_the_trace_lacks(&index, &summary.stream_errors));
     }
-    let mut output = OutputFile::create(&path, is_private(&args.trace), args.force)?;
+    let mut output = OutputFile::create(&path, is_private(&args.trace), args.replace.force)?;
     if let Err(e) = output.file().write_all(&content) {
         output.abandon();
         return Err(format!("cannot write {}: {e}", path.display()).into());

@@ -15,7 +15,7 @@ pub fn command(args: ReportArgs) -> Result<u8, Failure> {
     let text = if args.json {
         format!("{}\n", outputs::json::report(&index, &summary))
     } else {
-        outputs::text::report(&index, &summary, args.frames)
+        outputs::text::report(&index, &summary, args.view.frames)
     };
     let mut out = Stdout::new();
     if !out.write(&text)? || !out.finish()? {

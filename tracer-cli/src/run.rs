@@ -182,7 +182,7 @@ pub fn run(args: RunArgs) -> Result<u8, Failure> {
     let preload = preload_library(args.preload)?;
     // The destination is settled before the command starts.
     let claimed = match &args.output {
-        Some(path) if !args.force && path.is_file() => return Err(crate::output_file::refusal(path).into()),
+        Some(path) if !args.replace.force && path.is_file() => return Err(crate::output_file::refusal(path).into()),
         Some(path) => Some(output::claim_in_place(path)?),
         None => {
             output::check_folder_writable(Path::new("."))?;

@@ -401,3 +401,30 @@ fn the_python_line_heads_a_call_site_twelve_native_frames_above_the_allocation()
     assert_eq!(frames.len(), at + 15, "{folded}");
     assert!(folded.ends_with(" 3145728\n"), "{folded}");
 }
+
+#[test]
+fn stacks_that_share_their_headline_are_one_call_site() {
+    // make_buffers allocates at line 5, called from lines 7 and 8: two
+    // stacks, one place in the program.
+    let dir = scratch_dir("deep-twice");
+    let script = dir.join("deep.py");
+    std::fs::write(
+        &script,
+        DEEP_PROGRAM.replace("make_buffers()\n", "make_buffers()\nmake_buffers()\n"),
+    )
+    .unwrap();
+    let (mut command, trace) = traced("deep-twice", &[], &["python3".as_ref(), script.as_os_str()]);
+    let output = command
+        .env("DEEP_LIBRARY", fake_cuda::library_dir().join("libdeep_library.so"))
+        .output()
+        .unwrap();
+    assert!(output.status.success(), "{}", String::from_utf8_lossy(&output.stderr));
+    let text = String::from_utf8(cudatrace(&["report", trace.to_str().unwrap()]).output().unwrap().stdout).unwrap();
+    let sites = text.split("    call sites live at exit:\n").nth(1).expect(&text);
+    let lines: Vec<&str> = sites.lines().collect();
+    assert_eq!(
+        lines[0], "      6.0 MiB in 2 allocations, 2 stacks: deep.py:5 make_buffers",
+        "{text}"
+    );
+    assert!(!sites.contains("\n      3.0 MiB"), "{text}");
+}

@@ -12,7 +12,8 @@
 //! PyTorch's allocator and those runtimes; the innermost frame.
 
 use super::keys::ByStack;
-use super::stack_frames::Frame;
+use super::owner::{installed_package, passes_calls_on};
+use super::stack_frames::{is_caching_allocator, Frame};
 use super::summary::largest_call_sites;
 use super::trace_index::{ProcessIndex, TraceIndex};
 use crate::symbolize::PYTHON_MODULE;
@@ -28,11 +29,9 @@ pub enum FramesShown {
     Full,
 }
 
-/// Libraries of CUDA itself and of NVIDIA's math and communication
-/// libraries, by the start of their file names.
-const CUDA_LIBRARIES: &[&str] = &[
-    "libcuda.so",
-    "libcudart",
+/// NVIDIA's math and communication libraries, by the start of their file
+/// names (CUDA itself is [`passes_calls_on`]'s).
+const NVIDIA_LIBRARIES: &[&str] = &[
     "libcublas",
     "libcudnn",
     "libnccl",
@@ -62,18 +61,9 @@ const FRAMEWORK_PACKAGES: &[&str] = &[
     "triton",
 ];
 
-/// The C and C++ runtimes, the loader, libffi and the interpreter.
-const RUNTIME_LIBRARIES: &[&str] = &[
-    "libc.so",
-    "libc-",
-    "ld-linux",
-    "libpthread",
-    "libstdc++",
-    "libgcc_s",
-    "libffi",
-    "_ctypes.",
-    "libpython",
-];
+/// The C and C++ runtimes and the loader (libffi, `_ctypes` and the
+/// interpreter are [`passes_calls_on`]'s).
+const RUNTIME_LIBRARIES: &[&str] = &["libc.so", "libc-", "ld-linux", "libpthread", "libstdc++", "libgcc_s"];
 
 /// What a frame is, for choosing headlines and folding.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -93,21 +83,10 @@ enum Role {
     Plumbing,
 }
 
-/// The Python package a file lies in, when installed as one.
-fn installed_package(path: &str) -> Option<&str> {
-    for marker in ["/site-packages/", "/dist-packages/"] {
-        if let Some(at) = path.rfind(marker) {
-            let inside = &path[at + marker.len()..];
-            return Some(inside.split('/').next().unwrap_or(inside));
-        }
-    }
-    None
-}
-
 /// Whether a Python file is a framework's or the standard library's
 /// machinery (threading, importlib, runpy) rather than the program's.
 fn framework_python_file(file: &str) -> bool {
-    if let Some(package) = installed_package(file) {
+    if let Some((package, _)) = installed_package(file) {
         return FRAMEWORK_PACKAGES.contains(&package);
     }
     if file.starts_with("<frozen ") {
@@ -132,17 +111,11 @@ fn role(frame: &Frame) -> Role {
     }
     let name = module.rsplit('/').next().unwrap_or(module);
     let starts = |list: &[&str]| list.iter().any(|prefix| name.starts_with(prefix));
-    let python_executable = name.starts_with("python") && !name.contains(".so");
-    if starts(CUDA_LIBRARIES)
-        || starts(RUNTIME_LIBRARIES)
-        || name.starts_with("libcudatrace")
-        || name.starts_with("libc10_cuda")
-        || python_executable
-        || module.contains("/lib-dynload/")
+    if passes_calls_on(module) || is_caching_allocator(module) || starts(NVIDIA_LIBRARIES) || starts(RUNTIME_LIBRARIES)
     {
         return Role::Plumbing;
     }
-    if starts(FRAMEWORK_LIBRARIES) || installed_package(module).is_some_and(|p| FRAMEWORK_PACKAGES.contains(&p)) {
+    if starts(FRAMEWORK_LIBRARIES) || installed_package(module).is_some_and(|(p, _)| FRAMEWORK_PACKAGES.contains(&p)) {
         return Role::FrameworkNative;
     }
     Role::UserNative
@@ -233,11 +206,9 @@ pub fn stack_names(frames: &[Frame], shown: FramesShown, name: impl Fn(&Frame) -
 /// Whether a stack passes through PyTorch's caching allocator (a segment
 /// it reserved, not memory of the program's own).
 pub fn made_by_caching_allocator(frames: &[Frame]) -> bool {
-    frames.iter().any(|f| {
-        f.module
-            .as_deref()
-            .is_some_and(|m| m.rsplit('/').next().is_some_and(|n| n.starts_with("libc10_cuda")))
-    })
+    frames
+        .iter()
+        .any(|f| f.module.as_deref().is_some_and(is_caching_allocator))
 }
 
 /// Where a folded frame lives: its library's file name, or for Python its
@@ -245,7 +216,7 @@ pub fn made_by_caching_allocator(frames: &[Frame]) -> bool {
 fn place_of(frame: &Frame) -> String {
     match (frame.module.as_deref(), frame.file.as_deref()) {
         (Some(PYTHON_MODULE), Some(file)) => match installed_package(file) {
-            Some(package) => format!("{package} (Python)"),
+            Some((package, _)) => format!("{package} (Python)"),
             None => file.rsplit('/').next().unwrap_or(file).to_string(),
         },
         (Some(module), _) => module.rsplit('/').next().unwrap_or(module).to_string(),

@@ -14,7 +14,7 @@ pub const UNKNOWN_OWNER: &str = "unknown caller";
 
 /// Whether frames of the module at `path` are passed over: they carry a
 /// call on to CUDA rather than decide to make it.
-fn passes_calls_on(path: &str) -> bool {
+pub(super) fn passes_calls_on(path: &str) -> bool {
     let file = naming::file_name_of(path);
     let is_python_executable = file.starts_with("python") && !file.contains(".so");
     naming::is_cuda_library(file)
@@ -30,17 +30,23 @@ fn passes_calls_on(path: &str) -> bool {
 /// and the file within it (`cupy (cupy/cuda/memory.cpython-312-x86_64-linux-gnu.so)`);
 /// elsewhere, the file name.
 pub fn module_label(path: &str) -> String {
+    match installed_package(path) {
+        Some((package, inside)) if inside.contains('/') => format!("{package} ({inside})"),
+        Some((_, inside)) => inside.to_string(),
+        None => naming::file_name_of(path).to_string(),
+    }
+}
+
+/// For a file inside an installed Python package: the package's name and
+/// the file's path within `site-packages` (or `dist-packages`).
+pub(super) fn installed_package(path: &str) -> Option<(&str, &str)> {
     for marker in ["/site-packages/", "/dist-packages/"] {
         if let Some(at) = path.rfind(marker) {
             let inside = &path[at + marker.len()..];
-            let package = inside.split('/').next().unwrap_or(inside);
-            if inside.contains('/') {
-                return format!("{package} ({inside})");
-            }
-            return inside.to_string();
+            return Some((inside.split('/').next().unwrap_or(inside), inside));
         }
     }
-    naming::file_name_of(path).to_string()
+    None
 }
 
 /// The owner of an allocation made with stack `frames` (innermost first).

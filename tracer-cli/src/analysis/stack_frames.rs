@@ -113,6 +113,6 @@ impl TraceIndex {
 }
 
 /// Whether `module` is PyTorch's CUDA caching allocator's library.
-fn is_caching_allocator(module: &str) -> bool {
+pub(super) fn is_caching_allocator(module: &str) -> bool {
     module.rsplit('/').next() == Some("libc10_cuda.so")
 }

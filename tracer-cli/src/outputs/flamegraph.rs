@@ -172,7 +172,7 @@ pub fn svg(stacks: &[(Vec<String>, u64)], title: &str) -> Result<Vec<u8>, String
     Ok(out)
 }
 
-/// Bytes of each process at the moment, for the title.
+/// All the bytes the stacks hold, for the title.
 pub fn total_bytes(stacks: &[(Vec<String>, u64)]) -> u64 {
     stacks.iter().map(|(_, bytes)| bytes).sum()
 }

@@ -7,8 +7,8 @@
 //! and zoom. The figures come from the same replay as `cudatrace report`.
 
 use crate::analysis::{
-    call_sites, headline, headline_text, site_key, stack_lines, ByStack, Change, DeviceKey, EventStream, FramesShown,
-    ProcessIndex, ProcessMemory, Summary, TensorStats, TraceIndex,
+    call_sites, headline, headline_text, site_key, stack_lines, ByStack, Change, DeviceKey, EventStream, Frame,
+    FramesShown, ProcessIndex, ProcessMemory, Summary, TensorStats, TraceIndex,
 };
 use crate::cli::HtmlArgs;
 use crate::failure::Failure;
@@ -46,8 +46,8 @@ pub fn command(args: HtmlArgs) -> Result<u8, Failure> {
     progress.next_pass("html");
     let (charts, owner_charts) = fill_charts(&index, &summary, &progress);
     drop(progress);
-    let page = page(&index, &summary, &charts, &owner_charts, args.frames);
-    let mut output = OutputFile::create(&path, is_private(&args.trace), args.force)?;
+    let page = page(&index, &summary, &charts, &owner_charts, args.view.frames);
+    let mut output = OutputFile::create(&path, is_private(&args.trace), args.replace.force)?;
     if let Err(e) = output.file().write_all(page.as_bytes()) {
         output.abandon();
         return Err(format!("cannot write {}: {e}", path.display()).into());
@@ -481,7 +481,7 @@ fn sites_table(
             bytes(site.bytes),
             site.allocations,
             escape(&site.name),
-            stack_lines_html(index, info, site.stack, frames)
+            stack_lines_html(&index.frames(info, site.stack), frames)
         );
     }
     if sites.len() > TABLE_ROWS {
@@ -501,19 +501,18 @@ fn stack_html(index: &TraceIndex, info: &ProcessIndex, stack: u32, frames: Frame
         Some(at) => format!(
             "<div class=\"site\">{}</div>{}",
             escape(&headline_text(&resolved[at], false)),
-            stack_lines_html(index, info, stack, frames)
+            stack_lines_html(&resolved, frames)
         ),
         None => "<span class=\"note\">(no call stack recorded)</span>".to_string(),
     }
 }
 
 /// A stack's lines: folded and at most [`FRAMES_SHOWN`], or every frame.
-fn stack_lines_html(index: &TraceIndex, info: &ProcessIndex, stack: u32, frames: FramesShown) -> String {
-    let resolved = index.frames(info, stack);
+fn stack_lines_html(resolved: &[Frame], frames: FramesShown) -> String {
     if resolved.is_empty() {
         return "<span class=\"note\">(no call stack recorded)</span>".to_string();
     }
-    let lines = stack_lines(&resolved, frames);
+    let lines = stack_lines(resolved, frames);
     let shown = if frames == FramesShown::Full {
         lines.len()
     } else {

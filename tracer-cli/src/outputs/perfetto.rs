@@ -97,7 +97,7 @@ pub fn command(args: PerfettoArgs) -> Result<u8, Failure> {
         Some(max) => count_in_window(&index, &window, &progress).saturating_sub(max),
         None => 0,
     };
-    let mut output = OutputFile::create(&path, is_private(&args.trace), args.force)?;
+    let mut output = OutputFile::create(&path, is_private(&args.trace), args.replace.force)?;
     let mut out = Counting {
         out: BufWriter::with_capacity(1 << 20, output.file()),
         written: 0,

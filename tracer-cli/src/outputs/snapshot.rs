@@ -407,7 +407,7 @@ pub fn command(args: SnapshotArgs) -> Result<u8, Failure> {
     // Every pickle is tried, whatever became of the others.
     let private = is_private(&args.trace);
     // Nothing is written if any pickle would replace a file.
-    if !args.force {
+    if !args.replace.force {
         if let Some(existing) = snapshots.iter().flatten().find(|s| s.path.is_file()) {
             return Err(crate::output_file::refusal(&existing.path).into());
         }

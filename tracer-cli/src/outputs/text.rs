@@ -2,7 +2,7 @@
 
 use crate::analysis::{
     call_sites, headline, headline_text, stack_lines, tensor_status_line, tensors_stopped_midway,
-    unrecorded_process_text, ByStack, FramesShown, ProcessIndex, ProcessSummary, Summary, TraceIndex,
+    unrecorded_process_text, ByStack, Frame, FramesShown, ProcessIndex, ProcessSummary, Summary, TraceIndex,
 };
 use crate::wording::{bytes, count};
 use cudatrace_trace::ProcessEnd;
@@ -220,7 +220,7 @@ fn call_sites_text(
             count(site.allocations, "allocation", "allocations"),
             site.name
         );
-        out += &stack_lines_text(index, info, site.stack, frames, "        ");
+        out += &stack_lines_text(&index.frames(info, site.stack), frames, "        ");
     }
     if sites.len() > LARGEST_SHOWN {
         out += &format!("      ... and {} more call sites\n", sites.len() - LARGEST_SHOWN);
@@ -236,7 +236,7 @@ fn stack_text(index: &TraceIndex, info: &ProcessIndex, stack: u32, frames: Frame
         Some(at) => format!(
             "{indent}at {}\n{}",
             headline_text(&resolved[at], false),
-            stack_lines_text(index, info, stack, frames, indent)
+            stack_lines_text(&resolved, frames, indent)
         ),
         None => format!("{indent}(no call stack recorded)\n"),
     }
@@ -244,12 +244,11 @@ fn stack_text(index: &TraceIndex, info: &ProcessIndex, stack: u32, frames: Frame
 
 /// A stack's lines: folded and at most [`FRAMES_SHOWN`] of them, or every
 /// frame.
-fn stack_lines_text(index: &TraceIndex, info: &ProcessIndex, stack: u32, frames: FramesShown, indent: &str) -> String {
-    let resolved = index.frames(info, stack);
+fn stack_lines_text(resolved: &[Frame], frames: FramesShown, indent: &str) -> String {
     if resolved.is_empty() {
         return format!("{indent}(no call stack recorded)\n");
     }
-    let lines = stack_lines(&resolved, frames);
+    let lines = stack_lines(resolved, frames);
     let shown = if frames == FramesShown::Full {
         lines.len()
     } else {
