@@ -3,14 +3,14 @@
 # with apt-get when running as root, or else names them in one line with the
 # apt-get command and exits with status 2.
 #
-#   require "who" "check:package" ...
+#   require WHO CHECK:PACKAGE ...
 #
-# Each check is a command name, or a shell condition in braces
-# ("{python3 -c 'import venv'}"), and the package provides it.
+# Each CHECK is a command name, or a shell condition in braces
+# ('{python3 -c "import venv"}'), and PACKAGE provides it.
 
-require() {
-    local who=$1 check package condition
-    shift
+# Prints the packages whose check fails, once each.
+missing_packages() {
+    local check package condition
     local -a missing=()
     for check in "$@"; do
         package=${check##*:}
@@ -24,12 +24,23 @@ require() {
         fi
         [[ " ${missing[*]} " == *" $package "* ]] || missing+=("$package")
     done
+    echo "${missing[*]}"
+}
+
+require() {
+    local who=$1
+    shift
+    local -a missing
+    read -r -a missing <<<"$(missing_packages "$@")"
     [ ${#missing[@]} -eq 0 ] && return 0
     if [ "$(id -u)" -eq 0 ] && command -v apt-get >/dev/null 2>&1; then
         echo "$who: installing ${missing[*]}" >&2
         apt-get update -qq
         DEBIAN_FRONTEND=noninteractive apt-get install -y -qq "${missing[@]}" >/dev/null
-        return 0
+        read -r -a missing <<<"$(missing_packages "$@")"
+        [ ${#missing[@]} -eq 0 ] && return 0
+        echo "$who: still missing after apt-get install: ${missing[*]}" >&2
+        exit 2
     fi
     echo "$who: missing ${missing[*]}; install with: sudo apt-get install -y ${missing[*]}" >&2
     exit 2
