@@ -315,6 +315,8 @@ fn perfetto_and_html_draw_each_owner_and_category() {
             ("graph memory", 4 * MIB),
             ("context", 308 * MIB),
             ("modules and kernels", 35 * MIB),
+            // Drawn: an early reading saw memory measured only later.
+            ("unexplained (driver-used less all measured)", 0),
         ]
     );
 }
@@ -382,4 +384,87 @@ fn a_few_streams_and_events_are_each_measured_and_no_estimate_is_claimed() {
     );
     assert_eq!(exit["unexplained_bytes"], 0);
     assert_eq!(footprint["notes"], json!([]));
+}
+
+#[test]
+fn the_peak_column_is_the_footprints_peak_between_readings_and_the_exit_column_what_was_live_at_exit() {
+    let costs = vec![("FAKE_CUDA_CONTEXT_BYTES", (300 * MIB).to_string())];
+    let program = fake_cuda::program("explain").to_string_lossy().into_owned();
+    // NVML is read every 100 ms: now and then a reading falls within the
+    // spike, as the trace's clock has it: the driver changes the usage NVML
+    // reports during the call, the trace stamps the event after it. Run
+    // until no reading does.
+    let (trace, report) = (0..8)
+        .map(|attempt| {
+            let trace = run_with_costs(
+                &format!("explain-spike-{attempt}"),
+                &[program.clone(), "spike".into()],
+                &[],
+                true,
+                &costs,
+            );
+            let (report, _) = report_json_with_stacks(&trace);
+            (trace, report)
+        })
+        .find(|(_, report)| {
+            let peak = &report["processes"][0]["footprint"][0]["at_peak"];
+            peak["reading_bytes"] == 308 * MIB && peak["reference_bytes"] == 372 * MIB
+        })
+        .expect("a spike between two readings in 8 runs");
+    let device = &report["processes"][0]["footprint"][0];
+    // 64 MiB lived for microseconds between two NVML readings 100 ms apart:
+    // the peak is the reading before it (the context and 8 MiB) plus the
+    // 64 MiB measured since, with the program owning all 72 MiB.
+    let peak = &device["at_peak"];
+    assert_eq!(peak["reference_bytes"], 372 * MIB, "{device:#}");
+    assert_eq!(owners(peak), vec![("explain".to_string(), 72 * MIB)]);
+    assert_eq!(peak["context_bytes"], 300 * MIB);
+    assert_eq!(peak["unexplained_bytes"], 0);
+    // At exit nothing was live, whatever NVML read last.
+    let exit = &device["at_exit"];
+    assert_eq!(owners(exit), vec![]);
+    assert_eq!(exit["reference_bytes"], 300 * MIB, "{device:#}");
+    assert_eq!(exit["unexplained_bytes"], 0);
+    let text = stdout(&cudatrace(&["report", trace.to_str().unwrap()]).output().unwrap());
+    let table: Vec<&str> = text.lines().skip(2).take(16).collect();
+    assert_eq!(
+        table[1].split_whitespace().collect::<Vec<_>>(),
+        ["live", "at", "exit", "at", "peak"],
+        "{text}"
+    );
+    let row = |name: &str| {
+        table
+            .iter()
+            .find(|line| line[2..].starts_with(name))
+            .map(|line| line[2 + name.len()..].split_whitespace().collect::<Vec<_>>().join(" "))
+            .unwrap_or_else(|| panic!("no row {name} in {text}"))
+    };
+    assert_eq!(
+        row("driver-used (NVML, this process)"),
+        "300.0 MiB 100.0% 372.0 MiB 100.0%"
+    );
+    assert_eq!(row("explain"), "0 B 0.0% 72.0 MiB 19.4%");
+    let peak_line = table
+        .iter()
+        .find(|l| l.starts_with("  at peak, "))
+        .expect("the peak's line");
+    // "  at peak, T s: driver-used is NVML's reading at R s, 308.0 MiB, plus
+    // 64.0 MiB measured since", the reading before the peak.
+    let rest = peak_line.strip_prefix("  at peak, ").unwrap();
+    let (at, rest) = rest
+        .split_once(" s: driver-used is NVML's reading at ")
+        .expect(peak_line);
+    let (read_at, rest) = rest.split_once(" s").expect(peak_line);
+    assert_eq!(rest, ", 308.0 MiB, plus 64.0 MiB measured since", "{peak_line}");
+    let (at, read_at): (f64, f64) = (at.parse().unwrap(), read_at.parse().unwrap());
+    assert!(read_at < at, "{peak_line}");
+    let exit_line = table
+        .iter()
+        .find(|l| l.starts_with("  at exit, "))
+        .expect("the exit's line");
+    // NVML's last reading came before the last free, or after it.
+    assert!(
+        exit_line.ends_with(", 308.0 MiB, less 8.0 MiB measured since") || exit_line.ends_with(" s, 300.0 MiB"),
+        "{exit_line}"
+    );
 }

@@ -5,6 +5,11 @@
  * (one calling the other), a stream-ordered allocation from a pool, and a
  * graph memory node. It then sleeps so that NVML (the fake one) is read
  * with everything in place, and prints what it allocated.
+ *
+ * `explain spike`: a context, 8 MiB kept while NVML reads the process,
+ * then 64 MiB allocated and freed between two readings, and the 8 MiB
+ * freed after the last one: the footprint's peak falls between readings,
+ * and nothing is live at exit.
  */
 #include <stdint.h>
 #include <stdio.h>
@@ -41,7 +46,21 @@ static void check(const char *what, int status) {
 
 static void launch(CUfunction f) { check("cuLaunchKernel", cuLaunchKernel(f, 1, 1, 1, 32, 1, 1, 0, NULL, NULL, NULL)); }
 
-int main(void) {
+int cudaFree(void *);
+
+static int spike(void) {
+    void *kept, *spiked;
+    check("cudaMalloc", cudaMalloc(&kept, 8 << 20));
+    usleep(250000);
+    check("cudaMalloc", cudaMalloc(&spiked, 64 << 20));
+    check("cudaFree", cudaFree(spiked));
+    usleep(250000);
+    check("cudaFree", cudaFree(kept));
+    printf("spiked %p kept %p\n", spiked, kept);
+    return 0;
+}
+
+int main(int argc, char **argv) {
     setvbuf(stdout, NULL, _IOLBF, 0);
     CUcontext ctx;
     check("cuInit", cuInit(0));
@@ -49,6 +68,7 @@ int main(void) {
     check("cuCtxSetCurrent", cuCtxSetCurrent(ctx));
     /* NVML reads the process with its context alone, to check the context's figure. */
     usleep(250000);
+    if (argc > 1 && !strcmp(argv[1], "spike")) return spike();
     check("cuCtxSetLimit", cuCtxSetLimit(2, 16 << 20));
     CUmodule module;
     check("cuModuleLoadData", cuModuleLoadData(&module, "fatbin"));

@@ -49,11 +49,16 @@ pub struct Reference {
     pub source: ReferenceSource,
 }
 
-/// The split of one reference figure.
+/// The split of the driver-used bytes at one moment.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct Breakdown {
-    /// The figure being explained.
+    /// The figure being explained, at the moment of the split: the reading
+    /// it stands on plus what the measured categories changed by since
+    /// (`time_ns` is the moment).
     pub reference: Reference,
+    /// The reading `reference` stands on: the latest before the moment, or
+    /// the first where none came before.
+    pub reading: Reference,
     /// Live allocations by owning library, largest first.
     pub owners: Vec<(String, u64)>,
     /// What stream-ordered pools hold beyond their live allocations.
@@ -104,9 +109,11 @@ pub struct DeviceFootprint {
     pub device: u8,
     /// What the process said the device is.
     pub info: Option<DeviceInfo>,
-    /// The split at exit (the last reference reading).
+    /// The split at the process's exit (or its last event): what was live
+    /// then.
     pub at_exit: Option<Breakdown>,
-    /// The split at the reference figure's peak.
+    /// The split at the footprint's peak: the moment the driver-used bytes,
+    /// estimated between readings from what was measured, were highest.
     pub at_peak: Option<Breakdown>,
     /// The context's limits when it was first current, then as set: (limit, bytes).
     pub limits: Vec<(u64, u64)>,
@@ -114,6 +121,12 @@ pub struct DeviceFootprint {
     /// reading less everything else measured by then. A check on the
     /// context figure.
     pub context_by_nvml: Option<u64>,
+    /// The context's bytes when it became current, before any limit grew it.
+    pub context_first: u64,
+    /// From each reading on, until the next: what the reading leaves
+    /// unexplained, as (reading time, bytes). Between readings the
+    /// footprint is estimated as everything measured plus this.
+    pub unexplained_steps: Vec<(u64, i64)>,
     /// Caveats, one line each.
     pub notes: Vec<String>,
 }
@@ -136,16 +149,113 @@ impl DeviceFootprint {
     }
 }
 
+/// What the measured categories add up to on one device as the replay
+/// goes: live allocations, pools beyond them, graph memory, and the costs of
+/// limits, modules, kernels, streams, events and executable graphs. The
+/// context is left out: it is fixed once there, so it cancels out of every
+/// estimate made from a reading taken after it.
+#[derive(Default)]
+struct Measured {
+    live: u64,
+    pools: BTreeMap<u64, u64>,
+    pools_total: u64,
+    graphs: u64,
+    costs: u64,
+}
+
+impl Measured {
+    fn total(&self) -> i64 {
+        (self.live + self.pools_total + self.graphs + self.costs) as i64
+    }
+}
+
+/// The owners' live bytes at a moment.
+type OwnersThen = Vec<(Rc<str>, u64)>;
+
+/// A moment and the owners' live bytes then.
+struct Moment {
+    estimate: i64,
+    measured: i64,
+    time_ns: u64,
+    reading: Reference,
+    owners: Vec<(Rc<str>, u64)>,
+}
+
+/// One device's readings and the footprint estimated from them. Between
+/// two readings the footprint is everything measured plus the smaller of
+/// what the two readings leave unexplained: memory the driver held that no
+/// measurement covers counts only as far as both readings saw it (a kernel
+/// loaded before its first launch is measured, for instance, is seen by a
+/// reading before it is measured). Before the first reading the first one's
+/// figure is used, after the last the last one's.
+#[derive(Default)]
+struct DeviceEstimate {
+    /// Every reading, in time order.
+    readings: Vec<Reference>,
+    /// Readings passed so far.
+    passed: usize,
+    /// Each reading passed, with its bytes less the measured bytes then.
+    offsets: Vec<(Reference, i64)>,
+    /// Since the last reading passed (or from the start): the highest
+    /// measured bytes, when, and the owners then.
+    interval_top: Option<(i64, u64, OwnersThen)>,
+    peak: Option<Moment>,
+    measured: Measured,
+}
+
+impl DeviceEstimate {
+    /// A moment of `estimate` bytes, `measured` of them measured: the peak
+    /// if higher than it, or as high and better explained.
+    fn consider(
+        &mut self,
+        (estimate, measured): (i64, i64),
+        time_ns: u64,
+        reading: Reference,
+        owners: impl FnOnce() -> Vec<(Rc<str>, u64)>,
+    ) {
+        if self
+            .peak
+            .as_ref()
+            .is_none_or(|peak| (estimate, measured) > (peak.estimate, peak.measured))
+        {
+            self.peak = Some(Moment {
+                estimate,
+                measured,
+                time_ns,
+                reading,
+                owners: owners(),
+            });
+        }
+    }
+
+    /// Closes the interval before `next` (a reading and its offset; none
+    /// after the last reading): its top is a moment of the footprint.
+    fn close_interval(&mut self, next: Option<(Reference, i64)>) {
+        let Some((measured, at, owners)) = self.interval_top.take() else {
+            return;
+        };
+        let (reading, offset) = match (self.offsets.last().copied(), next) {
+            (Some((reading, before)), Some((_, after))) => (reading, before.min(after)),
+            (Some(last), None) => last,
+            (None, Some(first)) => first,
+            (None, None) => return,
+        };
+        self.consider((measured + offset, measured), at, reading, || owners);
+    }
+}
+
 /// What the stream tells the footprint of one process.
 #[derive(Default)]
 pub struct FootprintTracker {
     owners: HashMap<u32, Rc<str>>,
     live_by_owner: HashMap<(u8, Rc<str>), u64>,
-    live_total: HashMap<u8, u64>,
     live_at_context: HashMap<u8, u64>,
-    /// (time, device) instants to snapshot at, latest first.
+    /// (time, device) instants to snapshot the owners at, latest first.
     pending: Vec<(u64, u8)>,
     snapshots: HashMap<(u64, u8), Vec<(String, u64)>>,
+    devices: BTreeMap<u8, DeviceEstimate>,
+    /// The time of the last event seen.
+    last_time_ns: u64,
 }
 
 fn nvml_uuid(info: Option<&DeviceInfo>) -> Option<String> {
@@ -189,59 +299,72 @@ fn nvml_readings(index: &TraceIndex, process: &ProcessIndex, device: u8) -> Vec<
         .collect()
 }
 
-/// The reference readings of device `device` of `process`: at exit and at their peak.
-fn references(index: &TraceIndex, process: &ProcessIndex, device: u8) -> (Option<Reference>, Option<Reference>) {
-    let nvml = nvml_readings(index, process, device);
+/// The reference readings of device `device` of `process`, in time order,
+/// and the one that stands for its exit: NVML's, or else the process's own
+/// readings of the device's used memory (its exit reading, or its last).
+fn readings(index: &TraceIndex, process: &ProcessIndex, device: u8) -> (Vec<Reference>, Option<Reference>) {
+    let mut nvml = nvml_readings(index, process, device);
     if !nvml.is_empty() {
-        let peak = nvml.iter().copied().max_by_key(|r| (r.bytes, r.time_ns));
-        return (nvml.last().copied(), peak);
+        nvml.sort_by_key(|r| r.time_ns);
+        let last = nvml.last().copied();
+        return (nvml, last);
     }
-    let own: Vec<Reference> = process
+    let as_reference = |e: &Event| Reference {
+        bytes: e.arg2.saturating_sub(e.arg1),
+        time_ns: e.time_ns,
+        source: ReferenceSource::DeviceBound,
+    };
+    let mut own: Vec<Reference> = process
         .measurements
         .iter()
         .filter(|e| e.op == Op::Sample && e.device == Some(device))
-        .map(|e| Reference {
-            bytes: e.arg2.saturating_sub(e.arg1),
-            time_ns: e.time_ns,
-            source: ReferenceSource::DeviceBound,
-        })
+        .map(as_reference)
         .collect();
+    own.sort_by_key(|r| r.time_ns);
     let at_exit = process
         .measurements
         .iter()
         .rev()
         .find(|e| e.op == Op::Sample && e.device == Some(device) && e.stream == sample_reason::EXIT)
-        .map(|e| Reference {
-            bytes: e.arg2.saturating_sub(e.arg1),
-            time_ns: e.time_ns,
-            source: ReferenceSource::DeviceBound,
-        })
+        .map(as_reference)
         .or_else(|| own.last().copied());
-    let peak = own.iter().copied().max_by_key(|r| (r.bytes, r.time_ns));
-    (at_exit, peak)
+    (own, at_exit)
 }
 
 impl FootprintTracker {
-    /// A tracker that will snapshot `process`'s owners at its reference instants.
+    /// A tracker that will estimate `process`'s footprint from its readings.
     pub fn new(index: &TraceIndex, process: &ProcessIndex) -> FootprintTracker {
         let mut pending = Vec::new();
+        let mut devices = BTreeMap::new();
         for device in devices_of(process) {
-            let (at_exit, at_peak) = references(index, process, device);
-            let first = first_nvml_with_context(index, process, device);
-            pending.extend(
-                at_exit
-                    .iter()
-                    .chain(&at_peak)
-                    .chain(&first)
-                    .map(|r| (r.time_ns, device)),
+            let (readings, _) = readings(index, process, device);
+            devices.insert(
+                device,
+                DeviceEstimate {
+                    readings,
+                    ..DeviceEstimate::default()
+                },
             );
+            pending.extend(first_nvml_with_context(index, process, device).map(|r| (r.time_ns, device)));
         }
         pending.sort_unstable_by(|a, b| b.cmp(a));
         pending.dedup();
         FootprintTracker {
             pending,
+            devices,
             ..FootprintTracker::default()
         }
+    }
+
+    fn owners_on(&self, device: u8) -> Vec<(Rc<str>, u64)> {
+        let mut owners: Vec<(Rc<str>, u64)> = self
+            .live_by_owner
+            .iter()
+            .filter(|((d, _), bytes)| *d == device && **bytes > 0)
+            .map(|((_, owner), bytes)| (owner.clone(), *bytes))
+            .collect();
+        owners.sort_by(|a, b| b.1.cmp(&a.1).then_with(|| a.0.cmp(&b.0)));
+        owners
     }
 
     fn snapshot_until(&mut self, time_ns: u64) {
@@ -250,24 +373,100 @@ impl FootprintTracker {
                 break;
             }
             self.pending.pop();
-            let mut owners: Vec<(String, u64)> = self
-                .live_by_owner
-                .iter()
-                .filter(|((d, _), bytes)| *d == device && **bytes > 0)
-                .map(|((_, owner), bytes)| (owner.to_string(), *bytes))
+            let owners = self
+                .owners_on(device)
+                .into_iter()
+                .map(|(owner, bytes)| (owner.to_string(), bytes))
                 .collect();
-            owners.sort_by(|a, b| b.1.cmp(&a.1).then_with(|| a.0.cmp(&b.0)));
             self.snapshots.insert((at, device), owners);
         }
+    }
+
+    /// Takes in the readings taken before `time_ns`: each is a moment of
+    /// the footprint, and closes the interval before it.
+    fn pass_readings_until(&mut self, time_ns: u64) {
+        let devices: Vec<u8> = self.devices.keys().copied().collect();
+        for device in devices {
+            loop {
+                let estimate = &self.devices[&device];
+                let Some(&reading) = estimate.readings.get(estimate.passed).filter(|r| r.time_ns < time_ns) else {
+                    break;
+                };
+                let owners = self.owners_on(device);
+                let estimate = self.devices.get_mut(&device).expect("listed above");
+                estimate.passed += 1;
+                let measured = estimate.measured.total();
+                let offset = reading.bytes as i64 - measured;
+                estimate.close_interval(Some((reading, offset)));
+                estimate.offsets.push((reading, offset));
+                estimate.consider((reading.bytes as i64, measured), reading.time_ns, reading, || owners);
+            }
+        }
+    }
+
+    /// After an event changed what is measured on `device` at `time_ns`:
+    /// the interval's top, where it could make a new peak.
+    fn measured_changed(&mut self, device: u8, time_ns: u64) {
+        let Some(estimate) = self.devices.get(&device) else {
+            return;
+        };
+        let measured = estimate.measured.total();
+        if estimate
+            .interval_top
+            .as_ref()
+            .is_some_and(|(top, _, _)| measured <= *top)
+        {
+            return;
+        }
+        // The interval's estimate is at most the offset of the reading
+        // before it.
+        if let (Some((_, offset)), Some(peak)) = (estimate.offsets.last(), &estimate.peak) {
+            if measured + offset < peak.estimate {
+                return;
+            }
+        }
+        let owners = self.owners_on(device);
+        let estimate = self.devices.get_mut(&device).expect("looked up above");
+        estimate.interval_top = Some((measured, time_ns, owners));
     }
 
     /// Takes in one event and what it changed.
     pub fn observe(&mut self, index: &TraceIndex, process: &ProcessIndex, event: &Event, changes: &[Change]) {
         self.snapshot_until(event.time_ns);
-        if event.op == Op::Context {
-            if let Some(device) = event.device {
-                let live = self.live_total.get(&device).copied().unwrap_or(0);
+        self.pass_readings_until(event.time_ns);
+        self.last_time_ns = self.last_time_ns.max(event.time_ns);
+        let mut touched: Option<u8> = None;
+        if let Some(device) = event.device {
+            if event.op == Op::Context {
+                let live = self.devices.get(&device).map_or(0, |d| d.measured.live);
                 self.live_at_context.entry(device).or_insert(live);
+            }
+            if let Some(estimate) = self.devices.get_mut(&device) {
+                let measured = &mut estimate.measured;
+                let changed = match event.op {
+                    Op::PoolSample => {
+                        let held = event.size.saturating_sub(event.arg1);
+                        let before = measured.pools.insert(event.address, held).unwrap_or(0);
+                        measured.pools_total = measured.pools_total - before + held;
+                        true
+                    }
+                    Op::GraphSample => {
+                        measured.graphs = event.size;
+                        true
+                    }
+                    Op::Limit if event.api == Api::CuCtxSetLimit => {
+                        measured.costs += event.load_cost().unwrap_or(0);
+                        true
+                    }
+                    Op::ModuleLoad | Op::KernelLoad | Op::StreamObjects | Op::GraphExec => {
+                        measured.costs += event.load_cost().unwrap_or(0);
+                        true
+                    }
+                    _ => false,
+                };
+                if changed {
+                    touched = Some(device);
+                }
             }
         }
         for change in changes {
@@ -292,7 +491,16 @@ impl FootprintTracker {
                 }
             };
             apply(self.live_by_owner.entry((device, owner)).or_default());
-            apply(self.live_total.entry(device).or_default());
+            if let Some(estimate) = self.devices.get_mut(&device) {
+                apply(&mut estimate.measured.live);
+            }
+            if touched.is_some_and(|d| d != device) {
+                self.measured_changed(device, event.time_ns);
+            }
+            touched = Some(device);
+        }
+        if let Some(device) = touched {
+            self.measured_changed(device, event.time_ns);
         }
     }
 
@@ -307,15 +515,30 @@ impl FootprintTracker {
     /// The footprint, once the stream is over.
     pub fn finish(mut self, index: &TraceIndex, process: &ProcessIndex) -> Vec<DeviceFootprint> {
         self.snapshot_until(u64::MAX);
+        self.pass_readings_until(u64::MAX);
+        for estimate in self.devices.values_mut() {
+            estimate.close_interval(None);
+        }
         devices_of(process)
             .map(|device| self.device_footprint(index, process, device))
             .collect()
     }
 
+    /// The moment of the process's exit: its end, else its last event.
+    fn exit_moment(&self, process: &ProcessIndex) -> u64 {
+        process
+            .end
+            .as_ref()
+            .and_then(|e| e.exit_time_ns)
+            .unwrap_or(0)
+            .max(self.last_time_ns)
+    }
+
     fn device_footprint(&self, index: &TraceIndex, process: &ProcessIndex, device: u8) -> DeviceFootprint {
         let info = process.devices.get(&u32::from(device)).cloned();
         let mut notes = Vec::new();
-        let (at_exit, at_peak) = references(index, process, device);
+        let (_, exit_reading) = readings(index, process, device);
+        let estimate = self.devices.get(&device);
         let on_device: Vec<&Event> = process
             .measurements
             .iter()
@@ -353,7 +576,7 @@ impl FootprintTracker {
                 0
             }
         };
-        if at_exit.is_some_and(|r| r.source == ReferenceSource::DeviceBound) {
+        if exit_reading.is_some_and(|r| r.source == ReferenceSource::DeviceBound) {
             let why = index
                 .nvml_status
                 .iter()
@@ -369,26 +592,21 @@ impl FootprintTracker {
             .filter(|e| e.op == Op::Limit)
             .map(|e| (e.address, e.size))
             .collect();
-        let breakdown = |reference: Option<Reference>| {
-            let reference = reference?;
-            let until = |e: &&&Event| e.time_ns <= reference.time_ns;
+        // The split at `moment`: `bytes` estimated from `reading`, with the
+        // owners live then.
+        let breakdown = |moment: u64, bytes: i64, reading: Reference, owners: Vec<(String, u64)>| {
+            let until = |e: &&&Event| e.time_ns <= moment;
             let limit_growth: u64 = on_device
                 .iter()
                 .filter(until)
                 .filter(|e| e.op == Op::Limit && e.api == Api::CuCtxSetLimit)
                 .filter_map(|e| e.load_cost())
                 .sum();
-            let modules = on_device
-                .iter()
-                .filter(until)
-                .filter(|e| matches!(e.op, Op::ModuleLoad | Op::KernelLoad))
-                .filter_map(|e| e.load_cost())
-                .sum();
-            let cost_of = |op: Op| -> u64 {
+            let cost_of = |ops: &[Op]| -> u64 {
                 on_device
                     .iter()
                     .filter(until)
-                    .filter(|e| e.op == op)
+                    .filter(|e| ops.contains(&e.op))
                     .filter_map(|e| e.load_cost())
                     .sum()
             };
@@ -403,21 +621,47 @@ impl FootprintTracker {
                     _ => {}
                 }
             }
-            Some(Breakdown {
-                reference,
-                owners: self
-                    .snapshots
-                    .get(&(reference.time_ns, device))
-                    .cloned()
-                    .unwrap_or_default(),
+            Breakdown {
+                reference: Reference {
+                    bytes: bytes.max(0) as u64,
+                    time_ns: moment,
+                    source: reading.source,
+                },
+                reading,
+                owners,
                 pools: pools.values().sum(),
                 graphs,
                 context: context_bytes + limit_growth,
-                modules,
-                streams_and_events: cost_of(Op::StreamObjects),
-                graph_executables: cost_of(Op::GraphExec),
-            })
+                modules: cost_of(&[Op::ModuleLoad, Op::KernelLoad]),
+                streams_and_events: cost_of(&[Op::StreamObjects]),
+                graph_executables: cost_of(&[Op::GraphExec]),
+            }
         };
+        let owned = |owners: &[(Rc<str>, u64)]| -> Vec<(String, u64)> {
+            owners
+                .iter()
+                .map(|(owner, bytes)| (owner.to_string(), *bytes))
+                .collect()
+        };
+        let at_exit = exit_reading.and_then(|reading| {
+            let estimate = estimate?;
+            let offset = estimate
+                .offsets
+                .iter()
+                .rev()
+                .find(|(r, _)| *r == reading)
+                .map_or(0, |(_, offset)| *offset);
+            let moment = self.exit_moment(process);
+            Some(breakdown(
+                moment,
+                offset + estimate.measured.total(),
+                reading,
+                owned(&self.owners_on(device)),
+            ))
+        });
+        let at_peak = estimate
+            .and_then(|e| e.peak.as_ref())
+            .map(|peak| breakdown(peak.time_ns, peak.estimate, peak.reading, owned(&peak.owners)));
         if at_exit.is_none() {
             notes.push("no reading of the device's memory: nothing to explain".into());
         }
@@ -444,11 +688,17 @@ impl FootprintTracker {
                 "{mismatches} time(s) a thread's current device changed through a call cudatrace does not see: events on that thread until the next check may name the previous device"
             ));
         }
-        let context_by_nvml = breakdown(first_nvml_with_context(index, process, device)).map(|first| {
-            let others = first.explained() - first.context;
-            first.reference.bytes.saturating_sub(others)
+        let context_by_nvml = first_nvml_with_context(index, process, device).map(|first| {
+            let owners = self
+                .snapshots
+                .get(&(first.time_ns, device))
+                .cloned()
+                .unwrap_or_default();
+            let then = breakdown(first.time_ns, first.bytes as i64, first, owners);
+            let others = then.explained() - then.context;
+            first.bytes.saturating_sub(others)
         });
-        if let (Some(by_nvml), Some(context)) = (context_by_nvml, breakdown(at_exit).map(|b| b.context)) {
+        if let (Some(by_nvml), Some(context)) = (context_by_nvml, at_exit.as_ref().map(|b| b.context)) {
             if by_nvml.abs_diff(context) > (context / 20).max(16 << 20) {
                 notes.push(format!(
                     "NVML's first reading after the context, less what was measured by then, leaves {}; the context as measured is {} (the rest is memory measured later, or not at all)",
@@ -457,13 +707,22 @@ impl FootprintTracker {
                 ));
             }
         }
+        let unexplained_steps = estimate.map_or_else(Vec::new, |estimate| {
+            estimate
+                .offsets
+                .iter()
+                .map(|(reading, offset)| (reading.time_ns, offset - context_bytes as i64))
+                .collect()
+        });
         DeviceFootprint {
             device,
             info,
-            at_exit: breakdown(at_exit),
-            at_peak: breakdown(at_peak),
+            at_exit,
+            at_peak,
             limits,
             context_by_nvml,
+            context_first: context_bytes,
+            unexplained_steps,
             notes,
         }
     }

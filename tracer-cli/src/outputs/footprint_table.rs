@@ -1,8 +1,9 @@
 //! The table `cudatrace report` opens with: for each process and device,
-//! where the driver-used bytes went, at exit and at their peak; in text and
-//! as JSON, with the same rows.
+//! where the driver-used bytes went, at exit (what was live then) and at the
+//! footprint's peak; in text and as JSON, with the same rows. Each column
+//! says which reading its driver-used figure stands on.
 
-use crate::analysis::{limit_text, Breakdown, DeviceFootprint, ProcessIndex};
+use crate::analysis::{limit_text, Breakdown, DeviceFootprint, ProcessIndex, ReferenceSource, TensorStats};
 use crate::wording::bytes;
 use serde_json::{json, Value};
 
@@ -94,12 +95,60 @@ fn cell(value: Option<i64>, of: Option<&Breakdown>) -> String {
     }
 }
 
+/// `device 0 (NVIDIA H100, GPU-…)`, leaving out what is not known.
+pub fn device_name(device: u8, info: Option<&cudatrace_events::measures::DeviceInfo>) -> String {
+    let known: Vec<String> = info
+        .into_iter()
+        .flat_map(|info| [info.name.trim().to_string(), info.uuid_text()])
+        .filter(|part| !part.is_empty() && !part.trim_start_matches("GPU-").chars().all(|c| c == '0' || c == '-'))
+        .collect();
+    if known.is_empty() {
+        format!("device {device}")
+    } else {
+        format!("device {device} ({})", known.join(", "))
+    }
+}
+
 fn device_title(process: &ProcessIndex, footprint: &DeviceFootprint) -> String {
-    let device = match &footprint.info {
-        Some(info) => format!("device {} ({}, {})", footprint.device, info.name, info.uuid_text()),
-        None => format!("device {}", footprint.device),
+    format!(
+        "pid {} on {}",
+        process.start.pid,
+        device_name(footprint.device, footprint.info.as_ref())
+    )
+}
+
+/// Seconds since the trace's start: `12.345 s`.
+pub fn seconds(time_ns: u64, origin_ns: u64) -> String {
+    format!("{:.3} s", time_ns.saturating_sub(origin_ns) as f64 / 1e9)
+}
+
+/// What a column's driver-used figure stands on, in words.
+fn reading_text(what: &str, breakdown: &Breakdown, origin_ns: u64) -> String {
+    let reading = breakdown.reading;
+    let source = match reading.source {
+        ReferenceSource::Nvml => "NVML's reading",
+        ReferenceSource::DeviceBound => "the device's used memory as read",
     };
-    format!("pid {} on {device}", process.start.pid)
+    let moment = seconds(breakdown.reference.time_ns, origin_ns);
+    let delta = breakdown.reference.bytes as i64 - reading.bytes as i64;
+    let since = if delta == 0 {
+        String::new()
+    } else {
+        format!(
+            ", {} {} measured since",
+            if delta > 0 { "plus" } else { "less" },
+            bytes(delta.unsigned_abs())
+        )
+    };
+    if reading.time_ns == breakdown.reference.time_ns {
+        format!("{what} {moment}: driver-used is {source} then")
+    } else {
+        format!(
+            "{what} {moment}: driver-used is {source} at {}, {}{since}",
+            seconds(reading.time_ns, origin_ns),
+            bytes(reading.bytes)
+        )
+    }
 }
 
 fn reference_name(breakdown: Option<&Breakdown>) -> &'static str {
@@ -110,8 +159,15 @@ fn reference_name(breakdown: Option<&Breakdown>) -> &'static str {
     }
 }
 
-/// The table for one process and device, in text.
-pub fn text(process: &ProcessIndex, footprint: &DeviceFootprint) -> String {
+/// The table for one process and device, in text; times in seconds since
+/// `origin_ns`, and PyTorch's figures on the device where `tensors` were
+/// recorded.
+pub fn text(
+    process: &ProcessIndex,
+    footprint: &DeviceFootprint,
+    origin_ns: u64,
+    tensors: Option<&TensorStats>,
+) -> String {
     let (exit, peak) = (footprint.at_exit.as_ref(), footprint.at_peak.as_ref());
     let reference = |b: Option<&Breakdown>| b.map(|b| b.reference.bytes as i64);
     let mut lines = vec![Row {
@@ -130,7 +186,7 @@ pub fn text(process: &ProcessIndex, footprint: &DeviceFootprint) -> String {
         "where the memory went, {}\n  {:<width$} {:>18}  {:>18}\n",
         device_title(process, footprint),
         "",
-        "at exit",
+        "live at exit",
         "at peak"
     );
     for row in lines {
@@ -148,6 +204,21 @@ pub fn text(process: &ProcessIndex, footprint: &DeviceFootprint) -> String {
         explained(exit),
         explained(peak)
     );
+    if let Some(exit) = exit {
+        out += &format!("  {}\n", reading_text("at exit,", exit, origin_ns));
+    }
+    if let Some(peak) = peak {
+        out += &format!("  {}\n", reading_text("at peak,", peak, origin_ns));
+    }
+    if let Some(tensors) = tensors {
+        out += &format!(
+            "  PyTorch's tensors: {} allocated at exit; allocated peak {} at {} ({} reserved then)\n",
+            bytes(tensors.now.allocated),
+            bytes(tensors.allocated_peak.allocated),
+            seconds(tensors.allocated_peak.time_ns, origin_ns),
+            bytes(tensors.allocated_peak.reserved)
+        );
+    }
     for note in &footprint.notes {
         out += &format!("  note: {note}\n");
     }
@@ -163,7 +234,9 @@ fn breakdown_json(breakdown: &Breakdown) -> Value {
     json!({
         "reference_bytes": breakdown.reference.bytes,
         "reference_source": breakdown.reference.source.name(),
-        "reference_time_ns": breakdown.reference.time_ns,
+        "time_ns": breakdown.reference.time_ns,
+        "reading_bytes": breakdown.reading.bytes,
+        "reading_time_ns": breakdown.reading.time_ns,
         "owners": owners,
         "pools_beyond_live_bytes": breakdown.pools,
         "graph_bytes": breakdown.graphs,

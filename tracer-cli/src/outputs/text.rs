@@ -2,7 +2,7 @@
 
 use crate::analysis::{
     call_sites, headline, headline_text, stack_lines, tensor_status_line, tensors_stopped_midway,
-    unrecorded_process_text, ByStack, Frame, FramesShown, ProcessIndex, ProcessSummary, Summary, TraceIndex,
+    unrecorded_process_text, ByStack, DeviceKey, Frame, FramesShown, ProcessIndex, ProcessSummary, Summary, TraceIndex,
 };
 use crate::wording::{bytes, count};
 use cudatrace_trace::ProcessEnd;
@@ -26,10 +26,11 @@ pub fn report(index: &TraceIndex, summary: &Summary, frames: FramesShown) -> Str
             count(events, "event", "events")
         );
     }
-    for (info, footprints) in index.processes.iter().zip(&summary.footprints) {
+    for ((info, footprints), process) in index.processes.iter().zip(&summary.footprints).zip(&summary.processes) {
         for footprint in footprints {
             out += "\n";
-            out += &super::footprint_table::text(info, footprint);
+            let tensors = process.tensors.devices.get(&DeviceKey::Gpu(footprint.device));
+            out += &super::footprint_table::text(info, footprint, index.start_ns(), tensors);
         }
     }
     for (info, process) in index.processes.iter().zip(&summary.processes) {
