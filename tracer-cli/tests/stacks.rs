@@ -361,7 +361,7 @@ fn the_python_line_heads_a_call_site_twelve_native_frames_above_the_allocation()
     assert!(
         legends
             .iter()
-            .any(|l| l == &"<span><i style=\"background:#4e79a7\"></i>deep.py:5 make_buffers</span>"),
+            .any(|l| l == &"<span data-bytes-at-peak=\"3145728\"><i style=\"background:#4e79a7\"></i><b>deep.py:5 make_buffers</b> 3.0 MiB at the peak, 3.0 MiB at the end</span>"),
         "{legends:?}"
     );
     assert!(page.contains("<td class=\"site\">deep.py:5 make_buffers</td>"));

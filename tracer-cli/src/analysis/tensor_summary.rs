@@ -125,12 +125,14 @@ impl TensorStats {
         self.now.time_ns = event.time_ns;
         self.timeline.push(self.now);
         if self.timeline.len() >= 2 * TIMELINE_POINTS {
-            // Keep every other point: evenly spaced in changes.
-            let mut keep = false;
-            self.timeline.retain(|_| {
-                keep = !keep;
-                keep
-            });
+            // Halve it, keeping of each two neighbours the one with more
+            // allocated (the later where they tie): evenly spaced in
+            // changes, and the allocated peak is never dropped.
+            self.timeline = self
+                .timeline
+                .chunks(2)
+                .map(|pair| *pair.iter().max_by_key(|point| point.allocated).expect("a pair"))
+                .collect();
         }
     }
 
@@ -211,7 +213,13 @@ impl TensorSummary {
 
     /// Ends the replay: the last peak's call sites are settled.
     pub fn finish(&mut self) {
-        self.devices.values_mut().for_each(TensorStats::settle_peak);
+        for stats in self.devices.values_mut() {
+            stats.settle_peak();
+            // The end state, which halving the timeline may have dropped.
+            if stats.timeline.last() != Some(&stats.now) {
+                stats.timeline.push(stats.now);
+            }
+        }
     }
 }
 

@@ -58,6 +58,18 @@ pub fn command(args: HtmlArgs) -> Result<u8, Failure> {
     Ok(super::say_what_the_trace_lacks(&index, &summary.stream_errors))
 }
 
+/// Every chart's time axis: from the trace's start (the origin of every
+/// time on the page) to the process's last event or exit.
+fn time_axis(index: &TraceIndex, info: &ProcessIndex) -> (u64, u64) {
+    let t0 = index.start_ns();
+    let end = [info.last_time_ns, info.end.as_ref().and_then(|e| e.exit_time_ns)]
+        .into_iter()
+        .flatten()
+        .max()
+        .unwrap_or(t0);
+    (t0, end.saturating_sub(t0))
+}
+
 /// Per process: charts by call site per device, and charts by owner and category per device ordinal.
 type ProcessCharts = (Vec<BTreeMap<DeviceKey, Chart>>, Vec<BTreeMap<u8, OwnerChart>>);
 
@@ -73,8 +85,7 @@ fn fill_charts(index: &TraceIndex, summary: &Summary, progress: &Progress) -> Pr
         .zip(&summary.processes)
         .enumerate()
         .map(|(process_number, (info, process))| {
-            let t0 = info.first_time_ns.unwrap_or(0);
-            let span = info.last_time_ns.unwrap_or(t0).saturating_sub(t0);
+            let (t0, span) = time_axis(index, info);
             process
                 .devices
                 .iter()
@@ -95,6 +106,7 @@ fn fill_charts(index: &TraceIndex, summary: &Summary, progress: &Progress) -> Pr
                         bins: vec![None; BINS],
                         t0,
                         span,
+                        ranked_by: None,
                     };
                     (device, chart)
                 })
@@ -106,8 +118,7 @@ fn fill_charts(index: &TraceIndex, summary: &Summary, progress: &Progress) -> Pr
         .iter()
         .zip(&summary.footprints)
         .map(|(info, footprints)| {
-            let t0 = info.first_time_ns.unwrap_or(0);
-            let span = info.last_time_ns.unwrap_or(t0).saturating_sub(t0);
+            let (t0, span) = time_axis(index, info);
             footprints
                 .iter()
                 .map(|f| (f.device, OwnerChart::new(f, t0, span)))
@@ -121,6 +132,9 @@ fn fill_charts(index: &TraceIndex, summary: &Summary, progress: &Progress) -> Pr
         changes.clear();
         memories[process].apply(&event, &mut changes);
         let info = &index.processes[process];
+        for chart in owner_charts[process].values_mut() {
+            chart.readings_until(event.time_ns.saturating_sub(1));
+        }
         if event.op.is_measurement() {
             if let Some(chart) = event.device.and_then(|d| owner_charts[process].get_mut(&d)) {
                 chart.measurement(&event);
@@ -165,6 +179,9 @@ fn fill_charts(index: &TraceIndex, summary: &Summary, progress: &Progress) -> Pr
             };
             chart.record(event.time_ns);
         }
+    }
+    for chart in owner_charts.iter_mut().flat_map(|charts| charts.values_mut()) {
+        chart.readings_until(u64::MAX);
     }
     (charts, owner_charts)
 }
@@ -248,14 +265,26 @@ fn page(
         );
     }
     out += "</table>\n";
-    for ((info, footprints), owner_charts) in index.processes.iter().zip(&summary.footprints).zip(owner_charts) {
+    for (((info, footprints), owner_charts), process) in index
+        .processes
+        .iter()
+        .zip(&summary.footprints)
+        .zip(owner_charts)
+        .zip(&summary.processes)
+    {
         for footprint in footprints {
+            let tensors = process.tensors.devices.get(&DeviceKey::Gpu(footprint.device));
             let _ = writeln!(
                 out,
                 "<h2>Where the memory went: pid {}, device {}</h2>\n<pre class=\"footprint\">{}</pre>",
                 info.start.pid,
                 footprint.device,
-                escape(&super::footprint_table::text(info, footprint))
+                escape(&super::footprint_table::text(
+                    info,
+                    footprint,
+                    index.start_ns(),
+                    tensors
+                ))
             );
             if let (Some(chart), Some(peak)) = (owner_charts.get(&footprint.device), footprint.at_peak.as_ref()) {
                 out += &chart_html(
@@ -338,6 +367,7 @@ fn tensors_html(
         bins: vec![None; BINS],
         t0: device_chart.t0,
         span: device_chart.span,
+        ranked_by: Some(0),
     };
     for point in &tensors.timeline {
         chart.current = vec![point.allocated, point.inactive()];
@@ -378,17 +408,60 @@ fn tensors_html(
     out
 }
 
+/// Ticks of a y-axis that reaches at least `top` bytes: four to eight
+/// steps of 1, 2 or 5 times a power of ten of one unit (B, KiB, MiB, …).
+fn y_ticks(top: u64) -> Vec<u64> {
+    let top = top.max(1);
+    let mut unit = 1u64;
+    while unit < (1 << 40) && top / unit >= 1024 {
+        unit <<= 10;
+    }
+    let in_units = top as f64 / unit as f64;
+    let mut step = 1u64;
+    'search: for power in [1u64, 10, 100, 1000] {
+        for factor in [1u64, 2, 5] {
+            step = factor * power;
+            if in_units / step as f64 <= 6.0 {
+                break 'search;
+            }
+        }
+    }
+    // Under one unit (fewer than 1024 bytes), steps of whole bytes.
+    let step = (step * unit).max(1);
+    let steps = top.div_ceil(step);
+    (0..=steps).map(|k| k * step).collect()
+}
+
+/// One chart: the series stacked over time with a y-axis in bytes, the
+/// peak marked at its moment, and the state at the end beside it.
 fn chart_html(chart: &Chart, class: &str, peak: u64, peak_time_ns: u64) -> String {
     let columns = chart.columns();
-    let top = columns.iter().map(|c| c.iter().sum::<u64>()).max().unwrap_or(0).max(1) as f64;
+    let highest = columns.iter().map(|c| c.iter().sum::<u64>()).max().unwrap_or(0);
+    let ticks = y_ticks(highest.max(peak));
+    let axis_top = *ticks.last().unwrap_or(&1) as f64;
     let x = |bin: usize| bin as f64 * WIDTH / (BINS - 1) as f64;
-    let y = |value: u64| HEIGHT - value as f64 / top * HEIGHT * 0.95;
+    let y = |value: u64| HEIGHT - value as f64 / axis_top * HEIGHT;
     let mut svg = format!("<svg class=\"plot\" viewBox=\"0 0 {WIDTH} {HEIGHT}\" preserveAspectRatio=\"none\" xmlns=\"http://www.w3.org/2000/svg\">");
+    for &tick in &ticks[1..] {
+        let _ = write!(
+            svg,
+            "<line class=\"grid\" x1=\"0\" x2=\"{WIDTH}\" y1=\"{0:.1}\" y2=\"{0:.1}\" stroke=\"#e4e4e4\" vector-effect=\"non-scaling-stroke\"/>",
+            y(tick)
+        );
+    }
+    let mut exit_bar = format!("<svg class=\"exit\" viewBox=\"0 0 40 {HEIGHT}\" preserveAspectRatio=\"none\" xmlns=\"http://www.w3.org/2000/svg\">");
     let mut legend = String::new();
     let mut data_series = Vec::new();
     let mut below = vec![0u64; BINS];
+    let mut below_at_exit = 0u64;
+    let peak_offset = peak_time_ns.saturating_sub(chart.t0).min(chart.span);
+    let peak_bin = if chart.span == 0 {
+        0
+    } else {
+        (peak_offset as u128 * (BINS as u128 - 1) / chart.span as u128) as usize
+    };
     for (series, name) in chart.names.iter().enumerate() {
-        if columns.iter().all(|c| c[series] == 0) {
+        if columns.iter().all(|c| c[series] == 0) && chart.current[series] == 0 {
             continue;
         }
         let color = COLORS[series.min(COLORS.len() - 1)];
@@ -411,29 +484,49 @@ fn chart_html(chart: &Chart, class: &str, peak: u64, peak_time_ns: u64) -> Strin
             "<path class=\"series\" data-series=\"{series}\" fill=\"{color}\" fill-opacity=\"0.85\" d=\"{path}\"><title>{}</title></path>",
             escape(name)
         );
+        let at_exit = chart.current[series];
+        let _ = write!(
+            exit_bar,
+            "<rect x=\"4\" width=\"32\" y=\"{:.1}\" height=\"{:.1}\" fill=\"{color}\" fill-opacity=\"0.85\"><title>{}: {} at the end</title></rect>",
+            y(below_at_exit + at_exit),
+            y(below_at_exit) - y(below_at_exit + at_exit),
+            escape(name),
+            bytes(at_exit)
+        );
+        below_at_exit += at_exit;
+        let at_peak = columns.get(peak_bin).map_or(0, |c| c[series]);
         let _ = write!(
             legend,
-            "<span><i style=\"background:{color}\"></i>{}</span>",
-            escape(name)
+            "<span data-bytes-at-peak=\"{at_peak}\"><i style=\"background:{color}\"></i><b>{}</b> {} at the peak, {} at the end</span>",
+            escape(name),
+            bytes(at_peak),
+            bytes(at_exit)
         );
         for (bin, column) in columns.iter().enumerate() {
             below[bin] += column[series];
         }
         data_series
-            .push(serde_json::json!({"name": name, "values": columns.iter().map(|c| c[series]).collect::<Vec<u64>>()}));
+            .push(serde_json::json!({"name": name, "values": columns.iter().map(|c| c[series]).collect::<Vec<u64>>(), "at_end": at_exit}));
     }
-    let peak_offset = peak_time_ns.saturating_sub(chart.t0).min(chart.span);
-    let peak_bin = if chart.span == 0 {
-        0
-    } else {
-        (peak_offset as u128 * (BINS as u128 - 1) / chart.span as u128) as usize
-    };
     let _ = write!(
         svg,
-        "<line class=\"peak\" x1=\"{0:.1}\" x2=\"{0:.1}\" y1=\"0\" y2=\"{HEIGHT}\" stroke=\"#d00\" stroke-dasharray=\"4 3\"><title>peak {1}</title></line></svg>",
+        "<line class=\"peak\" x1=\"{0:.1}\" x2=\"{0:.1}\" y1=\"0\" y2=\"{HEIGHT}\" stroke=\"#d00\" stroke-dasharray=\"4 3\" vector-effect=\"non-scaling-stroke\"><title>peak {1}</title></line><line class=\"peak-level\" x1=\"{2:.1}\" x2=\"{3:.1}\" y1=\"{4:.1}\" y2=\"{4:.1}\" stroke=\"#d00\" stroke-width=\"2\" vector-effect=\"non-scaling-stroke\"/></svg>",
         x(peak_bin),
-        bytes(peak)
+        bytes(peak),
+        (x(peak_bin) - 24.0).max(0.0),
+        (x(peak_bin) + 24.0).min(WIDTH),
+        y(peak)
     );
+    exit_bar += "</svg>";
+    let mut y_axis = String::new();
+    for &tick in &ticks {
+        let _ = write!(
+            y_axis,
+            "<span class=\"ytick\" data-bytes=\"{tick}\" style=\"bottom:{:.2}%\">{}</span>",
+            tick as f64 / axis_top * 100.0,
+            bytes(tick)
+        );
+    }
     let seconds = |ns: u64| ns as f64 / 1e9;
     let times: Vec<f64> = (0..BINS)
         .map(|bin| seconds(chart.span) * bin as f64 / (BINS - 1) as f64)
@@ -441,9 +534,11 @@ fn chart_html(chart: &Chart, class: &str, peak: u64, peak_time_ns: u64) -> Strin
     let data = serde_json::json!({"width": WIDTH, "height": HEIGHT, "times": times, "series": data_series});
     // `</` inside a script would end it early.
     let data = data.to_string().replace("</", "<\\/");
+    let ticks_text: Vec<String> = ticks.iter().map(u64::to_string).collect();
     format!(
-        "<div class=\"{class}\" data-expected-series=\"{}\">{svg}<div class=\"axis\"><span>0 s</span><span>peak {} at {} (dashed line); drag to zoom, double-click to reset</span><span>{}</span></div><div class=\"legend\">{legend}</div><div class=\"tip\"></div><script type=\"application/json\" class=\"data\">{data}</script></div>\n",
+        "<div class=\"{class}\" data-expected-series=\"{}\" data-peak-bytes=\"{peak}\" data-peak-bin=\"{peak_bin}\" data-y-ticks=\"{}\"><div class=\"plotrow\"><div class=\"yaxis\">{y_axis}</div>{svg}{exit_bar}</div><div class=\"axis\"><span>0 s (the trace's start)</span><span>peak {} at {} (red lines); drag to zoom, double-click to reset</span><span>{} (the bar on the right: the end)</span></div><div class=\"legend\">{legend}</div><div class=\"tip\"></div><script type=\"application/json\" class=\"data\">{data}</script></div>\n",
         data_series.len(),
+        ticks_text.join(","),
         bytes(peak),
         duration(peak_offset),
         duration(chart.span)

@@ -8,7 +8,7 @@ pub(super) const SERIES: usize = 8;
 /// Time bins per chart.
 pub(super) const BINS: usize = 600;
 
-/// One bin: the state at its highest total, and its last state.
+/// One bin: the state at its highest point, and its last state.
 #[derive(Clone)]
 pub(super) struct Bin {
     top_total: u64,
@@ -24,6 +24,9 @@ pub(super) struct Chart {
     pub(super) bins: Vec<Option<Bin>>,
     pub(super) t0: u64,
     pub(super) span: u64,
+    /// The series whose height picks a bin's state (its highest), where
+    /// that is not the total: the one whose peak is marked.
+    pub(super) ranked_by: Option<usize>,
 }
 
 impl Chart {
@@ -34,7 +37,10 @@ impl Chart {
         } else {
             (offset as u128 * (BINS as u128 - 1) / self.span as u128) as usize
         };
-        let total: u64 = self.current.iter().sum();
+        let total: u64 = match self.ranked_by {
+            Some(series) => self.current[series],
+            None => self.current.iter().sum(),
+        };
         match &mut self.bins[bin] {
             Some(b) => {
                 if total >= b.top_total {

@@ -1,22 +1,28 @@
 //! The chart of where the driver's memory went: per process and device,
 //! live allocations by owning library and the driver's own categories
 //! (pools, graph memory, context, modules and kernels, streams and events,
-//! executable graphs) stacked over time.
+//! executable graphs) stacked over time, with what the readings leave
+//! unexplained on top: the whole stack is the footprint the report
+//! estimates, and peaks where the report's "at peak" column is taken.
 
 use super::chart::{Chart, BINS, SERIES};
 use crate::analysis::{owner_of, Change, DeviceFootprint, ProcessIndex, TraceIndex};
-use cudatrace_events::{Event, Op};
+use cudatrace_events::{Api, Event, Op};
 use std::collections::{BTreeMap, HashMap};
 
 /// The categories, drawn above the owners, in this order.
-const CATEGORIES: [&str; 6] = [
+const CATEGORIES: [&str; 7] = [
     "pools beyond live allocations",
     "graph memory",
     "context",
     "modules and kernels",
     "streams and events",
     "executable graphs",
+    UNEXPLAINED,
 ];
+
+/// The band of what no measurement covers.
+pub const UNEXPLAINED: &str = "unexplained (driver-used less all measured)";
 
 /// One device's chart and what fills it.
 pub struct OwnerChart {
@@ -25,6 +31,11 @@ pub struct OwnerChart {
     first_category: usize,
     pools: BTreeMap<u64, u64>,
     context: u64,
+    context_drawn: bool,
+    /// What the readings leave unexplained, as (from, bytes), latest first:
+    /// each reading's own figure at its instant, then until the next
+    /// reading the smaller of the two (as the report's estimate has it).
+    unexplained: Vec<(u64, u64)>,
 }
 
 impl OwnerChart {
@@ -36,11 +47,18 @@ impl OwnerChart {
         names.push("other owners".into());
         let first_category = names.len();
         names.extend(CATEGORIES.iter().map(|c| c.to_string()));
-        let context = footprint
-            .at_exit
-            .as_ref()
-            .or(footprint.at_peak.as_ref())
-            .map_or(0, |b| b.context);
+        let steps = &footprint.unexplained_steps;
+        let mut unexplained = Vec::new();
+        for (k, &(at, bytes)) in steps.iter().enumerate() {
+            let until_next = steps.get(k + 1).map_or(bytes, |&(_, next)| bytes.min(next));
+            unexplained.push((at, bytes.max(0) as u64));
+            unexplained.push((at, until_next.max(0) as u64));
+        }
+        // Before the first reading, the first reading's figure.
+        if let Some(&(_, first)) = steps.first() {
+            unexplained.insert(0, (0, first.max(0) as u64));
+        }
+        unexplained.reverse();
         OwnerChart {
             chart: Chart {
                 series_of: HashMap::new(),
@@ -49,11 +67,27 @@ impl OwnerChart {
                 bins: vec![None; BINS],
                 t0,
                 span,
+                ranked_by: None,
             },
             series_of_owner,
             first_category,
             pools: BTreeMap::new(),
-            context,
+            context: footprint.context_first,
+            context_drawn: false,
+            unexplained,
+        }
+    }
+
+    /// Draws what the readings leave unexplained up to `time_ns`.
+    pub fn readings_until(&mut self, time_ns: u64) {
+        let series = self.first_category + CATEGORIES.len() - 1;
+        while let Some(&(at, bytes)) = self.unexplained.last() {
+            if at > time_ns {
+                break;
+            }
+            self.unexplained.pop();
+            self.chart.current[series] = bytes;
+            self.chart.record(at);
         }
     }
 
@@ -78,6 +112,7 @@ impl OwnerChart {
             Change::Freed { allocation, .. } => (allocation, false),
             _ => return,
         };
+        self.draw_context();
         let series = self.series_of_stack(index, info, allocation.stack);
         let value = &mut self.chart.current[series];
         *value = if grows {
@@ -88,8 +123,21 @@ impl OwnerChart {
         self.chart.record(time_ns);
     }
 
+    /// The context's size is known once the whole run is read. It is drawn
+    /// from the device's first event: an allocation may be recorded just
+    /// before the record of the context it was made in, and the footprint
+    /// is estimated with the context in it from the start.
+    fn draw_context(&mut self) {
+        if !self.context_drawn {
+            self.context_drawn = true;
+            let series = self.first_category + CATEGORIES.iter().position(|c| *c == "context").unwrap_or(0);
+            self.chart.current[series] += self.context;
+        }
+    }
+
     /// Takes in a measurement on this device.
     pub fn measurement(&mut self, event: &Event) {
+        self.draw_context();
         let category = |name: &str| CATEGORIES.iter().position(|c| *c == name).unwrap_or(0);
         let (series, value) = match event.op {
             Op::PoolSample => {
@@ -97,9 +145,11 @@ impl OwnerChart {
                 (category("pools beyond live allocations"), self.pools.values().sum())
             }
             Op::GraphSample => (category("graph memory"), event.size),
-            // The context's size is known once the whole run is read: it
-            // is drawn from its first moment, limits included.
-            Op::Context => (category("context"), self.context),
+            Op::Limit if event.api == Api::CuCtxSetLimit => {
+                let series = category("context");
+                let total = self.chart.current[self.first_category + series] + event.load_cost().unwrap_or(0);
+                (series, total)
+            }
             Op::ModuleLoad | Op::KernelLoad | Op::StreamObjects | Op::GraphExec => {
                 let series = category(match event.op {
                     Op::StreamObjects => "streams and events",

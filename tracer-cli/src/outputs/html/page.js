@@ -32,8 +32,8 @@
       });
       tip.textContent = lines.join("\n");
       tip.style.display = "block";
-      tip.style.left = (e.offsetX + 16) + "px";
-      tip.style.top = (e.offsetY + 16) + "px";
+      tip.style.left = (svg.offsetLeft + e.offsetX + 16) + "px";
+      tip.style.top = (svg.offsetTop + e.offsetY + 16) + "px";
     });
     svg.addEventListener("mouseleave", function () { tip.style.display = "none"; });
     svg.addEventListener("mousedown", function (e) { dragFrom = e.clientX; });

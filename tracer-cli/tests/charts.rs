@@ -1,0 +1,436 @@
+//! The HTML report's charts, for every kind of fake-driver run: the y-axis
+//! labels, the peak marker and the legend say what `cudatrace report`
+//! says, the curve peaks where the marker is, and each page is looked at in
+//! headless Chromium, its screenshot kept under the test's target folder
+//! (`html-screenshots/`).
+
+mod common;
+
+use common::*;
+use serde_json::Value;
+use std::path::{Path, PathBuf};
+use std::process::Command;
+
+const MIB: u64 = 1 << 20;
+
+/// `wording::bytes`, as a reader checks it.
+fn human(value: u64) -> String {
+    let units = ["B", "KiB", "MiB", "GiB", "TiB"];
+    let (mut scaled, mut unit) = (value as f64, 0);
+    while scaled >= 1024.0 && unit < units.len() - 1 {
+        scaled /= 1024.0;
+        unit += 1;
+    }
+    if unit == 0 {
+        format!("{value} B")
+    } else {
+        format!("{scaled:.1} {}", units[unit])
+    }
+}
+
+/// One chart as the page holds it.
+#[derive(Debug)]
+struct SeenChart {
+    class: String,
+    peak_bytes: u64,
+    peak_bin: usize,
+    ticks: Vec<u64>,
+    tick_labels: Vec<(u64, String)>,
+    /// (name, bytes at the peak) per legend entry.
+    legend: Vec<(String, u64)>,
+    /// (name, value per bin, value at the end) per series.
+    series: Vec<(String, Vec<u64>, u64)>,
+}
+
+fn attribute<'a>(text: &'a str, name: &str) -> &'a str {
+    let start = text.find(&format!("{name}=\"")).unwrap_or_else(|| panic!("no {name}")) + name.len() + 2;
+    &text[start..start + text[start..].find('"').unwrap()]
+}
+
+fn unescape(text: &str) -> String {
+    text.replace("&lt;", "<")
+        .replace("&gt;", ">")
+        .replace("&quot;", "\"")
+        .replace("&#39;", "'")
+        .replace("&amp;", "&")
+}
+
+fn charts_of(html: &str) -> Vec<SeenChart> {
+    html.split("<div class=\"chart")
+        .skip(1)
+        .map(|chart| {
+            let chart = &chart[..chart.find("</script></div>").expect("a chart's end")];
+            let class = format!("chart{}", &chart[..chart.find('"').unwrap()]);
+            let tick_labels = chart
+                .split("<span class=\"ytick\" ")
+                .skip(1)
+                .map(|tick| {
+                    let label = &tick[tick.find('>').unwrap() + 1..tick.find("</span>").unwrap()];
+                    (attribute(tick, "data-bytes").parse().unwrap(), label.to_string())
+                })
+                .collect();
+            let legend_html = &chart[chart.find("<div class=\"legend\">").unwrap()..];
+            let legend = legend_html
+                .split("<span data-bytes-at-peak=\"")
+                .skip(1)
+                .map(|entry| {
+                    let bytes = entry[..entry.find('"').unwrap()].parse().unwrap();
+                    let name = &entry[entry.find("<b>").unwrap() + 3..entry.find("</b>").unwrap()];
+                    (unescape(name), bytes)
+                })
+                .collect();
+            let data: Value =
+                serde_json::from_str(&chart[chart.find("class=\"data\">").unwrap() + 13..].replace("<\\/", "</"))
+                    .unwrap();
+            let series = data["series"]
+                .as_array()
+                .unwrap()
+                .iter()
+                .map(|s| {
+                    let values = s["values"].as_array().unwrap().iter().map(|v| v.as_u64().unwrap());
+                    (
+                        s["name"].as_str().unwrap().to_string(),
+                        values.collect(),
+                        s["at_end"].as_u64().unwrap(),
+                    )
+                })
+                .collect();
+            SeenChart {
+                class,
+                peak_bytes: attribute(chart, "data-peak-bytes").parse().unwrap(),
+                peak_bin: attribute(chart, "data-peak-bin").parse().unwrap(),
+                ticks: attribute(chart, "data-y-ticks")
+                    .split(',')
+                    .map(|t| t.parse().unwrap())
+                    .collect(),
+                tick_labels,
+                legend,
+                series,
+            }
+        })
+        .collect()
+}
+
+impl SeenChart {
+    fn total(&self, bin: usize) -> u64 {
+        self.series.iter().map(|(_, values, _)| values[bin]).sum()
+    }
+
+    fn highest_total(&self) -> u64 {
+        let bins = self.series.first().map_or(0, |(_, values, _)| values.len());
+        (0..bins).map(|bin| self.total(bin)).max().unwrap_or(0)
+    }
+}
+
+/// The call sites the text report lists under `heading` for each process
+/// and device, in order: (bytes, name).
+fn text_call_sites(text: &str, heading: &str) -> Vec<Vec<(String, String)>> {
+    let mut lists = Vec::new();
+    let mut lines = text.lines().peekable();
+    while let Some(line) = lines.next() {
+        if !line.starts_with(&format!("    call sites {heading}")) {
+            continue;
+        }
+        let mut list = Vec::new();
+        while let Some(site) = lines.peek() {
+            if !site.starts_with("      ") {
+                break;
+            }
+            let site = lines.next().unwrap();
+            if site.starts_with("        ") || site.starts_with("      ... and") {
+                continue;
+            }
+            let (bytes, name) = site.trim().split_once(" in ").unwrap();
+            let name = name.split_once(": ").unwrap().1;
+            list.push((bytes.to_string(), name.to_string()));
+        }
+        lists.push(list);
+    }
+    lists
+}
+
+/// Every chart of `html` against the report of `trace`.
+fn check_charts(label: &str, trace: &Path, html: &str) {
+    let (report, _) = report_json_with_stacks(trace);
+    let text = stdout(&cudatrace(&["report", trace.to_str().unwrap()]).output().unwrap());
+    let charts = charts_of(html);
+    assert!(!charts.is_empty(), "{label}: no chart");
+    for chart in &charts {
+        // The y-axis: from 0 in equal steps to at least the highest point,
+        // each label the bytes it stands at.
+        assert_eq!(chart.ticks[0], 0, "{label}: {chart:?}");
+        let step = chart.ticks[1] - chart.ticks[0];
+        assert!(
+            chart.ticks.windows(2).all(|w| w[1] - w[0] == step),
+            "{label}: {:?}",
+            chart.ticks
+        );
+        assert!(chart.ticks.len() <= 8, "{label}: {:?}", chart.ticks);
+        let drawn: Vec<u64> = chart.tick_labels.iter().map(|(bytes, _)| *bytes).collect();
+        assert_eq!(drawn, chart.ticks, "{label}");
+        for (bytes, shown) in &chart.tick_labels {
+            assert_eq!(shown, &human(*bytes), "{label}");
+        }
+        assert!(
+            *chart.ticks.last().unwrap() >= chart.highest_total(),
+            "{label}: {chart:?}"
+        );
+        assert!(*chart.ticks.last().unwrap() >= chart.peak_bytes, "{label}");
+        // Each legend entry is a drawn series, with its bytes at the peak's bin.
+        assert_eq!(chart.legend.len(), chart.series.len(), "{label}");
+        for ((name, at_peak), (series, values, _)) in chart.legend.iter().zip(&chart.series) {
+            assert_eq!(name, series, "{label}");
+            assert_eq!(*at_peak, values[chart.peak_bin], "{label}: {name}");
+        }
+    }
+    // Call-site charts: one per process and device, peaking at the
+    // report's peak, where the marker is, their legend the report's call
+    // sites at the peak.
+    let site_charts: Vec<&SeenChart> = charts.iter().filter(|c| c.class == "chart").collect();
+    let devices: Vec<&Value> = report["processes"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .flat_map(|p| p["devices"].as_array().unwrap())
+        .collect();
+    assert_eq!(site_charts.len(), devices.len(), "{label}");
+    let listed = text_call_sites(&text, "at the peak of");
+    for (k, (chart, device)) in site_charts.iter().zip(&devices).enumerate() {
+        let peak = device["peak_bytes"].as_u64().unwrap();
+        assert_eq!(chart.peak_bytes, peak, "{label}");
+        assert_eq!(
+            chart.highest_total(),
+            peak,
+            "{label}: the curve peaks at the report's peak"
+        );
+        assert_eq!(
+            chart.total(chart.peak_bin),
+            peak,
+            "{label}: the marker is where the curve peaks"
+        );
+        let ended: u64 = chart.series.iter().map(|(_, _, end)| end).sum();
+        assert_eq!(
+            ended,
+            device["live_bytes_at_exit"].as_u64().unwrap(),
+            "{label}: the end state"
+        );
+        if let Some(sites) = listed.get(k) {
+            let legend: Vec<(String, String)> = chart
+                .legend
+                .iter()
+                .filter(|(name, _)| name != "other call sites")
+                .take(sites.len())
+                .map(|(name, bytes)| (human(*bytes), name.clone()))
+                .collect();
+            assert_eq!(&legend, sites, "{label}: the legend is the report's call sites");
+        }
+    }
+    // Owner charts: one per process and device with a footprint, peaking
+    // at the footprint's peak.
+    let owner_charts: Vec<&SeenChart> = charts.iter().filter(|c| c.class == "chart owners").collect();
+    let footprints: Vec<&Value> = report["processes"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .flat_map(|p| p["footprint"].as_array().unwrap())
+        .filter(|f| !f["at_peak"].is_null())
+        .collect();
+    assert_eq!(owner_charts.len(), footprints.len(), "{label}");
+    for (chart, footprint) in owner_charts.iter().zip(&footprints) {
+        let peak = &footprint["at_peak"];
+        assert_eq!(chart.peak_bytes, peak["reference_bytes"].as_u64().unwrap(), "{label}");
+        if peak["unexplained_bytes"].as_i64().unwrap() >= 0 {
+            assert_eq!(chart.total(chart.peak_bin), chart.peak_bytes, "{label}: {footprint:#}");
+            assert_eq!(chart.highest_total(), chart.peak_bytes, "{label}: {footprint:#}");
+        }
+    }
+    // Tensor charts: allocated bytes peak at PyTorch's allocated peak.
+    let tensor_charts: Vec<&SeenChart> = charts.iter().filter(|c| c.class == "chart tensors").collect();
+    let tensor_devices: Vec<&Value> = report["processes"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .filter_map(|p| p["tensors"]["devices"].as_array())
+        .flatten()
+        .collect();
+    assert_eq!(tensor_charts.len(), tensor_devices.len(), "{label}");
+    for (chart, tensors) in tensor_charts.iter().zip(&tensor_devices) {
+        let peak = tensors["allocated_peak_bytes"].as_u64().unwrap();
+        assert_eq!(chart.peak_bytes, peak, "{label}");
+        let allocated = &chart.series[0];
+        assert_eq!(allocated.0, "allocated (tensors)");
+        assert_eq!(allocated.1[chart.peak_bin], peak, "{label}");
+        assert_eq!(allocated.1.iter().max(), Some(&peak), "{label}");
+        assert_eq!(
+            allocated.2,
+            tensors["allocated_bytes_at_exit"].as_u64().unwrap(),
+            "{label}"
+        );
+    }
+}
+
+fn chromium() -> &'static str {
+    ["chromium", "chromium-browser"]
+        .into_iter()
+        .find(|name| {
+            Command::new(name)
+                .arg("--version")
+                .output()
+                .is_ok_and(|o| o.status.success())
+        })
+        .expect("chromium is needed for this test (the README's test command installs it)")
+}
+
+/// The page in headless Chromium: its script runs without an error, and
+/// its screenshot is kept as `html-screenshots/<label>.png`.
+fn look_at(label: &str, page: &Path) {
+    let artifacts = Path::new(env!("CARGO_TARGET_TMPDIR")).join("html-screenshots");
+    std::fs::create_dir_all(&artifacts).unwrap();
+    let shot = artifacts.join(format!("{label}.png"));
+    let profile = scratch_dir(&format!("chromium-{label}"));
+    let headless = |extra: &[&str]| {
+        Command::new(chromium())
+            .args([
+                "--headless",
+                "--no-sandbox",
+                "--disable-gpu",
+                "--disable-background-networking",
+                "--disable-component-update",
+                "--disable-sync",
+                "--no-first-run",
+                "--enable-logging=stderr",
+                "--v=0",
+                "--window-size=1150,3200",
+            ])
+            .arg(format!("--user-data-dir={}", profile.display()))
+            .args(extra)
+            .arg(format!("file://{}", page.display()))
+            .output()
+            .unwrap()
+    };
+    let dom = headless(&["--dump-dom", "--virtual-time-budget=2000"]);
+    assert!(dom.status.success(), "{label}");
+    let errors: Vec<String> = String::from_utf8_lossy(&dom.stderr)
+        .lines()
+        .filter(|l| l.contains("CONSOLE") || l.contains("Uncaught"))
+        .map(str::to_string)
+        .collect();
+    assert!(errors.is_empty(), "{label}: {errors:?}");
+    assert!(
+        String::from_utf8_lossy(&dom.stdout).contains("data-ready=\"1\""),
+        "{label}"
+    );
+    let screenshot = headless(&[&format!("--screenshot={}", shot.display())]);
+    assert!(screenshot.status.success(), "{label}: {}", stderr(&screenshot));
+    assert!(
+        std::fs::metadata(&shot).unwrap().len() > 10_000,
+        "{label}: {}",
+        shot.display()
+    );
+}
+
+fn html_of(trace: &Path) -> (PathBuf, String) {
+    let page = trace.with_extension("html");
+    let out = cudatrace(&["html", trace.to_str().unwrap(), "--force"])
+        .output()
+        .unwrap();
+    assert!(out.status.success(), "{}", stderr(&out));
+    let html = std::fs::read_to_string(&page).unwrap();
+    (page, html)
+}
+
+/// A scenario of the fake program `scenarios`, checked and looked at.
+fn scenario(name: &str) {
+    let (output, trace) = run_scenario(&format!("charts-{name}"), name, &[]);
+    assert!(output.status.success(), "{name}: {}", stderr(&output));
+    let (page, html) = html_of(&trace);
+    check_charts(name, &trace, &html);
+    look_at(name, &page);
+}
+
+#[test]
+fn runtime_charts_read_true() {
+    scenario("runtime");
+}
+
+#[test]
+fn driver_charts_read_true() {
+    scenario("driver");
+}
+
+#[test]
+fn vmm_charts_read_true() {
+    scenario("vmm");
+}
+
+#[test]
+fn oom_charts_read_true() {
+    scenario("oom");
+}
+
+#[test]
+fn fork_charts_read_true() {
+    scenario("fork");
+}
+
+#[test]
+fn footprint_charts_read_true_with_an_unexplained_band() {
+    let dir = scratch_dir("charts-explain");
+    let trace = dir.join("run.trace");
+    let nvml = dir.join("nvml");
+    std::fs::create_dir(&nvml).unwrap();
+    let out = cudatrace_run()
+        .arg("-o")
+        .arg(&trace)
+        // First launches unmeasured: memory the driver holds that nothing
+        // measures, drawn as the band.
+        .arg("--no-launch-hooks")
+        .arg("--")
+        .arg(fake_cuda::program("explain"))
+        .env("TMPDIR", &dir)
+        .env("FAKE_NVML_DIR", &nvml)
+        .env("FAKE_CUDA_CAPACITY", (8192 * MIB).to_string())
+        .env("FAKE_CUDA_CONTEXT_BYTES", (300 * MIB).to_string())
+        .env("FAKE_CUDA_MODULE_BYTES", (20 * MIB).to_string())
+        .env("FAKE_CUDA_KERNEL_BYTES", (5 * MIB).to_string())
+        .output()
+        .unwrap();
+    assert!(out.status.success(), "{}", stderr(&out));
+    let (page, html) = html_of(&trace);
+    check_charts("explain", &trace, &html);
+    let owners = charts_of(&html)
+        .into_iter()
+        .find(|c| c.class == "chart owners")
+        .unwrap();
+    let band = owners
+        .series
+        .iter()
+        .find(|(name, _, _)| name == "unexplained (driver-used less all measured)")
+        .expect("the unexplained band");
+    let (report, _) = report_json_with_stacks(&trace);
+    let at_exit = &report["processes"][0]["footprint"][0]["at_exit"];
+    let unexplained = at_exit["unexplained_bytes"].as_u64().unwrap();
+    assert!(unexplained >= 15 * MIB, "three first launches unmeasured: {at_exit:#}");
+    assert_eq!(band.2, unexplained);
+    look_at("explain", &page);
+}
+
+#[test]
+fn tensor_charts_read_true() {
+    let dir = scratch_dir("charts-tensors");
+    let trace = dir.join("run.trace");
+    let out = cudatrace_run()
+        .arg("-o")
+        .arg(&trace)
+        .arg("--")
+        .arg(fake_cuda::program("torch_like"))
+        .arg(fake_cuda::torch_library("211"))
+        .arg("all")
+        .env("TMPDIR", &dir)
+        .output()
+        .unwrap();
+    assert!(out.status.success(), "{}", stderr(&out));
+    let (page, html) = html_of(&trace);
+    check_charts("tensors", &trace, &html);
+    look_at("tensors", &page);
+}
