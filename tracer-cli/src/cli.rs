@@ -41,6 +41,27 @@ pub enum Command {
     /// Draw device memory by call stack, at the peak or at exit, as an SVG
     /// flamegraph, or write it as folded stacks.
     Flamegraph(FlamegraphArgs),
+    /// Compare two traces: bytes at the peak and at exit by call site and by
+    /// owner, largest growth first. Call sites are matched by their
+    /// symbolized frames.
+    Diff(DiffArgs),
+}
+
+/// `cudatrace diff`.
+#[derive(Args, Debug)]
+pub struct DiffArgs {
+    /// Print one JSON object instead of text (every row).
+    #[arg(long)]
+    pub json: bool,
+    /// List every call site and owner, the unchanged ones too.
+    #[arg(long)]
+    pub all: bool,
+    /// The first run's trace (the baseline).
+    #[arg(value_name = "A")]
+    pub a: PathBuf,
+    /// The second run's trace.
+    #[arg(value_name = "B")]
+    pub b: PathBuf,
 }
 
 /// `cudatrace run`.

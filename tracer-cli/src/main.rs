@@ -7,11 +7,13 @@
 //! - `report` summarises a trace, for people or as JSON;
 //! - `dump` prints spool files as JSON lines;
 //! - `snapshot`, `perfetto`, `html` and `flamegraph` write a trace for viewers.
+//! - `diff` compares two traces.
 
 mod analysis;
 mod cli;
 mod collect;
 mod collector;
+mod diff;
 mod dump;
 mod errno;
 mod failure;
@@ -55,6 +57,7 @@ fn main() -> ExitCode {
         cli::Command::Perfetto(args) => outputs::perfetto::command(args),
         cli::Command::Html(args) => outputs::html::command(args),
         cli::Command::Flamegraph(args) => flamegraph::command(args),
+        cli::Command::Diff(args) => diff::command(args),
     };
     match result {
         Ok(code) => ExitCode::from(code),

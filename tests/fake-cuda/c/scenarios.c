@@ -213,6 +213,30 @@ static void scenario_loop(int iterations, int threads) {
            (unsigned long long)loop_live_bytes);
 }
 
+/* `leak N`: what `cudatrace diff` compares between runs. A working buffer
+ * of 4 MiB, freed at the end; N buffers of 1 MiB that are never freed; and
+ * a 2 MiB scratch buffer allocated and freed after them, at the peak. */
+__attribute__((noinline)) static void *leak_one(void) {
+    void *p = NULL;
+    check("cudaMalloc", cudaMalloc(&p, 1 << 20));
+    return p;
+}
+
+__attribute__((noinline)) static void scratch(void) {
+    void *p = NULL;
+    check("cudaMalloc", cudaMalloc(&p, 2 << 20));
+    check("cudaFree", cudaFree(p));
+}
+
+static void scenario_leak(int n) {
+    void *work = NULL;
+    check("cudaMalloc", cudaMalloc(&work, 4 << 20));
+    for (int i = 0; i < n; i++) leak_one();
+    scratch();
+    check("cudaFree", cudaFree(work));
+    printf("leaked %d MiB\n", n);
+}
+
 /* The soak test's workload: PROCESSES children of THREADS threads each
  * allocate and free blocks for SECONDS, each thread at up to RATE calls a
  * second (0: as fast as it can). Each thread counts what it did, after
@@ -742,6 +766,7 @@ int main(int argc, char **argv) {
             return atoi(argv[4]);
         }
     }
+    else if (!strcmp(name, "leak") && argc > 2) scenario_leak(atoi(argv[2]));
     else if (!strcmp(name, "soak") && argc > 5) scenario_soak(atoi(argv[2]), atoi(argv[3]), atof(argv[4]), argv[5], argc > 6 ? atof(argv[6]) : 0);
     else if (!strcmp(name, "space-back") && argc > 2) scenario_space_back(atoi(argv[2]));
     else if (!strcmp(name, "close-fds") && argc > 2) scenario_close_fds(argv[2]);

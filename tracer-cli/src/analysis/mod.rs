@@ -12,6 +12,7 @@
 mod call_site;
 mod event_stream;
 mod footprint;
+mod growth;
 mod input_path;
 mod keys;
 mod owner;
@@ -30,6 +31,7 @@ pub use call_site::{
 };
 pub use event_stream::EventStream;
 pub use footprint::{limit_text, Breakdown, DeviceFootprint, FootprintTracker, ReferenceSource};
+pub use growth::{compare, Growth, RunFigures};
 pub use input_path::check_regular_file;
 pub use keys::{ByStack, DeviceKey};
 pub use owner::owner_of;

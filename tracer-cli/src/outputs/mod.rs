@@ -1,6 +1,7 @@
 //! One module per output of a trace. Each reads the same [`TraceIndex`]
 //! and replays the same events (see [`crate::analysis`]), so all agree.
 
+pub mod diff;
 pub mod flamegraph;
 pub mod footprint_table;
 pub mod html;

@@ -1,0 +1,32 @@
+//! `cudatrace diff`: what grew between two runs or commits, by call site
+//! and by owner.
+
+use crate::analysis::{RunFigures, Summary, TraceIndex};
+use crate::cli::DiffArgs;
+use crate::failure::Failure;
+use crate::outputs;
+use crate::progress::Progress;
+use crate::terminal::Stdout;
+
+/// `cudatrace diff`; 1 if either trace is damaged.
+pub fn command(args: DiffArgs) -> Result<u8, Failure> {
+    let mut figures = Vec::new();
+    let mut status = 0;
+    for path in [&args.a, &args.b] {
+        let index = TraceIndex::read(path)?;
+        let summary = Summary::build(&index, &Progress::new("reading", index.events));
+        figures.push(RunFigures::of(&index, &summary));
+        status = status.max(outputs::say_what_the_trace_lacks(&index, &summary.stream_errors));
+    }
+    let paths = [args.a.as_path(), args.b.as_path()];
+    let text = if args.json {
+        format!("{}\n", outputs::diff::json(paths, &figures[0], &figures[1], args.all))
+    } else {
+        outputs::diff::text(paths, &figures[0], &figures[1], args.all)
+    };
+    let mut out = Stdout::new();
+    if out.write(&text)? {
+        out.finish()?;
+    }
+    Ok(status)
+}

@@ -1,0 +1,108 @@
+//! `cudatrace diff`'s output: for two runs, bytes at the peak and at exit
+//! by call site, by PyTorch tensor call site and by owner, largest growth
+//! first; as text or as JSON.
+
+use crate::analysis::{compare, Growth, RunFigures};
+use crate::wording::bytes;
+use serde_json::{json, Value};
+use std::path::Path;
+
+/// Rows of a table shown in text, unless every row is asked for.
+const ROWS_SHOWN: usize = 20;
+
+/// `+1.0 MiB`, `-512 B`, or `0 B`.
+fn signed(value: i64) -> String {
+    match value {
+        0 => "0 B".to_string(),
+        v if v > 0 => format!("+{}", bytes(v as u64)),
+        v => format!("-{}", bytes(v.unsigned_abs())),
+    }
+}
+
+/// The three tables of the comparison, each with its heading.
+fn tables(a: &RunFigures, b: &RunFigures, all: bool) -> [(&'static str, &'static str, Vec<Growth>); 3] {
+    [
+        (
+            "device memory by call site",
+            "call_sites",
+            compare(&a.call_sites, &b.call_sites, all),
+        ),
+        (
+            "PyTorch's tensors by call site",
+            "tensor_call_sites",
+            compare(&a.tensor_call_sites, &b.tensor_call_sites, all),
+        ),
+        (
+            "driver-used memory by owner and category",
+            "owners",
+            compare(&a.owners, &b.owners, all),
+        ),
+    ]
+}
+
+/// The comparison in text.
+pub fn text(paths: [&Path; 2], a: &RunFigures, b: &RunFigures, all: bool) -> String {
+    let mut out = format!(
+        "cudatrace diff: A = {}, B = {}\n  device memory in all: peak {} → {} ({}), live at exit {} → {} ({})\n",
+        paths[0].display(),
+        paths[1].display(),
+        bytes(a.total.peak),
+        bytes(b.total.peak),
+        signed(b.total.peak as i64 - a.total.peak as i64),
+        bytes(a.total.exit),
+        bytes(b.total.exit),
+        signed(b.total.exit as i64 - a.total.exit as i64),
+    );
+    for (heading, _, rows) in tables(a, b, all) {
+        if rows.is_empty() {
+            continue;
+        }
+        out += &format!(
+            "\n{heading}, largest growth first:\n  {:>11} {:>11} {:>11}   {:>11} {:>11} {:>11}\n",
+            "peak A", "peak B", "growth", "exit A", "exit B", "growth"
+        );
+        let shown = if all { rows.len() } else { ROWS_SHOWN };
+        for row in rows.iter().take(shown) {
+            out += &format!(
+                "  {:>11} {:>11} {:>11}   {:>11} {:>11} {:>11}  {}\n",
+                bytes(row.a.peak),
+                bytes(row.b.peak),
+                signed(row.peak_growth()),
+                bytes(row.a.exit),
+                bytes(row.b.exit),
+                signed(row.exit_growth()),
+                row.name
+            );
+        }
+        if rows.len() > shown {
+            out += &format!("  ... and {} more (--all shows them)\n", rows.len() - shown);
+        }
+    }
+    if tables(a, b, all).iter().all(|(_, _, rows)| rows.is_empty()) {
+        out += "\nno call site or owner changed\n";
+    }
+    out
+}
+
+/// The comparison as JSON: every row, whatever `all` says of text.
+pub fn json(paths: [&Path; 2], a: &RunFigures, b: &RunFigures, all: bool) -> Value {
+    let row = |row: &Growth| {
+        json!({
+            "name": row.name,
+            "peak_bytes": {"a": row.a.peak, "b": row.b.peak, "growth": row.peak_growth()},
+            "exit_bytes": {"a": row.a.exit, "b": row.b.exit, "growth": row.exit_growth()},
+        })
+    };
+    let mut out = json!({
+        "a": paths[0].display().to_string(),
+        "b": paths[1].display().to_string(),
+        "total": {
+            "peak_bytes": {"a": a.total.peak, "b": b.total.peak, "growth": b.total.peak as i64 - a.total.peak as i64},
+            "exit_bytes": {"a": a.total.exit, "b": b.total.exit, "growth": b.total.exit as i64 - a.total.exit as i64},
+        },
+    });
+    for (_, key, rows) in tables(a, b, all) {
+        out[key] = rows.iter().map(row).collect();
+    }
+    out
+}
