@@ -8,15 +8,18 @@ among them:
     cudatrace run -o leak.trace -- python examples/leak_zero_grad.py
     cudatrace report leak.trace
 
-`--pytorch-snapshot PATH` also records PyTorch's own memory history, from
-before the first allocation, and writes its snapshot at the end, so that the
-two can be compared (`tests/gpu` does); the process then ends at once, so
-that nothing changes after the snapshot. `--fixed` clears the gradients.
+The process ends at once after training (`os._exit`), so that what training
+left allocated is what is live at exit, as in a snapshot taken at the end of
+training. `--pytorch-snapshot PATH` also records PyTorch's own memory
+history, from before the first allocation, and writes its snapshot at the
+end, so that the two can be compared (`tests/gpu` does). `--fixed` clears
+the gradients.
 """
 import argparse
 import json
 import os
 import pickle
+import sys
 
 import torch
 import torch.nn as nn
@@ -66,8 +69,13 @@ def main():
     if args.pytorch_snapshot:
         with open(args.pytorch_snapshot, "wb") as out:
             pickle.dump(torch.cuda.memory._snapshot(), out)
-        # End here: nothing may change after the snapshot.
-        os._exit(0)
+    # End here, with what training left allocated, as the seed's snapshot at
+    # the end of training sees it: a normal return would free the model, its
+    # gradients and the optimizer's state in Python's teardown, and nothing
+    # would be live at exit. (With --pytorch-snapshot, nothing may change
+    # after the snapshot either.)
+    sys.stdout.flush()
+    os._exit(0)
 
 
 if __name__ == "__main__":
