@@ -129,8 +129,26 @@ pub fn headline(frames: &[Frame]) -> Option<usize> {
         .or_else(|| first(&[Role::LibraryPython]))
         .or_else(|| first(&[Role::FrameworkPython]))
         .or_else(|| first(&[Role::UserNative]))
+        // A stack of autograd's backward thread has no Python frame: the
+        // node computing the gradient says what the memory is for.
+        .or_else(|| frames.iter().position(|f| autograd_node(&f.function).is_some()))
         .or_else(|| first(&[Role::FrameworkNative]))
         .or(if frames.is_empty() { None } else { Some(0) })
+}
+
+/// The autograd node a frame runs (`ConvolutionBackward0`,
+/// `AccumulateGrad`), from its demangled name
+/// (`torch::autograd::generated::ConvolutionBackward0::apply(...)`).
+pub fn autograd_node(function: &str) -> Option<&str> {
+    let rest = function
+        .strip_prefix("torch::autograd::generated::")
+        .or_else(|| function.strip_prefix("torch::autograd::"))?;
+    let (node, method) = rest.split_once("::")?;
+    let is_node = node.ends_with("Backward0")
+        || node.ends_with("Backward1")
+        || node.ends_with("Backward")
+        || node == "AccumulateGrad";
+    (is_node && method.starts_with("apply")).then_some(node)
 }
 
 /// A frame as a headline: `file:line function` for Python, else
@@ -153,7 +171,10 @@ pub fn headline_text(frame: &Frame, long: bool) -> String {
         (Some(PYTHON_MODULE), Some(file)) => format!("{} {}", at_line(file), frame.function),
         (Some(PYTHON_MODULE), None) => frame.function.clone(),
         (module, file) => {
-            let mut text = frame.function.clone();
+            let mut text = match autograd_node(&frame.function) {
+                Some(node) => format!("autograd {node} (backward pass)"),
+                None => frame.function.clone(),
+            };
             if let Some(file) = file {
                 text += &format!(" ({})", at_line(file));
             }
@@ -169,7 +190,8 @@ pub fn headline_text(frame: &Frame, long: bool) -> String {
 }
 
 /// The lines a stack is shown as: each frame, except that runs of two or
-/// more framework or plumbing frames become "… N frames in a, b".
+/// more framework or plumbing frames become "… N frames in a, b" (an
+/// autograd node's frame, which names what a gradient is of, is kept).
 pub fn stack_lines(frames: &[Frame], shown: FramesShown) -> Vec<String> {
     stack_names(frames, shown, Frame::text)
 }
@@ -183,7 +205,10 @@ pub fn stack_names(frames: &[Frame], shown: FramesShown, name: impl Fn(&Frame) -
     let mut lines = Vec::new();
     let mut i = 0;
     while i < frames.len() {
-        let folds = |f: &Frame| !matches!(role(f), Role::UserPython | Role::LibraryPython | Role::UserNative);
+        let folds = |f: &Frame| {
+            !matches!(role(f), Role::UserPython | Role::LibraryPython | Role::UserNative)
+                && autograd_node(&f.function).is_none()
+        };
         let run = frames[i..].iter().take_while(|f| folds(f)).count();
         if run < 2 {
             lines.push(name(&frames[i]));
@@ -353,6 +378,51 @@ mod tests {
         let at = headline(&frames).unwrap();
         assert_eq!(headline_text(&frames[at], false), "model.py:31 forward");
         assert_eq!(headline_text(&frames[at], true), "/home/me/model.py:31 forward");
+    }
+
+    #[test]
+    fn a_backward_thread_s_stack_is_headed_by_its_autograd_node() {
+        let frames = vec![
+            native("cudaMalloc", "/usr/lib/libcudart.so.13"),
+            native(
+                "c10::cuda::CUDACachingAllocator::malloc",
+                "/sp/torch/lib/libc10_cuda.so",
+            ),
+            native(
+                "at::detail::empty_generic(c10::ArrayRef<long>)",
+                "/sp/torch/lib/libtorch_cpu.so",
+            ),
+            native(
+                "at::native::cudnn_convolution_backward",
+                "/sp/torch/lib/libtorch_cuda.so",
+            ),
+            native(
+                "torch::autograd::generated::ConvolutionBackward0::apply(std::vector<at::Tensor>&&)",
+                "/sp/torch/lib/libtorch_cpu.so",
+            ),
+            native(
+                "torch::autograd::Engine::evaluate_function",
+                "/sp/torch/lib/libtorch_cpu.so",
+            ),
+            native("torch::autograd::Engine::thread_main", "/sp/torch/lib/libtorch_cpu.so"),
+            native("start_thread", "/usr/lib/libc.so.6"),
+        ];
+        let at = headline(&frames).unwrap();
+        assert_eq!(at, 4);
+        assert_eq!(
+            headline_text(&frames[at], false),
+            "autograd ConvolutionBackward0 (backward pass) [libtorch_cpu.so]"
+        );
+        assert_eq!(
+            autograd_node("torch::autograd::AccumulateGrad::apply(x)"),
+            Some("AccumulateGrad")
+        );
+        assert_eq!(autograd_node("torch::autograd::Engine::thread_main"), None);
+        // A Python line, where there is one, still comes first.
+        let mut with_python = frames.clone();
+        with_python.push(python("step", "/home/me/train.py", 9));
+        let at = headline(&with_python).unwrap();
+        assert_eq!(headline_text(&with_python[at], false), "train.py:9 step");
     }
 
     #[test]
