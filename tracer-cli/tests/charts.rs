@@ -149,6 +149,17 @@ fn text_call_sites(text: &str, heading: &str) -> Vec<Vec<(String, String)>> {
     lists
 }
 
+/// Every process's entries under `key` (a list) of the JSON report, in order.
+fn of_every_process<'a>(report: &'a Value, key: &str) -> Vec<&'a Value> {
+    report["processes"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .filter_map(|p| p.pointer(key).and_then(Value::as_array))
+        .flatten()
+        .collect()
+}
+
 /// Every chart of `html` against the report of `trace`.
 fn check_charts(label: &str, trace: &Path, html: &str) {
     let (report, _) = report_json_with_stacks(trace);
@@ -187,15 +198,13 @@ fn check_charts(label: &str, trace: &Path, html: &str) {
     // report's peak, where the marker is, their legend the report's call
     // sites at the peak.
     let site_charts: Vec<&SeenChart> = charts.iter().filter(|c| c.class == "chart").collect();
-    let devices: Vec<&Value> = report["processes"]
-        .as_array()
-        .unwrap()
-        .iter()
-        .flat_map(|p| p["devices"].as_array().unwrap())
-        .collect();
+    let devices = of_every_process(&report, "/devices");
     assert_eq!(site_charts.len(), devices.len(), "{label}");
+    // The text lists the call sites at the peak for each process and
+    // device with stacks, as every fake run here has.
     let listed = text_call_sites(&text, "at the peak of");
-    for (k, (chart, device)) in site_charts.iter().zip(&devices).enumerate() {
+    assert_eq!(listed.len(), site_charts.len(), "{label}: {text}");
+    for ((chart, device), sites) in site_charts.iter().zip(&devices).zip(&listed) {
         let peak = device["peak_bytes"].as_u64().unwrap();
         assert_eq!(chart.peak_bytes, peak, "{label}");
         assert_eq!(
@@ -214,25 +223,21 @@ fn check_charts(label: &str, trace: &Path, html: &str) {
             device["live_bytes_at_exit"].as_u64().unwrap(),
             "{label}: the end state"
         );
-        if let Some(sites) = listed.get(k) {
-            let legend: Vec<(String, String)> = chart
-                .legend
-                .iter()
-                .filter(|(name, _)| name != "other call sites")
-                .take(sites.len())
-                .map(|(name, bytes)| (human(*bytes), name.clone()))
-                .collect();
-            assert_eq!(&legend, sites, "{label}: the legend is the report's call sites");
-        }
+        assert!(!sites.is_empty(), "{label}");
+        let legend: Vec<(String, String)> = chart
+            .legend
+            .iter()
+            .filter(|(name, _)| name != "other call sites")
+            .take(sites.len())
+            .map(|(name, bytes)| (human(*bytes), name.clone()))
+            .collect();
+        assert_eq!(&legend, sites, "{label}: the legend is the report's call sites");
     }
     // Owner charts: one per process and device with a footprint, peaking
     // at the footprint's peak.
     let owner_charts: Vec<&SeenChart> = charts.iter().filter(|c| c.class == "chart owners").collect();
-    let footprints: Vec<&Value> = report["processes"]
-        .as_array()
-        .unwrap()
-        .iter()
-        .flat_map(|p| p["footprint"].as_array().unwrap())
+    let footprints: Vec<&Value> = of_every_process(&report, "/footprint")
+        .into_iter()
         .filter(|f| !f["at_peak"].is_null())
         .collect();
     assert_eq!(owner_charts.len(), footprints.len(), "{label}");
@@ -246,13 +251,7 @@ fn check_charts(label: &str, trace: &Path, html: &str) {
     }
     // Tensor charts: allocated bytes peak at PyTorch's allocated peak.
     let tensor_charts: Vec<&SeenChart> = charts.iter().filter(|c| c.class == "chart tensors").collect();
-    let tensor_devices: Vec<&Value> = report["processes"]
-        .as_array()
-        .unwrap()
-        .iter()
-        .filter_map(|p| p["tensors"]["devices"].as_array())
-        .flatten()
-        .collect();
+    let tensor_devices = of_every_process(&report, "/tensors/devices");
     assert_eq!(tensor_charts.len(), tensor_devices.len(), "{label}");
     for (chart, tensors) in tensor_charts.iter().zip(&tensor_devices) {
         let peak = tensors["allocated_peak_bytes"].as_u64().unwrap();
@@ -267,18 +266,6 @@ fn check_charts(label: &str, trace: &Path, html: &str) {
             "{label}"
         );
     }
-}
-
-fn chromium() -> &'static str {
-    ["chromium", "chromium-browser"]
-        .into_iter()
-        .find(|name| {
-            Command::new(name)
-                .arg("--version")
-                .output()
-                .is_ok_and(|o| o.status.success())
-        })
-        .expect("chromium is needed for this test (the README's test command installs it)")
 }
 
 /// The page in headless Chromium: its script runs without an error, and
@@ -375,19 +362,12 @@ fn fork_charts_read_true() {
 
 #[test]
 fn footprint_charts_read_true_with_an_unexplained_band() {
-    let dir = scratch_dir("charts-explain");
-    let trace = dir.join("run.trace");
-    let nvml = dir.join("nvml");
+    // First launches unmeasured: memory the driver holds that nothing
+    // measures, drawn as the band.
+    let (mut command, trace) = run_program("charts-explain", &fake_cuda::program("explain"), &["--no-launch-hooks"]);
+    let nvml = trace.with_file_name("nvml");
     std::fs::create_dir(&nvml).unwrap();
-    let out = cudatrace_run()
-        .arg("-o")
-        .arg(&trace)
-        // First launches unmeasured: memory the driver holds that nothing
-        // measures, drawn as the band.
-        .arg("--no-launch-hooks")
-        .arg("--")
-        .arg(fake_cuda::program("explain"))
-        .env("TMPDIR", &dir)
+    let out = command
         .env("FAKE_NVML_DIR", &nvml)
         .env("FAKE_CUDA_CAPACITY", (8192 * MIB).to_string())
         .env("FAKE_CUDA_CONTEXT_BYTES", (300 * MIB).to_string())
@@ -417,16 +397,10 @@ fn footprint_charts_read_true_with_an_unexplained_band() {
 
 #[test]
 fn tensor_charts_read_true() {
-    let dir = scratch_dir("charts-tensors");
-    let trace = dir.join("run.trace");
-    let out = cudatrace_run()
-        .arg("-o")
-        .arg(&trace)
-        .arg("--")
-        .arg(fake_cuda::program("torch_like"))
+    let (mut command, trace) = run_program("charts-tensors", &fake_cuda::program("torch_like"), &[]);
+    let out = command
         .arg(fake_cuda::torch_library("211"))
         .arg("all")
-        .env("TMPDIR", &dir)
         .output()
         .unwrap();
     assert!(out.status.success(), "{}", stderr(&out));

@@ -15,18 +15,8 @@ use std::path::{Path, PathBuf};
 /// Runs `torch_like <layout's library> SCENARIO` under `cudatrace run`;
 /// returns the trace and what the program printed.
 fn run_torch(label: &str, layout: &str, scenario: &str, flags: &[&str], env: &[(&str, &str)]) -> (PathBuf, String) {
-    let dir = scratch_dir(label);
-    let trace = dir.join("run.trace");
-    let mut command = cudatrace_run();
-    command
-        .arg("-o")
-        .arg(&trace)
-        .args(flags)
-        .arg("--")
-        .arg(fake_cuda::program("torch_like"))
-        .arg(fake_cuda::torch_library(layout))
-        .arg(scenario)
-        .env("TMPDIR", &dir);
+    let (mut command, trace) = run_program(label, &fake_cuda::program("torch_like"), flags);
+    command.arg(fake_cuda::torch_library(layout)).arg(scenario);
     for (key, value) in env {
         command.env(key, value);
     }

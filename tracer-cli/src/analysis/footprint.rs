@@ -192,9 +192,10 @@ struct Moment {
 struct DeviceEstimate {
     /// Every reading, in time order.
     readings: Vec<Reference>,
-    /// Readings passed so far.
-    passed: usize,
-    /// Each reading passed, with its bytes less the measured bytes then.
+    /// The reading that stands for the process's exit.
+    exit_reading: Option<Reference>,
+    /// Each reading passed so far, with its bytes less the measured bytes
+    /// then.
     offsets: Vec<(Reference, i64)>,
     /// Since the last reading passed (or from the start): the highest
     /// measured bytes, when, and the owners then.
@@ -337,11 +338,12 @@ impl FootprintTracker {
         let mut pending = Vec::new();
         let mut devices = BTreeMap::new();
         for device in devices_of(process) {
-            let (readings, _) = readings(index, process, device);
+            let (readings, exit_reading) = readings(index, process, device);
             devices.insert(
                 device,
                 DeviceEstimate {
                     readings,
+                    exit_reading,
                     ..DeviceEstimate::default()
                 },
             );
@@ -389,12 +391,15 @@ impl FootprintTracker {
         for device in devices {
             loop {
                 let estimate = &self.devices[&device];
-                let Some(&reading) = estimate.readings.get(estimate.passed).filter(|r| r.time_ns < time_ns) else {
+                let Some(&reading) = estimate
+                    .readings
+                    .get(estimate.offsets.len())
+                    .filter(|r| r.time_ns < time_ns)
+                else {
                     break;
                 };
                 let owners = self.owners_on(device);
                 let estimate = self.devices.get_mut(&device).expect("listed above");
-                estimate.passed += 1;
                 let measured = estimate.measured.total();
                 let offset = reading.bytes as i64 - measured;
                 estimate.close_interval(Some((reading, offset)));
@@ -537,8 +542,8 @@ impl FootprintTracker {
     fn device_footprint(&self, index: &TraceIndex, process: &ProcessIndex, device: u8) -> DeviceFootprint {
         let info = process.devices.get(&u32::from(device)).cloned();
         let mut notes = Vec::new();
-        let (_, exit_reading) = readings(index, process, device);
         let estimate = self.devices.get(&device);
+        let exit_reading = estimate.and_then(|e| e.exit_reading);
         let on_device: Vec<&Event> = process
             .measurements
             .iter()

@@ -53,7 +53,11 @@ pub fn text(paths: [&Path; 2], a: &RunFigures, b: &RunFigures, all: bool) -> Str
         bytes(b.total.exit),
         signed(b.total.exit as i64 - a.total.exit as i64),
     );
-    for (heading, _, rows) in tables(a, b, all) {
+    let tables = tables(a, b, all);
+    if tables.iter().all(|(_, _, rows)| rows.is_empty()) {
+        return out + "\nno call site or owner changed\n";
+    }
+    for (heading, _, rows) in tables {
         if rows.is_empty() {
             continue;
         }
@@ -77,9 +81,6 @@ pub fn text(paths: [&Path; 2], a: &RunFigures, b: &RunFigures, all: bool) -> Str
         if rows.len() > shown {
             out += &format!("  ... and {} more (--all shows them)\n", rows.len() - shown);
         }
-    }
-    if tables(a, b, all).iter().all(|(_, _, rows)| rows.is_empty()) {
-        out += "\nno call site or owner changed\n";
     }
     out
 }

@@ -455,11 +455,7 @@ fn chart_html(chart: &Chart, class: &str, peak: u64, peak_time_ns: u64) -> Strin
     let mut below = vec![0u64; BINS];
     let mut below_at_exit = 0u64;
     let peak_offset = peak_time_ns.saturating_sub(chart.t0).min(chart.span);
-    let peak_bin = if chart.span == 0 {
-        0
-    } else {
-        (peak_offset as u128 * (BINS as u128 - 1) / chart.span as u128) as usize
-    };
+    let peak_bin = chart.bin_of(peak_time_ns);
     for (series, name) in chart.names.iter().enumerate() {
         if columns.iter().all(|c| c[series] == 0) && chart.current[series] == 0 {
             continue;

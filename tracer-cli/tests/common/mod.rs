@@ -44,17 +44,40 @@ pub fn cudatrace_run() -> Command {
     command
 }
 
-/// `cudatrace run -o <fresh folder>/run.trace -- scenarios SCENARIO`, spooling in that folder.
-pub fn run_command(label: &str, scenario: &str, options: &[&str]) -> (Command, PathBuf) {
+/// `cudatrace run -o <fresh folder>/run.trace OPTIONS -- PROGRAM`, spooling
+/// in that folder; the program's arguments follow.
+pub fn run_program(label: &str, program: &Path, options: &[&str]) -> (Command, PathBuf) {
     let dir = scratch_dir(label);
     let trace = dir.join("run.trace");
     let mut command = cudatrace_run();
-    command.arg("-o").arg(&trace).args(options).arg("--");
     command
-        .arg(fake_cuda::program("scenarios"))
-        .arg(scenario)
+        .arg("-o")
+        .arg(&trace)
+        .args(options)
+        .arg("--")
+        .arg(program)
         .env("TMPDIR", &dir);
     (command, trace)
+}
+
+/// `cudatrace run -o <fresh folder>/run.trace -- scenarios SCENARIO`, spooling in that folder.
+pub fn run_command(label: &str, scenario: &str, options: &[&str]) -> (Command, PathBuf) {
+    let (mut command, trace) = run_program(label, &fake_cuda::program("scenarios"), options);
+    command.arg(scenario);
+    (command, trace)
+}
+
+/// The Chromium of this machine (the README's test command installs it).
+pub fn chromium() -> &'static str {
+    ["chromium", "chromium-browser"]
+        .into_iter()
+        .find(|name| {
+            Command::new(name)
+                .arg("--version")
+                .output()
+                .is_ok_and(|o| o.status.success())
+        })
+        .expect("chromium is needed for this test (the README's test command installs it)")
 }
 
 /// Like [`run_scenario`], also returning the pid of `cudatrace` itself.

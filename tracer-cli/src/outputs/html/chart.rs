@@ -30,13 +30,18 @@ pub(super) struct Chart {
 }
 
 impl Chart {
-    pub(super) fn record(&mut self, time_ns: u64) {
+    /// The bin `time_ns` falls in (times outside the span in the end bins).
+    pub(super) fn bin_of(&self, time_ns: u64) -> usize {
         let offset = time_ns.saturating_sub(self.t0).min(self.span);
-        let bin = if self.span == 0 {
+        if self.span == 0 {
             0
         } else {
             (offset as u128 * (BINS as u128 - 1) / self.span as u128) as usize
-        };
+        }
+    }
+
+    pub(super) fn record(&mut self, time_ns: u64) {
+        let bin = self.bin_of(time_ns);
         let total: u64 = match self.ranked_by {
             Some(series) => self.current[series],
             None => self.current.iter().sum(),
