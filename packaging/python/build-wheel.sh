@@ -29,6 +29,9 @@ mkdir -p "$out"
 out=$(cd "$out" && pwd)
 
 say() { echo "build-wheel: $*" >&2; }
+for tool in cargo objdump python3; do
+    command -v "$tool" >/dev/null 2>&1 || { say "$tool is missing (cargo: rustup; objdump: binutils)"; exit 2; }
+done
 
 say "building libcudatrace.so"
 (cd "$root" && cargo build --release --locked -p cudatrace >&2)
@@ -68,7 +71,7 @@ fi
 say "building the cudatrace command and the wheel with $("$maturin" --version)"
 (cd "$here" && CARGO_TARGET_DIR=$target "$maturin" build --release --locked \
     --compatibility "$TAG" --out "$out" >&2)
-wheel=$(ls -t "$out"/cudatrace-*-py3-none-"$TAG"_x86_64.whl | head -1)
+wheel=$(ls -t "$out"/cudatrace-*-py3-none-"$TAG"_x86_64.whl 2>/dev/null | head -1 || true)
 [ -f "$wheel" ] || { say "maturin wrote no wheel into $out"; exit 1; }
 fits_tag "$target/release/cudatrace"
 

@@ -82,14 +82,16 @@ expect_report "$work/run.trace" "cudatrace run"
 # cudatrace beside it, which writes the trace once the process is gone.
 CUDATRACE_OUT=$work/plain.trace LD_PRELOAD=$venv/bin/libcudatrace.so "$venv/bin/python" "$demo" \
     || fail "python under LD_PRELOAD=$venv/bin/libcudatrace.so failed"
-for _ in $(seq 300); do
-    if [ -f "$work/plain.trace" ] &&
+complete() {
+    [ -f "$work/plain.trace" ] &&
         "$venv/bin/cudatrace" report --json "$work/plain.trace" 2>/dev/null |
-        "$venv/bin/python" -c 'import json, sys; sys.exit(0 if json.load(sys.stdin).get("complete") else 1)' 2>/dev/null; then
-        break
-    fi
+        "$venv/bin/python" -c 'import json, sys; sys.exit(0 if json.load(sys.stdin).get("complete") else 1)' 2>/dev/null
+}
+for _ in $(seq 300); do
+    complete && break
     sleep 0.1
 done
 [ -f "$work/plain.trace" ] || fail "plain LD_PRELOAD wrote no trace at $work/plain.trace"
+complete || fail "the plain LD_PRELOAD trace $work/plain.trace was not complete after 30 s"
 expect_report "$work/plain.trace" "plain LD_PRELOAD"
 say "passed"

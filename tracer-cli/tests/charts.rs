@@ -378,6 +378,7 @@ fn footprint_charts_read_true_with_an_unexplained_band() {
     assert!(out.status.success(), "{}", stderr(&out));
     let (page, html) = html_of(&trace);
     check_charts("explain", &trace, &html);
+    assert_eq!(charts_of(&html).iter().filter(|c| c.class == "chart owners").count(), 1);
     let owners = charts_of(&html)
         .into_iter()
         .find(|c| c.class == "chart owners")
@@ -406,5 +407,9 @@ fn tensor_charts_read_true() {
     assert!(out.status.success(), "{}", stderr(&out));
     let (page, html) = html_of(&trace);
     check_charts("tensors", &trace, &html);
+    assert_eq!(
+        charts_of(&html).iter().filter(|c| c.class == "chart tensors").count(),
+        1
+    );
     look_at("tensors", &page);
 }

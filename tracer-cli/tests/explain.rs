@@ -459,7 +459,10 @@ fn the_peak_column_is_the_footprints_peak_between_readings_and_the_exit_column_w
     let (at, read_at): (f64, f64) = (at.parse().unwrap(), read_at.parse().unwrap());
     // Printed to the millisecond, the spike may come within the reading's.
     assert!(read_at <= at, "{peak_line}");
-    assert!(peak["reading_time_ns"].as_u64() < peak["time_ns"].as_u64(), "{peak:#}");
+    assert!(
+        peak["reading_time_ns"].as_u64().unwrap() < peak["time_ns"].as_u64().unwrap(),
+        "{peak:#}"
+    );
     let exit_line = table
         .iter()
         .find(|l| l.starts_with("  at exit, "))

@@ -144,10 +144,11 @@ pub fn autograd_node(function: &str) -> Option<&str> {
         .strip_prefix("torch::autograd::generated::")
         .or_else(|| function.strip_prefix("torch::autograd::"))?;
     let (node, method) = rest.split_once("::")?;
-    let is_node = node.ends_with("Backward0")
-        || node.ends_with("Backward1")
-        || node.ends_with("Backward")
-        || node == "AccumulateGrad";
+    // `ConvolutionBackward0`, `DivBackward2`, `CopyBackwards`, ….
+    let is_node = node
+        .trim_end_matches(|c: char| c.is_ascii_digit())
+        .ends_with("Backward")
+        || matches!(node, "AccumulateGrad" | "CopyBackwards" | "CopySlices");
     (is_node && method.starts_with("apply")).then_some(node)
 }
 
@@ -418,6 +419,18 @@ mod tests {
             Some("AccumulateGrad")
         );
         assert_eq!(autograd_node("torch::autograd::Engine::thread_main"), None);
+        assert_eq!(
+            autograd_node("torch::autograd::generated::DivBackward2::apply(x)"),
+            Some("DivBackward2")
+        );
+        assert_eq!(
+            autograd_node("torch::autograd::CopyBackwards::apply(x)"),
+            Some("CopyBackwards")
+        );
+        assert_eq!(
+            autograd_node("torch::autograd::CopySlices::apply(x)"),
+            Some("CopySlices")
+        );
         // A Python line, where there is one, still comes first.
         let mut with_python = frames.clone();
         with_python.push(python("step", "/home/me/train.py", 9));

@@ -56,8 +56,9 @@ pub struct Breakdown {
     /// it stands on plus what the measured categories changed by since
     /// (`time_ns` is the moment).
     pub reference: Reference,
-    /// The reading `reference` stands on: the latest before the moment, or
-    /// the first where none came before.
+    /// The reading `reference` stands on: the one before the moment, or
+    /// the one after it where that leaves less unexplained (or none came
+    /// before).
     pub reading: Reference,
     /// Live allocations by owning library, largest first.
     pub owners: Vec<(String, u64)>,
@@ -235,8 +236,16 @@ impl DeviceEstimate {
         let Some((measured, at, owners)) = self.interval_top.take() else {
             return;
         };
+        // The reading whose figure the estimate takes: the one leaving
+        // less unexplained.
         let (reading, offset) = match (self.offsets.last().copied(), next) {
-            (Some((reading, before)), Some((_, after))) => (reading, before.min(after)),
+            (Some(before), Some(after)) => {
+                if after.1 < before.1 {
+                    after
+                } else {
+                    before
+                }
+            }
             (Some(last), None) => last,
             (None, Some(first)) => first,
             (None, None) => return,
@@ -412,7 +421,8 @@ impl FootprintTracker {
     /// After an event changed what is measured on `device` at `time_ns`:
     /// the interval's top, where it could make a new peak.
     fn measured_changed(&mut self, device: u8, time_ns: u64) {
-        let Some(estimate) = self.devices.get(&device) else {
+        // Without readings there is nothing to estimate from.
+        let Some(estimate) = self.devices.get(&device).filter(|e| !e.readings.is_empty()) else {
             return;
         };
         let measured = estimate.measured.total();
@@ -499,8 +509,8 @@ impl FootprintTracker {
             if let Some(estimate) = self.devices.get_mut(&device) {
                 apply(&mut estimate.measured.live);
             }
-            if touched.is_some_and(|d| d != device) {
-                self.measured_changed(device, event.time_ns);
+            if let Some(previous) = touched.filter(|&d| d != device) {
+                self.measured_changed(previous, event.time_ns);
             }
             touched = Some(device);
         }

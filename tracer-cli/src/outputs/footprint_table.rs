@@ -142,6 +142,23 @@ fn reading_text(what: &str, breakdown: &Breakdown, origin_ns: u64) -> String {
     };
     if reading.time_ns == breakdown.reference.time_ns {
         format!("{what} {moment}: driver-used is {source} then")
+    } else if reading.time_ns > breakdown.reference.time_ns {
+        // The next reading, and what was measured to change between the
+        // moment and it (freed after the moment: added back).
+        let until = if delta == 0 {
+            String::new()
+        } else {
+            format!(
+                ", {} {} measured to change in between",
+                if delta > 0 { "plus" } else { "less" },
+                bytes(delta.unsigned_abs())
+            )
+        };
+        format!(
+            "{what} {moment}: driver-used is {source} after it, at {}, {}{until}",
+            seconds(reading.time_ns, origin_ns),
+            bytes(reading.bytes)
+        )
     } else {
         format!(
             "{what} {moment}: driver-used is {source} at {}, {}{since}",

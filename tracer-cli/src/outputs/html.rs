@@ -173,7 +173,7 @@ fn fill_charts(index: &TraceIndex, summary: &Summary, progress: &Progress) -> Pr
             });
             let value = &mut chart.current[series];
             *value = if sign > 0 {
-                *value + a.size
+                value.saturating_add(a.size)
             } else {
                 value.saturating_sub(a.size)
             };
@@ -429,14 +429,18 @@ fn y_ticks(top: u64) -> Vec<u64> {
     // Under one unit (fewer than 1024 bytes), steps of whole bytes.
     let step = (step * unit).max(1);
     let steps = top.div_ceil(step);
-    (0..=steps).map(|k| k * step).collect()
+    (0..=steps).map(|k| k.saturating_mul(step)).collect()
 }
 
 /// One chart: the series stacked over time with a y-axis in bytes, the
 /// peak marked at its moment, and the state at the end beside it.
 fn chart_html(chart: &Chart, class: &str, peak: u64, peak_time_ns: u64) -> String {
     let columns = chart.columns();
-    let highest = columns.iter().map(|c| c.iter().sum::<u64>()).max().unwrap_or(0);
+    let highest = columns
+        .iter()
+        .map(|c| c.iter().fold(0u64, |sum, v| sum.saturating_add(*v)))
+        .max()
+        .unwrap_or(0);
     let ticks = y_ticks(highest.max(peak));
     let axis_top = *ticks.last().unwrap_or(&1) as f64;
     let x = |bin: usize| bin as f64 * WIDTH / (BINS - 1) as f64;
@@ -468,7 +472,7 @@ fn chart_html(chart: &Chart, class: &str, peak: u64, peak_time_ns: u64) -> Strin
                 "{}{:.1},{:.1}",
                 if bin == 0 { "M" } else { "L" },
                 x(bin),
-                y(below[bin] + column[series])
+                y(below[bin].saturating_add(column[series]))
             );
         }
         for bin in (0..BINS).rev() {
@@ -484,12 +488,12 @@ fn chart_html(chart: &Chart, class: &str, peak: u64, peak_time_ns: u64) -> Strin
         let _ = write!(
             exit_bar,
             "<rect x=\"4\" width=\"32\" y=\"{:.1}\" height=\"{:.1}\" fill=\"{color}\" fill-opacity=\"0.85\"><title>{}: {} at the end</title></rect>",
-            y(below_at_exit + at_exit),
-            y(below_at_exit) - y(below_at_exit + at_exit),
+            y(below_at_exit.saturating_add(at_exit)),
+            y(below_at_exit) - y(below_at_exit.saturating_add(at_exit)),
             escape(name),
             bytes(at_exit)
         );
-        below_at_exit += at_exit;
+        below_at_exit = below_at_exit.saturating_add(at_exit);
         let at_peak = columns.get(peak_bin).map_or(0, |c| c[series]);
         let _ = write!(
             legend,
@@ -499,7 +503,7 @@ fn chart_html(chart: &Chart, class: &str, peak: u64, peak_time_ns: u64) -> Strin
             bytes(at_exit)
         );
         for (bin, column) in columns.iter().enumerate() {
-            below[bin] += column[series];
+            below[bin] = below[bin].saturating_add(column[series]);
         }
         data_series
             .push(serde_json::json!({"name": name, "values": columns.iter().map(|c| c[series]).collect::<Vec<u64>>(), "at_end": at_exit}));

@@ -44,7 +44,7 @@ impl Chart {
         let bin = self.bin_of(time_ns);
         let total: u64 = match self.ranked_by {
             Some(series) => self.current[series],
-            None => self.current.iter().sum(),
+            None => self.current.iter().fold(0u64, |sum, v| sum.saturating_add(*v)),
         };
         match &mut self.bins[bin] {
             Some(b) => {

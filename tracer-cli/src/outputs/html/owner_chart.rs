@@ -36,6 +36,9 @@ pub struct OwnerChart {
     /// each reading's own figure at its instant, then until the next
     /// reading the smaller of the two (as the report's estimate has it).
     unexplained: Vec<(u64, u64)>,
+    /// Before the first reading, from the device's first event: the first
+    /// reading's figure, until a reading has been drawn.
+    before_first_reading: Option<u64>,
 }
 
 impl OwnerChart {
@@ -54,10 +57,6 @@ impl OwnerChart {
             unexplained.push((at, bytes.max(0) as u64));
             unexplained.push((at, until_next.max(0) as u64));
         }
-        // Before the first reading, the first reading's figure.
-        if let Some(&(_, first)) = steps.first() {
-            unexplained.insert(0, (0, first.max(0) as u64));
-        }
         unexplained.reverse();
         OwnerChart {
             chart: Chart {
@@ -74,6 +73,7 @@ impl OwnerChart {
             pools: BTreeMap::new(),
             context: footprint.context_first,
             context_drawn: false,
+            before_first_reading: steps.first().map(|&(_, first)| first.max(0) as u64),
             unexplained,
         }
     }
@@ -87,6 +87,7 @@ impl OwnerChart {
             }
             self.unexplained.pop();
             self.chart.current[series] = bytes;
+            self.before_first_reading = None;
             self.chart.record(at);
         }
     }
@@ -116,7 +117,7 @@ impl OwnerChart {
         let series = self.series_of_stack(index, info, allocation.stack);
         let value = &mut self.chart.current[series];
         *value = if grows {
-            *value + allocation.size
+            value.saturating_add(allocation.size)
         } else {
             value.saturating_sub(allocation.size)
         };
@@ -124,7 +125,8 @@ impl OwnerChart {
     }
 
     /// The context's size is known once the whole run is read. It is drawn
-    /// from the device's first event: an allocation may be recorded just
+    /// from the device's first event, as is what the first reading leaves
+    /// unexplained (the estimate's figure before it): an allocation may be recorded just
     /// before the record of the context it was made in, and the footprint
     /// is estimated with the context in it from the start.
     fn draw_context(&mut self) {
@@ -132,6 +134,9 @@ impl OwnerChart {
             self.context_drawn = true;
             let series = self.first_category + CATEGORIES.iter().position(|c| *c == "context").unwrap_or(0);
             self.chart.current[series] += self.context;
+            if let Some(first) = self.before_first_reading.take() {
+                self.chart.current[self.first_category + CATEGORIES.len() - 1] = first;
+            }
         }
     }
 
