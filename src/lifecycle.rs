@@ -2,7 +2,7 @@
 //! forks and when it exits, for every layer. No other module registers
 //! handlers; each layer only offers what these need.
 
-use crate::hooks::{dlopen_door, exec, launch, streams, torch_allocator};
+use crate::hooks::{dlopen_door, exec, fork, launch, streams, torch_allocator};
 use crate::record::{capture_state, devices, live_table, readings};
 use crate::spool::{notice, tree_root, writer as spool_writer};
 use crate::stacks::{call_stack, module_map, python_frames};
@@ -60,6 +60,7 @@ extern "C" fn on_load() {
     }
     spool_writer::set_callbacks(spool_opened, process_exiting);
     exec::resolve();
+    fork::resolve();
     if tracing_switch::tracing_on() {
         tree_root::adopt_tree_if_root();
         tree_root::settle_spool_dir();

@@ -386,7 +386,7 @@ fn cudatrace_disable_turns_recording_off_but_not_the_program() {
 }
 
 #[test]
-fn the_library_exports_only_dlsym_dlopen_the_exec_family_and_the_cuda_entry_points() {
+fn the_library_exports_only_dlsym_dlopen_fork_the_exec_family_and_the_cuda_entry_points() {
     let output = std::process::Command::new("nm")
         .args(["-D", "--defined-only"])
         .arg(tracer_library())
@@ -397,20 +397,21 @@ fn the_library_exports_only_dlsym_dlopen_the_exec_family_and_the_cuda_entry_poin
         .lines()
         .filter_map(|line| line.split_whitespace().nth(2).map(str::to_owned))
         .collect();
-    assert_eq!(names.len(), 139, "{names:?}");
+    assert_eq!(names.len(), 140, "{names:?}");
     let exec_family = [
         "execve", "execv", "execvp", "execvpe", "fexecve", "execl", "execlp", "execle",
     ];
     for name in &names {
         let cuda = name.starts_with("cu") && name[2..].starts_with(|c: char| c.is_ascii_uppercase() || c == 'd');
         assert!(
-            name == "dlsym" || name == "dlopen" || exec_family.contains(&name.as_str()) || cuda,
+            name == "dlsym" || name == "dlopen" || name == "fork" || exec_family.contains(&name.as_str()) || cuda,
             "unexpected export {name}"
         );
     }
     for name in exec_family {
         assert!(names.iter().any(|n| n == name), "{name} is not hooked");
     }
+    assert!(names.iter().any(|n| n == "fork"), "fork is not hooked");
     assert!(names.iter().any(|n| n == "cuGetProcAddress_v2"));
     assert!(names.iter().any(|n| n == "cuInit"));
     assert!(names.iter().any(|n| n == "cudaMallocFromPoolAsync_ptsz"));

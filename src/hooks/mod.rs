@@ -10,6 +10,7 @@
 //!   PyTorch obtain driver entry points;
 //! - the `exec` family ([`exec`]), so that an image that replaced itself is
 //!   not taken for one that exited;
+//! - `fork` ([`fork`]), so that a child that leaves no spool is still known;
 //! - PyTorch's caching allocator ([`torch_allocator`]), through a trace
 //!   tracker attached from inside the process: one record per tensor.
 
@@ -19,6 +20,7 @@ pub mod dlopen_door;
 pub mod dlsym_door;
 pub mod driver;
 pub mod exec;
+pub mod fork;
 pub mod graphs;
 pub mod launch;
 pub mod proc_address;

@@ -157,6 +157,18 @@ pub fn write_measurement(record: Record, with_stack: bool) {
     write(writer::reserve_seq(), record, with_stack);
 }
 
+/// Notes in the spool that this process forked `child`, if it has a spool
+/// (a process that never used CUDA is not in the trace, and is not put
+/// there by a fork).
+pub fn forked(child: u32) {
+    if !writer::is_open() {
+        return;
+    }
+    let mut record = Record::new(Op::Fork, Api::Unknown);
+    record.arg1 = u64::from(child);
+    write_measurement(record, false);
+}
+
 /// An allocation the driver made, with its device and kind worked out by
 /// the hook.
 #[derive(Clone, Copy, Debug)]

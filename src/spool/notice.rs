@@ -1,7 +1,16 @@
 //! Saying "this process could not record" when there is no spool to say it
-//! in (see `cudatrace_events::notices`).
+//! in. Two ways, tried in this order:
 //!
-//! The descriptor comes from `cudatrace run`, inherited. It is the
+//! - a forked child still has its parent's spool header mapped, shared,
+//!   from before the fork: it claims one of the header's child-failure
+//!   slots (`cudatrace_events::layout::ChildFailure`). This needs no
+//!   descriptor, no permission on the spool folder and no `cudatrace run`,
+//!   so it works in plain `LD_PRELOAD` trees, after `setuid`, and with
+//!   every descriptor taken;
+//! - the run's notice file (see `cudatrace_events::notices`), for a process
+//!   that has no such parent (the command itself, or an `exec`'d image).
+//!
+//! The notice descriptor comes from `cudatrace run`, inherited. It is the
 //! program's as much as ours once inherited, so it is used only while it
 //! still names the file it was opened on (device and inode, checked right
 //! before the write): a program that closed it, or reused its number for a
@@ -9,14 +18,20 @@
 //! lines of several processes never interleave.
 
 use crate::sys::clock::monotonic_ns;
-use cudatrace_events::notices::{parse_descriptor, Notice, NOTICE_ENV};
-use std::sync::atomic::{AtomicBool, AtomicI32, AtomicU64, Ordering};
+use cudatrace_events::layout::{ChildFailure, HEADER_SIZE};
+use cudatrace_events::notices::{parse_descriptor, NoSpool, Notice, NOTICE_ENV};
+use cudatrace_events::SpoolHeader;
+use std::path::Path;
+use std::sync::atomic::{AtomicBool, AtomicI32, AtomicPtr, AtomicU32, AtomicU64, Ordering};
 
 static FD: AtomicI32 = AtomicI32::new(-1);
 static DEVICE: AtomicU64 = AtomicU64::new(0);
 static INODE: AtomicU64 = AtomicU64::new(0);
 /// This process image has written its line (one is enough).
 static SENT: AtomicBool = AtomicBool::new(false);
+/// The header of the nearest forked-from process with a spool, while this
+/// process has none of its own (null otherwise).
+static PARENT_HEADER: AtomicPtr<SpoolHeader> = AtomicPtr::new(std::ptr::null_mut());
 
 /// Reads the descriptor's description from the environment. Called from
 /// the library constructor, before `main`.
@@ -29,60 +44,131 @@ pub fn settle_from_environment() {
     FD.store(fd, Ordering::Release);
 }
 
-/// Whether the run gave this process a way to say it could not record.
-pub fn available() -> bool {
-    FD.load(Ordering::Acquire) >= 0
-}
-
-/// The process's name, without opening a file (there may be no descriptor
-/// free): `prctl(PR_GET_NAME)`.
-fn process_name() -> String {
+/// The process's name, NUL-padded, without opening a file (there may be no
+/// descriptor free): `prctl(PR_GET_NAME)`.
+fn process_name_bytes() -> [u8; 16] {
     let mut name = [0u8; 17];
     // SAFETY: PR_GET_NAME writes at most 16 bytes, NUL-terminated.
     if unsafe { libc::prctl(libc::PR_GET_NAME, name.as_mut_ptr()) } != 0 {
-        return String::new();
+        return [0; 16];
     }
+    let mut out = [0u8; 16];
+    out.copy_from_slice(&name[..16]);
+    out
+}
+
+/// The process's name, as text.
+fn process_name() -> String {
+    let name = process_name_bytes();
     let end = name.iter().position(|&b| b == 0).unwrap_or(16);
     String::from_utf8_lossy(&name[..end]).into_owned()
 }
 
 /// Tells the collector that this process image records nothing, and why:
-/// `errno` of the failure (0 if none), `reason` in words. At most once per
-/// process image; the caller's `errno` is kept.
-pub fn could_not_record(errno: i32, reason: &str) {
-    let fd = FD.load(Ordering::Acquire);
-    if fd < 0 || SENT.swap(true, Ordering::AcqRel) {
+/// `errno` of the failure (0 if none), `reason`, the spool folder if it
+/// has one. At most once per process image; the caller's `errno` is kept.
+pub fn could_not_record(errno: i32, reason: NoSpool, folder: Option<&Path>) {
+    if SENT.swap(true, Ordering::AcqRel) {
         return;
     }
     // SAFETY: the calling thread's errno.
     let saved_errno = unsafe { *libc::__errno_location() };
+    if !tell_parent(errno, reason) {
+        tell_notice_file(errno, &reason.words(folder.unwrap_or(Path::new(""))));
+    }
+    // SAFETY: the calling thread's errno.
+    unsafe { *libc::__errno_location() = saved_errno };
+}
+
+/// Claims a child-failure slot in the parent's header; false when there is
+/// no parent header.
+fn tell_parent(errno: i32, reason: NoSpool) -> bool {
+    let header = PARENT_HEADER.load(Ordering::Acquire);
+    if header.is_null() {
+        return false;
+    }
+    // SAFETY: no preconditions.
+    let (pid, ppid, uid) = unsafe { (libc::getpid() as u32, libc::getppid() as u32, libc::getuid()) };
+    // SAFETY: the parent's header stays mapped while PARENT_HEADER names it;
+    // every field touched is naturally aligned, and a slot is written only
+    // by the process that claimed it.
+    unsafe {
+        let slots = &raw mut (*header).child_failures;
+        for index in 0..(*slots).len() {
+            let slot: *mut ChildFailure = (&raw mut (*slots)[index]).cast();
+            let claimed = AtomicU32::from_ptr(&raw mut (*slot).pid)
+                .compare_exchange(0, pid, Ordering::AcqRel, Ordering::Relaxed)
+                .is_ok();
+            if !claimed {
+                continue;
+            }
+            (*slot).uid = uid;
+            (*slot).errno = errno;
+            (*slot).reason = reason as u32;
+            (*slot).time_ns = monotonic_ns();
+            (*slot).name = process_name_bytes();
+            (*slot).ppid = ppid;
+            AtomicU32::from_ptr(&raw mut (*slot).published).store(1, Ordering::Release);
+            return true;
+        }
+        AtomicU32::from_ptr(&raw mut (*header).child_failures_lost).fetch_add(1, Ordering::AcqRel);
+    }
+    true
+}
+
+/// Writes the line through the run's notice descriptor, if it has one and
+/// it still names the notice file.
+fn tell_notice_file(errno: i32, reason: &str) {
+    let fd = FD.load(Ordering::Acquire);
+    if fd < 0 {
+        return;
+    }
     // SAFETY: a zeroed stat buffer for fstat to fill.
     let mut stat: libc::stat = unsafe { std::mem::zeroed() };
     // SAFETY: fstat only writes into `stat`.
     let ours = unsafe { libc::fstat(fd, &mut stat) } == 0
         && stat.st_dev == DEVICE.load(Ordering::Relaxed)
         && stat.st_ino == INODE.load(Ordering::Relaxed);
-    if ours {
-        // SAFETY: no preconditions.
-        let (pid, ppid, uid) = unsafe { (libc::getpid() as u32, libc::getppid() as u32, libc::getuid()) };
-        let line = Notice {
-            pid,
-            ppid,
-            uid,
-            time_ns: monotonic_ns(),
-            errno,
-            name: process_name(),
-            reason: reason.to_string(),
-        }
-        .to_line();
-        // SAFETY: writing a buffer we own through the descriptor just checked.
-        unsafe { libc::write(fd, line.as_ptr().cast(), line.len()) };
+    if !ours {
+        return;
     }
-    // SAFETY: the calling thread's errno.
-    unsafe { *libc::__errno_location() = saved_errno };
+    // SAFETY: no preconditions.
+    let (pid, ppid, uid) = unsafe { (libc::getpid() as u32, libc::getppid() as u32, libc::getuid()) };
+    let line = Notice {
+        pid,
+        ppid,
+        uid,
+        time_ns: monotonic_ns(),
+        errno,
+        name: process_name(),
+        reason: reason.to_string(),
+    }
+    .to_line();
+    // SAFETY: writing a buffer we own through the descriptor just checked.
+    unsafe { libc::write(fd, line.as_ptr().cast(), line.len()) };
 }
 
-/// Called in a forked child: a new process, which may have its own line to write.
-pub fn forget_parent() {
+/// This process's spool exists: it says what it has to say there, and the
+/// parent's header is no longer needed.
+pub fn spool_opened() {
+    let header = PARENT_HEADER.swap(std::ptr::null_mut(), Ordering::AcqRel);
+    if !header.is_null() {
+        // SAFETY: the inherited view of the parent's header page, unused from here on.
+        unsafe { libc::munmap(header.cast(), HEADER_SIZE) };
+    }
+}
+
+/// Called in a forked child: a new process, which may have its own line to
+/// write. `parent_header` is the parent's spool header, mapped, or null
+/// when the parent had none (the child then keeps the one the parent
+/// inherited, if any: the nearest process up the tree with a spool).
+pub fn forget_parent(parent_header: *mut SpoolHeader) {
     SENT.store(false, Ordering::Release);
+    if !parent_header.is_null() {
+        let older = PARENT_HEADER.swap(parent_header, Ordering::AcqRel);
+        if !older.is_null() {
+            // SAFETY: a header page inherited from further up, replaced by the parent's.
+            unsafe { libc::munmap(older.cast(), HEADER_SIZE) };
+        }
+    }
 }

@@ -137,7 +137,8 @@ fn spawn_mode() -> bool {
 }
 
 /// Creates `dir` (and its parent) private to this user if this process's tree
-/// owns it. Refuses a parent that someone else owns or that others can write.
+/// owns it. Refuses a parent that someone else owns or that others can write
+/// (`errno` then says EACCES, as the folder's owner would have).
 pub fn prepare_spool_dir(dir: &Path) -> bool {
     if !spawn_mode() {
         return true;
@@ -145,6 +146,10 @@ pub fn prepare_spool_dir(dir: &Path) -> bool {
     let Some(parent) = dir.parent() else { return false };
     // SAFETY: no preconditions.
     if naming::ensure_private_folder(parent, unsafe { libc::getuid() }).is_err() {
+        if std::fs::symlink_metadata(parent).is_ok() {
+            // SAFETY: the calling thread's errno; the hook restores the program's.
+            unsafe { *libc::__errno_location() = libc::EACCES };
+        }
         return false;
     }
     use std::os::unix::fs::DirBuilderExt;

@@ -28,6 +28,7 @@ use crate::sys::thread::last_errno;
 use cudatrace_events::layout::{
     commit_word, CHUNK_RECORDS, CMDLINE_CAPACITY, HEADER_SIZE, RECORD_SIZE, SPOOL_MAGIC, SPOOL_VERSION,
 };
+use cudatrace_events::notices::NoSpool;
 use cudatrace_events::{naming, RawRecord, SpoolHeader};
 use std::os::unix::ffi::OsStrExt;
 use std::sync::atomic::{AtomicI32, AtomicPtr, AtomicU32, AtomicU64, AtomicU8, AtomicUsize, Ordering};
@@ -269,40 +270,41 @@ fn create_file(directory: &std::path::Path, pid: u32) -> Option<(i32, std::ffi::
     None
 }
 
-/// Creates this process's spool; when it cannot, says why through the
-/// run's notice file, so that the trace shows the process.
+/// Creates this process's spool; when it cannot, says why (through the
+/// parent's header or the run's notice file), so that the trace shows the
+/// process.
 fn create_spool() -> bool {
     match try_create_spool() {
-        Ok(()) => true,
+        Ok(()) => {
+            notice::spool_opened();
+            true
+        }
         Err((errno, reason)) => {
-            notice::could_not_record(errno, &reason);
+            notice::could_not_record(errno, reason, tree_root::spool_dir());
             false
         }
     }
 }
 
-/// Why no spool: the `errno` (0 if none) and the words.
-type NoSpool = (i32, String);
+/// Why no spool: the `errno` (0 if none) and the reason.
+type NoSpoolWhy = (i32, NoSpool);
 
-fn try_create_spool() -> Result<(), NoSpool> {
+fn try_create_spool() -> Result<(), NoSpoolWhy> {
     // SAFETY: getpid/getppid have no preconditions.
     let (pid, ppid) = unsafe { (libc::getpid() as u32, libc::getppid() as u32) };
     // No spool folder, no spool: never the working directory.
     let Some(directory) = tree_root::spool_dir() else {
-        return Err((
-            0,
-            "its environment lost CUDATRACE_DIR, which names the spool folder".into(),
-        ));
+        return Err((0, NoSpool::LostFolder));
     };
-    let failed = |what: &str| (last_errno(), format!("{what} {}", directory.display()));
+    let failed = |reason: NoSpool| (last_errno(), reason);
     if !tree_root::prepare_spool_dir(directory) {
-        return Err(failed("cannot create the spool folder"));
+        return Err(failed(NoSpool::CannotCreateFolder));
     }
     let Some((fd, path)) = create_file(directory, pid) else {
-        return Err(failed("cannot create its spool in"));
+        return Err(failed(NoSpool::CannotCreate));
     };
     if !spool_file::adopt(fd, path) {
-        let failure = failed("cannot identify its spool in");
+        let failure = failed(NoSpool::CannotIdentify);
         // SAFETY: closing the descriptor just opened.
         unsafe { libc::close(fd) };
         return Err(failure);
@@ -312,7 +314,7 @@ fn try_create_spool() -> Result<(), NoSpool> {
     if let Err(errno) = spool_chunks::reserve(fd, 0, HEADER_SIZE as u64) {
         // SAFETY: closing our own descriptor.
         unsafe { libc::close(fd) };
-        return Err((errno, format!("no room for its spool in {}", directory.display())));
+        return Err((errno, NoSpool::NoRoom));
     }
     // SAFETY: fd is ours; the header page is mapped shared like the records.
     let header = unsafe {
@@ -326,7 +328,7 @@ fn try_create_spool() -> Result<(), NoSpool> {
         )
     };
     if header == libc::MAP_FAILED {
-        let failure = failed("cannot map its spool in");
+        let failure = failed(NoSpool::CannotMap);
         // SAFETY: closing our own descriptor.
         unsafe { libc::close(fd) };
         return Err(failure);
@@ -389,12 +391,10 @@ extern "C" fn record_exit(status: libc::c_int, _arg: *mut libc::c_void) {
 pub fn forget_parent_spool() {
     spool_chunks::forget_parent();
     let header = HEADER.swap(std::ptr::null_mut(), Ordering::AcqRel);
-    if !header.is_null() {
-        // SAFETY: the child's inherited view of the parent's header page.
-        unsafe { libc::munmap(header.cast(), HEADER_SIZE) };
-    }
+    // The parent's header stays mapped until the child has a spool of its
+    // own: it is where the child says so if it cannot create one.
+    notice::forget_parent(header);
     spool_file::forget_parent();
-    notice::forget_parent();
     UNSPOOLED_SEQ.store(0, Ordering::Relaxed);
     STATE.store(CLOSED, Ordering::Release);
 }

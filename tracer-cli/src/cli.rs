@@ -291,6 +291,11 @@ pub struct FlamegraphArgs {
     /// in names escaped as %3B, %20 and %25) instead of an SVG.
     #[arg(long)]
     pub folded: bool,
+    /// Also show what PyTorch's cache holds in no tensor, as one frame
+    /// [default: left out where tensors were recorded, so that they fill
+    /// the graph; its bytes are said].
+    #[arg(long)]
+    pub cache: bool,
     #[command(flatten)]
     pub view: StackView,
 }

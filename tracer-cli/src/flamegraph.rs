@@ -19,15 +19,25 @@ pub fn command(args: FlamegraphArgs) -> Result<u8, Failure> {
         .clone()
         .unwrap_or_else(|| args.trace.with_extension(extension));
     let summary = Summary::build(&index, &Progress::new("reading", index.events));
-    let stacks = folded_stacks(&index, &summary, args.at, args.view.frames);
+    let (stacks, cache) = folded_stacks(&index, &summary, args.at, args.view.frames, args.cache);
     let moment = match args.at {
         Moment::Peak => "at each device's peak",
         Moment::Exit => "live at exit",
     };
+    let left_out = if cache > 0 && !args.cache {
+        let said = format!(
+            "PyTorch's cache, {} reserved in no tensor, is left out (--cache shows it)",
+            bytes(cache)
+        );
+        crate::terminal::say(&format!("cudatrace: {said}"));
+        format!("; {said}")
+    } else {
+        String::new()
+    };
     let content = if args.folded {
         folded_text(&stacks).into_bytes()
     } else {
-        let title = format!("GPU memory {moment}: {}", bytes(total_bytes(&stacks)));
+        let title = format!("GPU memory {moment}: {}{left_out}", bytes(total_bytes(&stacks)));
         svg(&stacks, &title).map_err(|e| format!("{}: {e}", args.trace.display()))?
     };
     if path.as_os_str() == "-" {

@@ -284,8 +284,12 @@ pub fn recover(
         out.summary.refused += 1;
         out.trace.refused(refusal).map_err(io)?;
     }
-    // The notice file holds every line, those the old trace has included.
+    // The notice file holds every line, those the old trace has included;
+    // so do the spool headers' child-failure slots.
     unrecorded.extend(NoticeTail::new(dir).read_new());
+    for (tail, _) in merges.values().filter_map(|merge| merge.spool.as_ref()) {
+        unrecorded.extend(crate::spool_tail::child_failures(&tail.header(), dir));
+    }
     let mut noted = HashSet::new();
     for process in unrecorded.into_iter().filter(|p| noted.insert(p.clone())) {
         out.trace.record(&Record::Unrecorded(process.clone())).map_err(io)?;

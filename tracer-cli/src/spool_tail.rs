@@ -6,8 +6,9 @@ use crate::liveness::Liveness;
 use cudatrace_events::layout::{
     chunk_offset, CHUNK_BYTES, CHUNK_RECORDS, PUNCHED_CHUNKS_OFFSET, RELEASED_CHUNKS_OFFSET,
 };
-use cudatrace_events::{Event, Pass, SpoolCursor, SpoolError, SpoolFile, SpoolHeaderInfo};
-use cudatrace_trace::{DamagedSpool, ProcessEnd, ProcessStart, Refusal};
+use cudatrace_events::notices::NoSpool;
+use cudatrace_events::{ChildFailure, Event, Pass, SpoolCursor, SpoolError, SpoolFile, SpoolHeaderInfo};
+use cudatrace_trace::{DamagedSpool, ProcessEnd, ProcessStart, Refusal, UnrecordedProcess};
 use std::fs::File;
 use std::os::fd::AsRawFd;
 use std::os::unix::fs::FileExt;
@@ -79,6 +80,60 @@ pub struct SpoolTail {
     pub cursor: SpoolCursor,
     released_chunks: u64,
     ring_chunks: u32,
+    /// Child-failure slots of the header already turned into processes
+    /// that could not record (a bit a slot), and the lost ones counted.
+    failures_taken: u64,
+    lost_taken: u32,
+}
+
+/// The forked children that said in a spool's header that they could not
+/// record (see `cudatrace_events::layout::ChildFailure`); children that
+/// found no free slot are one entry of pid 0 that counts them.
+pub fn child_failures(header: &SpoolHeaderInfo, spool_dir: &Path) -> Vec<UnrecordedProcess> {
+    let mut processes: Vec<UnrecordedProcess> = header
+        .child_failures
+        .iter()
+        .map(|(_, failure)| child_failure(failure, spool_dir))
+        .collect();
+    if header.child_failures_lost > 0 {
+        processes.push(lost_children(header.process.pid, header.child_failures_lost));
+    }
+    processes
+}
+
+fn child_failure(failure: &ChildFailure, spool_dir: &Path) -> UnrecordedProcess {
+    let end = failure.name.iter().position(|&b| b == 0).unwrap_or(failure.name.len());
+    UnrecordedProcess {
+        pid: failure.pid,
+        ppid: failure.ppid,
+        uid: failure.uid,
+        time_ns: failure.time_ns,
+        errno: failure.errno,
+        name: String::from_utf8_lossy(&failure.name[..end]).into_owned(),
+        reason: NoSpool::from_code(failure.reason).map_or_else(
+            || {
+                format!(
+                    "could not create its spool (reason {} unknown to this version)",
+                    failure.reason
+                )
+            },
+            |reason| reason.words(spool_dir),
+        ),
+    }
+}
+
+fn lost_children(parent: u32, count: u32) -> UnrecordedProcess {
+    UnrecordedProcess {
+        pid: 0,
+        ppid: parent,
+        uid: 0,
+        time_ns: 0,
+        errno: 0,
+        name: String::new(),
+        reason: format!(
+            "{count} more forked children could not record; their parent's spool header had no room to name them"
+        ),
+    }
 }
 
 /// Whether a spool that cannot be opened yet may still become readable: its
@@ -107,6 +162,8 @@ impl SpoolTail {
             cursor: SpoolCursor::new(header.process.pid, header.released_records),
             released_chunks: header.released_records / CHUNK_RECORDS as u64,
             ring_chunks: header.ring_chunks,
+            failures_taken: 0,
+            lost_taken: 0,
         };
         Ok((tail, header))
     }
@@ -126,6 +183,29 @@ impl SpoolTail {
             .map_err(|e| format!("{}: {e}", self.path.display()))?;
         self.spool.forget_before(self.cursor.next);
         Ok((events, at_end))
+    }
+
+    /// The forked children that said they could not record since the last
+    /// call (see [`child_failures`]); those that found no slot are counted
+    /// once, at `final_pass`.
+    pub fn new_child_failures(
+        &mut self,
+        header: &SpoolHeaderInfo,
+        spool_dir: &Path,
+        final_pass: bool,
+    ) -> Vec<UnrecordedProcess> {
+        let mut processes = Vec::new();
+        for (index, failure) in &header.child_failures {
+            if self.failures_taken & (1 << index) == 0 {
+                self.failures_taken |= 1 << index;
+                processes.push(child_failure(failure, spool_dir));
+            }
+        }
+        if final_pass && header.child_failures_lost > self.lost_taken {
+            processes.push(lost_children(self.pid, header.child_failures_lost - self.lost_taken));
+            self.lost_taken = header.child_failures_lost;
+        }
+        processes
     }
 
     /// Ends a final read: slots handed out but never stored are counted.

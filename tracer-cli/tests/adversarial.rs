@@ -712,3 +712,100 @@ fn a_program_that_took_the_notice_descriptor_s_number_never_gets_a_notice_in_its
     assert!(stdout(&output).contains("own fd "), "{}", stdout(&output));
     assert_eq!(std::fs::read_to_string(&own).unwrap(), "program data\n");
 }
+
+#[test]
+fn without_run_a_child_forked_after_setuid_says_in_its_parent_s_spool_that_it_could_not_record() {
+    assert_root();
+    // Plain LD_PRELOAD: no run, so no notice file; the child, locked out of
+    // the spool folder, still has its parent's spool header mapped.
+    let dir = scratch_dir("plain-setuid-fork");
+    let trace = dir.join("tree.trace");
+    let output = plain_preload_scenario("setuid-then-fork", &trace, &dir);
+    assert!(output.status.success(), "{}", stderr(&output));
+    let child: u64 = field(&stdout(&output), "child", 0).parse().unwrap();
+    let report = finished_trace(&trace);
+    assert_eq!(report["processes"].as_array().unwrap().len(), 1, "{report}");
+    assert_eq!(report["processes"][0]["events"], 2, "{report}");
+    // The tree's spool folder is root's, in a folder only root may use.
+    let spool_dir = report["unrecorded_processes"][0]["reason"]
+        .as_str()
+        .unwrap_or_default()
+        .trim_start_matches("cannot create the spool folder ")
+        .to_string();
+    assert!(
+        spool_dir.starts_with(dir.join("cudatrace-0").to_str().unwrap()),
+        "{report}"
+    );
+    assert_eq!(
+        unrecorded(&report),
+        vec![(
+            child,
+            i64::from(libc::EACCES),
+            format!("cannot create the spool folder {spool_dir}")
+        )]
+    );
+    let process = &report["unrecorded_processes"][0];
+    assert_eq!(process["ppid"], report["processes"][0]["pid"], "{report}");
+    assert_eq!(
+        (process["uid"].as_u64(), process["name"].as_str()),
+        (Some(65534), Some("scenarios"))
+    );
+    // It was forked by a recorded process, and said why it has no spool:
+    // not a silent child.
+    assert_eq!(report["forked_without_spool"], serde_json::json!([]), "{report}");
+    let text = cudatrace(&["report", trace.to_str().unwrap()]).output().unwrap();
+    assert!(
+        stdout(&text).contains(&format!(
+            "\n1 process could not record; the trace has none of their events:\n  pid {child} (scenarios, parent "
+        )),
+        "{}",
+        stdout(&text)
+    );
+}
+
+/// The pids a scenario printed as `idle child PID`.
+fn idle_children(output: &Output) -> Vec<u64> {
+    stdout(output)
+        .lines()
+        .filter_map(|line| line.strip_prefix("idle child ")?.parse().ok())
+        .collect()
+}
+
+fn assert_silent_children(report: &serde_json::Value, children: &[u64]) {
+    assert_eq!(children.len(), 3);
+    let parent = report["processes"][0]["pid"].as_u64().unwrap();
+    let listed: Vec<(u64, u64)> = report["forked_without_spool"]
+        .as_array()
+        .unwrap_or_else(|| panic!("no forked_without_spool in {report}"))
+        .iter()
+        .map(|c| (c["pid"].as_u64().unwrap(), c["ppid"].as_u64().unwrap()))
+        .collect();
+    assert_eq!(listed, children.iter().map(|&c| (c, parent)).collect::<Vec<_>>());
+    // Children that made no CUDA call do not make the trace incomplete.
+    assert_eq!(report["unrecorded_processes"], serde_json::json!([]));
+    assert_eq!(report["complete"], true);
+    assert_eq!(report["lost_events"], 0);
+}
+
+#[test]
+fn forked_children_that_leave_no_spool_are_named_and_the_trace_stays_complete() {
+    let (output, trace) = run_scenario("idle-children", "idle-children", &[]);
+    assert!(output.status.success(), "{}", stderr(&output));
+    let children = idle_children(&output);
+    let (report, _) = report_json(&trace);
+    assert_silent_children(&report, &children);
+    let parent = report["processes"][0]["pid"].as_u64().unwrap();
+    let text = cudatrace(&["report", trace.to_str().unwrap()]).output().unwrap();
+    let expected = format!(
+        "\n3 forked children left no spool (pid {}, {}, {} forked by pid {parent}): they made no CUDA call, or \
+         exec'd an image that could not record and had no way to say so\n",
+        children[0], children[1], children[2]
+    );
+    assert!(stdout(&text).contains(&expected), "{}", stdout(&text));
+    // The same without run.
+    let dir = scratch_dir("plain-idle-children");
+    let plain = dir.join("tree.trace");
+    let output = plain_preload_scenario("idle-children", &plain, &dir);
+    assert!(output.status.success(), "{}", stderr(&output));
+    assert_silent_children(&finished_trace(&plain), &idle_children(&output));
+}

@@ -253,23 +253,29 @@ fn a_late_attach_records_what_follows_and_says_what_it_missed() {
     assert_eq!(status[..2], [(1, 0), (2, 0)]);
 }
 
-#[test]
-fn the_flamegraph_shows_pytorch_segments_as_their_tensors_and_the_cache() {
-    let (trace, _) = run_torch("tensors-flamegraph", "211", "all", &[], &[]);
-    let folded = trace.with_extension("exit.folded");
-    let written = cudatrace(&[
-        "flamegraph",
-        trace.to_str().unwrap(),
-        "--at",
-        "exit",
-        "--folded",
-        "-o",
-        folded.to_str().unwrap(),
-    ])
+/// `cudatrace flamegraph TRACE --at exit --folded EXTRA`: its lines as
+/// (frames, bytes), and what it said on stderr.
+fn folded_at_exit(trace: &std::path::Path, name: &str, extra: &[&str]) -> (Vec<(String, u64)>, String) {
+    let folded = trace.with_extension(name);
+    let written = cudatrace(
+        &[
+            &[
+                "flamegraph",
+                trace.to_str().unwrap(),
+                "--at",
+                "exit",
+                "--folded",
+                "-o",
+                folded.to_str().unwrap(),
+            ],
+            extra,
+        ]
+        .concat(),
+    )
     .output()
     .unwrap();
     assert!(written.status.success(), "{}", String::from_utf8_lossy(&written.stderr));
-    let lines: Vec<(String, u64)> = std::fs::read_to_string(&folded)
+    let lines = std::fs::read_to_string(&folded)
         .unwrap()
         .lines()
         .map(|line| {
@@ -277,13 +283,21 @@ fn the_flamegraph_shows_pytorch_segments_as_their_tensors_and_the_cache() {
             (frames.to_string(), bytes.parse().unwrap())
         })
         .collect();
+    (lines, String::from_utf8_lossy(&written.stderr).into_owned())
+}
+
+#[test]
+fn the_flamegraph_shows_pytorch_segments_as_their_tensors_and_the_cache_when_asked() {
+    let (trace, _) = run_torch("tensors-flamegraph", "211", "all", &[], &[]);
+    let (lines, _) = folded_at_exit(&trace, "cache.folded", &["--cache"]);
     let tensors = tensors_of(&trace);
     let device = &tensors["devices"][0];
     let allocated = device["allocated_bytes_at_exit"].as_u64().unwrap();
     let reserved = device["reserved_bytes_at_exit"].as_u64().unwrap();
+    let is_cache = |frames: &str| frames.ends_with(";PyTorch's%20cache%20(reserved,%20in%20no%20tensor)");
     let cache: Vec<u64> = lines
         .iter()
-        .filter(|(frames, _)| frames.ends_with(";PyTorch's%20cache%20(reserved,%20in%20no%20tensor)"))
+        .filter(|(frames, _)| is_cache(frames))
         .map(|&(_, bytes)| bytes)
         .collect();
     assert_eq!(cache, vec![reserved - allocated], "{lines:?}");
@@ -300,6 +314,102 @@ fn the_flamegraph_shows_pytorch_segments_as_their_tensors_and_the_cache() {
     // No frame of the allocator's own library: its segments became tensors.
     assert!(
         !lines.iter().any(|(frames, _)| frames.contains("libc10_cuda")),
+        "{lines:?}"
+    );
+    // By default the cache is left out, and said so: the same stacks but it.
+    let (without, said) = folded_at_exit(&trace, "default.folded", &[]);
+    let expected: Vec<(String, u64)> = lines.iter().filter(|(frames, _)| !is_cache(frames)).cloned().collect();
+    assert_eq!(without, expected);
+    assert!(
+        said.contains(&format!(
+            "cudatrace: PyTorch's cache, {} reserved in no tensor, is left out (--cache shows it)\n",
+            bytes_text(reserved - allocated)
+        )),
+        "{said}"
+    );
+}
+
+/// Bytes as the CLI prints them (`2.0 MiB`), for exact messages.
+fn bytes_text(value: u64) -> String {
+    let units = ["B", "KiB", "MiB", "GiB", "TiB"];
+    let (mut scaled, mut unit) = (value as f64, 0);
+    while scaled >= 1024.0 && unit < units.len() - 1 {
+        scaled /= 1024.0;
+        unit += 1;
+    }
+    if unit == 0 {
+        format!("{value} B")
+    } else {
+        format!("{scaled:.1} {}", units[unit])
+    }
+}
+
+#[test]
+fn the_backward_pass_is_one_call_site_split_by_autograd_node_and_comes_first_at_exit() {
+    let (trace, printed) = run_torch("tensors-backward", "211", "backward", &[], &[]);
+    assert!(
+        printed.contains("parameters 13631488\ngradients 14680064\n"),
+        "{printed}"
+    );
+    let report = cudatrace(&["report", trace.to_str().unwrap()]).output().unwrap();
+    assert!(report.status.success(), "{}", stderr(&report));
+    let text = stdout(&report);
+    // The process's section opens with its tensors, and their call sites
+    // live at exit with the backward pass: 14 MiB, more than the 13 MiB of
+    // parameters, though neither node alone is.
+    let process = &text[text.find("\npid ").expect("a process section")..];
+    let tensors_at = process.find("  tensors on GPU 0:").expect("a tensor section");
+    let segments_at = process.find("  GPU 0:").expect("a device section");
+    assert!(tensors_at < segments_at, "{text}");
+    let live = &process[process
+        .find("    call sites of tensors live at exit:\n")
+        .expect("tensor call sites")..];
+    let lines: Vec<&str> = live.lines().collect();
+    assert_eq!(
+        lines[1], "      14.0 MiB in 4 allocations, 2 stacks: autograd backward pass",
+        "{live}"
+    );
+    assert_eq!(
+        lines[2], "        by autograd node: ConvolutionBackward0 12.0 MiB, AddmmBackward0 2.0 MiB",
+        "{live}"
+    );
+    let parameters = lines
+        .iter()
+        .position(|l| l.starts_with("      13.0 MiB in 1 allocation: "))
+        .expect(live);
+    assert!(parameters > 2, "{live}");
+    // The HTML table says the same, tensors first.
+    let page_path = trace.with_extension("html");
+    let html = cudatrace(&["html", trace.to_str().unwrap(), "-o", page_path.to_str().unwrap()])
+        .output()
+        .unwrap();
+    assert!(html.status.success(), "{}", stderr(&html));
+    let page = std::fs::read_to_string(&page_path).unwrap();
+    let leaks = page
+        .find("<h3>Tensors live at exit (leaks)</h3>")
+        .expect("a tensor table");
+    assert!(leaks < page.find("<h3>Memory live at exit (leaks)</h3>").unwrap());
+    let first_row = &page[leaks..];
+    assert!(
+        first_row.contains(
+            "<td class=\"num\">14.0 MiB</td><td class=\"num\">4</td><td class=\"site\">autograd backward pass</td>\
+             <td><div class=\"parts\">by autograd node: ConvolutionBackward0 12.0 MiB, AddmmBackward0 2.0 MiB</div>"
+        ),
+        "{}",
+        &first_row[..first_row.len().min(2000)]
+    );
+    // The flamegraph keeps each node's frame under the backward pass's stacks.
+    let (lines, _) = folded_at_exit(&trace, "backward.folded", &[]);
+    let by_node = |node: &str| -> u64 {
+        lines
+            .iter()
+            .filter(|(frames, _)| frames.contains(&format!("autograd%20{node}%20(backward%20pass)")))
+            .map(|&(_, bytes)| bytes)
+            .sum()
+    };
+    assert_eq!(
+        (by_node("ConvolutionBackward0"), by_node("AddmmBackward0")),
+        (12 << 20, 2 << 20),
         "{lines:?}"
     );
 }

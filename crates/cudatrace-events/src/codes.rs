@@ -119,6 +119,10 @@ code_enum! {
         /// [`crate::tensors::status`]): `arg1` the status, `arg2` the
         /// reason or count, `address` the PyTorch version.
         TensorStatus = 23 => "tensor-status",
+        /// The process forked (`fork`): `arg1` the child's pid. Written by
+        /// a process that has a spool, so that a child that leaves none is
+        /// still known.
+        Fork = 24 => "fork",
     }
 }
 
@@ -126,7 +130,12 @@ impl Op {
     /// Whether the record says something about memory allocations (rather
     /// than describing call stacks or measuring the device).
     pub fn is_memory_event(self) -> bool {
-        !self.is_stack_record() && !self.is_measurement() && !self.is_tensor_record()
+        !self.is_stack_record() && !self.is_measurement() && !self.is_tensor_record() && !self.is_process_record()
+    }
+
+    /// Whether the record is about the process itself ([`Op::Fork`]).
+    pub fn is_process_record(self) -> bool {
+        matches!(self, Op::Fork)
     }
 
     /// Whether the record is about PyTorch's tensors ([`Op::Tensor`],
@@ -357,11 +366,12 @@ mod tests {
         assert!(!Kind::GraphAllocation.counts_as_device_memory());
         // Zero is never an op: it marks a slot not yet written.
         assert_eq!(Op::from_code(0), None);
-        assert_eq!(Op::from_code(24), None);
+        assert_eq!(Op::from_code(25), None);
         assert!(Op::Tensor.is_tensor_record() && !Op::Tensor.is_memory_event() && !Op::Tensor.is_measurement());
         assert!(Op::Free.is_memory_event() && !Op::Free.is_measurement());
         assert!(Op::Blob.is_stack_record() && !Op::Blob.is_memory_event());
         assert!(Op::GraphNode.is_measurement() && !Op::Sample.is_memory_event());
+        assert!(Op::Fork.is_process_record() && !Op::Fork.is_memory_event() && !Op::Fork.is_measurement());
     }
 
     #[test]

@@ -30,7 +30,7 @@
 /// First eight bytes of every spool file.
 pub const SPOOL_MAGIC: [u8; 8] = *b"CUTRSPL\0";
 /// Version of this layout; bumped on any incompatible change.
-pub const SPOOL_VERSION: u32 = 4;
+pub const SPOOL_VERSION: u32 = 5;
 /// Size of the header page; records start at this offset.
 pub const HEADER_SIZE: usize = 4096;
 /// Size of one record in bytes.
@@ -39,8 +39,10 @@ pub const RECORD_SIZE: usize = 72;
 pub const CHUNK_RECORDS: usize = 16384;
 /// Bytes of one chunk.
 pub const CHUNK_BYTES: usize = CHUNK_RECORDS * RECORD_SIZE;
+/// Places in the header where forked children say they could not record.
+pub const CHILD_FAILURE_SLOTS: usize = 16;
 /// Offset of the command line in the header.
-pub const CMDLINE_OFFSET: usize = 120;
+pub const CMDLINE_OFFSET: usize = 128 + CHILD_FAILURE_SLOTS * std::mem::size_of::<ChildFailure>();
 /// Bytes of `/proc/self/cmdline` kept in the header.
 pub const CMDLINE_CAPACITY: usize = HEADER_SIZE - CMDLINE_OFFSET;
 /// Offset of [`SpoolHeader::released_chunks`], which the collector writes.
@@ -121,6 +123,16 @@ pub struct SpoolHeader {
     /// releasing them: the writer reuses a place only below this. Written
     /// by the collector.
     pub punched_chunks: u32,
+    /// Forked children that could not record and found every one of
+    /// [`Self::child_failures`] taken.
+    pub child_failures_lost: u32,
+    /// Zero; keeps the slots 8-byte aligned.
+    pub spare: u32,
+    /// Where a forked child that cannot create its own spool says so: it
+    /// still has this header mapped, shared, from before the fork, whatever
+    /// user it has become and whatever descriptors it has left. Claimed in
+    /// order by an atomic exchange of `pid`.
+    pub child_failures: [ChildFailure; CHILD_FAILURE_SLOTS],
     /// The process's argv as in `/proc/self/cmdline`: NUL-separated, truncated.
     pub cmdline: [u8; CMDLINE_CAPACITY],
 }
@@ -129,6 +141,37 @@ const _: () = assert!(std::mem::size_of::<SpoolHeader>() == HEADER_SIZE);
 const _: () = assert!(std::mem::offset_of!(SpoolHeader, released_chunks) == RELEASED_CHUNKS_OFFSET as usize);
 const _: () = assert!(std::mem::offset_of!(SpoolHeader, punched_chunks) == PUNCHED_CHUNKS_OFFSET as usize);
 const _: () = assert!(std::mem::offset_of!(SpoolHeader, cmdline) == CMDLINE_OFFSET);
+const _: () = assert!(std::mem::offset_of!(SpoolHeader, child_failures) == 128);
+
+/// A forked child that could not create its spool, as it wrote itself into
+/// its parent's header (see [`SpoolHeader::child_failures`]).
+///
+/// The child claims the slot by changing `pid` from 0 to its pid, fills in
+/// the rest, and stores `published` = 1 last, with release ordering; a
+/// reader takes a slot only once `published` is 1.
+#[repr(C)]
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct ChildFailure {
+    /// The child's pid; 0 while the slot is free.
+    pub pid: u32,
+    /// Its real user id when it gave up.
+    pub uid: u32,
+    /// The failure's `errno`, or 0.
+    pub errno: i32,
+    /// Why, as a [`crate::notices::NoSpool`] code.
+    pub reason: u32,
+    /// `CLOCK_MONOTONIC` when it gave up.
+    pub time_ns: u64,
+    /// Its name (`comm`), NUL-padded.
+    pub name: [u8; 16],
+    /// Its parent's pid (this header's process, or a process forked from
+    /// it that had no spool of its own either).
+    pub ppid: u32,
+    /// 1 once the fields above are written.
+    pub published: u32,
+}
+
+const _: () = assert!(std::mem::size_of::<ChildFailure>() == 48);
 
 /// One event as stored in the spool. See the module documentation for the
 /// order in which its words are written and read.

@@ -93,6 +93,56 @@ impl Notice {
     }
 }
 
+/// Why a process could not create its spool: a code small enough for a
+/// parent's header ([`crate::layout::ChildFailure`]), and the words the
+/// report shows.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+#[repr(u32)]
+pub enum NoSpool {
+    /// `CUDATRACE_DIR` was removed from its environment.
+    LostFolder = 1,
+    /// The spool folder could not be created.
+    CannotCreateFolder = 2,
+    /// The spool file could not be created in the folder.
+    CannotCreate = 3,
+    /// The new spool file could not be checked (`fstat`).
+    CannotIdentify = 4,
+    /// No room on disk for the spool's header.
+    NoRoom = 5,
+    /// The spool's header could not be mapped.
+    CannotMap = 6,
+}
+
+impl NoSpool {
+    /// Every reason, in code order.
+    pub const ALL: [NoSpool; 6] = [
+        NoSpool::LostFolder,
+        NoSpool::CannotCreateFolder,
+        NoSpool::CannotCreate,
+        NoSpool::CannotIdentify,
+        NoSpool::NoRoom,
+        NoSpool::CannotMap,
+    ];
+
+    /// Decodes a stored code.
+    pub fn from_code(code: u32) -> Option<NoSpool> {
+        NoSpool::ALL.into_iter().find(|reason| *reason as u32 == code)
+    }
+
+    /// The reason in words, for a spool folder `folder`.
+    pub fn words(self, folder: &std::path::Path) -> String {
+        let folder = folder.display();
+        match self {
+            NoSpool::LostFolder => "its environment lost CUDATRACE_DIR, which names the spool folder".into(),
+            NoSpool::CannotCreateFolder => format!("cannot create the spool folder {folder}"),
+            NoSpool::CannotCreate => format!("cannot create its spool in {folder}"),
+            NoSpool::CannotIdentify => format!("cannot identify its spool in {folder}"),
+            NoSpool::NoRoom => format!("no room for its spool in {folder}"),
+            NoSpool::CannotMap => format!("cannot map its spool in {folder}"),
+        }
+    }
+}
+
 /// The descriptor named by [`NOTICE_ENV`]'s value: `(fd, device, inode)`.
 pub fn parse_descriptor(value: &str) -> Option<(i32, u64, u64)> {
     let mut parts = value.split(':');
@@ -163,6 +213,24 @@ mod tests {
         ] {
             assert_eq!(Notice::parse(line), None, "{line:?}");
         }
+    }
+
+    #[test]
+    fn reasons_round_trip_through_their_codes_and_name_the_folder() {
+        for reason in NoSpool::ALL {
+            assert_eq!(NoSpool::from_code(reason as u32), Some(reason));
+        }
+        assert_eq!(NoSpool::from_code(0), None);
+        assert_eq!(NoSpool::from_code(7), None);
+        let folder = std::path::Path::new("/tmp/run");
+        assert_eq!(
+            NoSpool::CannotCreate.words(folder),
+            "cannot create its spool in /tmp/run"
+        );
+        assert_eq!(
+            NoSpool::CannotCreateFolder.words(folder),
+            "cannot create the spool folder /tmp/run"
+        );
     }
 
     #[test]

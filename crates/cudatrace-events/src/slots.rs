@@ -5,8 +5,8 @@
 
 use crate::codes::{Api, Kind, Op};
 use crate::layout::{
-    commit_matches, committed_seq, RawRecord, SpoolHeader, CHUNK_RECORDS, CMDLINE_CAPACITY, CMDLINE_OFFSET,
-    HEADER_SIZE, RECORD_SIZE, SPOOL_MAGIC, SPOOL_VERSION,
+    commit_matches, committed_seq, ChildFailure, RawRecord, SpoolHeader, CHILD_FAILURE_SLOTS, CHUNK_RECORDS,
+    CMDLINE_CAPACITY, CMDLINE_OFFSET, HEADER_SIZE, RECORD_SIZE, SPOOL_MAGIC, SPOOL_VERSION,
 };
 
 /// The process a spool file belongs to.
@@ -195,6 +195,11 @@ pub struct SpoolHeaderInfo {
     pub punched_chunks: u32,
     /// Sequence numbers handed out so far.
     pub reserved_seqs: u64,
+    /// Forked children that said in this header that they could not
+    /// record: published slots only, by slot index.
+    pub child_failures: Vec<(usize, ChildFailure)>,
+    /// Forked children that could not record and found no free slot.
+    pub child_failures_lost: u32,
 }
 
 /// Decodes a spool's header page (the first [`HEADER_SIZE`] bytes).
@@ -254,5 +259,37 @@ pub fn parse_header(bytes: &[u8]) -> Result<SpoolHeaderInfo, SpoolError> {
         ring_chunks: u32_at(offset_of!(SpoolHeader, ring_chunks)).max(1),
         punched_chunks: u32_at(offset_of!(SpoolHeader, punched_chunks)),
         reserved_seqs: u64_at(offset_of!(SpoolHeader, reserved_seqs)),
+        child_failures: child_failures(bytes),
+        child_failures_lost: u32_at(offset_of!(SpoolHeader, child_failures_lost)),
     })
+}
+
+/// The published slots of a header's [`SpoolHeader::child_failures`].
+fn child_failures(bytes: &[u8]) -> Vec<(usize, ChildFailure)> {
+    use std::mem::{offset_of, size_of};
+    (0..CHILD_FAILURE_SLOTS)
+        .filter_map(|index| {
+            let at = offset_of!(SpoolHeader, child_failures) + index * size_of::<ChildFailure>();
+            let u32_at = |field: usize| le_u32(bytes, at + field);
+            if u32_at(offset_of!(ChildFailure, published)) != 1 {
+                return None;
+            }
+            let name_at = at + offset_of!(ChildFailure, name);
+            let mut name = [0u8; 16];
+            name.copy_from_slice(&bytes[name_at..name_at + 16]);
+            Some((
+                index,
+                ChildFailure {
+                    pid: u32_at(offset_of!(ChildFailure, pid)),
+                    uid: u32_at(offset_of!(ChildFailure, uid)),
+                    errno: u32_at(offset_of!(ChildFailure, errno)) as i32,
+                    reason: u32_at(offset_of!(ChildFailure, reason)),
+                    time_ns: le_u64(bytes, at + offset_of!(ChildFailure, time_ns)),
+                    name,
+                    ppid: u32_at(offset_of!(ChildFailure, ppid)),
+                    published: 1,
+                },
+            ))
+        })
+        .collect()
 }

@@ -233,7 +233,7 @@ pub(crate) mod tests {
         old[8..12].copy_from_slice(&1u32.to_le_bytes());
         assert_eq!(
             SpoolReader::parse(&old).unwrap_err().to_string(),
-            "spool format version 1 is not supported (this build reads 4)"
+            "spool format version 1 is not supported (this build reads 5)"
         );
     }
 }

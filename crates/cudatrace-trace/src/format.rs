@@ -6,7 +6,7 @@ use cudatrace_events::{Api, Event, Kind, Op};
 /// First eight bytes of a trace file.
 pub const MAGIC: [u8; 8] = *b"CUTRACE\0";
 /// Version of the record encodings; readers refuse other versions.
-pub const FORMAT_VERSION: u32 = 6;
+pub const FORMAT_VERSION: u32 = 7;
 /// Oldest version readers still accept (it has no call stacks).
 pub const OLDEST_READABLE_VERSION: u32 = 2;
 /// Largest payload a frame may declare; anything larger is damage.

@@ -854,6 +854,20 @@ int main(int argc, char **argv) {
         int status;
         waitpid(child, &status, 0);
         check("cudaFree", cudaFree(p));
+    } else if (!strcmp(name, "idle-children")) {
+        /* Records, then forks three children that never use CUDA (as
+         * DataLoader workers do), and prints their pids. */
+        void *p;
+        check("cudaMalloc", cudaMalloc(&p, 5000));
+        fflush(stdout);
+        for (int i = 0; i < 3; i++) {
+            pid_t child = fork();
+            if (child == 0) _exit(0);
+            int status;
+            waitpid(child, &status, 0);
+            printf("idle child %d\n", child);
+        }
+        check("cudaFree", cudaFree(p));
     } else if (!strcmp(name, "late-daemon")) {
         /* A daemon (double fork) whose first allocation comes after the
          * command has exited. */

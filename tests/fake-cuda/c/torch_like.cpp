@@ -7,7 +7,12 @@
  *
  * Scenarios: basic, threads, record_stream, expandable, pool, oom,
  * snapshot, two_devices, late_attach, async, all (basic, record_stream,
- * expandable, pool, snapshot and oom in turn on one device), vtable.
+ * expandable, pool, snapshot and oom in turn on one device), vtable,
+ * backward (a training step's memory as autograd leaves it: parameters
+ * allocated on the main thread, and on a second thread, as autograd's
+ * device thread does, two autograd nodes that each keep a gradient and free
+ * a temporary; it prints "parameters N", "gradients N" and "temporaries N",
+ * in bytes).
  *
  * Prints, at the end:
  *   actions alloc=N free_requested=N ... oom=N     what the library emitted
@@ -55,6 +60,31 @@
 #include <string>
 #include <thread>
 #include <vector>
+
+/* Autograd nodes, named as PyTorch's are, so that their frames read as
+ * `torch::autograd::generated::ConvolutionBackward0::apply(...)`. Each calls
+ * the allocator itself, as PyTorch's nodes reach it through framework code
+ * only: no frame of the program's lies between. */
+namespace torch {
+namespace autograd {
+namespace generated {
+using Malloc = void *(*)(size_t, int, void *);
+using Free = void (*)(void *);
+struct ConvolutionBackward0 {
+    __attribute__((noinline)) static void apply(Malloc malloc, Free free, std::vector<void *> &gradients) {
+        for (int i = 0; i < 3; i++) gradients.push_back(malloc(size_t(4) << 20, 0, nullptr));
+        free(malloc(size_t(8) << 20, 0, nullptr));
+    }
+};
+struct AddmmBackward0 {
+    __attribute__((noinline)) static void apply(Malloc malloc, Free free, std::vector<void *> &gradients) {
+        gradients.push_back(malloc(size_t(2) << 20, 0, nullptr));
+        free(malloc(size_t(1) << 20, 0, nullptr));
+    }
+};
+}  // namespace generated
+}  // namespace autograd
+}  // namespace torch
 
 namespace {
 
@@ -263,6 +293,20 @@ void basic() {
     /* t[1] (4096 bytes) and more[2] (10 MiB) stay live. */
 }
 
+/* Parameters of 13 MiB, more than either node's gradients (12 and 2 MiB)
+ * but less than the backward pass's (14 MiB). */
+void backward() {
+    void *parameters = api.malloc(13 * kMiB, 0, nullptr);
+    std::vector<void *> gradients;
+    std::thread engine([&gradients] {
+        torch::autograd::generated::ConvolutionBackward0::apply(api.malloc, api.free, gradients);
+        torch::autograd::generated::AddmmBackward0::apply(api.malloc, api.free, gradients);
+    });
+    engine.join();
+    (void)parameters;
+    std::printf("parameters %zu\ngradients %zu\ntemporaries %zu\n", 13 * kMiB, 14 * kMiB, 9 * kMiB);
+}
+
 /* The cost of an action: FAKE_TORCH_BENCH_PAIRS (default 200,000)
  * allocations of 4 KiB and their frees, from one cached segment (no driver
  * call in the loop), timed as a whole. Each pair is three actions: alloc,
@@ -456,6 +500,7 @@ void the_dispatch(const std::string &scenario) {
         {"async", 1, async},
         {"vtable", 1, vtable},
         {"bench", 1, bench},
+        {"backward", 1, backward},
     };
     if (scenario == "all") {
         start(1);

@@ -266,13 +266,44 @@ pub struct CallSite {
     pub stack: u32,
     /// How many different stacks it gathers.
     pub stacks: usize,
+    /// For autograd's backward pass: its bytes by autograd node, largest
+    /// first (empty for other sites).
+    pub parts: Vec<(String, u64)>,
+}
+
+/// The call site of every stack of autograd's backward thread: that
+/// thread has no frame of the program's, and the node a stack runs is
+/// framework detail, kept in [`CallSite::parts`] and in the stack itself.
+/// So the backward pass is one place, as the program's `backward()` call
+/// is, and what it left allocated (the gradients) reads as one sum.
+pub const BACKWARD_PASS: &str = "autograd backward pass";
+
+/// A stack's call site: `(key, name, autograd node)`. The key is the
+/// headline frame in full (file or module path, line and function), the
+/// name its short form; the backward pass is [`BACKWARD_PASS`], with the
+/// node; "(no call stack recorded)" without frames.
+fn site_of(frames: &[Frame]) -> (String, String, Option<String>) {
+    match headline(frames) {
+        Some(at) => match autograd_node(&frames[at].function) {
+            Some(node) => (
+                BACKWARD_PASS.to_string(),
+                BACKWARD_PASS.to_string(),
+                Some(node.to_string()),
+            ),
+            None => (
+                headline_text(&frames[at], true),
+                headline_text(&frames[at], false),
+                None,
+            ),
+        },
+        None => (NO_STACK.to_string(), NO_STACK.to_string(), None),
+    }
 }
 
 /// What a stack's call site is known by: its headline frame in full (file
 /// or module path, line and function), or "(no call stack recorded)".
 pub fn site_key(index: &TraceIndex, info: &ProcessIndex, stack: u32) -> String {
-    let frames = index.frames(info, stack);
-    headline(&frames).map_or_else(|| NO_STACK.to_string(), |at| headline_text(&frames[at], true))
+    site_of(&index.frames(info, stack)).0
 }
 
 const NO_STACK: &str = "(no call stack recorded)";
@@ -283,16 +314,13 @@ pub fn call_sites(index: &TraceIndex, info: &ProcessIndex, by_stack: &ByStack) -
     let mut by_key: HashMap<String, usize> = HashMap::new();
     // Largest stacks first, so each site's example is its largest stack.
     for (stack, bytes, allocations) in largest_call_sites(by_stack) {
-        let frames = index.frames(info, stack);
-        let (key, name) = match headline(&frames) {
-            Some(at) => (headline_text(&frames[at], true), headline_text(&frames[at], false)),
-            None => (NO_STACK.to_string(), NO_STACK.to_string()),
-        };
-        match by_key.get(&key) {
+        let (key, name, node) = site_of(&index.frames(info, stack));
+        let at = match by_key.get(&key) {
             Some(&at) => {
                 sites[at].bytes += bytes;
                 sites[at].allocations += allocations;
                 sites[at].stacks += 1;
+                at
             }
             None => {
                 by_key.insert(key.clone(), sites.len());
@@ -303,9 +331,21 @@ pub fn call_sites(index: &TraceIndex, info: &ProcessIndex, by_stack: &ByStack) -
                     allocations,
                     stack,
                     stacks: 1,
+                    parts: Vec::new(),
                 });
+                sites.len() - 1
+            }
+        };
+        if let Some(node) = node {
+            let parts = &mut sites[at].parts;
+            match parts.iter_mut().find(|(name, _)| *name == node) {
+                Some(part) => part.1 += bytes,
+                None => parts.push((node, bytes)),
             }
         }
+    }
+    for site in &mut sites {
+        site.parts.sort_by(|a, b| b.1.cmp(&a.1).then_with(|| a.0.cmp(&b.0)));
     }
     make_names_unique(&mut sites);
     sites.sort_by(|a, b| b.bytes.cmp(&a.bytes).then_with(|| a.name.cmp(&b.name)));
@@ -431,6 +471,16 @@ mod tests {
             autograd_node("torch::autograd::CopySlices::apply(x)"),
             Some("CopySlices")
         );
+        // Every node's stacks are one call site, the backward pass, that
+        // keeps the node.
+        assert_eq!(
+            site_of(&frames),
+            (
+                BACKWARD_PASS.to_string(),
+                BACKWARD_PASS.to_string(),
+                Some("ConvolutionBackward0".to_string())
+            )
+        );
         // A Python line, where there is one, still comes first.
         let mut with_python = frames.clone();
         with_python.push(python("step", "/home/me/train.py", 9));
@@ -519,6 +569,7 @@ mod tests {
             allocations: 1,
             stack: 1,
             stacks: 1,
+            parts: Vec::new(),
         };
         let mut sites = vec![
             site("model.py:3 f", "/a/model.py:3 f"),

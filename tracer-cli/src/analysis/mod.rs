@@ -42,5 +42,7 @@ pub use summary::{largest_call_sites, ProcessSummary, Summary};
 pub use tensor_status::{tensor_status_line, tensors_stopped_midway};
 pub use tensor_summary::TensorStats;
 pub use trace_index::{ProcessIndex, TraceIndex};
-pub use unrecorded::{unrecorded_json, unrecorded_line, unrecorded_process_text};
+pub use unrecorded::{
+    silent_child_json, silent_children, silent_children_line, unrecorded_json, unrecorded_line, unrecorded_process_text,
+};
 pub use window::Window;

@@ -46,6 +46,8 @@ pub struct ProcessIndex {
     pub tensor_actions: u64,
     /// Its tensor-status records, in sequence order.
     pub tensor_status: Vec<Event>,
+    /// The children it forked while it had a spool: (time, child's pid).
+    pub forks: Vec<(u64, u32)>,
     blobs: BlobAssembler,
 }
 
@@ -159,6 +161,7 @@ impl TraceIndex {
                     devices: HashMap::new(),
                     tensor_actions: 0,
                     tensor_status: Vec::new(),
+                    forks: Vec::new(),
                     blobs: BlobAssembler::default(),
                 });
             }
@@ -185,6 +188,7 @@ impl TraceIndex {
                         None if event.op.is_measurement() => process.measurements.push(event.clone()),
                         None if event.op == Op::Tensor => process.tensor_actions += 1,
                         None if event.op == Op::TensorStatus => process.tensor_status.push(event.clone()),
+                        None if event.op == Op::Fork => process.forks.push((event.time_ns, event.arg1 as u32)),
                         None => {
                             let whole = BlobPiece::from_event(event).and_then(|piece| process.blobs.add(&piece));
                             if let Some((DEVICE_BLOB, key, bytes)) = whole {

@@ -401,6 +401,9 @@ fn follow(shared: &Shared, to_writer: &Sender<Message>, tail: &mut SpoolTail) ->
         }
     }
     let header = tail.header();
+    for process in tail.new_child_failures(&header, &shared.dir, final_pass) {
+        let _ = to_writer.send(Message::Unrecorded(process));
+    }
     if header.dropped_records > 0 && !shared.drop_reported.swap(true, Ordering::Relaxed) {
         let reason = header
             .drop_errno

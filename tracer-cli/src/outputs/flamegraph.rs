@@ -2,10 +2,11 @@
 //! exit, as folded stacks or as an SVG drawn by `inferno`.
 //!
 //! Each stack is rooted at its process and device. Where PyTorch's tensors
-//! were recorded, its segments are shown as the tensors in them plus one
-//! frame for what its cache holds in no tensor, so every byte is counted
-//! once; other memory (cuBLAS workspaces, NCCL, the program's own) keeps
-//! its allocation stacks.
+//! were recorded, its segments are shown as the tensors in them, and what
+//! its cache holds in no tensor is left out (it would take most of the
+//! width and hide the tensors; the title gives its bytes) unless asked
+//! for, as one frame, so that every byte is counted once; other memory
+//! (cuBLAS workspaces, NCCL, the program's own) keeps its allocation stacks.
 
 use crate::analysis::{
     headline_text, made_by_caching_allocator, stack_names, tensors_stopped_midway, ByStack, FramesShown, ProcessIndex,
@@ -45,9 +46,17 @@ pub fn escape_folded(name: &str, spaces: bool) -> String {
 }
 
 /// The folded stacks of the whole trace, `(frames outermost first, bytes)`,
-/// merged where equal and sorted.
-pub fn folded_stacks(index: &TraceIndex, summary: &Summary, at: Moment, shown: FramesShown) -> Vec<(Vec<String>, u64)> {
+/// merged where equal and sorted, with PyTorch's cache as a frame of its
+/// own if `with_cache`; and the cache's bytes.
+pub fn folded_stacks(
+    index: &TraceIndex,
+    summary: &Summary,
+    at: Moment,
+    shown: FramesShown,
+    with_cache: bool,
+) -> (Vec<(Vec<String>, u64)>, u64) {
     let mut merged: BTreeMap<Vec<String>, u64> = BTreeMap::new();
+    let mut cache_bytes = 0u64;
     for (info, process) in index.processes.iter().zip(&summary.processes) {
         let root = process_frame(info);
         for (device, stats) in &process.devices {
@@ -76,7 +85,8 @@ pub fn folded_stacks(index: &TraceIndex, summary: &Summary, at: Moment, shown: F
                 };
                 let tensor_bytes = add_all(&mut merged, &base, index, info, tensor_stacks, shown);
                 let cache = segments_bytes.saturating_sub(tensor_bytes);
-                if cache > 0 {
+                cache_bytes += cache;
+                if cache > 0 && with_cache {
                     let mut frames = base.clone();
                     frames.push(CACHE_FRAME.to_string());
                     *merged.entry(frames).or_default() += cache;
@@ -86,7 +96,7 @@ pub fn folded_stacks(index: &TraceIndex, summary: &Summary, at: Moment, shown: F
     }
     let mut stacks: Vec<(Vec<String>, u64)> = merged.into_iter().filter(|(_, bytes)| *bytes > 0).collect();
     stacks.sort();
-    stacks
+    (stacks, cache_bytes)
 }
 
 /// Adds every stack of `by_stack`; returns their bytes.

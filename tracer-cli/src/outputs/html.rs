@@ -242,6 +242,9 @@ fn page(
     if let Some(line) = crate::analysis::unrecorded_line(&index.unrecorded) {
         let _ = writeln!(out, "<p><b>This trace is incomplete:</b> {}.</p>", escape(&line));
     }
+    if let Some(line) = crate::analysis::silent_children_line(&crate::analysis::silent_children(index)) {
+        let _ = writeln!(out, "<p>{}.</p>", escape(&line));
+    }
     out += "<h2>Processes</h2>\n<table><tr><th>pid</th><th>parent</th><th>image</th><th>command</th><th>exit</th><th>events</th></tr>\n";
     for (info, process) in index.processes.iter().zip(&summary.processes) {
         let s = &info.start;
@@ -308,6 +311,12 @@ fn page(
                 bytes(stats.peak),
                 bytes(stats.current)
             );
+            // Where PyTorch's tensors were recorded, they answer first: the
+            // driver's view below is mostly PyTorch's cache.
+            if let (Some(tensors), Some(chart)) = (process.tensors.devices.get(device), charts.get(device)) {
+                out += &tensors_html(index, info, tensors, chart, frames);
+                out += "<h3>All driver memory (PyTorch's segments by the call that reserved them)</h3>\n";
+            }
             if let Some(chart) = charts.get(device) {
                 out += &chart_html(chart, "chart", stats.peak, stats.peak_time_ns);
             }
@@ -319,9 +328,6 @@ fn page(
                 &stats.peak_by_stack,
             );
             out += &sites_table(index, info, frames, "Memory live at exit (leaks)", &stats.live_by_stack);
-            if let (Some(tensors), Some(chart)) = (process.tensors.devices.get(device), charts.get(device)) {
-                out += &tensors_html(index, info, tensors, chart, frames);
-            }
             if !stats.ooms.is_empty() {
                 out += "<h3>Out-of-memory failures</h3>\n<table class=\"ooms\"><tr><th>when</th><th>asked for</th><th>free</th><th>total</th><th>API</th><th>stack</th></tr>\n";
                 for oom in &stats.ooms {
@@ -392,18 +398,18 @@ fn tensors_html(
         index,
         info,
         frames,
-        &format!(
-            "Tensors at the allocated peak of {}",
-            bytes(tensors.allocated_peak.allocated)
-        ),
-        &tensors.peak_by_stack,
+        "Tensors live at exit (leaks)",
+        &tensors.live_by_stack,
     );
     out += &sites_table(
         index,
         info,
         frames,
-        "Tensors live at exit (leaks)",
-        &tensors.live_by_stack,
+        &format!(
+            "Tensors at the allocated peak of {}",
+            bytes(tensors.allocated_peak.allocated)
+        ),
+        &tensors.peak_by_stack,
     );
     out
 }
@@ -572,10 +578,14 @@ fn sites_table(
     for site in sites.iter().take(TABLE_ROWS) {
         let _ = writeln!(
             out,
-            "<tr><td class=\"num\">{}</td><td class=\"num\">{}</td><td class=\"site\">{}</td><td>{}</td></tr>",
+            "<tr><td class=\"num\">{}</td><td class=\"num\">{}</td><td class=\"site\">{}</td><td>{}{}</td></tr>",
             bytes(site.bytes),
             site.allocations,
             escape(&site.name),
+            super::parts_text(&site.parts).map_or_else(String::new, |parts| format!(
+                "<div class=\"parts\">{}</div>",
+                escape(&parts)
+            )),
             stack_lines_html(&index.frames(info, site.stack), frames)
         );
     }

@@ -166,6 +166,7 @@ pub fn report(index: &TraceIndex, summary: &Summary) -> Value {
         "refused_spools": refused,
         "damaged_spools": damaged_spools,
         "unrecorded_processes": index.unrecorded.iter().map(crate::analysis::unrecorded_json).collect::<Vec<_>>(),
+        "forked_without_spool": crate::analysis::silent_children(index).iter().map(crate::analysis::silent_child_json).collect::<Vec<_>>(),
         "processes": processes,
     })
 }

@@ -13,7 +13,28 @@ pub mod text;
 
 use crate::analysis::TraceIndex;
 use crate::terminal::say;
-use crate::wording::count;
+use crate::wording::{bytes, count};
+
+/// Autograd nodes named in a backward pass's line; the rest are counted.
+const PARTS_NAMED: usize = 5;
+
+/// A call site's parts (the backward pass's bytes by autograd node) as
+/// one line: `by autograd node: ConvolutionBackward0 89.5 MiB, …`.
+pub fn parts_text(parts: &[(String, u64)]) -> Option<String> {
+    if parts.is_empty() {
+        return None;
+    }
+    let mut named: Vec<String> = parts
+        .iter()
+        .take(PARTS_NAMED)
+        .map(|(node, size)| format!("{node} {}", bytes(*size)))
+        .collect();
+    if parts.len() > PARTS_NAMED {
+        let rest: u64 = parts[PARTS_NAMED..].iter().map(|(_, size)| size).sum();
+        named.push(format!("{} more {}", parts.len() - PARTS_NAMED, bytes(rest)));
+    }
+    Some(format!("by autograd node: {}", named.join(", ")))
+}
 
 /// Says on stderr what is wrong with the trace, if anything; returns the
 /// exit code that reading it deserves (1 when it is damaged).

@@ -58,6 +58,9 @@ pub fn report(index: &TraceIndex, summary: &Summary, frames: FramesShown) -> Str
             out += &format!("  {}\n", unrecorded_process_text(process));
         }
     }
+    if let Some(line) = crate::analysis::silent_children_line(&crate::analysis::silent_children(index)) {
+        out += &format!("\n{line}\n");
+    }
     out
 }
 
@@ -76,6 +79,9 @@ fn process_text(index: &TraceIndex, info: &ProcessIndex, process: &ProcessSummar
         start.ppid,
         start.argv.join(" ")
     );
+    // Where PyTorch's tensors were recorded, they answer first: its
+    // segments below are mostly cache.
+    out += &tensors_text(index, info, process, frames);
     let live = process.live_at_exit();
     for (device, stats) in &process.devices {
         let live_list = live.get(device).map(Vec::as_slice).unwrap_or_default();
@@ -124,7 +130,6 @@ fn process_text(index: &TraceIndex, info: &ProcessIndex, process: &ProcessSummar
             out += &stack_text(index, info, oom.stack, frames, "      ");
         }
     }
-    out += &tensors_text(index, info, process, frames);
     if process.host.allocations > 0 {
         out += &format!(
             "  pinned host memory: {}, {}, peak {}, live at exit {}\n",
@@ -221,6 +226,9 @@ fn call_sites_text(
             count(site.allocations, "allocation", "allocations"),
             site.name
         );
+        if let Some(parts) = crate::outputs::parts_text(&site.parts) {
+            out += &format!("        {parts}\n");
+        }
         out += &stack_lines_text(&index.frames(info, site.stack), frames, "        ");
     }
     if sites.len() > LARGEST_SHOWN {

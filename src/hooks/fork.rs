@@ -1,0 +1,55 @@
+//! `fork`: the parent notes each child in its spool, so that a child that
+//! leaves no spool of its own (it made no CUDA call, or could not record
+//! and had no way to say so) is still known to the trace.
+//!
+//! Only a parent that has a spool notes its children: one that never used
+//! CUDA is not in the trace, and a `fork` is no reason to put it there. The
+//! child side of a fork is `lifecycle`'s, through `pthread_atfork`, which
+//! the real `fork` runs.
+
+use crate::record::recorder;
+use crate::sys::tracing_switch::guarded;
+use std::sync::atomic::{AtomicUsize, Ordering};
+
+type ForkFn = unsafe extern "C" fn() -> libc::pid_t;
+
+static REAL_FORK: AtomicUsize = AtomicUsize::new(0);
+
+/// The C library's `fork`, whatever its symbol version; 0 if none.
+fn next_fork() -> usize {
+    // SAFETY: a NUL-terminated name; RTLD_NEXT searches the libraries after ours.
+    unsafe { libc::dlsym(libc::RTLD_NEXT, c"fork".as_ptr()) as usize }
+}
+
+/// Finds the C library's `fork`, from the library constructor (a fork from
+/// a signal handler must not look a symbol up).
+pub fn resolve() {
+    REAL_FORK.store(next_fork(), Ordering::Release);
+}
+
+/// `fork`.
+///
+/// # Safety
+/// As the C library's `fork`.
+#[unsafe(no_mangle)]
+pub unsafe extern "C" fn fork() -> libc::pid_t {
+    let real = match REAL_FORK.load(Ordering::Acquire) {
+        0 => {
+            let found = next_fork();
+            REAL_FORK.store(found, Ordering::Release);
+            found
+        }
+        found => found,
+    };
+    if real == 0 {
+        // SAFETY: the thread's errno.
+        unsafe { *libc::__errno_location() = libc::ENOSYS };
+        return -1;
+    }
+    // SAFETY: the C library's fork.
+    let child = unsafe { std::mem::transmute::<usize, ForkFn>(real)() };
+    if child > 0 {
+        guarded(|| recorder::forked(child as u32));
+    }
+    child
+}
