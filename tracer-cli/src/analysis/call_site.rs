@@ -278,6 +278,11 @@ pub struct CallSite {
 /// is, and what it left allocated (the gradients) reads as one sum.
 pub const BACKWARD_PASS: &str = "autograd backward pass";
 
+/// Whether a stack is one of autograd's backward pass ([`BACKWARD_PASS`]).
+pub fn in_backward_pass(frames: &[Frame]) -> bool {
+    site_of(frames).2.is_some()
+}
+
 /// A stack's call site: `(key, name, autograd node)`. The key is the
 /// headline frame in full (file or module path, line and function), the
 /// name its short form; the backward pass is [`BACKWARD_PASS`], with the

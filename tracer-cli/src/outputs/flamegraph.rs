@@ -9,8 +9,8 @@
 //! (cuBLAS workspaces, NCCL, the program's own) keeps its allocation stacks.
 
 use crate::analysis::{
-    headline_text, made_by_caching_allocator, stack_names, tensors_stopped_midway, ByStack, FramesShown, ProcessIndex,
-    Summary, TraceIndex,
+    headline_text, in_backward_pass, made_by_caching_allocator, stack_names, tensors_stopped_midway, ByStack,
+    FramesShown, ProcessIndex, Summary, TraceIndex, BACKWARD_PASS,
 };
 use std::collections::BTreeMap;
 
@@ -127,6 +127,11 @@ fn add(
 ) {
     let frames = index.frames(info, stack);
     let mut names = base.to_vec();
+    // The backward pass is one tower, named, as it is one call site in the
+    // report: its thread's own frames say nothing of the program.
+    if in_backward_pass(&frames) {
+        names.push(BACKWARD_PASS.to_string());
+    }
     if frames.is_empty() {
         names.push("(no call stack recorded)".to_string());
     } else {
