@@ -13,21 +13,6 @@ use std::process::Command;
 
 const MIB: u64 = 1 << 20;
 
-/// `wording::bytes`, as a reader checks it.
-fn human(value: u64) -> String {
-    let units = ["B", "KiB", "MiB", "GiB", "TiB"];
-    let (mut scaled, mut unit) = (value as f64, 0);
-    while scaled >= 1024.0 && unit < units.len() - 1 {
-        scaled /= 1024.0;
-        unit += 1;
-    }
-    if unit == 0 {
-        format!("{value} B")
-    } else {
-        format!("{scaled:.1} {}", units[unit])
-    }
-}
-
 /// One chart as the page holds it.
 #[derive(Debug)]
 struct SeenChart {
@@ -180,7 +165,7 @@ fn check_charts(label: &str, trace: &Path, html: &str) {
         let drawn: Vec<u64> = chart.tick_labels.iter().map(|(bytes, _)| *bytes).collect();
         assert_eq!(drawn, chart.ticks, "{label}");
         for (bytes, shown) in &chart.tick_labels {
-            assert_eq!(shown, &human(*bytes), "{label}");
+            assert_eq!(shown, &human_bytes(*bytes), "{label}");
         }
         assert!(
             *chart.ticks.last().unwrap() >= chart.highest_total(),
@@ -229,7 +214,7 @@ fn check_charts(label: &str, trace: &Path, html: &str) {
             .iter()
             .filter(|(name, _)| name != "other call sites")
             .take(sites.len())
-            .map(|(name, bytes)| (human(*bytes), name.clone()))
+            .map(|(name, bytes)| (human_bytes(*bytes), name.clone()))
             .collect();
         assert_eq!(&legend, sites, "{label}: the legend is the report's call sites");
     }

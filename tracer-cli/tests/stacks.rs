@@ -6,10 +6,22 @@ mod common;
 
 use common::*;
 use serde_json::Value;
-use std::path::PathBuf;
+use std::path::{Path, PathBuf};
 use std::process::Command;
 
 /// `cudatrace run -o <fresh>/run.trace [options] -- program args...`.
+/// Runs `python3 SCRIPT` (a program calling through `libdeep_library.so`)
+/// under `cudatrace run`; the trace.
+fn traced_deep_program(label: &str, script: &Path) -> PathBuf {
+    let (mut command, trace) = traced(label, &[], &["python3".as_ref(), script.as_os_str()]);
+    let output = command
+        .env("DEEP_LIBRARY", fake_cuda::library_dir().join("libdeep_library.so"))
+        .output()
+        .unwrap();
+    assert!(output.status.success(), "{}", String::from_utf8_lossy(&output.stderr));
+    trace
+}
+
 fn traced(label: &str, options: &[&str], program: &[&std::ffi::OsStr]) -> (Command, PathBuf) {
     let dir = scratch_dir(label);
     let trace = dir.join("run.trace");
@@ -302,12 +314,7 @@ fn the_python_line_heads_a_call_site_twelve_native_frames_above_the_allocation()
     let dir = scratch_dir("deep");
     let script = dir.join("deep.py");
     std::fs::write(&script, DEEP_PROGRAM).unwrap();
-    let (mut command, trace) = traced("deep", &[], &["python3".as_ref(), script.as_os_str()]);
-    let output = command
-        .env("DEEP_LIBRARY", fake_cuda::library_dir().join("libdeep_library.so"))
-        .output()
-        .unwrap();
-    assert!(output.status.success(), "{}", String::from_utf8_lossy(&output.stderr));
+    let trace = traced_deep_program("deep", &script);
     let trace = trace.to_str().unwrap();
 
     // Text: the site's first line names the Python line; the library's 12
@@ -413,12 +420,7 @@ fn stacks_that_share_their_headline_are_one_call_site() {
         DEEP_PROGRAM.replace("make_buffers()\n", "make_buffers()\nmake_buffers()\n"),
     )
     .unwrap();
-    let (mut command, trace) = traced("deep-twice", &[], &["python3".as_ref(), script.as_os_str()]);
-    let output = command
-        .env("DEEP_LIBRARY", fake_cuda::library_dir().join("libdeep_library.so"))
-        .output()
-        .unwrap();
-    assert!(output.status.success(), "{}", String::from_utf8_lossy(&output.stderr));
+    let trace = traced_deep_program("deep-twice", &script);
     let text = String::from_utf8(cudatrace(&["report", trace.to_str().unwrap()]).output().unwrap().stdout).unwrap();
     let sites = text.split("    call sites live at exit:\n").nth(1).expect(&text);
     let lines: Vec<&str> = sites.lines().collect();

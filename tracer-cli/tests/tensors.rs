@@ -323,25 +323,10 @@ fn the_flamegraph_shows_pytorch_segments_as_their_tensors_and_the_cache_when_ask
     assert!(
         said.contains(&format!(
             "cudatrace: PyTorch's cache, {} reserved in no tensor, is left out (--cache shows it)\n",
-            bytes_text(reserved - allocated)
+            human_bytes(reserved - allocated)
         )),
         "{said}"
     );
-}
-
-/// Bytes as the CLI prints them (`2.0 MiB`), for exact messages.
-fn bytes_text(value: u64) -> String {
-    let units = ["B", "KiB", "MiB", "GiB", "TiB"];
-    let (mut scaled, mut unit) = (value as f64, 0);
-    while scaled >= 1024.0 && unit < units.len() - 1 {
-        scaled /= 1024.0;
-        unit += 1;
-    }
-    if unit == 0 {
-        format!("{value} B")
-    } else {
-        format!("{scaled:.1} {}", units[unit])
-    }
 }
 
 #[test]

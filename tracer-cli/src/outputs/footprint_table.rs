@@ -131,39 +131,32 @@ fn reading_text(what: &str, breakdown: &Breakdown, origin_ns: u64) -> String {
     };
     let moment = seconds(breakdown.reference.time_ns, origin_ns);
     let delta = breakdown.reference.bytes as i64 - reading.bytes as i64;
-    let since = if delta == 0 {
-        String::new()
-    } else {
-        format!(
-            ", {} {} measured since",
-            if delta > 0 { "plus" } else { "less" },
-            bytes(delta.unsigned_abs())
-        )
+    // ", plus 64.0 MiB measured since", or nothing when nothing changed.
+    let change = |tail: &str| {
+        if delta == 0 {
+            String::new()
+        } else {
+            let sign = if delta > 0 { "plus" } else { "less" };
+            format!(", {sign} {} measured {tail}", bytes(delta.unsigned_abs()))
+        }
     };
     if reading.time_ns == breakdown.reference.time_ns {
         format!("{what} {moment}: driver-used is {source} then")
     } else if reading.time_ns > breakdown.reference.time_ns {
         // The next reading, and what was measured to change between the
         // moment and it (freed after the moment: added back).
-        let until = if delta == 0 {
-            String::new()
-        } else {
-            format!(
-                ", {} {} measured to change in between",
-                if delta > 0 { "plus" } else { "less" },
-                bytes(delta.unsigned_abs())
-            )
-        };
         format!(
-            "{what} {moment}: driver-used is {source} after it, at {}, {}{until}",
+            "{what} {moment}: driver-used is {source} after it, at {}, {}{}",
             seconds(reading.time_ns, origin_ns),
-            bytes(reading.bytes)
+            bytes(reading.bytes),
+            change("to change in between")
         )
     } else {
         format!(
-            "{what} {moment}: driver-used is {source} at {}, {}{since}",
+            "{what} {moment}: driver-used is {source} at {}, {}{}",
             seconds(reading.time_ns, origin_ns),
-            bytes(reading.bytes)
+            bytes(reading.bytes),
+            change("since")
         )
     }
 }

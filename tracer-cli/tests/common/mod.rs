@@ -267,3 +267,20 @@ pub fn plain_preload_scenario(scenario: &str, trace: &Path, tmpdir: &Path) -> Ou
         .output()
         .unwrap()
 }
+
+/// Bytes as the CLI prints them (`wording::bytes`: `512 B`, `2.0 MiB`),
+/// written again here so that a test checks the CLI's figures against an
+/// oracle of its own.
+pub fn human_bytes(value: u64) -> String {
+    let units = ["B", "KiB", "MiB", "GiB", "TiB"];
+    let (mut scaled, mut unit) = (value as f64, 0);
+    while scaled >= 1024.0 && unit < units.len() - 1 {
+        scaled /= 1024.0;
+        unit += 1;
+    }
+    if unit == 0 {
+        format!("{value} B")
+    } else {
+        format!("{scaled:.1} {}", units[unit])
+    }
+}
