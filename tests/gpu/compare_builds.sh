@@ -6,7 +6,10 @@
 # medians, ns per pair. Optionally (RESNET=1) one ResNet-50 process per build
 # with the async allocator, reporting its step time.
 #
-#   tests/gpu/compare_builds.sh ROUNDS STACKS NAME=LIB [NAME=LIB ...]
+#   tests/gpu/compare_builds.sh ROUNDS STACKS NAME=LIB[:CLI] [NAME=LIB[:CLI] ...]
+# With a CLI (the `cudatrace` of the same build), the build's loop runs
+# under `CLI run`, whose collector empties the spool as it goes; without,
+# with plain LD_PRELOAD and the spools kept in a folder.
 # A diagnostic build (`git apply tests/gpu/diagnostics/phase-timing.patch`,
 # then `cargo build --release` and copy the library away; never commit it)
 # prints each phase's mean ns per event at exit: its "PHASES" lines are
@@ -23,11 +26,18 @@ phases=${OUT:-$build}/phases.txt
 for round in $(seq "$rounds"); do
     echo "plain $(taskset -c $core "$build/hook_cost" 20000 5 | tr '\n' ' ')" >>"$results"
     for pair in "$@"; do
-        name=${pair%%=*} lib=${pair#*=}
+        name=${pair%%=*} lib=${pair#*=} cli=
+        case $lib in *:*) cli=${lib#*:} lib=${lib%%:*} ;; esac
         dir=$(mktemp -d)
         echo "$name, hook-cost loop, stacks $stacks:" >>"$phases"
-        line=$(PHASES_OUT=$phases CUDATRACE_DIR=$dir CUDATRACE_STACKS=$stacks LD_PRELOAD=$lib \
-            taskset -c $core "$build/hook_cost" 20000 5 | tr '\n' ' ')
+        if [ -n "$cli" ]; then
+            # Under `cudatrace run`: the collector empties the spool as it goes.
+            line=$(PHASES_OUT=$phases TMPDIR=$dir "$cli" run --force --preload "$lib" --stacks "$stacks" \
+                -o "$dir/t.trace" -- taskset -c $core "$build/hook_cost" 20000 5 2>/dev/null | tr '\n' ' ')
+        else
+            line=$(PHASES_OUT=$phases CUDATRACE_DIR=$dir CUDATRACE_STACKS=$stacks LD_PRELOAD=$lib \
+                taskset -c $core "$build/hook_cost" 20000 5 | tr '\n' ' ')
+        fi
         echo "$name $line" >>"$results"
         rm -rf "$dir"
     done

@@ -680,7 +680,8 @@ MEASURED = {}
 def scenario_hook_cost(args):
     """The hook's cost per runtime call on the real driver: a C loop of
     cudaMallocAsync + cudaFreeAsync pairs 1 and 32 native frames deep,
-    pinned to one core, plain and traced (stacks none, native, all), 20
+    pinned to one core, plain and traced under `cudatrace run` (stacks none,
+    native, all; the collector empties the spool as it goes, as in use), 20
     interleaved rounds; medians and spread of each variant's per-process figure."""
     binary = nvcc("hook_cost.cu", "-cudart", "shared")
     variants = [("plain", None), ("none", "none"), ("native", "native"), ("all", "all")]
@@ -689,11 +690,12 @@ def scenario_hook_cost(args):
     for _ in range(20):
         for name, stacks in variants:
             workdir = tempfile.mkdtemp(prefix="cudatrace-hook-cost-")
-            environment = dict(os.environ)
+            argv = ["taskset", "-c", core, binary, "20000", "5"]
             if stacks:
-                environment.update(LD_PRELOAD=args.preload, CUDATRACE_DIR=workdir, CUDATRACE_STACKS=stacks)
-            done = subprocess.run(["taskset", "-c", core, binary, "20000", "5"], env=environment,
-                                  capture_output=True, text=True, timeout=args.timeout)
+                argv = [args.cli, "run", "--force", "--preload", args.preload, "--stacks", stacks, "-o",
+                        os.path.join(workdir, "t.trace"), "--"] + argv
+            done = subprocess.run(argv, env=dict(os.environ, TMPDIR=workdir), capture_output=True, text=True,
+                                  timeout=args.timeout)
             shutil.rmtree(workdir, ignore_errors=True)
             if done.returncode != 0:
                 return False, f"{name}: exit {done.returncode}: {done.stderr.strip()[-200:]}"
