@@ -10,9 +10,10 @@
 //! replace the calling image and are left alone.
 
 use crate::spool::writer;
+use crate::sys::loader::next_function;
 use crate::sys::tracing_switch::guarded;
-use std::ffi::{c_char, c_int, CStr};
-use std::sync::atomic::{AtomicUsize, Ordering};
+use std::ffi::{c_char, c_int};
+use std::sync::atomic::AtomicUsize;
 
 type ExecveFn = unsafe extern "C" fn(*const c_char, *const *const c_char, *const *const c_char) -> c_int;
 type ExecvFn = unsafe extern "C" fn(*const c_char, *const *const c_char) -> c_int;
@@ -24,17 +25,8 @@ static REAL_EXECVP: AtomicUsize = AtomicUsize::new(0);
 static REAL_EXECVPE: AtomicUsize = AtomicUsize::new(0);
 static REAL_FEXECVE: AtomicUsize = AtomicUsize::new(0);
 
-/// The next definition of `name` after this library, whatever its symbol
-/// version (`execvpe` is `GLIBC_2.11`, and other architectures have other
-/// base versions); 0 if none.
-fn next_definition(name: &CStr) -> usize {
-    // SAFETY: a NUL-terminated name; RTLD_NEXT searches the libraries after ours.
-    unsafe { libc::dlsym(libc::RTLD_NEXT, name.as_ptr()) as usize }
-}
-
 /// Finds the C library's exec functions, from the library constructor: an
-/// exec may come from a signal handler or a `vfork` child, where looking a
-/// symbol up (which may allocate) is not safe.
+/// exec may come from a signal handler or a `vfork` child.
 pub fn resolve() {
     for (name, cache) in [
         (c"execve", &REAL_EXECVE),
@@ -43,19 +35,7 @@ pub fn resolve() {
         (c"execvpe", &REAL_EXECVPE),
         (c"fexecve", &REAL_FEXECVE),
     ] {
-        cache.store(next_definition(name), Ordering::Release);
-    }
-}
-
-/// The cached function, or (an exec before the constructor ran) a lookup now.
-fn real(name: &CStr, cache: &AtomicUsize) -> usize {
-    match cache.load(Ordering::Acquire) {
-        0 => {
-            let found = next_definition(name);
-            cache.store(found, Ordering::Release);
-            found
-        }
-        found => found,
+        next_function(name, cache);
     }
 }
 
@@ -80,7 +60,7 @@ fn marked(real: usize, call: impl FnOnce(usize) -> c_int) -> c_int {
 /// As the C library's `execve`.
 #[unsafe(no_mangle)]
 pub unsafe extern "C" fn execve(path: *const c_char, argv: *const *const c_char, envp: *const *const c_char) -> c_int {
-    marked(real(c"execve", &REAL_EXECVE), |real| {
+    marked(next_function(c"execve", &REAL_EXECVE), |real| {
         // SAFETY: the C library's execve, with the caller's arguments.
         unsafe { std::mem::transmute::<usize, ExecveFn>(real)(path, argv, envp) }
     })
@@ -92,7 +72,7 @@ pub unsafe extern "C" fn execve(path: *const c_char, argv: *const *const c_char,
 /// As the C library's `execv`.
 #[unsafe(no_mangle)]
 pub unsafe extern "C" fn execv(path: *const c_char, argv: *const *const c_char) -> c_int {
-    marked(real(c"execv", &REAL_EXECV), |real| {
+    marked(next_function(c"execv", &REAL_EXECV), |real| {
         // SAFETY: the C library's execv, with the caller's arguments.
         unsafe { std::mem::transmute::<usize, ExecvFn>(real)(path, argv) }
     })
@@ -104,7 +84,7 @@ pub unsafe extern "C" fn execv(path: *const c_char, argv: *const *const c_char) 
 /// As the C library's `execvp`.
 #[unsafe(no_mangle)]
 pub unsafe extern "C" fn execvp(file: *const c_char, argv: *const *const c_char) -> c_int {
-    marked(real(c"execvp", &REAL_EXECVP), |real| {
+    marked(next_function(c"execvp", &REAL_EXECVP), |real| {
         // SAFETY: the C library's execvp, with the caller's arguments.
         unsafe { std::mem::transmute::<usize, ExecvFn>(real)(file, argv) }
     })
@@ -116,7 +96,7 @@ pub unsafe extern "C" fn execvp(file: *const c_char, argv: *const *const c_char)
 /// As the C library's `execvpe`.
 #[unsafe(no_mangle)]
 pub unsafe extern "C" fn execvpe(file: *const c_char, argv: *const *const c_char, envp: *const *const c_char) -> c_int {
-    marked(real(c"execvpe", &REAL_EXECVPE), |real| {
+    marked(next_function(c"execvpe", &REAL_EXECVPE), |real| {
         // SAFETY: the C library's execvpe, with the caller's arguments.
         unsafe { std::mem::transmute::<usize, ExecveFn>(real)(file, argv, envp) }
     })
@@ -128,7 +108,7 @@ pub unsafe extern "C" fn execvpe(file: *const c_char, argv: *const *const c_char
 /// As the C library's `fexecve`.
 #[unsafe(no_mangle)]
 pub unsafe extern "C" fn fexecve(fd: c_int, argv: *const *const c_char, envp: *const *const c_char) -> c_int {
-    marked(real(c"fexecve", &REAL_FEXECVE), |real| {
+    marked(next_function(c"fexecve", &REAL_FEXECVE), |real| {
         // SAFETY: the C library's fexecve, with the caller's arguments.
         unsafe { std::mem::transmute::<usize, FexecveFn>(real)(fd, argv, envp) }
     })

@@ -8,23 +8,18 @@
 //! the real `fork` runs.
 
 use crate::record::recorder;
+use crate::sys::loader::next_function;
 use crate::sys::tracing_switch::guarded;
-use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::atomic::AtomicUsize;
 
 type ForkFn = unsafe extern "C" fn() -> libc::pid_t;
 
 static REAL_FORK: AtomicUsize = AtomicUsize::new(0);
 
-/// The C library's `fork`, whatever its symbol version; 0 if none.
-fn next_fork() -> usize {
-    // SAFETY: a NUL-terminated name; RTLD_NEXT searches the libraries after ours.
-    unsafe { libc::dlsym(libc::RTLD_NEXT, c"fork".as_ptr()) as usize }
-}
-
 /// Finds the C library's `fork`, from the library constructor (a fork from
 /// a signal handler must not look a symbol up).
 pub fn resolve() {
-    REAL_FORK.store(next_fork(), Ordering::Release);
+    next_function(c"fork", &REAL_FORK);
 }
 
 /// `fork`.
@@ -33,14 +28,7 @@ pub fn resolve() {
 /// As the C library's `fork`.
 #[unsafe(no_mangle)]
 pub unsafe extern "C" fn fork() -> libc::pid_t {
-    let real = match REAL_FORK.load(Ordering::Acquire) {
-        0 => {
-            let found = next_fork();
-            REAL_FORK.store(found, Ordering::Release);
-            found
-        }
-        found => found,
-    };
+    let real = next_function(c"fork", &REAL_FORK);
     if real == 0 {
         // SAFETY: the thread's errno.
         unsafe { *libc::__errno_location() = libc::ENOSYS };

@@ -130,25 +130,28 @@ pub fn write(seq: u64, record: Record, with_stack: bool) {
     } else {
         0
     };
-    writer::write(
-        seq,
-        RawRecord {
-            commit: 0,
-            time_ns: 0,
-            address: record.address,
-            size: record.size,
-            stream: record.stream,
-            arg1: record.arg1,
-            arg2: record.arg2,
-            tid: current_tid(),
-            op: record.op as u8,
-            kind: record.kind as u8,
-            api: tagged(record.api) as u8,
-            device: record.device,
-            stack,
-            spare: 0,
-        },
-    );
+    writer::write(seq, raw_record(record, stack));
+}
+
+/// The spool's form of `record`; the writer adds the time.
+#[inline]
+fn raw_record(record: Record, stack: u32) -> RawRecord {
+    RawRecord {
+        commit: 0,
+        time_ns: 0,
+        address: record.address,
+        size: record.size,
+        stream: record.stream,
+        arg1: record.arg1,
+        arg2: record.arg2,
+        tid: current_tid(),
+        op: record.op as u8,
+        kind: record.kind as u8,
+        api: tagged(record.api) as u8,
+        device: record.device,
+        stack,
+        spare: 0,
+    }
 }
 
 /// Writes a measurement record (see `cudatrace_events::measures`) under a
@@ -166,7 +169,9 @@ pub fn forked(child: u32) {
     }
     let mut record = Record::new(Op::Fork, Api::Unknown);
     record.arg1 = u64::from(child);
-    write_measurement(record, false);
+    // `fork` may be called from a signal handler, perhaps one that
+    // interrupted this thread while it grew the spool: never wait for that.
+    writer::write_without_waiting(writer::reserve_seq(), raw_record(record, 0));
 }
 
 /// An allocation the driver made, with its device and kind worked out by

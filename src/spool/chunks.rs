@@ -119,6 +119,31 @@ pub fn slot(seq: u64) -> Result<*mut RawRecord, i32> {
     Ok(unsafe { base.add(within) })
 }
 
+/// Like [`slot`], but never waits for the lock that guards growing: when
+/// another growth holds it (perhaps this very thread, interrupted by the
+/// signal handler that calls this), `EAGAIN`.
+pub fn slot_without_waiting(seq: u64) -> Result<*mut RawRecord, i32> {
+    let chunk = (seq / CHUNK_RECORDS as u64) as usize;
+    let base = CHUNKS[chunk % MAX_CHUNKS].load(Ordering::Acquire);
+    if !base.is_null() && chunk < MAPPED.load(Ordering::Acquire) {
+        // SAFETY: within < CHUNK_RECORDS, the number of records in the mapping.
+        return Ok(unsafe { base.add((seq % CHUNK_RECORDS as u64) as usize) });
+    }
+    if let Some(errno) = paused() {
+        return Err(errno);
+    }
+    if GROW_LOCK
+        .compare_exchange(false, true, Ordering::Acquire, Ordering::Relaxed)
+        .is_err()
+    {
+        return Err(libc::EAGAIN);
+    }
+    let result = grown_under_lock(chunk);
+    GROW_LOCK.store(false, Ordering::Release);
+    // SAFETY: as above, in the chunk just mapped.
+    result.map(|base| unsafe { base.add((seq % CHUNK_RECORDS as u64) as usize) })
+}
+
 fn paused() -> Option<i32> {
     let now = monotonic_ns();
     (now < RETRY_AFTER_NS.load(Ordering::Acquire)).then(|| LAST_GROW_ERRNO.load(Ordering::Relaxed))
@@ -135,6 +160,14 @@ fn grow(target: usize) -> Result<*mut RawRecord, i32> {
     {
         std::thread::yield_now();
     }
+    let result = grown_under_lock(target);
+    GROW_LOCK.store(false, Ordering::Release);
+    result
+}
+
+/// Grows up to chunk `target`, with `GROW_LOCK` held; a failure pauses
+/// growing for a while.
+fn grown_under_lock(target: usize) -> Result<*mut RawRecord, i32> {
     // Whoever held the lock may have just failed: do not try again at once.
     let result = match paused() {
         Some(errno) => Err(errno),
@@ -144,7 +177,6 @@ fn grow(target: usize) -> Result<*mut RawRecord, i32> {
         LAST_GROW_ERRNO.store(errno, Ordering::Relaxed);
         RETRY_AFTER_NS.store(monotonic_ns() + RETRY_PAUSE_NS, Ordering::Release);
     }
-    GROW_LOCK.store(false, Ordering::Release);
     result
 }
 

@@ -1,14 +1,17 @@
 //! Saying "this process could not record" when there is no spool to say it
 //! in. Two ways, tried in this order:
 //!
-//! - a forked child still has its parent's spool header mapped, shared,
-//!   from before the fork: it claims one of the header's child-failure
-//!   slots (`cudatrace_events::layout::ChildFailure`). This needs no
-//!   descriptor, no permission on the spool folder and no `cudatrace run`,
-//!   so it works in plain `LD_PRELOAD` trees, after `setuid`, and with
-//!   every descriptor taken;
-//! - the run's notice file (see `cudatrace_events::notices`), for a process
-//!   that has no such parent (the command itself, or an `exec`'d image).
+//! - the run's notice file (see `cudatrace_events::notices`), under
+//!   `cudatrace run`: its collector reads it to the end of the run, so it
+//!   holds for any process of the tree, however late;
+//! - without it, a forked child still has its parent's spool header mapped,
+//!   shared, from before the fork: it claims one of the header's
+//!   child-failure slots (`cudatrace_events::layout::ChildFailure`). This
+//!   needs no descriptor, no permission on the spool folder and no
+//!   `cudatrace run`, so it works in plain `LD_PRELOAD` trees, after
+//!   `setuid`, and with every descriptor taken; it is read while the
+//!   parent's spool is followed, so a child that fails after its parent's
+//!   spool was read to its end goes unnamed.
 //!
 //! The notice descriptor comes from `cudatrace run`, inherited. It is the
 //! program's as much as ours once inherited, so it is used only while it
@@ -73,19 +76,23 @@ pub fn could_not_record(errno: i32, reason: NoSpool, folder: Option<&Path>) {
     }
     // SAFETY: the calling thread's errno.
     let saved_errno = unsafe { *libc::__errno_location() };
-    if !tell_parent(errno, reason) {
-        tell_notice_file(errno, &reason.words(folder.unwrap_or(Path::new(""))));
+    // The run's notice file first: the collector reads it to the end of the
+    // run, while a parent's header is read only as long as its collector
+    // follows that spool (a child may outlive its parent, or fail after the
+    // parent exec'd), and has sixteen slots.
+    if !tell_notice_file(errno, &reason.words(folder.unwrap_or(Path::new("")))) {
+        tell_parent(errno, reason);
     }
     // SAFETY: the calling thread's errno.
     unsafe { *libc::__errno_location() = saved_errno };
 }
 
-/// Claims a child-failure slot in the parent's header; false when there is
-/// no parent header.
-fn tell_parent(errno: i32, reason: NoSpool) -> bool {
+/// Claims a child-failure slot in the parent's header, if there is one
+/// (or counts the child when every slot is taken).
+fn tell_parent(errno: i32, reason: NoSpool) {
     let header = PARENT_HEADER.load(Ordering::Acquire);
     if header.is_null() {
-        return false;
+        return;
     }
     // SAFETY: no preconditions.
     let (pid, ppid, uid) = unsafe { (libc::getpid() as u32, libc::getppid() as u32, libc::getuid()) };
@@ -109,19 +116,18 @@ fn tell_parent(errno: i32, reason: NoSpool) -> bool {
             (*slot).name = process_name_bytes();
             (*slot).ppid = ppid;
             AtomicU32::from_ptr(&raw mut (*slot).published).store(1, Ordering::Release);
-            return true;
+            return;
         }
         AtomicU32::from_ptr(&raw mut (*header).child_failures_lost).fetch_add(1, Ordering::AcqRel);
     }
-    true
 }
 
 /// Writes the line through the run's notice descriptor, if it has one and
-/// it still names the notice file.
-fn tell_notice_file(errno: i32, reason: &str) {
+/// it still names the notice file; false if not written.
+fn tell_notice_file(errno: i32, reason: &str) -> bool {
     let fd = FD.load(Ordering::Acquire);
     if fd < 0 {
-        return;
+        return false;
     }
     // SAFETY: a zeroed stat buffer for fstat to fill.
     let mut stat: libc::stat = unsafe { std::mem::zeroed() };
@@ -130,7 +136,7 @@ fn tell_notice_file(errno: i32, reason: &str) {
         && stat.st_dev == DEVICE.load(Ordering::Relaxed)
         && stat.st_ino == INODE.load(Ordering::Relaxed);
     if !ours {
-        return;
+        return false;
     }
     // SAFETY: no preconditions.
     let (pid, ppid, uid) = unsafe { (libc::getpid() as u32, libc::getppid() as u32, libc::getuid()) };
@@ -145,7 +151,7 @@ fn tell_notice_file(errno: i32, reason: &str) {
     }
     .to_line();
     // SAFETY: writing a buffer we own through the descriptor just checked.
-    unsafe { libc::write(fd, line.as_ptr().cast(), line.len()) };
+    unsafe { libc::write(fd, line.as_ptr().cast(), line.len()) == line.len() as isize }
 }
 
 /// This process's spool exists: it says what it has to say there, and the

@@ -94,12 +94,26 @@ pub fn reserve_seq() -> u64 {
 
 /// Stores `record` in the slot of `seq`, timestamped now, and publishes it.
 #[inline]
-pub fn write(seq: u64, mut record: RawRecord) {
+pub fn write(seq: u64, record: RawRecord) {
+    write_in(seq, record, spool_chunks::slot);
+}
+
+/// Like [`write`], but never waits to grow the spool: where the slot's
+/// chunk is not mapped and another growth is under way, the record is
+/// dropped (and counted). For a hook that may run in a signal handler that
+/// interrupted this very thread while it grew the spool, under the
+/// grower's lock.
+pub fn write_without_waiting(seq: u64, record: RawRecord) {
+    write_in(seq, record, spool_chunks::slot_without_waiting);
+}
+
+#[inline(always)]
+fn write_in(seq: u64, mut record: RawRecord, slot_of: impl FnOnce(u64) -> Result<*mut RawRecord, i32>) {
     // Without a spool there is nothing to store, count or mark.
     if !ensure_open() {
         return;
     }
-    let slot = match spool_chunks::slot(seq) {
+    let slot = match slot_of(seq) {
         Ok(slot) => slot,
         Err(errno) => {
             note_dropped(errno);

@@ -47,6 +47,23 @@ pub fn glibc_function(name: &std::ffi::CStr, cache: &AtomicUsize) -> usize {
     found
 }
 
+/// The next definition of `name` after this library (whatever its symbol
+/// version), cached in `cache`; 0 if none. For C library functions this
+/// library also defines (`fork`, the `exec` family): resolve them from the
+/// constructor, since the program may call them from a signal handler,
+/// where a lookup (which may allocate) is not safe; a call before the
+/// constructor ran looks it up then.
+pub fn next_function(name: &std::ffi::CStr, cache: &AtomicUsize) -> usize {
+    let cached = cache.load(Ordering::Acquire);
+    if cached != 0 {
+        return cached;
+    }
+    // SAFETY: a NUL-terminated name; RTLD_NEXT searches the libraries after ours.
+    let found = unsafe { libc::dlsym(libc::RTLD_NEXT, name.as_ptr()) } as usize;
+    cache.store(found, Ordering::Release);
+    found
+}
+
 /// The handle of `file` if it is loaded already, from the C library's
 /// `dlopen` with `RTLD_NOLOAD`: our own lookups are not the program's
 /// `dlopen` calls, and must not count as one.

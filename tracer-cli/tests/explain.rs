@@ -407,8 +407,13 @@ fn the_peak_column_is_the_footprints_peak_between_readings_and_the_exit_column_w
             (trace, report)
         })
         .find(|(_, report)| {
+            // The reading after the spike can also read 308 MiB (the
+            // driver's usage already back) and leave the same estimate, from
+            // the other side: this test is of the reading before it.
             let peak = &report["processes"][0]["footprint"][0]["at_peak"];
-            peak["reading_bytes"] == 308 * MIB && peak["reference_bytes"] == 372 * MIB
+            peak["reading_bytes"] == 308 * MIB
+                && peak["reference_bytes"] == 372 * MIB
+                && peak["reading_time_ns"].as_u64() < peak["time_ns"].as_u64()
         })
         .expect("a spike between two readings in 8 runs");
     let device = &report["processes"][0]["footprint"][0];

@@ -172,6 +172,10 @@ pub struct ChildFailure {
 }
 
 const _: () = assert!(std::mem::size_of::<ChildFailure>() == 48);
+// Readers load a header's words from the last to the first (acquire), so
+// `published` must be a slot's last word: it is then read before the
+// fields it guards.
+const _: () = assert!(std::mem::offset_of!(ChildFailure, published) == std::mem::size_of::<ChildFailure>() - 4);
 
 /// One event as stored in the spool. See the module documentation for the
 /// order in which its words are written and read.

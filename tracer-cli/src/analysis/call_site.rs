@@ -305,6 +305,13 @@ fn site_of(frames: &[Frame]) -> (String, String, Option<String>) {
     }
 }
 
+/// The short name of a stack's call site (before names shared by two
+/// sites of one list are told apart): its headline frame, or the backward
+/// pass as a whole.
+pub fn site_name(frames: &[Frame]) -> String {
+    site_of(frames).1
+}
+
 /// What a stack's call site is known by: its headline frame in full (file
 /// or module path, line and function), or "(no call stack recorded)".
 pub fn site_key(index: &TraceIndex, info: &ProcessIndex, stack: u32) -> String {

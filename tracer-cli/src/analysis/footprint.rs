@@ -470,11 +470,11 @@ impl FootprintTracker {
                         true
                     }
                     Op::Limit if event.api == Api::CuCtxSetLimit => {
-                        measured.costs += event.load_cost().unwrap_or(0);
+                        measured.costs = measured.costs.saturating_add(event.load_cost().unwrap_or(0));
                         true
                     }
                     Op::ModuleLoad | Op::KernelLoad | Op::StreamObjects | Op::GraphExec => {
-                        measured.costs += event.load_cost().unwrap_or(0);
+                        measured.costs = measured.costs.saturating_add(event.load_cost().unwrap_or(0));
                         true
                     }
                     _ => false,

@@ -4,7 +4,7 @@
 //! function, or module and symbol), never by an address, since addresses
 //! differ from run to run.
 
-use super::call_site::{call_sites, headline, headline_text};
+use super::call_site::{call_sites, site_name};
 use super::footprint::Breakdown;
 use super::keys::ByStack;
 use super::summary::Summary;
@@ -61,9 +61,7 @@ impl RunFigures {
             let sites = |into: &mut BTreeMap<String, (String, AtPeakAndExit)>, peak: &ByStack, exit: &ByStack| {
                 for (by_stack, at_peak) in [(peak, true), (exit, false)] {
                     for site in call_sites(index, info, by_stack) {
-                        let frames = index.frames(info, site.stack);
-                        let name =
-                            headline(&frames).map_or_else(|| site.key.clone(), |at| headline_text(&frames[at], false));
+                        let name = site_name(&index.frames(info, site.stack));
                         let (peak, exit) = if at_peak { (site.bytes, 0) } else { (0, site.bytes) };
                         add(into, site.key, name, peak, exit);
                     }

@@ -147,12 +147,16 @@ impl OwnerChart {
         let (series, value) = match event.op {
             Op::PoolSample => {
                 self.pools.insert(event.address, event.size.saturating_sub(event.arg1));
-                (category("pools beyond live allocations"), self.pools.values().sum())
+                (
+                    category("pools beyond live allocations"),
+                    self.pools.values().fold(0u64, |sum, held| sum.saturating_add(*held)),
+                )
             }
             Op::GraphSample => (category("graph memory"), event.size),
             Op::Limit if event.api == Api::CuCtxSetLimit => {
                 let series = category("context");
-                let total = self.chart.current[self.first_category + series] + event.load_cost().unwrap_or(0);
+                let total =
+                    self.chart.current[self.first_category + series].saturating_add(event.load_cost().unwrap_or(0));
                 (series, total)
             }
             Op::ModuleLoad | Op::KernelLoad | Op::StreamObjects | Op::GraphExec => {
@@ -161,7 +165,8 @@ impl OwnerChart {
                     Op::GraphExec => "executable graphs",
                     _ => "modules and kernels",
                 });
-                let total = self.chart.current[self.first_category + series] + event.load_cost().unwrap_or(0);
+                let total =
+                    self.chart.current[self.first_category + series].saturating_add(event.load_cost().unwrap_or(0));
                 (series, total)
             }
             _ => return,
