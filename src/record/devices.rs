@@ -18,23 +18,17 @@ use crate::sys::cuda_ffi::*;
 use crate::sys::lazy_mapping::{LazyMapping, ZeroIsEmpty};
 use crate::sys::symbols::{real_fn, Sym};
 use crate::sys::thread::fork_generation;
+use crate::sys::thread_block;
 use cudatrace_events::{Api, Op};
-use std::cell::Cell;
 use std::sync::atomic::{AtomicU64, Ordering};
 
 /// Bumped when a call may have changed other threads' current contexts.
 static PROCESS_EPOCH: AtomicU64 = AtomicU64::new(1);
 
-thread_local! {
-    /// (fork generation, process epoch, device) of the calling thread;
-    /// epoch 0 = nothing cached.
-    static CACHED: Cell<(u32, u64, i8)> = const { Cell::new((0, 0, -1)) };
-}
-
 /// The hooked call changed the calling thread's current context.
 #[inline]
 pub fn thread_context_changed() {
-    let _ = CACHED.try_with(|cached| cached.set((0, 0, -1)));
+    thread_block::current().device.set((0, 0, -1));
 }
 
 /// The hooked call may have changed any thread's current context.
@@ -43,14 +37,14 @@ pub fn process_contexts_changed() {
 }
 
 fn cached() -> Option<i8> {
-    let (generation, epoch, device) = CACHED.try_with(Cell::get).ok()?;
+    let (generation, epoch, device) = thread_block::current().device.get();
     (epoch != 0 && epoch == PROCESS_EPOCH.load(Ordering::Acquire) && generation == fork_generation()).then_some(device)
 }
 
 /// Caches `device`, asked of the driver when the process epoch was `epoch`
 /// (read before asking, so that a change made meanwhile makes it stale).
 fn remember(device: i8, epoch: u64) {
-    let _ = CACHED.try_with(|cached| cached.set((fork_generation(), epoch, device)));
+    thread_block::current().device.set((fork_generation(), epoch, device));
 }
 
 /// The driver's answer: the device of the calling thread's current context.

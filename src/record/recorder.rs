@@ -14,18 +14,10 @@ use crate::stacks::call_stack;
 use crate::sys::cuda_ffi::*;
 use crate::sys::symbols::{real_fn, Sym};
 use crate::sys::thread::current_tid;
+use crate::sys::thread_block;
 use crate::sys::tracing_switch::{guarded, tracing_on};
 use cudatrace_events::{Api, Kind, Op, RawRecord};
-use std::cell::Cell;
 use std::sync::atomic::{AtomicBool, Ordering};
-
-thread_local! {
-    /// The runtime entry point this thread is inside, or 0.
-    static RUNTIME_API: Cell<u8> = const { Cell::new(0) };
-    /// With `--stacks none`: the program's return address from that runtime
-    /// call (the owner of the driver events inside it), or 0.
-    static RUNTIME_CALLER: Cell<u64> = const { Cell::new(0) };
-}
 
 /// Set once the live table has refused an allocation; from then on frees of
 /// unknown memory are recorded too, since their allocation may be one of those.
@@ -44,17 +36,17 @@ impl RuntimeCall {
     /// of the driver events inside the call.
     #[inline]
     pub fn enter(api: Api, caller: u64) -> RuntimeCall {
-        let outermost = RUNTIME_API
-            .try_with(|tag| {
-                let free = tag.get() == 0;
-                if free {
-                    tag.set(api as u8);
-                }
-                free
-            })
-            .unwrap_or(false);
-        if outermost && caller != 0 && tracing_on() {
-            let _ = RUNTIME_CALLER.try_with(|slot| slot.set(caller));
+        // The thread block's `runtime_api` and `runtime_caller` are this
+        // module's: the runtime call this thread is inside, and with
+        // `--stacks none` the program's return address from it (the owner
+        // of the driver events inside the call).
+        let block = thread_block::current();
+        let outermost = block.runtime_api.get() == 0;
+        if outermost {
+            block.runtime_api.set(api as u8);
+            if caller != 0 && tracing_on() {
+                block.runtime_caller.set(caller);
+            }
         }
         RuntimeCall { outermost }
     }
@@ -64,8 +56,9 @@ impl Drop for RuntimeCall {
     #[inline]
     fn drop(&mut self) {
         if self.outermost {
-            let _ = RUNTIME_API.try_with(|tag| tag.set(0));
-            let _ = RUNTIME_CALLER.try_with(|slot| slot.set(0));
+            let block = thread_block::current();
+            block.runtime_api.set(0);
+            block.runtime_caller.set(0);
         }
     }
 }
@@ -73,7 +66,7 @@ impl Drop for RuntimeCall {
 /// The name to record for driver call `api`: the enclosing runtime call if any.
 #[inline]
 fn tagged(api: Api) -> Api {
-    let tag = RUNTIME_API.try_with(Cell::get).unwrap_or(0);
+    let tag = thread_block::current().runtime_api.get();
     if tag == 0 {
         api
     } else {
@@ -126,7 +119,7 @@ impl Record {
 /// `with_stack` is set.
 pub fn write(seq: u64, record: Record, with_stack: bool) {
     let stack = if with_stack {
-        call_stack::capture(RUNTIME_CALLER.try_with(Cell::get).unwrap_or(0))
+        call_stack::capture(thread_block::current().runtime_caller.get())
     } else {
         0
     };

@@ -8,19 +8,14 @@
 
 use crate::record::recorder::{self, Record};
 use crate::spool::writer;
+use crate::sys::thread_block;
 use cudatrace_events::tensors::{status, Action};
 use cudatrace_events::{Api, Kind, Op};
-use std::cell::Cell;
-
-thread_local! {
-    /// (address, bytes) of this thread's last recorded `cuMemAlloc*` or `cuMemMap`.
-    static LAST_SEGMENT: Cell<(u64, u64)> = const { Cell::new((0, 0)) };
-}
 
 /// Notes a driver allocation or mapping the hooks just recorded.
 #[inline]
 pub fn note_driver_memory(address: u64, size: u64) {
-    let _ = LAST_SEGMENT.try_with(|last| last.set((address, size)));
+    thread_block::current().last_segment.set((address, size));
 }
 
 /// Whether a segment action of PyTorch's (`action`, `address`, `size`)
@@ -28,7 +23,7 @@ pub fn note_driver_memory(address: u64, size: u64) {
 /// exactly the `cuMemAlloc` behind it; a mapped range of an expandable
 /// segment ends with the last page `cuMemMap` mapped.
 pub fn matches_driver_memory(action: Action, address: u64, size: u64) -> bool {
-    let (last_address, last_size) = LAST_SEGMENT.try_with(Cell::get).unwrap_or((0, 0));
+    let (last_address, last_size) = thread_block::current().last_segment.get();
     if last_size == 0 {
         return false;
     }

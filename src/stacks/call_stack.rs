@@ -10,8 +10,10 @@
 use crate::stacks::python_frames::{self, PyCapture, PyFrame};
 use crate::stacks::stack_cache::{self, StackCache};
 use crate::stacks::{module_map, native_unwind, stack_table};
+use crate::sys::thread::fork_generation;
+use crate::sys::thread_block::{self, ThreadBlock};
 use cudatrace_events::stacks::frame_kind;
-use std::cell::{Cell, UnsafeCell};
+use std::cell::UnsafeCell;
 use std::sync::atomic::{AtomicU32, AtomicU8, Ordering};
 
 /// Which frames events carry (`CUDATRACE_STACKS`).
@@ -124,7 +126,6 @@ impl Scratch {
 }
 
 thread_local! {
-    static BUSY: Cell<bool> = const { Cell::new(false) };
     static SCRATCH: UnsafeCell<Option<Box<Scratch>>> = const { UnsafeCell::new(None) };
     static STACK_CACHE: UnsafeCell<Option<Box<StackCache>>> = const { UnsafeCell::new(None) };
     static LAST: UnsafeCell<LastStack> = const {
@@ -146,22 +147,24 @@ pub fn capture(known_caller: u64) -> u32 {
     let mode = mode();
     // A hook that runs inside another hook on this thread (a signal handler
     // allocating) records no stack rather than sharing the buffers.
-    if BUSY.try_with(|busy| busy.replace(true)).unwrap_or(true) {
+    // (The thread block's `capturing_stack` is this module's.)
+    let block = thread_block::current();
+    if block.capturing_stack.replace(true) {
         return 0;
     }
     let id = if mode == StackMode::None {
-        immediate_caller(known_caller)
+        immediate_caller(known_caller, block)
     } else {
         SCRATCH
             .try_with(|scratch| {
-                // SAFETY: this thread's own buffers; BUSY keeps a capture
+                // SAFETY: this thread's own buffers; `capturing_stack` keeps a capture
                 // from running inside another on the same thread.
                 let scratch = unsafe { &mut *scratch.get() }.get_or_insert_with(Scratch::new);
                 capture_unguarded(mode, scratch)
             })
             .unwrap_or(0)
     };
-    let _ = BUSY.try_with(|busy| busy.set(false));
+    block.capturing_stack.set(false);
     id
 }
 
@@ -174,10 +177,27 @@ pub fn only_callers() -> bool {
 /// Without stacks, events still name the code that called CUDA, so that
 /// each allocation has an owner: one node, the innermost return address
 /// outside this library, the driver and the runtime.
-fn immediate_caller(known_caller: u64) -> u32 {
+///
+/// The thread block's `last_owners` remember the last two owners found from
+/// a known caller, so that a loop of allocations and frees asks neither the
+/// module map nor the stack table again. An entry is good only in the fork
+/// generation and under the module map it was made in (a child's stack
+/// table starts empty; a library loaded since may change whose code an
+/// address is).
+fn immediate_caller(known_caller: u64, block: &ThreadBlock) -> u32 {
     let Some(map) = module_map::current() else {
         return 0;
     };
+    let generation = fork_generation();
+    let map_key = std::ptr::from_ref(map) as usize;
+    if known_caller != 0 {
+        for memo in &block.last_owners {
+            let (memo_generation, id, memo_map, address) = memo.get();
+            if address == known_caller && memo_generation == generation && memo_map == map_key && id != 0 {
+                return id;
+            }
+        }
+    }
     let own = map.own_range;
     let owner = if known_caller != 0 && !map.in_cuda_library(known_caller) && !(own.0..own.1).contains(&known_caller) {
         Some(known_caller)
@@ -189,14 +209,20 @@ fn immediate_caller(known_caller: u64) -> u32 {
             .copied()
             .find(|&address| !map.in_cuda_library(address))
     };
-    match owner {
-        Some(address) => intern(&[Frame {
-            kind: frame_kind::NATIVE,
-            value: address,
-            offset: 0,
-        }]),
-        None => 0,
+    let Some(address) = owner else {
+        return 0;
+    };
+    let id = intern(&[Frame {
+        kind: frame_kind::NATIVE,
+        value: address,
+        offset: 0,
+    }]);
+    if known_caller == address && id != 0 {
+        // The older entry makes way.
+        block.last_owners[1].set(block.last_owners[0].get());
+        block.last_owners[0].set((generation, id, map_key, address));
     }
+    id
 }
 
 fn capture_unguarded(mode: StackMode, scratch: &mut Scratch) -> u32 {

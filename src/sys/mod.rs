@@ -1,6 +1,6 @@
 //! The bottom layer: what every other layer may use, and which uses nothing
 //! of ours. The real CUDA functions and their C types, the clock, the
-//! calling thread, the switch that turns recording off, the loader's
+//! calling thread and its block of hot state, the switch that turns recording off, the loader's
 //! `dlopen` count and the lazily mapped tables.
 
 pub mod clock;
@@ -11,4 +11,5 @@ pub mod lazy_mapping;
 pub mod loader;
 pub mod symbols;
 pub mod thread;
+pub mod thread_block;
 pub mod tracing_switch;

@@ -2,17 +2,12 @@
 //! fork generation that tells a forked child's cached values from its
 //! parent's.
 
-use std::cell::Cell;
+use crate::sys::thread_block;
 use std::sync::atomic::{AtomicU32, Ordering};
 
 /// Bumped in every forked child, so that thread-local caches made in the
 /// parent are recognised as stale.
 static FORK_GENERATION: AtomicU32 = AtomicU32::new(0);
-
-thread_local! {
-    /// (fork generation, kernel tid) of the current thread; tid 0 = not yet asked.
-    static CACHED_TID: Cell<(u32, u32)> = const { Cell::new((0, 0)) };
-}
 
 /// The current fork generation.
 #[inline]
@@ -29,20 +24,15 @@ pub fn new_fork_generation() {
 #[inline]
 pub fn current_tid() -> u32 {
     let generation = fork_generation();
-    CACHED_TID
-        .try_with(|cell| {
-            let (cached_generation, tid) = cell.get();
-            if tid != 0 && cached_generation == generation {
-                return tid;
-            }
-            // SAFETY: gettid has no preconditions.
-            let tid = unsafe { libc::gettid() } as u32;
-            cell.set((generation, tid));
-            tid
-        })
-        // Thread-local storage is gone while a thread is being torn down.
-        // SAFETY: gettid has no preconditions.
-        .unwrap_or_else(|_| unsafe { libc::gettid() } as u32)
+    let cell = &thread_block::current().tid;
+    let (cached_generation, tid) = cell.get();
+    if tid != 0 && cached_generation == generation {
+        return tid;
+    }
+    // SAFETY: gettid has no preconditions.
+    let tid = unsafe { libc::gettid() } as u32;
+    cell.set((generation, tid));
+    tid
 }
 
 /// The calling thread's `errno` after a failed system call (`EIO` if none

@@ -4,7 +4,7 @@
 
 use crate::liveness::Liveness;
 use cudatrace_events::layout::{
-    chunk_offset, CHUNK_BYTES, CHUNK_RECORDS, PUNCHED_CHUNKS_OFFSET, RELEASED_CHUNKS_OFFSET,
+    chunk_offset, CHUNK_BYTES, CHUNK_RECORDS, HEADER_SIZE, PUNCHED_CHUNKS_OFFSET, RELEASED_CHUNKS_OFFSET,
 };
 use cudatrace_events::notices::NoSpool;
 use cudatrace_events::{ChildFailure, Event, Pass, SpoolCursor, SpoolError, SpoolFile, SpoolHeaderInfo};
@@ -211,6 +211,32 @@ impl SpoolTail {
     /// Ends a final read: slots handed out but never stored are counted.
     pub fn finish(&mut self, header: &SpoolHeaderInfo) {
         self.cursor.finish(header.reserved_seqs);
+    }
+
+    /// The spool file opened anew for writing (the collector opens spools
+    /// writable), for making its next chunk places ready; `None` if it was
+    /// opened read-only or cannot be duplicated.
+    pub fn writable_file(&self) -> Option<File> {
+        let file = self.spool.file().try_clone().ok()?;
+        // SAFETY: a query of our own descriptor's flags.
+        let flags = unsafe { libc::fcntl(file.as_raw_fd(), libc::F_GETFL) };
+        (flags >= 0 && flags & libc::O_ACCMODE == libc::O_RDWR).then_some(file)
+    }
+
+    /// After the last read of a spool whose writer is gone: cuts the file
+    /// back to the chunks its writer used, giving back the places the
+    /// collector made ready ahead of it. A file whose ring was reached holds
+    /// no such places and is left as it is.
+    pub fn trim_unused_places(&self, header: &SpoolHeaderInfo) {
+        let used_chunks = header.reserved_seqs.div_ceil(CHUNK_RECORDS as u64).max(1);
+        if used_chunks >= u64::from(self.ring_chunks) {
+            return;
+        }
+        let used_bytes = HEADER_SIZE as u64 + used_chunks * CHUNK_BYTES as u64;
+        let file = self.spool.file();
+        if file.metadata().is_ok_and(|meta| meta.len() > used_bytes) {
+            let _ = file.set_len(used_bytes);
+        }
     }
 
     /// The chunks read to the end since the last call, to be given back to

@@ -47,6 +47,8 @@ pub const CMDLINE_OFFSET: usize = 128 + CHILD_FAILURE_SLOTS * std::mem::size_of:
 pub const CMDLINE_CAPACITY: usize = HEADER_SIZE - CMDLINE_OFFSET;
 /// Offset of [`SpoolHeader::released_chunks`], which the collector writes.
 pub const RELEASED_CHUNKS_OFFSET: u64 = 92;
+/// Offset of [`SpoolHeader::reserved_seqs`], which the writer counts up.
+pub const RESERVED_SEQS_OFFSET: u64 = 96;
 /// Offset of [`SpoolHeader::punched_chunks`], which the collector writes.
 pub const PUNCHED_CHUNKS_OFFSET: u64 = 116;
 /// The most chunk places a spool has (a power of two): 18 GiB.
@@ -139,6 +141,7 @@ pub struct SpoolHeader {
 
 const _: () = assert!(std::mem::size_of::<SpoolHeader>() == HEADER_SIZE);
 const _: () = assert!(std::mem::offset_of!(SpoolHeader, released_chunks) == RELEASED_CHUNKS_OFFSET as usize);
+const _: () = assert!(std::mem::offset_of!(SpoolHeader, reserved_seqs) == RESERVED_SEQS_OFFSET as usize);
 const _: () = assert!(std::mem::offset_of!(SpoolHeader, punched_chunks) == PUNCHED_CHUNKS_OFFSET as usize);
 const _: () = assert!(std::mem::offset_of!(SpoolHeader, cmdline) == CMDLINE_OFFSET);
 const _: () = assert!(std::mem::offset_of!(SpoolHeader, child_failures) == 128);

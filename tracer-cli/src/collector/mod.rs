@@ -5,10 +5,13 @@
 //!   any that are not ours;
 //! - a pool of reader threads follows the spools (a spool is a unit of work
 //!   passed between them through a channel);
+//! - a preparer thread ([`chunk_preparer`]) makes the next chunk places of
+//!   each live spool ready ahead of its writer, off the hooks' path;
 //! - one writer thread ([`sink`]) appends to the trace everything the others
 //!   send it, through a crossbeam channel, and flushes whenever it runs dry,
 //!   so the trace is readable while it is written.
 
+mod chunk_preparer;
 mod host;
 mod nvml;
 mod sink;
@@ -25,6 +28,7 @@ use crate::output::InPlace;
 use crate::spool_tail::{check_spool_file, damaged_spool, may_become_readable, SpoolTail};
 use crate::terminal::say;
 use crate::wording::count;
+use chunk_preparer::{Gate, SpoolPlaces};
 use crossbeam_channel::{Receiver, RecvTimeoutError, Sender};
 use cudatrace_events::{naming, Pass};
 use cudatrace_trace::{Header, ProcessEnd, TraceWriter};
@@ -96,6 +100,8 @@ struct Shared {
     latest_image: Mutex<HashMap<u32, u32>>,
     exits: Mutex<HashMap<u32, (i32, u64)>>,
     held: Mutex<HashSet<u32>>,
+    /// The preparer's gate of each spool it follows, by process index.
+    gates: Mutex<HashMap<u32, Arc<Gate>>>,
     drop_reported: AtomicBool,
 }
 
@@ -104,6 +110,7 @@ pub struct Collector {
     shared: Arc<Shared>,
     to_writer: Sender<Message>,
     scanner: JoinHandle<()>,
+    preparer: JoinHandle<()>,
     nvml_sampler: JoinHandle<()>,
     readers: Vec<JoinHandle<()>>,
     writer: JoinHandle<Result<Summary, TraceFailure>>,
@@ -158,10 +165,12 @@ impl Collector {
             latest_image: Mutex::new(HashMap::new()),
             exits: Mutex::new(HashMap::new()),
             held: Mutex::new(HashSet::new()),
+            gates: Mutex::new(HashMap::new()),
             drop_reported: AtomicBool::new(false),
         });
         let (to_writer, writer_inbox) = crossbeam_channel::unbounded();
         let (to_readers, reader_inbox) = crossbeam_channel::unbounded::<SpoolTail>();
+        let (to_preparer, preparer_inbox) = crossbeam_channel::unbounded::<SpoolPlaces>();
         let sink = Sink {
             trace,
             path: output.path,
@@ -182,11 +191,18 @@ impl Collector {
                     .map_err(|e| e.to_string())
             })
             .collect::<Result<Vec<_>, _>>()?;
+        let preparer = {
+            let shared = shared.clone();
+            std::thread::Builder::new()
+                .name("cudatrace-preparer".into())
+                .spawn(move || chunk_preparer::prepare_places(&shared.draining, &preparer_inbox))
+                .map_err(|e| e.to_string())?
+        };
         let scanner = {
             let (shared, to_writer) = (shared.clone(), to_writer.clone());
             std::thread::Builder::new()
                 .name("cudatrace-scanner".into())
-                .spawn(move || scan(&shared, &to_writer, &to_readers))
+                .spawn(move || scan(&shared, &to_writer, &to_readers, &to_preparer))
                 .map_err(|e| e.to_string())?
         };
         let nvml_sampler = {
@@ -201,6 +217,7 @@ impl Collector {
             shared,
             to_writer,
             scanner,
+            preparer,
             nvml_sampler,
             readers,
             writer,
@@ -235,6 +252,7 @@ impl Collector {
         self.shared.draining.store(true, Ordering::Release);
         // Threads of ours that panicked are a bug; the trace is still finished.
         let _ = self.scanner.join();
+        let _ = self.preparer.join();
         let _ = self.nvml_sampler.join();
         for reader in self.readers {
             let _ = reader.join();
@@ -285,7 +303,12 @@ fn sample_nvml(shared: &Shared, to_writer: &Sender<Message>, start: NvmlStart) {
     let _ = to_writer.send(Message::Record(nvml.final_status(!traced.is_empty())));
 }
 
-fn scan(shared: &Shared, to_writer: &Sender<Message>, to_readers: &Sender<SpoolTail>) {
+fn scan(
+    shared: &Shared,
+    to_writer: &Sender<Message>,
+    to_readers: &Sender<SpoolTail>,
+    to_preparer: &Sender<SpoolPlaces>,
+) {
     let mut seen: HashSet<PathBuf> = HashSet::new();
     let mut next_process = 0u32;
     let mut notices = NoticeTail::new(&shared.dir);
@@ -322,6 +345,11 @@ fn scan(shared: &Shared, to_writer: &Sender<Message>, to_readers: &Sender<SpoolT
                     drop(latest);
                     shared.active_spools.fetch_add(1, Ordering::AcqRel);
                     let _ = to_writer.send(Message::Process(tail.start_record(&header)));
+                    if let Some(file) = tail.writable_file() {
+                        let gate = Arc::new(Gate::default());
+                        shared.gates.lock().unwrap().insert(tail.process, gate.clone());
+                        let _ = to_preparer.send(SpoolPlaces::new(gate, file, header.ring_chunks, tail.pid));
+                    }
                     let _ = to_readers.send(tail);
                 }
                 // The header is still being written: look again later.
@@ -429,6 +457,17 @@ fn follow(shared: &Shared, to_writer: &Sender<Message>, tail: &mut SpoolTail) ->
         )));
     }
     tail.finish(&header);
+    let gate = shared.gates.lock().unwrap().remove(&tail.process);
+    if gone {
+        // The places made ready ahead of a writer that is gone were never
+        // used: the file goes back to the chunks it wrote.
+        match gate {
+            Some(gate) => gate.close_and(|| tail.trim_unused_places(&header)),
+            None => tail.trim_unused_places(&header),
+        }
+    } else if let Some(gate) = gate {
+        gate.close_and(|| ());
+    }
     let end = end_of(shared, tail, &header, gone, superseded);
     let _ = to_writer.send(Message::End(end, collected));
     true

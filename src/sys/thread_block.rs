@@ -1,0 +1,146 @@
+//! The calling thread's small, hot state, in one block reached in two
+//! instructions.
+//!
+//! A `thread_local!` of a preloaded library is reached through
+//! `__tls_get_addr` (the general-dynamic model): 5 to 7 ns on the H100
+//! machine, and one hooked call made some ten of them. This block lives in
+//! the library's static TLS instead (the initial-exec model, as preloaded
+//! allocators do): its address is the thread pointer plus a constant the
+//! loader writes once, so a hook reaches every field for the price of one
+//! load. The loader gives a preloaded library's TLS its static block; a
+//! library `dlopen`ed later takes it from glibc's reserve for such blocks,
+//! which is far larger than this one.
+//!
+//! The block's bytes start as zeros in every thread, so every field's
+//! all-zero value is its "nothing known" state. It needs no destructor and
+//! is valid for the thread's whole life, teardown included. A forked child
+//! inherits its thread's block: fields that a fork makes stale carry the
+//! fork generation ([`crate::sys::thread::fork_generation`]).
+//!
+//! The fields belong to the layers above (each says whose); keeping them in
+//! one place is what makes them cheap. Only small values belong here: the
+//! call-stack buffers stay in ordinary thread-locals.
+
+use std::cell::Cell;
+
+/// The per-thread state of the hot path; all zeros in a new thread.
+#[repr(C)]
+pub struct ThreadBlock {
+    /// `sys::thread`: (fork generation, kernel tid); tid 0 = not yet asked.
+    pub tid: Cell<(u32, u32)>,
+    /// `record::recorder`: the runtime entry point this thread is inside, or 0.
+    pub runtime_api: Cell<u8>,
+    /// `stacks::call_stack`: set while a capture runs on this thread.
+    pub capturing_stack: Cell<bool>,
+    /// `record::recorder`: with `--stacks none`, the program's return
+    /// address from the runtime call this thread is inside, or 0.
+    pub runtime_caller: Cell<u64>,
+    /// `record::devices`: (fork generation, process epoch, device) of the
+    /// thread's current context; epoch 0 = nothing cached.
+    pub device: Cell<(u32, u64, i8)>,
+    /// `record::tensors`: (address, bytes) of the thread's last recorded
+    /// driver allocation or mapping.
+    pub last_segment: Cell<(u64, u64)>,
+    /// `stacks::call_stack`: the last two owners of events recorded without
+    /// stacks, as (fork generation, stack id, module map, return address);
+    /// a program's calls alternate between an allocation's and a free's.
+    pub last_owners: [Cell<(u32, u32, usize, u64)>; 2],
+}
+
+/// Bytes reserved for the block in the TLS segment.
+const RESERVED: usize = 128;
+const _: () = assert!(std::mem::size_of::<ThreadBlock>() <= RESERVED);
+const _: () = assert!(std::mem::align_of::<ThreadBlock>() <= 64);
+
+#[cfg(target_arch = "x86_64")]
+mod place {
+    use super::ThreadBlock;
+
+    // The block: zero-initialised thread-local bytes (`.tbss`), hidden so
+    // that no other object can bind to it.
+    std::arch::global_asm!(
+        ".pushsection .tbss,\"awT\",@nobits",
+        ".p2align 6",
+        ".globl cudatrace_thread_block",
+        ".hidden cudatrace_thread_block",
+        ".type cudatrace_thread_block, @object",
+        ".size cudatrace_thread_block, 128",
+        "cudatrace_thread_block:",
+        ".zero 128",
+        ".popsection",
+    );
+
+    /// The calling thread's block.
+    #[inline(always)]
+    pub fn current() -> &'static ThreadBlock {
+        let address: usize;
+        // SAFETY: the initial-exec sequence: %fs:0 holds the thread
+        // pointer, and the GOT entry the block's offset from it, written by
+        // the loader before any code of ours runs. Both are constant for
+        // the thread's life, so the result may be reused (`pure`).
+        unsafe {
+            std::arch::asm!(
+                "mov {address}, qword ptr fs:[0]",
+                "add {address}, qword ptr [rip + cudatrace_thread_block@GOTTPOFF]",
+                address = out(reg) address,
+                options(pure, readonly, nostack, preserves_flags),
+            );
+        }
+        // SAFETY: the block is RESERVED zeroed bytes, 64-byte aligned, of
+        // this thread, where all zeros is a valid ThreadBlock; the cells
+        // make it !Sync, so the reference cannot leave the thread.
+        unsafe { &*(address as *const ThreadBlock) }
+    }
+}
+
+#[cfg(not(target_arch = "x86_64"))]
+mod place {
+    use super::ThreadBlock;
+
+    thread_local! {
+        static BLOCK: ThreadBlock = const {
+            ThreadBlock {
+                tid: std::cell::Cell::new((0, 0)),
+                runtime_api: std::cell::Cell::new(0),
+                capturing_stack: std::cell::Cell::new(false),
+                runtime_caller: std::cell::Cell::new(0),
+                device: std::cell::Cell::new((0, 0, 0)),
+                last_segment: std::cell::Cell::new((0, 0)),
+                last_owners: [const { std::cell::Cell::new((0, 0, 0, 0)) }; 2],
+            }
+        };
+    }
+
+    /// The calling thread's block.
+    #[inline(always)]
+    pub fn current() -> &'static ThreadBlock {
+        // SAFETY: the block has no destructor, so it stays valid for the
+        // thread's life; the cells keep the reference on this thread.
+        BLOCK.with(|block| unsafe { &*std::ptr::from_ref(block) })
+    }
+}
+
+pub use place::current;
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn each_thread_has_its_own_block_starting_at_zero() {
+        current().runtime_caller.set(0x1234);
+        current().device.set((1, 2, 3));
+        let other = std::thread::spawn(|| {
+            let block = current();
+            let fresh = (block.runtime_caller.get(), block.device.get(), block.tid.get());
+            block.runtime_caller.set(99);
+            (fresh, std::ptr::from_ref(block) as usize)
+        })
+        .join()
+        .unwrap();
+        assert_eq!(other.0, (0, (0, 0, 0), (0, 0)));
+        assert_ne!(other.1, std::ptr::from_ref(current()) as usize);
+        assert_eq!(current().runtime_caller.get(), 0x1234);
+        assert_eq!(current().device.get(), (1, 2, 3));
+    }
+}
