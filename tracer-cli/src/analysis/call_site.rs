@@ -318,7 +318,8 @@ pub fn site_key(index: &TraceIndex, info: &ProcessIndex, stack: u32) -> String {
     site_of(&index.frames(info, stack)).0
 }
 
-const NO_STACK: &str = "(no call stack recorded)";
+/// What every output says in place of a stack that has no frames.
+pub const NO_STACK: &str = "(no call stack recorded)";
 
 /// The call sites of `by_stack`, largest first.
 pub fn call_sites(index: &TraceIndex, info: &ProcessIndex, by_stack: &ByStack) -> Vec<CallSite> {

@@ -28,7 +28,7 @@ mod window;
 
 pub use call_site::{
     call_sites, headline, headline_text, in_backward_pass, made_by_caching_allocator, site_key, stack_lines,
-    stack_names, FramesShown, BACKWARD_PASS,
+    stack_names, FramesShown, BACKWARD_PASS, NO_STACK,
 };
 pub use event_stream::EventStream;
 pub use footprint::{limit_text, Breakdown, DeviceFootprint, FootprintTracker, ReferenceSource};

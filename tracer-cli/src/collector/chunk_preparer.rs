@@ -23,7 +23,6 @@
 //! Places made ready that the writer never used are given back when its
 //! spool is read for the last time ([`Gate`]).
 
-use crate::liveness::Liveness;
 use crossbeam_channel::Receiver;
 use cudatrace_events::layout::{chunk_offset, CHUNK_BYTES, CHUNK_RECORDS, PUNCHED_CHUNKS_OFFSET, RESERVED_SEQS_OFFSET};
 use std::fs::File;
@@ -65,20 +64,19 @@ pub struct SpoolPlaces {
     gate: Arc<Gate>,
     file: File,
     ring_chunks: u32,
-    liveness: Liveness,
     /// The next chunk whose place is not yet made ready.
     next_chunk: u64,
 }
 
 impl SpoolPlaces {
-    /// Follows the spool open as `file` (writable) of process `pid`, whose
-    /// ring has `ring_chunks` places.
-    pub fn new(gate: Arc<Gate>, file: File, ring_chunks: u32, pid: u32) -> SpoolPlaces {
+    /// Follows the spool open as `file` (writable), whose ring has
+    /// `ring_chunks` places, until its reader closes `gate` (after the
+    /// spool's last read: its writer is gone, or the collection is over).
+    pub fn new(gate: Arc<Gate>, file: File, ring_chunks: u32) -> SpoolPlaces {
         SpoolPlaces {
             gate,
             file,
             ring_chunks: ring_chunks.max(1),
-            liveness: Liveness::watch(pid),
             // Chunk 0 is the writer's from the spool's creation.
             next_chunk: 1,
         }
@@ -96,17 +94,16 @@ impl SpoolPlaces {
     /// Makes ready the places up to [`AHEAD`] chunks past the writer's;
     /// `Some(true)` if it made any, `None` once the spool's gate is closed.
     pub fn prepare(&mut self) -> Option<bool> {
-        let gate = self.gate.clone();
-        let closed = gate.closed.lock().unwrap_or_else(std::sync::PoisonError::into_inner);
+        let closed = self
+            .gate
+            .closed
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner);
         if *closed {
             return None;
         }
-        Some(self.prepare_open())
-    }
-
-    fn prepare_open(&mut self) -> bool {
         let Some((reserved, punched)) = self.writer_position() else {
-            return false;
+            return Some(false);
         };
         let writing = reserved / CHUNK_RECORDS as u64;
         let ring = u64::from(self.ring_chunks);
@@ -124,7 +121,8 @@ impl SpoolPlaces {
             self.next_chunk += 1;
             made = true;
         }
-        made
+        drop(closed);
+        Some(made)
     }
 
     /// Reserves the place at `offset` and brings its pages into the page
@@ -161,11 +159,6 @@ impl SpoolPlaces {
         }
         true
     }
-
-    /// Whether the spool's process has exited.
-    pub fn writer_gone(&mut self) -> bool {
-        self.liveness.is_dead()
-    }
 }
 
 /// Whether the disk holding `fd` keeps [`SPARE_BYTES`] free after one
@@ -182,23 +175,18 @@ fn room_for_a_chunk(fd: i32) -> bool {
 }
 
 /// The preparer thread: takes new spools from `inbox` and keeps their next
-/// places ready until their processes exit or `draining` is set.
+/// places ready until their gates close or `draining` is set.
 pub fn prepare_places(draining: &AtomicBool, inbox: &Receiver<SpoolPlaces>) {
     let mut spools: Vec<SpoolPlaces> = Vec::new();
     while !draining.load(Ordering::Acquire) {
         spools.extend(inbox.try_iter());
         let mut made = false;
-        spools.retain_mut(|spool| {
-            if spool.writer_gone() {
-                return false;
+        spools.retain_mut(|spool| match spool.prepare() {
+            Some(made_some) => {
+                made |= made_some;
+                true
             }
-            match spool.prepare() {
-                Some(made_some) => {
-                    made |= made_some;
-                    true
-                }
-                None => false,
-            }
+            None => false,
         });
         if !made {
             std::thread::sleep(IDLE_PAUSE);
@@ -246,7 +234,6 @@ mod tests {
             gate: Arc::default(),
             file: file.try_clone().unwrap(),
             ring_chunks: ring,
-            liveness: Liveness::watch(std::process::id()),
             next_chunk: 1,
         }
     }
@@ -275,6 +262,23 @@ mod tests {
         file.read_exact_at(&mut slot, HEADER_SIZE as u64 + 6 * CHUNK_BYTES as u64)
             .unwrap();
         assert!(slot.iter().all(|&b| b == 0));
+    }
+
+    #[test]
+    fn once_its_gate_is_closed_a_spool_gets_no_more_places() {
+        let file = spool_with(2 * CHUNK_RECORDS as u64, 0, 3);
+        let mut spool = places(&file, 64);
+        let mut closed_with_size = None;
+        spool
+            .gate
+            .clone()
+            .close_and(|| closed_with_size = Some(file.metadata().unwrap().len()));
+        assert_eq!(spool.prepare(), None);
+        assert_eq!(closed_with_size, Some(HEADER_SIZE as u64 + 3 * CHUNK_BYTES as u64));
+        assert_eq!(
+            file.metadata().unwrap().len(),
+            HEADER_SIZE as u64 + 3 * CHUNK_BYTES as u64
+        );
     }
 
     #[test]

@@ -348,7 +348,7 @@ fn scan(
                     if let Some(file) = tail.writable_file() {
                         let gate = Arc::new(Gate::default());
                         shared.gates.lock().unwrap().insert(tail.process, gate.clone());
-                        let _ = to_preparer.send(SpoolPlaces::new(gate, file, header.ring_chunks, tail.pid));
+                        let _ = to_preparer.send(SpoolPlaces::new(gate, file, header.ring_chunks));
                     }
                     let _ = to_readers.send(tail);
                 }

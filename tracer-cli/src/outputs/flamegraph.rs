@@ -10,7 +10,7 @@
 
 use crate::analysis::{
     headline_text, in_backward_pass, made_by_caching_allocator, stack_names, tensors_stopped_midway, ByStack,
-    FramesShown, ProcessIndex, Summary, TraceIndex, BACKWARD_PASS,
+    FramesShown, ProcessIndex, Summary, TraceIndex, BACKWARD_PASS, NO_STACK,
 };
 use std::collections::BTreeMap;
 
@@ -133,7 +133,7 @@ fn add(
         names.push(BACKWARD_PASS.to_string());
     }
     if frames.is_empty() {
-        names.push("(no call stack recorded)".to_string());
+        names.push(NO_STACK.to_string());
     } else {
         let mut inner_first = stack_names(&frames, shown, |f| headline_text(f, false));
         inner_first.reverse();

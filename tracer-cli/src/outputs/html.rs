@@ -8,7 +8,7 @@
 
 use crate::analysis::{
     call_sites, headline, headline_text, site_key, stack_lines, ByStack, Change, DeviceKey, EventStream, Frame,
-    FramesShown, ProcessIndex, ProcessMemory, Summary, TensorStats, TraceIndex,
+    FramesShown, ProcessIndex, ProcessMemory, Summary, TensorStats, TraceIndex, NO_STACK,
 };
 use crate::cli::HtmlArgs;
 use crate::failure::Failure;
@@ -608,14 +608,14 @@ fn stack_html(index: &TraceIndex, info: &ProcessIndex, stack: u32, frames: Frame
             escape(&headline_text(&resolved[at], false)),
             stack_lines_html(&resolved, frames)
         ),
-        None => "<span class=\"note\">(no call stack recorded)</span>".to_string(),
+        None => format!("<span class=\"note\">{NO_STACK}</span>"),
     }
 }
 
 /// A stack's lines: folded and at most [`FRAMES_SHOWN`], or every frame.
 fn stack_lines_html(resolved: &[Frame], frames: FramesShown) -> String {
     if resolved.is_empty() {
-        return "<span class=\"note\">(no call stack recorded)</span>".to_string();
+        return format!("<span class=\"note\">{NO_STACK}</span>");
     }
     let lines = stack_lines(resolved, frames);
     let shown = if frames == FramesShown::Full {

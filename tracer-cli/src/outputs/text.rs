@@ -3,6 +3,7 @@
 use crate::analysis::{
     call_sites, headline, headline_text, stack_lines, tensor_status_line, tensors_stopped_midway,
     unrecorded_process_text, ByStack, DeviceKey, Frame, FramesShown, ProcessIndex, ProcessSummary, Summary, TraceIndex,
+    NO_STACK,
 };
 use crate::wording::{bytes, count};
 use cudatrace_trace::ProcessEnd;
@@ -247,7 +248,7 @@ fn stack_text(index: &TraceIndex, info: &ProcessIndex, stack: u32, frames: Frame
             headline_text(&resolved[at], false),
             stack_lines_text(&resolved, frames, indent)
         ),
-        None => format!("{indent}(no call stack recorded)\n"),
+        None => format!("{indent}{NO_STACK}\n"),
     }
 }
 
@@ -255,7 +256,7 @@ fn stack_text(index: &TraceIndex, info: &ProcessIndex, stack: u32, frames: Frame
 /// frame.
 fn stack_lines_text(resolved: &[Frame], frames: FramesShown, indent: &str) -> String {
     if resolved.is_empty() {
-        return format!("{indent}(no call stack recorded)\n");
+        return format!("{indent}{NO_STACK}\n");
     }
     let lines = stack_lines(resolved, frames);
     let shown = if frames == FramesShown::Full {
