@@ -122,11 +122,36 @@ fn learnt_key(address: u64, generation: u64) -> u64 {
     address ^ generation << 48
 }
 
-fn learnt_set(slots: &[LearntSlot], address: u64) -> &[LearntSlot] {
+/// The index of the set a return address's step is kept in.
+#[inline(always)]
+fn learnt_set_index(address: u64) -> usize {
     let sets = LEARNT_SLOTS / LEARNT_WAYS;
-    let set = ((address ^ (address >> 17)).wrapping_mul(0x9E37_79B9_7F4A_7C15) >> 40) as usize & (sets - 1);
+    ((address ^ (address >> 17)).wrapping_mul(0x9E37_79B9_7F4A_7C15) >> 40) as usize & (sets - 1)
+}
+
+fn learnt_set(slots: &[LearntSlot], address: u64) -> &[LearntSlot] {
+    let set = learnt_set_index(address);
     &slots[set * LEARNT_WAYS..(set + 1) * LEARNT_WAYS]
 }
+
+/// Asks for the cache line of learnt set `set` (a prefetch: it never
+/// faults, and the walk does not wait for it).
+#[inline(always)]
+fn prefetch_set(slots: &[LearntSlot], set: usize) {
+    #[cfg(target_arch = "x86_64")]
+    if let Some(slot) = slots.get(set * LEARNT_WAYS) {
+        // SAFETY: a prefetch of an address inside the table.
+        unsafe {
+            std::arch::x86_64::_mm_prefetch::<{ std::arch::x86_64::_MM_HINT_T0 }>(std::ptr::from_ref(slot).cast())
+        };
+    }
+    #[cfg(not(target_arch = "x86_64"))]
+    let _ = (slots, set);
+}
+
+/// Sets a thread remembers from its last walk, to ask for at the start of
+/// the next one.
+const RECENT_SETS: usize = 64;
 
 fn recall(slots: &[LearntSlot], key: u64, address: u64) -> Option<Learnt> {
     if slots.is_empty() {
@@ -177,11 +202,26 @@ struct ThreadUnwind {
     cache: Option<Box<RuleCache>>,
     /// The thread's stack, [low, high); (0, 0) until asked.
     stack: (u64, u64),
+    /// The learnt sets the thread's last walk looked in, and how many.
+    ///
+    /// Each step of a walk waits for its set's cache line before it knows
+    /// where the next frame is, so a deep walk after the program has used
+    /// the cache pays one memory latency a frame, one after another. A
+    /// thread's next stack shares most of its return addresses with its
+    /// last (the same loop, the same operators), so the walk first asks
+    /// for all of the last walk's lines at once, and they arrive together.
+    recent_sets: [u16; RECENT_SETS],
+    recent_count: usize,
 }
 
 thread_local! {
     static THREAD: UnsafeCell<ThreadUnwind> = const {
-        UnsafeCell::new(ThreadUnwind { cache: None, stack: (0, 0) })
+        UnsafeCell::new(ThreadUnwind {
+            cache: None,
+            stack: (0, 0),
+            recent_sets: [0; RECENT_SETS],
+            recent_count: 0,
+        })
     };
 }
 
@@ -247,6 +287,10 @@ pub fn capture(out: &mut [u64]) -> (usize, bool) {
             let cache = thread.cache.get_or_insert_with(new_rule_cache);
             let learnt = LEARNT.get().unwrap_or_default();
             let generation = map.dlopen_count & 0xffff;
+            for &set in &thread.recent_sets[..thread.recent_count] {
+                prefetch_set(learnt, usize::from(set));
+            }
+            thread.recent_count = 0;
             let read = |address: u64| -> Option<u64> {
                 (address >= sp && address.checked_add(8).is_some_and(|end| end <= high) && address.is_multiple_of(8))
                     // SAFETY: inside this thread's live stack, aligned.
@@ -261,6 +305,10 @@ pub fn capture(out: &mut [u64]) -> (usize, bool) {
                     FrameAddress::ReturnAddress(address) => {
                         let address = address.get();
                         let key = learnt_key(address, generation);
+                        if thread.recent_count < RECENT_SETS {
+                            thread.recent_sets[thread.recent_count] = learnt_set_index(address) as u16;
+                            thread.recent_count += 1;
+                        }
                         match recall(learnt, key, address) {
                             Some(Learnt::Confirmed(step)) => apply(step, &mut regs, read),
                             // A frame that may be based on its frame pointer,

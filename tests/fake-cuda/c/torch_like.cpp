@@ -307,6 +307,19 @@ void backward() {
     std::printf("parameters %zu\ngradients %zu\ntemporaries %zu\n", 13 * kMiB, 14 * kMiB, 9 * kMiB);
 }
 
+/* One allocation and its free, called `Level` distinct frames deep (each
+ * level its own function, so each frame has its own return address, as the
+ * 40-odd native frames between a PyTorch operator and the allocator do). */
+template <int Level>
+__attribute__((noinline)) void pair_at_depth() {
+    if constexpr (Level == 0) {
+        api.free(api.malloc(4096, 0, nullptr));
+    } else {
+        pair_at_depth<Level - 1>();
+        asm volatile("" ::: "memory");  // keeps the call from becoming a jump
+    }
+}
+
 /* The cost of an action: FAKE_TORCH_BENCH_PAIRS (default 200,000)
  * allocations of 4 KiB and their frees, from one cached segment (no driver
  * call in the loop), timed as a whole. Each pair is three actions: alloc,
@@ -315,11 +328,36 @@ void bench() {
     const char *text = std::getenv("FAKE_TORCH_BENCH_PAIRS");
     long pairs = text ? std::atol(text) : 200000;
     api.free(api.malloc(4096, 0, nullptr));  // the segment, and the attach
-    timespec start{}, end{};
-    clock_gettime(CLOCK_MONOTONIC, &start);
-    for (long i = 0; i < pairs; i++) api.free(api.malloc(4096, 0, nullptr));
-    clock_gettime(CLOCK_MONOTONIC, &end);
-    double ns = double(end.tv_sec - start.tv_sec) * 1e9 + double(end.tv_nsec - start.tv_nsec);
+    // FAKE_TORCH_BENCH_POLLUTE_KIB: before each pair, touch that much other
+    // memory (untimed), as a training step's kernels and tensors do between
+    // two allocations, so that the pair runs with a cold cache.
+    // FAKE_TORCH_BENCH_DEEP=1: each pair 40 frames deeper, see pair_at_depth.
+    const char *deep_text = std::getenv("FAKE_TORCH_BENCH_DEEP");
+    void (*pair)() = deep_text && std::strcmp(deep_text, "1") == 0 ? pair_at_depth<40> : pair_at_depth<0>;
+    const char *pollute_text = std::getenv("FAKE_TORCH_BENCH_POLLUTE_KIB");
+    size_t pollute = pollute_text ? size_t(std::atol(pollute_text)) * 1024 : 0;
+    std::vector<unsigned char> junk(pollute);
+    // The call-timing diagnostic build's window (tests/gpu/diagnostics), if preloaded.
+    auto mark = reinterpret_cast<void (*)(uint64_t)>(dlsym(RTLD_DEFAULT, "cudatrace_call_timing_mark"));
+    if (mark) mark(0);
+    double ns = 0;
+    if (pollute == 0) {
+        timespec start{}, end{};
+        clock_gettime(CLOCK_MONOTONIC, &start);
+        for (long i = 0; i < pairs; i++) pair();
+        clock_gettime(CLOCK_MONOTONIC, &end);
+        ns = double(end.tv_sec - start.tv_sec) * 1e9 + double(end.tv_nsec - start.tv_nsec);
+    } else {
+        for (long i = 0; i < pairs; i++) {
+            for (size_t j = 0; j < pollute; j += 64) junk[j] += 1;
+            timespec start{}, end{};
+            clock_gettime(CLOCK_MONOTONIC, &start);
+            pair();
+            clock_gettime(CLOCK_MONOTONIC, &end);
+            ns += double(end.tv_sec - start.tv_sec) * 1e9 + double(end.tv_nsec - start.tv_nsec);
+        }
+    }
+    if (mark) mark(uint64_t(pairs));
     std::printf("bench pairs=%ld ns_per_pair=%.1f\n", pairs, ns / double(pairs > 0 ? pairs : 1));
 }
 
