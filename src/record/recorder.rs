@@ -163,8 +163,9 @@ pub fn forked(child: u32) {
     let mut record = Record::new(Op::Fork, Api::Unknown);
     record.arg1 = u64::from(child);
     // `fork` may be called from a signal handler, perhaps one that
-    // interrupted this thread while it grew the spool: never wait for that.
-    writer::write_without_waiting(writer::reserve_seq(), raw_record(record, 0));
+    // interrupted this thread while it grew the spool: the grower's lock
+    // refuses that thread rather than letting it wait for itself.
+    write(writer::reserve_seq(), record, false);
 }
 
 /// An allocation the driver made, with its device and kind worked out by

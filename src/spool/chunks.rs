@@ -23,13 +23,13 @@
 use crate::spool::spool_file;
 use crate::sys::clock::monotonic_ns;
 use crate::sys::lazy_mapping::LazyMapping;
-use crate::sys::thread::last_errno;
+use crate::sys::thread::{current_tid, last_errno};
 use cudatrace_events::layout::{
     chunk_offset, commit_word, CHUNK_BYTES, CHUNK_RECORDS, DROPPED_OP, HEADER_SIZE, MAX_RING_CHUNKS,
 };
 use cudatrace_events::RawRecord;
 use std::ptr::NonNull;
-use std::sync::atomic::{AtomicBool, AtomicI32, AtomicPtr, AtomicU32, AtomicU64, AtomicUsize, Ordering};
+use std::sync::atomic::{AtomicI32, AtomicPtr, AtomicU32, AtomicU64, AtomicUsize, Ordering};
 
 /// Chunks mapped at one time (their places in memory and in the table of
 /// mappings are reused, chunk `k` taking `k % MAX_CHUNKS`'s): a multiple of
@@ -53,7 +53,10 @@ static SEGMENT_BASES: [AtomicPtr<u8>; SEGMENTS] = [const { AtomicPtr::new(std::p
 /// pointer is published, so that a forked child unmaps every chunk it can see.
 static MAPPED: AtomicUsize = AtomicUsize::new(0);
 /// Guards growing; held only around reserving and mapping chunks.
-static GROW_LOCK: AtomicBool = AtomicBool::new(false);
+/// The kernel thread id of the thread growing the spool, or 0: a lock that
+/// knows its holder, so that a hook in a signal handler which interrupted
+/// the holder is refused instead of waiting for itself.
+static GROW_HOLDER: AtomicU32 = AtomicU32::new(0);
 /// `CLOCK_MONOTONIC` before which growth is not tried again.
 static RETRY_AFTER_NS: AtomicU64 = AtomicU64::new(0);
 /// The `errno` of the last failed growth, for the records dropped meanwhile.
@@ -119,31 +122,6 @@ pub fn slot(seq: u64) -> Result<*mut RawRecord, i32> {
     Ok(unsafe { base.add(within) })
 }
 
-/// Like [`slot`], but never waits for the lock that guards growing: when
-/// another growth holds it (perhaps this very thread, interrupted by the
-/// signal handler that calls this), `EAGAIN`.
-pub fn slot_without_waiting(seq: u64) -> Result<*mut RawRecord, i32> {
-    let chunk = (seq / CHUNK_RECORDS as u64) as usize;
-    let base = CHUNKS[chunk % MAX_CHUNKS].load(Ordering::Acquire);
-    if !base.is_null() && chunk < MAPPED.load(Ordering::Acquire) {
-        // SAFETY: within < CHUNK_RECORDS, the number of records in the mapping.
-        return Ok(unsafe { base.add((seq % CHUNK_RECORDS as u64) as usize) });
-    }
-    if let Some(errno) = paused() {
-        return Err(errno);
-    }
-    if GROW_LOCK
-        .compare_exchange(false, true, Ordering::Acquire, Ordering::Relaxed)
-        .is_err()
-    {
-        return Err(libc::EAGAIN);
-    }
-    let result = grown_under_lock(chunk);
-    GROW_LOCK.store(false, Ordering::Release);
-    // SAFETY: as above, in the chunk just mapped.
-    result.map(|base| unsafe { base.add((seq % CHUNK_RECORDS as u64) as usize) })
-}
-
 fn paused() -> Option<i32> {
     let now = monotonic_ns();
     (now < RETRY_AFTER_NS.load(Ordering::Acquire)).then(|| LAST_GROW_ERRNO.load(Ordering::Relaxed))
@@ -154,18 +132,32 @@ fn grow(target: usize) -> Result<*mut RawRecord, i32> {
     if let Some(errno) = paused() {
         return Err(errno);
     }
-    while GROW_LOCK
-        .compare_exchange_weak(false, true, Ordering::Acquire, Ordering::Relaxed)
-        .is_err()
-    {
-        std::thread::yield_now();
-    }
+    lock_growth()?;
     let result = grown_under_lock(target);
-    GROW_LOCK.store(false, Ordering::Release);
+    GROW_HOLDER.store(0, Ordering::Release);
     result
 }
 
-/// Grows up to chunk `target`, with `GROW_LOCK` held; a failure pauses
+/// Takes the grower's lock, waiting for another thread that holds it;
+/// `EAGAIN` where the holder is this very thread (a hook running in a
+/// signal handler that interrupted it while it grew the spool, a `fork`
+/// from such a handler for one), whose wait would never end.
+fn lock_growth() -> Result<(), i32> {
+    lock_held_by(&GROW_HOLDER, current_tid())
+}
+
+/// Takes the lock `holder` for thread `me`, as [`lock_growth`] says.
+fn lock_held_by(holder: &AtomicU32, me: u32) -> Result<(), i32> {
+    loop {
+        match holder.compare_exchange_weak(0, me, Ordering::Acquire, Ordering::Relaxed) {
+            Ok(_) => return Ok(()),
+            Err(holder) if holder == me => return Err(libc::EAGAIN),
+            Err(_) => std::thread::yield_now(),
+        }
+    }
+}
+
+/// Grows up to chunk `target`, with the grower's lock held; a failure pauses
 /// growing for a while.
 fn grown_under_lock(target: usize) -> Result<*mut RawRecord, i32> {
     // Whoever held the lock may have just failed: do not try again at once.
@@ -419,5 +411,33 @@ pub fn forget_parent() {
     RING.store(0, Ordering::Release);
     PUNCHED.store(std::ptr::null_mut(), Ordering::Release);
     RETRY_AFTER_NS.store(0, Ordering::Relaxed);
-    GROW_LOCK.store(false, Ordering::Release);
+    GROW_HOLDER.store(0, Ordering::Release);
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::sync::atomic::AtomicBool;
+
+    #[test]
+    fn the_growers_lock_refuses_its_own_holder_and_makes_others_wait() {
+        let holder = AtomicU32::new(0);
+        assert_eq!(lock_held_by(&holder, 7), Ok(()));
+        assert_eq!(holder.load(Ordering::Relaxed), 7);
+        // The holder again: a signal handler on the growing thread.
+        assert_eq!(lock_held_by(&holder, 7), Err(libc::EAGAIN));
+        // Another thread waits until the holder lets go.
+        let taken = AtomicBool::new(false);
+        std::thread::scope(|scope| {
+            scope.spawn(|| {
+                assert_eq!(lock_held_by(&holder, 8), Ok(()));
+                taken.store(true, Ordering::Release);
+            });
+            std::thread::sleep(std::time::Duration::from_millis(50));
+            assert!(!taken.load(Ordering::Acquire), "took a lock that was held");
+            holder.store(0, Ordering::Release);
+        });
+        assert!(taken.load(Ordering::Acquire));
+        assert_eq!(holder.load(Ordering::Relaxed), 8);
+    }
 }

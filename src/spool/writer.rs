@@ -24,6 +24,7 @@ use crate::spool::notice;
 use crate::spool::spool_file;
 use crate::spool::tree_root;
 use crate::sys::clock::{monotonic_ns, realtime_ns};
+use crate::sys::prefetch::prefetch_line;
 use crate::sys::thread::last_errno;
 use cudatrace_events::layout::{
     commit_word, CHUNK_RECORDS, CMDLINE_CAPACITY, HEADER_SIZE, RECORD_SIZE, SPOOL_MAGIC, SPOOL_VERSION,
@@ -98,15 +99,6 @@ pub fn write(seq: u64, record: RawRecord) {
     write_in(seq, record, spool_chunks::slot);
 }
 
-/// Like [`write`], but never waits to grow the spool: where the slot's
-/// chunk is not mapped and another growth is under way, the record is
-/// dropped (and counted). For a hook that may run in a signal handler that
-/// interrupted this very thread while it grew the spool, under the
-/// grower's lock.
-pub fn write_without_waiting(seq: u64, record: RawRecord) {
-    write_in(seq, record, spool_chunks::slot_without_waiting);
-}
-
 #[inline(always)]
 fn write_in(seq: u64, mut record: RawRecord, slot_of: impl FnOnce(u64) -> Result<*mut RawRecord, i32>) {
     // Without a spool there is nothing to store, count or mark.
@@ -148,19 +140,10 @@ fn write_in(seq: u64, mut record: RawRecord, slot_of: impl FnOnce(u64) -> Result
 /// exclusive, and the store then needs no further request.
 #[inline(always)]
 fn prefetch_for_write(slot: *mut RawRecord) {
-    #[cfg(target_arch = "x86_64")]
-    {
-        use std::arch::x86_64::{_mm_prefetch, _MM_HINT_T0};
-        let bytes = slot.cast::<i8>();
-        // SAFETY: a prefetch never faults, whatever the address; both lines
-        // hold part of the slot (RECORD_SIZE is 72 bytes).
-        unsafe {
-            _mm_prefetch::<_MM_HINT_T0>(bytes);
-            _mm_prefetch::<_MM_HINT_T0>(bytes.add(RECORD_SIZE - 1));
-        }
-    }
-    #[cfg(not(target_arch = "x86_64"))]
-    let _ = slot;
+    // Both lines hold part of the slot (RECORD_SIZE is 72 bytes).
+    let bytes = slot.cast::<u8>();
+    prefetch_line(bytes);
+    prefetch_line(bytes.wrapping_add(RECORD_SIZE - 1));
 }
 
 /// Adds one to a header counter.

@@ -10,7 +10,6 @@
 use crate::stacks::python_frames::{self, PyCapture, PyFrame};
 use crate::stacks::stack_cache::{self, StackCache};
 use crate::stacks::{module_map, native_unwind, stack_table};
-use crate::sys::thread::fork_generation;
 use crate::sys::thread_block::{self, ThreadBlock};
 use cudatrace_events::stacks::frame_kind;
 use std::cell::UnsafeCell;
@@ -180,20 +179,19 @@ pub fn only_callers() -> bool {
 ///
 /// The thread block's `last_owners` remember the last two owners found from
 /// a known caller, so that a loop of allocations and frees asks neither the
-/// module map nor the stack table again. An entry is good only in the fork
-/// generation and under the module map it was made in (a child's stack
-/// table starts empty; a library loaded since may change whose code an
-/// address is).
+/// module map nor the stack table again. An entry is good only under the
+/// module map it was made in (a library loaded since may change whose code
+/// an address is); a forked child, whose stack table starts empty, forgets
+/// them ([`forget_parent_stacks`]).
 fn immediate_caller(known_caller: u64, block: &ThreadBlock) -> u32 {
     let Some(map) = module_map::current() else {
         return 0;
     };
-    let generation = fork_generation();
     let map_key = std::ptr::from_ref(map) as usize;
     if known_caller != 0 {
         for memo in &block.last_owners {
-            let (memo_generation, id, memo_map, address) = memo.get();
-            if address == known_caller && memo_generation == generation && memo_map == map_key && id != 0 {
+            let (id, memo_map, address) = memo.get();
+            if address == known_caller && memo_map == map_key && id != 0 {
                 return id;
             }
         }
@@ -220,7 +218,7 @@ fn immediate_caller(known_caller: u64, block: &ThreadBlock) -> u32 {
     if known_caller == address && id != 0 {
         // The older entry makes way.
         block.last_owners[1].set(block.last_owners[0].get());
-        block.last_owners[0].set((generation, id, map_key, address));
+        block.last_owners[0].set((id, map_key, address));
     }
     id
 }
@@ -414,6 +412,11 @@ fn intern_frame(frame: &Frame, parent: u32) -> Option<u32> {
 
 /// In a forked child: the parent's ids mean nothing in the child's spool.
 pub fn forget_parent_stacks() {
+    // The child's only thread is the one that forked: its block holds the
+    // only owners remembered, whose ids are the parent's table's.
+    for memo in &thread_block::current().last_owners {
+        memo.set((0, 0, 0));
+    }
     let _ = LAST.try_with(|last| {
         // SAFETY: the child has only this thread.
         unsafe { (*last.get()).len = 0 };

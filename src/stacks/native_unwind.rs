@@ -17,6 +17,7 @@
 
 use crate::stacks::module_map;
 use crate::sys::lazy_mapping::{LazyMapping, ZeroIsEmpty};
+use crate::sys::prefetch::prefetch_line;
 use crate::sys::tracing_switch::guarded;
 use framehop::x86_64::{CacheX86_64, UnwindRegsX86_64};
 use framehop::{FrameAddress, MustNotAllocateDuringUnwind, Unwinder};
@@ -134,30 +135,21 @@ fn learnt_set(slots: &[LearntSlot], address: u64) -> &[LearntSlot] {
     &slots[set * LEARNT_WAYS..(set + 1) * LEARNT_WAYS]
 }
 
-/// Asks for the cache line of learnt set `set` (a prefetch: it never
-/// faults, and the walk does not wait for it).
-#[inline(always)]
-fn prefetch_set(slots: &[LearntSlot], set: usize) {
-    #[cfg(target_arch = "x86_64")]
-    if let Some(slot) = slots.get(set * LEARNT_WAYS) {
-        // SAFETY: a prefetch of an address inside the table.
-        unsafe {
-            std::arch::x86_64::_mm_prefetch::<{ std::arch::x86_64::_MM_HINT_T0 }>(std::ptr::from_ref(slot).cast())
-        };
-    }
-    #[cfg(not(target_arch = "x86_64"))]
-    let _ = (slots, set);
-}
-
 /// Sets a thread remembers from its last walk, to ask for at the start of
 /// the next one.
 const RECENT_SETS: usize = 64;
 
+/// The step kept for `key`, the return address `address`'s.
+#[cfg(test)]
 fn recall(slots: &[LearntSlot], key: u64, address: u64) -> Option<Learnt> {
-    if slots.is_empty() {
-        return None;
-    }
-    let slot = learnt_set(slots, address)
+    recall_in(slots, key, learnt_set_index(address))
+}
+
+/// The step kept for `key` in learnt set `set` (a return address's, see
+/// [`learnt_set_index`]); `None` where no slot holds it.
+fn recall_in(slots: &[LearntSlot], key: u64, set: usize) -> Option<Learnt> {
+    let slot = slots
+        .get(set * LEARNT_WAYS..(set + 1) * LEARNT_WAYS)?
         .iter()
         .find(|slot| slot.key.load(Ordering::Acquire) == key)?;
     let learnt = Learnt::unpack(slot.step.load(Ordering::Acquire))?;
@@ -288,7 +280,7 @@ pub fn capture(out: &mut [u64]) -> (usize, bool) {
             let learnt = LEARNT.get().unwrap_or_default();
             let generation = map.dlopen_count & 0xffff;
             for &set in &thread.recent_sets[..thread.recent_count] {
-                prefetch_set(learnt, usize::from(set));
+                prefetch_line(learnt.as_ptr().wrapping_add(usize::from(set) * LEARNT_WAYS));
             }
             thread.recent_count = 0;
             let read = |address: u64| -> Option<u64> {
@@ -305,11 +297,12 @@ pub fn capture(out: &mut [u64]) -> (usize, bool) {
                     FrameAddress::ReturnAddress(address) => {
                         let address = address.get();
                         let key = learnt_key(address, generation);
-                        if thread.recent_count < RECENT_SETS {
-                            thread.recent_sets[thread.recent_count] = learnt_set_index(address) as u16;
+                        let set = learnt_set_index(address);
+                        if thread.recent_count < RECENT_SETS && !learnt.is_empty() {
+                            thread.recent_sets[thread.recent_count] = set as u16;
                             thread.recent_count += 1;
                         }
-                        match recall(learnt, key, address) {
+                        match recall_in(learnt, key, set) {
                             Some(Learnt::Confirmed(step)) => apply(step, &mut regs, read),
                             // A frame that may be based on its frame pointer,
                             // with the frame pointer where it was when learnt:

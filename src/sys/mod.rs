@@ -9,6 +9,7 @@ pub mod cxx_function;
 pub mod elf_symbols;
 pub mod lazy_mapping;
 pub mod loader;
+pub mod prefetch;
 pub mod symbols;
 pub mod thread;
 pub mod thread_block;

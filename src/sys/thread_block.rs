@@ -15,7 +15,8 @@
 //! all-zero value is its "nothing known" state. It needs no destructor and
 //! is valid for the thread's whole life, teardown included. A forked child
 //! inherits its thread's block: fields that a fork makes stale carry the
-//! fork generation ([`crate::sys::thread::fork_generation`]).
+//! fork generation ([`crate::sys::thread::fork_generation`]) or are cleared
+//! by the child's fork handler.
 //!
 //! The fields belong to the layers above (each says whose); keeping them in
 //! one place is what makes them cheap. Only small values belong here: the
@@ -42,9 +43,10 @@ pub struct ThreadBlock {
     /// driver allocation or mapping.
     pub last_segment: Cell<(u64, u64)>,
     /// `stacks::call_stack`: the last two owners of events recorded without
-    /// stacks, as (fork generation, stack id, module map, return address);
-    /// a program's calls alternate between an allocation's and a free's.
-    pub last_owners: [Cell<(u32, u32, usize, u64)>; 2],
+    /// stacks, as (stack id, module map, return address); a program's calls
+    /// alternate between an allocation's and a free's. A forked child
+    /// clears them.
+    pub last_owners: [Cell<(u32, usize, u64)>; 2],
 }
 
 /// Bytes reserved for the block in the TLS segment.
@@ -106,7 +108,7 @@ mod place {
                 runtime_caller: std::cell::Cell::new(0),
                 device: std::cell::Cell::new((0, 0, 0)),
                 last_segment: std::cell::Cell::new((0, 0)),
-                last_owners: [const { std::cell::Cell::new((0, 0, 0, 0)) }; 2],
+                last_owners: [const { std::cell::Cell::new((0, 0, 0)) }; 2],
             }
         };
     }

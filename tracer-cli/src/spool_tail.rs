@@ -81,9 +81,8 @@ pub struct SpoolTail {
     released_chunks: u64,
     ring_chunks: u32,
     /// Child-failure slots of the header already turned into processes
-    /// that could not record (a bit a slot), and the lost ones counted.
+    /// that could not record (a bit a slot).
     failures_taken: u64,
-    lost_taken: u32,
 }
 
 /// The forked children that said in a spool's header that they could not
@@ -163,7 +162,6 @@ impl SpoolTail {
             released_chunks: header.released_records / CHUNK_RECORDS as u64,
             ring_chunks: header.ring_chunks,
             failures_taken: 0,
-            lost_taken: 0,
         };
         Ok((tail, header))
     }
@@ -201,9 +199,10 @@ impl SpoolTail {
                 processes.push(child_failure(failure, spool_dir));
             }
         }
-        if final_pass && header.child_failures_lost > self.lost_taken {
-            processes.push(lost_children(self.pid, header.child_failures_lost - self.lost_taken));
-            self.lost_taken = header.child_failures_lost;
+        // Counted once, when the spool is read for the last time: the count
+        // only grows until then.
+        if final_pass && header.child_failures_lost > 0 {
+            processes.push(lost_children(self.pid, header.child_failures_lost));
         }
         processes
     }
@@ -213,9 +212,9 @@ impl SpoolTail {
         self.cursor.finish(header.reserved_seqs);
     }
 
-    /// The spool file opened anew for writing (the collector opens spools
-    /// writable), for making its next chunk places ready; `None` if it was
-    /// opened read-only or cannot be duplicated.
+    /// A second descriptor of the spool file, for making its next chunk
+    /// places ready; `None` if the spool was opened read-only (the collector
+    /// opens spools writable) or the descriptor cannot be duplicated.
     pub fn writable_file(&self) -> Option<File> {
         let file = self.spool.file().try_clone().ok()?;
         // SAFETY: a query of our own descriptor's flags.

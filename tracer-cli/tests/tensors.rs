@@ -374,7 +374,10 @@ fn the_backward_pass_is_one_call_site_split_by_autograd_node_and_comes_first_at_
         .find("<h3>Tensors live at exit (leaks)</h3>")
         .expect("a tensor table");
     assert!(leaks < page.find("<h3>Memory live at exit (leaks)</h3>").unwrap());
-    let first_row = &page[leaks..];
+    // The table's first row: from its first cell to the row's end.
+    let table = &page[leaks..];
+    let first_cell = table.find("<td").expect("a row in the tensor table");
+    let first_row = &table[first_cell..first_cell + table[first_cell..].find("</tr>").expect("the row's end")];
     assert!(
         first_row.contains(
             "<td class=\"num\">14.0 MiB</td><td class=\"num\">4</td><td class=\"site\">autograd backward pass</td>\
@@ -383,12 +386,19 @@ fn the_backward_pass_is_one_call_site_split_by_autograd_node_and_comes_first_at_
         "{}",
         &first_row[..first_row.len().min(2000)]
     );
-    // The flamegraph keeps each node's frame under the backward pass's stacks.
+    // The flamegraph keeps each node's frame in the backward pass's one
+    // named tower.
     let (lines, _) = folded_at_exit(&trace, "backward.folded", &[]);
     let by_node = |node: &str| -> u64 {
         lines
             .iter()
-            .filter(|(frames, _)| frames.contains(&format!("autograd%20{node}%20(backward%20pass)")))
+            .filter(|(frames, _)| {
+                let frames: Vec<&str> = frames.split(';').collect();
+                let tower = frames.iter().position(|&f| f == "autograd%20backward%20pass");
+                let node_frame = format!("autograd%20{node}%20(backward%20pass)");
+                let node = frames.iter().position(|f| f.starts_with(&node_frame));
+                matches!((tower, node), (Some(tower), Some(node)) if tower < node)
+            })
             .map(|&(_, bytes)| bytes)
             .sum()
     };

@@ -280,7 +280,7 @@ pub const BACKWARD_PASS: &str = "autograd backward pass";
 
 /// Whether a stack is one of autograd's backward pass ([`BACKWARD_PASS`]).
 pub fn in_backward_pass(frames: &[Frame]) -> bool {
-    site_of(frames).2.is_some()
+    headline(frames).is_some_and(|at| autograd_node(&frames[at].function).is_some())
 }
 
 /// A stack's call site: `(key, name, autograd node)`. The key is the

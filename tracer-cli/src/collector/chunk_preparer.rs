@@ -282,6 +282,22 @@ mod tests {
     }
 
     #[test]
+    fn closing_a_gate_waits_for_the_preparation_under_way() {
+        let gate = Arc::new(Gate::default());
+        let ran = AtomicBool::new(false);
+        // A preparation holds the gate's lock while it works.
+        let preparing = gate.closed.lock().unwrap();
+        std::thread::scope(|scope| {
+            scope.spawn(|| gate.close_and(|| ran.store(true, Ordering::Release)));
+            std::thread::sleep(Duration::from_millis(50));
+            assert!(!ran.load(Ordering::Acquire), "closed during a preparation");
+            drop(preparing);
+        });
+        assert!(ran.load(Ordering::Acquire));
+        assert!(*gate.closed.lock().unwrap());
+    }
+
+    #[test]
     fn a_later_lap_s_place_waits_until_its_earlier_chunk_is_punched_out() {
         // A 4-place ring, the writer in chunk 5 (place 1), chunks 0 to 2 punched:
         // chunk 6 (place 2, chunk 2's) is ready, chunk 7 (place 3, chunk 3's) is not.
