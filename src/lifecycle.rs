@@ -6,7 +6,7 @@ use crate::hooks::{dlopen_door, exec, fork, launch, streams, torch_allocator};
 use crate::record::{capture_state, devices, live_table, readings};
 use crate::spool::{notice, tree_root, writer as spool_writer};
 use crate::stacks::{call_stack, module_map, python_frames};
-use crate::sys::{thread, tracing_switch};
+use crate::sys::{clock, thread, tracing_switch};
 
 extern "C" fn before_fork() {
     module_map::before_fork();
@@ -21,6 +21,7 @@ extern "C" fn after_fork_in_parent() {
 /// and must not inherit locks held by parent threads that no longer exist.
 extern "C" fn after_fork_in_child() {
     thread::new_fork_generation();
+    clock::forget_parent();
     spool_writer::forget_parent_spool();
     live_table::forget_parent_table();
     call_stack::forget_parent_stacks();
@@ -49,6 +50,7 @@ fn process_exiting() {
 /// Library constructor. It does no CUDA work; it reads the environment and,
 /// in the root of a traced tree, adds the tree's spool folder to it.
 extern "C" fn on_load() {
+    clock::choose_record_clock();
     if std::env::var_os("CUDATRACE_DISABLE").is_some_and(|v| v != "0" && !v.is_empty()) {
         tracing_switch::turn_tracing_off();
     }

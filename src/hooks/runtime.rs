@@ -5,6 +5,7 @@
 //! covers a statically linked runtime (which we cannot hook) just as well,
 //! minus the name.
 
+use crate::hooks::support::prepare_event;
 use crate::record::devices;
 use crate::record::recorder::RuntimeCall;
 use crate::stacks::call_stack::only_callers;
@@ -32,6 +33,8 @@ macro_rules! runtime_hooks {
                 static RETURN_SLOT: ReturnSlot = ReturnSlot::new();
                 let caller = if only_callers() { RETURN_SLOT.caller() } else { 0 };
                 let _inside = RuntimeCall::enter(Api::$api, caller);
+                // The runtime's own work before its driver call overlaps the lines' way in.
+                prepare_event(None, 0);
                 // SAFETY: arguments forwarded unchanged.
                 unsafe { real($( $arg ),*) }
             }

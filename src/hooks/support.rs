@@ -1,5 +1,10 @@
-//! What every hook needs: its real function, and the out-parameters the
-//! driver wrote.
+//! What every hook needs: its real function, the lines its event will
+//! touch asked for early, and the out-parameters the driver wrote.
+
+use crate::record::devices;
+use crate::record::live_table::{self, Namespace};
+use crate::spool::writer as spool_writer;
+use crate::sys::thread_block;
 
 /// The real driver function `$sym` with C signature `$ty`, or an early
 /// `return CUDA_ERROR_NOT_INITIALIZED` from the hook when it cannot be found.
@@ -22,4 +27,20 @@ pub fn read<T: Copy>(ptr: *const T, or: T) -> T {
         // SAFETY: the driver succeeded, so a non-null out-parameter holds a value.
         unsafe { *ptr }
     }
+}
+
+/// Asks for the lines the event of the hook just entered will touch: the
+/// thread's block, the spool's next record and, for a free, the live
+/// table's entry; for a stream-ordered call, the stream's device. Called on
+/// a hook's entry, before the real call, so that the lines arrive while the
+/// driver or the runtime works: a training process pushes them out of the
+/// caches between two events, and each would otherwise be a wait of its own.
+#[inline(always)]
+pub fn prepare_event(freeing: Option<(Namespace, u64)>, stream: u64) {
+    thread_block::prefetch();
+    spool_writer::prefetch_next_record();
+    if let Some((namespace, address)) = freeing {
+        live_table::prefetch(namespace, address);
+    }
+    devices::prefetch_stream(stream);
 }

@@ -43,6 +43,7 @@
 //! that lock simply finishes its own allocation first; it never waits on
 //! the attaching thread.
 
+use crate::hooks::support::prepare_event;
 use crate::record::tensors::{self, TensorAction};
 use crate::stacks::module_map;
 use crate::sys::cxx_function::{AnyData, StdFunction};
@@ -346,6 +347,8 @@ unsafe extern "C" fn on_trace_entry(_functor: *const AnyData, entry: *const u8) 
     if !tracing_on() || entry.is_null() {
         return;
     }
+    // An allocation's stack walk comes first: the record's lines arrive meanwhile.
+    prepare_event(None, 0);
     guarded(|| {
         let now = STATE.load(Ordering::Acquire);
         if now != state::ATTACHED && now != state::CONFIRMED {

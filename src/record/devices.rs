@@ -184,6 +184,14 @@ fn is_default_stream(stream: u64) -> bool {
     stream == 0 || stream == CU_STREAM_LEGACY || stream == CU_STREAM_PER_THREAD
 }
 
+/// Asks for the line where the look-up of `stream`'s device starts.
+#[inline(always)]
+pub fn prefetch_stream(stream: u64) {
+    if !is_default_stream(stream) {
+        STREAMS.prefetch(first_slot(stream, STREAM_SLOTS));
+    }
+}
+
 /// A stream was created on `device`.
 pub fn stream_created(stream: u64, device: i8) {
     if !is_default_stream(stream) {

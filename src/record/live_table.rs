@@ -93,6 +93,15 @@ fn unpack(size: u64, meta: u64) -> Entry {
     }
 }
 
+/// Asks for the line where the look-up of `address` starts, so that a
+/// free's look-up before its driver call finds it on its way.
+#[inline(always)]
+pub fn prefetch(namespace: Namespace, address: u64) {
+    if let Some(key) = key_of(namespace, address) {
+        TABLE.prefetch(first_slot(key));
+    }
+}
+
 /// Records a new allocation.
 pub fn insert(namespace: Namespace, address: u64, entry: Entry) -> Inserted {
     let (Some(key), Some(slots)) = (key_of(namespace, address), table()) else {

@@ -11,7 +11,7 @@
 use crate::record::devices::{self, current_device};
 use crate::record::recorder::{self, Record};
 use crate::stacks::stack_table;
-use crate::sys::clock::coarse_ns;
+use crate::sys::clock::record_ns;
 use crate::sys::cuda_ffi::*;
 use crate::sys::symbols::{real_fn, Sym};
 use crate::sys::tracing_switch::{guarded, tracing_on};
@@ -352,7 +352,8 @@ pub fn disable_samples() {
 /// its graph memory.
 #[inline]
 pub fn maybe_sample(api: Api) {
-    let now = coarse_ns();
+    // The records' clock: its thread-block anchor is warm after a record.
+    let now = record_ns();
     let gate = LAST_GATE.load(Ordering::Relaxed);
     if now.wrapping_sub(gate) < GATE_INTERVAL_NS {
         return;

@@ -23,6 +23,7 @@
 use crate::spool::spool_file;
 use crate::sys::clock::monotonic_ns;
 use crate::sys::lazy_mapping::LazyMapping;
+use crate::sys::prefetch::prefetch_line;
 use crate::sys::thread::{current_tid, last_errno};
 use cudatrace_events::layout::{
     chunk_offset, commit_word, CHUNK_BYTES, CHUNK_RECORDS, DROPPED_OP, HEADER_SIZE, MAX_RING_CHUNKS,
@@ -120,6 +121,14 @@ pub fn slot(seq: u64) -> Result<*mut RawRecord, i32> {
     }
     // SAFETY: `within` < CHUNK_RECORDS, the number of records in the mapping.
     Ok(unsafe { base.add(within) })
+}
+
+/// Asks for the lines [`slot`] reads to find the slot of `seq`.
+#[inline(always)]
+pub fn prefetch_slot_lookup(seq: u64) {
+    let chunk = (seq / CHUNK_RECORDS as u64) as usize;
+    prefetch_line(&raw const CHUNKS[chunk % MAX_CHUNKS]);
+    prefetch_line(&raw const MAPPED);
 }
 
 fn paused() -> Option<i32> {

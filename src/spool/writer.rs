@@ -23,9 +23,10 @@ use crate::spool::chunks as spool_chunks;
 use crate::spool::notice;
 use crate::spool::spool_file;
 use crate::spool::tree_root;
-use crate::sys::clock::{monotonic_ns, realtime_ns};
+use crate::sys::clock::{monotonic_ns, realtime_ns, record_ns};
 use crate::sys::prefetch::prefetch_line;
 use crate::sys::thread::last_errno;
+use crate::sys::thread_block;
 use cudatrace_events::layout::{
     commit_word, CHUNK_RECORDS, CMDLINE_CAPACITY, HEADER_SIZE, RECORD_SIZE, SPOOL_MAGIC, SPOOL_VERSION,
 };
@@ -114,7 +115,7 @@ fn write_in(seq: u64, mut record: RawRecord, slot_of: impl FnOnce(u64) -> Result
         }
     };
     // Taken once the spool exists, so no event predates its process's start time.
-    record.time_ns = monotonic_ns();
+    record.time_ns = record_ns();
     let body = record.body_words();
     let commit = commit_word(seq, &body);
     let words = slot.cast::<u64>();
@@ -127,9 +128,38 @@ fn write_in(seq: u64, mut record: RawRecord, slot_of: impl FnOnce(u64) -> Result
         }
         AtomicU64::from_ptr(words).store(commit, Ordering::Release);
     }
-    if !(seq + 1).is_multiple_of(CHUNK_RECORDS as u64) {
+    let next = if (seq + 1).is_multiple_of(CHUNK_RECORDS as u64) {
+        0
+    } else {
         // SAFETY: the next slot lies in the same mapping.
-        prefetch_for_write(unsafe { slot.add(1) });
+        let next = unsafe { slot.add(1) };
+        prefetch_for_write(next);
+        next as usize
+    };
+    thread_block::current().next_record.set((seq + 1, next));
+}
+
+/// Asks for the lines the calling thread's next record will touch: the
+/// spool's state and header (the sequence number), the chunk table's entry
+/// and the slot after the thread's last record, where the next one goes
+/// unless another thread wrote in between. A hook calls it on entry, so
+/// that the lines arrive while the driver works; a training process has
+/// pushed them out of the caches since the last event.
+#[inline(always)]
+pub fn prefetch_next_record() {
+    prefetch_line(&raw const STATE);
+    prefetch_line(&raw const HEADER);
+    let header = HEADER.load(Ordering::Relaxed);
+    if header.is_null() {
+        return;
+    }
+    // SAFETY: only the field's address is taken; the header stays mapped
+    // while the state is OPEN, and a prefetch never faults anyway.
+    prefetch_line(unsafe { &raw const (*header).reserved_seqs });
+    let (seq, slot) = thread_block::current().next_record.get();
+    if slot != 0 {
+        spool_chunks::prefetch_slot_lookup(seq);
+        prefetch_for_write(slot as *mut RawRecord);
     }
 }
 
@@ -386,6 +416,7 @@ extern "C" fn record_exit(status: libc::c_int, _arg: *mut libc::c_void) {
 /// spool: drop them so that the child starts a spool of its own. Any lock a
 /// parent thread held at the fork is released, since that thread is gone.
 pub fn forget_parent_spool() {
+    thread_block::current().next_record.set((0, 0));
     spool_chunks::forget_parent();
     let header = HEADER.swap(std::ptr::null_mut(), Ordering::AcqRel);
     // The parent's header stays mapped until the child has a spool of its

@@ -4,6 +4,7 @@
 //! of their pages. The mapping is reserved without swap, so only the pages
 //! written cost memory.
 
+use crate::sys::prefetch::prefetch_line;
 use std::marker::PhantomData;
 use std::sync::atomic::{AtomicPtr, Ordering};
 
@@ -58,6 +59,16 @@ impl<T: ZeroIsEmpty> LazyMapping<T> {
         let base = self.base.load(Ordering::Acquire);
         // SAFETY: as in `get`.
         (!base.is_null()).then(|| unsafe { std::slice::from_raw_parts(base, self.len) })
+    }
+
+    /// Asks for the cache line of value `index` (modulo the table's length,
+    /// a power of two), if the table is mapped; never maps it.
+    #[inline(always)]
+    pub fn prefetch(&self, index: usize) {
+        let base = self.base.load(Ordering::Relaxed);
+        if !base.is_null() {
+            prefetch_line(base.wrapping_add(index & (self.len - 1)));
+        }
     }
 
     #[cold]

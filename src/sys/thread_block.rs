@@ -22,6 +22,7 @@
 //! one place is what makes them cheap. Only small values belong here: the
 //! call-stack buffers stay in ordinary thread-locals.
 
+use crate::sys::prefetch::prefetch_line;
 use std::cell::Cell;
 
 /// The per-thread state of the hot path; all zeros in a new thread.
@@ -47,10 +48,35 @@ pub struct ThreadBlock {
     /// alternate between an allocation's and a free's. A forked child
     /// clears them.
     pub last_owners: [Cell<(u32, usize, u64)>; 2],
+    /// `sys::clock`: the thread's anchor of the TSC to `CLOCK_MONOTONIC`.
+    /// Still good in a forked child: both clocks are the machine's.
+    pub clock: Cell<ClockAnchor>,
+    /// `sys::clock`: the latest record time this thread was given.
+    pub clock_latest: Cell<u64>,
+    /// `spool::writer`: the sequence number and slot after this thread's
+    /// last record, the guess of where its next one goes (slot 0: none).
+    /// A forked child clears it.
+    pub next_record: Cell<(u64, usize)>,
+}
+
+/// A TSC reading and its `CLOCK_MONOTONIC` time, the rate to scale later
+/// ticks by (nanoseconds a tick, 32.32 fixed point) and how many ticks
+/// past the reading the anchor covers; all zeros covers none.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+#[repr(C)]
+pub struct ClockAnchor {
+    /// The TSC reading.
+    pub tsc: u64,
+    /// `CLOCK_MONOTONIC` at that reading.
+    pub ns: u64,
+    /// Nanoseconds a tick, 32.32 fixed point.
+    pub rate: u64,
+    /// Ticks past `tsc` that the anchor covers.
+    pub span_ticks: u64,
 }
 
 /// Bytes reserved for the block in the TLS segment.
-const RESERVED: usize = 128;
+const RESERVED: usize = 192;
 const _: () = assert!(std::mem::size_of::<ThreadBlock>() <= RESERVED);
 const _: () = assert!(std::mem::align_of::<ThreadBlock>() <= 64);
 
@@ -66,9 +92,9 @@ mod place {
         ".globl cudatrace_thread_block",
         ".hidden cudatrace_thread_block",
         ".type cudatrace_thread_block, @object",
-        ".size cudatrace_thread_block, 128",
+        ".size cudatrace_thread_block, 192",
         "cudatrace_thread_block:",
-        ".zero 128",
+        ".zero 192",
         ".popsection",
     );
 
@@ -109,6 +135,9 @@ mod place {
                 device: std::cell::Cell::new((0, 0, 0)),
                 last_segment: std::cell::Cell::new((0, 0)),
                 last_owners: [const { std::cell::Cell::new((0, 0, 0)) }; 2],
+                clock: std::cell::Cell::new(super::ClockAnchor { tsc: 0, ns: 0, rate: 0, span_ticks: 0 }),
+                clock_latest: std::cell::Cell::new(0),
+                next_record: std::cell::Cell::new((0, 0)),
             }
         };
     }
@@ -123,6 +152,15 @@ mod place {
 }
 
 pub use place::current;
+
+/// Asks for the calling thread's block, all of its lines.
+#[inline(always)]
+pub fn prefetch() {
+    let block = std::ptr::from_ref(current()).cast::<u8>();
+    prefetch_line(block);
+    prefetch_line(block.wrapping_add(64));
+    prefetch_line(block.wrapping_add(128));
+}
 
 #[cfg(test)]
 mod tests {
