@@ -31,6 +31,7 @@ const MAX_PROBES: usize = 32;
 /// A forgotten handle's slot.
 const GONE: u64 = u64::MAX;
 
+#[unsafe(link_section = "cudatrace_hot")]
 static ENABLED: AtomicBool = AtomicBool::new(true);
 /// Set in a forked child: the set is the parent's, and is emptied on the
 /// child's first launch rather than at the fork, which most children (data

@@ -4,7 +4,7 @@
 use crate::record::devices;
 use crate::record::live_table::{self, Namespace};
 use crate::spool::writer as spool_writer;
-use crate::sys::thread_block;
+use crate::sys::{hot_statics, thread_block};
 
 /// The real driver function `$sym` with C signature `$ty`, or an early
 /// `return CUDA_ERROR_NOT_INITIALIZED` from the hook when it cannot be found.
@@ -38,6 +38,7 @@ pub fn read<T: Copy>(ptr: *const T, or: T) -> T {
 #[inline(always)]
 pub fn prepare_event(freeing: Option<(Namespace, u64)>, stream: u64) {
     thread_block::prefetch();
+    hot_statics::prefetch();
     spool_writer::prefetch_next_record();
     if let Some((namespace, address)) = freeing {
         live_table::prefetch(namespace, address);

@@ -73,6 +73,7 @@ mod state {
     pub const RESOLVING: u8 = 7;
 }
 
+#[unsafe(link_section = "cudatrace_hot")]
 static STATE: AtomicU8 = AtomicU8::new(state::NOT_FOUND);
 /// Why tracking is off (a `cudatrace_events::tensors::reason`).
 static OFF_REASON: AtomicU64 = AtomicU64::new(0);
@@ -81,6 +82,7 @@ static VERSION: AtomicU64 = AtomicU64::new(0);
 /// Actions seen before the layout was confirmed.
 static NOT_RECORDED: AtomicU64 = AtomicU64::new(0);
 /// A forked child of a confirmed parent: its spool has yet to say so.
+#[unsafe(link_section = "cudatrace_hot")]
 static CONFIRMED_UNREPORTED: AtomicBool = AtomicBool::new(false);
 
 /// Addresses resolved from `libc10_cuda.so`, absolute.
@@ -125,6 +127,7 @@ const LAYOUT_2_11: Layout = Layout {
 const LAYOUTS: &[&Layout] = &[&LAYOUT_2_11];
 
 /// The layout in use once resolved (an index into [`LAYOUTS`]).
+#[unsafe(link_section = "cudatrace_hot")]
 static LAYOUT: AtomicUsize = AtomicUsize::new(0);
 
 const ALLOCATOR_OBJECT: &str = "_ZN3c104cuda20CUDACachingAllocator9allocatorE";

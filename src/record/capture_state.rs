@@ -19,6 +19,7 @@ use std::sync::atomic::{AtomicU32, AtomicU64, Ordering};
 /// then on, and loses nothing.
 const SLOTS: usize = 64;
 
+#[unsafe(link_section = "cudatrace_hot")]
 static ACTIVE: AtomicU32 = AtomicU32::new(0);
 static CAPTURING: [AtomicU64; SLOTS] = [const { AtomicU64::new(0) }; SLOTS];
 

@@ -23,6 +23,7 @@ use cudatrace_events::{Api, Op};
 use std::sync::atomic::{AtomicU64, Ordering};
 
 /// Bumped when a call may have changed other threads' current contexts.
+#[unsafe(link_section = "cudatrace_hot")]
 static PROCESS_EPOCH: AtomicU64 = AtomicU64::new(1);
 
 /// The hooked call changed the calling thread's current context.
@@ -106,7 +107,9 @@ const MAX_PROBES: usize = 64;
 /// A handle given up (stream destroyed): the slot stays claimed, unused.
 const GONE: u64 = u64::MAX;
 
+#[unsafe(link_section = "cudatrace_hot")]
 static STREAMS: LazyMapping<HandleSlot> = LazyMapping::new(STREAM_SLOTS);
+#[unsafe(link_section = "cudatrace_hot")]
 static POOLS: LazyMapping<HandleSlot> = LazyMapping::new(POOL_SLOTS);
 
 fn first_slot(handle: u64, slots: usize) -> usize {

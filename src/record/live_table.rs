@@ -65,6 +65,7 @@ struct Slot {
 // SAFETY: zeroed, a slot is EMPTY.
 unsafe impl ZeroIsEmpty for Slot {}
 
+#[unsafe(link_section = "cudatrace_hot")]
 static TABLE: LazyMapping<Slot> = LazyMapping::new(SLOT_COUNT);
 
 fn table() -> Option<&'static [Slot]> {

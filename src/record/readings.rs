@@ -35,10 +35,13 @@ static CONTEXTS: [AtomicU64; MAX_CONTEXTS] = [const { AtomicU64::new(0) }; MAX_C
 static DEVICE_HAS_CONTEXT: [AtomicBool; MAX_DEVICES] = [const { AtomicBool::new(false) }; MAX_DEVICES];
 static DEVICE_DESCRIBED: [AtomicBool; MAX_DEVICES] = [const { AtomicBool::new(false) }; MAX_DEVICES];
 static LAST_SAMPLE: [AtomicU64; MAX_DEVICES] = [const { AtomicU64::new(0) }; MAX_DEVICES];
+#[unsafe(link_section = "cudatrace_hot")]
 static LAST_GATE: AtomicU64 = AtomicU64::new(0);
 /// Cleared by `CUDATRACE_SAMPLES=0`: no rate-limited or exit readings.
+#[unsafe(link_section = "cudatrace_hot")]
 static SAMPLES_ON: AtomicBool = AtomicBool::new(true);
 /// Devices whose current pool serves `cuMemAllocAsync`: one bit each.
+#[unsafe(link_section = "cudatrace_hot")]
 static DEFAULT_POOL_DEVICES: AtomicU64 = AtomicU64::new(0);
 /// Explicit pools: (pool handle, device + 1); 0 = free slot.
 static POOLS: [(AtomicU64, AtomicU64); MAX_POOLS] = [const { (AtomicU64::new(0), AtomicU64::new(0)) }; MAX_POOLS];

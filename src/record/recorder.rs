@@ -21,6 +21,7 @@ use std::sync::atomic::{AtomicBool, Ordering};
 
 /// Set once the live table has refused an allocation; from then on frees of
 /// unknown memory are recorded too, since their allocation may be one of those.
+#[unsafe(link_section = "cudatrace_hot")]
 static TABLE_OVERFLOWED: AtomicBool = AtomicBool::new(false);
 
 /// Marks the current thread as inside a runtime call until dropped, so that

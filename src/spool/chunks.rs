@@ -52,6 +52,7 @@ static CHUNKS: [AtomicPtr<RawRecord>; MAX_CHUNKS] = [const { AtomicPtr::new(std:
 static SEGMENT_BASES: [AtomicPtr<u8>; SEGMENTS] = [const { AtomicPtr::new(std::ptr::null_mut()) }; SEGMENTS];
 /// Chunks `0..MAPPED` are reserved and mapped. Raised before a chunk's
 /// pointer is published, so that a forked child unmaps every chunk it can see.
+#[unsafe(link_section = "cudatrace_hot")]
 static MAPPED: AtomicUsize = AtomicUsize::new(0);
 /// Guards growing; held only around reserving and mapping chunks.
 /// The kernel thread id of the thread growing the spool, or 0: a lock that

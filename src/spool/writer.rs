@@ -40,7 +40,9 @@ const OPENING: u8 = 1;
 const OPEN: u8 = 2;
 const FAILED: u8 = 3;
 
+#[unsafe(link_section = "cudatrace_hot")]
 static STATE: AtomicU8 = AtomicU8::new(CLOSED);
+#[unsafe(link_section = "cudatrace_hot")]
 static HEADER: AtomicPtr<SpoolHeader> = AtomicPtr::new(std::ptr::null_mut());
 /// Sequence numbers for a process whose spool could not be created.
 static UNSPOOLED_SEQ: AtomicU64 = AtomicU64::new(0);
@@ -147,17 +149,20 @@ fn write_in(seq: u64, mut record: RawRecord, slot_of: impl FnOnce(u64) -> Result
 /// pushed them out of the caches since the last event.
 #[inline(always)]
 pub fn prefetch_next_record() {
-    prefetch_line(&raw const STATE);
-    prefetch_line(&raw const HEADER);
     let header = HEADER.load(Ordering::Relaxed);
     if header.is_null() {
         return;
     }
-    // SAFETY: only the field's address is taken; the header stays mapped
-    // while the state is OPEN, and a prefetch never faults anyway.
-    prefetch_line(unsafe { &raw const (*header).reserved_seqs });
+    // SAFETY: the header stays mapped while the state is OPEN (HEADER is
+    // null otherwise); the field is 8-byte aligned.
+    let reserved = unsafe { AtomicU64::from_ptr(&raw mut (*header).reserved_seqs) };
+    prefetch_line(reserved.as_ptr());
     let (seq, slot) = thread_block::current().next_record.get();
-    if slot != 0 {
+    // Only while no other thread has written since: asking for a slot that
+    // another thread has just stored in would take its line away from that
+    // thread's core, which then has to fetch it back for the record next to
+    // it. The load waits for the header's line, but nothing waits for it.
+    if slot != 0 && reserved.load(Ordering::Relaxed) == seq {
         spool_chunks::prefetch_slot_lookup(seq);
         prefetch_for_write(slot as *mut RawRecord);
     }

@@ -47,7 +47,9 @@ pub const MAX_FRAMES: usize = 256;
 /// Default of `CUDATRACE_MAX_DEPTH`.
 pub const DEFAULT_DEPTH: u32 = 64;
 
+#[unsafe(link_section = "cudatrace_hot")]
 static MODE: AtomicU8 = AtomicU8::new(StackMode::All as u8);
+#[unsafe(link_section = "cudatrace_hot")]
 static DEPTH: AtomicU32 = AtomicU32::new(DEFAULT_DEPTH);
 
 /// Reads `CUDATRACE_STACKS` and `CUDATRACE_MAX_DEPTH`; unknown values keep the defaults.

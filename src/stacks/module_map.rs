@@ -36,6 +36,7 @@ pub struct ModuleMap {
     pub dlopen_count: u64,
 }
 
+#[unsafe(link_section = "cudatrace_hot")]
 static CURRENT: AtomicPtr<ModuleMap> = AtomicPtr::new(std::ptr::null_mut());
 static REBUILDING: AtomicBool = AtomicBool::new(false);
 

@@ -117,6 +117,7 @@ unsafe impl ZeroIsEmpty for LearntSlot {}
 /// would send both through framehop on every event.
 const LEARNT_SLOTS: usize = 1 << 16;
 const LEARNT_WAYS: usize = 4;
+#[unsafe(link_section = "cudatrace_hot")]
 static LEARNT: LazyMapping<LearntSlot> = LazyMapping::new(LEARNT_SLOTS);
 
 fn learnt_key(address: u64, generation: u64) -> u64 {

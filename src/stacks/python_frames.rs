@@ -192,6 +192,7 @@ struct Runtime {
     eval: (u64, u64),
 }
 
+#[unsafe(link_section = "cudatrace_hot")]
 static RUNTIME: AtomicPtr<Runtime> = AtomicPtr::new(std::ptr::null_mut());
 static CODE_OBJECTS_HELD: AtomicU64 = AtomicU64::new(0);
 static CODE_BYTES_HELD: AtomicU64 = AtomicU64::new(0);

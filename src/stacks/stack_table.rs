@@ -39,6 +39,7 @@ struct Slot {
 // SAFETY: zeroed, a slot is unclaimed.
 unsafe impl ZeroIsEmpty for Slot {}
 
+#[unsafe(link_section = "cudatrace_hot")]
 static TABLE: LazyMapping<Slot> = LazyMapping::new(SLOTS);
 
 /// Kind given to the keys that mark a Python code object as described

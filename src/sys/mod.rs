@@ -7,6 +7,7 @@ pub mod clock;
 pub mod cuda_ffi;
 pub mod cxx_function;
 pub mod elf_symbols;
+pub mod hot_statics;
 pub mod lazy_mapping;
 pub mod loader;
 pub mod prefetch;

@@ -7,6 +7,7 @@ use std::sync::atomic::{AtomicU32, Ordering};
 
 /// Bumped in every forked child, so that thread-local caches made in the
 /// parent are recognised as stale.
+#[unsafe(link_section = "cudatrace_hot")]
 static FORK_GENERATION: AtomicU32 = AtomicU32::new(0);
 
 /// The current fork generation.

@@ -5,6 +5,7 @@
 use std::sync::atomic::{AtomicBool, Ordering};
 
 /// Set when tracing has turned itself off (internal failure, or `CUDATRACE_DISABLE`).
+#[unsafe(link_section = "cudatrace_hot")]
 static TRACING_OFF: AtomicBool = AtomicBool::new(false);
 
 /// Whether hooks should record anything.

@@ -1,0 +1,60 @@
+//! The statics every event reads, kept together so that a hook can ask for
+//! all of them at once.
+//!
+//! Between two events a training process pushes the library's data out of
+//! the core's caches, and each static an event reads (the spool's state,
+//! the stack mode, the tables' addresses, ...) would otherwise be a cache
+//! miss of its own, wherever the linker put it. Each of them is placed in the
+//! section `cudatrace_hot` (`#[unsafe(link_section = "cudatrace_hot")]`),
+//! a few cache lines in all, which [`prefetch`] asks for on a hook's entry.
+//! Only small statics that events read belong there; rarely written ones,
+//! so that the lines stay shared between the cores that read them.
+
+use crate::sys::prefetch::prefetch_line;
+
+unsafe extern "C" {
+    // The linker's bounds of the section (it names them for any section
+    // whose name is an identifier).
+    static __start_cudatrace_hot: u8;
+    static __stop_cudatrace_hot: u8;
+}
+
+// Hidden, so that the linker keeps the bounds out of the dynamic symbol
+// table: the library exports its hooks and nothing else.
+std::arch::global_asm!(".hidden __start_cudatrace_hot", ".hidden __stop_cudatrace_hot");
+
+/// Lines asked for at most: more would mean statics that do not belong.
+const MAX_LINES: usize = 8;
+
+/// Asks for every line of the hot statics.
+#[inline(always)]
+pub fn prefetch() {
+    let start = (&raw const __start_cudatrace_hot) as usize & !63;
+    let end = &raw const __stop_cudatrace_hot as usize;
+    let mut line = start;
+    for _ in 0..MAX_LINES {
+        if line >= end {
+            break;
+        }
+        prefetch_line(line as *const u8);
+        line += 64;
+    }
+}
+
+/// The section's size in bytes.
+pub fn section_bytes() -> usize {
+    (&raw const __stop_cudatrace_hot as usize).saturating_sub(&raw const __start_cudatrace_hot as usize)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_hot_statics_fit_the_lines_asked_for() {
+        let bytes = section_bytes();
+        assert!(bytes > 0, "no statics in the section");
+        // The section's start may fall anywhere in its first line.
+        assert!(bytes + 63 <= MAX_LINES * 64, "{bytes} bytes of hot statics");
+    }
+}
