@@ -50,7 +50,6 @@ fn process_exiting() {
 /// Library constructor. It does no CUDA work; it reads the environment and,
 /// in the root of a traced tree, adds the tree's spool folder to it.
 extern "C" fn on_load() {
-    clock::choose_record_clock();
     if std::env::var_os("CUDATRACE_DISABLE").is_some_and(|v| v != "0" && !v.is_empty()) {
         tracing_switch::turn_tracing_off();
     }

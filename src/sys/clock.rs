@@ -43,10 +43,11 @@ pub fn realtime_ns() -> u64 {
 }
 
 /// Whether the TSC may stand in for `CLOCK_MONOTONIC`: not yet decided,
-/// yes, no.
+/// being decided by one thread, yes, no.
 const UNDECIDED: u8 = 0;
-const USABLE: u8 = 1;
-const NOT_USABLE: u8 = 2;
+const DECIDING: u8 = 1;
+const USABLE: u8 = 2;
+const NOT_USABLE: u8 = 3;
 static TSC: AtomicU8 = AtomicU8::new(UNDECIDED);
 
 /// The reference pair the rate is measured from, and the rate (0 until
@@ -63,19 +64,34 @@ const RATE_WINDOW_NS: u64 = 1_000_000_000;
 /// A thread's anchor is good for this long.
 const ANCHOR_NS: u64 = 1_000_000;
 
-/// Decides, once, when the library loads, whether records are stamped from
-/// the TSC: only on x86-64, with an invariant TSC, where the kernel's clock
-/// source is `tsc`. Takes the first reference pair.
-pub fn choose_record_clock() {
+/// Whether records are stamped from the TSC, decided by the first thread
+/// that asks: only on x86-64, with an invariant TSC, where the kernel's
+/// clock source is `tsc`. The decider takes the first reference pair; other
+/// threads take the vDSO's clock meanwhile. Decided at the first record
+/// rather than at load, so that the processes of a traced tree that never
+/// use CUDA do not read the clock source.
+fn tsc_usable() -> bool {
+    match TSC.load(Ordering::Acquire) {
+        UNDECIDED => decide_tsc(),
+        decided => decided == USABLE,
+    }
+}
+
+#[cold]
+fn decide_tsc() -> bool {
+    if let Err(decided) = TSC.compare_exchange(UNDECIDED, DECIDING, Ordering::Acquire, Ordering::Acquire) {
+        return decided == USABLE;
+    }
     let reference = (tsc_is_invariant() && kernel_keeps_time_with_tsc())
         .then(reading_pair)
         .flatten();
-    let usable = reference.is_some();
     if let Some((tsc, ns)) = reference {
         REFERENCE_TSC.store(tsc, Ordering::Relaxed);
         REFERENCE_NS.store(ns, Ordering::Relaxed);
     }
+    let usable = reference.is_some();
     TSC.store(if usable { USABLE } else { NOT_USABLE }, Ordering::Release);
+    usable
 }
 
 #[cfg(target_arch = "x86_64")]
@@ -159,7 +175,7 @@ fn anchor_at(pair: (u64, u64), rate: u64) -> ClockAnchor {
 }
 
 /// `CLOCK_MONOTONIC` in nanoseconds for a record's time: from the TSC where
-/// [`choose_record_clock`] allowed it, else from the vDSO. Never less than
+/// the kernel keeps time with it (see `tsc_usable`), else from the vDSO. Never less than
 /// the calling thread's previous reading.
 #[inline]
 pub fn record_ns() -> u64 {
@@ -179,7 +195,7 @@ pub fn record_ns() -> u64 {
 #[cold]
 #[inline(never)]
 fn reanchor(block: &thread_block::ThreadBlock) -> u64 {
-    if TSC.load(Ordering::Acquire) != USABLE {
+    if !tsc_usable() {
         return monotonic_ns();
     }
     let Some(pair) = reading_pair() else {
@@ -244,7 +260,6 @@ mod tests {
 
     #[test]
     fn record_times_follow_the_monotonic_clock_and_never_go_back() {
-        choose_record_clock();
         let mut previous = 0;
         let mut checked = 0;
         let start = monotonic_ns();
@@ -263,7 +278,7 @@ mod tests {
             checked += 1;
         }
         assert!(checked > 1_000);
-        if TSC.load(Ordering::Relaxed) == USABLE {
+        if tsc_usable() {
             assert_ne!(RATE.load(Ordering::Relaxed), 0, "a rate after 40 ms");
         }
     }
