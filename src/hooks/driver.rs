@@ -12,6 +12,7 @@ use crate::record::live_table::Namespace;
 use crate::record::recorder::{self, free_starting, range_release_starting, range_returned, AddressRange, Allocation};
 use crate::record::{capture_state, devices, readings, tensors};
 use crate::spool::writer as spool_writer;
+use crate::sys::clock;
 use crate::sys::cuda_ffi::*;
 use crate::sys::tracing_switch::guarded;
 use cudatrace_events::{Api, Kind, Op};
@@ -127,7 +128,7 @@ fn allocation_returned(
             if matches!(call.device, DeviceOf::Current) {
                 readings::note_device_in_use(device, call.api);
             }
-            readings::maybe_sample(call.api);
+            readings::maybe_sample(call.api, clock::latest_record_ns());
         });
     } else if result == CUDA_ERROR_OUT_OF_MEMORY {
         guarded(|| recorder::out_of_memory(call.api, call.kind, call.device(), requested, call.stream));
@@ -516,7 +517,7 @@ macro_rules! free_hooks {
             // SAFETY: arguments forwarded unchanged.
             let result = unsafe { real($( $arg ),*) };
             if recorder::free_returned(pending, result, Api::$api, $stream).is_some() {
-                readings::maybe_sample(Api::$api);
+                readings::maybe_sample(Api::$api, clock::latest_record_ns());
             }
             result
         }

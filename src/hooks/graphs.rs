@@ -12,6 +12,7 @@ use crate::hooks::launch;
 use crate::hooks::support::{read, real_or_fail};
 use crate::record::readings::{self, Around};
 use crate::record::recorder::Record;
+use crate::sys::clock;
 use crate::sys::cuda_ffi::*;
 use crate::sys::tracing_switch::{guarded, tracing_on};
 use cudatrace_events::{Api, Op};
@@ -107,7 +108,7 @@ fn launched(api: Api, exec: CUgraphExec, launch: impl FnOnce() -> CUresult) -> C
         return launch();
     }
     if !launch::first_launch(exec as u64) {
-        readings::maybe_sample(api);
+        readings::maybe_sample(api, clock::coarse_ns());
         return launch();
     }
     measured(api, launch, || exec as u64)

@@ -17,6 +17,7 @@
 use crate::hooks::support::real_or_fail;
 use crate::record::readings::{self, Around};
 use crate::record::recorder::Record;
+use crate::sys::clock;
 use crate::sys::cuda_ffi::*;
 use crate::sys::tracing_switch::tracing_on;
 use cudatrace_events::{Api, Op};
@@ -166,7 +167,7 @@ fn launched(api: Api, function: u64, stream: u64, launch: impl FnOnce() -> CUres
     if first_use_of_stream(stream) {
         return first_into_stream(api, stream, launch);
     }
-    readings::maybe_sample(api);
+    readings::maybe_sample(api, clock::coarse_ns());
     launch()
 }
 

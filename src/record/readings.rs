@@ -11,7 +11,6 @@
 use crate::record::devices::{self, current_device};
 use crate::record::recorder::{self, Record};
 use crate::stacks::stack_table;
-use crate::sys::clock::record_ns;
 use crate::sys::cuda_ffi::*;
 use crate::sys::symbols::{real_fn, Sym};
 use crate::sys::tracing_switch::{guarded, tracing_on};
@@ -352,11 +351,10 @@ pub fn disable_samples() {
 
 /// Called by hooks: at most once per [`SAMPLE_INTERVAL_NS`] per device,
 /// reads the memory of the calling thread's current device, its pools and
-/// its graph memory.
+/// its graph memory. `now` is `CLOCK_MONOTONIC` in nanoseconds, as cheaply
+/// as the hook has it: right after a record, the record's time.
 #[inline]
-pub fn maybe_sample(api: Api) {
-    // The records' clock: its thread-block anchor is warm after a record.
-    let now = record_ns();
+pub fn maybe_sample(api: Api, now: u64) {
     let gate = LAST_GATE.load(Ordering::Relaxed);
     if now.wrapping_sub(gate) < GATE_INTERVAL_NS {
         return;

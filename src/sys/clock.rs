@@ -37,6 +37,20 @@ pub fn monotonic_ns() -> u64 {
     now_ns(libc::CLOCK_MONOTONIC)
 }
 
+/// `CLOCK_MONOTONIC_COARSE` in nanoseconds: a few nanoseconds to read, and
+/// fine enough for rate limits of milliseconds.
+#[inline]
+pub fn coarse_ns() -> u64 {
+    now_ns(libc::CLOCK_MONOTONIC_COARSE)
+}
+
+/// The time [`record_ns`] last gave the calling thread (0 before its first):
+/// for a rate limit checked right after a record, with no clock read.
+#[inline]
+pub fn latest_record_ns() -> u64 {
+    thread_block::current().clock_latest.get()
+}
+
 /// `CLOCK_REALTIME` in nanoseconds since the epoch.
 pub fn realtime_ns() -> u64 {
     now_ns(libc::CLOCK_REALTIME)
