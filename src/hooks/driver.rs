@@ -212,7 +212,9 @@ fn described<D: Copy>(desc: *const D, bytes: impl FnOnce(D) -> u64) -> u64 {
 }
 
 /// Defines hooks that create memory whose size is known from the arguments:
-/// after the real call, `call` describes the allocation, `bytes` its size (or
+/// `call` describes the allocation (built from the arguments before the real
+/// call, whose stream lets the event's lines be asked for early; it reads no
+/// out-parameter); after the real call, `bytes` gives its size (or
 /// the size asked for, if the call ran out of memory) and `address` reads the
 /// out-parameter the driver wrote (only on success).
 macro_rules! alloc_hooks {

@@ -352,11 +352,14 @@ pub fn disable_samples() {
 /// Called by hooks: at most once per [`SAMPLE_INTERVAL_NS`] per device,
 /// reads the memory of the calling thread's current device, its pools and
 /// its graph memory. `now` is `CLOCK_MONOTONIC` in nanoseconds, as cheaply
-/// as the hook has it: right after a record, the record's time.
+/// as the hook has it: right after a record, the thread's latest record
+/// time; on the launch path, the coarse clock. Either may stand a little
+/// behind a time another thread has set the gate to, or be 0 when the
+/// thread wrote no record: such a `now` is never due.
 #[inline]
 pub fn maybe_sample(api: Api, now: u64) {
     let gate = LAST_GATE.load(Ordering::Relaxed);
-    if now.wrapping_sub(gate) < GATE_INTERVAL_NS {
+    if !elapsed(now, gate, GATE_INTERVAL_NS) {
         return;
     }
     if LAST_GATE
@@ -367,6 +370,12 @@ pub fn maybe_sample(api: Api, now: u64) {
     }
     // Only the reading itself, past the gate, calls the driver.
     guarded(|| sample_if_due(api, now));
+}
+
+/// Whether `interval` has passed from `since` to `now`; never when `now`
+/// is earlier (a difference taken signed, so that it cannot wrap).
+fn elapsed(now: u64, since: u64, interval: u64) -> bool {
+    now.wrapping_sub(since) as i64 >= interval as i64
 }
 
 #[cold]
@@ -382,7 +391,7 @@ fn sample_if_due(api: Api, now: u64) {
     };
     let Some(d) = slot(device) else { return };
     let last = LAST_SAMPLE[d].load(Ordering::Relaxed);
-    if last != 0 && now.wrapping_sub(last) < SAMPLE_INTERVAL_NS {
+    if last != 0 && !elapsed(now, last, SAMPLE_INTERVAL_NS) {
         return;
     }
     if LAST_SAMPLE[d]
@@ -549,4 +558,18 @@ pub fn forget_parent() {
     }
     DEFAULT_POOL_DEVICES.store(0, Ordering::Relaxed);
     LAST_GATE.store(0, Ordering::Relaxed);
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn an_interval_has_elapsed_only_forward_in_time() {
+        assert!(elapsed(1_050, 1_000, 50));
+        assert!(!elapsed(1_049, 1_000, 50));
+        assert!(!elapsed(999, 1_000, 50), "a time behind the gate is not due");
+        assert!(!elapsed(0, 5_000_000_000, 50_000_000), "nor a thread's missing time");
+        assert!(elapsed(5_000_000_000, 0, 50_000_000), "the first time after start is");
+    }
 }

@@ -116,7 +116,9 @@ fn write_in(seq: u64, mut record: RawRecord, slot_of: impl FnOnce(u64) -> Result
             return;
         }
     };
-    // Taken once the spool exists, so no event predates its process's start time.
+    // Taken once the spool exists, so no event predates its process's start
+    // time: a thread's TSC anchor is a clock reading taken at its first
+    // record or later (a forked child drops the anchor it inherited).
     record.time_ns = record_ns();
     let body = record.body_words();
     let commit = commit_word(seq, &body);
@@ -142,7 +144,7 @@ fn write_in(seq: u64, mut record: RawRecord, slot_of: impl FnOnce(u64) -> Result
 }
 
 /// Asks for the lines the calling thread's next record will touch: the
-/// spool's state and header (the sequence number), the chunk table's entry
+/// header's sequence-number line, the chunk table's entry
 /// and the slot after the thread's last record, where the next one goes
 /// unless another thread wrote in between. A hook calls it on entry, so
 /// that the lines arrive while the driver works; a training process has
@@ -153,8 +155,9 @@ pub fn prefetch_next_record() {
     if header.is_null() {
         return;
     }
-    // SAFETY: the header stays mapped while the state is OPEN (HEADER is
-    // null otherwise); the field is 8-byte aligned.
+    // SAFETY: HEADER is set once the header is mapped, and cleared by a
+    // forked child before the parent's header is ever unmapped; the field
+    // is 8-byte aligned.
     let reserved = unsafe { AtomicU64::from_ptr(&raw mut (*header).reserved_seqs) };
     prefetch_line(reserved.as_ptr());
     let (seq, slot) = thread_block::current().next_record.get();

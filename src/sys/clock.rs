@@ -77,6 +77,13 @@ const FIRST_RATE_NS: u64 = 10_000_000;
 const RATE_WINDOW_NS: u64 = 1_000_000_000;
 /// A thread's anchor is good for this long.
 const ANCHOR_NS: u64 = 1_000_000;
+/// The rates believed, nanoseconds a tick in 32.32 fixed point: a TSC of
+/// 20 GHz to 100 MHz.
+const PLAUSIBLE_RATES: std::ops::RangeInclusive<u64> = (1 << 32) / 20..=10 << 32;
+/// A later rate more than this part of the last one away from it is not
+/// believed (the window held a suspend, or a bad pair): a thousandth, twice
+/// the most the kernel slews `CLOCK_MONOTONIC` by.
+const RATE_CHANGE_PART: u64 = 1_000;
 
 /// Whether records are stamped from the TSC, decided by the first thread
 /// that asks: only on x86-64, with an invariant TSC, where the kernel's
@@ -121,10 +128,22 @@ fn tsc_is_invariant() -> bool {
 }
 
 /// Whether the kernel's current clock source is the TSC: then the kernel
-/// has checked that it is steady and the same on every CPU.
+/// has checked that it is steady and the same on every CPU. Read into a
+/// buffer on the stack, with no allocation: the first record may be a fork
+/// record written in a signal handler.
 fn kernel_keeps_time_with_tsc() -> bool {
-    std::fs::read("/sys/devices/system/clocksource/clocksource0/current_clocksource")
-        .is_ok_and(|source| source.trim_ascii() == b"tsc")
+    let path = c"/sys/devices/system/clocksource/clocksource0/current_clocksource";
+    // SAFETY: a NUL-terminated path; the descriptor is ours and closed here.
+    let fd = unsafe { libc::open(path.as_ptr(), libc::O_RDONLY | libc::O_CLOEXEC) };
+    if fd < 0 {
+        return false;
+    }
+    let mut buffer = [0u8; 16];
+    // SAFETY: reading at most the buffer's length into it.
+    let read = unsafe { libc::read(fd, buffer.as_mut_ptr().cast(), buffer.len()) };
+    // SAFETY: closing our own descriptor.
+    unsafe { libc::close(fd) };
+    usize::try_from(read).is_ok_and(|length| buffer[..length].trim_ascii() == b"tsc")
 }
 
 #[inline(always)]
@@ -138,10 +157,11 @@ fn read_tsc() -> u64 {
     0
 }
 
-/// The most ticks a pair's two TSC readings may lie apart: some 10 µs at
-/// the slowest TSC, where the vDSO takes under 1. Wider, the thread was
-/// interrupted between them, and the pair is taken again.
-const PAIR_TICKS: u64 = 20_000;
+/// The most ticks a pair's two TSC readings may lie apart: about a
+/// microsecond at 2 GHz, where the vDSO takes 30 to 100 ns. Wider, the
+/// thread was interrupted between them, and the pair is taken again. Half
+/// of it bounds the error of a pair.
+const PAIR_TICKS: u64 = 2_000;
 
 /// A TSC reading and the `CLOCK_MONOTONIC` reading taken between its two
 /// halves; `None` when three tries were each interrupted.
@@ -189,8 +209,10 @@ fn anchor_at(pair: (u64, u64), rate: u64) -> ClockAnchor {
 }
 
 /// `CLOCK_MONOTONIC` in nanoseconds for a record's time: from the TSC where
-/// the kernel keeps time with it (see `tsc_usable`), else from the vDSO. Never less than
-/// the calling thread's previous reading.
+/// the kernel keeps time with it (see `tsc_usable`), else from the vDSO.
+/// Never less than the calling thread's previous reading (but for a record
+/// written by a signal handler that interrupted this very function, which
+/// may stand a few nanoseconds after the interrupted one's).
 #[inline]
 pub fn record_ns() -> u64 {
     let block = thread_block::current();
@@ -215,34 +237,87 @@ fn reanchor(block: &thread_block::ThreadBlock) -> u64 {
     let Some(pair) = reading_pair() else {
         return monotonic_ns();
     };
-    block.clock.set(anchor_at(pair, rate_now(pair)));
+    set_anchor(block, anchor_at(pair, rate_now(pair)));
     pair.1
 }
 
-/// In a forked child: a parent thread that was measuring the rate is gone.
+/// Stores a thread's anchor so that a signal handler interrupting the
+/// store, and reading the anchor itself, never scales by a mix of the old
+/// and the new: the anchor covers nothing until its last field is written.
+fn set_anchor(block: &thread_block::ThreadBlock, anchor: ClockAnchor) {
+    use std::sync::atomic::{compiler_fence, Ordering::SeqCst};
+    block.clock.set(ClockAnchor {
+        span_ticks: 0,
+        ..block.clock.get()
+    });
+    compiler_fence(SeqCst);
+    block.clock.set(ClockAnchor {
+        span_ticks: 0,
+        ..anchor
+    });
+    compiler_fence(SeqCst);
+    block.clock.set(anchor);
+}
+
+/// In a forked child, on its only thread. A parent thread that was
+/// measuring the rate, or deciding, is gone, perhaps between the stores of
+/// the reference pair: the child decides again. Its thread's anchor is
+/// dropped too, so that the child's first record takes a fresh pair, later
+/// than the start of the child's spool.
 pub fn forget_parent() {
-    CALIBRATING.store(false, Ordering::Release);
+    if CALIBRATING.swap(false, Ordering::AcqRel) || TSC.load(Ordering::Acquire) == DECIDING {
+        RATE.store(0, Ordering::Relaxed);
+        TSC.store(UNDECIDED, Ordering::Release);
+    }
+    set_anchor(thread_block::current(), ClockAnchor::default());
+}
+
+/// Whether a pair taken at `ns` is due to measure the rate again, from a
+/// reference taken at `reference_ns`, the rate being `rate` (0: unknown).
+/// A pair older than the reference is not.
+fn calibration_due(ns: u64, reference_ns: u64, rate: u64) -> bool {
+    let due = if rate == 0 { FIRST_RATE_NS } else { RATE_WINDOW_NS };
+    // Signed: a pair older than the reference gives a negative span.
+    ns.wrapping_sub(reference_ns) as i64 >= due as i64
+}
+
+/// The rate to keep after measuring from `reference` to `pair`, the last
+/// rate being `previous` (0: none yet): the measured one if it is plausible
+/// and, after the first, within [`RATE_CHANGE_PART`] of the last.
+fn next_rate(reference: (u64, u64), pair: (u64, u64), previous: u64) -> u64 {
+    let measured = rate_between(reference, pair);
+    let believed = PLAUSIBLE_RATES.contains(&measured)
+        && (previous == 0 || measured.abs_diff(previous) <= previous / RATE_CHANGE_PART);
+    if believed {
+        measured
+    } else {
+        previous
+    }
 }
 
 /// The process's rate, measured again from `pair` when due; 0 while unknown.
 fn rate_now(pair: (u64, u64)) -> u64 {
     let rate = RATE.load(Ordering::Acquire);
-    let since = pair.1.wrapping_sub(REFERENCE_NS.load(Ordering::Relaxed));
-    let due = if rate == 0 { FIRST_RATE_NS } else { RATE_WINDOW_NS };
-    if since < due || since > i64::MAX as u64 || CALIBRATING.swap(true, Ordering::Acquire) {
+    if !calibration_due(pair.1, REFERENCE_NS.load(Ordering::Relaxed), rate) || CALIBRATING.swap(true, Ordering::Acquire)
+    {
         return rate;
     }
+    // Another thread may have measured between the check and the flag:
+    // judged again from what is there now.
     let reference = (
         REFERENCE_TSC.load(Ordering::Relaxed),
         REFERENCE_NS.load(Ordering::Relaxed),
     );
-    let measured = rate_between(reference, pair);
-    let rate = if measured == 0 { rate } else { measured };
-    REFERENCE_TSC.store(pair.0, Ordering::Relaxed);
-    REFERENCE_NS.store(pair.1, Ordering::Relaxed);
-    RATE.store(rate, Ordering::Release);
+    let previous = RATE.load(Ordering::Relaxed);
+    if calibration_due(pair.1, reference.1, previous) {
+        RATE.store(next_rate(reference, pair, previous), Ordering::Release);
+        // The reference moves on even when the rate was not believed, so
+        // that one bad window does not spoil the next.
+        REFERENCE_TSC.store(pair.0, Ordering::Relaxed);
+        REFERENCE_NS.store(pair.1, Ordering::Relaxed);
+    }
     CALIBRATING.store(false, Ordering::Release);
-    rate
+    RATE.load(Ordering::Acquire)
 }
 
 #[cfg(test)]
@@ -273,6 +348,34 @@ mod tests {
     }
 
     #[test]
+    fn a_rate_is_due_after_its_window_and_never_from_an_older_pair() {
+        assert!(!calibration_due(1_000 + FIRST_RATE_NS - 1, 1_000, 0));
+        assert!(calibration_due(1_000 + FIRST_RATE_NS, 1_000, 0));
+        assert!(
+            !calibration_due(1_000 + FIRST_RATE_NS, 1_000, 1 << 31),
+            "a known rate waits a second"
+        );
+        assert!(calibration_due(1_000 + RATE_WINDOW_NS, 1_000, 1 << 31));
+        assert!(!calibration_due(500, 1_000, 0), "a pair older than the reference");
+    }
+
+    #[test]
+    fn a_measured_rate_is_kept_only_when_plausible_and_close_to_the_last() {
+        let half = 1u64 << 31; // 2 GHz
+                               // 10 ms at 2 GHz, then a second 0.05% faster: both believed.
+        assert_eq!(next_rate((0, 0), (20_000_000, 10_000_000), 0), half);
+        let slewed = rate_between((0, 0), (2_000_000_000, 1_000_500_000));
+        assert!(slewed > half);
+        assert_eq!(next_rate((0, 0), (2_000_000_000, 1_000_500_000), half), slewed);
+        // A suspend inside the window: CLOCK_MONOTONIC stood still while the
+        // TSC ran on, so the rate would halve. The last one is kept.
+        assert_eq!(next_rate((0, 0), (4_000_000_000, 1_000_000_000), half), half);
+        // No first rate from a 40 GHz "TSC", nor from ticks going backwards.
+        assert_eq!(next_rate((0, 0), (400_000_000, 10_000_000), 0), 0);
+        assert_eq!(next_rate((100, 0), (50, 10_000_000), 0), 0);
+    }
+
+    #[test]
     fn record_times_follow_the_monotonic_clock_and_never_go_back() {
         let mut previous = 0;
         let mut checked = 0;
@@ -282,10 +385,13 @@ mod tests {
             let ns = record_ns();
             let after = monotonic_ns();
             assert!(ns >= previous, "went back from {previous} to {ns}");
-            // Within a microsecond of the vDSO's clock either side (a
-            // preempted thread only widens the window it must fall in).
+            // Within 2 µs of the vDSO's clock either side: a pair's own error
+            // is at most half of PAIR_TICKS (1 µs at 1 GHz), and a first rate
+            // from 10 ms of such pairs is off by at most 200 ppm, 200 ns over
+            // an anchor's millisecond. A preempted thread only widens the
+            // window the time must fall in.
             assert!(
-                ns + 1_000 >= before && ns <= after + 1_000,
+                ns + 2_000 >= before && ns <= after + 2_000,
                 "{before} <= {ns} <= {after}"
             );
             previous = ns;

@@ -51,10 +51,15 @@ mod tests {
     use super::*;
 
     #[test]
-    fn the_hot_statics_fit_the_lines_asked_for() {
+    fn the_hot_statics_fit_the_lines_asked_for_and_hold_the_switch() {
         let bytes = section_bytes();
-        assert!(bytes > 0, "no statics in the section");
         // The section's start may fall anywhere in its first line.
         assert!(bytes + 63 <= MAX_LINES * 64, "{bytes} bytes of hot statics");
+        let start = &raw const __start_cudatrace_hot as usize;
+        let switch = crate::sys::tracing_switch::switch_address();
+        assert!(
+            (start..start + bytes).contains(&switch),
+            "the tracing switch at {switch:#x}, the section at {start:#x} + {bytes}"
+        );
     }
 }

@@ -8,6 +8,12 @@ use std::sync::atomic::{AtomicBool, Ordering};
 #[unsafe(link_section = "cudatrace_hot")]
 static TRACING_OFF: AtomicBool = AtomicBool::new(false);
 
+/// Where the switch lies (the hot statics' test checks their section holds it).
+#[cfg(test)]
+pub fn switch_address() -> usize {
+    std::ptr::from_ref(&TRACING_OFF) as usize
+}
+
 /// Whether hooks should record anything.
 #[inline]
 pub fn tracing_on() -> bool {
