@@ -6,7 +6,7 @@ use crate::hooks::{dlopen_door, exec, fork, launch, streams, torch_allocator};
 use crate::record::{capture_state, devices, live_table, readings};
 use crate::spool::{notice, tree_root, writer as spool_writer};
 use crate::stacks::{call_stack, module_map, python_frames};
-use crate::sys::{clock, thread, tracing_switch};
+use crate::sys::{clock, thread_block, tracing_switch};
 
 extern "C" fn before_fork() {
     module_map::before_fork();
@@ -20,7 +20,7 @@ extern "C" fn after_fork_in_parent() {
 /// memory, and the parent's spool mapped shared. It must write its own spool
 /// and must not inherit locks held by parent threads that no longer exist.
 extern "C" fn after_fork_in_child() {
-    thread::new_fork_generation();
+    thread_block::forget_parent();
     clock::forget_parent();
     spool_writer::forget_parent_spool();
     live_table::forget_parent_table();

@@ -17,7 +17,6 @@ use crate::record::recorder::{self, Record};
 use crate::sys::cuda_ffi::*;
 use crate::sys::lazy_mapping::{LazyMapping, ZeroIsEmpty};
 use crate::sys::symbols::{real_fn, Sym};
-use crate::sys::thread::fork_generation;
 use crate::sys::thread_block;
 use cudatrace_events::{Api, Op};
 use std::sync::atomic::{AtomicU64, Ordering};
@@ -29,7 +28,7 @@ static PROCESS_EPOCH: AtomicU64 = AtomicU64::new(1);
 /// The hooked call changed the calling thread's current context.
 #[inline]
 pub fn thread_context_changed() {
-    thread_block::current().device.set((0, 0, -1));
+    thread_block::current().device.set((0, 0));
 }
 
 /// The hooked call may have changed any thread's current context.
@@ -38,14 +37,14 @@ pub fn process_contexts_changed() {
 }
 
 fn cached() -> Option<i8> {
-    let (generation, epoch, device) = thread_block::current().device.get();
-    (epoch != 0 && epoch == PROCESS_EPOCH.load(Ordering::Acquire) && generation == fork_generation()).then_some(device)
+    let (epoch, device) = thread_block::current().device.get();
+    (epoch != 0 && epoch == PROCESS_EPOCH.load(Ordering::Acquire)).then_some(device)
 }
 
 /// Caches `device`, asked of the driver when the process epoch was `epoch`
 /// (read before asking, so that a change made meanwhile makes it stale).
 fn remember(device: i8, epoch: u64) {
-    thread_block::current().device.set((fork_generation(), epoch, device));
+    thread_block::current().device.set((epoch, device));
 }
 
 /// The driver's answer: the device of the calling thread's current context.

@@ -424,7 +424,6 @@ extern "C" fn record_exit(status: libc::c_int, _arg: *mut libc::c_void) {
 /// spool: drop them so that the child starts a spool of its own. Any lock a
 /// parent thread held at the fork is released, since that thread is gone.
 pub fn forget_parent_spool() {
-    thread_block::current().next_record.set((0, 0));
     spool_chunks::forget_parent();
     let header = HEADER.swap(std::ptr::null_mut(), Ordering::AcqRel);
     // The parent's header stays mapped until the child has a spool of its

@@ -184,7 +184,7 @@ pub fn only_callers() -> bool {
 /// module map nor the stack table again. An entry is good only under the
 /// module map it was made in (a library loaded since may change whose code
 /// an address is); a forked child, whose stack table starts empty, forgets
-/// them ([`forget_parent_stacks`]).
+/// them (`thread_block::forget_parent`).
 fn immediate_caller(known_caller: u64, block: &ThreadBlock) -> u32 {
     let Some(map) = module_map::current() else {
         return 0;
@@ -414,11 +414,6 @@ fn intern_frame(frame: &Frame, parent: u32) -> Option<u32> {
 
 /// In a forked child: the parent's ids mean nothing in the child's spool.
 pub fn forget_parent_stacks() {
-    // The child's only thread is the one that forked: its block holds the
-    // only owners remembered, whose ids are the parent's table's.
-    for memo in &thread_block::current().last_owners {
-        memo.set((0, 0, 0));
-    }
     let _ = LAST.try_with(|last| {
         // SAFETY: the child has only this thread.
         unsafe { (*last.get()).len = 0 };

@@ -259,17 +259,15 @@ fn set_anchor(block: &thread_block::ThreadBlock, anchor: ClockAnchor) {
     block.clock.set(anchor);
 }
 
-/// In a forked child, on its only thread. A parent thread that was
-/// measuring the rate, or deciding, is gone, perhaps between the stores of
-/// the reference pair: the child decides again. Its thread's anchor is
-/// dropped too, so that the child's first record takes a fresh pair, later
-/// than the start of the child's spool.
+/// In a forked child. A parent thread that was measuring the rate, or
+/// deciding, is gone, perhaps between the stores of the reference pair: the
+/// child decides again. (Its thread's anchor is dropped with the rest of
+/// the block's fork-stale fields, `thread_block::forget_parent`.)
 pub fn forget_parent() {
     if CALIBRATING.swap(false, Ordering::AcqRel) || TSC.load(Ordering::Acquire) == DECIDING {
         RATE.store(0, Ordering::Relaxed);
         TSC.store(UNDECIDED, Ordering::Release);
     }
-    set_anchor(thread_block::current(), ClockAnchor::default());
 }
 
 /// Whether a pair taken at `ns` is due to measure the rate again, from a

@@ -14,9 +14,10 @@
 //! The block's bytes start as zeros in every thread, so every field's
 //! all-zero value is its "nothing known" state. It needs no destructor and
 //! is valid for the thread's whole life, teardown included. A forked child
-//! inherits its thread's block: fields that a fork makes stale carry the
-//! fork generation ([`crate::sys::thread::fork_generation`]) or are cleared
-//! by the child's fork handler.
+//! inherits the block of the thread that forked, its only thread: the
+//! fields that a fork makes stale are cleared there, in one place
+//! ([`forget_parent`]), rather than each checked against a fork count on
+//! every event.
 //!
 //! The fields belong to the layers above (each says whose); keeping them in
 //! one place is what makes them cheap. Only small values belong here: the
@@ -28,8 +29,8 @@ use std::cell::Cell;
 /// The per-thread state of the hot path; all zeros in a new thread.
 #[repr(C)]
 pub struct ThreadBlock {
-    /// `sys::thread`: (fork generation, kernel tid); tid 0 = not yet asked.
-    pub tid: Cell<(u32, u32)>,
+    /// `sys::thread`: the kernel tid; 0 = not yet asked.
+    pub tid: Cell<u32>,
     /// `record::recorder`: the runtime entry point this thread is inside, or 0.
     pub runtime_api: Cell<u8>,
     /// `stacks::call_stack`: set while a capture runs on this thread.
@@ -37,25 +38,22 @@ pub struct ThreadBlock {
     /// `record::recorder`: with `--stacks none`, the program's return
     /// address from the runtime call this thread is inside, or 0.
     pub runtime_caller: Cell<u64>,
-    /// `record::devices`: (fork generation, process epoch, device) of the
-    /// thread's current context; epoch 0 = nothing cached.
-    pub device: Cell<(u32, u64, i8)>,
+    /// `record::devices`: (process epoch, device) of the thread's current
+    /// context; epoch 0 = nothing cached.
+    pub device: Cell<(u64, i8)>,
     /// `record::tensors`: (address, bytes) of the thread's last recorded
     /// driver allocation or mapping.
     pub last_segment: Cell<(u64, u64)>,
     /// `stacks::call_stack`: the last two owners of events recorded without
     /// stacks, as (stack id, module map, return address); a program's calls
-    /// alternate between an allocation's and a free's. A forked child
-    /// clears them.
+    /// alternate between an allocation's and a free's.
     pub last_owners: [Cell<(u32, usize, u64)>; 2],
     /// `sys::clock`: the thread's anchor of the TSC to `CLOCK_MONOTONIC`.
-    /// Still good in a forked child: both clocks are the machine's.
     pub clock: Cell<ClockAnchor>,
     /// `sys::clock`: the latest record time this thread was given.
     pub clock_latest: Cell<u64>,
     /// `spool::writer`: the sequence number and slot after this thread's
     /// last record, the guess of where its next one goes (slot 0: none).
-    /// A forked child clears it.
     pub next_record: Cell<(u64, usize)>,
 }
 
@@ -128,11 +126,11 @@ mod place {
     thread_local! {
         static BLOCK: ThreadBlock = const {
             ThreadBlock {
-                tid: std::cell::Cell::new((0, 0)),
+                tid: std::cell::Cell::new(0),
                 runtime_api: std::cell::Cell::new(0),
                 capturing_stack: std::cell::Cell::new(false),
                 runtime_caller: std::cell::Cell::new(0),
-                device: std::cell::Cell::new((0, 0, 0)),
+                device: std::cell::Cell::new((0, 0)),
                 last_segment: std::cell::Cell::new((0, 0)),
                 last_owners: [const { std::cell::Cell::new((0, 0, 0)) }; 2],
                 clock: std::cell::Cell::new(super::ClockAnchor { tsc: 0, ns: 0, rate: 0, span_ticks: 0 }),
@@ -153,6 +151,24 @@ mod place {
 
 pub use place::current;
 
+/// In a forked child, on its only thread: clears what the fork made stale.
+/// The tid and the current device are the parent's; the owners remembered
+/// are ids of the parent's stack table, and the next slot one of the
+/// parent's spool; the clock anchor is dropped so that the child's first
+/// record takes a fresh pair, later than the start of the child's spool.
+/// What a call interrupted by the fork still needs stays: the runtime call
+/// the thread is inside, a capture under way, the last segment seen.
+pub fn forget_parent() {
+    let block = current();
+    block.tid.set(0);
+    block.device.set((0, 0));
+    for owner in &block.last_owners {
+        owner.set((0, 0, 0));
+    }
+    block.clock.set(ClockAnchor::default());
+    block.next_record.set((0, 0));
+}
+
 /// Asks for the calling thread's block, all of its lines.
 #[inline(always)]
 pub fn prefetch() {
@@ -169,7 +185,7 @@ mod tests {
     #[test]
     fn each_thread_has_its_own_block_starting_at_zero() {
         current().runtime_caller.set(0x1234);
-        current().device.set((1, 2, 3));
+        current().device.set((2, 3));
         let other = std::thread::spawn(|| {
             let block = current();
             let fresh = (block.runtime_caller.get(), block.device.get(), block.tid.get());
@@ -178,9 +194,9 @@ mod tests {
         })
         .join()
         .unwrap();
-        assert_eq!(other.0, (0, (0, 0, 0), (0, 0)));
+        assert_eq!(other.0, (0, (0, 0), 0));
         assert_ne!(other.1, std::ptr::from_ref(current()) as usize);
         assert_eq!(current().runtime_caller.get(), 0x1234);
-        assert_eq!(current().device.get(), (1, 2, 3));
+        assert_eq!(current().device.get(), (2, 3));
     }
 }

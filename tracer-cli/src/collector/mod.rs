@@ -457,16 +457,17 @@ fn follow(shared: &Shared, to_writer: &Sender<Message>, tail: &mut SpoolTail) ->
         )));
     }
     tail.finish(&header);
-    let gate = shared.gates.lock().unwrap().remove(&tail.process);
-    if gone {
-        // The places made ready ahead of a writer that is gone were never
-        // used: the file goes back to the chunks it wrote.
-        match gate {
-            Some(gate) => gate.close_and(|| tail.trim_unused_places(&header)),
-            None => tail.trim_unused_places(&header),
+    // The places made ready ahead of a writer that is gone were never used:
+    // the file goes back to the chunks it wrote, once no preparation runs.
+    let trim = || {
+        if gone {
+            tail.trim_unused_places(&header);
         }
-    } else if let Some(gate) = gate {
-        gate.close_and(|| ());
+    };
+    let gate = shared.gates.lock().unwrap().remove(&tail.process);
+    match gate {
+        Some(gate) => gate.close_and(trim),
+        None => trim(),
     }
     let end = end_of(shared, tail, &header, gone, superseded);
     let _ = to_writer.send(Message::End(end, collected));
