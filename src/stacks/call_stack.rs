@@ -7,6 +7,7 @@
 //! PyTorch's combined tracebacks, so C++ called from Python called from C++
 //! reads right.
 
+use crate::stacks::native_unwind::NativeWalk;
 use crate::stacks::python_frames::{self, PyCapture, PyFrame};
 use crate::stacks::stack_cache::{self, StackCache};
 use crate::stacks::{module_map, native_unwind, stack_table};
@@ -203,7 +204,7 @@ fn immediate_caller(known_caller: u64, block: &ThreadBlock) -> u32 {
         Some(known_caller)
     } else {
         let mut native = [0u64; 8];
-        let (count, _) = native_unwind::capture(&mut native);
+        let count = native_unwind::capture(&mut native).count;
         native[..count]
             .iter()
             .copied()
@@ -212,7 +213,7 @@ fn immediate_caller(known_caller: u64, block: &ThreadBlock) -> u32 {
     let Some(address) = owner else {
         return 0;
     };
-    let id = intern(&[Frame {
+    let (id, _) = intern_nodes(&[Frame {
         kind: frame_kind::NATIVE,
         value: address,
         offset: 0,
@@ -228,8 +229,12 @@ fn immediate_caller(known_caller: u64, block: &ThreadBlock) -> u32 {
 fn capture_unguarded(mode: StackMode, scratch: &mut Scratch) -> u32 {
     let depth = DEPTH.load(Ordering::Relaxed) as usize;
     let Scratch { native, python, frames } = scratch;
-    let (native_count, native_cut) = if mode == StackMode::Python {
-        (0, false)
+    let walk = if mode == StackMode::Python {
+        NativeWalk {
+            count: 0,
+            cut: false,
+            hash: [0, 0],
+        }
     } else {
         native_unwind::capture(&mut native[..depth])
     };
@@ -238,15 +243,20 @@ fn capture_unguarded(mode: StackMode, scratch: &mut Scratch) -> u32 {
     } else {
         python_frames::capture(&mut python[..depth])
     };
+    let eval = python_frames::eval_range();
+    let key = stack_key(mode, depth, eval, &walk, &python_capture, &python[..]);
+    if let Some(id) = with_stack_cache(|cache| cache.get(key)).flatten() {
+        return id;
+    }
     let mut count = combine(
-        &native[..native_count],
+        &native[..walk.count],
         &python_capture,
         &python[..],
-        python_frames::eval_range(),
+        eval,
         mode,
         &mut frames[..depth],
     );
-    let cut = native_cut || count == depth || matches!(python_capture, PyCapture::Frames { cut: true, .. });
+    let cut = walk.cut || count == depth || matches!(python_capture, PyCapture::Frames { cut: true, .. });
     if cut {
         frames[count] = Frame {
             kind: frame_kind::TRUNCATED,
@@ -261,7 +271,64 @@ fn capture_unguarded(mode: StackMode, scratch: &mut Scratch) -> u32 {
         };
         count += 1;
     }
-    intern(&frames[..count])
+    let (id, whole) = intern_nodes(&frames[..count]);
+    if whole && id != 0 {
+        with_stack_cache(|cache| cache.put(key, id));
+    }
+    id
+}
+
+/// A 128-bit key of the stack [`combine`] makes from these parts (and of
+/// its markers), without making it: the native frames by their walk's hash
+/// (kept with a kept walk), the Python frames one by one (a handful), and
+/// everything else that shapes the combination.
+fn stack_key(
+    mode: StackMode,
+    depth: usize,
+    eval: (u64, u64),
+    walk: &NativeWalk,
+    python_capture: &PyCapture,
+    python: &[PyFrame],
+) -> [u64; 2] {
+    let (python_state, python) = match *python_capture {
+        PyCapture::NotPython => (0, &python[..0]),
+        PyCapture::Unavailable => (1, &python[..0]),
+        PyCapture::Frames { count, cut } => (2 + u32::from(cut), &python[..count]),
+    };
+    let shape = [
+        (0xf0, walk.hash[0], walk.count as u32),
+        (
+            0xf1,
+            walk.hash[1],
+            u32::from(walk.cut) | (mode as u32) << 1 | python_state << 3,
+        ),
+        (0xf2, eval.0, depth as u32),
+        (0xf3, eval.1, python.len() as u32),
+    ];
+    let frames = python.iter().map(|frame| {
+        (
+            frame_kind::PYTHON | u8::from(frame.ends_segment) << 7,
+            frame.code,
+            frame.offset,
+        )
+    });
+    stack_cache::hash_frames(shape.into_iter().chain(frames))
+}
+
+/// Runs `f` on the thread's stack cache, made on first use; `None` where
+/// its memory could not be had, or the thread is exiting.
+fn with_stack_cache<R>(f: impl FnOnce(&mut StackCache) -> R) -> Option<R> {
+    STACK_CACHE
+        .try_with(|cache| {
+            // SAFETY: this thread's own cache; `capture` is not re-entered on a thread.
+            let cache = unsafe { &mut *cache.get() };
+            if cache.is_none() {
+                *cache = StackCache::new();
+            }
+            cache.as_deref_mut().map(f)
+        })
+        .ok()
+        .flatten()
 }
 
 /// Frames being combined into a fixed buffer.
@@ -341,35 +408,6 @@ fn combine(
         combined.push_python_segment();
     }
     combined.count
-}
-
-/// Interns `frames` (innermost first): a stack the thread interned lately
-/// is found whole by its hash; else node by node.
-fn intern(frames: &[Frame]) -> u32 {
-    if frames.len() < 2 {
-        return intern_nodes(frames).0;
-    }
-    let hash = stack_cache::hash_frames(frames.iter().map(|frame| (frame.kind, frame.value, frame.offset)));
-    STACK_CACHE
-        .try_with(|cache| {
-            // SAFETY: this thread's own cache; `capture` is not re-entered on a thread.
-            let cache = unsafe { &mut *cache.get() };
-            if cache.is_none() {
-                *cache = StackCache::new();
-            }
-            let Some(cache) = cache.as_mut() else {
-                return intern_nodes(frames).0;
-            };
-            if let Some(id) = cache.get(hash) {
-                return id;
-            }
-            let (id, whole) = intern_nodes(frames);
-            if whole {
-                cache.put(hash, id);
-            }
-            id
-        })
-        .unwrap_or(0)
 }
 
 /// Interns `frames` node by node from the outermost in, reusing the ids of
@@ -478,19 +516,95 @@ mod tests {
     }
 
     #[test]
+    fn the_stack_key_tells_apart_everything_that_shapes_the_combined_stack() {
+        let walk = NativeWalk {
+            count: 3,
+            cut: false,
+            hash: [11, 12],
+        };
+        let python = [py(0xa, false), py(0xb, true)];
+        let frames = PyCapture::Frames { count: 2, cut: false };
+        let eval = (0x5000, 0x6000);
+        let key = |mode, depth, eval, walk: &NativeWalk, capture: &PyCapture, python: &[PyFrame]| {
+            stack_key(mode, depth, eval, walk, capture, python)
+        };
+        let base = key(StackMode::All, 64, eval, &walk, &frames, &python);
+        assert_eq!(base, key(StackMode::All, 64, eval, &walk, &frames, &python));
+        let mut segment_moved = python;
+        segment_moved[0].ends_segment = true;
+        let mut line_moved = python;
+        line_moved[1].offset = 4;
+        let others = [
+            key(StackMode::Native, 64, eval, &walk, &frames, &python),
+            key(StackMode::All, 32, eval, &walk, &frames, &python),
+            key(StackMode::All, 64, (0x5000, 0x7000), &walk, &frames, &python),
+            key(
+                StackMode::All,
+                64,
+                eval,
+                &NativeWalk { cut: true, ..walk },
+                &frames,
+                &python,
+            ),
+            key(
+                StackMode::All,
+                64,
+                eval,
+                &NativeWalk { count: 2, ..walk },
+                &frames,
+                &python,
+            ),
+            key(
+                StackMode::All,
+                64,
+                eval,
+                &NativeWalk { hash: [11, 13], ..walk },
+                &frames,
+                &python,
+            ),
+            key(
+                StackMode::All,
+                64,
+                eval,
+                &walk,
+                &PyCapture::Frames { count: 2, cut: true },
+                &python,
+            ),
+            key(
+                StackMode::All,
+                64,
+                eval,
+                &walk,
+                &PyCapture::Frames { count: 1, cut: false },
+                &python,
+            ),
+            key(StackMode::All, 64, eval, &walk, &PyCapture::Unavailable, &python),
+            key(StackMode::All, 64, eval, &walk, &PyCapture::NotPython, &python),
+            key(StackMode::All, 64, eval, &walk, &frames, &segment_moved),
+            key(StackMode::All, 64, eval, &walk, &frames, &line_moved),
+        ];
+        for (i, other) in others.iter().enumerate() {
+            assert_ne!(*other, base, "variation {i}");
+        }
+        // Frames past the capture's count do not count.
+        let longer = [py(0xa, false), py(0xb, true), py(0xc, true)];
+        assert_eq!(key(StackMode::All, 64, eval, &walk, &frames, &longer), base);
+    }
+
+    #[test]
     fn stacks_sharing_outer_frames_share_their_nodes() {
         let frame = |value| Frame {
             kind: frame_kind::NATIVE,
             value,
             offset: 0,
         };
-        let a = intern(&[frame(0x11), frame(0x22), frame(0x33)]);
-        let b = intern(&[frame(0x44), frame(0x22), frame(0x33)]);
-        let again = intern(&[frame(0x11), frame(0x22), frame(0x33)]);
+        let a = intern_nodes(&[frame(0x11), frame(0x22), frame(0x33)]).0;
+        let b = intern_nodes(&[frame(0x44), frame(0x22), frame(0x33)]).0;
+        let again = intern_nodes(&[frame(0x11), frame(0x22), frame(0x33)]).0;
         assert_ne!(a, b);
         assert_eq!(a, again);
         // From another thread (no cache), the same frames give the same id.
-        let elsewhere = std::thread::spawn(move || intern(&[frame(0x11), frame(0x22), frame(0x33)]))
+        let elsewhere = std::thread::spawn(move || intern_nodes(&[frame(0x11), frame(0x22), frame(0x33)]).0)
             .join()
             .unwrap();
         assert_eq!(elsewhere, a);

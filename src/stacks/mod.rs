@@ -8,3 +8,4 @@ pub mod native_unwind;
 pub mod python_frames;
 pub mod stack_cache;
 pub mod stack_table;
+pub mod walk_memo;

@@ -14,8 +14,15 @@
 //! pointer is saved here)" or "follow the frame pointer". A step seen before
 //! is then two or three loads, which matters at the depths real programs
 //! call CUDA from.
+//!
+//! And each thread keeps its recent walks whole ([`WalkMemo`]): a walk from
+//! a stack pointer the thread walked from before, whose steering words hold
+//! what they held, is copied instead of walked. A training step's
+//! allocations repeat their call paths exactly; on the GPU machine 99% of
+//! ResNet-50's walks were copies.
 
-use crate::stacks::module_map;
+use crate::stacks::walk_memo::{Start, WalkMemo, WalkRecorder};
+use crate::stacks::{module_map, stack_cache};
 use crate::sys::lazy_mapping::{LazyMapping, ZeroIsEmpty};
 use crate::sys::prefetch::prefetch_line;
 use crate::sys::tracing_switch::guarded;
@@ -205,6 +212,10 @@ struct ThreadUnwind {
     /// for all of the last walk's lines at once, and they arrive together.
     recent_sets: [u16; RECENT_SETS],
     recent_count: usize,
+    /// The thread's kept walks, made on its first walk.
+    memo: Option<Box<WalkMemo>>,
+    /// The memo's memory could not be had: walks are made in full.
+    memo_unavailable: bool,
 }
 
 thread_local! {
@@ -214,6 +225,8 @@ thread_local! {
             stack: (0, 0),
             recent_sets: [0; RECENT_SETS],
             recent_count: 0,
+            memo: None,
+            memo_unavailable: false,
         })
     };
 }
@@ -255,15 +268,35 @@ fn registers() -> (u64, u64, u64) {
     (ip, sp, bp)
 }
 
+/// What a walk found: `count` frames in `out`, whether the stack went on
+/// past them, and their hash.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct NativeWalk {
+    /// Frames stored.
+    pub count: usize,
+    /// Whether the stack went on past `out`'s end.
+    pub cut: bool,
+    /// [`stack_cache::hash_frames`] of the frames, each as (0, address, 0).
+    pub hash: [u64; 2],
+}
+
+const NO_WALK: NativeWalk = NativeWalk {
+    count: 0,
+    cut: false,
+    hash: [0, 0],
+};
+
 /// Fills `out` with the caller's return addresses, innermost first, leaving
-/// out this library's own frames wherever they are. Returns how many were
-/// stored and whether the stack went on past `out`'s end.
+/// out this library's own frames wherever they are.
+///
+/// A walk the thread made before from the same stack pointer is taken from
+/// its [`WalkMemo`] where the words that steered it hold what they held;
+/// any other is walked and kept.
 #[inline(never)]
-pub fn capture(out: &mut [u64]) -> (usize, bool) {
+pub fn capture(out: &mut [u64]) -> NativeWalk {
     let Some(map) = module_map::current() else {
-        return (0, false);
+        return NO_WALK;
     };
-    let (unwinder, own) = (&map.unwinder, map.own_range);
     let (ip, sp, bp) = registers();
     THREAD
         .try_with(|thread| {
@@ -273,81 +306,161 @@ pub fn capture(out: &mut [u64]) -> (usize, bool) {
             if thread.stack == (0, 0) {
                 thread.stack = stack_bounds();
             }
-            let (low, high) = thread.stack;
-            if !(low..high).contains(&sp) {
-                return (0, false);
+            if !(thread.stack.0..thread.stack.1).contains(&sp) {
+                return NO_WALK;
             }
-            let cache = thread.cache.get_or_insert_with(new_rule_cache);
-            let learnt = LEARNT.get().unwrap_or_default();
-            let generation = map.dlopen_count & 0xffff;
-            for &set in &thread.recent_sets[..thread.recent_count] {
-                prefetch_line(learnt.as_ptr().wrapping_add(usize::from(set) * LEARNT_WAYS));
-            }
-            thread.recent_count = 0;
-            let read = |address: u64| -> Option<u64> {
-                (address >= sp && address.checked_add(8).is_some_and(|end| end <= high) && address.is_multiple_of(8))
-                    // SAFETY: inside this thread's live stack, aligned.
-                    .then(|| unsafe { (address as *const u64).read() })
+            let start = Start {
+                sp,
+                bp,
+                generation: std::ptr::from_ref(map) as u64,
+                depth: out.len(),
             };
-            let mut regs = UnwindRegsX86_64::new(ip, sp, bp);
-            let mut frame = FrameAddress::InstructionPointer(ip);
-            let mut count = 0;
-            loop {
-                let frame_sp = regs.sp();
-                let next = match frame {
-                    FrameAddress::ReturnAddress(address) => {
-                        let address = address.get();
-                        let key = learnt_key(address, generation);
-                        let set = learnt_set_index(address);
-                        if thread.recent_count < RECENT_SETS && !learnt.is_empty() {
-                            thread.recent_sets[thread.recent_count] = set as u16;
-                            thread.recent_count += 1;
-                        }
-                        match recall_in(learnt, key, set) {
-                            Some(Learnt::Confirmed(step)) => apply(step, &mut regs, read),
-                            // A frame that may be based on its frame pointer,
-                            // with the frame pointer where it was when learnt:
-                            // either way of reading the frame gives this step.
-                            Some(Learnt::Tentative(step, distance))
-                                if distance < BP_DISTANCE_BITS && regs.bp().wrapping_sub(regs.sp()) == distance =>
-                            {
-                                apply(step, &mut regs, read)
-                            }
-                            seen => {
-                                let (next, observed) = step_with_framehop(unwinder, frame, &mut regs, cache, read);
-                                if let Some(observed) = observed.filter(|_| !learnt.is_empty()) {
-                                    learn(learnt, key, address, seen, observed);
-                                }
-                                next
-                            }
-                        }
-                    }
-                    FrameAddress::InstructionPointer(_) => {
-                        step_with_framehop(unwinder, frame, &mut regs, cache, read).0
-                    }
-                };
-                // Each caller's frame lies above its callee's.
-                let Some(return_address) = next.filter(|_| regs.sp() > frame_sp) else {
-                    return (count, false);
-                };
-                let Some(return_address) = NonZeroU64::new(return_address) else {
-                    return (count, false);
-                };
-                frame = FrameAddress::ReturnAddress(return_address);
-                let address = return_address.get();
-                // Our hooks sit between the program and CUDA, at the top and
-                // again where the runtime calls the driver: never the program's.
-                if (own.0..own.1).contains(&address) {
-                    continue;
-                }
-                if count == out.len() {
-                    return (count, true);
-                }
-                out[count] = address;
-                count += 1;
+            if thread.memo.is_none() && !thread.memo_unavailable {
+                thread.memo = WalkMemo::new();
+                thread.memo_unavailable = thread.memo.is_none();
             }
+            let ThreadUnwind {
+                cache,
+                stack,
+                recent_sets,
+                recent_count,
+                memo,
+                ..
+            } = thread;
+            let mut recorder = match memo.as_deref_mut() {
+                Some(memo) => {
+                    // SAFETY: the thread's own memo, from its stack pointer now.
+                    if let Some((count, cut, hash)) = unsafe { memo.recall(start, out) } {
+                        return NativeWalk { count, cut, hash };
+                    }
+                    Some(memo.record(start))
+                }
+                None => None,
+            };
+            let cache = cache.get_or_insert_with(new_rule_cache);
+            let walker = Walker {
+                map,
+                high: stack.1,
+                sp,
+                recent_sets,
+                recent_count,
+                cache,
+            };
+            let (count, cut) = walker.walk(ip, bp, out, recorder.as_mut());
+            let hash = stack_cache::hash_frames(out[..count].iter().map(|&address| (0, address, 0)));
+            if let Some(recorder) = recorder {
+                recorder.finish(count, cut, hash);
+            }
+            NativeWalk { count, cut, hash }
         })
-        .unwrap_or((0, false))
+        .unwrap_or(NO_WALK)
+}
+
+/// One walk's view of its thread's state.
+struct Walker<'a> {
+    map: &'static module_map::ModuleMap,
+    /// The top of the thread's stack.
+    high: u64,
+    /// The stack pointer the walk starts from: no word below it is read.
+    sp: u64,
+    recent_sets: &'a mut [u16; RECENT_SETS],
+    recent_count: &'a mut usize,
+    cache: &'a mut RuleCache,
+}
+
+impl Walker<'_> {
+    /// Walks from the capture's own frame, telling `recorder` every word
+    /// that steers the walk.
+    fn walk(self, ip: u64, bp: u64, out: &mut [u64], mut recorder: Option<&mut WalkRecorder>) -> (usize, bool) {
+        let Walker {
+            map,
+            high,
+            sp,
+            recent_sets,
+            recent_count,
+            cache,
+        } = self;
+        let (unwinder, own) = (&map.unwinder, map.own_range);
+        let learnt = LEARNT.get().unwrap_or_default();
+        let generation = map.dlopen_count & 0xffff;
+        for &set in &recent_sets[..*recent_count] {
+            prefetch_line(learnt.as_ptr().wrapping_add(usize::from(set) * LEARNT_WAYS));
+        }
+        *recent_count = 0;
+        let read = |address: u64| -> Option<u64> {
+            (address >= sp && address.checked_add(8).is_some_and(|end| end <= high) && address.is_multiple_of(8))
+                // SAFETY: inside this thread's live stack, aligned.
+                .then(|| unsafe { (address as *const u64).read() })
+        };
+        let mut regs = UnwindRegsX86_64::new(ip, sp, bp);
+        let mut frame = FrameAddress::InstructionPointer(ip);
+        let mut count = 0;
+        loop {
+            let frame_sp = regs.sp();
+            let next = match frame {
+                FrameAddress::ReturnAddress(address) => {
+                    let address = address.get();
+                    let key = learnt_key(address, generation);
+                    let set = learnt_set_index(address);
+                    if *recent_count < RECENT_SETS && !learnt.is_empty() {
+                        recent_sets[*recent_count] = set as u16;
+                        *recent_count += 1;
+                    }
+                    let seen = recall_in(learnt, key, set);
+                    let usable = match seen {
+                        Some(Learnt::Confirmed(step)) => Some(step),
+                        // A frame that may be based on its frame pointer,
+                        // with the frame pointer where it was when learnt:
+                        // either way of reading the frame gives this step.
+                        Some(Learnt::Tentative(step, distance)) => {
+                            if let Some(recorder) = recorder.as_deref_mut() {
+                                recorder.frame_pointer_used();
+                            }
+                            (distance < BP_DISTANCE_BITS && regs.bp().wrapping_sub(regs.sp()) == distance)
+                                .then_some(step)
+                        }
+                        None => None,
+                    };
+                    match usable {
+                        Some(step) => apply(step, &mut regs, read, recorder.as_deref_mut()),
+                        None => {
+                            let (next, observed) =
+                                step_with_framehop(unwinder, frame, &mut regs, cache, read, recorder.as_deref_mut());
+                            if let Some(observed) = observed.filter(|_| !learnt.is_empty()) {
+                                learn(learnt, key, address, seen, observed);
+                            }
+                            next
+                        }
+                    }
+                }
+                FrameAddress::InstructionPointer(_) => {
+                    step_with_framehop(unwinder, frame, &mut regs, cache, read, recorder.as_deref_mut()).0
+                }
+            };
+            // Each caller's frame lies above its callee's.
+            let Some(return_address) = next.filter(|_| regs.sp() > frame_sp) else {
+                return (count, false);
+            };
+            let Some(return_address) = NonZeroU64::new(return_address) else {
+                return (count, false);
+            };
+            frame = FrameAddress::ReturnAddress(return_address);
+            let address = return_address.get();
+            // Our hooks sit between the program and CUDA, at the top and
+            // again where the runtime calls the driver: never the program's.
+            if (own.0..own.1).contains(&address) {
+                continue;
+            }
+            if count == out.len() {
+                return (count, true);
+            }
+            out[count] = address;
+            count += 1;
+            if let Some(recorder) = recorder.as_deref_mut() {
+                recorder.last_return_address_is_a_frame();
+            }
+        }
+    }
 }
 
 /// Remembers what framehop did from `address`, given what was remembered
@@ -377,7 +490,12 @@ fn new_rule_cache() -> Box<RuleCache> {
 
 /// Takes a remembered step; `None` where a read leaves the stack.
 #[inline]
-fn apply(step: Step, regs: &mut UnwindRegsX86_64, read: impl Fn(u64) -> Option<u64>) -> Option<u64> {
+fn apply(
+    step: Step,
+    regs: &mut UnwindRegsX86_64,
+    read: impl Fn(u64) -> Option<u64>,
+    recorder: Option<&mut WalkRecorder>,
+) -> Option<u64> {
     let (sp, bp) = (regs.sp(), regs.bp());
     let (new_sp, new_bp, return_address) = match step {
         Step::Stack { cfa, bp_at } => {
@@ -392,7 +510,27 @@ fn apply(step: Step, regs: &mut UnwindRegsX86_64, read: impl Fn(u64) -> Option<u
     };
     regs.set_sp(new_sp);
     regs.set_bp(new_bp);
+    if let Some(recorder) = recorder {
+        tell_step(recorder, step, sp, bp, new_bp, return_address);
+    }
     Some(return_address)
+}
+
+/// Tells a recorder the words a step of a known shape read and used.
+fn tell_step(recorder: &mut WalkRecorder, step: Step, sp: u64, bp: u64, new_bp: u64, return_address: u64) {
+    match step {
+        Step::Stack { cfa, bp_at } => {
+            if let Some(at) = bp_at {
+                recorder.frame_pointer_restored(sp + u64::from(at), new_bp);
+            }
+            recorder.return_address(sp + u64::from(cfa) - 8, return_address);
+        }
+        Step::FramePointer => {
+            recorder.frame_pointer_used();
+            recorder.frame_pointer_restored(bp, new_bp);
+            recorder.return_address(bp + 8, return_address);
+        }
+    }
 }
 
 /// One step through framehop, and what it did as a [`Step`] when it is one
@@ -404,33 +542,50 @@ fn step_with_framehop(
     regs: &mut UnwindRegsX86_64,
     cache: &mut RuleCache,
     read: impl Fn(u64) -> Option<u64>,
+    recorder: Option<&mut WalkRecorder>,
 ) -> (Option<u64>, Option<Learnt>) {
     let (sp, bp) = (regs.sp(), regs.bp());
-    let mut reads = [0u64; 4];
+    // The words framehop read (those it could), with their values.
+    let mut reads = [(0u64, 0u64); 4];
     let mut read_count = 0;
     let mut read_stack = |address: u64| {
+        let value = read(address).ok_or(())?;
         if read_count < reads.len() {
-            reads[read_count] = address;
+            reads[read_count] = (address, value);
         }
         read_count += 1;
-        read(address).ok_or(())
+        Ok(value)
     };
-    let next = match unwinder.unwind_frame(frame, regs, cache, &mut read_stack) {
+    let result = unwinder.unwind_frame(frame, regs, cache, &mut read_stack);
+    let kept = &reads[..read_count.min(reads.len())];
+    let next = match result {
         Ok(Some(return_address)) => return_address,
-        _ => return (None, None),
+        _ => {
+            if let Some(recorder) = recorder {
+                // Where the walk ends may have hung on any of it.
+                recorder.frame_pointer_used();
+                for &(address, value) in kept {
+                    recorder.word_read(address, value);
+                }
+                if read_count > reads.len() {
+                    recorder.fail();
+                }
+            }
+            return (None, None);
+        }
     };
     let (new_sp, new_bp) = (regs.sp(), regs.bp());
-    let reads = &reads[..read_count.min(reads.len())];
-    let step = if new_sp == bp.wrapping_add(16) && reads.contains(&bp) && reads.contains(&(bp + 8)) && read_count == 2 {
+    let read_at = |address: u64| kept.iter().any(|&(at, _)| at == address);
+    let step = if new_sp == bp.wrapping_add(16) && read_at(bp) && read_at(bp + 8) && read_count == 2 {
         Some(Step::FramePointer)
-    } else if new_sp > sp && new_sp - sp <= u64::from(u32::MAX) && reads.contains(&(new_sp - 8)) {
+    } else if new_sp > sp && new_sp - sp <= u64::from(u32::MAX) && read_at(new_sp - 8) {
         let cfa = (new_sp - sp) as u32;
         match read_count {
             1 if new_bp == bp => Some(Step::Stack { cfa, bp_at: None }),
-            2 => reads
+            2 => kept
                 .iter()
-                .find(|&&address| address != new_sp - 8)
-                .and_then(|&address| u32::try_from(address.checked_sub(sp)?).ok())
+                .find(|&&(address, _)| address != new_sp - 8)
+                .and_then(|&(address, _)| u32::try_from(address.checked_sub(sp)?).ok())
                 .map(|at| Step::Stack { cfa, bp_at: Some(at) }),
             _ => None,
         }
@@ -443,6 +598,28 @@ fn step_with_framehop(
         Step::Stack { .. } if (sp..new_sp).contains(&bp) => Learnt::Tentative(step, bp - sp),
         _ => Learnt::Confirmed(step),
     });
+    if let Some(recorder) = recorder {
+        match learnt {
+            Some(Learnt::Confirmed(step)) => tell_step(recorder, step, sp, bp, new_bp, next),
+            _ => {
+                // A step of no known shape: everything it read is checked,
+                // and it may have used the frame pointer.
+                recorder.frame_pointer_used();
+                let mut return_address_read = false;
+                for &(address, value) in kept {
+                    if address == new_sp.wrapping_sub(8) && value == next && !return_address_read {
+                        recorder.return_address(address, value);
+                        return_address_read = true;
+                    } else {
+                        recorder.word_read(address, value);
+                    }
+                }
+                if read_count > reads.len() || !return_address_read {
+                    recorder.fail();
+                }
+            }
+        }
+    }
     (Some(next), learnt)
 }
 

@@ -1,5 +1,7 @@
-//! Whole stacks a thread interned lately, kept by a 128-bit hash of their
-//! frames, so that a stack seen before costs a hash and one look-up.
+//! Whole stacks a thread interned lately, kept by a 128-bit key of their
+//! frames (`call_stack`'s: the native walk's hash, which a kept walk keeps,
+//! and the few Python frames), so that a stack seen before costs a short
+//! hash and one look-up.
 //!
 //! Interning a stack otherwise looks up, in the process's node table, every
 //! frame below the first one that differs from the thread's previous stack.
@@ -110,16 +112,17 @@ fn fold(a: u64, b: u64) -> u64 {
 
 /// A 128-bit hash of a stack's frames, each (kind, value, offset).
 #[inline]
-pub fn hash_frames(frames: impl ExactSizeIterator<Item = (u8, u64, u32)>) -> [u64; 2] {
+pub fn hash_frames(frames: impl IntoIterator<Item = (u8, u64, u32)>) -> [u64; 2] {
     const K: [u64; 4] = [
         0xA076_1D64_78BD_642F,
         0xE703_7ED1_A0B4_28DB,
         0x8EBC_6AF0_9C88_C6E3,
         0x5899_65CC_7537_4CC3,
     ];
-    let length = frames.len() as u64;
+    let mut length = 0u64;
     let (mut low, mut high) = (K[0], K[1]);
     for (kind, value, offset) in frames {
+        length += 1;
         let tag = u64::from(kind) | u64::from(offset) << 8;
         low = fold(low ^ value, K[2] ^ tag);
         // Independent of `low`, so that the two chains of multiplies run
@@ -135,11 +138,11 @@ mod tests {
 
     #[test]
     fn a_kept_stack_is_found_by_its_hash_and_no_other() {
-        let a = hash_frames([(1, 0x1000, 0), (1, 0x2000, 0)].into_iter());
-        let swapped = hash_frames([(1, 0x2000, 0), (1, 0x1000, 0)].into_iter());
-        let other_kind = hash_frames([(2, 0x1000, 0), (1, 0x2000, 0)].into_iter());
-        let other_offset = hash_frames([(1, 0x1000, 4), (1, 0x2000, 0)].into_iter());
-        let longer = hash_frames([(1, 0x1000, 0), (1, 0x2000, 0), (1, 0, 0)].into_iter());
+        let a = hash_frames([(1, 0x1000, 0), (1, 0x2000, 0)]);
+        let swapped = hash_frames([(1, 0x2000, 0), (1, 0x1000, 0)]);
+        let other_kind = hash_frames([(2, 0x1000, 0), (1, 0x2000, 0)]);
+        let other_offset = hash_frames([(1, 0x1000, 4), (1, 0x2000, 0)]);
+        let longer = hash_frames([(1, 0x1000, 0), (1, 0x2000, 0), (1, 0, 0)]);
         for other in [swapped, other_kind, other_offset, longer] {
             assert_ne!(a, other);
         }
@@ -175,7 +178,7 @@ mod tests {
         let mut seen = std::collections::HashSet::new();
         for i in 0..1_000_000u64 {
             let frames = [(1u8, 0x7f00_0000_0000 + 16 * i, 0u32), (1, 0x1234, 0), (3, 0xdead, 6)];
-            assert!(seen.insert(hash_frames(frames.into_iter())));
+            assert!(seen.insert(hash_frames(frames)));
         }
     }
 }
