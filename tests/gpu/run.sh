@@ -6,6 +6,12 @@
 # the point of the scenario.
 #
 #   tests/gpu/run.sh [--only NAME[,NAME...]]
+#
+# The ResNet cost scenarios (R1-R3, T2) take ten rounds of some 60 s each,
+# longer than one call on the GPU machine may last: with
+# RESNET_COST_STATE=FILE RESNET_COST_ROUNDS=5 each call runs five rounds and
+# keeps every process's figure in FILE, and the call that completes the ten
+# gives the verdict.
 set -euo pipefail
 here=$(cd "$(dirname "$0")" && pwd)
 root=$(cd "$here/../.." && pwd)
