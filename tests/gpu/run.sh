@@ -11,7 +11,8 @@
 # longer than one call on the GPU machine may last: with
 # RESNET_COST_STATE=FILE RESNET_COST_ROUNDS=5 each call runs five rounds and
 # keeps every process's figure in FILE, and the call that completes the ten
-# gives the verdict.
+# gives the verdict. Rounds count only on the GPU they ran on: a call that
+# finds itself on another machine starts the ten again.
 set -euo pipefail
 here=$(cd "$(dirname "$0")" && pwd)
 root=$(cd "$here/../.." && pwd)

@@ -754,7 +754,15 @@ def resnet_cost(args, label, environment, variants, goals, steps, rounds=10, jud
     state = {}
     if state_path and os.path.exists(state_path):
         state = json.load(open(state_path))
-    steps_ms = {name: list(state.get(label, {}).get(name, [])) for name in variants}
+    # Step times differ more between machines than the goals: only rounds
+    # from this very GPU count.
+    machine = subprocess.run(["nvidia-smi", "--query-gpu=uuid", "--format=csv,noheader"],
+                             capture_output=True, text=True).stdout.strip()
+    if state.get(label, {}).get("machine") != machine:
+        if label in state:
+            print(f"  {label}: the kept rounds came from another GPU; starting again", file=sys.stderr, flush=True)
+        state[label] = {"machine": machine}
+    steps_ms = {name: list(state[label].get(name, [])) for name in variants}
     done_rounds = min(len(v) for v in steps_ms.values())
     steps_ms = {name: v[:done_rounds] for name, v in steps_ms.items()}
     this_call = int(os.environ.get("RESNET_COST_ROUNDS", str(rounds)))
@@ -779,7 +787,7 @@ def resnet_cost(args, label, environment, variants, goals, steps, rounds=10, jud
             steps_ms[name].append(json.load(open(out))["step_ms_median"])
             shutil.rmtree(workdir, ignore_errors=True)
             if state_path:
-                state[label] = steps_ms
+                state[label] = dict(steps_ms, machine=machine)
                 json.dump(state, open(state_path, "w"))
     processes = min(len(v) for v in steps_ms.values())
     if processes < rounds:
