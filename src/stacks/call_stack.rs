@@ -130,6 +130,7 @@ impl Scratch {
 thread_local! {
     static SCRATCH: UnsafeCell<Option<Box<Scratch>>> = const { UnsafeCell::new(None) };
     static STACK_CACHE: UnsafeCell<Option<Box<StackCache>>> = const { UnsafeCell::new(None) };
+    static STACK_CACHE_UNAVAILABLE: std::cell::Cell<bool> = const { std::cell::Cell::new(false) };
     static LAST: UnsafeCell<LastStack> = const {
         UnsafeCell::new(LastStack {
             frames: [Frame { kind: 0, value: 0, offset: 0 }; MAX_FRAMES + 2],
@@ -322,8 +323,11 @@ fn with_stack_cache<R>(f: impl FnOnce(&mut StackCache) -> R) -> Option<R> {
         .try_with(|cache| {
             // SAFETY: this thread's own cache; `capture` is not re-entered on a thread.
             let cache = unsafe { &mut *cache.get() };
-            if cache.is_none() {
+            if cache.is_none() && !STACK_CACHE_UNAVAILABLE.get() {
                 *cache = StackCache::new();
+                // Asked once: a thread whose cache could not be had
+                // interns frame by frame, without asking again each event.
+                STACK_CACHE_UNAVAILABLE.set(cache.is_none());
             }
             cache.as_deref_mut().map(f)
         })

@@ -494,9 +494,16 @@ fn apply(
     step: Step,
     regs: &mut UnwindRegsX86_64,
     read: impl Fn(u64) -> Option<u64>,
-    recorder: Option<&mut WalkRecorder>,
+    mut recorder: Option<&mut WalkRecorder>,
 ) -> Option<u64> {
     let (sp, bp) = (regs.sp(), regs.bp());
+    if step == Step::FramePointer {
+        // Whether this step's reads succeed, and so where the walk ends,
+        // hangs on the frame pointer: it steers the walk even if they fail.
+        if let Some(recorder) = recorder.as_deref_mut() {
+            recorder.frame_pointer_used();
+        }
+    }
     let (new_sp, new_bp, return_address) = match step {
         Step::Stack { cfa, bp_at } => {
             let new_sp = sp.checked_add(u64::from(cfa))?;
@@ -526,6 +533,7 @@ fn tell_step(recorder: &mut WalkRecorder, step: Step, sp: u64, bp: u64, new_bp: 
             recorder.return_address(sp + u64::from(cfa) - 8, return_address);
         }
         Step::FramePointer => {
+            // (Again for a step framehop took; `apply` has said so already.)
             recorder.frame_pointer_used();
             recorder.frame_pointer_restored(bp, new_bp);
             recorder.return_address(bp + 8, return_address);

@@ -299,6 +299,51 @@ fn stacks_that_share_stack_slots_but_not_callers_each_get_their_own_frames() {
     }
 }
 
+#[test]
+fn a_kept_walk_is_not_taken_for_one_whose_frame_pointer_leads_further() {
+    // From one call site, so from one stack pointer: first through a
+    // frame-pointer frame whose frame pointer is data (the walk ends there),
+    // then with a usable one (the walk goes on to main). Whether a
+    // frame-pointer step's reads succeed hangs on the frame pointer, so the
+    // first walk is no answer for the second.
+    for program in ["stack_names_fp", "stack_names_nofp"] {
+        let (mut command, trace) = traced(
+            &format!("trampoline-{program}"),
+            &["--stacks", "native"],
+            &[fake_cuda::program(program).as_os_str(), "trampoline".as_ref()],
+        );
+        let output = command.output().unwrap();
+        assert!(output.status.success(), "{}", stderr(&output));
+        let (report, _) = report_json_with_stacks(&trace);
+        let live = report["processes"][0]["devices"][0]["live_at_exit"].as_array().unwrap();
+        let names_of = |size: u64| -> Vec<String> {
+            let allocation = live.iter().find(|a| a["size"].as_u64() == Some(size)).unwrap();
+            stack_of(allocation)
+                .into_iter()
+                .map(|(function, _, _)| function)
+                .filter(|f| {
+                    [
+                        "inner_frame",
+                        "trampoline",
+                        "through_trampoline",
+                        "trampoline_twice",
+                        "main",
+                    ]
+                    .contains(&f.as_str())
+                })
+                .collect()
+        };
+        assert_eq!(names_of(2 << 20), ["inner_frame", "trampoline"], "{program}");
+        // The trampoline's frame pointer is through_trampoline's frame, so
+        // the step from it lands in through_trampoline's caller.
+        assert_eq!(
+            names_of(3 << 20),
+            ["inner_frame", "trampoline", "trampoline_twice", "main"],
+            "{program}"
+        );
+    }
+}
+
 /// Python calls a library that allocates 12 native frames further down
 /// (`libdeep_library.so`), through ctypes and libffi.
 const DEEP_PROGRAM: &str = r#"import ctypes, os

@@ -10,7 +10,7 @@
  * Each allocation stays live, so it shows in `live at exit`. Frames are
  * noinline so that every name survives optimisation; the file is built with
  * and without frame pointers. */
-int cudaMalloc(void **block, unsigned long bytes); int atoi(const char *text); static void maze(int count);
+int cudaMalloc(void **block, unsigned long bytes); int atoi(const char *text); static void maze(int count); void trampoline_twice(void);
 #include <dlfcn.h>
 #include <pthread.h>
 #include <stdio.h>
@@ -68,6 +68,8 @@ int main(int argc, char **argv) {
         allocate(2 << 20);
     } else if (strcmp(what, "fork") == 0) {
         allocate_around_a_fork();
+    } else if (strcmp(what, "trampoline") == 0) {
+        trampoline_twice();
     } else if (strcmp(what, "maze") == 0 && argc > 2) {
         maze(atoi(argv[2]));
     } else if (strcmp(what, "thread") == 0) {
@@ -136,3 +138,48 @@ static void maze(int count) {
         printf("maze %zu %s\n", bytes, path);
     }
 }
+
+/* stack_names trampoline: 2 MiB, then 3 MiB, from one call site through a
+ * frame-pointer frame whose frame pointer is data the first time. */
+/* trampoline(frame_pointer, bytes): assembly without unwind information,
+ * so it is walked by its frame pointer, which it sets to its first argument
+ * before calling down. */
+void trampoline(void *frame_pointer, size_t bytes);
+__asm__(".text\n"
+        ".globl trampoline\n"
+        ".type trampoline,@function\n"
+        "trampoline:\n"
+        "  push %rbp\n"
+        "  mov %rdi, %rbp\n"
+        "  mov %rsi, %rdi\n"
+        "  call inner_frame\n"
+        "  pop %rbp\n"
+        "  ret\n"
+        ".size trampoline, .-trampoline\n");
+
+NOINLINE void through_trampoline(int usable, size_t bytes) {
+    trampoline(usable ? __builtin_frame_address(0) : (void *)8, bytes);
+    __asm__ volatile("" ::: "memory");
+}
+
+static void *learn_trampoline(void *arg) {
+    (void)arg;
+    through_trampoline(1, 1 << 20);
+    return 0;
+}
+
+/* A thread first walks through the trampoline with a usable frame pointer
+ * (its step is learnt as "follow the frame pointer"); then main, from one
+ * call site and so one stack pointer, calls through it with a frame pointer
+ * that leads nowhere (the walk ends there) and then with a usable one (the
+ * walk goes on to main). */
+void trampoline_twice(void) {
+    pthread_t thread;
+    pthread_create(&thread, 0, learn_trampoline, 0);
+    pthread_join(thread, 0);
+    for (int i = 0; i < 2; i++) {
+        through_trampoline(i, (size_t)(2 + i) << 20);
+        __asm__ volatile("" ::: "memory");
+    }
+}
+
