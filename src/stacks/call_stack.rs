@@ -11,7 +11,9 @@ use crate::stacks::native_unwind::NativeWalk;
 use crate::stacks::python_frames::{self, PyCapture, PyFrame};
 use crate::stacks::stack_cache::{self, StackCache};
 use crate::stacks::{module_map, native_unwind, stack_table};
+use crate::sys::lazy_mapping::ZeroIsEmpty;
 use crate::sys::thread_block::{self, ThreadBlock};
+use crate::sys::thread_box::ThreadBox;
 use cudatrace_events::stacks::frame_kind;
 use std::cell::UnsafeCell;
 use std::sync::atomic::{AtomicU32, AtomicU8, Ordering};
@@ -103,34 +105,14 @@ struct Scratch {
     frames: [Frame; MAX_FRAMES + 2],
 }
 
-impl Scratch {
-    /// Buffers on the heap: thread-local storage of a preloaded library is
-    /// carved out of every thread's stack, where 12 KiB more would keep
-    /// threads with small stacks from starting.
-    #[cold]
-    #[inline(never)]
-    fn new() -> Box<Scratch> {
-        let mut scratch = Box::<Scratch>::new_uninit();
-        // SAFETY: every field is a plain array of Copy values; writing each
-        // element initialises the whole struct.
-        unsafe {
-            let raw = scratch.as_mut_ptr();
-            for i in 0..MAX_FRAMES {
-                (&raw mut (*raw).native[i]).write(0);
-                (&raw mut (*raw).python[i]).write(PyFrame::default());
-            }
-            for i in 0..MAX_FRAMES + 2 {
-                (&raw mut (*raw).frames[i]).write(Frame::default());
-            }
-            scratch.assume_init()
-        }
-    }
-}
+// SAFETY: plain arrays of integers and of structs of integers and a
+// bool, all of which are valid as zero bytes. (On the heap, made by the
+// thread's first capture: `sys::thread_box`.)
+unsafe impl ZeroIsEmpty for Scratch {}
 
 thread_local! {
-    static SCRATCH: UnsafeCell<Option<Box<Scratch>>> = const { UnsafeCell::new(None) };
-    static STACK_CACHE: UnsafeCell<Option<Box<StackCache>>> = const { UnsafeCell::new(None) };
-    static STACK_CACHE_UNAVAILABLE: std::cell::Cell<bool> = const { std::cell::Cell::new(false) };
+    static SCRATCH: UnsafeCell<ThreadBox<Scratch>> = const { UnsafeCell::new(ThreadBox::new()) };
+    static STACK_CACHE: UnsafeCell<ThreadBox<StackCache>> = const { UnsafeCell::new(ThreadBox::new()) };
     static LAST: UnsafeCell<LastStack> = const {
         UnsafeCell::new(LastStack {
             frames: [Frame { kind: 0, value: 0, offset: 0 }; MAX_FRAMES + 2],
@@ -162,9 +144,11 @@ pub fn capture(known_caller: u64) -> u32 {
             .try_with(|scratch| {
                 // SAFETY: this thread's own buffers; `capturing_stack` keeps a capture
                 // from running inside another on the same thread.
-                let scratch = unsafe { &mut *scratch.get() }.get_or_insert_with(Scratch::new);
-                capture_unguarded(mode, scratch)
+                let scratch = unsafe { &mut *scratch.get() }.get_or_make()?;
+                Some(capture_unguarded(mode, scratch))
             })
+            .ok()
+            .flatten()
             .unwrap_or(0)
     };
     block.capturing_stack.set(false);
@@ -322,14 +306,7 @@ fn with_stack_cache<R>(f: impl FnOnce(&mut StackCache) -> R) -> Option<R> {
     STACK_CACHE
         .try_with(|cache| {
             // SAFETY: this thread's own cache; `capture` is not re-entered on a thread.
-            let cache = unsafe { &mut *cache.get() };
-            if cache.is_none() && !STACK_CACHE_UNAVAILABLE.get() {
-                *cache = StackCache::new();
-                // Asked once: a thread whose cache could not be had
-                // interns frame by frame, without asking again each event.
-                STACK_CACHE_UNAVAILABLE.set(cache.is_none());
-            }
-            cache.as_deref_mut().map(f)
+            unsafe { &mut *cache.get() }.get_or_make().map(f)
         })
         .ok()
         .flatten()
@@ -462,7 +439,7 @@ pub fn forget_parent_stacks() {
     });
     let _ = STACK_CACHE.try_with(|cache| {
         // SAFETY: as above.
-        if let Some(cache) = unsafe { &mut *cache.get() } {
+        if let Some(cache) = unsafe { &mut *cache.get() }.made() {
             cache.clear();
         }
     });
@@ -519,80 +496,68 @@ mod tests {
         assert_eq!(out[..n].iter().map(|f| f.value).collect::<Vec<_>>(), vec![0xa, 0xb]);
     }
 
+    /// Everything [`stack_key`] takes, to vary one part at a time.
+    #[derive(Clone, Copy)]
+    struct KeyParts {
+        mode: StackMode,
+        depth: usize,
+        eval: (u64, u64),
+        walk: NativeWalk,
+        capture: PyCapture,
+        python: [PyFrame; 3],
+    }
+
+    impl KeyParts {
+        fn key(&self) -> [u64; 2] {
+            stack_key(
+                self.mode,
+                self.depth,
+                self.eval,
+                &self.walk,
+                &self.capture,
+                &self.python,
+            )
+        }
+    }
+
     #[test]
     fn the_stack_key_tells_apart_everything_that_shapes_the_combined_stack() {
-        let walk = NativeWalk {
-            count: 3,
-            cut: false,
-            hash: [11, 12],
+        let base = KeyParts {
+            mode: StackMode::All,
+            depth: 64,
+            eval: (0x5000, 0x6000),
+            walk: NativeWalk {
+                count: 3,
+                cut: false,
+                hash: [11, 12],
+            },
+            capture: PyCapture::Frames { count: 2, cut: false },
+            python: [py(0xa, false), py(0xb, true), py(0xc, true)],
         };
-        let python = [py(0xa, false), py(0xb, true)];
-        let frames = PyCapture::Frames { count: 2, cut: false };
-        let eval = (0x5000, 0x6000);
-        let key = |mode, depth, eval, walk: &NativeWalk, capture: &PyCapture, python: &[PyFrame]| {
-            stack_key(mode, depth, eval, walk, capture, python)
-        };
-        let base = key(StackMode::All, 64, eval, &walk, &frames, &python);
-        assert_eq!(base, key(StackMode::All, 64, eval, &walk, &frames, &python));
-        let mut segment_moved = python;
-        segment_moved[0].ends_segment = true;
-        let mut line_moved = python;
-        line_moved[1].offset = 4;
-        let others = [
-            key(StackMode::Native, 64, eval, &walk, &frames, &python),
-            key(StackMode::All, 32, eval, &walk, &frames, &python),
-            key(StackMode::All, 64, (0x5000, 0x7000), &walk, &frames, &python),
-            key(
-                StackMode::All,
-                64,
-                eval,
-                &NativeWalk { cut: true, ..walk },
-                &frames,
-                &python,
-            ),
-            key(
-                StackMode::All,
-                64,
-                eval,
-                &NativeWalk { count: 2, ..walk },
-                &frames,
-                &python,
-            ),
-            key(
-                StackMode::All,
-                64,
-                eval,
-                &NativeWalk { hash: [11, 13], ..walk },
-                &frames,
-                &python,
-            ),
-            key(
-                StackMode::All,
-                64,
-                eval,
-                &walk,
-                &PyCapture::Frames { count: 2, cut: true },
-                &python,
-            ),
-            key(
-                StackMode::All,
-                64,
-                eval,
-                &walk,
-                &PyCapture::Frames { count: 1, cut: false },
-                &python,
-            ),
-            key(StackMode::All, 64, eval, &walk, &PyCapture::Unavailable, &python),
-            key(StackMode::All, 64, eval, &walk, &PyCapture::NotPython, &python),
-            key(StackMode::All, 64, eval, &walk, &frames, &segment_moved),
-            key(StackMode::All, 64, eval, &walk, &frames, &line_moved),
+        assert_eq!(base.key(), base.key());
+        let variations: [fn(&mut KeyParts); 12] = [
+            |parts| parts.mode = StackMode::Native,
+            |parts| parts.depth = 32,
+            |parts| parts.eval.1 = 0x7000,
+            |parts| parts.walk.cut = true,
+            |parts| parts.walk.count = 2,
+            |parts| parts.walk.hash[1] = 13,
+            |parts| parts.capture = PyCapture::Frames { count: 2, cut: true },
+            |parts| parts.capture = PyCapture::Frames { count: 1, cut: false },
+            |parts| parts.capture = PyCapture::Unavailable,
+            |parts| parts.capture = PyCapture::NotPython,
+            |parts| parts.python[0].ends_segment = true,
+            |parts| parts.python[1].offset = 4,
         ];
-        for (i, other) in others.iter().enumerate() {
-            assert_ne!(*other, base, "variation {i}");
+        for (i, vary) in variations.iter().enumerate() {
+            let mut other = base;
+            vary(&mut other);
+            assert_ne!(other.key(), base.key(), "variation {i}");
         }
         // Frames past the capture's count do not count.
-        let longer = [py(0xa, false), py(0xb, true), py(0xc, true)];
-        assert_eq!(key(StackMode::All, 64, eval, &walk, &frames, &longer), base);
+        let mut past_the_count = base;
+        past_the_count.python[2] = py(0xd, false);
+        assert_eq!(past_the_count.key(), base.key());
     }
 
     #[test]

@@ -25,6 +25,7 @@ use crate::stacks::walk_memo::{Start, WalkMemo, WalkRecorder};
 use crate::stacks::{module_map, stack_cache};
 use crate::sys::lazy_mapping::{LazyMapping, ZeroIsEmpty};
 use crate::sys::prefetch::prefetch_line;
+use crate::sys::thread_box::ThreadBox;
 use crate::sys::tracing_switch::guarded;
 use framehop::x86_64::{CacheX86_64, UnwindRegsX86_64};
 use framehop::{FrameAddress, MustNotAllocateDuringUnwind, Unwinder};
@@ -212,10 +213,9 @@ struct ThreadUnwind {
     /// for all of the last walk's lines at once, and they arrive together.
     recent_sets: [u16; RECENT_SETS],
     recent_count: usize,
-    /// The thread's kept walks, made on its first walk.
-    memo: Option<Box<WalkMemo>>,
-    /// The memo's memory could not be had: walks are made in full.
-    memo_unavailable: bool,
+    /// The thread's kept walks, made on its first walk (without them,
+    /// walks are made in full).
+    memo: ThreadBox<WalkMemo>,
 }
 
 thread_local! {
@@ -225,8 +225,7 @@ thread_local! {
             stack: (0, 0),
             recent_sets: [0; RECENT_SETS],
             recent_count: 0,
-            memo: None,
-            memo_unavailable: false,
+            memo: ThreadBox::new(),
         })
     };
 }
@@ -315,10 +314,6 @@ pub fn capture(out: &mut [u64]) -> NativeWalk {
                 generation: std::ptr::from_ref(map) as u64,
                 depth: out.len(),
             };
-            if thread.memo.is_none() && !thread.memo_unavailable {
-                thread.memo = WalkMemo::new();
-                thread.memo_unavailable = thread.memo.is_none();
-            }
             let ThreadUnwind {
                 cache,
                 stack,
@@ -327,10 +322,12 @@ pub fn capture(out: &mut [u64]) -> NativeWalk {
                 memo,
                 ..
             } = thread;
-            let mut recorder = match memo.as_deref_mut() {
+            let mut recorder = match memo.get_or_make() {
                 Some(memo) => {
                     // SAFETY: the thread's own memo, from its stack pointer now.
                     if let Some((count, cut, hash)) = unsafe { memo.recall(start, out) } {
+                        #[cfg(test)]
+                        tests::COPIED.with(|copied| copied.set(copied.get() + 1));
                         return NativeWalk { count, cut, hash };
                     }
                     Some(memo.record(start))
@@ -741,6 +738,44 @@ impl Default for ReturnSlot {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    thread_local! {
+        /// Walks this thread took from its kept walks.
+        pub(super) static COPIED: std::cell::Cell<u64> = const { std::cell::Cell::new(0) };
+    }
+
+    /// Walks the stack from one call site, so from one stack pointer.
+    #[inline(never)]
+    fn walk_from_one_place(out: &mut [u64]) -> NativeWalk {
+        let walk = capture(out);
+        std::hint::black_box(walk)
+    }
+
+    #[test]
+    fn a_walk_from_where_the_thread_walked_before_is_copied_and_finds_the_same() {
+        module_map::rebuild();
+        std::thread::spawn(|| {
+            let mut frames = [[0u64; 32]; 2];
+            let mut walks = Vec::new();
+            // One call instruction, so one stack pointer and one return
+            // address: through a pointer the compiler cannot see, in a loop
+            // it cannot unroll.
+            let walk: fn(&mut [u64]) -> NativeWalk = std::hint::black_box(walk_from_one_place);
+            let mut round = 0;
+            while round < std::hint::black_box(2) {
+                let before = COPIED.with(|copied| copied.get());
+                walks.push((walk(&mut frames[round]), COPIED.with(|copied| copied.get()) - before));
+                round = std::hint::black_box(round + 1);
+            }
+            assert!(walks[0].0.count > 0, "the thread's frames outside the test binary");
+            assert_eq!(walks[0].1, 0, "the first walk is walked");
+            assert_eq!(walks[1].1, 1, "the second is copied");
+            assert_eq!(walks[0].0, walks[1].0);
+            assert_eq!(frames[0], frames[1]);
+        })
+        .join()
+        .unwrap();
+    }
 
     #[test]
     fn learnt_steps_pack_and_unpack() {

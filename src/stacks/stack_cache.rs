@@ -16,6 +16,10 @@
 //! a chance of 2^-107 a pair, far below anything else that can go wrong in a
 //! process.
 
+use crate::sys::lazy_mapping::ZeroIsEmpty;
+#[cfg(test)]
+use crate::sys::thread_box::zeroed_box;
+
 /// Entries a thread keeps: sets of [`WAYS`], one cache line each.
 const ENTRIES: usize = 8192;
 /// Entries of a set. A training step repeats some 700 allocation stacks; in
@@ -42,10 +46,14 @@ struct Set {
     ways: [Entry; WAYS],
 }
 
-/// One thread's stacks, by hash.
+/// One thread's stacks, by hash: 128 KiB, made zeroed on the heap by the
+/// thread's first capture (`sys::thread_box`).
 pub struct StackCache {
     sets: [Set; SETS],
 }
+
+// SAFETY: zeroed, every entry is empty (id 0).
+unsafe impl ZeroIsEmpty for StackCache {}
 
 /// The set of a hash, and what its entry holds of the hash.
 #[inline]
@@ -54,23 +62,6 @@ fn place(hash: [u64; 2]) -> (usize, u64, u32) {
 }
 
 impl StackCache {
-    /// An empty cache, on the heap (128 KiB: a preloaded library's
-    /// thread-local storage comes out of every thread's stack).
-    #[cold]
-    #[inline(never)]
-    /// `None` where the memory cannot be had: then stacks are interned
-    /// frame by frame, and the traced program never sees an abort of ours.
-    pub fn new() -> Option<Box<StackCache>> {
-        let layout = std::alloc::Layout::new::<StackCache>();
-        // SAFETY: the layout is StackCache's, not zero-sized; all-zero bytes
-        // are a valid cache of empty entries, and the Box takes the
-        // allocation over with the same layout.
-        unsafe {
-            let raw = std::alloc::alloc_zeroed(layout);
-            (!raw.is_null()).then(|| Box::from_raw(raw.cast::<StackCache>()))
-        }
-    }
-
     /// The node of the stack with this hash, if kept. Compares 96 bits of
     /// the hash besides the 11 that chose the set.
     #[inline]
@@ -146,7 +137,7 @@ mod tests {
         for other in [swapped, other_kind, other_offset, longer] {
             assert_ne!(a, other);
         }
-        let mut cache = StackCache::new().unwrap();
+        let mut cache = zeroed_box::<StackCache>().unwrap();
         assert_eq!(cache.get(a), None);
         cache.put(a, 17);
         assert_eq!(cache.get(a), Some(17));
@@ -157,7 +148,7 @@ mod tests {
 
     #[test]
     fn a_set_keeps_its_four_latest_stacks() {
-        let mut cache = StackCache::new().unwrap();
+        let mut cache = zeroed_box::<StackCache>().unwrap();
         // Five stacks of one set, told apart by the rest of their hashes.
         let hashes: Vec<[u64; 2]> = (1..=5u64).map(|i| [7 + (i << 32), i * 1000]).collect();
         for (i, hash) in hashes.iter().enumerate() {

@@ -24,6 +24,10 @@
 //! values differ from call to call. The frame pointer the walk began with
 //! is compared only where a step used it before any was restored.
 
+use crate::sys::lazy_mapping::ZeroIsEmpty;
+#[cfg(test)]
+use crate::sys::thread_box::zeroed_box;
+
 /// The most frames a kept walk returns.
 pub const WALK_FRAMES: usize = 64;
 /// The most words a kept walk checks; a walk that read more is not kept.
@@ -72,12 +76,16 @@ struct Walk {
     checks: [Check; WALK_CHECKS],
 }
 
-/// A thread's kept walks.
+/// A thread's kept walks: 280 KiB, made zeroed on the heap by a thread's
+/// first walk (`sys::thread_box`).
 pub struct WalkMemo {
     sets: [[Walk; WAYS]; SETS],
     /// The way of each set that the next new walk takes.
     next_way: [u8; SETS],
 }
+
+// SAFETY: zeroed, every walk is empty (check_count 0) and the next ways 0.
+unsafe impl ZeroIsEmpty for WalkMemo {}
 
 fn set_of(sp: u64) -> usize {
     // Frames are 16-byte aligned; stack pointers of nearby call paths differ
@@ -86,22 +94,6 @@ fn set_of(sp: u64) -> usize {
 }
 
 impl WalkMemo {
-    /// An empty memo on the heap (280 KiB, only for a thread that takes
-    /// stacks); `None` where the memory cannot be had, and walks are then
-    /// made in full each time.
-    #[cold]
-    #[inline(never)]
-    pub fn new() -> Option<Box<WalkMemo>> {
-        let layout = std::alloc::Layout::new::<WalkMemo>();
-        // SAFETY: the layout is WalkMemo's, not zero-sized; all-zero bytes
-        // are a memo of empty walks (check_count 0), and the Box takes the
-        // allocation over with the same layout.
-        unsafe {
-            let raw = std::alloc::alloc_zeroed(layout);
-            (!raw.is_null()).then(|| Box::from_raw(raw.cast::<WalkMemo>()))
-        }
-    }
-
     /// The frames of a kept walk from `start` whose words hold what they
     /// held, written into `out`: how many, whether the stack went on, and
     /// the frames' hash.
@@ -304,7 +296,7 @@ mod tests {
 
     #[test]
     fn a_kept_walk_is_recalled_while_the_words_that_steered_it_hold() {
-        let mut memo = WalkMemo::new().unwrap();
+        let mut memo = zeroed_box::<WalkMemo>().unwrap();
         let mut stack = Stack {
             words: vec![0, 0x1111, 0xb0, 0x2222, 0xb1, 0xb2, 0x3333, 0],
         };
@@ -347,7 +339,7 @@ mod tests {
 
     #[test]
     fn the_first_frame_pointer_counts_where_a_step_used_it_before_any_was_restored() {
-        let mut memo = WalkMemo::new().unwrap();
+        let mut memo = zeroed_box::<WalkMemo>().unwrap();
         let stack = Stack {
             words: vec![0, 0x1111, 0, 0],
         };
@@ -363,7 +355,7 @@ mod tests {
 
     #[test]
     fn a_walk_that_could_not_be_told_whole_is_not_kept() {
-        let mut memo = WalkMemo::new().unwrap();
+        let mut memo = zeroed_box::<WalkMemo>().unwrap();
         let stack = Stack {
             words: vec![0; WALK_CHECKS + 8],
         };
@@ -389,7 +381,7 @@ mod tests {
 
     #[test]
     fn a_set_keeps_its_latest_walks_from_one_stack_pointer() {
-        let mut memo = WalkMemo::new().unwrap();
+        let mut memo = zeroed_box::<WalkMemo>().unwrap();
         let mut stack = Stack { words: vec![0, 0, 0] };
         let mut out = [0u64; 8];
         // Five walks from one stack pointer, told apart by word 1.

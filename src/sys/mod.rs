@@ -1,7 +1,8 @@
 //! The bottom layer: what every other layer may use, and which uses nothing
 //! of ours. The real CUDA functions and their C types, the clock, the
 //! calling thread and its block of hot state, the switch that turns recording off, the loader's
-//! `dlopen` count and the lazily mapped tables.
+//! `dlopen` count, the lazily mapped tables and the per-thread ones made on
+//! first use.
 
 pub mod clock;
 pub mod cuda_ffi;
@@ -14,4 +15,5 @@ pub mod prefetch;
 pub mod symbols;
 pub mod thread;
 pub mod thread_block;
+pub mod thread_box;
 pub mod tracing_switch;

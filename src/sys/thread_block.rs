@@ -173,9 +173,9 @@ pub fn forget_parent() {
 #[inline(always)]
 pub fn prefetch() {
     let block = std::ptr::from_ref(current()).cast::<u8>();
-    prefetch_line(block);
-    prefetch_line(block.wrapping_add(64));
-    prefetch_line(block.wrapping_add(128));
+    for offset in (0..RESERVED).step_by(64) {
+        prefetch_line(block.wrapping_add(offset));
+    }
 }
 
 #[cfg(test)]

@@ -258,6 +258,23 @@ fn a_thread_without_a_python_thread_state_gets_native_frames_and_the_marker() {
     assert!(!stack.iter().any(|f| f.1.ends_with(".py")), "{stack:?}");
 }
 
+/// Runs the fake CUDA program `program` with `arguments` under
+/// `--stacks native`; its output, and the allocations live at its exit.
+fn native_stacks_of(program: &str, arguments: &[&str]) -> (std::process::Output, Vec<serde_json::Value>) {
+    let mut argv = vec![fake_cuda::program(program).into_os_string()];
+    argv.extend(arguments.iter().map(std::ffi::OsString::from));
+    let argv: Vec<&std::ffi::OsStr> = argv.iter().map(|a| a.as_os_str()).collect();
+    let (mut command, trace) = traced(&format!("{}-{program}", arguments[0]), &["--stacks", "native"], &argv);
+    let output = command.output().unwrap();
+    assert!(output.status.success(), "{}", stderr(&output));
+    let (report, _) = report_json_with_stacks(&trace);
+    let live = report["processes"][0]["devices"][0]["live_at_exit"]
+        .as_array()
+        .unwrap()
+        .clone();
+    (output, live)
+}
+
 #[test]
 fn stacks_that_share_stack_slots_but_not_callers_each_get_their_own_frames() {
     // A thread's kept walks are copied where the words that steered them
@@ -266,13 +283,7 @@ fn stacks_that_share_stack_slots_but_not_callers_each_get_their_own_frames() {
     // slot tells them apart. (Short paths repeat: some 60 of the 400 walks
     // are copies.)
     for program in ["stack_names_fp", "stack_names_nofp"] {
-        let (mut command, trace) = traced(
-            &format!("maze-{program}"),
-            &["--stacks", "native"],
-            &[fake_cuda::program(program).as_os_str(), "maze".as_ref(), "400".as_ref()],
-        );
-        let output = command.output().unwrap();
-        assert!(output.status.success(), "{}", stderr(&output));
+        let (output, live) = native_stacks_of(program, &["maze", "400"]);
         let expected: std::collections::HashMap<u64, String> = stdout(&output)
             .lines()
             .filter_map(|line| line.strip_prefix("maze "))
@@ -282,10 +293,8 @@ fn stacks_that_share_stack_slots_but_not_callers_each_get_their_own_frames() {
             })
             .collect();
         assert_eq!(expected.len(), 400);
-        let (report, _) = report_json_with_stacks(&trace);
-        let live = report["processes"][0]["devices"][0]["live_at_exit"].as_array().unwrap();
         assert_eq!(live.len(), 400, "{program}");
-        for allocation in live {
+        for allocation in &live {
             let size = allocation["size"].as_u64().unwrap();
             // The maze functions, outermost first, as letters.
             let path: String = stack_of(allocation)
@@ -307,15 +316,7 @@ fn a_kept_walk_is_not_taken_for_one_whose_frame_pointer_leads_further() {
     // frame-pointer step's reads succeed hangs on the frame pointer, so the
     // first walk is no answer for the second.
     for program in ["stack_names_fp", "stack_names_nofp"] {
-        let (mut command, trace) = traced(
-            &format!("trampoline-{program}"),
-            &["--stacks", "native"],
-            &[fake_cuda::program(program).as_os_str(), "trampoline".as_ref()],
-        );
-        let output = command.output().unwrap();
-        assert!(output.status.success(), "{}", stderr(&output));
-        let (report, _) = report_json_with_stacks(&trace);
-        let live = report["processes"][0]["devices"][0]["live_at_exit"].as_array().unwrap();
+        let (_, live) = native_stacks_of(program, &["trampoline"]);
         let names_of = |size: u64| -> Vec<String> {
             let allocation = live.iter().find(|a| a["size"].as_u64() == Some(size)).unwrap();
             stack_of(allocation)
