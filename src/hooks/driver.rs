@@ -6,7 +6,7 @@
 //! returns its result unchanged; the bookkeeping happens around the call.
 
 use crate::hooks::array_bytes::{array_bytes, mipmapped_array_bytes};
-use crate::hooks::support::{prepare_event, read, real_or_fail};
+use crate::hooks::support::{prepare_driver_event, read, real_or_fail};
 use crate::hooks::{dlopen_door, torch_allocator};
 use crate::record::live_table::Namespace;
 use crate::record::recorder::{self, free_starting, range_release_starting, range_returned, AddressRange, Allocation};
@@ -230,7 +230,7 @@ macro_rules! alloc_hooks {
         pub unsafe extern "C" fn $name($( $arg: $ty ),*) -> CUresult {
             let real = real_or_fail!($name, unsafe extern "C" fn($( $ty ),*) -> CUresult);
             let call = $call;
-            prepare_event(None, call.stream);
+            prepare_driver_event(None, call.stream);
             // SAFETY: arguments forwarded unchanged.
             let result = unsafe { real($( $arg ),*) };
             let bytes: u64 = $bytes;
@@ -514,7 +514,7 @@ macro_rules! free_hooks {
         #[unsafe(no_mangle)]
         pub unsafe extern "C" fn $name($( $arg: $ty ),*) -> CUresult {
             let real = real_or_fail!($name, unsafe extern "C" fn($( $ty ),*) -> CUresult);
-            prepare_event(Some((Namespace::$namespace, $address)), $stream);
+            prepare_driver_event(Some((Namespace::$namespace, $address)), $stream);
             let pending = free_starting(Namespace::$namespace, $address);
             // SAFETY: arguments forwarded unchanged.
             let result = unsafe { real($( $arg ),*) };

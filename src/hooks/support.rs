@@ -3,6 +3,7 @@
 
 use crate::record::devices;
 use crate::record::live_table::{self, Namespace};
+use crate::record::recorder;
 use crate::spool::writer as spool_writer;
 use crate::sys::{hot_statics, thread_block};
 
@@ -40,6 +41,24 @@ pub fn prepare_event(freeing: Option<(Namespace, u64)>, stream: u64) {
     thread_block::prefetch();
     hot_statics::prefetch();
     spool_writer::prefetch_next_record();
+    prepare_call_lines(freeing, stream);
+}
+
+/// [`prepare_event`] for a driver hook. One that a runtime hook called asks
+/// only for its call's own lines: the runtime hook asked for the rest on its
+/// entry, moments ago.
+#[inline(always)]
+pub fn prepare_driver_event(freeing: Option<(Namespace, u64)>, stream: u64) {
+    if recorder::inside_runtime_call() {
+        prepare_call_lines(freeing, stream);
+    } else {
+        prepare_event(freeing, stream);
+    }
+}
+
+/// The lines of the call itself: a free's live-table entry, a stream's device.
+#[inline(always)]
+fn prepare_call_lines(freeing: Option<(Namespace, u64)>, stream: u64) {
     if let Some((namespace, address)) = freeing {
         live_table::prefetch(namespace, address);
     }

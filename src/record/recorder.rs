@@ -64,6 +64,12 @@ impl Drop for RuntimeCall {
     }
 }
 
+/// Whether the calling thread is inside a runtime entry point's hook.
+#[inline(always)]
+pub fn inside_runtime_call() -> bool {
+    thread_block::current().runtime_api.get() != 0
+}
+
 /// The name to record for driver call `api`: the enclosing runtime call if any.
 #[inline]
 fn tagged(api: Api) -> Api {

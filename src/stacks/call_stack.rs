@@ -157,6 +157,7 @@ pub fn capture(known_caller: u64) -> u32 {
 
 /// Whether stacks are off (`--stacks none`): then only the caller of the
 /// outermost hook is wanted, which the runtime hooks find cheaply.
+#[inline]
 pub fn only_callers() -> bool {
     mode() == StackMode::None
 }

@@ -32,11 +32,14 @@ pub fn guarded(record: impl FnOnce()) {
     if !tracing_on() {
         return;
     }
-    // SAFETY: __errno_location always returns the calling thread's errno.
-    let errno = unsafe { *libc::__errno_location() };
+    // SAFETY: __errno_location always returns the calling thread's errno,
+    // at one place for the thread's life: asked once, read and written back.
+    let location = unsafe { libc::__errno_location() };
+    // SAFETY: as above.
+    let errno = unsafe { *location };
     if std::panic::catch_unwind(std::panic::AssertUnwindSafe(record)).is_err() {
         turn_tracing_off();
     }
     // SAFETY: as above.
-    unsafe { *libc::__errno_location() = errno };
+    unsafe { *location = errno };
 }

@@ -3,7 +3,8 @@
 # machine: the hook-cost loop (scenario z's C program, cudaMallocAsync +
 # cudaFreeAsync pairs 1 and 32 frames deep) pinned to one core, the builds
 # interleaved round by round, plain runs among them; prints a table of
-# medians, ns per pair. Optionally (RESNET=1) one ResNet-50 process per build
+# medians, ns per pair, and the cost a call against each process's own
+# cudaStreamQuery time (see hook_cost.cu). Optionally (RESNET=1) one ResNet-50 process per build
 # with the async allocator, reporting its step time.
 #
 #   tests/gpu/compare_builds.sh ROUNDS STACKS NAME=LIB[:CLI] [NAME=LIB[:CLI] ...]
@@ -49,12 +50,20 @@ for line in open(sys.argv[1]):
     words = line.split()
     values = dict(zip(words[1::2], map(float, words[2::2])))
     rows.setdefault(words[0], []).append(values)
-plain = {k: statistics.median(v[k] for v in rows["plain"]) for k in ("depth1_ns", "depth32_ns")}
-print(f"{'build':<14} {'depth 1 ns/pair':>16} {'depth 32 ns/pair':>17} {'added/call d1':>14} {'added/call d32':>15}")
+depths = ("depth1_ns", "depth32_ns")
+plain = {k: statistics.median(v[k] for v in rows["plain"]) for k in depths}
+# Against each process's own cudaStreamQuery time (hook_cost.cu says why).
+query = statistics.median(v["query_ns"] for values in rows.values() for v in values)
+ratio = {name: {k: statistics.median(v[k] / v["query_ns"] for v in values) for k in depths} for name, values in rows.items()}
+print(f"{'build':<14} {'depth 1 ns/pair':>16} {'depth 32 ns/pair':>17} {'added/call d1':>14} {'added/call d32':>15}"
+      f" {'vs query d1':>12} {'vs query d32':>13}")
 for name, values in rows.items():
     m = {k: statistics.median(v[k] for v in values) for k in plain}
+    n = {k: (ratio[name][k] - ratio["plain"][k]) * query / 2 for k in depths}
     print(f"{name:<14} {m['depth1_ns']:>16.0f} {m['depth32_ns']:>17.0f} "
-          f"{(m['depth1_ns'] - plain['depth1_ns']) / 2:>+14.0f} {(m['depth32_ns'] - plain['depth32_ns']) / 2:>+15.0f}")
+          f"{(m['depth1_ns'] - plain['depth1_ns']) / 2:>+14.0f} {(m['depth32_ns'] - plain['depth32_ns']) / 2:>+15.0f}"
+          f" {n['depth1_ns']:>+12.0f} {n['depth32_ns']:>+13.0f}")
+print(f"median cudaStreamQuery time of all processes: {query:.0f} ns")
 PY
 if [ "${RESNET:-0}" = 1 ]; then
     for pair in "$@"; do
