@@ -43,28 +43,7 @@ for round in $(seq "$rounds"); do
         rm -rf "$dir"
     done
 done
-python3 - "$results" <<'PY'
-import statistics, sys
-rows = {}
-for line in open(sys.argv[1]):
-    words = line.split()
-    values = dict(zip(words[1::2], map(float, words[2::2])))
-    rows.setdefault(words[0], []).append(values)
-depths = ("depth1_ns", "depth32_ns")
-plain = {k: statistics.median(v[k] for v in rows["plain"]) for k in depths}
-# Against each process's own cudaStreamQuery time (hook_cost.cu says why).
-query = statistics.median(v["query_ns"] for values in rows.values() for v in values)
-ratio = {name: {k: statistics.median(v[k] / v["query_ns"] for v in values) for k in depths} for name, values in rows.items()}
-print(f"{'build':<14} {'depth 1 ns/pair':>16} {'depth 32 ns/pair':>17} {'added/call d1':>14} {'added/call d32':>15}"
-      f" {'vs query d1':>12} {'vs query d32':>13}")
-for name, values in rows.items():
-    m = {k: statistics.median(v[k] for v in values) for k in plain}
-    n = {k: (ratio[name][k] - ratio["plain"][k]) * query / 2 for k in depths}
-    print(f"{name:<14} {m['depth1_ns']:>16.0f} {m['depth32_ns']:>17.0f} "
-          f"{(m['depth1_ns'] - plain['depth1_ns']) / 2:>+14.0f} {(m['depth32_ns'] - plain['depth32_ns']) / 2:>+15.0f}"
-          f" {n['depth1_ns']:>+12.0f} {n['depth32_ns']:>+13.0f}")
-print(f"median cudaStreamQuery time of all processes: {query:.0f} ns")
-PY
+python3 "$here/hook_cost_table.py" "$results"
 if [ "${RESNET:-0}" = 1 ]; then
     for pair in "$@"; do
         name=${pair%%=*} lib=${pair#*=}

@@ -12,6 +12,8 @@ import sys
 import tempfile
 import time
 
+import hook_cost_table
+
 HERE = os.path.dirname(os.path.abspath(__file__))
 WORKLOADS = os.path.join(HERE, "workloads")
 DEVICE_KINDS = {"device", "managed", "pitch", "pool", "vmm-physical", "array"}
@@ -693,7 +695,7 @@ def scenario_hook_cost(args):
     query time of all processes. The raw medians are shown beside it."""
     binary = nvcc("hook_cost.cu", "-cudart", "shared")
     variants = [("plain", None), ("none", "none"), ("native", "native"), ("all", "all")]
-    depths = ("depth1_ns", "depth32_ns")
+    depths = hook_cost_table.DEPTHS
     figures = {name: {key: [] for key in depths + ("query_ns",)} for name, _ in variants}
     core = str(min(2, (os.cpu_count() or 1) - 1))
     for _ in range(20):
@@ -714,10 +716,8 @@ def scenario_hook_cost(args):
     median = {name: {key: statistics.median(v) for key, v in f.items()} for name, f in figures.items()}
     # A pair is two program calls, each through the runtime hook and the driver hook.
     raw = {name: {key: (median[name][key] - median["plain"][key]) / 2 for key in depths} for name in median}
-    query = statistics.median(q for f in figures.values() for q in f["query_ns"])
-    ratio = {name: {key: statistics.median(p / q for p, q in zip(f[key], f["query_ns"])) for key in depths}
-             for name, f in figures.items()}
-    per_call = {name: {key: (ratio[name][key] - ratio["plain"][key]) * query / 2 for key in depths} for name in ratio}
+    processes = {name: [dict(zip(f, values)) for values in zip(*f.values())] for name, f in figures.items()}
+    query, per_call = hook_cost_table.added_per_call(processes)
     MEASURED["hook_cost"] = {name: {key: 2 * value for key, value in costs.items()} for name, costs in per_call.items()}
     passed = per_call["none"]["depth1_ns"] <= 150 and per_call["none"]["depth32_ns"] <= 150 \
         and per_call["all"]["depth32_ns"] <= 1000
@@ -726,8 +726,8 @@ def scenario_hook_cost(args):
         f"{max(figures[name]['depth1_ns']):.0f}), depth 32 {median[name]['depth32_ns']:.0f} (spread "
         f"{min(figures[name]['depth32_ns']):.0f}–{max(figures[name]['depth32_ns']):.0f})"
         + ("" if name == "plain" else
-           f", +{per_call[name]['depth1_ns']:.0f} / +{per_call[name]['depth32_ns']:.0f} ns per call against each "
-           f"process's query (raw medians +{raw[name]['depth1_ns']:.0f} / +{raw[name]['depth32_ns']:.0f})")
+           f", {per_call[name]['depth1_ns']:+.0f} / {per_call[name]['depth32_ns']:+.0f} ns per call against each "
+           f"process's query (raw medians {raw[name]['depth1_ns']:+.0f} / {raw[name]['depth32_ns']:+.0f})")
         for name, _ in variants)
     queries = sorted(q for f in figures.values() for q in f["query_ns"])
     return passed, (f"20 interleaved processes a variant pinned to core {core}; query times {queries[0]:.0f}–"
