@@ -5,8 +5,10 @@
 # the given stack setting. A count, not a time: it does not move from run
 # to run, so a change to the hot path shows here exactly even where timings
 # cannot tell it apart. Under valgrind the library finds no invariant TSC
-# and stamps each record with clock_gettime, a constant part of the count.
-# Results go in docs/performance.md.
+# and takes its clock's fallback path for each record: some 70 instructions
+# a pair that a machine with an invariant TSC does not run (clock_gettime
+# itself is libc's, not counted). The count mixes the loop's pairs 1 and 32
+# frames deep. Results go in docs/performance.md.
 #
 #   benches/hook_instructions.sh [STACKS] [LIB]
 #

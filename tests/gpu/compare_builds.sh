@@ -3,8 +3,8 @@
 # machine: the hook-cost loop (scenario z's C program, cudaMallocAsync +
 # cudaFreeAsync pairs 1 and 32 frames deep) pinned to one core, the builds
 # interleaved round by round, plain runs among them; prints a table of
-# medians, ns per pair, and the cost a call against each process's own
-# cudaStreamQuery time (see hook_cost.cu). Optionally (RESNET=1) one ResNet-50 process per build
+# medians, ns per pair, and for diagnosis the cost a call against each
+# process's own cudaStreamQuery time (see hook_cost_table.py). Optionally (RESNET=1) one ResNet-50 process per build
 # with the async allocator, reporting its step time.
 #
 #   tests/gpu/compare_builds.sh ROUNDS STACKS NAME=LIB[:CLI] [NAME=LIB[:CLI] ...]

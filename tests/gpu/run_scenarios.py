@@ -686,13 +686,15 @@ def scenario_hook_cost(args):
     native, all; the collector empties the spool as it goes, as in use), 20
     interleaved rounds.
 
-    Each process also times cudaStreamQuery, a call no hook sees. Processes
-    run at different speeds (on the H100 machine three, some 230, 350 and
-    410 ns a query, everything in the process slower alike), and which
-    speed each of 20 processes gets moves a median of raw times by 100 ns a
-    call. So the cost is judged per process against its own query time: the
-    median ratio of pair to query, traced minus plain, times the median
-    query time of all processes. The raw medians are shown beside it."""
+    Judged by the medians of the raw figures, as the goal is written. Each
+    process also times cudaStreamQuery, a call no hook sees: processes run at
+    different speeds (on the H100 machine some 230, 350 or 410 ns a query),
+    and which speed each process gets moves the raw medians by some 100 ns a
+    call. For diagnosis only, the details also give the cost against each
+    process's own query time and the raw medians within each speed state
+    (tests/gpu/hook_cost_table.py). The first is not the verdict: one run gave
+    it +117 / +146 where the raw medians and the comparison within a state
+    both gave some +220 (GPU run 81)."""
     binary = nvcc("hook_cost.cu", "-cudart", "shared")
     variants = [("plain", None), ("none", "none"), ("native", "native"), ("all", "all")]
     depths = hook_cost_table.DEPTHS
@@ -718,20 +720,25 @@ def scenario_hook_cost(args):
     raw = {name: {key: (median[name][key] - median["plain"][key]) / 2 for key in depths} for name in median}
     processes = {name: [dict(zip(f, values)) for values in zip(*f.values())] for name, f in figures.items()}
     query, per_call = hook_cost_table.added_per_call(processes)
-    MEASURED["hook_cost"] = {name: {key: 2 * value for key, value in costs.items()} for name, costs in per_call.items()}
-    passed = per_call["none"]["depth1_ns"] <= 150 and per_call["none"]["depth32_ns"] <= 150 \
-        and per_call["all"]["depth32_ns"] <= 1000
+    MEASURED["hook_cost"] = {name: {key: 2 * value for key, value in costs.items()} for name, costs in raw.items()}
+    passed = raw["none"]["depth1_ns"] <= 150 and raw["none"]["depth32_ns"] <= 150 and raw["all"]["depth32_ns"] <= 1000
     rows = "; ".join(
         f"{name}: depth 1 {median[name]['depth1_ns']:.0f} ns/pair (spread {min(figures[name]['depth1_ns']):.0f}–"
         f"{max(figures[name]['depth1_ns']):.0f}), depth 32 {median[name]['depth32_ns']:.0f} (spread "
         f"{min(figures[name]['depth32_ns']):.0f}–{max(figures[name]['depth32_ns']):.0f})"
         + ("" if name == "plain" else
-           f", {per_call[name]['depth1_ns']:+.0f} / {per_call[name]['depth32_ns']:+.0f} ns per call against each "
-           f"process's query (raw medians {raw[name]['depth1_ns']:+.0f} / {raw[name]['depth32_ns']:+.0f})")
+           f", {raw[name]['depth1_ns']:+.0f} / {raw[name]['depth32_ns']:+.0f} ns per call (against each process's "
+           f"query {per_call[name]['depth1_ns']:+.0f} / {per_call[name]['depth32_ns']:+.0f})")
         for name, _ in variants)
     queries = sorted(q for f in figures.values() for q in f["query_ns"])
+    variant_queries = ", ".join(f"{name} {median[name]['query_ns']:.0f}" for name, _ in variants)
+    states = "; ".join(
+        f"query {low:.0f}–{high:.0f} ns ({counts['plain']} plain): "
+        + ", ".join(f"{name} {a['depth1_ns']:+.0f} / {a['depth32_ns']:+.0f} ({counts[name]})" for name, a in added.items())
+        for (low, high), counts, added in hook_cost_table.added_within_states(processes))
     return passed, (f"20 interleaved processes a variant pinned to core {core}; query times {queries[0]:.0f}–"
-                    f"{queries[-1]:.0f} ns, median {query:.0f}: {rows}")
+                    f"{queries[-1]:.0f} ns, median {query:.0f} (by variant: {variant_queries}): {rows}. Within "
+                    f"speed states, raw medians per call: {states or 'no state with 3 processes of each'}")
 
 
 def bootstrap_ratio(traced, plain, draws=4000, seed=7):

@@ -31,35 +31,43 @@ if [ -n "$fake" ]; then
 fi
 fake_loop=(env LD_LIBRARY_PATH="$fake/lib" taskset -c 2 "$build/fake_hook_cost" 200000 5)
 results=$build/results.txt
-traced() { # NAME LIB [ENV...]: the loop under `cli run --stacks none`
-    local name=$1 library=$2 dir
-    shift 2
+errors=$build/errors.txt
+record() { # NAME COMMAND...: runs the loop's command, adds its figures under NAME
+    local name=$1 line
+    shift
+    line=$("$@" 2>"$errors" | tr '\n' ' ') || true
+    case $line in
+    *depth1_ns*) echo "$name $line" >>"$results" ;;
+    *)
+        echo "hook_cost_parts: $name gave no figures: $(tail -c 300 "$errors")" >&2
+        exit 1
+        ;;
+    esac
+}
+under_run() { # NAME LIB STACKS COMMAND...: COMMAND under `cli run`, the spools in a folder of its own
+    local name=$1 library=$2 stacks=$3 dir
+    shift 3
     dir=$(mktemp -d)
-    echo "$name $(env "$@" TMPDIR="$dir" "$cli" run --force --preload "$library" --stacks none -o "$dir/t.trace" -- \
-        "${loop[@]}" 2>/dev/null | tr '\n' ' ')" >>"$results"
+    record "$name" env TMPDIR="$dir" "$cli" run --force --preload "$library" --stacks "$stacks" -o "$dir/t.trace" -- "$@"
     rm -rf "$dir"
 }
 knocked="clock write seq live stack prefetch readings runtime,stack clock,write,seq,live,stack,prefetch,readings"
 for _ in $(seq "$rounds"); do
-    echo "plain $("${loop[@]}" | tr '\n' ' ')" >>"$results"
-    echo "off $(CUDATRACE_QUIET=1 CUDATRACE_DIR=/nonexistent LD_PRELOAD=$lib "${loop[@]}" | tr '\n' ' ')" >>"$results"
-    traced none "$lib"
+    record plain "${loop[@]}"
+    record off env CUDATRACE_QUIET=1 CUDATRACE_DIR=/nonexistent LD_PRELOAD="$lib" "${loop[@]}"
+    under_run none "$lib" none "${loop[@]}"
+    under_run plain_under_run "$lib" none env -u LD_PRELOAD "${loop[@]}"
     dir=$(mktemp -d)
-    echo "plain_under_run $(TMPDIR=$dir "$cli" run --force --preload "$lib" -o "$dir/t.trace" -- env -u LD_PRELOAD \
-        "${loop[@]}" 2>/dev/null | tr '\n' ' ')" >>"$results"
-    echo "none_in_folder $(CUDATRACE_DIR=$dir CUDATRACE_STACKS=none LD_PRELOAD=$lib "${loop[@]}" | tr '\n' ' ')" \
-        >>"$results"
+    record none_in_folder env CUDATRACE_DIR="$dir" CUDATRACE_STACKS=none LD_PRELOAD="$lib" "${loop[@]}"
     rm -rf "$dir"
     if [ -n "$fake" ]; then
-        echo "fake:plain $("${fake_loop[@]}" | tr '\n' ' ') query_ns 1" >>"$results"
-        dir=$(mktemp -d)
-        echo "fake:none $(TMPDIR=$dir "$cli" run --force --preload "$lib" --stacks none -o "$dir/t.trace" -- \
-            "${fake_loop[@]}" 2>/dev/null | tr '\n' ' ') query_ns 1" >>"$results"
-        rm -rf "$dir"
+        # The fake runtime has no cudaStreamQuery: raw medians only.
+        record fake:plain "${fake_loop[@]}"
+        under_run fake:none "$lib" none "${fake_loop[@]}"
     fi
     if [ -n "$knockout" ]; then
         for pieces in $knocked; do
-            traced "without:$pieces" "$knockout" CUDATRACE_KNOCKOUT="$pieces"
+            under_run "without:$pieces" "$knockout" none env CUDATRACE_KNOCKOUT="$pieces" "${loop[@]}"
         done
     fi
 done

@@ -4,7 +4,7 @@
 // mean ns per pair (the repetition least disturbed by anything else), and
 // the same for cudaStreamQuery, a call no hook sees: it tells how fast this
 // process's CPU and driver run, which differs from process to process by
-// as much as half (the suite compares each process's pairs against it).
+// as much as half (the suite shows each process's pairs against it).
 //
 //   hook_cost <pairs per repetition> <repetitions>
 #include <cuda_runtime.h>
