@@ -605,3 +605,75 @@ fn stack_records_in(trace: &std::path::Path) -> u64 {
         })
         .sum()
 }
+
+/// Free bytes of the disk holding `path`.
+fn free_bytes(path: &Path) -> u64 {
+    let c_path = std::ffi::CString::new(path.as_os_str().as_encoded_bytes()).unwrap();
+    // SAFETY: statvfs is plain data, valid all zero.
+    let mut disk: libc::statvfs = unsafe { std::mem::zeroed() };
+    // SAFETY: a NUL-terminated path and a valid out-pointer.
+    let status = unsafe { libc::statvfs(c_path.as_ptr(), &mut disk) };
+    assert_eq!(status, 0);
+    disk.f_bavail * disk.f_frsize
+}
+
+#[test]
+fn the_collector_makes_chunk_places_ready_ahead_of_a_live_writer_and_gives_back_those_never_used() {
+    use cudatrace_events::layout::{CHUNK_BYTES, HEADER_SIZE};
+    let chunks = |n: u64| HEADER_SIZE as u64 + n * CHUNK_BYTES as u64;
+    // 12,000 allocations and 6,000 frees, and the stack records: the writer
+    // fills chunk 0 and writes into chunk 1, then waits.
+    let (mut command, trace, dir) = run_program(
+        "preparer",
+        &["--keep-spools"],
+        &[&scenarios(), "loop", "12000", "1", "wait"],
+    );
+    // The preparer leaves the disk's last 256 MiB alone. Other tests write
+    // beside this one, so a disk near that line may go either way.
+    let free = free_bytes(&dir);
+    let room = free >= chunk_preparer_spare() + (1 << 30);
+    let no_room = free < chunk_preparer_spare() + CHUNK_BYTES as u64;
+    let mut run = command
+        .env("CUDATRACE_SAMPLES", "0")
+        .stdin(Stdio::piped())
+        .stdout(Stdio::piped())
+        .spawn()
+        .unwrap();
+    let mut out = wait_for_line(&mut run, "ready");
+    let spool = run_spools(&dir).pop().unwrap();
+    assert!(wait_for_header(&spool, |h| h.reserved_seqs > 16_384 && h.reserved_seqs < 2 * 16_384));
+    // The places of the four chunks past the one being written (2 to 5) are
+    // made ready by the collector: the writer itself has grown the file to
+    // chunk 1 only. On a disk without room to spare, none are.
+    let ahead = if no_room { chunks(2) } else { chunks(6) };
+    let deadline = Instant::now() + Duration::from_secs(30);
+    while std::fs::metadata(&spool).unwrap().len() < ahead && Instant::now() < deadline {
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    std::thread::sleep(Duration::from_millis(100));
+    let length_while_writing = std::fs::metadata(&spool).unwrap().len();
+    drop(run.stdin.take());
+    let mut rest = String::new();
+    std::io::Read::read_to_string(&mut out, &mut rest).unwrap();
+    assert_eq!(run.wait().unwrap().code(), Some(0));
+    if room || no_room {
+        assert_eq!(length_while_writing, ahead, "{free} bytes free");
+    } else {
+        assert!(
+            (chunks(2)..=chunks(6)).contains(&length_while_writing),
+            "{length_while_writing}"
+        );
+    }
+    // After the last read, the spool (kept) is cut back to the chunks its
+    // writer used, and every record reached the trace.
+    assert_eq!(std::fs::metadata(&spool).unwrap().len(), chunks(2));
+    let (report, _) = report_json(&trace);
+    let expected = json!({"complete": true, "lost_events": 0, "events": 18_000, "allocations": 12_000,
+                          "frees": 6_000, "live_bytes_at_exit": 98_304_000, "exit_status": 0});
+    assert_eq!(counts(&report), expected);
+}
+
+/// The disk space the collector's preparer leaves free (its `SPARE_BYTES`).
+fn chunk_preparer_spare() -> u64 {
+    256 << 20
+}
