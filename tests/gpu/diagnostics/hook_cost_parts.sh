@@ -14,7 +14,10 @@
 # KNOCKOUT_LIB (a build of `git apply tests/gpu/diagnostics/knockout.patch`,
 # never committed), one variant for each piece of the record path skipped
 # (CUDATRACE_KNOCKOUT=clock, write, seq, live, stack, prefetch, readings;
-# runtime,stack; and all of them together). With FAKE_CUDA_OUT (the fake
+# runtime,stack; and all of them together; KNOCKOUTS="a b,c ..." picks
+# others: line64, a 64-byte record at a line of its own; nostore, the
+# write without its stores; scratch, its stores into a per-thread buffer;
+# the three leave a spool no reader can read). With FAKE_CUDA_OUT (the fake
 # CUDA stack's build folder), also the same loop over the fake runtime and
 # driver on this CPU (fake_hook_cost.c), plain and `--stacks none`, raw
 # medians only.
@@ -51,7 +54,7 @@ under_run() { # NAME LIB STACKS COMMAND...: COMMAND under `cli run`, the spools 
     record "$name" env TMPDIR="$dir" "$cli" run --force --preload "$library" --stacks "$stacks" -o "$dir/t.trace" -- "$@"
     rm -rf "$dir"
 }
-knocked="clock write seq live stack prefetch readings runtime,stack clock,write,seq,live,stack,prefetch,readings"
+knocked=${KNOCKOUTS:-clock write seq live stack prefetch readings runtime,stack clock,write,seq,live,stack,prefetch,readings}
 for _ in $(seq "$rounds"); do
     record plain "${loop[@]}"
     record off env CUDATRACE_QUIET=1 CUDATRACE_DIR=/nonexistent LD_PRELOAD="$lib" "${loop[@]}"
