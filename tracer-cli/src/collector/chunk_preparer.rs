@@ -32,7 +32,8 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
-/// Disk space the preparer leaves free.
+/// Disk space the preparer leaves free (`tracer-cli/tests/reliability.rs`
+/// repeats it, to know what the preparer may do on the test's disk).
 pub const SPARE_BYTES: u64 = 256 << 20;
 
 /// Shared by the preparer and the spool's reader: once closed (after the
@@ -197,7 +198,12 @@ pub fn prepare_places(draining: &AtomicBool, inbox: &Receiver<SpoolPlaces>) {
                 Err(crossbeam_channel::RecvTimeoutError::Disconnected) => return,
             }
         }
+        let followed = spools.len();
         spools.extend(inbox.try_iter());
+        if spools.len() > followed {
+            // A new spool's first places are wanted soon.
+            pause = IDLE_PAUSE_FIRST;
+        }
         let mut made = false;
         spools.retain_mut(|spool| match spool.prepare() {
             Some(made_some) => {
@@ -206,10 +212,10 @@ pub fn prepare_places(draining: &AtomicBool, inbox: &Receiver<SpoolPlaces>) {
             }
             None => false,
         });
-        pause = next_pause(pause, made);
         if !made {
             std::thread::sleep(pause);
         }
+        pause = next_pause(pause, made);
     }
 }
 
@@ -227,19 +233,20 @@ fn next_pause(last: Duration, made: bool) -> Duration {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use cudatrace_events::layout::HEADER_SIZE;
 
     #[test]
     fn an_idle_preparer_looks_less_and_less_often_and_at_once_again_after_a_writer_moved() {
+        // The pauses slept after looks that found nothing to do.
         let mut pause = IDLE_PAUSE_FIRST;
-        let mut seen = Vec::new();
+        let mut slept = Vec::new();
         for _ in 0..5 {
+            slept.push(pause.as_millis());
             pause = next_pause(pause, false);
-            seen.push(pause.as_millis());
         }
-        assert_eq!(seen, [2, 4, 8, 8, 8]);
+        assert_eq!(slept, [1, 2, 4, 8, 8]);
         assert_eq!(next_pause(pause, true), Duration::from_millis(1));
     }
-    use cudatrace_events::layout::HEADER_SIZE;
 
     fn spool_with(reserved: u64, punched: u32, chunks_present: u64) -> File {
         let file = tempfile_in_tmp();
