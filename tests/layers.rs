@@ -1,8 +1,12 @@
 //! The code's structure, checked: no module of any crate imports, at any
-//! depth, from a module that imports it back; and in `libcudatrace.so`
-//! (`src/`), no layer uses a layer above it:
+//! depth, from a module that imports it back; in `libcudatrace.so`
+//! (`src/`) and in the `cudatrace` command (`tracer-cli/src`), no layer uses
+//! a layer above it:
 //!
 //! lifecycle → hooks → record → stacks → spool → sys
+//! commands → outputs → collector → analysis → symbolize → system
+//!
+//! and no two files of the command share a name (but `mod.rs`).
 //!
 //! Imports are read from the source as text: every path through `crate::`,
 //! `super::` or a child module's name, in `use` trees and in code, each
@@ -14,12 +18,17 @@ use std::path::{Path, PathBuf};
 /// The layers of `src/`, lowest first.
 const LAYERS: &[&str] = &["sys", "spool", "stacks", "record", "hooks", "lifecycle"];
 
-/// The crates whose modules must not import each other in a circle.
+/// The layers of `tracer-cli/src`, lowest first.
+const COMMAND_LAYERS: &[&str] = &["system", "symbolize", "analysis", "collector", "outputs", "commands"];
+
+/// Every crate of the workspace: their modules must not import each other
+/// in a circle.
 const CRATES: &[&str] = &[
     "src",
     "crates/cudatrace-events/src",
     "crates/cudatrace-trace/src",
     "tracer-cli/src",
+    "tests/fake-cuda/src",
 ];
 
 struct Crate {
@@ -267,28 +276,86 @@ fn no_module_imports_a_module_that_imports_it_back() {
     assert_eq!(found, Vec::<String>::new(), "import circles");
 }
 
-#[test]
-fn no_layer_of_the_library_uses_a_layer_above_it() {
-    let krate = read_crate("src");
+/// Every import from a module of `krate` into a layer above its own, as
+/// `module -> import`; the crate root stands above every layer.
+fn upward_imports(krate: &Crate, layers: &[&str]) -> Vec<String> {
     let rank = |module: &str| {
-        LAYERS
+        layers
             .iter()
             .position(|layer| module.split("::").next() == Some(*layer))
     };
     let mut upward = Vec::new();
-    for (module, imports) in edges_of(&krate) {
+    for (module, imports) in edges_of(krate) {
         if module.is_empty() {
             continue;
         }
         let from = rank(&module).unwrap_or_else(|| panic!("module {module} is in no layer"));
         for import in imports {
-            let to = rank(&import).unwrap_or(0);
+            let to = rank(&import).unwrap_or(usize::MAX);
             if to > from {
                 upward.push(format!("{module} -> {import}"));
             }
         }
     }
-    assert_eq!(upward, Vec::<String>::new(), "imports from a layer above");
+    upward
+}
+
+#[test]
+fn no_layer_of_the_library_uses_a_layer_above_it() {
+    assert_eq!(
+        upward_imports(&read_crate("src"), LAYERS),
+        Vec::<String>::new(),
+        "imports from a layer above"
+    );
+}
+
+#[test]
+fn no_layer_of_the_command_uses_a_layer_above_it() {
+    assert_eq!(
+        upward_imports(&read_crate("tracer-cli/src"), COMMAND_LAYERS),
+        Vec::<String>::new(),
+        "imports from a layer above"
+    );
+}
+
+#[test]
+fn no_two_files_of_the_command_share_a_name() {
+    let root = Path::new(env!("CARGO_MANIFEST_DIR")).join("tracer-cli/src");
+    let mut files = Vec::new();
+    rust_files(&root, &mut files);
+    let mut seen: BTreeMap<String, Vec<String>> = BTreeMap::new();
+    for file in &files {
+        let name = file.file_name().unwrap().to_string_lossy().into_owned();
+        if name != "mod.rs" {
+            let path = file.strip_prefix(&root).unwrap().display().to_string();
+            seen.entry(name).or_default().push(path);
+        }
+    }
+    let shared: Vec<String> = seen
+        .into_values()
+        .filter(|paths| paths.len() > 1)
+        .map(|paths| paths.join(" and "))
+        .collect();
+    assert_eq!(shared, Vec::<String>::new(), "files that share a name");
+}
+
+#[test]
+fn the_layer_check_sees_an_import_from_above() {
+    let krate = Crate {
+        modules: [
+            ("".to_owned(), String::new()),
+            ("low".to_owned(), "fn f() { crate::high::g(); }".to_owned()),
+            ("low::part".to_owned(), "use super::other;".to_owned()),
+            ("high".to_owned(), "use crate::low::{other, part::x};".to_owned()),
+        ]
+        .into_iter()
+        .collect(),
+    };
+    assert_eq!(upward_imports(&krate, &["low", "high"]), vec!["low -> high"]);
+    assert_eq!(
+        upward_imports(&krate, &["high", "low"]),
+        vec!["high -> low", "high -> low::part"]
+    );
 }
 
 #[test]

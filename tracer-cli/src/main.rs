@@ -1,38 +1,33 @@
 //! `cudatrace`: the tools that run outside the traced processes.
 //!
+//! The command is built in layers; each uses only the layers below it
+//! (`tests/layers.rs` checks it):
+//!
+//! | layer | job |
+//! | --- | --- |
+//! | [`commands`] | one module per subcommand: its arguments, the calls below, what it says on stderr |
+//! | [`outputs`] | one writer per format: report text and JSON, snapshot pickles, Perfetto JSON, the HTML page, folded stacks, diff tables |
+//! | [`collector`] | following live spools into a trace while a tree runs, and merging what a stopped collector left |
+//! | [`analysis`] | the trace model and the one replay engine every output and analysis is a consumer of |
+//! | [`symbolize`] | native symbols and Python line tables, once a run is collected |
+//! | [`system`] | the terminal, progress bars, files written safely, failures, error names, numbers for people |
+//!
+//! The subcommands:
 //! - `run` runs a command with `libcudatrace.so` preloaded and collects every
 //!   process of its tree into one trace;
 //! - `collect` turns a folder of spools into a trace, merging what a stopped
 //!   collector had written;
 //! - `report` summarises a trace, for people or as JSON;
 //! - `dump` prints spool files as JSON lines;
-//! - `snapshot`, `perfetto`, `html` and `flamegraph` write a trace for viewers.
+//! - `snapshot`, `perfetto`, `html` and `flamegraph` write a trace for viewers;
 //! - `diff` compares two traces.
 
 mod analysis;
-mod cli;
-mod collect;
 mod collector;
-mod diff;
-mod dump;
-mod errno;
-mod failure;
-mod flamegraph;
-mod liveness;
-mod notice_file;
-mod output;
-mod output_file;
+mod commands;
 mod outputs;
-mod progress;
-mod python_lines;
-mod recover;
-mod report;
-mod run;
-mod spool_dir;
-mod spool_tail;
 mod symbolize;
-mod terminal;
-mod wording;
+mod system;
 
 use clap::Parser;
 use std::process::ExitCode;
@@ -43,26 +38,16 @@ fn main() -> ExitCode {
     // it runs get the default back (see `run`).
     // SAFETY: setting a disposition before any thread exists.
     let inherited = unsafe { libc::signal(libc::SIGXFSZ, libc::SIG_IGN) };
-    run::INHERITED_SIGXFSZ.store(inherited, std::sync::atomic::Ordering::Relaxed);
-    let cli = match cli::Cli::try_parse() {
+    commands::run::INHERITED_SIGXFSZ.store(inherited, std::sync::atomic::Ordering::Relaxed);
+    let cli = match commands::arguments::Cli::try_parse() {
         Ok(cli) => cli,
-        Err(error) => return terminal::parse_error(&error),
+        Err(error) => return system::terminal::parse_error(&error),
     };
-    let result = match cli.command {
-        cli::Command::Run(args) => run::run(args),
-        cli::Command::Collect(args) => collect::collect(args),
-        cli::Command::Report(args) => report::command(args),
-        cli::Command::Dump(args) => dump::command(args),
-        cli::Command::Snapshot(args) => outputs::snapshot::command(args),
-        cli::Command::Perfetto(args) => outputs::perfetto::command(args),
-        cli::Command::Html(args) => outputs::html::command(args),
-        cli::Command::Flamegraph(args) => flamegraph::command(args),
-        cli::Command::Diff(args) => diff::command(args),
-    };
+    let result = commands::dispatch(cli.command);
     match result {
         Ok(code) => ExitCode::from(code),
         Err(failure) => {
-            terminal::say(&format!("cudatrace: {}", failure.message));
+            system::terminal::say(&format!("cudatrace: {}", failure.message));
             ExitCode::from(failure.code)
         }
     }

@@ -717,8 +717,8 @@ impl FootprintTracker {
             if by_nvml.abs_diff(context) > (context / 20).max(16 << 20) {
                 notes.push(format!(
                     "NVML's first reading after the context, less what was measured by then, leaves {}; the context as measured is {} (the rest is memory measured later, or not at all)",
-                    crate::wording::bytes(by_nvml),
-                    crate::wording::bytes(context)
+                    crate::system::wording::bytes(by_nvml),
+                    crate::system::wording::bytes(context)
                 ));
             }
         }
@@ -771,5 +771,5 @@ fn devices_of(process: &ProcessIndex) -> impl Iterator<Item = u8> {
 
 /// The name a report gives a limit, with its value.
 pub fn limit_text(which: u64, bytes: u64) -> String {
-    format!("{} {}", limit::name(which), crate::wording::bytes(bytes))
+    format!("{} {}", limit::name(which), crate::system::wording::bytes(bytes))
 }

@@ -10,11 +10,13 @@
 //! of distinct stacks, never to the number of events.
 
 mod call_site;
+mod engine;
 mod event_stream;
 mod footprint;
 mod growth;
 mod input_path;
 mod keys;
+mod moment;
 mod owner;
 mod ranges;
 mod replay;
@@ -30,11 +32,12 @@ pub use call_site::{
     call_sites, headline, headline_text, in_backward_pass, made_by_caching_allocator, site_key, stack_lines,
     stack_names, FramesShown, BACKWARD_PASS, NO_STACK,
 };
-pub use event_stream::EventStream;
+pub use engine::{Consumer, Replay, Step};
 pub use footprint::{limit_text, Breakdown, DeviceFootprint, FootprintTracker, ReferenceSource};
 pub use growth::{compare, Growth, RunFigures};
 pub use input_path::check_regular_file;
 pub use keys::{ByStack, DeviceKey};
+pub use moment::Moment;
 pub use owner::owner_of;
 pub use ranges::cut_range;
 pub use replay::{Allocation, Change, ProcessMemory};

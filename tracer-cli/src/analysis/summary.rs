@@ -2,13 +2,13 @@
 //! peak and what was in use at it, memory live at exit and failures, each
 //! by call site. Built from the [`Change`]s of one replay.
 
-use super::event_stream::EventStream;
+use super::engine::{Consumer, Replay, Replayed, Step};
 use super::footprint::{DeviceFootprint, FootprintTracker};
 use super::keys::{ByStack, DeviceKey};
 use super::replay::{Allocation, Change, ProcessMemory};
 use super::tensor_summary::TensorSummary;
 use super::trace_index::TraceIndex;
-use crate::progress::Progress;
+use crate::system::progress::Progress;
 use cudatrace_events::{Api, Event};
 use std::collections::BTreeMap;
 
@@ -119,12 +119,19 @@ pub struct ProcessSummary {
 }
 
 impl ProcessSummary {
-    /// Applies one event: replays it and counts what it changed.
+    /// Applies one event: replays it into [`ProcessSummary::memory`] and
+    /// counts what it changed (the tests' replay of a few events).
+    #[cfg(test)]
     pub fn apply(&mut self, event: &Event, changes: &mut Vec<Change>) {
         changes.clear();
-        self.tensors.observe(event);
         self.memory.apply(event, changes);
-        for change in changes.iter() {
+        self.observe(event, changes);
+    }
+
+    /// Counts what one event, replayed elsewhere, changed.
+    pub fn observe(&mut self, event: &Event, changes: &[Change]) {
+        self.tensors.observe(event);
+        for change in changes {
             self.count(change, event);
         }
     }
@@ -208,30 +215,12 @@ pub struct Summary {
 impl Summary {
     /// Replays the whole trace.
     pub fn build(index: &TraceIndex, progress: &Progress) -> Summary {
-        let mut processes: Vec<ProcessSummary> = index.processes.iter().map(|_| ProcessSummary::default()).collect();
-        let mut trackers: Vec<FootprintTracker> = index
-            .processes
-            .iter()
-            .map(|p| FootprintTracker::new(index, p))
-            .collect();
-        let mut changes = Vec::new();
-        let mut stream = EventStream::new(index);
-        for (process, event) in &mut stream {
-            processes[process].apply(&event, &mut changes);
-            trackers[process].observe(index, &index.processes[process], &event, &changes);
-            progress.tick();
-        }
-        processes.iter_mut().for_each(ProcessSummary::finish);
-        let footprints = trackers
-            .into_iter()
-            .zip(&index.processes)
-            .map(|(tracker, process)| tracker.finish(index, process))
-            .collect();
-        Summary {
-            processes,
-            footprints,
-            stream_errors: stream.errors,
-        }
+        let mut building = SummaryBuilder::new(index);
+        let replayed = match Replay::new(index, progress).run(&mut [&mut building]) {
+            Ok(replayed) => replayed,
+            Err(_) => unreachable!("building a summary cannot fail"),
+        };
+        building.finish(replayed)
     }
 
     /// Events that happened but are not in the trace.
@@ -241,6 +230,58 @@ impl Summary {
             .zip(&index.processes)
             .map(|(summary, info)| summary.lost_events(info.end.as_ref().map(|e| e.reserved_events)))
             .sum()
+    }
+}
+
+/// A [`Summary`] being built, as a consumer of a replay that covers the
+/// whole trace.
+pub struct SummaryBuilder<'a> {
+    index: &'a TraceIndex,
+    processes: Vec<ProcessSummary>,
+    trackers: Vec<FootprintTracker>,
+}
+
+impl<'a> SummaryBuilder<'a> {
+    /// Nothing counted yet.
+    pub fn new(index: &'a TraceIndex) -> SummaryBuilder<'a> {
+        SummaryBuilder {
+            index,
+            processes: index.processes.iter().map(|_| ProcessSummary::default()).collect(),
+            trackers: index
+                .processes
+                .iter()
+                .map(|p| FootprintTracker::new(index, p))
+                .collect(),
+        }
+    }
+
+    /// The summary, once `replayed` has run to its end.
+    pub fn finish(self, replayed: Replayed) -> Summary {
+        let index = self.index;
+        let mut processes = self.processes;
+        for (process, memory) in processes.iter_mut().zip(replayed.memories) {
+            process.memory = memory;
+            process.finish();
+        }
+        let footprints = self
+            .trackers
+            .into_iter()
+            .zip(&index.processes)
+            .map(|(tracker, process)| tracker.finish(index, process))
+            .collect();
+        Summary {
+            processes,
+            footprints,
+            stream_errors: replayed.stream_errors,
+        }
+    }
+}
+
+impl Consumer for SummaryBuilder<'_> {
+    fn step(&mut self, step: &Step) -> std::io::Result<()> {
+        self.processes[step.process].observe(step.event, step.changes);
+        self.trackers[step.process].observe(self.index, step.info, step.event, step.changes);
+        Ok(())
     }
 }
 

@@ -19,7 +19,7 @@ pub fn tensor_status_line(process: &ProcessIndex) -> Option<String> {
         if process.tensor_actions > 0 {
             return Some(format!(
                 "tensors: {} of {version}'s caching allocator recorded, then tracking stopped: {}; the tensors live at exit are not known",
-                crate::wording::count(process.tensor_actions, "action", "actions"),
+                crate::system::wording::count(process.tensor_actions, "action", "actions"),
                 reason::text(off.arg2)
             ));
         }
@@ -39,7 +39,7 @@ pub fn tensor_status_line(process: &ProcessIndex) -> Option<String> {
     if process.tensor_actions > 0 {
         return Some(format!(
             "tensors: {} of {version}'s caching allocator recorded{missed}",
-            crate::wording::count(process.tensor_actions, "action", "actions")
+            crate::system::wording::count(process.tensor_actions, "action", "actions")
         ));
     }
     of(status::ATTACHED).map(|_| {

@@ -1,7 +1,7 @@
 //! Processes that could not record, in words: the line every output uses.
 
 use super::trace_index::TraceIndex;
-use crate::wording::count;
+use crate::system::wording::count;
 use cudatrace_trace::UnrecordedProcess;
 use std::collections::HashSet;
 
@@ -11,7 +11,7 @@ const NAMED: usize = 5;
 /// One process: `pid 4242 (python3, uid 65534): REASON (EACCES: ...)`.
 pub fn unrecorded_process_text(process: &UnrecordedProcess) -> String {
     let errno = if process.errno != 0 {
-        format!(" ({})", crate::errno::describe(process.errno))
+        format!(" ({})", crate::system::errno::describe(process.errno))
     } else {
         String::new()
     };

@@ -12,22 +12,27 @@
 //!   so the trace is readable while it is written.
 
 mod chunk_preparer;
+mod collection_summary;
 mod host;
+pub mod liveness;
+pub mod notice_file;
 mod nvml;
+pub mod recover;
 mod sink;
-mod summary;
+pub mod spool_dir;
+pub mod spool_tail;
 
+pub use collection_summary::Summary;
 pub use host::{host_name, monotonic_ns, realtime_ns};
-pub use summary::Summary;
 
 pub use sink::{describe_io, TraceFailure};
 
-use crate::liveness::Liveness;
-use crate::notice_file::NoticeTail;
-use crate::output::InPlace;
-use crate::spool_tail::{check_spool_file, damaged_spool, may_become_readable, SpoolTail};
-use crate::terminal::say;
-use crate::wording::count;
+use crate::collector::liveness::Liveness;
+use crate::collector::notice_file::NoticeTail;
+use crate::collector::spool_tail::{check_spool_file, damaged_spool, may_become_readable, SpoolTail};
+use crate::system::terminal::say;
+use crate::system::trace_file::InPlace;
+use crate::system::wording::count;
 use chunk_preparer::{Gate, SpoolPlaces};
 use crossbeam_channel::{Receiver, RecvTimeoutError, Sender};
 use cudatrace_events::{naming, Pass};
@@ -63,7 +68,7 @@ impl Summary {
         if self.dropped_events > 0 {
             let reason = self
                 .drop_errno
-                .map_or_else(|| "unknown".to_string(), crate::errno::describe);
+                .map_or_else(|| "unknown".to_string(), crate::system::errno::describe);
             lines.push(format!(
                 "cudatrace: {} could not be recorded: no room for spools in {} ({reason})",
                 count(self.dropped_events, "event", "events"),
@@ -435,7 +440,7 @@ fn follow(shared: &Shared, to_writer: &Sender<Message>, tail: &mut SpoolTail) ->
     if header.dropped_records > 0 && !shared.drop_reported.swap(true, Ordering::Relaxed) {
         let reason = header
             .drop_errno
-            .map_or_else(|| "unknown".to_string(), crate::errno::describe);
+            .map_or_else(|| "unknown".to_string(), crate::system::errno::describe);
         say(&format!(
             "cudatrace: pid {} cannot store events in {} ({reason}); they are being lost",
             tail.pid,

@@ -3,9 +3,9 @@
 //! durably in the trace, which the spool folder names, so that recovery
 //! after a crash can always find every event.
 
+use super::collection_summary::Summary;
 use super::host::realtime_ns;
-use super::summary::Summary;
-use crate::spool_tail::Release;
+use crate::collector::spool_tail::Release;
 use crate::symbolize::StackCatalog;
 use crossbeam_channel::{Receiver, RecvTimeoutError};
 use cudatrace_events::Event;
@@ -57,9 +57,13 @@ pub fn describe_io(action: &str, path: &std::path::Path, error: &std::io::Error)
             "cannot {action} {}: the disk holding {} is full ({})",
             path.display(),
             folder.display(),
-            crate::errno::describe(error.raw_os_error().unwrap_or(0))
+            crate::system::errno::describe(error.raw_os_error().unwrap_or(0))
         ),
-        Some(code) => format!("cannot {action} {}: {}", path.display(), crate::errno::describe(code)),
+        Some(code) => format!(
+            "cannot {action} {}: {}",
+            path.display(),
+            crate::system::errno::describe(code)
+        ),
         None => format!("cannot {action} {}: {error}", path.display()),
     }
 }

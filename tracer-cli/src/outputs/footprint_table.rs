@@ -4,7 +4,7 @@
 //! says which reading its driver-used figure stands on.
 
 use crate::analysis::{limit_text, Breakdown, DeviceFootprint, ProcessIndex, ReferenceSource, TensorStats};
-use crate::wording::bytes;
+use crate::system::wording::bytes;
 use serde_json::{json, Value};
 
 /// Owners shown by name; the rest are summed into one row.

@@ -1,19 +1,19 @@
 //! One module per output of a trace. Each reads the same [`TraceIndex`]
 //! and replays the same events (see [`crate::analysis`]), so all agree.
 
-pub mod diff;
-pub mod flamegraph;
+pub mod folded_stacks;
 pub mod footprint_table;
-pub mod html;
-pub mod json;
-pub mod perfetto;
+pub mod growth_tables;
+pub mod html_page;
+pub mod perfetto_json;
 pub mod pickle;
-pub mod snapshot;
-pub mod text;
+pub mod report_json;
+pub mod report_text;
+pub mod torch_snapshot;
 
 use crate::analysis::TraceIndex;
-use crate::terminal::say;
-use crate::wording::{bytes, count};
+use crate::system::terminal::say;
+use crate::system::wording::{bytes, count};
 
 /// Autograd nodes named in a backward pass's line; the rest are counted.
 const PARTS_NAMED: usize = 5;

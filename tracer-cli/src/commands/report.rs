@@ -2,20 +2,20 @@
 //! what was still live at exit, and every out-of-memory failure.
 
 use crate::analysis::{Summary, TraceIndex};
-use crate::cli::ReportArgs;
-use crate::failure::Failure;
+use crate::commands::arguments::ReportArgs;
 use crate::outputs;
-use crate::progress::Progress;
-use crate::terminal::Stdout;
+use crate::system::failure::Failure;
+use crate::system::progress::Progress;
+use crate::system::terminal::Stdout;
 
 /// `cudatrace report`; 1 if the trace is damaged.
 pub fn command(args: ReportArgs) -> Result<u8, Failure> {
     let index = TraceIndex::read(&args.trace)?;
     let summary = Summary::build(&index, &Progress::new("reading", index.events));
     let text = if args.json {
-        format!("{}\n", outputs::json::report(&index, &summary))
+        format!("{}\n", outputs::report_json::report(&index, &summary))
     } else {
-        outputs::text::report(&index, &summary, args.view.frames)
+        outputs::report_text::report(&index, &summary, args.view.frames)
     };
     let mut out = Stdout::new();
     if !out.write(&text)? || !out.finish()? {

@@ -1,4 +1,4 @@
-//! `cudatrace html`: one self-contained HTML page, viewable with no
+//! The HTML report: one self-contained page, viewable with no
 //! network: per process and device, a chart of live bytes over time
 //! stacked by the top call sites with the peak marked, and tables of
 //! memory at the peak, memory live at exit and OOMs, by call site.
@@ -7,18 +7,15 @@
 //! and zoom. The figures come from the same replay as `cudatrace report`.
 
 use crate::analysis::{
-    call_sites, headline, headline_text, site_key, stack_lines, ByStack, Change, DeviceKey, EventStream, Frame,
-    FramesShown, ProcessIndex, ProcessMemory, Summary, TensorStats, TraceIndex, NO_STACK,
+    call_sites, headline, headline_text, site_key, stack_lines, ByStack, Change, DeviceKey, Frame, FramesShown,
+    ProcessIndex, Replay, Step, Summary, TensorStats, TraceIndex, NO_STACK,
 };
-use crate::cli::HtmlArgs;
-use crate::failure::Failure;
-use crate::output_file::{is_private, OutputFile};
-use crate::progress::Progress;
-use crate::wording::{bytes, count};
+use crate::system::progress::Progress;
+use crate::system::wording::{bytes, count};
 use owner_chart::OwnerChart;
 use std::collections::{BTreeMap, HashMap};
 use std::fmt::Write as _;
-use std::io::Write as _;
+use std::io;
 
 mod chart;
 mod owner_chart;
@@ -37,25 +34,14 @@ const COLORS: [&str; SERIES + 5] = [
     "#86bcb6", "#d37295", "#79706e",
 ];
 
-/// `cudatrace html`.
-pub fn command(args: HtmlArgs) -> Result<u8, Failure> {
-    let index = TraceIndex::read(&args.trace)?;
-    let path = args.output.clone().unwrap_or_else(|| args.trace.with_extension("html"));
-    let progress = Progress::new("html", index.events * 2);
-    let summary = Summary::build(&index, &progress);
+/// The page for `index`, and the blocks of events that could not be read
+/// again; `frames` says how much of each stack its tables show.
+pub fn page(index: &TraceIndex, frames: FramesShown, progress: &Progress) -> io::Result<(String, Vec<String>)> {
+    let summary = Summary::build(index, progress);
     progress.next_pass("html");
-    let (charts, owner_charts) = fill_charts(&index, &summary, &progress);
-    drop(progress);
-    let page = page(&index, &summary, &charts, &owner_charts, args.view.frames);
-    let mut output = OutputFile::create(&path, is_private(&args.trace), args.replace.force)?;
-    if let Err(e) = output.file().write_all(page.as_bytes()) {
-        output.abandon();
-        return Err(format!("cannot write {}: {e}", path.display()).into());
-    }
-    output.finish()?;
-    println!("{}", path.display());
-    crate::terminal::say("cudatrace: open the page in a browser; it needs no network");
-    Ok(super::say_what_the_trace_lacks(&index, &summary.stream_errors))
+    let (charts, owner_charts) = fill_charts(index, &summary, progress)?;
+    let page = page_html(index, &summary, &charts, &owner_charts, frames);
+    Ok((page, summary.stream_errors))
 }
 
 /// Every chart's time axis: from the trace's start (the origin of every
@@ -75,7 +61,7 @@ type ProcessCharts = (Vec<BTreeMap<DeviceKey, Chart>>, Vec<BTreeMap<u8, OwnerCha
 
 /// The second pass: live bytes per top call site, and per owner and
 /// category, per process and device.
-fn fill_charts(index: &TraceIndex, summary: &Summary, progress: &Progress) -> ProcessCharts {
+fn fill_charts(index: &TraceIndex, summary: &Summary, progress: &Progress) -> io::Result<ProcessCharts> {
     // Per process and device: the series of each charted call site, by key.
     let mut site_series: Vec<BTreeMap<DeviceKey, HashMap<String, usize>>> =
         vec![BTreeMap::new(); index.processes.len()];
@@ -125,22 +111,17 @@ fn fill_charts(index: &TraceIndex, summary: &Summary, progress: &Progress) -> Pr
                 .collect()
         })
         .collect();
-    let mut memories: Vec<ProcessMemory> = index.processes.iter().map(|_| ProcessMemory::default()).collect();
-    let mut changes = Vec::new();
-    for (process, event) in EventStream::new(index) {
-        progress.tick();
-        changes.clear();
-        memories[process].apply(&event, &mut changes);
-        let info = &index.processes[process];
+    let mut fill = |step: &Step| {
+        let (process, info, event, changes) = (step.process, step.info, step.event, step.changes);
         for chart in owner_charts[process].values_mut() {
             chart.readings_until(event.time_ns.saturating_sub(1));
         }
         if event.op.is_measurement() {
             if let Some(chart) = event.device.and_then(|d| owner_charts[process].get_mut(&d)) {
-                chart.measurement(&event);
+                chart.measurement(event);
             }
         }
-        for change in &changes {
+        for change in changes {
             if let Change::Allocated(a) | Change::Freed { allocation: a, .. } = change {
                 if let Some(chart) = a
                     .device
@@ -151,7 +132,7 @@ fn fill_charts(index: &TraceIndex, summary: &Summary, progress: &Progress) -> Pr
                 }
             }
         }
-        for change in &changes {
+        for change in changes {
             let (sign, a) = match change {
                 Change::Allocated(a) => (1i8, a),
                 Change::Freed { allocation, .. } => (-1, allocation),
@@ -179,11 +160,13 @@ fn fill_charts(index: &TraceIndex, summary: &Summary, progress: &Progress) -> Pr
             };
             chart.record(event.time_ns);
         }
-    }
+    };
+    // The summary's replay already named any block that could not be read.
+    Replay::new(index, progress).run(&mut [&mut fill])?;
     for chart in owner_charts.iter_mut().flat_map(|charts| charts.values_mut()) {
         chart.readings_until(u64::MAX);
     }
-    (charts, owner_charts)
+    Ok((charts, owner_charts))
 }
 
 fn escape(text: &str) -> String {
@@ -201,7 +184,7 @@ fn escape(text: &str) -> String {
     out
 }
 
-fn page(
+fn page_html(
     index: &TraceIndex,
     summary: &Summary,
     charts: &[BTreeMap<DeviceKey, Chart>],
@@ -217,7 +200,7 @@ fn page(
         out,
         "<!DOCTYPE html>\n<html lang=\"en\"><head><meta charset=\"utf-8\"><title>cudatrace: {}</title>\n<style>\n{}</style></head><body>\n",
         escape(&title),
-        include_str!("html/page.css")
+        include_str!("html_page/page.css")
     );
     let _ = writeln!(out, "<h1>GPU memory of <code>{}</code></h1>", escape(&title));
     if let Some(h) = &index.header {
@@ -349,7 +332,7 @@ fn page(
     let _ = write!(
         out,
         "<script>\n{}</script>\n</body></html>\n",
-        include_str!("html/page.js")
+        include_str!("html_page/page.js")
     );
     out
 }

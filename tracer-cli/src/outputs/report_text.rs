@@ -5,7 +5,7 @@ use crate::analysis::{
     unrecorded_process_text, ByStack, DeviceKey, Frame, FramesShown, ProcessIndex, ProcessSummary, Summary, TraceIndex,
     NO_STACK,
 };
-use crate::wording::{bytes, count};
+use crate::system::wording::{bytes, count};
 use cudatrace_trace::ProcessEnd;
 
 /// Live allocations the text report lists per device, largest first.
@@ -286,7 +286,7 @@ fn lost_text(lost: u64, end: &ProcessEnd) -> String {
     if end.dropped_records > 0 {
         let why = end
             .drop_errno
-            .map_or_else(|| "unknown reason".into(), crate::errno::describe);
+            .map_or_else(|| "unknown reason".into(), crate::system::errno::describe);
         reasons.push(format!("{} could not be stored ({why})", end.dropped_records));
     }
     if end.unfinished_records > 0 {

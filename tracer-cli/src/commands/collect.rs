@@ -2,13 +2,14 @@
 //! a crash, or for spools written with `CUDATRACE_DIR`; or, with `--detach`,
 //! started by the library itself for a plain `LD_PRELOAD` tree.
 
-use crate::cli::CollectArgs;
+use crate::collector::liveness::Liveness;
 use crate::collector::{header_for, Collector};
-use crate::failure::Failure;
-use crate::liveness::Liveness;
-use crate::terminal::say;
-use crate::wording::count;
-use crate::{output, recover, spool_dir};
+use crate::collector::{recover, spool_dir};
+use crate::commands::arguments::CollectArgs;
+use crate::system::failure::Failure;
+use crate::system::terminal::say;
+use crate::system::trace_file;
+use crate::system::wording::count;
 use std::path::{Path, PathBuf};
 use std::time::Duration;
 
@@ -67,7 +68,7 @@ pub fn collect(args: CollectArgs) -> Result<u8, Failure> {
     // A collector still writing that trace owns the folder: merging behind
     // its back would miss what it gives back meanwhile.
     let _old_lock = match &old {
-        Some(old) => Some(output::lock_shared(old).map_err(|()| {
+        Some(old) => Some(trace_file::lock_shared(old).map_err(|()| {
             format!(
                 "{} is still being written by a running cudatrace, which collects {}; let it finish first",
                 old.display(),
@@ -83,8 +84,8 @@ pub fn collect(args: CollectArgs) -> Result<u8, Failure> {
         .map_or_else(|| beside(&args.dir), Ok)?;
     let completing_old = old.as_deref().is_some_and(|old| same_file(old, &destination));
     // A private trace merged into the output keeps the output private.
-    let private = old.as_deref().is_some_and(crate::output_file::is_private);
-    let (staged, file) = output::stage(&destination, args.force || completing_old, private)?;
+    let private = old.as_deref().is_some_and(crate::system::output_file::is_private);
+    let (staged, file) = trace_file::stage(&destination, args.force || completing_old, private)?;
     let kept = |reason: String| {
         format!(
             "{reason}; nothing was changed, the spools are kept in {}",
@@ -157,7 +158,7 @@ fn collect_tree(args: CollectArgs) -> Result<u8, Failure> {
     let destination = args.output.clone().map_or_else(|| beside(&args.dir), Ok)?;
     let root = args.root_pid.map(|pid| (pid, command_line(pid)));
     detach()?;
-    let claimed = output::claim_in_place_or_beside(&destination, true)?;
+    let claimed = trace_file::claim_in_place_or_beside(&destination, true)?;
     if claimed.path != destination {
         say(&format!(
             "cudatrace: {} is being written by another cudatrace, or holds a trace already; writing {} instead",
@@ -193,7 +194,7 @@ fn collect_tree(args: CollectArgs) -> Result<u8, Failure> {
             "{}; the spools are kept in {}: once there is room, `cudatrace collect {}` finishes {}",
             failure.message,
             args.dir.display(),
-            crate::wording::shell_quoted(&args.dir),
+            crate::system::wording::shell_quoted(&args.dir),
             trace.display()
         ))),
     }

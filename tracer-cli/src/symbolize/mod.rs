@@ -10,12 +10,14 @@
 //! results go into the trace as `String` and `Symbols` records, beside the
 //! raw addresses and build ids, so a trace copied elsewhere still reads.
 
-use crate::python_lines::{line_at, LineTableFormat};
+pub mod python_lines;
+
 use blazesym::symbolize::source::{Elf, Source};
 use blazesym::symbolize::{Input, Symbolized, Symbolizer};
 use cudatrace_events::stacks::{blob_kind, frame_kind, BlobAssembler, BlobPiece, CodeInfo, ModuleInfo, StackNode};
 use cudatrace_events::Event;
 use cudatrace_trace::{NodeSymbols, Record, SymbolFrame};
+use python_lines::{line_at, LineTableFormat};
 use std::collections::{BTreeMap, HashMap};
 
 /// Module name given to Python frames.

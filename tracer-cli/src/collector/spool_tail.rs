@@ -2,7 +2,7 @@
 //! its process runs, and once it is gone; and what the trace says about the
 //! process at its start and end. Shared by the live collector and `collect`.
 
-use crate::liveness::Liveness;
+use crate::collector::liveness::Liveness;
 use cudatrace_events::layout::{
     chunk_offset, CHUNK_BYTES, CHUNK_RECORDS, HEADER_SIZE, PUNCHED_CHUNKS_OFFSET, RELEASED_CHUNKS_OFFSET,
 };

@@ -1,4 +1,4 @@
-//! `cudatrace snapshot`: one pickle per process in the format of
+//! PyTorch's memory snapshot: one pickle per process in the format of
 //! `torch.cuda.memory._dump_snapshot()`, for PyTorch's memory visualizer
 //! and `python -m torch.cuda._memory_viz`.
 //!
@@ -19,13 +19,10 @@ use torch_blocks::{Allocation, Block, TorchBlocks, SMALL_SEGMENT};
 
 mod torch_blocks;
 use crate::analysis::{
-    tensor_status_line, Change, EventStream, Frame, ProcessIndex, ProcessMemory, TraceIndex, Window,
+    tensor_status_line, Change, Consumer, Frame, ProcessIndex, ProcessMemory, Replay, Step, TraceIndex, Window,
 };
-use crate::cli::SnapshotArgs;
-use crate::failure::Failure;
-use crate::output_file::{is_private, OutputFile};
-use crate::progress::Progress;
-use crate::wording::{bytes, count};
+use crate::system::progress::Progress;
+use crate::system::wording::{bytes, count};
 use cudatrace_events::tensors::{self, Action};
 use cudatrace_events::{Event, Kind, Op};
 use std::collections::{BTreeMap, HashMap, HashSet};
@@ -33,8 +30,6 @@ use std::fs::File;
 use std::io::{self, BufWriter, Seek, Write};
 use std::path::{Path, PathBuf};
 
-/// Past this size a snapshot lags or crashes the viewer's browser tab.
-const WARN_BYTES: u64 = 200 << 20;
 /// Segments above this size are "large" ones, as PyTorch's allocator names them.
 const SMALL_SEGMENT_LIMIT: u64 = 1 << 20;
 
@@ -295,7 +290,7 @@ struct LeftOut {
 }
 
 /// One process's snapshot being written.
-struct ProcessSnapshot {
+pub struct ProcessSnapshot {
     process: usize,
     path: PathBuf,
     memory: ProcessMemory,
@@ -314,6 +309,13 @@ struct ProcessSnapshot {
     claimed: HashSet<u64>,
 }
 
+impl ProcessSnapshot {
+    /// Where its pickle goes.
+    pub fn path(&self) -> &Path {
+        &self.path
+    }
+}
+
 /// One device's trace entries, pickled into a temporary file.
 struct Fragment {
     pickler: Pickler<BufWriter<File>>,
@@ -323,56 +325,39 @@ struct Fragment {
 }
 
 /// Memo indices handed out across a snapshot and its fragments.
-struct Memo {
+pub struct Memo {
     next: u32,
     /// Frame lists memoized by any fragment (all precede the segments).
     frames: HashMap<u32, u32>,
 }
 
-/// `cudatrace snapshot`.
-pub fn command(args: SnapshotArgs) -> Result<u8, Failure> {
-    let index = TraceIndex::read(&args.trace)?;
-    let selected: Vec<usize> = (0..index.processes.len())
-        .filter(|&i| {
-            let p = &index.processes[i];
-            args.pid.map_or(p.memory_events > 0, |pid| p.start.pid == pid)
-        })
-        .collect();
-    if selected.is_empty() {
-        return Err(match args.pid {
-            Some(pid) => format!("{} has no process {pid}", args.trace.display()).into(),
-            None => match (&index.damage, index.skipped.first()) {
-                // Damage may be why: name it, rather than blame the program.
-                (Some(damage), _) => format!(
-                    "{} has no memory events to snapshot before its damage: it is damaged {damage}",
-                    args.trace.display()
-                )
-                .into(),
-                (None, Some(first)) => format!(
-                    "{} has no memory events to snapshot outside its damaged frames (the first {first})",
-                    args.trace.display()
-                )
-                .into(),
-                (None, None) => format!("{} has no memory events to snapshot", args.trace.display()).into(),
-            },
-        });
-    }
-    let window = Window::seconds(index.start_ns(), args.window.from, args.window.to);
-    let stem = output_stem(&args.trace, args.output.as_deref());
-    let with_tensors = selected.iter().any(|&p| index.processes[p].tensor_actions > 0);
-    let passes = 1 + u64::from(args.window.max_events.is_some()) + u64::from(with_tensors);
-    let progress = Progress::new("snapshot", index.events * passes);
+/// Snapshots made, each still to be put together into its file.
+pub struct Snapshots {
+    /// One per process asked for.
+    pub pickles: Vec<ProcessSnapshot>,
+    /// Memo indices shared by all of them.
+    pub memo: Memo,
+    /// Blocks of events that could not be read again.
+    pub stream_errors: Vec<String>,
+}
+
+/// Replays `index` for the processes in `targets` (each with the path its
+/// pickle will have), covering `window` and, with `max_events`, only the
+/// newest entries of each. The entries go to temporary files in `folder`.
+pub fn make(
+    index: &TraceIndex,
+    targets: Vec<(usize, PathBuf)>,
+    window: Window,
+    max_events: Option<u64>,
+    folder: &Path,
+    progress: &Progress,
+) -> io::Result<Snapshots> {
+    let selected: Vec<usize> = targets.iter().map(|&(process, _)| process).collect();
     let mut snapshots: Vec<Option<ProcessSnapshot>> = (0..index.processes.len()).map(|_| None).collect();
-    for &process in &selected {
-        let start = &index.processes[process].start;
-        let name = if start.image == 0 {
-            format!("{}.{}.pickle", stem.display(), start.pid)
-        } else {
-            format!("{}.{}-{}.pickle", stem.display(), start.pid, start.image)
-        };
+    for (process, path) in targets {
         snapshots[process] = Some(ProcessSnapshot {
             process,
-            path: PathBuf::from(name),
+            path,
             memory: ProcessMemory::default(),
             state: ViewerState::default(),
             devices: BTreeMap::new(),
@@ -383,127 +368,71 @@ pub fn command(args: SnapshotArgs) -> Result<u8, Failure> {
             claimed: HashSet::new(),
         });
     }
-    if with_tensors {
-        claim_torch_segments(&index, &mut snapshots, &progress);
+    if selected.iter().any(|&p| index.processes[p].tensor_actions > 0) {
+        claim_torch_segments(index, &selected, &mut snapshots, progress)?;
+        progress.next_pass("snapshot");
     }
-    if let Some(max) = args.window.max_events {
-        for (process, entries) in count_entries(&index, &window, &snapshots, &progress) {
+    if let Some(max) = max_events {
+        for (process, entries) in count_entries(index, &selected, window, &snapshots, progress)? {
             if let Some(snapshot) = &mut snapshots[process] {
                 snapshot.to_skip = entries.saturating_sub(max);
             }
         }
+        progress.next_pass("snapshot");
     }
-    let folder = stem
-        .parent()
-        .filter(|p| !p.as_os_str().is_empty())
-        .unwrap_or(Path::new("."));
     let mut memo = Memo {
         next: 0,
         frames: HashMap::new(),
     };
-    let result = write_entries(&index, &window, &mut snapshots, folder, &mut memo, &progress);
-    let stream_errors = result.map_err(|e| format!("cannot write a snapshot in {}: {e}", folder.display()))?;
-    drop(progress);
-    // Every pickle is tried, whatever became of the others.
-    let private = is_private(&args.trace);
-    // Nothing is written if any pickle would replace a file.
-    if !args.replace.force {
-        if let Some(existing) = snapshots.iter().flatten().find(|s| s.path.is_file()) {
-            return Err(crate::output_file::refusal(&existing.path).into());
-        }
+    let mut writer = EntryWriter {
+        index,
+        snapshots: &mut snapshots,
+        folder,
+        memo: &mut memo,
+        entries: Vec::new(),
+    };
+    let replayed = Replay::new(index, progress)
+        .window(window)
+        .only(&selected)
+        .run(&mut [&mut writer])?;
+    let mut pickles: Vec<ProcessSnapshot> = snapshots.into_iter().flatten().collect();
+    let mut memories = replayed.memories;
+    for snapshot in &mut pickles {
+        snapshot.memory = std::mem::take(&mut memories[snapshot.process]);
     }
-    let (mut written_paths, mut failures) = (Vec::new(), Vec::new());
-    for snapshot in snapshots.into_iter().flatten() {
-        let path = snapshot.path.clone();
-        let mut output = match OutputFile::create(&path, private, true) {
-            Ok(output) => output,
-            Err(reason) => {
-                failures.push((path, reason));
-                continue;
-            }
-        };
-        let written = match finish(&index, snapshot, &mut memo, output.file()) {
-            Ok(written) => output.finish().map(|()| written),
-            Err(e) => {
-                output.abandon();
-                Err(format!("cannot write {}: {e}", path.display()))
-            }
-        };
-        let written = match written {
-            Ok(written) => written,
-            Err(reason) => {
-                failures.push((path, reason));
-                continue;
-            }
-        };
-        println!("{}", path.display());
-        if written > WARN_BYTES {
-            crate::terminal::say(&format!(
-                "cudatrace: {} is {}: the memory visualizer may lag or crash past 200 MiB; narrow it with --from/--to or --max-events",
-                path.display(),
-                bytes(written)
-            ));
-        }
-        written_paths.push(path);
-    }
-    if failures.is_empty() && !written_paths.is_empty() {
-        crate::terminal::say(
-            "cudatrace: drop a pickle onto pytorch.org/memory_viz, or run `python -m torch.cuda._memory_viz trace_plot PICKLE -o PAGE.html`",
-        );
-    }
-    if !failures.is_empty() {
-        let list = |paths: &mut dyn Iterator<Item = &PathBuf>| {
-            let names: Vec<String> = paths.map(|p| p.display().to_string()).collect();
-            if names.is_empty() {
-                "none".to_owned()
-            } else {
-                names.join(", ")
-            }
-        };
-        let reasons: Vec<&str> = failures.iter().map(|(_, reason)| reason.as_str()).collect();
-        return Err(format!(
-            "{}; written: {}; not written: {}",
-            reasons.join("; "),
-            list(&mut written_paths.iter()),
-            list(&mut failures.iter().map(|(path, _)| path))
-        )
-        .into());
-    }
-    Ok(super::say_what_the_trace_lacks(&index, &stream_errors))
-}
-
-/// `TRACE`'s path without its extension, or `-o`'s, without `.pickle`.
-fn output_stem(trace: &Path, output: Option<&Path>) -> PathBuf {
-    match output {
-        Some(path) => {
-            let text = path.to_string_lossy();
-            PathBuf::from(text.strip_suffix(".pickle").unwrap_or(&text).to_string())
-        }
-        None => trace.with_extension(""),
-    }
+    Ok(Snapshots {
+        pickles,
+        memo,
+        stream_errors: replayed.stream_errors,
+    })
 }
 
 /// The first pass of a trace with tensors: which driver allocations and
 /// mappings are PyTorch's segments, so that their blocks are its tensors.
 /// A segment action names the `cuMemAlloc` at its address; a mapped range
 /// of an expandable segment, every `cuMemMap` inside it.
-fn claim_torch_segments(index: &TraceIndex, snapshots: &mut [Option<ProcessSnapshot>], progress: &Progress) {
+fn claim_torch_segments(
+    index: &TraceIndex,
+    selected: &[usize],
+    snapshots: &mut [Option<ProcessSnapshot>],
+    progress: &Progress,
+) -> io::Result<()> {
     #[derive(Default)]
     struct Seen {
         allocations: HashMap<u64, u64>,
         mappings: BTreeMap<u64, u64>,
     }
     let mut seen: HashMap<usize, Seen> = HashMap::new();
-    for (process, event) in EventStream::new(index) {
-        progress.tick();
+    let mut claim = |step: &Step| {
+        let (process, event) = (step.process, step.event);
         let Some(snapshot) = &mut snapshots[process] else {
-            continue;
+            return;
         };
-        if index.processes[process].tensor_actions == 0 {
-            continue;
+        if step.info.tensor_actions == 0 {
+            return;
         }
         let seen = seen.entry(process).or_default();
-        match (event.op, tensors::action_of(&event)) {
+        match (event.op, tensors::action_of(event)) {
             (Op::Alloc, _) if event.kind == Kind::Device => {
                 seen.allocations.insert(event.address, event.seq);
             }
@@ -530,37 +459,47 @@ fn claim_torch_segments(index: &TraceIndex, snapshots: &mut [Option<ProcessSnaps
             }
             _ => {}
         }
-    }
-    progress.next_pass("snapshot");
+    };
+    Replay::new(index, progress)
+        .only(selected)
+        .events_only()
+        .run(&mut [&mut claim])?;
+    Ok(())
 }
 
 /// The entries each selected process would write in the window.
 fn count_entries(
     index: &TraceIndex,
-    window: &Window,
+    selected: &[usize],
+    window: Window,
     snapshots: &[Option<ProcessSnapshot>],
     progress: &Progress,
-) -> Vec<(usize, u64)> {
-    let mut memories: HashMap<usize, (ProcessMemory, ViewerState, u64)> = HashMap::new();
-    let mut changes = Vec::new();
+) -> io::Result<Vec<(usize, u64)>> {
+    let mut states: HashMap<usize, (ViewerState, u64)> = HashMap::new();
     let mut entries = Vec::new();
-    for (process, event) in EventStream::new(index) {
-        progress.tick();
-        if snapshots[process].is_none() || window.is_after(event.time_ns) {
-            continue;
-        }
-        let claimed = snapshots[process].as_ref().map(|s| &s.claimed).expect("selected");
-        let (memory, state, counted) = memories.entry(process).or_default();
-        changes.clear();
+    let mut count = |step: &Step| {
+        let Some(snapshot) = &snapshots[step.process] else {
+            return;
+        };
+        let (state, counted) = states.entry(step.process).or_default();
         entries.clear();
-        memory.apply(&event, &mut changes);
-        entries_of(&event, &changes, claimed, state, &mut entries, &mut LeftOut::default());
-        if !window.is_before(event.time_ns) {
+        entries_of(
+            step.event,
+            step.changes,
+            &snapshot.claimed,
+            state,
+            &mut entries,
+            &mut LeftOut::default(),
+        );
+        if !step.before_window {
             *counted += entries.len() as u64;
         }
-    }
-    progress.next_pass("snapshot");
-    memories.into_iter().map(|(p, (_, _, n))| (p, n)).collect()
+    };
+    Replay::new(index, progress)
+        .window(window)
+        .only(selected)
+        .run(&mut [&mut count])?;
+    Ok(states.into_iter().map(|(p, (_, n))| (p, n)).collect())
 }
 
 /// The entries `changes` (made by `event`) lead to, through `state`.
@@ -660,64 +599,56 @@ fn add(counter: &mut (u64, u64), size: u64) {
     counter.1 += size;
 }
 
-/// The second pass: replays every event up to the window's end and pickles
-/// the entries of those inside it.
-fn write_entries(
-    index: &TraceIndex,
-    window: &Window,
-    snapshots: &mut [Option<ProcessSnapshot>],
-    folder: &Path,
-    memo: &mut Memo,
-    progress: &Progress,
-) -> io::Result<Vec<String>> {
-    let mut changes = Vec::new();
-    let mut entries = Vec::new();
-    let mut stream = EventStream::new(index);
-    for (process, event) in &mut stream {
-        progress.tick();
-        let Some(snapshot) = &mut snapshots[process] else {
-            continue;
+/// The last pass: pickles the entries of the events inside the window,
+/// as a consumer of the replay.
+struct EntryWriter<'a> {
+    index: &'a TraceIndex,
+    snapshots: &'a mut [Option<ProcessSnapshot>],
+    folder: &'a Path,
+    memo: &'a mut Memo,
+    entries: Vec<(u8, Entry)>,
+}
+
+impl Consumer for EntryWriter<'_> {
+    fn step(&mut self, step: &Step) -> io::Result<()> {
+        let Some(snapshot) = &mut self.snapshots[step.process] else {
+            return Ok(());
         };
-        if window.is_after(event.time_ns) {
-            continue;
-        }
-        changes.clear();
+        let entries = &mut self.entries;
         entries.clear();
-        snapshot.memory.apply(&event, &mut changes);
         entries_of(
-            &event,
-            &changes,
+            step.event,
+            step.changes,
             &snapshot.claimed,
             &mut snapshot.state,
-            &mut entries,
+            entries,
             &mut snapshot.left_out,
         );
         if entries.is_empty() {
-            continue;
+            return Ok(());
         }
         let highest = entries.iter().map(|&(device, _)| device).max();
         snapshot.highest_device = snapshot.highest_device.max(highest);
-        if window.is_before(event.time_ns) {
+        if step.before_window {
             snapshot.left_out.before_window += entries.len() as u64;
-            continue;
+            return Ok(());
         }
         if snapshot.to_skip > 0 {
             let skipped = (entries.len() as u64).min(snapshot.to_skip);
             snapshot.to_skip -= skipped;
             snapshot.left_out.over_max_events += entries.len() as u64;
-            continue;
+            return Ok(());
         }
-        let info = &index.processes[snapshot.process];
-        for &(device, entry) in &entries {
+        for &(device, entry) in entries.iter() {
             let fragment = match snapshot.devices.entry(device) {
                 std::collections::btree_map::Entry::Occupied(slot) => slot.into_mut(),
-                std::collections::btree_map::Entry::Vacant(slot) => slot.insert(Fragment::create(folder)?),
+                std::collections::btree_map::Entry::Vacant(slot) => slot.insert(Fragment::create(self.folder)?),
             };
-            fragment.write_entry(index, info, &entry, memo)?;
+            fragment.write_entry(self.index, step.info, &entry, self.memo)?;
             snapshot.entries_written += 1;
         }
+        Ok(())
     }
-    Ok(stream.errors)
 }
 
 impl Fragment {
@@ -852,7 +783,7 @@ fn write_frame<W: Write>(pickler: &mut Pickler<W>, frame: &Frame) -> io::Result<
 }
 
 /// Puts one process's snapshot together into `file`; returns its size in bytes.
-fn finish(index: &TraceIndex, mut snapshot: ProcessSnapshot, memo: &mut Memo, file: &mut File) -> io::Result<u64> {
+pub fn finish(index: &TraceIndex, mut snapshot: ProcessSnapshot, memo: &mut Memo, file: &mut File) -> io::Result<u64> {
     let info = &index.processes[snapshot.process];
     for allocation in snapshot.memory.live_device_memory() {
         if allocation.kind == Kind::VmmPhysical

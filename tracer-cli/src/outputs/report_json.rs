@@ -104,7 +104,7 @@ fn process_json(index: &TraceIndex, info: &ProcessIndex, process: &ProcessSummar
         "events": process.memory.events,
         "lost_events": process.lost_events(info.end.as_ref().map(|e| e.reserved_events)),
         "dropped_events": end.dropped_records,
-        "drop_reason": end.drop_errno.map(crate::errno::describe),
+        "drop_reason": end.drop_errno.map(crate::system::errno::describe),
         "unfinished_records": end.unfinished_records,
         "damaged_records": end.damaged_records,
         "unknown_frees": end.unknown_frees,

@@ -2,10 +2,10 @@
 //! file's header is checked before anything else is read, and records are
 //! printed as they are read, so any file of any size can be given.
 
-use crate::cli::DumpArgs;
-use crate::failure::Failure;
-use crate::spool_tail::SpoolTail;
-use crate::terminal::Stdout;
+use crate::collector::spool_tail::SpoolTail;
+use crate::commands::arguments::DumpArgs;
+use crate::system::failure::Failure;
+use crate::system::terminal::Stdout;
 use cudatrace_events::{naming, Event, Pass, SpoolHeaderInfo};
 use cudatrace_trace::{Record, TraceReader};
 use serde_json::{json, Value};

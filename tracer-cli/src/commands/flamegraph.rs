@@ -1,13 +1,14 @@
 //! `cudatrace flamegraph`: device bytes by call stack at the peak or at
 //! exit, as an SVG or as folded stacks for other tools.
 
+use crate::analysis::Moment;
 use crate::analysis::{Summary, TraceIndex};
-use crate::cli::FlamegraphArgs;
-use crate::failure::Failure;
-use crate::output_file::{is_private, OutputFile};
-use crate::outputs::flamegraph::{folded_stacks, folded_text, svg, total_bytes, Moment};
-use crate::progress::Progress;
-use crate::wording::bytes;
+use crate::commands::arguments::FlamegraphArgs;
+use crate::outputs::folded_stacks::{folded_stacks, folded_text, svg, total_bytes};
+use crate::system::failure::Failure;
+use crate::system::output_file::{is_private, OutputFile};
+use crate::system::progress::Progress;
+use crate::system::wording::bytes;
 use std::io::Write;
 
 /// `cudatrace flamegraph`; 1 if the trace is damaged.
@@ -29,7 +30,7 @@ pub fn command(args: FlamegraphArgs) -> Result<u8, Failure> {
             "PyTorch's cache, {} reserved in no tensor, is left out (--cache shows it)",
             bytes(cache)
         );
-        crate::terminal::say(&format!("cudatrace: {said}"));
+        crate::system::terminal::say(&format!("cudatrace: {said}"));
         format!("; {said}")
     } else {
         String::new()
@@ -41,7 +42,7 @@ pub fn command(args: FlamegraphArgs) -> Result<u8, Failure> {
         svg(&stacks, &title).map_err(|e| format!("{}: {e}", args.trace.display()))?
     };
     if path.as_os_str() == "-" {
-        let mut out = crate::terminal::Stdout::new();
+        let mut out = crate::system::terminal::Stdout::new();
         let text = String::from_utf8_lossy(&content);
         if out.write(&text)? {
             out.finish()?;
@@ -56,7 +57,7 @@ pub fn command(args: FlamegraphArgs) -> Result<u8, Failure> {
     output.finish()?;
     println!("{}", path.display());
     if !args.folded {
-        crate::terminal::say("cudatrace: open the SVG in a browser: hover names a frame, click zooms");
+        crate::system::terminal::say("cudatrace: open the SVG in a browser: hover names a frame, click zooms");
     }
     Ok(crate::outputs::say_what_the_trace_lacks(&index, &summary.stream_errors))
 }

@@ -2,11 +2,11 @@
 //! and by owner.
 
 use crate::analysis::{RunFigures, Summary, TraceIndex};
-use crate::cli::DiffArgs;
-use crate::failure::Failure;
+use crate::commands::arguments::DiffArgs;
 use crate::outputs;
-use crate::progress::Progress;
-use crate::terminal::Stdout;
+use crate::system::failure::Failure;
+use crate::system::progress::Progress;
+use crate::system::terminal::Stdout;
 
 /// `cudatrace diff`; 1 if either trace is damaged.
 pub fn command(args: DiffArgs) -> Result<u8, Failure> {
@@ -20,9 +20,12 @@ pub fn command(args: DiffArgs) -> Result<u8, Failure> {
     }
     let paths = [args.a.as_path(), args.b.as_path()];
     let text = if args.json {
-        format!("{}\n", outputs::diff::json(paths, &figures[0], &figures[1], args.all))
+        format!(
+            "{}\n",
+            outputs::growth_tables::json(paths, &figures[0], &figures[1], args.all)
+        )
     } else {
-        outputs::diff::text(paths, &figures[0], &figures[1], args.all)
+        outputs::growth_tables::text(paths, &figures[0], &figures[1], args.all)
     };
     let mut out = Stdout::new();
     if out.write(&text)? {

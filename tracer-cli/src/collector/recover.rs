@@ -9,10 +9,10 @@
 //! written once. What neither holds shows as gaps in the sequence numbers
 //! and is counted as lost.
 
+use crate::collector::liveness::Liveness;
+use crate::collector::notice_file::NoticeTail;
+use crate::collector::spool_tail::{check_spool_file, damaged_spool, SpoolTail};
 use crate::collector::{describe_io, header_for, Summary};
-use crate::liveness::Liveness;
-use crate::notice_file::NoticeTail;
-use crate::spool_tail::{check_spool_file, damaged_spool, SpoolTail};
 use cudatrace_events::{naming, Event, Pass, SpoolHeaderInfo};
 use cudatrace_trace::{
     Damage, DamagedSpool, Footer, Header, ProcessEnd, ProcessStart, Record, Refusal, TraceReader, TraceWriter,
@@ -288,7 +288,7 @@ pub fn recover(
     // so do the spool headers' child-failure slots.
     unrecorded.extend(NoticeTail::new(dir).read_new());
     for (tail, _) in merges.values().filter_map(|merge| merge.spool.as_ref()) {
-        unrecorded.extend(crate::spool_tail::child_failures(&tail.header(), dir));
+        unrecorded.extend(crate::collector::spool_tail::child_failures(&tail.header(), dir));
     }
     let mut noted = HashSet::new();
     for process in unrecorded.into_iter().filter(|p| noted.insert(p.clone())) {

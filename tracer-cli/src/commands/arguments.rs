@@ -2,7 +2,7 @@
 //! is done by the module of each subcommand.
 
 use crate::analysis::FramesShown;
-use crate::outputs::flamegraph::Moment;
+use crate::analysis::Moment;
 use clap::{Args, Parser, Subcommand};
 use std::ffi::OsString;
 use std::path::PathBuf;

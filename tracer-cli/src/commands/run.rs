@@ -1,13 +1,13 @@
 //! `cudatrace run`: runs a command under the tracer and collects every
 //! process of its tree into one trace.
 
-use crate::cli::RunArgs;
+use crate::collector::spool_dir;
 use crate::collector::{header_for, monotonic_ns, Collector, Summary};
-use crate::failure::Failure;
-use crate::output;
-use crate::spool_dir;
-use crate::terminal::say;
-use crate::wording::{count, shell_quoted};
+use crate::commands::arguments::RunArgs;
+use crate::system::failure::Failure;
+use crate::system::terminal::say;
+use crate::system::trace_file;
+use crate::system::wording::{count, shell_quoted};
 use cudatrace_events::{naming, notices};
 use std::ffi::OsString;
 use std::os::unix::process::{CommandExt, ExitStatusExt};
@@ -182,10 +182,12 @@ pub fn run(args: RunArgs) -> Result<u8, Failure> {
     let preload = preload_library(args.preload)?;
     // The destination is settled before the command starts.
     let claimed = match &args.output {
-        Some(path) if !args.replace.force && path.is_file() => return Err(crate::output_file::refusal(path).into()),
-        Some(path) => Some(output::claim_in_place(path)?),
+        Some(path) if !args.replace.force && path.is_file() => {
+            return Err(crate::system::output_file::refusal(path).into())
+        }
+        Some(path) => Some(trace_file::claim_in_place(path)?),
         None => {
-            output::check_folder_writable(Path::new("."))?;
+            trace_file::check_folder_writable(Path::new("."))?;
             None
         }
     };
@@ -253,7 +255,7 @@ pub fn run(args: RunArgs) -> Result<u8, Failure> {
     forward_to(pid);
     let started = match claimed {
         Some(claimed) => Ok(claimed),
-        None => output::claim_in_place(&PathBuf::from(naming::default_trace_name(
+        None => trace_file::claim_in_place(&PathBuf::from(naming::default_trace_name(
             &program.to_string_lossy(),
             pid,
         ))),

@@ -10,19 +10,9 @@
 
 use crate::analysis::{
     headline_text, in_backward_pass, made_by_caching_allocator, stack_names, tensors_stopped_midway, ByStack,
-    FramesShown, ProcessIndex, Summary, TraceIndex, BACKWARD_PASS, NO_STACK,
+    FramesShown, Moment, ProcessIndex, Summary, TraceIndex, BACKWARD_PASS, NO_STACK,
 };
 use std::collections::BTreeMap;
-
-/// Which moment a flamegraph shows.
-#[derive(clap::ValueEnum, Clone, Copy, Debug, Default, PartialEq, Eq)]
-pub enum Moment {
-    /// Each device at its peak (tensors at their allocated peak).
-    #[default]
-    Peak,
-    /// What was live when each process ended.
-    Exit,
-}
 
 /// The frame that holds the bytes PyTorch reserved but put in no tensor.
 pub const CACHE_FRAME: &str = "PyTorch's cache (reserved, in no tensor)";

@@ -1,0 +1,143 @@
+//! The replay engine: the one loop over a trace's events that every output
+//! and analysis shares.
+//!
+//! [`Replay`] reads the events in the order memory changed (see
+//! [`EventStream`]), replays each selected process's memory with
+//! [`ProcessMemory`], and hands every event, with what it changed, to each
+//! [`Consumer`] in turn. Events after the window's end are neither replayed
+//! nor handed out; events before its start are replayed, so that the memory
+//! at the start is right, and handed out marked as before the window, for
+//! consumers that build state from them. Adding an output means writing a
+//! consumer, not another loop.
+
+use super::event_stream::EventStream;
+use super::replay::{Change, ProcessMemory};
+use super::trace_index::{ProcessIndex, TraceIndex};
+use super::window::Window;
+use crate::system::progress::Progress;
+use cudatrace_events::Event;
+use std::io;
+
+/// One event, as the replay hands it to consumers.
+pub struct Step<'a> {
+    /// The process's index in [`TraceIndex::processes`].
+    pub process: usize,
+    /// The process.
+    pub info: &'a ProcessIndex,
+    /// The event.
+    pub event: &'a Event,
+    /// What the event changed in the process's memory; always empty in a
+    /// replay made [`Replay::events_only`].
+    pub changes: &'a [Change],
+    /// The process's memory after the event.
+    pub memory: &'a ProcessMemory,
+    /// The event is before the window's start: replayed for the state it
+    /// leaves, not for output.
+    pub before_window: bool,
+}
+
+/// Whatever takes in a replay's events.
+pub trait Consumer {
+    /// Takes one event. An error (an output that cannot be written) ends
+    /// the replay.
+    fn step(&mut self, step: &Step) -> io::Result<()>;
+}
+
+/// Consumers that cannot fail: a closure over each step.
+impl<F: FnMut(&Step)> Consumer for F {
+    fn step(&mut self, step: &Step) -> io::Result<()> {
+        self(step);
+        Ok(())
+    }
+}
+
+/// What a replay leaves.
+pub struct Replayed {
+    /// Each process's memory at the end (untouched for processes not
+    /// selected, or in a replay made [`Replay::events_only`]).
+    pub memories: Vec<ProcessMemory>,
+    /// Blocks of events that could not be read again (the file changed
+    /// while it was read).
+    pub stream_errors: Vec<String>,
+}
+
+/// One pass over a trace, configured before [`Replay::run`].
+pub struct Replay<'a> {
+    index: &'a TraceIndex,
+    progress: &'a Progress,
+    window: Window,
+    selected: Option<Vec<bool>>,
+    replays_memory: bool,
+}
+
+impl<'a> Replay<'a> {
+    /// A pass over every event of every process, replaying memory, that
+    /// ticks `progress` once an event.
+    pub fn new(index: &'a TraceIndex, progress: &'a Progress) -> Replay<'a> {
+        Replay {
+            index,
+            progress,
+            window: Window::default(),
+            selected: None,
+            replays_memory: true,
+        }
+    }
+
+    /// Covers only `window` (see the module documentation).
+    pub fn window(mut self, window: Window) -> Replay<'a> {
+        self.window = window;
+        self
+    }
+
+    /// Covers only these processes (indices in [`TraceIndex::processes`]).
+    pub fn only(mut self, processes: &[usize]) -> Replay<'a> {
+        let mut selected = vec![false; self.index.processes.len()];
+        for &process in processes {
+            selected[process] = true;
+        }
+        self.selected = Some(selected);
+        self
+    }
+
+    /// Hands out the events without replaying memory, for passes that read
+    /// the events alone.
+    pub fn events_only(mut self) -> Replay<'a> {
+        self.replays_memory = false;
+        self
+    }
+
+    /// Runs the pass, handing each event to every consumer in order.
+    pub fn run(&self, consumers: &mut [&mut dyn Consumer]) -> io::Result<Replayed> {
+        let index = self.index;
+        let mut memories: Vec<ProcessMemory> = index.processes.iter().map(|_| ProcessMemory::default()).collect();
+        let mut changes = Vec::new();
+        let mut stream = EventStream::new(index);
+        for (process, event) in &mut stream {
+            self.progress.tick();
+            if self.selected.as_ref().is_some_and(|selected| !selected[process]) || self.window.is_after(event.time_ns)
+            {
+                continue;
+            }
+            changes.clear();
+            let memory = &mut memories[process];
+            if self.replays_memory {
+                memory.apply(&event, &mut changes);
+            }
+            let step = Step {
+                process,
+                info: &index.processes[process],
+                event: &event,
+                changes: &changes,
+                memory,
+                before_window: self.window.is_before(event.time_ns),
+            };
+            for consumer in consumers.iter_mut() {
+                consumer.step(&step)?;
+            }
+        }
+        Ok(Replayed {
+            memories,
+            stream_errors: stream.errors,
+        })
+    }
+}

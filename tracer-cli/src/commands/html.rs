@@ -1,0 +1,30 @@
+//! `cudatrace html`: the trace as one self-contained HTML page (see
+//! [`crate::outputs::html_page`]).
+
+use crate::analysis::TraceIndex;
+use crate::commands::arguments::HtmlArgs;
+use crate::outputs::{html_page, say_what_the_trace_lacks};
+use crate::system::failure::Failure;
+use crate::system::output_file::{is_private, OutputFile};
+use crate::system::progress::Progress;
+use crate::system::terminal::say;
+use std::io::Write;
+
+/// `cudatrace html`; 1 if the trace is damaged.
+pub fn command(args: HtmlArgs) -> Result<u8, Failure> {
+    let index = TraceIndex::read(&args.trace)?;
+    let path = args.output.clone().unwrap_or_else(|| args.trace.with_extension("html"));
+    let progress = Progress::new("html", index.events * 2);
+    let (page, stream_errors) =
+        html_page::page(&index, args.view.frames, &progress).map_err(|e| format!("{}: {e}", args.trace.display()))?;
+    drop(progress);
+    let mut output = OutputFile::create(&path, is_private(&args.trace), args.replace.force)?;
+    if let Err(e) = output.file().write_all(page.as_bytes()) {
+        output.abandon();
+        return Err(format!("cannot write {}: {e}", path.display()).into());
+    }
+    output.finish()?;
+    println!("{}", path.display());
+    say("cudatrace: open the page in a browser; it needs no network");
+    Ok(say_what_the_trace_lacks(&index, &stream_errors))
+}

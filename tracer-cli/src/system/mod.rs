@@ -1,0 +1,11 @@
+//! What every other layer stands on: the terminal, progress bars, files
+//! written safely, failures and their exit codes, system error names and
+//! the way numbers are written for people.
+
+pub mod errno;
+pub mod failure;
+pub mod output_file;
+pub mod progress;
+pub mod terminal;
+pub mod trace_file;
+pub mod wording;
