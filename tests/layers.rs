@@ -176,8 +176,13 @@ fn imports_of(krate: &Crate, module: &str) -> BTreeSet<String> {
     for path in paths_in(&krate.modules[module]) {
         let absolute = if let Some(rest) = path.strip_prefix("crate::") {
             rest.to_owned()
-        } else if let Some(rest) = path.strip_prefix("super::") {
-            join(&parent(module), rest)
+        } else if let Some(mut rest) = path.strip_prefix("super::") {
+            let mut base = parent(module);
+            while let Some(further) = rest.strip_prefix("super::") {
+                base = parent(&base);
+                rest = further;
+            }
+            join(&base, rest)
         } else if let Some(rest) = path.strip_prefix("self::") {
             join(module, rest)
         } else {
@@ -371,11 +376,13 @@ fn the_checker_sees_use_trees_parents_and_circles() {
             ("b".to_owned(), "fn f() { crate::a::g(); }".to_owned()),
             ("b::c".to_owned(), "use super::{x, y};".to_owned()),
             ("d".to_owned(), "fn f() { c::h() }".to_owned()),
+            ("b::c::e".to_owned(), "use super::super::x;".to_owned()),
         ]
         .into_iter()
         .collect(),
     };
     assert_eq!(imports_of(&krate, "b::c"), BTreeSet::from(["b".to_owned()]));
     assert_eq!(imports_of(&krate, "d"), BTreeSet::new());
+    assert_eq!(imports_of(&krate, "b::c::e"), BTreeSet::from(["b".to_owned()]));
     assert_eq!(circles(&edges_of(&krate)), vec![vec!["a".to_owned(), "b".to_owned()]]);
 }

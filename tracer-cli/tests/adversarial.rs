@@ -802,6 +802,29 @@ fn forked_children_that_leave_no_spool_are_named_and_the_trace_stays_complete() 
         children[0], children[1], children[2]
     );
     assert!(stdout(&text).contains(&expected), "{}", stdout(&text));
+    // On the page, the children are a note at the bottom, after every
+    // device's section, not above the answer.
+    let page_path = trace.with_extension("html");
+    let html = cudatrace(&["html", trace.to_str().unwrap(), "-o", page_path.to_str().unwrap()])
+        .output()
+        .unwrap();
+    assert!(html.status.success(), "{}", stderr(&html));
+    let page = std::fs::read_to_string(&page_path).unwrap();
+    let said = format!(
+        "<li>3 forked children left no spool (pid {}, {}, {} forked by pid {parent}): they made no CUDA call, or \
+         exec&#39;d an image that could not record and had no way to say so.</li>",
+        children[0], children[1], children[2]
+    );
+    let notes = page.find("<h2>Notes</h2>").expect("notes");
+    assert!(page[notes..].contains(&said), "{}", &page[notes..]);
+    assert_eq!(
+        page.find("forked children"),
+        Some(notes + page[notes..].find("forked children").unwrap())
+    );
+    assert!(
+        page.rfind("<h2>pid ").unwrap() < notes,
+        "a note above a device's section"
+    );
     // The same without run.
     let dir = scratch_dir("plain-idle-children");
     let plain = dir.join("tree.trace");

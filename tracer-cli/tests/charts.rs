@@ -19,12 +19,20 @@ struct SeenChart {
     class: String,
     peak_bytes: u64,
     peak_bin: usize,
+    /// The bin the chart opens on: its process's first memory event.
+    first_bin: usize,
+    /// Where the plot's view starts, in SVG units.
+    view_x: String,
+    /// The page offers the whole run beside the opening view.
+    whole_run_button: bool,
     ticks: Vec<u64>,
     tick_labels: Vec<(u64, String)>,
     /// (name, bytes at the peak) per legend entry.
     legend: Vec<(String, u64)>,
     /// (name, value per bin, value at the end) per series.
     series: Vec<(String, Vec<u64>, u64)>,
+    /// Each bin's start, in seconds since the trace's start.
+    times: Vec<f64>,
 }
 
 fn attribute<'a>(text: &'a str, name: &str) -> &'a str {
@@ -84,6 +92,13 @@ fn charts_of(html: &str) -> Vec<SeenChart> {
                 class,
                 peak_bytes: attribute(chart, "data-peak-bytes").parse().unwrap(),
                 peak_bin: attribute(chart, "data-peak-bin").parse().unwrap(),
+                first_bin: attribute(chart, "data-first-bin").parse().unwrap(),
+                view_x: attribute(&chart[chart.find("<svg class=\"plot\"").unwrap()..], "viewBox")
+                    .split(' ')
+                    .next()
+                    .unwrap()
+                    .to_string(),
+                whole_run_button: chart.contains("<button type=\"button\" class=\"whole\">show the whole run</button>"),
                 ticks: attribute(chart, "data-y-ticks")
                     .split(',')
                     .map(|t| t.parse().unwrap())
@@ -91,6 +106,12 @@ fn charts_of(html: &str) -> Vec<SeenChart> {
                 tick_labels,
                 legend,
                 series,
+                times: data["times"]
+                    .as_array()
+                    .unwrap()
+                    .iter()
+                    .map(|t| t.as_f64().unwrap())
+                    .collect(),
             }
         })
         .collect()
@@ -99,6 +120,11 @@ fn charts_of(html: &str) -> Vec<SeenChart> {
 impl SeenChart {
     fn total(&self, bin: usize) -> u64 {
         self.series.iter().map(|(_, values, _)| values[bin]).sum()
+    }
+
+    /// The bin `seconds` (since the trace's start) falls in.
+    fn bin_at(&self, seconds: f64) -> usize {
+        self.times.iter().rposition(|&start| start <= seconds).unwrap_or(0)
     }
 
     fn highest_total(&self) -> u64 {
@@ -145,6 +171,36 @@ fn of_every_process<'a>(report: &'a Value, key: &str) -> Vec<&'a Value> {
         .collect()
 }
 
+/// Each process's first memory event, in seconds since the trace's start
+/// (the header's start, or the first process's if that came first), by the
+/// process's number in the trace.
+fn first_memory_events(trace: &Path) -> Vec<Option<f64>> {
+    let dump = stdout(&cudatrace(&["dump", trace.to_str().unwrap()]).output().unwrap());
+    let mut starts = Vec::new();
+    let mut first: Vec<Option<u64>> = Vec::new();
+    for line in dump.lines() {
+        let record: Value = serde_json::from_str(line).unwrap();
+        for start in ["/header/start_monotonic_ns", "/process/start_monotonic_ns"] {
+            starts.extend(record.pointer(start).and_then(Value::as_u64));
+        }
+        let op = record["op"].as_str().and_then(cudatrace_events::Op::from_name);
+        if !op.is_some_and(|op| op.is_memory_event()) {
+            continue;
+        }
+        let process = record["process"].as_u64().unwrap() as usize;
+        if first.len() <= process {
+            first.resize(process + 1, None);
+        }
+        let time_ns = record["time_ns"].as_u64().unwrap();
+        first[process] = Some(first[process].map_or(time_ns, |f| f.min(time_ns)));
+    }
+    let origin = starts.into_iter().min().unwrap();
+    first
+        .into_iter()
+        .map(|time_ns| time_ns.map(|t| t.saturating_sub(origin) as f64 / 1e9))
+        .collect()
+}
+
 /// Every chart of `html` against the report of `trace`.
 fn check_charts(label: &str, trace: &Path, html: &str) {
     let (report, _) = report_json_with_stacks(trace);
@@ -172,6 +228,14 @@ fn check_charts(label: &str, trace: &Path, html: &str) {
             "{label}: {chart:?}"
         );
         assert!(*chart.ticks.last().unwrap() >= chart.peak_bytes, "{label}");
+        // The chart opens at its process's first memory event, the whole
+        // run one click away; the plot is 900 units wide over 600 bins.
+        assert_eq!(
+            chart.view_x,
+            format!("{:.1}", chart.first_bin as f64 * 900.0 / 599.0),
+            "{label}"
+        );
+        assert_eq!(chart.whole_run_button, chart.first_bin > 0, "{label}");
         // Each legend entry is a drawn series, with its bytes at the peak's bin.
         assert_eq!(chart.legend.len(), chart.series.len(), "{label}");
         for ((name, at_peak), (series, values, _)) in chart.legend.iter().zip(&chart.series) {
@@ -183,6 +247,39 @@ fn check_charts(label: &str, trace: &Path, html: &str) {
     // report's peak, where the marker is, their legend the report's call
     // sites at the peak.
     let site_charts: Vec<&SeenChart> = charts.iter().filter(|c| c.class == "chart").collect();
+    // Every chart opens at its process's first memory event, not at the
+    // trace's start: charts come per process in the report's order, and
+    // within one, per device.
+    let first_events = first_memory_events(trace);
+    let owners_of = |key: &str, keep: fn(&Value) -> bool| -> Vec<usize> {
+        let processes = report["processes"].as_array().unwrap().iter().enumerate();
+        processes
+            .flat_map(|(number, p)| {
+                let items = p
+                    .pointer(key)
+                    .and_then(Value::as_array)
+                    .map_or(0, |items| items.iter().filter(|item| keep(item)).count());
+                std::iter::repeat_n(number, items)
+            })
+            .collect()
+    };
+    for (class, key, keep) in [
+        ("chart", "/devices", (|_: &Value| true) as fn(&Value) -> bool),
+        ("chart owners", "/footprint", |f: &Value| !f["at_peak"].is_null()),
+        ("chart tensors", "/tensors/devices", |_: &Value| true),
+    ] {
+        let of_class: Vec<&SeenChart> = charts.iter().filter(|c| c.class == class).collect();
+        let processes = owners_of(key, keep);
+        assert_eq!(of_class.len(), processes.len(), "{label}: {class}");
+        for (chart, process) in of_class.iter().zip(processes) {
+            let first = first_events[process].expect("a charted process has a memory event");
+            assert_eq!(
+                chart.first_bin,
+                chart.bin_at(first),
+                "{label}: {class} of process {process}"
+            );
+        }
+    }
     let devices = of_every_process(&report, "/devices");
     assert_eq!(site_charts.len(), devices.len(), "{label}");
     // The text lists the call sites at the peak for each process and

@@ -283,6 +283,25 @@ fn perfetto_and_html_draw_each_owner_and_category() {
     );
     let page = std::fs::read_to_string(&html_path).unwrap();
     assert!(page.contains("<h2>Where the memory went: pid "), "no footprint section");
+    // The table is a table: its first rows, at exit, are the reference and
+    // the largest owner.
+    let table = &page[page.find("<table class=\"footprint\">").expect("a footprint table")..];
+    let table = &table[..table.find("</table>").unwrap()];
+    let at_exit: Vec<String> = table
+        .split("<tr>")
+        .skip(2)
+        .take(2)
+        .map(|row| row.split("</td>").take(3).collect::<Vec<_>>().join("</td>"))
+        .collect();
+    assert_eq!(
+        at_exit,
+        [
+            "<td>driver-used (NVML, this process)</td><td class=\"num\">358.0 MiB</td><td class=\"num\">100.0%",
+            "<td>explain</td><td class=\"num\">7.0 MiB</td><td class=\"num\">2.0%",
+        ]
+    );
+    // This run's footprint has no notes, so the page has none.
+    assert!(!page.contains("<h2>Notes</h2>"));
     let data_start = page.find("<script type=\"application/json\" class=\"data\">").unwrap();
     let data = &page[data_start..];
     let data = &data[data.find('>').unwrap() + 1..data.find("</script>").unwrap()];

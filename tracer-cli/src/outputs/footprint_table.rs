@@ -169,6 +169,48 @@ fn reference_name(breakdown: Option<&Breakdown>) -> &'static str {
     }
 }
 
+/// The reference row, then the owners' and the categories' rows.
+fn all_rows(footprint: &DeviceFootprint) -> Vec<Row> {
+    let (exit, peak) = (footprint.at_exit.as_ref(), footprint.at_peak.as_ref());
+    let reference = |b: Option<&Breakdown>| b.map(|b| b.reference.bytes as i64);
+    let mut lines = vec![Row {
+        name: reference_name(exit.or(peak)).into(),
+        at_exit: reference(exit),
+        at_peak: reference(peak),
+    }];
+    lines.extend(rows(footprint));
+    lines
+}
+
+/// The lines under the rows: how much is explained, which reading each
+/// column stands on, and PyTorch's figures where `tensors` were recorded.
+fn summary_lines(footprint: &DeviceFootprint, origin_ns: u64, tensors: Option<&TensorStats>) -> Vec<String> {
+    let (exit, peak) = (footprint.at_exit.as_ref(), footprint.at_peak.as_ref());
+    let explained =
+        |b: Option<&Breakdown>| b.map_or_else(|| "-".to_string(), |b| format!("{:.1}%", b.explained_percent()));
+    let mut lines = vec![format!(
+        "explained: {} at exit, {} at peak",
+        explained(exit),
+        explained(peak)
+    )];
+    if let Some(exit) = exit {
+        lines.push(reading_text("at exit,", exit, origin_ns));
+    }
+    if let Some(peak) = peak {
+        lines.push(reading_text("at peak,", peak, origin_ns));
+    }
+    if let Some(tensors) = tensors {
+        lines.push(format!(
+            "PyTorch's tensors: {} allocated at exit; allocated peak {} at {} ({} reserved then)",
+            bytes(tensors.now.allocated),
+            bytes(tensors.allocated_peak.allocated),
+            seconds(tensors.allocated_peak.time_ns, origin_ns),
+            bytes(tensors.allocated_peak.reserved)
+        ));
+    }
+    lines
+}
+
 /// The table for one process and device, in text; times in seconds since
 /// `origin_ns`, and PyTorch's figures on the device where `tensors` were
 /// recorded.
@@ -179,13 +221,7 @@ pub fn text(
     tensors: Option<&TensorStats>,
 ) -> String {
     let (exit, peak) = (footprint.at_exit.as_ref(), footprint.at_peak.as_ref());
-    let reference = |b: Option<&Breakdown>| b.map(|b| b.reference.bytes as i64);
-    let mut lines = vec![Row {
-        name: reference_name(exit.or(peak)).into(),
-        at_exit: reference(exit),
-        at_peak: reference(peak),
-    }];
-    lines.extend(rows(footprint));
+    let lines = all_rows(footprint);
     let width = lines
         .iter()
         .map(|row| row.name.chars().count())
@@ -207,30 +243,48 @@ pub fn text(
             cell(row.at_peak, peak)
         );
     }
-    let explained =
-        |b: Option<&Breakdown>| b.map_or_else(|| "-".to_string(), |b| format!("{:.1}%", b.explained_percent()));
-    out += &format!(
-        "  explained: {} at exit, {} at peak\n",
-        explained(exit),
-        explained(peak)
-    );
-    if let Some(exit) = exit {
-        out += &format!("  {}\n", reading_text("at exit,", exit, origin_ns));
-    }
-    if let Some(peak) = peak {
-        out += &format!("  {}\n", reading_text("at peak,", peak, origin_ns));
-    }
-    if let Some(tensors) = tensors {
-        out += &format!(
-            "  PyTorch's tensors: {} allocated at exit; allocated peak {} at {} ({} reserved then)\n",
-            bytes(tensors.now.allocated),
-            bytes(tensors.allocated_peak.allocated),
-            seconds(tensors.allocated_peak.time_ns, origin_ns),
-            bytes(tensors.allocated_peak.reserved)
-        );
+    for line in summary_lines(footprint, origin_ns, tensors) {
+        out += &format!("  {line}\n");
     }
     for note in &footprint.notes {
         out += &format!("  note: {note}\n");
+    }
+    out
+}
+
+/// The same table as HTML rows (bytes and share per column), with its
+/// summary lines below it; `escape` makes text safe for HTML. The notes
+/// are left to the caller.
+pub fn html(
+    footprint: &DeviceFootprint,
+    origin_ns: u64,
+    tensors: Option<&TensorStats>,
+    escape: fn(&str) -> String,
+) -> String {
+    let (exit, peak) = (footprint.at_exit.as_ref(), footprint.at_peak.as_ref());
+    let cells = |value: Option<i64>, of: Option<&Breakdown>| match (value, of) {
+        (Some(value), Some(b)) if b.reference.bytes > 0 => format!(
+            "<td class=\"num\">{}</td><td class=\"num\">{:.1}%</td>",
+            signed_bytes(value),
+            value as f64 * 100.0 / b.reference.bytes as f64
+        ),
+        (Some(value), _) => format!("<td class=\"num\">{}</td><td></td>", signed_bytes(value)),
+        (None, _) => "<td class=\"num\">-</td><td></td>".to_string(),
+    };
+    let mut out = String::from(
+        "<table class=\"footprint\"><tr><th></th><th colspan=\"2\">live at exit</th><th colspan=\"2\">at peak</th></tr>\n",
+    );
+    for row in all_rows(footprint) {
+        out += &format!(
+            "<tr><td>{}</td>{}{}</tr>\n",
+            escape(&row.name),
+            cells(row.at_exit, exit),
+            cells(row.at_peak, peak)
+        );
+    }
+    out += "</table>\n";
+    for line in summary_lines(footprint, origin_ns, tensors) {
+        out += &format!("<p class=\"note\">{}</p>\n", escape(&line));
     }
     out
 }

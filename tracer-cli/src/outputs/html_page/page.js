@@ -1,5 +1,7 @@
 // Hover and zoom for the charts of a cudatrace HTML report. Each chart's
 // data is in a JSON script beside it: times (s), series values per bin.
+// A chart opens on the span from its process's first memory event (the
+// viewBox the page was written with); its button shows the whole run.
 (function () {
   "use strict";
   function bytes(n) {
@@ -13,8 +15,20 @@
     const svg = chart.querySelector("svg.plot");
     const tip = chart.querySelector(".tip");
     const full = [0, 0, data.width, data.height];
-    let view = full.slice();
+    const initial = svg.getAttribute("viewBox").split(" ").map(Number);
+    const from = chart.querySelector(".axis .from");
+    const fromText = from.textContent;
+    const whole = chart.querySelector("button.whole");
+    let view = initial.slice();
     let dragFrom = null;
+    function show(next) {
+      view = next.slice();
+      svg.setAttribute("viewBox", view.join(" "));
+      const last = data.times.length - 1;
+      const seconds = data.times[last] * view[0] / data.width;
+      from.textContent = view[0] === initial[0] ? fromText : seconds.toFixed(3) + " s";
+      if (whole) whole.textContent = view[0] === 0 && view[2] === data.width ? "from the first memory event" : "show the whole run";
+    }
     chart.dataset.seriesCount = String(svg.querySelectorAll("path.series").length);
     function xToBin(clientX) {
       const box = svg.getBoundingClientRect();
@@ -44,13 +58,14 @@
       const b = view[0] + (Math.max(dragFrom, e.clientX) - box.left) / box.width * view[2];
       dragFrom = null;
       if (b - a < 2) return;
-      view = [a, 0, b - a, data.height];
-      svg.setAttribute("viewBox", view.join(" "));
+      show([a, 0, b - a, data.height]);
     });
-    svg.addEventListener("dblclick", function () {
-      view = full.slice();
-      svg.setAttribute("viewBox", view.join(" "));
-    });
+    svg.addEventListener("dblclick", function () { show(initial); });
+    if (whole) {
+      whole.addEventListener("click", function () {
+        show(view[0] === 0 && view[2] === data.width ? initial : full);
+      });
+    }
   });
   document.body.dataset.ready = "1";
 })();

@@ -1,0 +1,186 @@
+//! Drawing a filled chart: the series stacked as SVG paths over time with
+//! a y-axis in bytes, the peak marked at its moment, the state at the end
+//! in a bar beside it, and the figures as JSON for the page's script.
+
+use super::chart::{Chart, BINS, SERIES};
+use super::html_text::escape;
+use crate::system::wording::bytes;
+use std::fmt::Write as _;
+
+/// Chart size in SVG units.
+const WIDTH: f64 = 900.0;
+const HEIGHT: f64 = 260.0;
+const COLORS: [&str; SERIES + 5] = [
+    "#4e79a7", "#f28e2b", "#e15759", "#76b7b2", "#59a14f", "#edc948", "#b07aa1", "#ff9da7", "#bab0ac", "#9c755f",
+    "#86bcb6", "#d37295", "#79706e",
+];
+
+/// Ticks of a y-axis that reaches at least `top` bytes: four to eight
+/// steps of 1, 2 or 5 times a power of ten of one unit (B, KiB, MiB, …).
+pub(super) fn y_ticks(top: u64) -> Vec<u64> {
+    let top = top.max(1);
+    let mut unit = 1u64;
+    while unit < (1 << 40) && top / unit >= 1024 {
+        unit <<= 10;
+    }
+    let in_units = top as f64 / unit as f64;
+    let mut step = 1u64;
+    'search: for power in [1u64, 10, 100, 1000] {
+        for factor in [1u64, 2, 5] {
+            step = factor * power;
+            if in_units / step as f64 <= 6.0 {
+                break 'search;
+            }
+        }
+    }
+    // Under one unit (fewer than 1024 bytes), steps of whole bytes.
+    let step = (step * unit).max(1);
+    let steps = top.div_ceil(step);
+    (0..=steps).map(|k| k.saturating_mul(step)).collect()
+}
+
+/// One chart: the series stacked over time with a y-axis in bytes, the
+/// peak marked at its moment, and the state at the end beside it. It opens
+/// on the span from `first_ns` (the process's first memory event, within
+/// one bin) to the end; the whole run is one click away.
+pub(super) fn chart_html(chart: &Chart, class: &str, peak: u64, peak_time_ns: u64, first_ns: Option<u64>) -> String {
+    let columns = chart.columns();
+    let highest = columns
+        .iter()
+        .map(|c| c.iter().fold(0u64, |sum, v| sum.saturating_add(*v)))
+        .max()
+        .unwrap_or(0);
+    let ticks = y_ticks(highest.max(peak));
+    let axis_top = *ticks.last().unwrap_or(&1) as f64;
+    let x = |bin: usize| bin as f64 * WIDTH / (BINS - 1) as f64;
+    let y = |value: u64| HEIGHT - value as f64 / axis_top * HEIGHT;
+    // At least two bins stay in view, so that the view is never empty.
+    let first_bin = first_ns.map_or(0, |time_ns| chart.bin_of(time_ns)).min(BINS - 2);
+    let view_x = x(first_bin);
+    // The peak's level mark is as wide on screen however much is in view.
+    let peak_level_half = 24.0 * (WIDTH - view_x) / WIDTH;
+    let mut svg = format!(
+        "<svg class=\"plot\" viewBox=\"{view_x:.1} 0 {:.1} {HEIGHT}\" preserveAspectRatio=\"none\" xmlns=\"http://www.w3.org/2000/svg\">",
+        WIDTH - view_x
+    );
+    for &tick in &ticks[1..] {
+        let _ = write!(
+            svg,
+            "<line class=\"grid\" x1=\"0\" x2=\"{WIDTH}\" y1=\"{0:.1}\" y2=\"{0:.1}\" stroke=\"#e4e4e4\" vector-effect=\"non-scaling-stroke\"/>",
+            y(tick)
+        );
+    }
+    let mut exit_bar = format!("<svg class=\"exit\" viewBox=\"0 0 40 {HEIGHT}\" preserveAspectRatio=\"none\" xmlns=\"http://www.w3.org/2000/svg\">");
+    let mut legend = String::new();
+    let mut data_series = Vec::new();
+    let mut below = vec![0u64; BINS];
+    let mut below_at_exit = 0u64;
+    let peak_offset = peak_time_ns.saturating_sub(chart.t0).min(chart.span);
+    let peak_bin = chart.bin_of(peak_time_ns);
+    for (series, name) in chart.names.iter().enumerate() {
+        if columns.iter().all(|c| c[series] == 0) && chart.current[series] == 0 {
+            continue;
+        }
+        let color = COLORS[series.min(COLORS.len() - 1)];
+        let mut path = String::new();
+        for (bin, column) in columns.iter().enumerate() {
+            let _ = write!(
+                path,
+                "{}{:.1},{:.1}",
+                if bin == 0 { "M" } else { "L" },
+                x(bin),
+                y(below[bin].saturating_add(column[series]))
+            );
+        }
+        for bin in (0..BINS).rev() {
+            let _ = write!(path, "L{:.1},{:.1}", x(bin), y(below[bin]));
+        }
+        path.push('Z');
+        let _ = write!(
+            svg,
+            "<path class=\"series\" data-series=\"{series}\" fill=\"{color}\" fill-opacity=\"0.85\" d=\"{path}\"><title>{}</title></path>",
+            escape(name)
+        );
+        let at_exit = chart.current[series];
+        let _ = write!(
+            exit_bar,
+            "<rect x=\"4\" width=\"32\" y=\"{:.1}\" height=\"{:.1}\" fill=\"{color}\" fill-opacity=\"0.85\"><title>{}: {} at the end</title></rect>",
+            y(below_at_exit.saturating_add(at_exit)),
+            y(below_at_exit) - y(below_at_exit.saturating_add(at_exit)),
+            escape(name),
+            bytes(at_exit)
+        );
+        below_at_exit = below_at_exit.saturating_add(at_exit);
+        let at_peak = columns.get(peak_bin).map_or(0, |c| c[series]);
+        let _ = write!(
+            legend,
+            "<span data-bytes-at-peak=\"{at_peak}\"><i style=\"background:{color}\"></i><b>{}</b> {} at the peak, {} at the end</span>",
+            escape(name),
+            bytes(at_peak),
+            bytes(at_exit)
+        );
+        for (bin, column) in columns.iter().enumerate() {
+            below[bin] = below[bin].saturating_add(column[series]);
+        }
+        data_series
+            .push(serde_json::json!({"name": name, "values": columns.iter().map(|c| c[series]).collect::<Vec<u64>>(), "at_end": at_exit}));
+    }
+    let _ = write!(
+        svg,
+        "<line class=\"peak\" x1=\"{0:.1}\" x2=\"{0:.1}\" y1=\"0\" y2=\"{HEIGHT}\" stroke=\"#d00\" stroke-dasharray=\"4 3\" vector-effect=\"non-scaling-stroke\"><title>peak {1}</title></line><line class=\"peak-level\" x1=\"{2:.1}\" x2=\"{3:.1}\" y1=\"{4:.1}\" y2=\"{4:.1}\" stroke=\"#d00\" stroke-width=\"2\" vector-effect=\"non-scaling-stroke\"/></svg>",
+        x(peak_bin),
+        bytes(peak),
+        (x(peak_bin) - peak_level_half).max(0.0),
+        (x(peak_bin) + peak_level_half).min(WIDTH),
+        y(peak)
+    );
+    exit_bar += "</svg>";
+    let mut y_axis = String::new();
+    for &tick in &ticks {
+        let _ = write!(
+            y_axis,
+            "<span class=\"ytick\" data-bytes=\"{tick}\" style=\"bottom:{:.2}%\">{}</span>",
+            tick as f64 / axis_top * 100.0,
+            bytes(tick)
+        );
+    }
+    let seconds = |ns: u64| ns as f64 / 1e9;
+    let times: Vec<f64> = (0..BINS)
+        .map(|bin| seconds(chart.span) * bin as f64 / (BINS - 1) as f64)
+        .collect();
+    let data = serde_json::json!({"width": WIDTH, "height": HEIGHT, "times": times, "series": data_series});
+    // `</` inside a script would end it early.
+    let data = data.to_string().replace("</", "<\\/");
+    let ticks_text: Vec<String> = ticks.iter().map(u64::to_string).collect();
+    let (from, whole) = if first_bin == 0 {
+        ("0 s (the trace's start)".to_string(), String::new())
+    } else {
+        (
+            format!("{} (the first memory event)", duration(bin_offset(chart, first_bin))),
+            " <button type=\"button\" class=\"whole\">show the whole run</button>".to_string(),
+        )
+    };
+    format!(
+        "<div class=\"{class}\" data-expected-series=\"{}\" data-peak-bytes=\"{peak}\" data-peak-bin=\"{peak_bin}\" data-first-bin=\"{first_bin}\" data-y-ticks=\"{}\"><div class=\"plotrow\"><div class=\"yaxis\">{y_axis}</div>{svg}{exit_bar}</div><div class=\"axis\"><span class=\"from\">{}</span><span>peak {} at {} (red lines); drag to zoom, double-click to go back{whole}</span><span>{} (the bar on the right: the end)</span></div><div class=\"legend\">{legend}</div><div class=\"tip\"></div><script type=\"application/json\" class=\"data\">{data}</script></div>\n",
+        data_series.len(),
+        ticks_text.join(","),
+        escape(&from),
+        bytes(peak),
+        duration(peak_offset),
+        duration(chart.span)
+    )
+}
+
+/// Nanoseconds from the chart's start to the start of `bin`.
+fn bin_offset(chart: &Chart, bin: usize) -> u64 {
+    (chart.span as u128 * bin as u128 / (BINS as u128 - 1)) as u64
+}
+
+/// `1.234 s`, or `12.345 ms` under a second.
+pub(super) fn duration(ns: u64) -> String {
+    if ns < 1_000_000_000 {
+        format!("{:.3} ms", ns as f64 / 1e6)
+    } else {
+        format!("{:.3} s", ns as f64 / 1e9)
+    }
+}

@@ -1,0 +1,53 @@
+//! One process's snapshot while it is made, and what the format has no
+//! place for.
+
+use super::fragment::Fragment;
+use super::viewer_state::ViewerState;
+use crate::analysis::ProcessMemory;
+use std::collections::{BTreeMap, HashSet};
+use std::path::{Path, PathBuf};
+
+/// What the format has no place for, counted.
+#[derive(Default)]
+pub(super) struct LeftOut {
+    pub(super) pinned_host: (u64, u64),
+    pub(super) arrays: (u64, u64),
+    pub(super) ipc_imports: u64,
+    pub(super) unknown_device: (u64, u64),
+    pub(super) unmapped_vmm_at_end: (u64, u64),
+    pub(super) before_window: u64,
+    pub(super) over_max_events: u64,
+    /// Tensors PyTorch placed outside any segment it was seen to make.
+    pub(super) tensors_outside: u64,
+    /// Some segment was PyTorch's.
+    pub(super) torch_segments: bool,
+    /// Tensors whose blocks fit no free block of PyTorch's default rules.
+    pub(super) block_misses: u64,
+}
+
+/// One process's snapshot being written.
+pub struct ProcessSnapshot {
+    pub(super) process: usize,
+    pub(super) path: PathBuf,
+    pub(super) memory: ProcessMemory,
+    pub(super) state: ViewerState,
+    /// Per device: the pickled trace entries, in a file of their own until
+    /// the snapshot is put together.
+    pub(super) devices: BTreeMap<u8, Fragment>,
+    pub(super) left_out: LeftOut,
+    /// Entries in the window, from the counting pass; entries still to
+    /// skip to keep the newest `--max-events`.
+    pub(super) to_skip: u64,
+    pub(super) entries_written: u64,
+    /// The highest device any entry was for, written or not.
+    pub(super) highest_device: Option<u8>,
+    /// Sequence numbers of the driver events that made PyTorch's segments.
+    pub(super) claimed: HashSet<u64>,
+}
+
+impl ProcessSnapshot {
+    /// Where its pickle goes.
+    pub fn path(&self) -> &Path {
+        &self.path
+    }
+}
