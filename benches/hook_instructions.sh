@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # Instructions our library executes per cudaMallocAsync + cudaFreeAsync pair,
 # counted by valgrind's callgrind over the fake CUDA runtime and driver:
-# scenario z's loop (tests/gpu/diagnostics/fake_hook_cost.c), traced with
+# scenario z's loop (tests/gpu/dev/fake_hook_cost.c), traced with
 # the given stack setting. A count, not a time: it does not move from run
 # to run, so a change to the hot path shows here exactly even where timings
 # cannot tell it apart. Under valgrind the library finds no invariant TSC
@@ -25,7 +25,7 @@ fake=${FAKE_CUDA_OUT:-$(ls -td "$root"/target/*/build/fake-cuda-*/out 2>/dev/nul
 [ -f "$fake/lib/libcudart.so.13" ] || { echo "hook_instructions: no fake CUDA build: run cargo build --release" >&2; exit 2; }
 work=$(mktemp -d)
 trap 'rm -rf "$work"' EXIT
-gcc -O2 -fno-omit-frame-pointer -o "$work/loop" "$root/tests/gpu/diagnostics/fake_hook_cost.c" \
+gcc -O2 -fno-omit-frame-pointer -o "$work/loop" "$root/tests/gpu/dev/fake_hook_cost.c" \
     -L"$fake/lib" -lcudart -Wl,-rpath,"$fake/lib"
 mkdir "$work/spool"
 # 2,000 + 2,000 warm-up pairs, then 2 repetitions of 20,000 at each of two depths.

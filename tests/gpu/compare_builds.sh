@@ -11,7 +11,7 @@
 # With a CLI (the `cudatrace` of the same build), the build's loop runs
 # under `CLI run`, whose collector empties the spool as it goes; without,
 # with plain LD_PRELOAD and the spools kept in a folder.
-# A diagnostic build (`git apply tests/gpu/diagnostics/phase-timing.patch`,
+# A diagnostic build (`git apply tests/gpu/dev/phase-timing.patch`,
 # then `cargo build --release` and copy the library away; never commit it)
 # prints each phase's mean ns per event at exit: its "PHASES" lines are
 # printed after the table, under the build's name.

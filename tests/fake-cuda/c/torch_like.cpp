@@ -337,7 +337,7 @@ void bench() {
     const char *pollute_text = std::getenv("FAKE_TORCH_BENCH_POLLUTE_KIB");
     size_t pollute = pollute_text ? size_t(std::atol(pollute_text)) * 1024 : 0;
     std::vector<unsigned char> junk(pollute);
-    // The call-timing diagnostic build's window (tests/gpu/diagnostics), if preloaded.
+    // The call-timing diagnostic build's window (tests/gpu/dev), if preloaded.
     auto mark = reinterpret_cast<void (*)(uint64_t)>(dlsym(RTLD_DEFAULT, "cudatrace_call_timing_mark"));
     if (mark) mark(0);
     double ns = 0;

@@ -1,5 +1,5 @@
 // Scenario z's loop, shared by hook_cost.cu (the real CUDA runtime) and
-// diagnostics/fake_hook_cost.c (the fake one): cudaMallocAsync +
+// dev/fake_hook_cost.c (the fake one): cudaMallocAsync +
 // cudaFreeAsync pairs on `stream`, called 1 and 32 native frames deep in
 // alternating repetitions. The includer declares cudaStream_t,
 // cudaMallocAsync and cudaFreeAsync first (from cuda_runtime.h, or by hand).

@@ -39,7 +39,7 @@ def step():
 for _ in range(5):
     step()
 torch.cuda.synchronize()
-# The call-timing diagnostic build of the tracer (tests/gpu/diagnostics/
+# The call-timing diagnostic build of the tracer (tests/gpu/dev/
 # call-timing.patch), when preloaded, measures its own time over the
 # measured steps; any other process has no such function.
 import ctypes  # noqa: E402

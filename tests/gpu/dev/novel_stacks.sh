@@ -6,7 +6,7 @@
 # earlier step had, with the frames of the first few of those and of the
 # earlier stack closest to each.
 #
-#   tests/gpu/diagnostics/novel_stacks.sh CUDATRACE_BIN
+#   tests/gpu/dev/novel_stacks.sh CUDATRACE_BIN
 set -euo pipefail
 here=$(cd "$(dirname "$0")/.." && pwd)
 bin=$1

@@ -2,7 +2,7 @@
 # The tracer's own time per ResNet-50 step, measured inside the process.
 #
 # ResNet-50 bs32 steps under `cudatrace run` with the call-timing build
-# (`git apply tests/gpu/diagnostics/call-timing.patch`, `cargo build
+# (`git apply tests/gpu/dev/call-timing.patch`, `cargo build
 # --release`, copy the library away; never commit it): the build times each
 # PyTorch tracker call and each hook's bookkeeping with one timer pair, in
 # per-thread counters, and takes the timer's own cost off. resnet_steps.py
@@ -20,7 +20,7 @@
 # with stacks all, python, none; tensors off with stacks all), 5-6 the
 # cudaMallocAsync backend (stacks all, none).
 #
-#   tests/gpu/diagnostics/call_costs.sh ROUNDS CLI NAME=LIB [NAME=LIB ...]
+#   tests/gpu/dev/call_costs.sh ROUNDS CLI NAME=LIB [NAME=LIB ...]
 set -euo pipefail
 here=$(cd "$(dirname "$0")/.." && pwd)
 rounds=$1 cli=$2

@@ -2,7 +2,7 @@
 # Seed 000's leak (examples/leak_zero_grad.py) on the GPU: the text report's
 # tensor call sites live at exit, and the flamegraph's largest stacks at exit.
 #
-#   tests/gpu/diagnostics/answers.sh CUDATRACE_BIN [KEEP_DIR]
+#   tests/gpu/dev/answers.sh CUDATRACE_BIN [KEEP_DIR]
 #
 # With KEEP_DIR, the trace, the text report, the HTML page and the SVG
 # flamegraph are kept there, to be looked at (the GPU machine has no browser).

@@ -5,13 +5,13 @@
 # cudaStreamQuery time (see workloads/hook_cost.cu); prints ns added a call
 # at depth 1 / 32 and the raw medians.
 #
-#   tests/gpu/diagnostics/hook_cost_parts.sh ROUNDS LIB CLI [KNOCKOUT_LIB]
+#   tests/gpu/dev/hook_cost_parts.sh ROUNDS LIB CLI [KNOCKOUT_LIB]
 #
 # Variants: plain; "off" (the library preloaded with recording off: its
 # hooks only forward); "none" (`CLI run --stacks none`, as scenario z);
 # "plain_under_run" (the plain loop under `CLI run`, the collector beside
 # it); "none_in_folder" (spools kept in a folder, no collector). With
-# KNOCKOUT_LIB (a build of `git apply tests/gpu/diagnostics/knockout.patch`,
+# KNOCKOUT_LIB (a build of `git apply tests/gpu/dev/knockout.patch`,
 # never committed), one variant for each piece of the record path skipped
 # (CUDATRACE_KNOCKOUT=clock, write, seq, live, stack, prefetch, readings;
 # runtime,stack; and all of them together; KNOCKOUTS="a b,c ..." picks
@@ -29,7 +29,7 @@ nvcc -O2 -o "$build/hook_cost" "$here/workloads/hook_cost.cu" -cudart shared
 loop=(taskset -c 2 "$build/hook_cost" 20000 5)
 fake=${FAKE_CUDA_OUT:-}
 if [ -n "$fake" ]; then
-    gcc -O2 -fno-omit-frame-pointer -o "$build/fake_hook_cost" "$here/diagnostics/fake_hook_cost.c" \
+    gcc -O2 -fno-omit-frame-pointer -o "$build/fake_hook_cost" "$here/dev/fake_hook_cost.c" \
         -L"$fake/lib" -lcudart -Wl,-rpath,"$fake/lib"
 fi
 fake_loop=(env LD_LIBRARY_PATH="$fake/lib" taskset -c 2 "$build/fake_hook_cost" 200000 5)

@@ -10,7 +10,7 @@
 # then stacks none, python and all (or those SETTINGS names) under LIB (A)
 # and LIB_B (B) side by side.
 #
-#   tests/gpu/diagnostics/tensor_phases.sh ROUNDS LIB [LIB_B]
+#   tests/gpu/dev/tensor_phases.sh ROUNDS LIB [LIB_B]
 set -euo pipefail
 here=$(cd "$(dirname "$0")/.." && pwd)
 rounds=$1 lib=$2 lib_b=${3:-}
