@@ -4,7 +4,7 @@
 //! a layer above it:
 //!
 //! lifecycle → hooks → record → stacks → spool → sys
-//! commands → outputs → collector → analysis → symbolize → system
+//! commands → collector → outputs → analysis → symbolize → system
 //!
 //! and no two files of the command share a name (but `mod.rs`).
 //!
@@ -19,7 +19,7 @@ use std::path::{Path, PathBuf};
 const LAYERS: &[&str] = &["sys", "spool", "stacks", "record", "hooks", "lifecycle"];
 
 /// The layers of `tracer-cli/src`, lowest first.
-const COMMAND_LAYERS: &[&str] = &["system", "symbolize", "analysis", "collector", "outputs", "commands"];
+const COMMAND_LAYERS: &[&str] = &["system", "symbolize", "analysis", "outputs", "collector", "commands"];
 
 /// Every crate of the workspace: their modules must not import each other
 /// in a circle.

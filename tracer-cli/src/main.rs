@@ -6,11 +6,11 @@
 //! | layer | job |
 //! | --- | --- |
 //! | [`commands`] | one module per subcommand: its arguments, the calls below, what it says on stderr |
-//! | [`outputs`] | one writer per format: report text and JSON, snapshot pickles, Perfetto JSON, the HTML page, folded stacks, diff tables |
 //! | [`collector`] | following live spools into a trace while a tree runs, and merging what a stopped collector left |
+//! | [`outputs`] | one writer per format (report text and JSON, snapshot pickles, Perfetto JSON, the HTML page, folded stacks, diff tables) and the words every sentence is made of |
 //! | [`analysis`] | the trace model and the one replay engine every output and analysis is a consumer of |
 //! | [`symbolize`] | native symbols and Python line tables, once a run is collected |
-//! | [`system`] | the terminal, progress bars, files written safely, failures, error names, numbers for people |
+//! | [`system`] | the terminal, progress bars, files written safely, failures and their exit codes, system error names |
 //!
 //! The subcommands:
 //! - `run` runs a command with `libcudatrace.so` preloaded and collects every

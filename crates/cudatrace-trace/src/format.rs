@@ -294,21 +294,7 @@ pub(crate) fn encode(record: &Record, out: &mut Vec<u8>) -> u8 {
             TAG_EVENTS
         }
         Record::ProcessEnd(e) => {
-            put(out, u64::from(e.process));
-            put_signed(out, e.exit_status.map_or(i64::MIN, i64::from));
-            put(out, e.exit_time_ns.map_or(0, |t| t.saturating_add(1)));
-            put(out, u64::from(e.still_running));
-            for v in [
-                e.unfinished_records,
-                e.unknown_frees,
-                e.registry_overflows,
-                e.dropped_records,
-            ] {
-                put(out, v);
-            }
-            put_signed(out, e.drop_errno.map_or(0, i64::from));
-            put(out, e.reserved_events);
-            put(out, e.damaged_records);
+            encode_process_end(e, out);
             TAG_PROCESS_END
         }
         Record::Refused(r) => {
@@ -340,18 +326,7 @@ pub(crate) fn encode(record: &Record, out: &mut Vec<u8>) -> u8 {
             TAG_STRING
         }
         Record::Symbols { process, nodes } => {
-            put(out, u64::from(*process));
-            put(out, nodes.len() as u64);
-            for node in nodes {
-                put(out, u64::from(node.node));
-                put(out, node.frames.len() as u64);
-                for frame in &node.frames {
-                    put(out, frame.function);
-                    put(out, frame.file);
-                    put(out, u64::from(frame.line));
-                    put(out, frame.module);
-                }
-            }
+            encode_symbols(*process, nodes, out);
             TAG_SYMBOLS
         }
         Record::Footer(f) => {
@@ -384,6 +359,39 @@ pub(crate) fn encode(record: &Record, out: &mut Vec<u8>) -> u8 {
             TAG_NVML_STATUS
         }
         Record::Unknown { tag } => *tag,
+    }
+}
+
+fn encode_process_end(e: &ProcessEnd, out: &mut Vec<u8>) {
+    put(out, u64::from(e.process));
+    put_signed(out, e.exit_status.map_or(i64::MIN, i64::from));
+    put(out, e.exit_time_ns.map_or(0, |t| t.saturating_add(1)));
+    put(out, u64::from(e.still_running));
+    for v in [
+        e.unfinished_records,
+        e.unknown_frees,
+        e.registry_overflows,
+        e.dropped_records,
+    ] {
+        put(out, v);
+    }
+    put_signed(out, e.drop_errno.map_or(0, i64::from));
+    put(out, e.reserved_events);
+    put(out, e.damaged_records);
+}
+
+fn encode_symbols(process: u32, nodes: &[NodeSymbols], out: &mut Vec<u8>) {
+    put(out, u64::from(process));
+    put(out, nodes.len() as u64);
+    for node in nodes {
+        put(out, u64::from(node.node));
+        put(out, node.frames.len() as u64);
+        for frame in &node.frames {
+            put(out, frame.function);
+            put(out, frame.file);
+            put(out, u64::from(frame.line));
+            put(out, frame.module);
+        }
     }
 }
 
@@ -501,6 +509,61 @@ fn decode_events(cursor: &mut Cursor, pid_of: &dyn Fn(u32) -> Option<u32>, packe
     Ok(Record::Events { process, events })
 }
 
+fn decode_process_end(c: &mut Cursor) -> Result<Record, String> {
+    let process = c.get_u32()?;
+    let status = c.get_signed()?;
+    let exit_status = if status == i64::MIN {
+        None
+    } else {
+        Some(i32::try_from(status).map_err(|_| "exit status out of range")?)
+    };
+    let exit_time_ns = c.get()?.checked_sub(1);
+    Ok(Record::ProcessEnd(ProcessEnd {
+        process,
+        exit_status,
+        exit_time_ns,
+        still_running: c.get()? != 0,
+        unfinished_records: c.get()?,
+        unknown_frees: c.get()?,
+        registry_overflows: c.get()?,
+        dropped_records: c.get()?,
+        drop_errno: match c.get_signed()? {
+            0 => None,
+            errno => Some(i32::try_from(errno).map_err(|_| "errno out of range")?),
+        },
+        reserved_events: c.get()?,
+        damaged_records: c.get()?,
+    }))
+}
+
+fn decode_symbols(c: &mut Cursor) -> Result<Record, String> {
+    let process = c.get_u32()?;
+    let count = c.get()?;
+    if count > c.remaining() as u64 {
+        return Err("more nodes than bytes".into());
+    }
+    let mut nodes = Vec::with_capacity(count as usize);
+    for _ in 0..count {
+        let node = c.get_u32()?;
+        let frame_count = c.get()?;
+        if frame_count > c.remaining() as u64 {
+            return Err("more frames than bytes".into());
+        }
+        let frames = (0..frame_count)
+            .map(|_| {
+                Ok(SymbolFrame {
+                    function: c.get()?,
+                    file: c.get()?,
+                    line: c.get_u32()?,
+                    module: c.get()?,
+                })
+            })
+            .collect::<Result<_, &'static str>>()?;
+        nodes.push(NodeSymbols { node, frames });
+    }
+    Ok(Record::Symbols { process, nodes })
+}
+
 /// Decodes a payload. `pid_of` maps process indexes seen so far to pids.
 pub(crate) fn decode(tag: u8, payload: &[u8], pid_of: &dyn Fn(u32) -> Option<u32>) -> Result<Record, String> {
     let mut c = Cursor::new(payload);
@@ -524,32 +587,7 @@ pub(crate) fn decode(tag: u8, payload: &[u8], pid_of: &dyn Fn(u32) -> Option<u32
         }),
         TAG_EVENTS => decode_events(&mut c, pid_of, false)?,
         TAG_EVENTS_PACKED => decode_events(&mut c, pid_of, true)?,
-        TAG_PROCESS_END => {
-            let process = c.get_u32()?;
-            let status = c.get_signed()?;
-            let exit_status = if status == i64::MIN {
-                None
-            } else {
-                Some(i32::try_from(status).map_err(|_| "exit status out of range")?)
-            };
-            let exit_time_ns = c.get()?.checked_sub(1);
-            Record::ProcessEnd(ProcessEnd {
-                process,
-                exit_status,
-                exit_time_ns,
-                still_running: c.get()? != 0,
-                unfinished_records: c.get()?,
-                unknown_frees: c.get()?,
-                registry_overflows: c.get()?,
-                dropped_records: c.get()?,
-                drop_errno: match c.get_signed()? {
-                    0 => None,
-                    errno => Some(i32::try_from(errno).map_err(|_| "errno out of range")?),
-                },
-                reserved_events: c.get()?,
-                damaged_records: c.get()?,
-            })
-        }
+        TAG_PROCESS_END => decode_process_end(&mut c)?,
         TAG_REFUSED => Record::Refused(Refusal {
             path: c.string()?,
             uid: c.get_u32()?,
@@ -574,33 +612,7 @@ pub(crate) fn decode(tag: u8, payload: &[u8], pid_of: &dyn Fn(u32) -> Option<u32
             id: c.get()?,
             text: c.string()?,
         },
-        TAG_SYMBOLS => {
-            let process = c.get_u32()?;
-            let count = c.get()?;
-            if count > c.remaining() as u64 {
-                return Err("more nodes than bytes".into());
-            }
-            let mut nodes = Vec::with_capacity(count as usize);
-            for _ in 0..count {
-                let node = c.get_u32()?;
-                let frame_count = c.get()?;
-                if frame_count > c.remaining() as u64 {
-                    return Err("more frames than bytes".into());
-                }
-                let frames = (0..frame_count)
-                    .map(|_| {
-                        Ok(SymbolFrame {
-                            function: c.get()?,
-                            file: c.get()?,
-                            line: c.get_u32()?,
-                            module: c.get()?,
-                        })
-                    })
-                    .collect::<Result<_, &'static str>>()?;
-                nodes.push(NodeSymbols { node, frames });
-            }
-            Record::Symbols { process, nodes }
-        }
+        TAG_SYMBOLS => decode_symbols(&mut c)?,
         TAG_FOOTER => Record::Footer(Footer {
             processes: c.get()?,
             events: c.get()?,

@@ -24,6 +24,43 @@ impl Rng {
     }
 }
 
+/// One change to a process's live set: a free of a live allocation, now
+/// and then an out-of-memory failure, or an allocation; `None` when the
+/// address drawn was allocated just before.
+fn next_change(
+    rng: &mut Rng,
+    live_set: &mut Vec<(u64, u64, Kind)>,
+    process: usize,
+) -> Option<(Op, Api, Kind, u64, u64)> {
+    let free = !live_set.is_empty() && (live_set.len() >= 20_000 || rng.below(2) == 0);
+    if free {
+        let index = rng.below(live_set.len() as u64) as usize;
+        let (address, size, kind) = live_set.swap_remove(index);
+        let api = if kind == Kind::Pool {
+            Api::CudaFreeAsync
+        } else {
+            Api::CudaFree
+        };
+        Some((Op::Free, api, kind, address, size))
+    } else if rng.below(5000) == 0 {
+        Some((Op::Oom, Api::CudaMalloc, Kind::Device, 0, 1 << 36))
+    } else {
+        let size = (1 + rng.below(1 << 12)) << (9 + rng.below(8));
+        let kind = if rng.below(4) == 0 { Kind::Pool } else { Kind::Device };
+        let address = 0x7f00_0000_0000 + (rng.below(1 << 20) << 21) + ((process as u64) << 44);
+        if live_set.iter().rev().take(8).any(|&(a, _, _)| a == address) {
+            return None;
+        }
+        live_set.push((address, size, kind));
+        let api = if kind == Kind::Pool {
+            Api::CudaMallocAsync
+        } else {
+            Api::CudaMalloc
+        };
+        Some((Op::Alloc, api, kind, address, size))
+    }
+}
+
 /// Writes a trace of `events` events spread over `processes` processes.
 /// Returns the bytes written.
 pub fn write_synthetic<W: Write>(out: W, events: u64, processes: u32, seed: u64) -> io::Result<u64> {
@@ -63,33 +100,8 @@ pub fn write_synthetic<W: Write>(out: W, events: u64, processes: u32, seed: u64)
             block.clear();
             for _ in 0..count {
                 time[process] += 200 + rng.below(5000);
-                let live_set = &mut live[process];
-                let free = !live_set.is_empty() && (live_set.len() >= 20_000 || rng.below(2) == 0);
-                let (op, api, kind, address, size) = if free {
-                    let index = rng.below(live_set.len() as u64) as usize;
-                    let (address, size, kind) = live_set.swap_remove(index);
-                    let api = if kind == Kind::Pool {
-                        Api::CudaFreeAsync
-                    } else {
-                        Api::CudaFree
-                    };
-                    (Op::Free, api, kind, address, size)
-                } else if rng.below(5000) == 0 {
-                    (Op::Oom, Api::CudaMalloc, Kind::Device, 0, 1 << 36)
-                } else {
-                    let size = (1 + rng.below(1 << 12)) << (9 + rng.below(8));
-                    let kind = if rng.below(4) == 0 { Kind::Pool } else { Kind::Device };
-                    let address = 0x7f00_0000_0000 + (rng.below(1 << 20) << 21) + ((process as u64) << 44);
-                    if live_set.iter().rev().take(8).any(|&(a, _, _)| a == address) {
-                        continue;
-                    }
-                    live_set.push((address, size, kind));
-                    let api = if kind == Kind::Pool {
-                        Api::CudaMallocAsync
-                    } else {
-                        Api::CudaMalloc
-                    };
-                    (Op::Alloc, api, kind, address, size)
+                let Some((op, api, kind, address, size)) = next_change(&mut rng, &mut live[process], process) else {
+                    continue;
                 };
                 block.push(Event {
                     pid: 1000 + process as u32,

@@ -3,8 +3,8 @@
 //!
 //! [`Replay`] reads the events in the order memory changed (see
 //! [`EventStream`]), replays each selected process's memory with
-//! [`ProcessMemory`], and hands every event, with what it changed, to each
-//! [`Consumer`] in turn. Events after the window's end are neither replayed
+//! [`ProcessMemory`], and hands every event, with what it changed, to a
+//! [`Consumer`]. Events after the window's end are neither replayed
 //! nor handed out; events before its start are replayed, so that the memory
 //! at the start is right, and handed out marked as before the window, for
 //! consumers that build state from them. Adding an output means writing a
@@ -106,8 +106,9 @@ impl<'a> Replay<'a> {
         self
     }
 
-    /// Runs the pass, handing each event to every consumer in order.
-    pub fn run(&self, consumers: &mut [&mut dyn Consumer]) -> io::Result<Replayed> {
+    /// Runs the pass, handing each event to `consumer` (a generic, so that
+    /// its step is compiled into the loop: the loop runs once an event).
+    pub fn run(&self, consumer: &mut impl Consumer) -> io::Result<Replayed> {
         let index = self.index;
         let mut memories: Vec<ProcessMemory> = index.processes.iter().map(|_| ProcessMemory::default()).collect();
         let mut changes = Vec::new();
@@ -131,9 +132,7 @@ impl<'a> Replay<'a> {
                 memory,
                 before_window: self.window.is_before(event.time_ns),
             };
-            for consumer in consumers.iter_mut() {
-                consumer.step(&step)?;
-            }
+            consumer.step(&step)?;
         }
         Ok(Replayed {
             memories,

@@ -20,12 +20,12 @@ mod moment;
 mod owner;
 mod ranges;
 mod replay;
+mod silent_children;
 mod stack_frames;
 mod summary;
 mod tensor_status;
 mod tensor_summary;
 mod trace_index;
-mod unrecorded;
 mod window;
 
 pub use call_site::{
@@ -33,7 +33,7 @@ pub use call_site::{
     stack_names, FramesShown, BACKWARD_PASS, NO_STACK,
 };
 pub use engine::{Consumer, Replay, Step};
-pub use footprint::{limit_text, Breakdown, DeviceFootprint, FootprintTracker, ReferenceSource};
+pub use footprint::{Breakdown, DeviceFootprint, FootprintNote, FootprintTracker, ReferenceSource};
 pub use growth::{compare, Growth, RunFigures};
 pub use input_path::check_regular_file;
 pub use keys::{ByStack, DeviceKey};
@@ -41,12 +41,10 @@ pub use moment::Moment;
 pub use owner::owner_of;
 pub use ranges::cut_range;
 pub use replay::{Allocation, Change, ProcessMemory};
+pub use silent_children::{silent_children, SilentChild};
 pub use stack_frames::Frame;
 pub use summary::{largest_call_sites, ProcessSummary, Summary};
-pub use tensor_status::{tensor_status_line, tensors_stopped_midway};
+pub use tensor_status::tensors_stopped_midway;
 pub use tensor_summary::TensorStats;
 pub use trace_index::{ProcessIndex, TraceIndex};
-pub use unrecorded::{
-    silent_child_json, silent_children, silent_children_line, unrecorded_json, unrecorded_line, unrecorded_process_text,
-};
 pub use window::Window;

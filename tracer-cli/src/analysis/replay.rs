@@ -164,70 +164,10 @@ impl ProcessMemory {
                 device_free: event.oom_device_free().unwrap_or(0),
                 device_total: event.oom_device_total().unwrap_or(0),
             }),
-            (Op::Alloc, Kind::VmmPhysical) => {
-                if self.physical.contains_key(&event.address) {
-                    self.reused_without_free += 1;
-                    self.drop_physical(event.address, true, changes);
-                }
-                let allocation = Allocation::of(event);
-                changes.push(Change::Allocated(allocation.clone()));
-                self.physical.insert(
-                    event.address,
-                    Physical {
-                        allocation,
-                        mappings: 0,
-                        released: false,
-                    },
-                );
-            }
-            (Op::Free, Kind::VmmPhysical) => {
-                let Some(physical) = self.physical.get_mut(&event.address) else {
-                    return;
-                };
-                physical.released = true;
-                if physical.mappings == 0 {
-                    self.drop_physical(event.address, false, changes);
-                }
-            }
-            (Op::Map, _) => {
-                let handle = event.mapped_handle().unwrap_or(0);
-                self.mappings.insert(event.address, (event.size, handle));
-                let physical = self.physical.get_mut(&handle).map(|physical| {
-                    physical.mappings += 1;
-                    physical.allocation.clone()
-                });
-                changes.push(Change::Mapped {
-                    address: event.address,
-                    size: event.size,
-                    physical,
-                });
-            }
-            (Op::Unmap, _) => {
-                let end = event.address.saturating_add(event.size);
-                let removed: Vec<u64> = self
-                    .mappings
-                    .range(event.address..end)
-                    .map(|(&start, _)| start)
-                    .collect();
-                for start in removed {
-                    let Some((size, handle)) = self.mappings.remove(&start) else {
-                        continue;
-                    };
-                    let physical = self.physical.get_mut(&handle);
-                    changes.push(Change::Unmapped {
-                        address: start,
-                        size,
-                        physical: physical.as_ref().map(|p| p.allocation.clone()),
-                    });
-                    let Some(physical) = physical else {
-                        continue;
-                    };
-                    physical.mappings = physical.mappings.saturating_sub(1);
-                    if physical.released && physical.mappings == 0 {
-                        self.drop_physical(handle, false, changes);
-                    }
-                }
-            }
+            (Op::Alloc, Kind::VmmPhysical) => self.create_physical(event, changes),
+            (Op::Free, Kind::VmmPhysical) => self.release_physical(event.address, changes),
+            (Op::Map, _) => self.map(event, changes),
+            (Op::Unmap, _) => self.unmap(event.address, event.size, changes),
             (Op::Alloc, kind) if kind.counts_as_device_memory() || kind == Kind::HostPinned => {
                 let allocation = Allocation::of(event);
                 if let Some(old) = self
@@ -251,6 +191,75 @@ impl ProcessMemory {
                 }
             }
             _ => {}
+        }
+    }
+
+    /// `cuMemCreate`: physical memory in use until released and unmapped.
+    fn create_physical(&mut self, event: &Event, changes: &mut Vec<Change>) {
+        if self.physical.contains_key(&event.address) {
+            self.reused_without_free += 1;
+            self.drop_physical(event.address, true, changes);
+        }
+        let allocation = Allocation::of(event);
+        changes.push(Change::Allocated(allocation.clone()));
+        self.physical.insert(
+            event.address,
+            Physical {
+                allocation,
+                mappings: 0,
+                released: false,
+            },
+        );
+    }
+
+    /// `cuMemRelease`: gone now if nothing maps it, else at its last unmap.
+    fn release_physical(&mut self, handle: u64, changes: &mut Vec<Change>) {
+        let Some(physical) = self.physical.get_mut(&handle) else {
+            return;
+        };
+        physical.released = true;
+        if physical.mappings == 0 {
+            self.drop_physical(handle, false, changes);
+        }
+    }
+
+    /// `cuMemMap`: physical memory mapped at an address.
+    fn map(&mut self, event: &Event, changes: &mut Vec<Change>) {
+        let handle = event.mapped_handle().unwrap_or(0);
+        self.mappings.insert(event.address, (event.size, handle));
+        let physical = self.physical.get_mut(&handle).map(|physical| {
+            physical.mappings += 1;
+            physical.allocation.clone()
+        });
+        changes.push(Change::Mapped {
+            address: event.address,
+            size: event.size,
+            physical,
+        });
+    }
+
+    /// `cuMemUnmap`: every mapping that starts in the range goes; physical
+    /// memory released and no longer mapped anywhere is freed.
+    fn unmap(&mut self, address: u64, size: u64, changes: &mut Vec<Change>) {
+        let end = address.saturating_add(size);
+        let removed: Vec<u64> = self.mappings.range(address..end).map(|(&start, _)| start).collect();
+        for start in removed {
+            let Some((size, handle)) = self.mappings.remove(&start) else {
+                continue;
+            };
+            let physical = self.physical.get_mut(&handle);
+            changes.push(Change::Unmapped {
+                address: start,
+                size,
+                physical: physical.as_ref().map(|p| p.allocation.clone()),
+            });
+            let Some(physical) = physical else {
+                continue;
+            };
+            physical.mappings = physical.mappings.saturating_sub(1);
+            if physical.released && physical.mappings == 0 {
+                self.drop_physical(handle, false, changes);
+            }
         }
     }
 

@@ -216,7 +216,7 @@ impl Summary {
     /// Replays the whole trace.
     pub fn build(index: &TraceIndex, progress: &Progress) -> Summary {
         let mut building = SummaryBuilder::new(index);
-        let replayed = match Replay::new(index, progress).run(&mut [&mut building]) {
+        let replayed = match Replay::new(index, progress).run(&mut building) {
             Ok(replayed) => replayed,
             Err(_) => unreachable!("building a summary cannot fail"),
         };

@@ -30,9 +30,9 @@ pub use sink::{describe_io, TraceFailure};
 use crate::collector::liveness::Liveness;
 use crate::collector::notice_file::NoticeTail;
 use crate::collector::spool_tail::{check_spool_file, damaged_spool, may_become_readable, SpoolTail};
+use crate::outputs::wording::count;
 use crate::system::terminal::say;
 use crate::system::trace_file::InPlace;
-use crate::system::wording::count;
 use chunk_preparer::{Gate, SpoolPlaces};
 use crossbeam_channel::{Receiver, RecvTimeoutError, Sender};
 use cudatrace_events::{naming, Pass};
@@ -87,7 +87,7 @@ impl Summary {
                 count(self.damaged_spools, "spool file", "spool files")
             ));
         }
-        if let Some(line) = crate::analysis::unrecorded_line(&self.unrecorded) {
+        if let Some(line) = crate::outputs::wording::unrecorded_line(&self.unrecorded) {
             lines.push(format!("cudatrace: {line}"));
         }
         lines

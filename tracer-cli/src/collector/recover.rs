@@ -221,6 +221,59 @@ fn open_spools(
     Ok(spools)
 }
 
+/// Ends every process image merged, in key order.
+fn finish_processes(merges: &mut BTreeMap<Key, Merge>, out: &mut Output) -> Result<(), String> {
+    let mut latest_image: HashMap<u32, u32> = HashMap::new();
+    for &(pid, image) in merges.keys() {
+        let latest = latest_image.entry(pid).or_insert(image);
+        *latest = (*latest).max(image);
+    }
+    for (&(pid, image), merge) in merges.iter_mut() {
+        // An image followed by another of the same pid ended at its exec.
+        let superseded = latest_image[&pid] > image;
+        finish_process(merge, superseded, out)?;
+    }
+    Ok(())
+}
+
+/// Writes what the trace says beside the events: refused spools, the
+/// processes that could not record (once each), damaged spools and the
+/// stacks' records.
+fn write_notices(
+    dir: &Path,
+    merges: &BTreeMap<Key, Merge>,
+    out: &mut Output,
+    refusals: &[Refusal],
+    mut unrecorded: Vec<UnrecordedProcess>,
+    damaged: &[DamagedSpool],
+) -> Result<(), String> {
+    for refusal in refusals {
+        out.summary.refused += 1;
+        out.trace.refused(refusal).map_err(|e| out.io(e))?;
+    }
+    // The notice file holds every line, those the old trace has included;
+    // so do the spool headers' child-failure slots.
+    unrecorded.extend(NoticeTail::new(dir).read_new());
+    for (tail, _) in merges.values().filter_map(|merge| merge.spool.as_ref()) {
+        unrecorded.extend(crate::collector::spool_tail::child_failures(&tail.header(), dir));
+    }
+    let mut noted = HashSet::new();
+    for process in unrecorded.into_iter().filter(|p| noted.insert(p.clone())) {
+        out.trace
+            .record(&Record::Unrecorded(process.clone()))
+            .map_err(|e| out.io(e))?;
+        out.summary.unrecorded.push(process);
+    }
+    for damage in damaged {
+        out.summary.damaged_spools += 1;
+        out.trace.damaged_spool(damage).map_err(|e| out.io(e))?;
+    }
+    for record in std::mem::take(&mut out.stacks).into_records() {
+        out.trace.record(&record).map_err(|e| out.io(e))?;
+    }
+    Ok(())
+}
+
 /// Writes the trace of `dir` (merging `old`, the trace its collector was
 /// writing, if any) to `file`, which becomes `destination`.
 pub fn recover(
@@ -270,38 +323,8 @@ pub fn recover(
             &mut unrecorded,
         )?;
     }
-    let mut latest_image: HashMap<u32, u32> = HashMap::new();
-    for &(pid, image) in merges.keys() {
-        let latest = latest_image.entry(pid).or_insert(image);
-        *latest = (*latest).max(image);
-    }
-    for (&(pid, image), merge) in merges.iter_mut() {
-        // An image followed by another of the same pid ended at its exec.
-        let superseded = latest_image[&pid] > image;
-        finish_process(merge, superseded, &mut out)?;
-    }
-    for refusal in &refusals {
-        out.summary.refused += 1;
-        out.trace.refused(refusal).map_err(io)?;
-    }
-    // The notice file holds every line, those the old trace has included;
-    // so do the spool headers' child-failure slots.
-    unrecorded.extend(NoticeTail::new(dir).read_new());
-    for (tail, _) in merges.values().filter_map(|merge| merge.spool.as_ref()) {
-        unrecorded.extend(crate::collector::spool_tail::child_failures(&tail.header(), dir));
-    }
-    let mut noted = HashSet::new();
-    for process in unrecorded.into_iter().filter(|p| noted.insert(p.clone())) {
-        out.trace.record(&Record::Unrecorded(process.clone())).map_err(io)?;
-        out.summary.unrecorded.push(process);
-    }
-    for damage in &damaged {
-        out.summary.damaged_spools += 1;
-        out.trace.damaged_spool(damage).map_err(io)?;
-    }
-    for record in std::mem::take(&mut out.stacks).into_records() {
-        out.trace.record(&record).map_err(io)?;
-    }
+    finish_processes(&mut merges, &mut out)?;
+    write_notices(dir, &merges, &mut out, &refusals, unrecorded, &damaged)?;
     let mut summary = out.summary;
     summary.events = trace.events_written();
     summary.lost_events = trace.lost_events();

@@ -6,10 +6,10 @@ use crate::collector::liveness::Liveness;
 use crate::collector::{header_for, Collector};
 use crate::collector::{recover, spool_dir};
 use crate::commands::arguments::CollectArgs;
+use crate::outputs::wording::count;
 use crate::system::failure::Failure;
 use crate::system::terminal::say;
 use crate::system::trace_file;
-use crate::system::wording::count;
 use std::path::{Path, PathBuf};
 use std::time::Duration;
 
@@ -194,7 +194,7 @@ fn collect_tree(args: CollectArgs) -> Result<u8, Failure> {
             "{}; the spools are kept in {}: once there is room, `cudatrace collect {}` finishes {}",
             failure.message,
             args.dir.display(),
-            crate::system::wording::shell_quoted(&args.dir),
+            crate::outputs::wording::shell_quoted(&args.dir),
             trace.display()
         ))),
     }

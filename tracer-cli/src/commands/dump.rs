@@ -70,6 +70,92 @@ fn is_trace(path: &Path) -> bool {
         .is_ok_and(|()| magic == cudatrace_trace::MAGIC)
 }
 
+/// One trace record as JSON lines (an events record, one line an event).
+fn record_lines(path: &Path, record: Record) -> Vec<Value> {
+    match record {
+        Record::Header(h) => vec![json!({"header": {
+            "file": path.display().to_string(),
+            "format_version": h.format_version,
+            "tracer_version": h.tracer_version,
+            "host": h.host,
+            "start_realtime_ns": h.start_realtime_ns,
+            "start_monotonic_ns": h.start_monotonic_ns,
+            "command": h.command,
+        }})],
+        Record::Process(p) => vec![json!({"process": {
+            "process": p.process,
+            "pid": p.pid,
+            "ppid": p.ppid,
+            "image": p.image,
+            "argv": p.argv,
+            "start_monotonic_ns": p.start_monotonic_ns,
+            "start_realtime_ns": p.start_realtime_ns,
+        }})],
+        Record::Events { process, events } => events
+            .iter()
+            .map(|event| {
+                let mut line = event_line(event);
+                line["process"] = json!(process);
+                line
+            })
+            .collect(),
+        Record::ProcessEnd(e) => vec![json!({"process_end": {
+            "process": e.process,
+            "exit_status": e.exit_status,
+            "exit_time_ns": e.exit_time_ns,
+            "still_running": e.still_running,
+            "reserved_events": e.reserved_events,
+            "unfinished_records": e.unfinished_records,
+            "unknown_frees": e.unknown_frees,
+            "registry_overflows": e.registry_overflows,
+            "dropped_records": e.dropped_records,
+            "drop_errno": e.drop_errno,
+            "damaged_records": e.damaged_records,
+        }})],
+        Record::Refused(r) => vec![json!({"refused": {"path": r.path, "uid": r.uid, "reason": r.reason}})],
+        Record::DamagedSpool(d) => {
+            vec![json!({"damaged_spool": {"pid": d.pid, "image": d.image, "path": d.path, "reason": d.reason}})]
+        }
+        Record::Unrecorded(u) => vec![json!({"unrecorded": crate::outputs::report_json::unrecorded_json(&u)})],
+        Record::String { id, text } => vec![json!({"string": {"id": id, "text": text}})],
+        Record::Symbols { process, nodes } => nodes
+            .iter()
+            .map(|n| {
+                let frames: Vec<Value> = n
+                    .frames
+                    .iter()
+                    .map(|f| json!({"function": f.function, "file": f.file, "line": f.line, "module": f.module}))
+                    .collect();
+                json!({"symbols": {"process": process, "node": n.node, "frames": frames}})
+            })
+            .collect(),
+        Record::Footer(f) => vec![json!({"footer": {
+            "processes": f.processes,
+            "events": f.events,
+            "dropped_events": f.dropped_events,
+            "lost_events": f.lost_events,
+            "refused_spools": f.refused_spools,
+            "damaged_spools": f.damaged_spools,
+            "end_realtime_ns": f.end_realtime_ns,
+        }})],
+        Record::Nvml(n) => vec![json!({"nvml": {
+            "time_ns": n.time_ns,
+            "uuid": n.uuid,
+            "pid": n.pid,
+            "used_bytes": n.used_bytes,
+            "free_bytes": n.free_bytes,
+            "total_bytes": n.total_bytes,
+        }})],
+        Record::NvmlStatus(n) => vec![json!({"nvml_status": {
+            "time_ns": n.time_ns,
+            "devices_ok": n.devices_ok,
+            "pids_match": n.pids_match,
+            "reason": n.reason,
+        }})],
+        Record::Unknown { tag } => vec![json!({"unknown_record": tag})],
+    }
+}
+
 /// Prints one line per record of the trace at `path`; `None` once stdout
 /// is closed, else the exit code (1 if the trace is damaged).
 fn dump_trace(path: &Path, out: &mut Stdout) -> Result<Option<u8>, Failure> {
@@ -85,86 +171,7 @@ fn dump_trace(path: &Path, out: &mut Stdout) -> Result<Option<u8>, Failure> {
                     json!({"damage": {"file": path.display().to_string(), "at": damage.offset, "reason": damage.reason, "skipped": damage.skipped}}),
                 ]
             }
-            Ok(Record::Header(h)) => vec![json!({"header": {
-                "file": path.display().to_string(),
-                "format_version": h.format_version,
-                "tracer_version": h.tracer_version,
-                "host": h.host,
-                "start_realtime_ns": h.start_realtime_ns,
-                "start_monotonic_ns": h.start_monotonic_ns,
-                "command": h.command,
-            }})],
-            Ok(Record::Process(p)) => vec![json!({"process": {
-                "process": p.process,
-                "pid": p.pid,
-                "ppid": p.ppid,
-                "image": p.image,
-                "argv": p.argv,
-                "start_monotonic_ns": p.start_monotonic_ns,
-                "start_realtime_ns": p.start_realtime_ns,
-            }})],
-            Ok(Record::Events { process, events }) => events
-                .iter()
-                .map(|event| {
-                    let mut line = event_line(event);
-                    line["process"] = json!(process);
-                    line
-                })
-                .collect(),
-            Ok(Record::ProcessEnd(e)) => vec![json!({"process_end": {
-                "process": e.process,
-                "exit_status": e.exit_status,
-                "exit_time_ns": e.exit_time_ns,
-                "still_running": e.still_running,
-                "reserved_events": e.reserved_events,
-                "unfinished_records": e.unfinished_records,
-                "unknown_frees": e.unknown_frees,
-                "registry_overflows": e.registry_overflows,
-                "dropped_records": e.dropped_records,
-                "drop_errno": e.drop_errno,
-                "damaged_records": e.damaged_records,
-            }})],
-            Ok(Record::Refused(r)) => vec![json!({"refused": {"path": r.path, "uid": r.uid, "reason": r.reason}})],
-            Ok(Record::DamagedSpool(d)) => {
-                vec![json!({"damaged_spool": {"pid": d.pid, "image": d.image, "path": d.path, "reason": d.reason}})]
-            }
-            Ok(Record::Unrecorded(u)) => vec![json!({"unrecorded": crate::analysis::unrecorded_json(&u)})],
-            Ok(Record::String { id, text }) => vec![json!({"string": {"id": id, "text": text}})],
-            Ok(Record::Symbols { process, nodes }) => nodes
-                .iter()
-                .map(|n| {
-                    let frames: Vec<Value> = n
-                        .frames
-                        .iter()
-                        .map(|f| json!({"function": f.function, "file": f.file, "line": f.line, "module": f.module}))
-                        .collect();
-                    json!({"symbols": {"process": process, "node": n.node, "frames": frames}})
-                })
-                .collect(),
-            Ok(Record::Footer(f)) => vec![json!({"footer": {
-                "processes": f.processes,
-                "events": f.events,
-                "dropped_events": f.dropped_events,
-                "lost_events": f.lost_events,
-                "refused_spools": f.refused_spools,
-                "damaged_spools": f.damaged_spools,
-                "end_realtime_ns": f.end_realtime_ns,
-            }})],
-            Ok(Record::Nvml(n)) => vec![json!({"nvml": {
-                "time_ns": n.time_ns,
-                "uuid": n.uuid,
-                "pid": n.pid,
-                "used_bytes": n.used_bytes,
-                "free_bytes": n.free_bytes,
-                "total_bytes": n.total_bytes,
-            }})],
-            Ok(Record::NvmlStatus(n)) => vec![json!({"nvml_status": {
-                "time_ns": n.time_ns,
-                "devices_ok": n.devices_ok,
-                "pids_match": n.pids_match,
-                "reason": n.reason,
-            }})],
-            Ok(Record::Unknown { tag }) => vec![json!({"unknown_record": tag})],
+            Ok(record) => record_lines(path, record),
         };
         for line in lines {
             if !out.write(&format!("{line}\n"))? {

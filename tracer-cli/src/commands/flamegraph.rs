@@ -5,10 +5,10 @@ use crate::analysis::Moment;
 use crate::analysis::{Summary, TraceIndex};
 use crate::commands::arguments::FlamegraphArgs;
 use crate::outputs::folded_stacks::{folded_stacks, folded_text, svg, total_bytes};
+use crate::outputs::wording::bytes;
 use crate::system::failure::Failure;
 use crate::system::output_file::{is_private, OutputFile};
 use crate::system::progress::Progress;
-use crate::system::wording::bytes;
 use std::io::Write;
 
 /// `cudatrace flamegraph`; 1 if the trace is damaged.

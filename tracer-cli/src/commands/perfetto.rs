@@ -3,12 +3,12 @@
 
 use crate::analysis::{TraceIndex, Window};
 use crate::commands::arguments::PerfettoArgs;
+use crate::outputs::wording::bytes;
 use crate::outputs::{perfetto_json, say_what_the_trace_lacks};
 use crate::system::failure::Failure;
 use crate::system::output_file::{is_private, OutputFile};
 use crate::system::progress::Progress;
 use crate::system::terminal::say;
-use crate::system::wording::bytes;
 use std::io::{self, BufWriter, Write};
 
 /// Past this size Perfetto's UI struggles to open a JSON trace.

@@ -4,10 +4,10 @@
 use crate::collector::spool_dir;
 use crate::collector::{header_for, monotonic_ns, Collector, Summary};
 use crate::commands::arguments::RunArgs;
+use crate::outputs::wording::{count, shell_quoted};
 use crate::system::failure::Failure;
 use crate::system::terminal::say;
 use crate::system::trace_file;
-use crate::system::wording::{count, shell_quoted};
 use cudatrace_events::{naming, notices};
 use std::ffi::OsString;
 use std::os::unix::process::{CommandExt, ExitStatusExt};
@@ -176,21 +176,52 @@ fn open_notice_file(run_dir: &Path, command: &mut Command) -> Option<std::fs::Fi
     Some(file)
 }
 
+/// The destination, settled before the command starts: claimed in place
+/// when `-o` names it, else the working folder checked for writing.
+fn claim_destination(args: &RunArgs) -> Result<Option<trace_file::InPlace>, Failure> {
+    match &args.output {
+        Some(path) if !args.replace.force && path.is_file() => Err(crate::system::output_file::refusal(path).into()),
+        Some(path) => Ok(Some(trace_file::claim_in_place(path)?)),
+        None => {
+            trace_file::check_folder_writable(Path::new("."))?;
+            Ok(None)
+        }
+    }
+}
+
+/// The command's environment under the tracer: the library preloaded
+/// before any the command had, the run's spool folder, and the options.
+fn trace_environment(command: &mut Command, preload: PathBuf, run_dir: &Path, args: &RunArgs) {
+    let mut ld_preload = preload.into_os_string();
+    if let Some(existing) = std::env::var_os("LD_PRELOAD").filter(|p| !p.is_empty()) {
+        ld_preload.push(":");
+        ld_preload.push(existing);
+    }
+    command
+        .env("LD_PRELOAD", ld_preload)
+        .env("CUDATRACE_DIR", run_dir)
+        .env("CUDATRACE_COLLECTOR", "run")
+        .env_remove("CUDATRACE_OUT")
+        .env_remove("CUDATRACE_ROOT_PID");
+    if let Some(stacks) = args.stacks {
+        command.env("CUDATRACE_STACKS", stacks.name());
+    }
+    if let Some(tensors) = args.tensors {
+        command.env("CUDATRACE_TENSORS", tensors.name());
+    }
+    if let Some(depth) = args.max_depth {
+        command.env("CUDATRACE_MAX_DEPTH", depth.to_string());
+    }
+    if args.no_launch_hooks {
+        command.env("CUDATRACE_LAUNCH_HOOKS", "0");
+    }
+}
+
 /// Runs the command; returns the exit code cudatrace should exit with.
 pub fn run(args: RunArgs) -> Result<u8, Failure> {
     install_signal_forwarding();
-    let preload = preload_library(args.preload)?;
-    // The destination is settled before the command starts.
-    let claimed = match &args.output {
-        Some(path) if !args.replace.force && path.is_file() => {
-            return Err(crate::system::output_file::refusal(path).into())
-        }
-        Some(path) => Some(trace_file::claim_in_place(path)?),
-        None => {
-            trace_file::check_folder_writable(Path::new("."))?;
-            None
-        }
-    };
+    let preload = preload_library(args.preload.clone())?;
+    let claimed = claim_destination(&args)?;
     let program = args.command[0].clone();
     let mut command = Command::new(&program);
     command.args(&args.command[1..]);
@@ -216,29 +247,7 @@ pub fn run(args: RunArgs) -> Result<u8, Failure> {
     };
     // Kept open until the command and its descendants are done with it.
     let _notice_file = open_notice_file(&run_dir, &mut command);
-    let mut ld_preload = preload.into_os_string();
-    if let Some(existing) = std::env::var_os("LD_PRELOAD").filter(|p| !p.is_empty()) {
-        ld_preload.push(":");
-        ld_preload.push(existing);
-    }
-    command
-        .env("LD_PRELOAD", ld_preload)
-        .env("CUDATRACE_DIR", &run_dir)
-        .env("CUDATRACE_COLLECTOR", "run")
-        .env_remove("CUDATRACE_OUT")
-        .env_remove("CUDATRACE_ROOT_PID");
-    if let Some(stacks) = args.stacks {
-        command.env("CUDATRACE_STACKS", stacks.name());
-    }
-    if let Some(tensors) = args.tensors {
-        command.env("CUDATRACE_TENSORS", tensors.name());
-    }
-    if let Some(depth) = args.max_depth {
-        command.env("CUDATRACE_MAX_DEPTH", depth.to_string());
-    }
-    if args.no_launch_hooks {
-        command.env("CUDATRACE_LAUNCH_HOOKS", "0");
-    }
+    trace_environment(&mut command, preload, &run_dir, &args);
     // The device's usage without the program, read before it starts.
     let nvml = crate::collector::start_nvml();
     let mut child = match spawn(command, &program) {

@@ -3,12 +3,12 @@
 
 use crate::analysis::{TraceIndex, Window};
 use crate::commands::arguments::SnapshotArgs;
+use crate::outputs::wording::bytes;
 use crate::outputs::{say_what_the_trace_lacks, torch_snapshot};
 use crate::system::failure::Failure;
 use crate::system::output_file::{is_private, refusal, OutputFile};
 use crate::system::progress::Progress;
 use crate::system::terminal::say;
-use crate::system::wording::bytes;
 use std::path::{Path, PathBuf};
 
 /// Past this size a snapshot lags or crashes the viewer's browser tab.

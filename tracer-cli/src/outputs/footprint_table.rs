@@ -3,8 +3,9 @@
 //! footprint's peak; in text and as JSON, with the same rows. Each column
 //! says which reading its driver-used figure stands on.
 
-use crate::analysis::{limit_text, Breakdown, DeviceFootprint, ProcessIndex, ReferenceSource, TensorStats};
-use crate::system::wording::bytes;
+use super::wording::bytes;
+use super::wording::{limit_text, note_text};
+use crate::analysis::{Breakdown, DeviceFootprint, ProcessIndex, ReferenceSource, TensorStats};
 use serde_json::{json, Value};
 
 /// Owners shown by name; the rest are summed into one row.
@@ -247,7 +248,7 @@ pub fn text(
         out += &format!("  {line}\n");
     }
     for note in &footprint.notes {
-        out += &format!("  note: {note}\n");
+        out += &format!("  note: {}\n", note_text(note));
     }
     out
 }
@@ -329,6 +330,6 @@ pub fn json(footprint: &DeviceFootprint) -> Value {
         "at_peak": footprint.at_peak.as_ref().map(breakdown_json),
         "limits": limits,
         "context_by_nvml_bytes": footprint.context_by_nvml,
-        "notes": footprint.notes,
+        "notes": footprint.notes.iter().map(note_text).collect::<Vec<String>>(),
     })
 }

@@ -3,7 +3,7 @@
 //! first; as text or as JSON.
 
 use crate::analysis::{compare, Growth, RunFigures};
-use crate::system::wording::bytes;
+use crate::outputs::wording::bytes;
 use serde_json::{json, Value};
 use std::path::Path;
 

@@ -15,9 +15,10 @@ mod chart_filling;
 mod html_text;
 mod owner_chart;
 
-use crate::analysis::{silent_children, silent_children_line, unrecorded_line, FramesShown, Summary, TraceIndex};
+use super::wording::{silent_children_line, unrecorded_line};
+use crate::analysis::{silent_children, FramesShown, Summary, TraceIndex};
+use crate::outputs::wording::{bytes, count};
 use crate::system::progress::Progress;
-use crate::system::wording::{bytes, count};
 use call_site_tables::{sites_table, stack_html, tensors_html};
 use chart_drawing::chart_html;
 use chart_filling::{fill_charts, PageCharts};
@@ -212,6 +213,7 @@ fn notes_html(index: &TraceIndex, summary: &Summary) -> String {
     for (info, footprints) in index.processes.iter().zip(&summary.footprints) {
         for footprint in footprints {
             for note in &footprint.notes {
+                let note = super::wording::note_text(note);
                 notes.push(format!("pid {}, device {}: {note}", info.start.pid, footprint.device));
             }
         }

@@ -10,10 +10,11 @@ pub mod pickle;
 pub mod report_json;
 pub mod report_text;
 pub mod torch_snapshot;
+pub mod wording;
 
 use crate::analysis::TraceIndex;
+use crate::outputs::wording::{bytes, count};
 use crate::system::terminal::say;
-use crate::system::wording::{bytes, count};
 
 /// Autograd nodes named in a backward pass's line; the rest are counted.
 const PARTS_NAMED: usize = 5;

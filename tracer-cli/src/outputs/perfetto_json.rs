@@ -20,8 +20,8 @@ use crate::analysis::{
     Allocation, Change, Consumer, DeviceKey, ProcessIndex, ProcessMemory, ProcessSummary, Replay, Step, TraceIndex,
     Window,
 };
+use crate::outputs::wording::bytes;
 use crate::system::progress::Progress;
-use crate::system::wording::bytes;
 use cudatrace_events::{Event, Op};
 use std::collections::HashMap;
 use std::io::{self, Write};
@@ -123,7 +123,7 @@ pub fn write(
         .out
         .write_all(b"{\"displayTimeUnit\":\"ms\",\"traceEvents\":[\n")?;
     writer.processes()?;
-    let replayed = Replay::new(index, progress).window(window).run(&mut [&mut writer])?;
+    let replayed = Replay::new(index, progress).window(window).run(&mut writer)?;
     writer.finish(&replayed.memories)?;
     writer.items.out.write_all(b"\n]}\n")?;
     Ok(replayed.stream_errors)
@@ -136,7 +136,7 @@ fn count_in_window(index: &TraceIndex, window: Window, progress: &Progress) -> i
     Replay::new(index, progress)
         .window(window)
         .events_only()
-        .run(&mut [&mut count])?;
+        .run(&mut count)?;
     Ok(n)
 }
 

@@ -2,17 +2,29 @@
 //! shape; keys may be added, never removed).
 
 use crate::analysis::{
-    largest_call_sites, tensor_status_line, tensors_stopped_midway, ByStack, Frame, ProcessIndex, ProcessSummary,
-    Summary, TraceIndex,
+    largest_call_sites, tensors_stopped_midway, ByStack, Frame, ProcessIndex, ProcessSummary, Summary, TraceIndex,
 };
+use crate::outputs::wording::tensor_status_line;
 use serde_json::{json, Value};
 
-fn process_json(index: &TraceIndex, info: &ProcessIndex, process: &ProcessSummary) -> Value {
-    let start = &info.start;
-    let end = info.end.clone().unwrap_or_default();
+/// A stack as JSON: its frames, innermost first.
+fn stack_json(index: &TraceIndex, info: &ProcessIndex, stack: u32) -> Value {
+    index.frames(info, stack).iter().map(Frame::json).collect()
+}
+
+/// Call sites, largest first, each with its bytes, its count under
+/// `counted` and its stack.
+fn sites_json(index: &TraceIndex, info: &ProcessIndex, by_stack: &ByStack, counted: &str) -> Vec<Value> {
+    largest_call_sites(by_stack)
+        .into_iter()
+        .map(|(stack, bytes, n)| json!({"bytes": bytes, counted: n, "stack": stack_json(index, info, stack)}))
+        .collect()
+}
+
+/// The process's devices: allocations, peak, live at exit and OOMs.
+fn devices_json(index: &TraceIndex, info: &ProcessIndex, process: &ProcessSummary) -> Vec<Value> {
     let live = process.live_at_exit();
-    let stack_json = |stack: u32| -> Value { index.frames(info, stack).iter().map(Frame::json).collect() };
-    let devices: Vec<Value> = process
+    process
         .devices
         .iter()
         .map(|(&device, stats)| {
@@ -20,21 +32,15 @@ fn process_json(index: &TraceIndex, info: &ProcessIndex, process: &ProcessSummar
                 .get(&device)
                 .map(|list| {
                     list.iter()
-                        .map(|a| json!({"address": a.address, "size": a.size, "api": a.api.name(), "kind": a.kind.name(), "stack": stack_json(a.stack)}))
+                        .map(|a| json!({"address": a.address, "size": a.size, "api": a.api.name(), "kind": a.kind.name(), "stack": stack_json(index, info, a.stack)}))
                         .collect()
                 })
                 .unwrap_or_default();
             let ooms: Vec<Value> = stats
                 .ooms
                 .iter()
-                .map(|o| json!({"requested_bytes": o.requested_bytes, "api": o.api.name(), "device_free": o.device_free, "device_total": o.device_total, "stack": stack_json(o.stack)}))
+                .map(|o| json!({"requested_bytes": o.requested_bytes, "api": o.api.name(), "device_free": o.device_free, "device_total": o.device_total, "stack": stack_json(index, info, o.stack)}))
                 .collect();
-            let sites = |by_stack: &ByStack| -> Vec<Value> {
-                largest_call_sites(by_stack)
-                    .into_iter()
-                    .map(|(stack, bytes, allocations)| json!({"bytes": bytes, "allocations": allocations, "stack": stack_json(stack)}))
-                    .collect()
-            };
             json!({
                 "device": device.json(),
                 "allocations": stats.allocations,
@@ -43,23 +49,21 @@ fn process_json(index: &TraceIndex, info: &ProcessIndex, process: &ProcessSummar
                 "peak_bytes": stats.peak,
                 "live_bytes_at_exit": stats.current,
                 "live_at_exit": live_list,
-                "live_at_exit_by_call_site": sites(&stats.live_by_stack),
-                "peak_by_call_site": sites(&stats.peak_by_stack),
+                "live_at_exit_by_call_site": sites_json(index, info, &stats.live_by_stack, "allocations"),
+                "peak_by_call_site": sites_json(index, info, &stats.peak_by_stack, "allocations"),
                 "ooms": ooms,
             })
         })
-        .collect();
-    let tensor_devices: Vec<Value> = process
+        .collect()
+}
+
+/// PyTorch's tensors, per device.
+fn tensor_devices_json(index: &TraceIndex, info: &ProcessIndex, process: &ProcessSummary) -> Vec<Value> {
+    process
         .tensors
         .devices
         .iter()
         .map(|(&device, stats)| {
-            let sites = |by_stack: &ByStack| -> Vec<Value> {
-                largest_call_sites(by_stack)
-                    .into_iter()
-                    .map(|(stack, bytes, tensors)| json!({"bytes": bytes, "tensors": tensors, "stack": stack_json(stack)}))
-                    .collect()
-            };
             let fragmentation: Vec<Value> = ["small", "large"]
                 .iter()
                 .zip(stats.fragmentation())
@@ -81,13 +85,20 @@ fn process_json(index: &TraceIndex, info: &ProcessIndex, process: &ProcessSummar
                 "allocated_peak_bytes": stats.allocated_peak.allocated,
                 "reserved_peak_bytes": stats.reserved_peak,
                 "live_tensors_at_exit": stats.live_tensors().len(),
-                "live_at_exit_by_call_site": sites(&stats.live_by_stack),
-                "allocated_peak_by_call_site": sites(&stats.peak_by_stack),
+                "live_at_exit_by_call_site": sites_json(index, info, &stats.live_by_stack, "tensors"),
+                "allocated_peak_by_call_site": sites_json(index, info, &stats.peak_by_stack, "tensors"),
                 "fragmentation_at_exit": fragmentation,
                 "timeline_time_allocated_reserved": timeline,
             })
         })
-        .collect();
+        .collect()
+}
+
+fn process_json(index: &TraceIndex, info: &ProcessIndex, process: &ProcessSummary) -> Value {
+    let start = &info.start;
+    let end = info.end.clone().unwrap_or_default();
+    let devices = devices_json(index, info, process);
+    let tensor_devices = tensor_devices_json(index, info, process);
     let exit_time = end
         .exit_time_ns
         .filter(|&t| t >= start.start_monotonic_ns)
@@ -165,8 +176,26 @@ pub fn report(index: &TraceIndex, summary: &Summary) -> Value {
         "skipped_damage": skipped,
         "refused_spools": refused,
         "damaged_spools": damaged_spools,
-        "unrecorded_processes": index.unrecorded.iter().map(crate::analysis::unrecorded_json).collect::<Vec<_>>(),
-        "forked_without_spool": crate::analysis::silent_children(index).iter().map(crate::analysis::silent_child_json).collect::<Vec<_>>(),
+        "unrecorded_processes": index.unrecorded.iter().map(unrecorded_json).collect::<Vec<_>>(),
+        "forked_without_spool": crate::analysis::silent_children(index).iter().map(silent_child_json).collect::<Vec<_>>(),
         "processes": processes,
+    })
+}
+
+/// A silent child, as the JSON report shows it.
+pub fn silent_child_json(child: &crate::analysis::SilentChild) -> serde_json::Value {
+    serde_json::json!({ "pid": child.pid, "ppid": child.ppid, "time_ns": child.time_ns })
+}
+
+/// A process that could not record, as `dump` and the JSON report show it.
+pub fn unrecorded_json(process: &cudatrace_trace::UnrecordedProcess) -> serde_json::Value {
+    serde_json::json!({
+        "pid": process.pid,
+        "ppid": process.ppid,
+        "uid": process.uid,
+        "time_ns": process.time_ns,
+        "errno": process.errno,
+        "name": process.name,
+        "reason": process.reason,
     })
 }

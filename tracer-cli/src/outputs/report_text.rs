@@ -1,11 +1,10 @@
 //! `cudatrace report`: the report for people.
 
 use crate::analysis::{
-    call_sites, headline, headline_text, stack_lines, tensor_status_line, tensors_stopped_midway,
-    unrecorded_process_text, ByStack, DeviceKey, Frame, FramesShown, ProcessIndex, ProcessSummary, Summary, TraceIndex,
-    NO_STACK,
+    call_sites, headline, headline_text, stack_lines, tensors_stopped_midway, ByStack, DeviceKey, Frame, FramesShown,
+    ProcessIndex, ProcessSummary, Summary, TraceIndex, NO_STACK,
 };
-use crate::system::wording::{bytes, count};
+use crate::outputs::wording::{bytes, count, tensor_status_line, unrecorded_process_text};
 use cudatrace_trace::ProcessEnd;
 
 /// Live allocations the text report lists per device, largest first.
@@ -59,7 +58,7 @@ pub fn report(index: &TraceIndex, summary: &Summary, frames: FramesShown) -> Str
             out += &format!("  {}\n", unrecorded_process_text(process));
         }
     }
-    if let Some(line) = crate::analysis::silent_children_line(&crate::analysis::silent_children(index)) {
+    if let Some(line) = crate::outputs::wording::silent_children_line(&crate::analysis::silent_children(index)) {
         out += &format!("\n{line}\n");
     }
     out

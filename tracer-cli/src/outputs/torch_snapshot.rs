@@ -96,7 +96,7 @@ pub fn make(
     let replayed = Replay::new(index, progress)
         .window(window)
         .only(&selected)
-        .run(&mut [&mut writer])?;
+        .run(&mut writer)?;
     let mut pickles: Vec<ProcessSnapshot> = snapshots.into_iter().flatten().collect();
     let mut memories = replayed.memories;
     for snapshot in &mut pickles {

@@ -1,6 +1,5 @@
 //! What every other layer stands on: the terminal, progress bars, files
-//! written safely, failures and their exit codes, system error names and
-//! the way numbers are written for people.
+//! written safely, failures and their exit codes, and system error names.
 
 pub mod errno;
 pub mod failure;
@@ -8,4 +7,3 @@ pub mod output_file;
 pub mod progress;
 pub mod terminal;
 pub mod trace_file;
-pub mod wording;

@@ -8,7 +8,7 @@ use crate::analysis::{
     call_sites, headline, headline_text, stack_lines, ByStack, Frame, FramesShown, ProcessIndex, TensorStats,
     TraceIndex, NO_STACK,
 };
-use crate::system::wording::{bytes, count};
+use crate::outputs::wording::{bytes, count};
 use std::collections::HashMap;
 use std::fmt::Write as _;
 

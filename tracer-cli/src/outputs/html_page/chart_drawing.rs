@@ -4,7 +4,7 @@
 
 use super::chart::{Chart, BINS, SERIES};
 use super::html_text::escape;
-use crate::system::wording::bytes;
+use crate::outputs::wording::bytes;
 use std::fmt::Write as _;
 
 /// Chart size in SVG units.
@@ -70,61 +70,11 @@ pub(super) fn chart_html(chart: &Chart, class: &str, peak: u64, peak_time_ns: u6
             y(tick)
         );
     }
-    let mut exit_bar = format!("<svg class=\"exit\" viewBox=\"0 0 40 {HEIGHT}\" preserveAspectRatio=\"none\" xmlns=\"http://www.w3.org/2000/svg\">");
-    let mut legend = String::new();
-    let mut data_series = Vec::new();
-    let mut below = vec![0u64; BINS];
-    let mut below_at_exit = 0u64;
     let peak_offset = peak_time_ns.saturating_sub(chart.t0).min(chart.span);
     let peak_bin = chart.bin_of(peak_time_ns);
-    for (series, name) in chart.names.iter().enumerate() {
-        if columns.iter().all(|c| c[series] == 0) && chart.current[series] == 0 {
-            continue;
-        }
-        let color = COLORS[series.min(COLORS.len() - 1)];
-        let mut path = String::new();
-        for (bin, column) in columns.iter().enumerate() {
-            let _ = write!(
-                path,
-                "{}{:.1},{:.1}",
-                if bin == 0 { "M" } else { "L" },
-                x(bin),
-                y(below[bin].saturating_add(column[series]))
-            );
-        }
-        for bin in (0..BINS).rev() {
-            let _ = write!(path, "L{:.1},{:.1}", x(bin), y(below[bin]));
-        }
-        path.push('Z');
-        let _ = write!(
-            svg,
-            "<path class=\"series\" data-series=\"{series}\" fill=\"{color}\" fill-opacity=\"0.85\" d=\"{path}\"><title>{}</title></path>",
-            escape(name)
-        );
-        let at_exit = chart.current[series];
-        let _ = write!(
-            exit_bar,
-            "<rect x=\"4\" width=\"32\" y=\"{:.1}\" height=\"{:.1}\" fill=\"{color}\" fill-opacity=\"0.85\"><title>{}: {} at the end</title></rect>",
-            y(below_at_exit.saturating_add(at_exit)),
-            y(below_at_exit) - y(below_at_exit.saturating_add(at_exit)),
-            escape(name),
-            bytes(at_exit)
-        );
-        below_at_exit = below_at_exit.saturating_add(at_exit);
-        let at_peak = columns.get(peak_bin).map_or(0, |c| c[series]);
-        let _ = write!(
-            legend,
-            "<span data-bytes-at-peak=\"{at_peak}\"><i style=\"background:{color}\"></i><b>{}</b> {} at the peak, {} at the end</span>",
-            escape(name),
-            bytes(at_peak),
-            bytes(at_exit)
-        );
-        for (bin, column) in columns.iter().enumerate() {
-            below[bin] = below[bin].saturating_add(column[series]);
-        }
-        data_series
-            .push(serde_json::json!({"name": name, "values": columns.iter().map(|c| c[series]).collect::<Vec<u64>>(), "at_end": at_exit}));
-    }
+    let drawn = draw_series(chart, &columns, axis_top, peak_bin);
+    svg += &drawn.paths;
+    let (exit_bar, legend, data_series) = (drawn.exit_bar, drawn.legend, drawn.data);
     let _ = write!(
         svg,
         "<line class=\"peak\" x1=\"{0:.1}\" x2=\"{0:.1}\" y1=\"0\" y2=\"{HEIGHT}\" stroke=\"#d00\" stroke-dasharray=\"4 3\" vector-effect=\"non-scaling-stroke\"><title>peak {1}</title></line><line class=\"peak-level\" x1=\"{2:.1}\" x2=\"{3:.1}\" y1=\"{4:.1}\" y2=\"{4:.1}\" stroke=\"#d00\" stroke-width=\"2\" vector-effect=\"non-scaling-stroke\"/></svg>",
@@ -134,7 +84,6 @@ pub(super) fn chart_html(chart: &Chart, class: &str, peak: u64, peak_time_ns: u6
         (x(peak_bin) + peak_level_half).min(WIDTH),
         y(peak)
     );
-    exit_bar += "</svg>";
     let mut y_axis = String::new();
     for &tick in &ticks {
         let _ = write!(
@@ -169,6 +118,83 @@ pub(super) fn chart_html(chart: &Chart, class: &str, peak: u64, peak_time_ns: u6
         duration(peak_offset),
         duration(chart.span)
     )
+}
+
+/// The series of a chart, drawn: their stacked paths, the bar of the state
+/// at the end, the legend and the figures for the page's script.
+struct SeriesDrawing {
+    paths: String,
+    exit_bar: String,
+    legend: String,
+    data: Vec<serde_json::Value>,
+}
+
+/// Draws every series that is not zero throughout, stacked in order, on a
+/// y-axis reaching `axis_top` bytes; the legend gives each at `peak_bin`.
+fn draw_series(chart: &Chart, columns: &[Vec<u64>], axis_top: f64, peak_bin: usize) -> SeriesDrawing {
+    let x = |bin: usize| bin as f64 * WIDTH / (BINS - 1) as f64;
+    let y = |value: u64| HEIGHT - value as f64 / axis_top * HEIGHT;
+    let mut paths = String::new();
+    let mut exit_bar = format!("<svg class=\"exit\" viewBox=\"0 0 40 {HEIGHT}\" preserveAspectRatio=\"none\" xmlns=\"http://www.w3.org/2000/svg\">");
+    let mut legend = String::new();
+    let mut data_series = Vec::new();
+    let mut below = vec![0u64; BINS];
+    let mut below_at_exit = 0u64;
+    for (series, name) in chart.names.iter().enumerate() {
+        if columns.iter().all(|c| c[series] == 0) && chart.current[series] == 0 {
+            continue;
+        }
+        let color = COLORS[series.min(COLORS.len() - 1)];
+        let mut path = String::new();
+        for (bin, column) in columns.iter().enumerate() {
+            let _ = write!(
+                path,
+                "{}{:.1},{:.1}",
+                if bin == 0 { "M" } else { "L" },
+                x(bin),
+                y(below[bin].saturating_add(column[series]))
+            );
+        }
+        for bin in (0..BINS).rev() {
+            let _ = write!(path, "L{:.1},{:.1}", x(bin), y(below[bin]));
+        }
+        path.push('Z');
+        let _ = write!(
+            paths,
+            "<path class=\"series\" data-series=\"{series}\" fill=\"{color}\" fill-opacity=\"0.85\" d=\"{path}\"><title>{}</title></path>",
+            escape(name)
+        );
+        let at_exit = chart.current[series];
+        let _ = write!(
+            exit_bar,
+            "<rect x=\"4\" width=\"32\" y=\"{:.1}\" height=\"{:.1}\" fill=\"{color}\" fill-opacity=\"0.85\"><title>{}: {} at the end</title></rect>",
+            y(below_at_exit.saturating_add(at_exit)),
+            y(below_at_exit) - y(below_at_exit.saturating_add(at_exit)),
+            escape(name),
+            bytes(at_exit)
+        );
+        below_at_exit = below_at_exit.saturating_add(at_exit);
+        let at_peak = columns.get(peak_bin).map_or(0, |c| c[series]);
+        let _ = write!(
+            legend,
+            "<span data-bytes-at-peak=\"{at_peak}\"><i style=\"background:{color}\"></i><b>{}</b> {} at the peak, {} at the end</span>",
+            escape(name),
+            bytes(at_peak),
+            bytes(at_exit)
+        );
+        for (bin, column) in columns.iter().enumerate() {
+            below[bin] = below[bin].saturating_add(column[series]);
+        }
+        data_series
+            .push(serde_json::json!({"name": name, "values": columns.iter().map(|c| c[series]).collect::<Vec<u64>>(), "at_end": at_exit}));
+    }
+    exit_bar += "</svg>";
+    SeriesDrawing {
+        paths,
+        exit_bar,
+        legend,
+        data: data_series,
+    }
 }
 
 /// Nanoseconds from the chart's start to the start of `bin`.

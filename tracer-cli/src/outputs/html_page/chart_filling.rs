@@ -89,7 +89,7 @@ pub(super) fn fill_charts(index: &TraceIndex, summary: &Summary, progress: &Prog
         site_series,
     };
     // The summary's replay already named any block that could not be read.
-    Replay::new(index, progress).run(&mut [&mut filling])?;
+    Replay::new(index, progress).run(&mut filling)?;
     let mut charts = filling.charts;
     for chart in charts.owners.iter_mut().flat_map(|charts| charts.values_mut()) {
         chart.readings_until(u64::MAX);

@@ -69,7 +69,7 @@ pub(super) fn claim_torch_segments(
     Replay::new(index, progress)
         .only(selected)
         .events_only()
-        .run(&mut [&mut claim])?;
+        .run(&mut claim)?;
     Ok(())
 }
 
@@ -104,7 +104,7 @@ pub(super) fn count_entries(
     Replay::new(index, progress)
         .window(window)
         .only(selected)
-        .run(&mut [&mut count])?;
+        .run(&mut count)?;
     Ok(states.into_iter().map(|(p, (_, n))| (p, n)).collect())
 }
 

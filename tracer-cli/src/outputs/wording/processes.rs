@@ -1,9 +1,9 @@
-//! Processes that could not record, in words: the line every output uses.
+//! Processes that could not record, and forked children that left no
+//! spool, in words: the lines every output uses.
 
-use super::trace_index::TraceIndex;
-use crate::system::wording::count;
+use super::numbers::count;
+use crate::analysis::SilentChild;
 use cudatrace_trace::UnrecordedProcess;
-use std::collections::HashSet;
 
 /// Processes named one by one; the rest are counted.
 const NAMED: usize = 5;
@@ -39,46 +39,6 @@ pub fn unrecorded_line(processes: &[UnrecordedProcess]) -> Option<String> {
     ))
 }
 
-/// A child that a recorded process forked, that left no spool and did not
-/// say it could not record.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub struct SilentChild {
-    /// Its pid.
-    pub pid: u32,
-    /// The pid of the process that forked it.
-    pub ppid: u32,
-    /// When it was forked (`CLOCK_MONOTONIC`).
-    pub time_ns: u64,
-}
-
-/// The forked children that left no spool: neither an image of theirs is
-/// in the trace nor did they say they could not record. Most made no CUDA
-/// call (a DataLoader worker, a shell); the rest exec'd an image that could
-/// not record, outside `cudatrace run`, with no way to say so.
-pub fn silent_children(index: &TraceIndex) -> Vec<SilentChild> {
-    let known: HashSet<u32> = index
-        .processes
-        .iter()
-        .map(|p| p.start.pid)
-        .chain(index.unrecorded.iter().map(|p| p.pid))
-        .collect();
-    let mut children: Vec<SilentChild> = index
-        .processes
-        .iter()
-        .flat_map(|parent| {
-            parent.forks.iter().map(|&(time_ns, pid)| SilentChild {
-                pid,
-                ppid: parent.start.pid,
-                time_ns,
-            })
-        })
-        .filter(|child| !known.contains(&child.pid))
-        .collect();
-    children.sort_by_key(|child| (child.time_ns, child.pid));
-    children.dedup_by_key(|child| child.pid);
-    children
-}
-
 /// `N forked children left no spool (pid 11, 12 forked by pid 10): …`, or
 /// `None` when every forked child is in the trace.
 pub fn silent_children_line(children: &[SilentChild]) -> Option<String> {
@@ -104,24 +64,6 @@ pub fn silent_children_line(children: &[SilentChild]) -> Option<String> {
         count(children.len() as u64, "forked child", "forked children"),
         by_parent.join("; ")
     ))
-}
-
-/// A silent child, as the JSON report shows it.
-pub fn silent_child_json(child: &SilentChild) -> serde_json::Value {
-    serde_json::json!({ "pid": child.pid, "ppid": child.ppid, "time_ns": child.time_ns })
-}
-
-/// A process that could not record, as `dump` and the JSON report show it.
-pub fn unrecorded_json(process: &UnrecordedProcess) -> serde_json::Value {
-    serde_json::json!({
-        "pid": process.pid,
-        "ppid": process.ppid,
-        "uid": process.uid,
-        "time_ns": process.time_ns,
-        "errno": process.errno,
-        "name": process.name,
-        "reason": process.reason,
-    })
 }
 
 #[cfg(test)]

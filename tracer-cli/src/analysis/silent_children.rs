@@ -1,0 +1,45 @@
+//! Forked children that left no spool: the children recorded processes
+//! forked that are neither in the trace nor said they could not record.
+
+use super::trace_index::TraceIndex;
+use std::collections::HashSet;
+
+/// A child that a recorded process forked, that left no spool and did not
+/// say it could not record.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct SilentChild {
+    /// Its pid.
+    pub pid: u32,
+    /// The pid of the process that forked it.
+    pub ppid: u32,
+    /// When it was forked (`CLOCK_MONOTONIC`).
+    pub time_ns: u64,
+}
+
+/// The forked children that left no spool: neither an image of theirs is
+/// in the trace nor did they say they could not record. Most made no CUDA
+/// call (a DataLoader worker, a shell); the rest exec'd an image that could
+/// not record, outside `cudatrace run`, with no way to say so.
+pub fn silent_children(index: &TraceIndex) -> Vec<SilentChild> {
+    let known: HashSet<u32> = index
+        .processes
+        .iter()
+        .map(|p| p.start.pid)
+        .chain(index.unrecorded.iter().map(|p| p.pid))
+        .collect();
+    let mut children: Vec<SilentChild> = index
+        .processes
+        .iter()
+        .flat_map(|parent| {
+            parent.forks.iter().map(|&(time_ns, pid)| SilentChild {
+                pid,
+                ppid: parent.start.pid,
+                time_ns,
+            })
+        })
+        .filter(|child| !known.contains(&child.pid))
+        .collect();
+    children.sort_by_key(|child| (child.time_ns, child.pid));
+    children.dedup_by_key(|child| child.pid);
+    children
+}

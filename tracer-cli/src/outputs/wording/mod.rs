@@ -1,0 +1,19 @@
+//! The words that several outputs and commands share. The analysis layer
+//! returns data (processes that could not record, a footprint's caveats,
+//! what became of tensor tracking) and these modules word it; a sentence
+//! that one writer alone says still lives in that writer.
+//!
+//! - [`numbers`]: bytes in binary units, counts with their noun, paths for a shell;
+//! - [`processes`]: processes that could not record, children that left no spool;
+//! - [`tensors`]: what became of tensor tracking in a process;
+//! - [`footprint_notes`]: a context limit, and the caveats on a device's figures.
+
+pub mod footprint_notes;
+pub mod numbers;
+pub mod processes;
+pub mod tensors;
+
+pub use footprint_notes::{limit_text, note_text};
+pub use numbers::{bytes, count, shell_quoted};
+pub use processes::{silent_children_line, unrecorded_line, unrecorded_process_text};
+pub use tensors::tensor_status_line;
