@@ -1,6 +1,7 @@
 //! What every other layer stands on: the terminal, progress bars, files
 //! written safely, failures and their exit codes, and system error names.
 
+pub mod beside_file;
 pub mod errno;
 pub mod failure;
 pub mod output_file;

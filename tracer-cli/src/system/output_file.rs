@@ -8,9 +8,9 @@
 //! way, so the link stays a link. Anything else (`/dev/stdout`, a pipe, a
 //! device) is written straight through and never removed.
 
+use super::beside_file::BesideFile;
 use std::fs::File;
 use std::io::Write;
-use std::os::unix::fs::OpenOptionsExt;
 use std::path::{Path, PathBuf};
 
 /// An output being written.
@@ -18,15 +18,9 @@ pub struct OutputFile {
     /// The path `-o` named (or the default), as the user wrote it.
     pub destination: PathBuf,
     file: File,
-    /// The new file beside the destination, renamed onto `target` at the
-    /// end; `None` when writing straight through.
-    staged: Option<Staged>,
-}
-
-struct Staged {
-    temporary: PathBuf,
-    /// The regular file (or free name) the temporary file replaces.
-    target: PathBuf,
+    /// The new file beside the destination's target (what a link points
+    /// to), renamed onto it at the end; `None` when writing straight through.
+    staged: Option<BesideFile>,
 }
 
 impl OutputFile {
@@ -60,25 +54,14 @@ impl OutputFile {
             }
             _ => {}
         }
-        let name = target
-            .file_name()
-            .map(|n| n.to_string_lossy().into_owned())
-            .ok_or_else(|| format!("cannot write {}: not a file name", destination.display()))?;
-        let folder = match target.parent() {
-            Some(parent) if !parent.as_os_str().is_empty() => parent.to_owned(),
-            _ => PathBuf::from("."),
-        };
-        let temporary = folder.join(format!(".{name}.cudatrace-{}.partial", std::process::id()));
-        let file = std::fs::OpenOptions::new()
-            .write(true)
-            .create_new(true)
-            .mode(if private { 0o600 } else { 0o644 })
-            .open(&temporary)
-            .map_err(cannot)?;
+        if target.file_name().is_none() {
+            return Err(format!("cannot write {}: not a file name", destination.display()));
+        }
+        let (staged, file) = BesideFile::create(&target, private).map_err(cannot)?;
         Ok(OutputFile {
             destination: destination.to_owned(),
             file,
-            staged: Some(Staged { temporary, target }),
+            staged: Some(staged),
         })
     }
 
@@ -98,21 +81,13 @@ impl OutputFile {
         let Some(staged) = self.staged.take() else {
             return Ok(());
         };
-        let done = self
-            .file
-            .sync_all()
-            .and_then(|()| std::fs::rename(&staged.temporary, &staged.target));
-        if let Err(e) = done {
-            let _ = std::fs::remove_file(&staged.temporary);
-            return Err(cannot(e));
-        }
-        Ok(())
+        staged.commit(self.file, true).map_err(cannot)
     }
 
     /// Gives up: removes what this command created, nothing else.
     pub fn abandon(self) {
-        if let Some(staged) = &self.staged {
-            let _ = std::fs::remove_file(&staged.temporary);
+        if let Some(staged) = self.staged {
+            staged.abandon();
         }
     }
 }

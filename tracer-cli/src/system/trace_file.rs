@@ -11,6 +11,8 @@ use std::fs::File;
 use std::io::ErrorKind;
 use std::os::fd::AsRawFd;
 use std::os::unix::fs::OpenOptionsExt;
+
+use super::beside_file::{folder_of, BesideFile};
 use std::path::{Path, PathBuf};
 
 /// A trace file claimed for writing in place.
@@ -47,13 +49,6 @@ fn cannot_write(path: &Path, error: std::io::Error) -> String {
         ),
         ErrorKind::IsADirectory => format!("cannot write {}: it is a folder", path.display()),
         _ => format!("cannot write {}: {error}", path.display()),
-    }
-}
-
-fn folder_of(path: &Path) -> PathBuf {
-    match path.parent() {
-        Some(parent) if !parent.as_os_str().is_empty() => parent.to_owned(),
-        _ => PathBuf::from("."),
     }
 }
 
@@ -151,8 +146,7 @@ pub fn lock_shared(path: &Path) -> Result<Option<File>, ()> {
 pub struct Staged {
     /// Where the trace goes once finished.
     pub destination: PathBuf,
-    /// Where it is written meanwhile.
-    pub temporary: PathBuf,
+    beside: BesideFile,
     replace: bool,
 }
 
@@ -169,20 +163,13 @@ pub fn stage(destination: &Path, replace: bool, private: bool) -> Result<(Staged
             destination.display()
         ));
     }
-    let name = destination
-        .file_name()
-        .map(|n| n.to_string_lossy().into_owned())
-        .ok_or_else(|| format!("{} is not a file name", destination.display()))?;
-    let temporary = folder_of(destination).join(format!(".{name}.cudatrace-{}.partial", std::process::id()));
-    let file = std::fs::OpenOptions::new()
-        .write(true)
-        .create_new(true)
-        .mode(if private { 0o600 } else { 0o644 })
-        .open(&temporary)
-        .map_err(|e| cannot_write(destination, e))?;
+    if destination.file_name().is_none() {
+        return Err(format!("{} is not a file name", destination.display()));
+    }
+    let (beside, file) = BesideFile::create(destination, private).map_err(|e| cannot_write(destination, e))?;
     let staged = Staged {
         destination: destination.to_owned(),
-        temporary,
+        beside,
         replace,
     };
     Ok((staged, file))
@@ -191,56 +178,19 @@ pub fn stage(destination: &Path, replace: bool, private: bool) -> Result<(Staged
 impl Staged {
     /// Moves the finished, synced trace into place.
     pub fn commit(self, file: File) -> Result<(), String> {
-        let fail = |what: String| {
-            let _ = std::fs::remove_file(&self.temporary);
-            what
-        };
-        file.sync_all()
-            .map_err(|e| fail(format!("cannot write {}: {e}", self.destination.display())))?;
-        drop(file);
-        let renamed = if self.replace {
-            std::fs::rename(&self.temporary, &self.destination)
-        } else {
-            rename_no_replace(&self.temporary, &self.destination)
-        };
-        renamed.map_err(|e| {
-            fail(match e.kind() {
-                ErrorKind::AlreadyExists => format!(
-                    "{} appeared while the trace was written; pass --force to replace it",
-                    self.destination.display()
-                ),
-                _ => format!("cannot write {}: {e}", self.destination.display()),
-            })
-        })?;
-        if let Ok(folder) = File::open(folder_of(&self.destination)) {
-            let _ = folder.sync_all();
-        }
-        Ok(())
+        let destination = self.destination;
+        self.beside.commit(file, self.replace).map_err(|e| match e.kind() {
+            ErrorKind::AlreadyExists => format!(
+                "{} appeared while the trace was written; pass --force to replace it",
+                destination.display()
+            ),
+            _ => format!("cannot write {}: {e}", destination.display()),
+        })
     }
 
     /// Gives up: removes the temporary file.
     pub fn abandon(self) {
-        let _ = std::fs::remove_file(&self.temporary);
-    }
-}
-
-fn rename_no_replace(from: &Path, to: &Path) -> std::io::Result<()> {
-    let from = std::ffi::CString::new(from.as_os_str().as_encoded_bytes())?;
-    let to = std::ffi::CString::new(to.as_os_str().as_encoded_bytes())?;
-    // SAFETY: NUL-terminated paths relative to the working directory.
-    let done = unsafe {
-        libc::renameat2(
-            libc::AT_FDCWD,
-            from.as_ptr(),
-            libc::AT_FDCWD,
-            to.as_ptr(),
-            libc::RENAME_NOREPLACE,
-        )
-    };
-    if done == 0 {
-        Ok(())
-    } else {
-        Err(std::io::Error::last_os_error())
+        self.beside.abandon();
     }
 }
 
@@ -338,7 +288,7 @@ mod tests {
             b"old",
             "the destination is untouched until commit"
         );
-        let temporary = staged.temporary.clone();
+        let temporary = staged.beside.temporary().to_owned();
         staged.commit(file).unwrap();
         assert_eq!(std::fs::read(&path).unwrap(), b"new");
         assert!(!temporary.exists());
