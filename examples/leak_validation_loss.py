@@ -3,7 +3,7 @@
 The loop adds each batch's `loss` to a running total, where `loss.item()`
 was meant, and runs without `torch.no_grad()`: every batch's loss keeps its
 autograd graph, and the graph keeps the activations it saved for a backward
-pass that never comes, so each batch keeps about 1 GiB more on the GPU. With
+pass that never comes, so each batch keeps about 768 MiB more on the GPU. With
 few batches the job ends normally; with many, it runs out of memory. Under
 cudatrace:
 

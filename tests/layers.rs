@@ -56,9 +56,26 @@ fn rust_files(dir: &Path, out: &mut Vec<PathBuf>) {
     }
 }
 
-/// The source without comments and without its `#[cfg(test)]` part.
+/// Where the source's test module starts: the `#[cfg(test)]` whose item is
+/// a module (other test-only items are code like the rest).
+fn test_module_start(source: &str) -> Option<usize> {
+    source.match_indices("#[cfg(test)]").map(|(at, _)| at).find(|&at| {
+        let item = source[at + "#[cfg(test)]".len()..]
+            .lines()
+            .map(str::trim)
+            .find(|line| !line.is_empty() && !line.starts_with("#["))
+            .unwrap_or_default();
+        let item = item
+            .strip_prefix("pub(crate) ")
+            .or_else(|| item.strip_prefix("pub "))
+            .unwrap_or(item);
+        item.starts_with("mod ")
+    })
+}
+
+/// The source without comments and without its test module.
 fn code_of(source: &str) -> String {
-    let source = source.split("#[cfg(test)]").next().unwrap_or_default();
+    let source = &source[..test_module_start(source).unwrap_or(source.len())];
     source
         .lines()
         .map(|line| match line.find("//") {
@@ -383,6 +400,14 @@ fn the_checker_sees_use_trees_parents_and_circles() {
     };
     assert_eq!(imports_of(&krate, "b::c"), BTreeSet::from(["b".to_owned()]));
     assert_eq!(imports_of(&krate, "d"), BTreeSet::new());
+    // A test-only item before the test module is still code that is read.
+    assert_eq!(
+        code_of(
+            "#[cfg(test)]\nfn helper() {}\nfn f() { crate::b::g(); }\n#[cfg(test)]\nmod tests {\n    use crate::z;\n}"
+        ),
+        "#[cfg(test)]\nfn helper() {}\nfn f() { crate::b::g(); }"
+    );
+    assert_eq!(code_of("fn f() {}\n#[cfg(test)]\npub(crate) mod tests {}"), "fn f() {}");
     assert_eq!(imports_of(&krate, "b::c::e"), BTreeSet::from(["b".to_owned()]));
     assert_eq!(circles(&edges_of(&krate)), vec![vec!["a".to_owned(), "b".to_owned()]]);
 }

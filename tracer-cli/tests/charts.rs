@@ -122,9 +122,12 @@ impl SeenChart {
         self.series.iter().map(|(_, values, _)| values[bin]).sum()
     }
 
-    /// The bin `seconds` (since the trace's start) falls in.
+    /// The bin a chart that opens at `seconds` (since the trace's start)
+    /// opens on: the one the moment falls in, but never one of the last
+    /// two, which the page keeps in view.
     fn bin_at(&self, seconds: f64) -> usize {
-        self.times.iter().rposition(|&start| start <= seconds).unwrap_or(0)
+        let bin = self.times.iter().rposition(|&start| start <= seconds).unwrap_or(0);
+        bin.min(self.times.len() - 2)
     }
 
     fn highest_total(&self) -> u64 {

@@ -195,7 +195,7 @@ fn without_nvml_the_reference_is_the_device_used_memory_and_said_to_be_a_bound()
 
 #[test]
 fn nvml_in_another_pid_namespace_is_noticed_and_the_bound_used_instead() {
-    let (footprint, _, _) = explain_run("explain-pidns", true, &[], &[("FAKE_NVML_PID_OFFSET", "100000")]);
+    let (footprint, _, trace) = explain_run("explain-pidns", true, &[], &[("FAKE_NVML_PID_OFFSET", "100000")]);
     let at_exit = &footprint[0]["at_exit"];
     assert_eq!(at_exit["reference_source"], "device-used-bound");
     // The device reading before the process still measures the context.
@@ -206,6 +206,32 @@ fn nvml_in_another_pid_namespace_is_noticed_and_the_bound_used_instead() {
         footprint[0]["notes"],
         json!(["NVML gave no per-process figure (NVML lists processes, but none of the traced pids: it sees another pid namespace): the reference is the device's used memory, an upper bound"])
     );
+    // On the page the note is listed last, after every device's section,
+    // and nowhere above.
+    let page_path = trace.with_extension("html");
+    let html = cudatrace(&["html", trace.to_str().unwrap(), "-o", page_path.to_str().unwrap()])
+        .output()
+        .unwrap();
+    assert_eq!(html.status.code(), Some(0), "{}", String::from_utf8_lossy(&html.stderr));
+    let page = std::fs::read_to_string(&page_path).unwrap();
+    let notes = page.find("<h2>Notes</h2>").expect("notes");
+    assert!(
+        page.rfind("<h2>pid ").unwrap() < notes,
+        "a device's section after the notes"
+    );
+    let listed: Vec<&str> = page[notes..]
+        .split("<li>")
+        .skip(1)
+        .map(|li| &li[..li.find("</li>").unwrap()])
+        .collect();
+    assert_eq!(listed.len(), 1, "{listed:?}");
+    assert!(
+        listed[0].starts_with("pid ")
+            && listed[0].ends_with(", device 0: NVML gave no per-process figure (NVML lists processes, but none of the traced pids: it sees another pid namespace): the reference is the device&#39;s used memory, an upper bound."),
+        "{}",
+        listed[0]
+    );
+    assert_eq!(page.matches("NVML gave no per-process figure").count(), 1);
 }
 
 #[test]

@@ -16,7 +16,7 @@ use super::trace_index::{ProcessIndex, TraceIndex};
 use super::window::Window;
 use crate::system::progress::Progress;
 use cudatrace_events::Event;
-use std::io;
+use std::convert::Infallible;
 
 /// One event, as the replay hands it to consumers.
 pub struct Step<'a> {
@@ -38,14 +38,19 @@ pub struct Step<'a> {
 
 /// Whatever takes in a replay's events.
 pub trait Consumer {
-    /// Takes one event. An error (an output that cannot be written) ends
-    /// the replay.
-    fn step(&mut self, step: &Step) -> io::Result<()>;
+    /// What can stop it: an output that cannot be written, or
+    /// [`Infallible`] for a consumer that only counts.
+    type Error;
+
+    /// Takes one event. An error ends the replay.
+    fn step(&mut self, step: &Step) -> Result<(), Self::Error>;
 }
 
 /// Consumers that cannot fail: a closure over each step.
 impl<F: FnMut(&Step)> Consumer for F {
-    fn step(&mut self, step: &Step) -> io::Result<()> {
+    type Error = Infallible;
+
+    fn step(&mut self, step: &Step) -> Result<(), Infallible> {
         self(step);
         Ok(())
     }
@@ -108,7 +113,7 @@ impl<'a> Replay<'a> {
 
     /// Runs the pass, handing each event to `consumer` (a generic, so that
     /// its step is compiled into the loop: the loop runs once an event).
-    pub fn run(&self, consumer: &mut impl Consumer) -> io::Result<Replayed> {
+    pub fn run<C: Consumer>(&self, consumer: &mut C) -> Result<Replayed, C::Error> {
         let index = self.index;
         let mut memories: Vec<ProcessMemory> = index.processes.iter().map(|_| ProcessMemory::default()).collect();
         let mut changes = Vec::new();

@@ -1,13 +1,14 @@
 //! Reading a trace for every output: one model, one replay.
 //!
-//! A trace is read in two passes. [`TraceIndex`] reads it once and keeps
+//! A trace is read in two steps. [`TraceIndex`] reads it once and keeps
 //! what is small (processes, their ends, strings, stack symbols and nodes,
-//! damage) and where each block of events lies. [`EventStream`] then reads
-//! the blocks again in event order: sequence order within a process, time
-//! order across processes. [`ProcessMemory`] replays each process's memory
-//! semantics into [`Change`]s, which every output consumes, so all views of
-//! a trace agree. Memory stays proportional to the live set and the number
-//! of distinct stacks, never to the number of events.
+//! damage) and where each block of events lies. [`Replay`] then reads the
+//! blocks again in event order (sequence order within a process, time order
+//! across processes), replays each process's memory semantics into
+//! [`Change`]s with [`ProcessMemory`], and hands every event to a
+//! [`Consumer`]: the summary, each output's writer. So all views of a trace
+//! agree, and memory stays proportional to the live set and the number of
+//! distinct stacks, never to the number of events.
 
 mod call_site;
 mod engine;

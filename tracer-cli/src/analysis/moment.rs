@@ -1,7 +1,7 @@
 //! The two moments a view of memory by call stack can show.
 
 /// Which moment of a run a view of memory by call stack shows.
-#[derive(clap::ValueEnum, Clone, Copy, Debug, Default, PartialEq, Eq)]
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
 pub enum Moment {
     /// Each device at its peak (tensors at their allocated peak).
     #[default]

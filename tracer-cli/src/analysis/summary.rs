@@ -216,10 +216,7 @@ impl Summary {
     /// Replays the whole trace.
     pub fn build(index: &TraceIndex, progress: &Progress) -> Summary {
         let mut building = SummaryBuilder::new(index);
-        let replayed = match Replay::new(index, progress).run(&mut building) {
-            Ok(replayed) => replayed,
-            Err(_) => unreachable!("building a summary cannot fail"),
-        };
+        let Ok(replayed) = Replay::new(index, progress).run(&mut building);
         building.finish(replayed)
     }
 
@@ -235,7 +232,7 @@ impl Summary {
 
 /// A [`Summary`] being built, as a consumer of a replay that covers the
 /// whole trace.
-pub struct SummaryBuilder<'a> {
+struct SummaryBuilder<'a> {
     index: &'a TraceIndex,
     processes: Vec<ProcessSummary>,
     trackers: Vec<FootprintTracker>,
@@ -243,7 +240,7 @@ pub struct SummaryBuilder<'a> {
 
 impl<'a> SummaryBuilder<'a> {
     /// Nothing counted yet.
-    pub fn new(index: &'a TraceIndex) -> SummaryBuilder<'a> {
+    fn new(index: &'a TraceIndex) -> SummaryBuilder<'a> {
         SummaryBuilder {
             index,
             processes: index.processes.iter().map(|_| ProcessSummary::default()).collect(),
@@ -256,7 +253,7 @@ impl<'a> SummaryBuilder<'a> {
     }
 
     /// The summary, once `replayed` has run to its end.
-    pub fn finish(self, replayed: Replayed) -> Summary {
+    fn finish(self, replayed: Replayed) -> Summary {
         let index = self.index;
         let mut processes = self.processes;
         for (process, memory) in processes.iter_mut().zip(replayed.memories) {
@@ -278,7 +275,9 @@ impl<'a> SummaryBuilder<'a> {
 }
 
 impl Consumer for SummaryBuilder<'_> {
-    fn step(&mut self, step: &Step) -> std::io::Result<()> {
+    type Error = std::convert::Infallible;
+
+    fn step(&mut self, step: &Step) -> Result<(), Self::Error> {
         self.processes[step.process].observe(step.event, step.changes);
         self.trackers[step.process].observe(self.index, step.info, step.event, step.changes);
         Ok(())

@@ -286,7 +286,7 @@ pub struct FlamegraphArgs {
     pub replace: Replace,
     /// Which moment: each device at its peak, or what was live at exit.
     #[arg(long, value_enum, value_name = "WHEN", default_value = "peak")]
-    pub at: Moment,
+    pub at: At,
     /// Write folded stacks (`frame;frame;... bytes`, with `;`, spaces and `%`
     /// in names escaped as %3B, %20 and %25) instead of an SVG.
     #[arg(long)]
@@ -309,4 +309,23 @@ pub struct DumpArgs {
     /// Spool files or traces to dump.
     #[arg(value_name = "FILE")]
     pub spools: Vec<PathBuf>,
+}
+
+/// `flamegraph --at`: the moment of the run it draws.
+#[derive(clap::ValueEnum, Clone, Copy, Debug, PartialEq, Eq)]
+pub enum At {
+    /// Each device at its peak (tensors at their allocated peak).
+    Peak,
+    /// What was live when each process ended.
+    Exit,
+}
+
+impl At {
+    /// The analysis's name for it.
+    pub fn moment(self) -> Moment {
+        match self {
+            At::Peak => Moment::Peak,
+            At::Exit => Moment::Exit,
+        }
+    }
 }

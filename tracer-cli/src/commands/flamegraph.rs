@@ -20,8 +20,8 @@ pub fn command(args: FlamegraphArgs) -> Result<u8, Failure> {
         .clone()
         .unwrap_or_else(|| args.trace.with_extension(extension));
     let summary = Summary::build(&index, &Progress::new("reading", index.events));
-    let (stacks, cache) = folded_stacks(&index, &summary, args.at, args.view.frames, args.cache);
-    let moment = match args.at {
+    let (stacks, cache) = folded_stacks(&index, &summary, args.at.moment(), args.view.frames, args.cache);
+    let moment = match args.at.moment() {
         Moment::Peak => "at each device's peak",
         Moment::Exit => "live at exit",
     };

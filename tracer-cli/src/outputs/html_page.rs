@@ -24,14 +24,13 @@ use chart_drawing::chart_html;
 use chart_filling::{fill_charts, PageCharts};
 use html_text::escape;
 use std::fmt::Write as _;
-use std::io;
 
 /// The page for `index`, and the blocks of events that could not be read
 /// again; `frames` says how much of each stack its tables show.
-pub fn page(index: &TraceIndex, frames: FramesShown, progress: &Progress) -> io::Result<(String, Vec<String>)> {
+pub fn page(index: &TraceIndex, frames: FramesShown, progress: &Progress) -> (String, Vec<String>) {
     let summary = Summary::build(index, progress);
     progress.next_pass("html");
-    let charts = fill_charts(index, &summary, progress)?;
+    let charts = fill_charts(index, &summary, progress);
     let title = index
         .header
         .as_ref()
@@ -47,7 +46,7 @@ pub fn page(index: &TraceIndex, frames: FramesShown, progress: &Progress) -> io:
         "<script>\n{}</script>\n</body></html>\n",
         include_str!("html_page/page.js")
     );
-    Ok((page, summary.stream_errors))
+    (page, summary.stream_errors)
 }
 
 /// The document's head, its title and where it was traced.

@@ -71,11 +71,11 @@ pub fn make(
         });
     }
     if selected.iter().any(|&p| index.processes[p].tensor_actions > 0) {
-        claim_torch_segments(index, &selected, &mut snapshots, progress)?;
+        claim_torch_segments(index, &selected, &mut snapshots, progress);
         progress.next_pass("snapshot");
     }
     if let Some(max) = max_events {
-        for (process, entries) in count_entries(index, &selected, window, &snapshots, progress)? {
+        for (process, entries) in count_entries(index, &selected, window, &snapshots, progress) {
             if let Some(snapshot) = &mut snapshots[process] {
                 snapshot.to_skip = entries.saturating_sub(max);
             }

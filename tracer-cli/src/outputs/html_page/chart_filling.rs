@@ -10,7 +10,6 @@ use crate::analysis::{
 };
 use crate::system::progress::Progress;
 use std::collections::{BTreeMap, HashMap};
-use std::io;
 
 /// Every chart of the page, per process (in the order of
 /// [`TraceIndex::processes`]).
@@ -47,7 +46,7 @@ struct Filling<'a> {
 /// The second pass: live bytes per top call site (the sites at the peak
 /// that `summary` found), and per owner and category, per process and
 /// device.
-pub(super) fn fill_charts(index: &TraceIndex, summary: &Summary, progress: &Progress) -> io::Result<PageCharts> {
+pub(super) fn fill_charts(index: &TraceIndex, summary: &Summary, progress: &Progress) -> PageCharts {
     let mut site_series = vec![BTreeMap::new(); index.processes.len()];
     let sites = index
         .processes
@@ -89,12 +88,12 @@ pub(super) fn fill_charts(index: &TraceIndex, summary: &Summary, progress: &Prog
         site_series,
     };
     // The summary's replay already named any block that could not be read.
-    Replay::new(index, progress).run(&mut filling)?;
+    let Ok(_) = Replay::new(index, progress).run(&mut filling);
     let mut charts = filling.charts;
     for chart in charts.owners.iter_mut().flat_map(|charts| charts.values_mut()) {
         chart.readings_until(u64::MAX);
     }
-    Ok(charts)
+    charts
 }
 
 /// An empty chart whose series are the largest call sites of `at_peak`,
@@ -189,7 +188,9 @@ impl Filling<'_> {
 }
 
 impl Consumer for Filling<'_> {
-    fn step(&mut self, step: &Step) -> io::Result<()> {
+    type Error = std::convert::Infallible;
+
+    fn step(&mut self, step: &Step) -> Result<(), Self::Error> {
         if step.event.op.is_memory_event() {
             let first = &mut self.charts.first_memory_ns[step.process];
             *first = Some(first.map_or(step.event.time_ns, |t| t.min(step.event.time_ns)));

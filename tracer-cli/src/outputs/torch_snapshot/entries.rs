@@ -22,7 +22,7 @@ pub(super) fn claim_torch_segments(
     selected: &[usize],
     snapshots: &mut [Option<ProcessSnapshot>],
     progress: &Progress,
-) -> io::Result<()> {
+) {
     #[derive(Default)]
     struct Seen {
         allocations: HashMap<u64, u64>,
@@ -66,11 +66,10 @@ pub(super) fn claim_torch_segments(
             _ => {}
         }
     };
-    Replay::new(index, progress)
+    let Ok(_) = Replay::new(index, progress)
         .only(selected)
         .events_only()
-        .run(&mut claim)?;
-    Ok(())
+        .run(&mut claim);
 }
 
 /// The entries each selected process would write in the window.
@@ -80,7 +79,7 @@ pub(super) fn count_entries(
     window: Window,
     snapshots: &[Option<ProcessSnapshot>],
     progress: &Progress,
-) -> io::Result<Vec<(usize, u64)>> {
+) -> Vec<(usize, u64)> {
     let mut states: HashMap<usize, (ViewerState, u64)> = HashMap::new();
     let mut entries = Vec::new();
     let mut count = |step: &Step| {
@@ -101,11 +100,11 @@ pub(super) fn count_entries(
             *counted += entries.len() as u64;
         }
     };
-    Replay::new(index, progress)
+    let Ok(_) = Replay::new(index, progress)
         .window(window)
         .only(selected)
-        .run(&mut count)?;
-    Ok(states.into_iter().map(|(p, (_, n))| (p, n)).collect())
+        .run(&mut count);
+    states.into_iter().map(|(p, (_, n))| (p, n)).collect()
 }
 
 /// The entries `changes` (made by `event`) lead to, through `state`.
@@ -216,7 +215,9 @@ pub(super) struct EntryWriter<'a> {
 }
 
 impl Consumer for EntryWriter<'_> {
-    fn step(&mut self, step: &Step) -> io::Result<()> {
+    type Error = io::Error;
+
+    fn step(&mut self, step: &Step) -> Result<(), Self::Error> {
         let Some(snapshot) = &mut self.snapshots[step.process] else {
             return Ok(());
         };
