@@ -2,7 +2,6 @@
 //! trace's symbols.
 
 use super::trace_index::{ProcessIndex, TraceIndex};
-use serde_json::{json, Value};
 
 /// Longest parent chain followed (guards against a damaged node table).
 const MAX_STACK_NODES: usize = 4096;
@@ -22,11 +21,6 @@ pub struct Frame {
 }
 
 impl Frame {
-    /// The frame as a JSON object.
-    pub fn json(&self) -> Value {
-        json!({"function": self.function, "file": self.file, "line": self.line, "module": self.module})
-    }
-
     /// `function (file:line) [module]`, naming the module only where the
     /// rest does not already.
     pub fn text(&self) -> String {

@@ -22,7 +22,7 @@ pub fn command(args: DiffArgs) -> Result<u8, Failure> {
     let text = if args.json {
         format!(
             "{}\n",
-            outputs::growth_tables::json(paths, &figures[0], &figures[1], args.all)
+            outputs::json::diff_object::diff_json(paths, &figures[0], &figures[1], args.all)
         )
     } else {
         outputs::growth_tables::text(paths, &figures[0], &figures[1], args.all)

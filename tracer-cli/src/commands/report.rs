@@ -13,7 +13,7 @@ pub fn command(args: ReportArgs) -> Result<u8, Failure> {
     let index = TraceIndex::read(&args.trace)?;
     let summary = Summary::build(&index, &Progress::new("reading", index.events));
     let text = if args.json {
-        format!("{}\n", outputs::report_json::report(&index, &summary))
+        format!("{}\n", outputs::json::report_object::report(&index, &summary))
     } else {
         outputs::report_text::report(&index, &summary, args.view.frames)
     };

@@ -4,7 +4,6 @@
 
 use crate::analysis::{compare, Growth, RunFigures};
 use crate::outputs::wording::bytes;
-use serde_json::{json, Value};
 use std::path::Path;
 
 /// Rows of a table shown in text, unless every row is asked for.
@@ -20,7 +19,7 @@ fn signed(value: i64) -> String {
 }
 
 /// The three tables of the comparison, each with its heading.
-fn tables(a: &RunFigures, b: &RunFigures, all: bool) -> [(&'static str, &'static str, Vec<Growth>); 3] {
+pub fn tables(a: &RunFigures, b: &RunFigures, all: bool) -> [(&'static str, &'static str, Vec<Growth>); 3] {
     [
         (
             "device memory by call site",
@@ -81,29 +80,6 @@ pub fn text(paths: [&Path; 2], a: &RunFigures, b: &RunFigures, all: bool) -> Str
         if rows.len() > shown {
             out += &format!("  ... and {} more (--all shows them)\n", rows.len() - shown);
         }
-    }
-    out
-}
-
-/// The comparison as JSON: every row, whatever `all` says of text.
-pub fn json(paths: [&Path; 2], a: &RunFigures, b: &RunFigures, all: bool) -> Value {
-    let row = |row: &Growth| {
-        json!({
-            "name": row.name,
-            "peak_bytes": {"a": row.a.peak, "b": row.b.peak, "growth": row.peak_growth()},
-            "exit_bytes": {"a": row.a.exit, "b": row.b.exit, "growth": row.exit_growth()},
-        })
-    };
-    let mut out = json!({
-        "a": paths[0].display().to_string(),
-        "b": paths[1].display().to_string(),
-        "total": {
-            "peak_bytes": {"a": a.total.peak, "b": b.total.peak, "growth": b.total.peak as i64 - a.total.peak as i64},
-            "exit_bytes": {"a": a.total.exit, "b": b.total.exit, "growth": b.total.exit as i64 - a.total.exit as i64},
-        },
-    });
-    for (_, key, rows) in tables(a, b, all) {
-        out[key] = rows.iter().map(row).collect();
     }
     out
 }

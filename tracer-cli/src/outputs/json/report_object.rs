@@ -7,9 +7,14 @@ use crate::analysis::{
 use crate::outputs::wording::tensor_status_line;
 use serde_json::{json, Value};
 
+/// A source frame as JSON.
+pub fn frame_json(frame: &Frame) -> Value {
+    json!({"function": frame.function, "file": frame.file, "line": frame.line, "module": frame.module})
+}
+
 /// A stack as JSON: its frames, innermost first.
 fn stack_json(index: &TraceIndex, info: &ProcessIndex, stack: u32) -> Value {
-    index.frames(info, stack).iter().map(Frame::json).collect()
+    index.frames(info, stack).iter().map(frame_json).collect()
 }
 
 /// Call sites, largest first, each with its bytes, its count under
@@ -146,7 +151,7 @@ pub fn report(index: &TraceIndex, summary: &Summary) -> Value {
         .zip(&summary.footprints)
         .map(|((info, process), footprints)| {
             let mut value = process_json(index, info, process);
-            value["footprint"] = footprints.iter().map(super::footprint_table::json).collect();
+            value["footprint"] = footprints.iter().map(super::footprint_object::footprint_json).collect();
             value
         })
         .collect();
