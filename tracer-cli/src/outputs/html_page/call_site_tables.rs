@@ -1,7 +1,7 @@
 //! The page's tables of call sites, with the stack of each site's largest
 //! allocation, and PyTorch's tensors on a device: their chart and tables.
 
-use super::chart::{Chart, BINS};
+use super::chart::Chart;
 use super::chart_drawing::chart_html;
 use super::html_text::escape;
 use crate::analysis::{
@@ -9,7 +9,6 @@ use crate::analysis::{
     TraceIndex, NO_STACK,
 };
 use crate::outputs::wording::{bytes, count};
-use std::collections::HashMap;
 use std::fmt::Write as _;
 
 /// Call sites listed per table.
@@ -27,18 +26,13 @@ pub(super) fn tensors_html(
     first_ns: Option<u64>,
     frames: FramesShown,
 ) -> String {
-    let mut chart = Chart {
-        series_of: HashMap::new(),
-        names: vec![
-            "allocated (tensors)".to_string(),
-            "reserved, not allocated (inactive)".to_string(),
-        ],
-        current: vec![0; 2],
-        bins: vec![None; BINS],
-        t0: device_chart.t0,
-        span: device_chart.span,
-        ranked_by: Some(0),
-    };
+    let names = vec![
+        "allocated (tensors)".to_string(),
+        "reserved, not allocated (inactive)".to_string(),
+    ];
+    let mut chart = Chart::new(names, device_chart.t0, device_chart.span);
+    // Each bin at the allocated bytes' highest, as the marked peak is theirs.
+    chart.ranked_by = Some(0);
     for point in &tensors.timeline {
         chart.current = vec![point.allocated, point.inactive()];
         chart.record(point.time_ns);

@@ -30,6 +30,20 @@ pub(super) struct Chart {
 }
 
 impl Chart {
+    /// An empty chart of the named series over `span` ns from `t0`, each
+    /// bin's state taken at its highest total.
+    pub(super) fn new(names: Vec<String>, t0: u64, span: u64) -> Chart {
+        Chart {
+            series_of: HashMap::new(),
+            current: vec![0; names.len()],
+            names,
+            bins: vec![None; BINS],
+            t0,
+            span,
+            ranked_by: None,
+        }
+    }
+
     /// The bin `time_ns` falls in (times outside the span in the end bins).
     pub(super) fn bin_of(&self, time_ns: u64) -> usize {
         let offset = time_ns.saturating_sub(self.t0).min(self.span);

@@ -3,7 +3,7 @@
 //! where the driver's memory went, and notes each process's first memory
 //! event, where its charts open.
 
-use super::chart::{Chart, BINS, SERIES};
+use super::chart::{Chart, SERIES};
 use super::owner_chart::OwnerChart;
 use crate::analysis::{
     call_sites, site_key, Change, Consumer, DeviceKey, ProcessIndex, Replay, Step, Summary, TraceIndex,
@@ -112,15 +112,7 @@ fn site_chart(
         names.push(site.name.clone());
     }
     names.push("other call sites".to_string());
-    let chart = Chart {
-        series_of: HashMap::new(),
-        current: vec![0; names.len()],
-        names,
-        bins: vec![None; BINS],
-        t0,
-        span,
-        ranked_by: None,
-    };
+    let chart = Chart::new(names, t0, span);
     (chart, of_site)
 }
 

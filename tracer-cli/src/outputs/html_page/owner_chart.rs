@@ -5,7 +5,7 @@
 //! unexplained on top: the whole stack is the footprint the report
 //! estimates, and peaks where the report's "at peak" column is taken.
 
-use super::chart::{Chart, BINS, SERIES};
+use super::chart::{Chart, SERIES};
 use crate::analysis::{owner_of, Change, DeviceFootprint, ProcessIndex, TraceIndex};
 use cudatrace_events::{Api, Event, Op};
 use std::collections::{BTreeMap, HashMap};
@@ -59,15 +59,7 @@ impl OwnerChart {
         }
         unexplained.reverse();
         OwnerChart {
-            chart: Chart {
-                series_of: HashMap::new(),
-                current: vec![0; names.len()],
-                names,
-                bins: vec![None; BINS],
-                t0,
-                span,
-                ranked_by: None,
-            },
+            chart: Chart::new(names, t0, span),
             series_of_owner,
             first_category,
             pools: BTreeMap::new(),
