@@ -40,7 +40,7 @@ pub fn command(args: PerfettoArgs) -> Result<u8, Failure> {
         .clone()
         .unwrap_or_else(|| args.trace.with_extension("perfetto.json"));
     let window = Window::seconds(index.start_ns(), args.window.from, args.window.to);
-    let passes = if args.window.max_events.is_some() { 2 } else { 1 };
+    let passes = perfetto_json::passes(args.window.max_events);
     let progress = Progress::new("perfetto", index.events * passes);
     let mut output = OutputFile::create(&path, is_private(&args.trace), args.replace.force)?;
     let mut out = Counting {

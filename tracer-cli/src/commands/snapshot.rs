@@ -20,8 +20,7 @@ pub fn command(args: SnapshotArgs) -> Result<u8, Failure> {
     let selected = selected_processes(&index, &args)?;
     let window = Window::seconds(index.start_ns(), args.window.from, args.window.to);
     let stem = output_stem(&args.trace, args.output.as_deref());
-    let with_tensors = selected.iter().any(|&p| index.processes[p].tensor_actions > 0);
-    let passes = 1 + u64::from(args.window.max_events.is_some()) + u64::from(with_tensors);
+    let passes = torch_snapshot::passes(&index, &selected, args.window.max_events);
     let progress = Progress::new("snapshot", index.events * passes);
     let targets = selected
         .iter()

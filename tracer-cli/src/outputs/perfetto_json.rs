@@ -81,6 +81,12 @@ impl<W: Write> Items<W> {
     }
 }
 
+/// How many times [`write`] reads the trace's events: a count first when
+/// only the newest `max_events` are written.
+pub fn passes(max_events: Option<u64>) -> u64 {
+    1 + u64::from(max_events.is_some())
+}
+
 /// Writes `index` as Perfetto JSON into `out`: the part of the run inside
 /// `window` and, with `max_events`, only its newest memory events. Returns
 /// the blocks of events that could not be read again.

@@ -33,6 +33,18 @@ use std::io;
 use std::path::{Path, PathBuf};
 use viewer_state::ViewerState;
 
+/// Whether a snapshot of `processes` first claims PyTorch's segments: some
+/// of them recorded tensors.
+fn claims_segments(index: &TraceIndex, processes: &[usize]) -> bool {
+    processes.iter().any(|&p| index.processes[p].tensor_actions > 0)
+}
+
+/// How many times [`make`] reads the trace's events for `processes`: the
+/// claim of PyTorch's segments, the count for `max_events`, the entries.
+pub fn passes(index: &TraceIndex, processes: &[usize], max_events: Option<u64>) -> u64 {
+    1 + u64::from(max_events.is_some()) + u64::from(claims_segments(index, processes))
+}
+
 /// Snapshots made, each still to be put together into its file.
 pub struct Snapshots {
     /// One per process asked for.
@@ -70,7 +82,7 @@ pub fn make(
             claimed: HashSet::new(),
         });
     }
-    if selected.iter().any(|&p| index.processes[p].tensor_actions > 0) {
+    if claims_segments(index, &selected) {
         claim_torch_segments(index, &selected, &mut snapshots, progress);
         progress.next_pass("snapshot");
     }
