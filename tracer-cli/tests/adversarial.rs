@@ -804,12 +804,7 @@ fn forked_children_that_leave_no_spool_are_named_and_the_trace_stays_complete() 
     assert!(stdout(&text).contains(&expected), "{}", stdout(&text));
     // On the page, the children are a note at the bottom, after every
     // device's section, not above the answer.
-    let page_path = trace.with_extension("html");
-    let html = cudatrace(&["html", trace.to_str().unwrap(), "-o", page_path.to_str().unwrap()])
-        .output()
-        .unwrap();
-    assert!(html.status.success(), "{}", stderr(&html));
-    let page = std::fs::read_to_string(&page_path).unwrap();
+    let page = html_page(&trace);
     let said = format!(
         "<li>3 forked children left no spool (pid {}, {}, {} forked by pid {parent}): they made no CUDA call, or \
          exec&#39;d an image that could not record and had no way to say so.</li>",

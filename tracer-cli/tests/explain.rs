@@ -208,12 +208,7 @@ fn nvml_in_another_pid_namespace_is_noticed_and_the_bound_used_instead() {
     );
     // On the page the note is listed last, after every device's section,
     // and nowhere above.
-    let page_path = trace.with_extension("html");
-    let html = cudatrace(&["html", trace.to_str().unwrap(), "-o", page_path.to_str().unwrap()])
-        .output()
-        .unwrap();
-    assert_eq!(html.status.code(), Some(0), "{}", String::from_utf8_lossy(&html.stderr));
-    let page = std::fs::read_to_string(&page_path).unwrap();
+    let page = html_page(&trace);
     let notes = page.find("<h2>Notes</h2>").expect("notes");
     assert!(
         page.rfind("<h2>pid ").unwrap() < notes,
@@ -297,17 +292,7 @@ fn perfetto_and_html_draw_each_owner_and_category() {
     .collect();
     assert_eq!(last, expected);
 
-    let html_path = trace.with_extension("html");
-    let output = cudatrace(&["html", trace.to_str().unwrap(), "-o", html_path.to_str().unwrap()])
-        .output()
-        .unwrap();
-    assert_eq!(
-        output.status.code(),
-        Some(0),
-        "{}",
-        String::from_utf8_lossy(&output.stderr)
-    );
-    let page = std::fs::read_to_string(&html_path).unwrap();
+    let page = html_page(&trace);
     assert!(page.contains("<h2>Where the memory went: pid "), "no footprint section");
     // The table is a table: its first rows, at exit, are the reference and
     // the largest owner.

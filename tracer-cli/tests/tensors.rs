@@ -364,12 +364,7 @@ fn the_backward_pass_is_one_call_site_split_by_autograd_node_and_comes_first_at_
         .expect(live);
     assert!(parameters > 2, "{live}");
     // The HTML table says the same, tensors first.
-    let page_path = trace.with_extension("html");
-    let html = cudatrace(&["html", trace.to_str().unwrap(), "-o", page_path.to_str().unwrap()])
-        .output()
-        .unwrap();
-    assert!(html.status.success(), "{}", stderr(&html));
-    let page = std::fs::read_to_string(&page_path).unwrap();
+    let page = html_page(&trace);
     let leaks = page
         .find("<h3>Tensors live at exit (leaks)</h3>")
         .expect("a tensor table");

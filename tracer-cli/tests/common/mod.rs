@@ -284,3 +284,14 @@ pub fn human_bytes(value: u64) -> String {
         format!("{scaled:.1} {}", units[unit])
     }
 }
+
+/// The HTML page of `trace`, written beside it (`TRACE.html`) by
+/// `cudatrace html`, which must succeed.
+pub fn html_page(trace: &Path) -> String {
+    let page = trace.with_extension("html");
+    let output = cudatrace(&["html", trace.to_str().unwrap(), "-o", page.to_str().unwrap()])
+        .output()
+        .unwrap();
+    assert_eq!(output.status.code(), Some(0), "{}", stderr(&output));
+    std::fs::read_to_string(&page).unwrap()
+}
