@@ -142,7 +142,9 @@ fn footprints_html(index: &TraceIndex, summary: &Summary, charts: &PageCharts) -
                     "chart owners",
                     peak.reference.bytes,
                     peak.reference.time_ns,
-                    charts.first_memory_ns[process],
+                    // The driver-used peak can come before any allocation
+                    // (a context alone): the chart then opens at the peak.
+                    charts.first_memory_ns[process].map(|first| first.min(peak.reference.time_ns)),
                 );
             }
         }
