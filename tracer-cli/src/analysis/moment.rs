@@ -1,10 +1,9 @@
 //! The two moments a view of memory by call stack can show.
 
 /// Which moment of a run a view of memory by call stack shows.
-#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum Moment {
     /// Each device at its peak (tensors at their allocated peak).
-    #[default]
     Peak,
     /// What was live when each process ended.
     Exit,

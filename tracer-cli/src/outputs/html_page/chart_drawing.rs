@@ -52,8 +52,7 @@ pub(super) fn chart_html(chart: &Chart, class: &str, peak: u64, peak_time_ns: u6
         .unwrap_or(0);
     let ticks = y_ticks(highest.max(peak));
     let axis_top = *ticks.last().unwrap_or(&1) as f64;
-    let x = |bin: usize| bin as f64 * WIDTH / (BINS - 1) as f64;
-    let y = |value: u64| HEIGHT - value as f64 / axis_top * HEIGHT;
+    let (x, y) = (x_of, |value: u64| y_of(value, axis_top));
     // At least two bins stay in view, so that the view is never empty.
     let first_bin = first_ns.map_or(0, |time_ns| chart.bin_of(time_ns)).min(BINS - 2);
     let view_x = x(first_bin);
@@ -132,8 +131,7 @@ struct SeriesDrawing {
 /// Draws every series that is not zero throughout, stacked in order, on a
 /// y-axis reaching `axis_top` bytes; the legend gives each at `peak_bin`.
 fn draw_series(chart: &Chart, columns: &[Vec<u64>], axis_top: f64, peak_bin: usize) -> SeriesDrawing {
-    let x = |bin: usize| bin as f64 * WIDTH / (BINS - 1) as f64;
-    let y = |value: u64| HEIGHT - value as f64 / axis_top * HEIGHT;
+    let (x, y) = (x_of, |value: u64| y_of(value, axis_top));
     let mut paths = String::new();
     let mut exit_bar = format!("<svg class=\"exit\" viewBox=\"0 0 40 {HEIGHT}\" preserveAspectRatio=\"none\" xmlns=\"http://www.w3.org/2000/svg\">");
     let mut legend = String::new();
@@ -195,6 +193,17 @@ fn draw_series(chart: &Chart, columns: &[Vec<u64>], axis_top: f64, peak_bin: usi
         legend,
         data: data_series,
     }
+}
+
+/// Where `bin` starts across the plot, in SVG units.
+fn x_of(bin: usize) -> f64 {
+    bin as f64 * WIDTH / (BINS - 1) as f64
+}
+
+/// Where `value` bytes stand up the plot, in SVG units (0 at the top), on
+/// an axis reaching `axis_top` bytes.
+fn y_of(value: u64, axis_top: f64) -> f64 {
+    HEIGHT - value as f64 / axis_top * HEIGHT
 }
 
 /// Nanoseconds from the chart's start to the start of `bin`.
