@@ -56,6 +56,18 @@ impl<F: FnMut(&Step)> Consumer for F {
     }
 }
 
+/// Two consumers fed by one pass, each step to the first, then the second.
+pub struct Both<'a, A, B>(pub &'a mut A, pub &'a mut B);
+
+impl<A: Consumer, B: Consumer<Error = A::Error>> Consumer for Both<'_, A, B> {
+    type Error = A::Error;
+
+    fn step(&mut self, step: &Step) -> Result<(), Self::Error> {
+        self.0.step(step)?;
+        self.1.step(step)
+    }
+}
+
 /// What a replay leaves.
 pub struct Replayed {
     /// Each process's memory at the end (untouched for processes not

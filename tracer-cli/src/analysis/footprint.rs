@@ -21,4 +21,5 @@ mod readings;
 mod tracker;
 
 pub use figures::{Breakdown, DeviceFootprint, FootprintNote, ReferenceSource};
+pub use readings::footprint_reading_times;
 pub use tracker::FootprintTracker;

@@ -34,7 +34,9 @@ pub use call_site::{
     stack_names, FramesShown, BACKWARD_PASS, NO_STACK,
 };
 pub use engine::{Consumer, Replay, Step};
-pub use footprint::{Breakdown, DeviceFootprint, FootprintNote, FootprintTracker, ReferenceSource};
+pub use footprint::{
+    footprint_reading_times, Breakdown, DeviceFootprint, FootprintNote, FootprintTracker, ReferenceSource,
+};
 pub use growth::{compare, Growth, RunFigures};
 pub use input_path::check_regular_file;
 pub use keys::{ByStack, DeviceKey};

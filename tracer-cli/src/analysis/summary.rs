@@ -2,7 +2,7 @@
 //! peak and what was in use at it, memory live at exit and failures, each
 //! by call site. Built from the [`Change`]s of one replay.
 
-use super::engine::{Consumer, Replay, Replayed, Step};
+use super::engine::{Both, Consumer, Replay, Replayed, Step};
 use super::footprint::{DeviceFootprint, FootprintTracker};
 use super::keys::{ByStack, DeviceKey};
 use super::replay::{Allocation, Change, ProcessMemory};
@@ -11,6 +11,7 @@ use super::trace_index::TraceIndex;
 use crate::system::progress::Progress;
 use cudatrace_events::{Api, Event};
 use std::collections::BTreeMap;
+use std::convert::Infallible;
 
 /// An out-of-memory failure.
 #[derive(Clone, Debug)]
@@ -220,6 +221,18 @@ impl Summary {
         building.finish(replayed)
     }
 
+    /// Replays the whole trace, handing each step to `alongside` too: one
+    /// pass for the summary and another consumer.
+    pub fn build_alongside<C: Consumer<Error = Infallible>>(
+        index: &TraceIndex,
+        progress: &Progress,
+        alongside: &mut C,
+    ) -> Summary {
+        let mut building = SummaryBuilder::new(index);
+        let Ok(replayed) = Replay::new(index, progress).run(&mut Both(&mut building, alongside));
+        building.finish(replayed)
+    }
+
     /// Events that happened but are not in the trace.
     pub fn lost_events(&self, index: &TraceIndex) -> u64 {
         self.processes
@@ -275,7 +288,7 @@ impl<'a> SummaryBuilder<'a> {
 }
 
 impl Consumer for SummaryBuilder<'_> {
-    type Error = std::convert::Infallible;
+    type Error = Infallible;
 
     fn step(&mut self, step: &Step) -> Result<(), Self::Error> {
         self.processes[step.process].observe(step.event, step.changes);

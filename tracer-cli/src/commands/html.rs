@@ -14,7 +14,7 @@ use std::io::Write;
 pub fn command(args: HtmlArgs) -> Result<u8, Failure> {
     let index = TraceIndex::read(&args.trace)?;
     let path = args.output.clone().unwrap_or_else(|| args.trace.with_extension("html"));
-    let progress = Progress::new("html", index.events * 2);
+    let progress = Progress::new("html", index.events);
     let (page, stream_errors) = html_page::page(&index, args.view.frames, &progress);
     drop(progress);
     let mut output = OutputFile::create(&path, is_private(&args.trace), args.replace.force)?;

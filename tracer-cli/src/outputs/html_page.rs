@@ -12,6 +12,7 @@ mod call_site_tables;
 mod chart;
 mod chart_drawing;
 mod chart_filling;
+mod chart_tally;
 mod html_text;
 mod owner_chart;
 
@@ -21,16 +22,16 @@ use crate::outputs::wording::{bytes, count};
 use crate::system::progress::Progress;
 use call_site_tables::{sites_table, stack_html, tensors_html};
 use chart_drawing::chart_html;
-use chart_filling::{fill_charts, PageCharts};
+use chart_filling::{ChartsFilling, PageCharts};
 use html_text::escape;
 use std::fmt::Write as _;
 
 /// The page for `index`, and the blocks of events that could not be read
 /// again; `frames` says how much of each stack its tables show.
 pub fn page(index: &TraceIndex, frames: FramesShown, progress: &Progress) -> (String, Vec<String>) {
-    let summary = Summary::build(index, progress);
-    progress.next_pass("html");
-    let charts = fill_charts(index, &summary, progress);
+    let mut charts = ChartsFilling::new(index);
+    let summary = Summary::build_alongside(index, progress, &mut charts);
+    let charts = charts.finish(&summary);
     let title = index
         .header
         .as_ref()
@@ -138,7 +139,7 @@ fn footprints_html(index: &TraceIndex, summary: &Summary, charts: &PageCharts) -
             let chart = charts.owners[process].get(&footprint.device);
             if let (Some(chart), Some(peak)) = (chart, footprint.at_peak.as_ref()) {
                 out += &chart_html(
-                    &chart.chart,
+                    chart,
                     "chart owners",
                     peak.reference.bytes,
                     peak.reference.time_ns,

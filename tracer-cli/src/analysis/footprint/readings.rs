@@ -105,3 +105,15 @@ pub(super) fn devices_of(process: &ProcessIndex) -> impl Iterator<Item = u8> {
     devices.dedup();
     devices.into_iter()
 }
+
+/// For each device whose footprint is estimated, the times of its reference
+/// readings, in the order the estimate takes them: where what is
+/// unexplained steps (see [`super::DeviceFootprint::unexplained_steps`]).
+pub fn footprint_reading_times(index: &TraceIndex, process: &ProcessIndex) -> Vec<(u8, Vec<u64>)> {
+    devices_of(process)
+        .map(|device| {
+            let (readings, _) = readings(index, process, device);
+            (device, readings.iter().map(|r| r.time_ns).collect())
+        })
+        .collect()
+}

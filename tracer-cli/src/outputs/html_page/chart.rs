@@ -1,8 +1,6 @@
 //! A chart being filled as the trace replays: live bytes per series,
 //! sampled into time bins.
 
-use std::collections::HashMap;
-
 /// Call sites drawn as series of their own; the rest are one "other" series.
 pub(super) const SERIES: usize = 8;
 /// Time bins per chart.
@@ -16,9 +14,43 @@ pub(super) struct Bin {
     last: Vec<u64>,
 }
 
+impl Bin {
+    /// Takes into the bin `slot` a moment whose state was `top`, of
+    /// `total` bytes, and the state `last` after it: `top` is the bin's
+    /// highest if as high as any before (the latest of equals wins).
+    pub(super) fn take(slot: &mut Option<Bin>, total: u64, top: &[u64], last: &[u64]) {
+        match slot {
+            Some(bin) => {
+                if total >= bin.top_total {
+                    bin.top_total = total;
+                    bin.top.clone_from_slice(top);
+                }
+                bin.last.clone_from_slice(last);
+            }
+            None => {
+                *slot = Some(Bin {
+                    top_total: total,
+                    top: top.to_vec(),
+                    last: last.to_vec(),
+                })
+            }
+        }
+    }
+}
+
+/// The bin of a chart over `span` ns from `t0` that `time_ns` falls in
+/// (times outside the span in the end bins).
+pub(super) fn bin_of(t0: u64, span: u64, time_ns: u64) -> usize {
+    let offset = time_ns.saturating_sub(t0).min(span);
+    if span == 0 {
+        0
+    } else {
+        (offset as u128 * (BINS as u128 - 1) / span as u128) as usize
+    }
+}
+
 /// A chart being filled: live bytes per series, sampled into time bins.
 pub(super) struct Chart {
-    pub(super) series_of: HashMap<u32, usize>,
     pub(super) names: Vec<String>,
     pub(super) current: Vec<u64>,
     pub(super) bins: Vec<Option<Bin>>,
@@ -34,7 +66,6 @@ impl Chart {
     /// bin's state taken at its highest total.
     pub(super) fn new(names: Vec<String>, t0: u64, span: u64) -> Chart {
         Chart {
-            series_of: HashMap::new(),
             current: vec![0; names.len()],
             names,
             bins: vec![None; BINS],
@@ -46,36 +77,17 @@ impl Chart {
 
     /// The bin `time_ns` falls in (times outside the span in the end bins).
     pub(super) fn bin_of(&self, time_ns: u64) -> usize {
-        let offset = time_ns.saturating_sub(self.t0).min(self.span);
-        if self.span == 0 {
-            0
-        } else {
-            (offset as u128 * (BINS as u128 - 1) / self.span as u128) as usize
-        }
+        bin_of(self.t0, self.span, time_ns)
     }
 
+    /// Records the state now, [`Chart::current`], at `time_ns`.
     pub(super) fn record(&mut self, time_ns: u64) {
         let bin = self.bin_of(time_ns);
         let total: u64 = match self.ranked_by {
             Some(series) => self.current[series],
             None => self.current.iter().fold(0u64, |sum, v| sum.saturating_add(*v)),
         };
-        match &mut self.bins[bin] {
-            Some(b) => {
-                if total >= b.top_total {
-                    b.top_total = total;
-                    b.top.clone_from(&self.current);
-                }
-                b.last.clone_from(&self.current);
-            }
-            slot => {
-                *slot = Some(Bin {
-                    top_total: total,
-                    top: self.current.clone(),
-                    last: self.current.clone(),
-                })
-            }
-        }
+        Bin::take(&mut self.bins[bin], total, &self.current, &self.current);
     }
 
     /// Values per series per bin, carrying the last state over empty bins.

@@ -4,8 +4,14 @@
 //! executable graphs) stacked over time, with what the readings leave
 //! unexplained on top: the whole stack is the footprint the report
 //! estimates, and peaks where the report's "at peak" column is taken.
+//!
+//! It is tallied in the summary's pass ([`OwnerTally`]), before the
+//! owners worth a series of their own, the context's size and what each
+//! reading leaves unexplained are known; [`OwnerTally::into_chart`] then
+//! makes the chart.
 
 use super::chart::{Chart, SERIES};
+use super::chart_tally::{ChartTally, Part};
 use crate::analysis::{owner_of, Change, DeviceFootprint, ProcessIndex, TraceIndex};
 use cudatrace_events::{Api, Event, Op};
 use std::collections::{BTreeMap, HashMap};
@@ -20,150 +26,191 @@ const CATEGORIES: [&str; 7] = [
     "executable graphs",
     UNEXPLAINED,
 ];
+const POOLS: usize = 0;
+const GRAPHS: usize = 1;
+const CONTEXT: usize = 2;
+const MODULES: usize = 3;
+const STREAMS: usize = 4;
+const EXECUTABLE_GRAPHS: usize = 5;
+const UNEXPLAINED_BAND: usize = 6;
 
 /// The band of what no measurement covers.
 pub const UNEXPLAINED: &str = "unexplained (driver-used less all measured)";
 
-/// One device's chart and what fills it.
-pub struct OwnerChart {
-    pub chart: Chart,
-    series_of_owner: HashMap<String, usize>,
-    first_category: usize,
-    pools: BTreeMap<u64, u64>,
-    context: u64,
-    context_drawn: bool,
-    /// What the readings leave unexplained, as (from, bytes), latest first:
-    /// each reading's own figure at its instant, then until the next
-    /// reading the smaller of the two (as the report's estimate has it).
-    unexplained: Vec<(u64, u64)>,
-    /// Before the first reading, from the device's first event: the first
-    /// reading's figure, until a reading has been drawn.
-    before_first_reading: Option<u64>,
+/// Which reading's figure the unexplained band shows.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum Unexplained {
+    /// Nothing yet: the device has had no event and no reading.
+    Nothing,
+    /// From the device's first event until the first reading: the first
+    /// reading's figure, as the report's estimate has it.
+    BeforeFirstReading,
+    /// At the instant of reading `k` (in time order): its own figure.
+    AtReading(usize),
+    /// After reading `k` until the next: the smaller of the two figures.
+    UntilNext(usize),
 }
 
-impl OwnerChart {
-    /// A chart for `footprint`'s device, with its largest owners as series.
-    pub fn new(footprint: &DeviceFootprint, t0: u64, span: u64) -> OwnerChart {
-        let owners = footprint.owners_by_size();
-        let mut names: Vec<String> = owners.iter().take(SERIES).map(|(n, _)| n.clone()).collect();
-        let series_of_owner = names.iter().enumerate().map(|(i, n)| (n.clone(), i)).collect();
-        names.push("other owners".into());
-        let first_category = names.len();
-        names.extend(CATEGORIES.iter().map(|c| c.to_string()));
-        let steps = &footprint.unexplained_steps;
-        let mut unexplained = Vec::new();
-        for (k, &(at, bytes)) in steps.iter().enumerate() {
-            let until_next = steps.get(k + 1).map_or(bytes, |&(_, next)| bytes.min(next));
-            unexplained.push((at, bytes.max(0) as u64));
-            unexplained.push((at, until_next.max(0) as u64));
-        }
-        unexplained.reverse();
-        OwnerChart {
-            chart: Chart::new(names, t0, span),
-            series_of_owner,
-            first_category,
-            pools: BTreeMap::new(),
-            context: footprint.context_first,
+/// What the chart shows that is known only once the pass is over.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(super) struct OwnerLate {
+    /// The context is drawn, from the device's first event on.
+    context_drawn: bool,
+    unexplained: Unexplained,
+}
+
+/// One device's owner chart, being tallied.
+pub(super) struct OwnerTally {
+    tally: ChartTally<OwnerLate>,
+    /// The times of the readings not drawn yet, latest first.
+    readings_left: Vec<u64>,
+    /// Readings drawn so far.
+    readings_drawn: usize,
+    has_readings: bool,
+    /// Each pool's bytes beyond its live allocations, by pool.
+    pools: BTreeMap<u64, u64>,
+    /// The measured categories' bytes now.
+    categories: [u64; UNEXPLAINED_BAND],
+}
+
+impl OwnerTally {
+    /// An empty tally over `span` ns from `t0`, for a device whose readings
+    /// were taken at `reading_times`, in the footprint's order.
+    pub(super) fn new(t0: u64, span: u64, reading_times: &[u64]) -> OwnerTally {
+        let late = OwnerLate {
             context_drawn: false,
-            before_first_reading: steps.first().map(|&(_, first)| first.max(0) as u64),
-            unexplained,
+            unexplained: Unexplained::Nothing,
+        };
+        OwnerTally {
+            tally: ChartTally::new(t0, span, late),
+            readings_left: reading_times.iter().rev().copied().collect(),
+            readings_drawn: 0,
+            has_readings: !reading_times.is_empty(),
+            pools: BTreeMap::new(),
+            categories: [0; UNEXPLAINED_BAND],
         }
     }
 
-    /// Draws what the readings leave unexplained up to `time_ns`.
-    pub fn readings_until(&mut self, time_ns: u64) {
-        let series = self.first_category + CATEGORIES.len() - 1;
-        while let Some(&(at, bytes)) = self.unexplained.last() {
+    /// Draws the readings taken up to `time_ns`: each is a moment at its
+    /// own figure, then the band holds until the next.
+    pub(super) fn readings_until(&mut self, time_ns: u64) {
+        while let Some(&at) = self.readings_left.last() {
             if at > time_ns {
                 break;
             }
-            self.unexplained.pop();
-            self.chart.current[series] = bytes;
-            self.before_first_reading = None;
-            self.chart.record(at);
+            self.readings_left.pop();
+            let reading = self.readings_drawn;
+            self.readings_drawn += 1;
+            for unexplained in [Unexplained::AtReading(reading), Unexplained::UntilNext(reading)] {
+                let late = OwnerLate {
+                    unexplained,
+                    ..self.tally.late()
+                };
+                self.tally.set_late(late);
+                self.tally.record(at);
+            }
         }
     }
 
-    fn series_of_stack(&mut self, index: &TraceIndex, info: &ProcessIndex, stack: u32) -> usize {
-        if let Some(&series) = self.chart.series_of.get(&stack) {
-            return series;
+    /// The context's size is known once the whole run is read. It is drawn
+    /// from the device's first event, as is what the first reading leaves
+    /// unexplained (the estimate's figure before it): an allocation may be
+    /// recorded just before the record of the context it was made in, and
+    /// the footprint is estimated with the context in it from the start.
+    fn draw_context(&mut self) {
+        let mut late = self.tally.late();
+        if late.context_drawn {
+            return;
         }
-        let owner = owner_of(&index.frames(info, stack));
-        let series = self
-            .series_of_owner
-            .get(&owner)
-            .copied()
-            .unwrap_or(self.first_category - 1);
-        self.chart.series_of.insert(stack, series);
-        series
+        late.context_drawn = true;
+        if late.unexplained == Unexplained::Nothing && self.has_readings {
+            late.unexplained = Unexplained::BeforeFirstReading;
+        }
+        self.tally.set_late(late);
     }
 
     /// Takes in an allocation change on this device.
-    pub fn change(&mut self, index: &TraceIndex, info: &ProcessIndex, change: &Change, time_ns: u64) {
+    pub(super) fn change(&mut self, change: &Change, time_ns: u64) {
         let (allocation, grows) = match change {
             Change::Allocated(a) => (a, true),
             Change::Freed { allocation, .. } => (allocation, false),
             _ => return,
         };
         self.draw_context();
-        let series = self.series_of_stack(index, info, allocation.stack);
-        let value = &mut self.chart.current[series];
-        *value = if grows {
-            value.saturating_add(allocation.size)
-        } else {
-            value.saturating_sub(allocation.size)
-        };
-        self.chart.record(time_ns);
-    }
-
-    /// The context's size is known once the whole run is read. It is drawn
-    /// from the device's first event, as is what the first reading leaves
-    /// unexplained (the estimate's figure before it): an allocation may be recorded just
-    /// before the record of the context it was made in, and the footprint
-    /// is estimated with the context in it from the start.
-    fn draw_context(&mut self) {
-        if !self.context_drawn {
-            self.context_drawn = true;
-            let series = self.first_category + CATEGORIES.iter().position(|c| *c == "context").unwrap_or(0);
-            self.chart.current[series] += self.context;
-            if let Some(first) = self.before_first_reading.take() {
-                self.chart.current[self.first_category + CATEGORIES.len() - 1] = first;
-            }
-        }
+        let size = allocation.size as i64;
+        let delta = if grows { size } else { -size };
+        self.tally.change(Part::Stack(allocation.stack), delta, time_ns);
     }
 
     /// Takes in a measurement on this device.
-    pub fn measurement(&mut self, event: &Event) {
+    pub(super) fn measurement(&mut self, event: &Event) {
         self.draw_context();
-        let category = |name: &str| CATEGORIES.iter().position(|c| *c == name).unwrap_or(0);
-        let (series, value) = match event.op {
+        let (category, value) = match event.op {
             Op::PoolSample => {
                 self.pools.insert(event.address, event.size.saturating_sub(event.arg1));
-                (
-                    category("pools beyond live allocations"),
-                    self.pools.values().fold(0u64, |sum, held| sum.saturating_add(*held)),
-                )
+                let held = self.pools.values().fold(0u64, |sum, held| sum.saturating_add(*held));
+                (POOLS, held)
             }
-            Op::GraphSample => (category("graph memory"), event.size),
-            Op::Limit if event.api == Api::CuCtxSetLimit => {
-                let series = category("context");
-                let total =
-                    self.chart.current[self.first_category + series].saturating_add(event.load_cost().unwrap_or(0));
-                (series, total)
-            }
-            Op::ModuleLoad | Op::KernelLoad | Op::StreamObjects | Op::GraphExec => {
-                let series = category(match event.op {
-                    Op::StreamObjects => "streams and events",
-                    Op::GraphExec => "executable graphs",
-                    _ => "modules and kernels",
-                });
-                let total =
-                    self.chart.current[self.first_category + series].saturating_add(event.load_cost().unwrap_or(0));
-                (series, total)
-            }
+            Op::GraphSample => (GRAPHS, event.size),
+            Op::Limit if event.api == Api::CuCtxSetLimit => (CONTEXT, self.grown(CONTEXT, event)),
+            Op::ModuleLoad | Op::KernelLoad => (MODULES, self.grown(MODULES, event)),
+            Op::StreamObjects => (STREAMS, self.grown(STREAMS, event)),
+            Op::GraphExec => (EXECUTABLE_GRAPHS, self.grown(EXECUTABLE_GRAPHS, event)),
             _ => return,
         };
-        self.chart.current[self.first_category + series] = value;
-        self.chart.record(event.time_ns);
+        let delta = value.wrapping_sub(self.categories[category]) as i64;
+        self.categories[category] = value;
+        self.tally.change(Part::Category(category), delta, event.time_ns);
     }
+
+    /// The category's bytes once `event`'s load cost is added.
+    fn grown(&self, category: usize, event: &Event) -> u64 {
+        self.categories[category].saturating_add(event.load_cost().unwrap_or(0))
+    }
+
+    /// The chart, once the pass is over and `footprint` is known: the
+    /// largest owners as series of their own, then the rest as one, then
+    /// the categories.
+    pub(super) fn into_chart(mut self, footprint: &DeviceFootprint, index: &TraceIndex, info: &ProcessIndex) -> Chart {
+        self.readings_until(u64::MAX);
+        let owners = footprint.owners_by_size();
+        let mut names: Vec<String> = owners.iter().take(SERIES).map(|(n, _)| n.clone()).collect();
+        let series_of_owner: HashMap<String, usize> = names.iter().enumerate().map(|(i, n)| (n.clone(), i)).collect();
+        names.push("other owners".into());
+        let first_category = names.len();
+        names.extend(CATEGORIES.iter().map(|c| c.to_string()));
+        let mut series_of_stack = HashMap::new();
+        let series_of = |part: Part| match part {
+            Part::Category(category) => first_category + category,
+            Part::Stack(stack) => *series_of_stack.entry(stack).or_insert_with(|| {
+                let owner = owner_of(&index.frames(info, stack));
+                series_of_owner.get(&owner).copied().unwrap_or(first_category - 1)
+            }),
+        };
+        let late_values = |late: OwnerLate| {
+            let context = if late.context_drawn { footprint.context_first } else { 0 };
+            vec![
+                (first_category + CONTEXT, context),
+                (
+                    first_category + UNEXPLAINED_BAND,
+                    unexplained_bytes(footprint, late.unexplained),
+                ),
+            ]
+        };
+        self.tally.into_chart(names, series_of, late_values)
+    }
+}
+
+/// The unexplained band's bytes: a reading's figure, or until the next
+/// reading the smaller of the two (as the report's estimate has it).
+fn unexplained_bytes(footprint: &DeviceFootprint, unexplained: Unexplained) -> u64 {
+    let steps = &footprint.unexplained_steps;
+    let figure = |k: usize| steps.get(k).map(|&(_, bytes)| bytes);
+    let bytes = match unexplained {
+        Unexplained::Nothing => None,
+        Unexplained::BeforeFirstReading => figure(0),
+        Unexplained::AtReading(k) => figure(k),
+        Unexplained::UntilNext(k) => figure(k).map(|bytes| figure(k + 1).map_or(bytes, |next| bytes.min(next))),
+    };
+    bytes.map_or(0, |bytes| bytes.max(0) as u64)
 }
