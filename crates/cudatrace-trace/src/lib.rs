@@ -11,7 +11,10 @@
 #![warn(missing_docs)]
 
 mod crc32;
+mod decode;
+mod encode;
 pub mod format;
+mod problem;
 pub mod reader;
 pub mod synthetic;
 mod varint;
@@ -21,5 +24,6 @@ pub use format::{
     DamagedSpool, Footer, Header, NodeSymbols, NvmlSample, NvmlStatus, ProcessEnd, ProcessStart, Record, Refusal,
     SymbolFrame, UnrecordedProcess, FORMAT_VERSION, MAGIC, OLDEST_READABLE_VERSION,
 };
+pub use problem::{Malformed, Problem};
 pub use reader::{read_record_at, Damage, TraceReader};
 pub use writer::TraceWriter;

@@ -1,7 +1,9 @@
 //! Reading a trace, record by record, stopping cleanly at damage.
 
 use crate::crc32;
-use crate::format::{decode, Record, FORMAT_VERSION, MAGIC, MAX_PAYLOAD, OLDEST_READABLE_VERSION};
+use crate::decode::decode;
+use crate::format::{Record, FORMAT_VERSION, MAGIC, MAX_PAYLOAD, OLDEST_READABLE_VERSION};
+use crate::problem::Problem;
 use std::collections::HashMap;
 use std::io::{self, Read};
 
@@ -11,16 +13,10 @@ pub struct Damage {
     /// Byte offset of the damaged frame.
     pub offset: u64,
     /// What was wrong with it.
-    pub reason: String,
+    pub problem: Problem,
     /// The frame after it verified, so it was skipped and reading went on;
     /// otherwise reading stopped here.
     pub skipped: bool,
-}
-
-impl std::fmt::Display for Damage {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        write!(f, "at byte {}: {}", self.offset, self.reason)
-    }
 }
 
 /// Reads records from a trace. It never panics on any input. A damaged
@@ -69,13 +65,13 @@ impl<R: Read> TraceReader<R> {
         let mut magic = [0u8; 8];
         let got = read_fully(&mut input, &mut magic).map_err(|e| Damage {
             offset: 0,
-            reason: e.to_string(),
+            problem: Problem::Unreadable(e.to_string()),
             skipped: false,
         })?;
         if got < magic.len() || magic != MAGIC {
             return Err(Damage {
                 offset: 0,
-                reason: "not a cudatrace trace (bad magic)".into(),
+                problem: Problem::NotATrace,
                 skipped: false,
             });
         }
@@ -93,30 +89,30 @@ impl<R: Read> TraceReader<R> {
         self.offset
     }
 
-    fn stop(&mut self, offset: u64, reason: impl Into<String>) -> Damage {
+    fn stop(&mut self, offset: u64, problem: Problem) -> Damage {
         self.stopped = true;
         Damage {
             offset,
-            reason: reason.into(),
+            problem,
             skipped: false,
         }
     }
 
     /// Reads the frame at `offset`: `Ok(None)` at a clean end, `Err` with
-    /// the reason when it is cut short or cannot be a frame.
-    fn read_frame(&mut self, offset: u64) -> Result<Option<Frame>, String> {
+    /// the problem when it is cut short or cannot be a frame.
+    fn read_frame(&mut self, offset: u64) -> Result<Option<Frame>, Problem> {
         let mut head = [0u8; 5];
-        let got = read_fully(&mut self.input, &mut head).map_err(|e| e.to_string())?;
+        let got = read_fully(&mut self.input, &mut head).map_err(|e| Problem::Unreadable(e.to_string()))?;
         if got == 0 {
             return Ok(None);
         }
         if got < head.len() {
-            return Err(format!("truncated frame header ({got} of 5 bytes)"));
+            return Err(Problem::TruncatedFrameHeader { got });
         }
         let tag = head[0];
         let length = u32::from_le_bytes([head[1], head[2], head[3], head[4]]) as usize;
         if length > MAX_PAYLOAD {
-            return Err(format!("frame declares {length} bytes, more than any record"));
+            return Err(Problem::FrameTooLarge { length });
         }
         // Read what is there rather than allocate what the frame claims.
         let mut body = Vec::new();
@@ -124,9 +120,12 @@ impl<R: Read> TraceReader<R> {
         (&mut self.input)
             .take(wanted as u64)
             .read_to_end(&mut body)
-            .map_err(|e| e.to_string())?;
+            .map_err(|e| Problem::Unreadable(e.to_string()))?;
         if body.len() < wanted {
-            return Err(format!("truncated record: {} of {wanted} bytes", body.len()));
+            return Err(Problem::TruncatedRecord {
+                got: body.len(),
+                wanted,
+            });
         }
         let stored = body.split_off(length);
         let crc = crc32::update(crc32::update(0, &head), &body);
@@ -138,20 +137,19 @@ impl<R: Read> TraceReader<R> {
         }))
     }
 
-    fn decode_frame(&mut self, frame: &Frame) -> Result<Record, String> {
-        let tag = frame.tag.escape_ascii();
+    fn decode_frame(&mut self, frame: &Frame) -> Result<Record, Problem> {
+        let tag = Some(frame.tag);
         if !frame.checksum_ok {
-            return Err(format!("checksum mismatch in a '{tag}' record"));
+            return Err(Problem::ChecksumMismatch { tag });
         }
         let pids = &self.pids;
         let record = decode(frame.tag, &frame.payload, &|process| pids.get(&process).copied())
-            .map_err(|reason| format!("malformed '{tag}' record: {reason}"))?;
+            .map_err(|fault| Problem::Malformed { tag, fault })?;
         match &record {
             Record::Header(h) if !(OLDEST_READABLE_VERSION..=FORMAT_VERSION).contains(&h.format_version) => {
-                return Err(format!(
-                    "trace format version {} is not supported (this build reads {OLDEST_READABLE_VERSION} to {FORMAT_VERSION})",
-                    h.format_version
-                ));
+                return Err(Problem::UnsupportedVersion {
+                    version: h.format_version,
+                });
             }
             Record::Process(p) => {
                 self.pids.insert(p.process, p.pid);
@@ -174,15 +172,15 @@ impl<R: Read> TraceReader<R> {
                     self.stopped = true;
                     return Ok(None);
                 }
-                Err(reason) => return Err(self.stop(self.offset, reason)),
+                Err(problem) => return Err(self.stop(self.offset, problem)),
             },
         };
-        let reason = match self.decode_frame(&frame) {
+        let problem = match self.decode_frame(&frame) {
             Ok(record) => {
                 self.offset = frame.end();
                 return Ok(Some(record));
             }
-            Err(reason) => reason,
+            Err(problem) => problem,
         };
         self.offset = frame.end();
         // Without its header, nothing after it can be read with confidence.
@@ -192,11 +190,11 @@ impl<R: Read> TraceReader<R> {
                 self.ahead = Some(next);
                 Err(Damage {
                     offset: frame.offset,
-                    reason,
+                    problem,
                     skipped: true,
                 })
             }
-            _ => Err(self.stop(frame.offset, reason)),
+            _ => Err(self.stop(frame.offset, problem)),
         }
     }
 }
@@ -209,26 +207,28 @@ pub fn read_record_at(
     file: &std::fs::File,
     offset: u64,
     pid_of: &dyn Fn(u32) -> Option<u32>,
-) -> Result<Record, String> {
+) -> Result<Record, Damage> {
     use std::os::unix::fs::FileExt;
+    let damage = |problem| Damage {
+        offset,
+        problem,
+        skipped: false,
+    };
+    let unreadable = |e: io::Error| damage(Problem::Unreadable(e.to_string()));
     let mut head = [0u8; 5];
-    file.read_exact_at(&mut head, offset)
-        .map_err(|e| format!("at byte {offset}: {e}"))?;
+    file.read_exact_at(&mut head, offset).map_err(unreadable)?;
     let length = u32::from_le_bytes([head[1], head[2], head[3], head[4]]) as usize;
     if length > MAX_PAYLOAD {
-        return Err(format!(
-            "at byte {offset}: frame declares {length} bytes, more than any record"
-        ));
+        return Err(damage(Problem::FrameTooLarge { length }));
     }
     let mut body = vec![0u8; length + 4];
-    file.read_exact_at(&mut body, offset + 5)
-        .map_err(|e| format!("at byte {offset}: {e}"))?;
+    file.read_exact_at(&mut body, offset + 5).map_err(unreadable)?;
     let stored = body.split_off(length);
     let crc = crc32::update(crc32::update(0, &head), &body);
     if crc.to_le_bytes()[..] != stored[..] {
-        return Err(format!("at byte {offset}: checksum mismatch"));
+        return Err(damage(Problem::ChecksumMismatch { tag: None }));
     }
-    decode(head[0], &body, pid_of).map_err(|reason| format!("at byte {offset}: {reason}"))
+    decode(head[0], &body, pid_of).map_err(|fault| damage(Problem::Malformed { tag: None, fault }))
 }
 
 impl<R: Read> Iterator for TraceReader<R> {
@@ -243,6 +243,7 @@ impl<R: Read> Iterator for TraceReader<R> {
 mod tests {
     use super::*;
     use crate::format::{Footer, Header, NvmlSample, NvmlStatus, ProcessEnd, ProcessStart, UnrecordedProcess};
+    use crate::problem::Malformed;
     use crate::writer::TraceWriter;
     use cudatrace_events::{Api, Event, Kind, Op};
 
@@ -326,7 +327,7 @@ mod tests {
         // process 0, one event: seq 5, time 100, flags 0, op free (2) | kind pool (3) << 4,
         // api cudaFree (65), time delta 0, address delta 0x1000, size 4096.
         let payload = [0u8, 1, 5, 100, 0, 2 | 3 << 4, 65, 0, 0x80, 0x40, 0x80, 0x20];
-        let record = crate::format::decode(b'E', &payload, &|_| Some(7)).unwrap();
+        let record = crate::decode::decode(b'E', &payload, &|_| Some(7)).unwrap();
         let Record::Events { process: 0, events } = record else {
             panic!("not an event block: {record:?}")
         };
@@ -406,10 +407,8 @@ mod tests {
             assert_eq!(&read_record_at(&file, offset as u64, &pid_of).unwrap(), record);
         }
         let past_end = read_record_at(&file, bytes.len() as u64, &pid_of).unwrap_err();
-        assert!(
-            past_end.starts_with(&format!("at byte {}: ", bytes.len())),
-            "{past_end}"
-        );
+        assert_eq!(past_end.offset, bytes.len() as u64);
+        assert!(matches!(past_end.problem, Problem::Unreadable(_)), "{past_end:?}");
         std::fs::remove_file(&path).unwrap();
     }
 
@@ -441,7 +440,14 @@ mod tests {
                 Some(damage) => {
                     assert!(!at_boundary);
                     assert_eq!(damage.offset, boundaries[whole]);
-                    assert!(damage.reason.starts_with("truncated"), "{}", damage.reason);
+                    assert!(
+                        matches!(
+                            damage.problem,
+                            Problem::TruncatedFrameHeader { .. } | Problem::TruncatedRecord { .. }
+                        ),
+                        "{:?}",
+                        damage.problem
+                    );
                 }
             }
         }
@@ -477,7 +483,7 @@ mod tests {
                 Ok(records[1].clone()),
                 Err(Damage {
                     offset: frames[2] as u64,
-                    reason: "checksum mismatch in a 'e' record".into(),
+                    problem: Problem::ChecksumMismatch { tag: Some(b'e') },
                     skipped: true
                 }),
                 Ok(records[3].clone()),
@@ -495,7 +501,7 @@ mod tests {
             read[1],
             Err(Damage {
                 offset: frames[1] as u64,
-                reason: "checksum mismatch in a 'P' record".into(),
+                problem: Problem::ChecksumMismatch { tag: Some(b'P') },
                 skipped: true
             })
         );
@@ -503,7 +509,10 @@ mod tests {
             read[2],
             Err(Damage {
                 offset: frames[2] as u64,
-                reason: "malformed 'e' record: events of process 0, which has no process record".into(),
+                problem: Problem::Malformed {
+                    tag: Some(b'e'),
+                    fault: Malformed::NoProcessRecord { process: 0 }
+                },
                 skipped: true
             })
         );
@@ -525,7 +534,7 @@ mod tests {
                 Ok(records[1].clone()),
                 Err(Damage {
                     offset: frames[2] as u64,
-                    reason: "checksum mismatch in a 'e' record".into(),
+                    problem: Problem::ChecksumMismatch { tag: Some(b'e') },
                     skipped: false
                 }),
             ]
@@ -539,7 +548,7 @@ mod tests {
             read[4],
             Err(Damage {
                 offset: frames[4] as u64,
-                reason: "checksum mismatch in a 'F' record".into(),
+                problem: Problem::ChecksumMismatch { tag: Some(b'F') },
                 skipped: false
             })
         );
@@ -575,8 +584,11 @@ mod tests {
         let bytes = frame(b'H', 60 << 20, b"abc");
         let damage = TraceReader::new(&bytes[..]).unwrap().next_record().unwrap_err();
         assert_eq!(
-            damage.reason,
-            format!("truncated record: 7 of {} bytes", (60 << 20) + 4)
+            damage.problem,
+            Problem::TruncatedRecord {
+                got: 7,
+                wanted: (60 << 20) + 4
+            }
         );
         // A block claiming a million events in a dozen bytes.
         let (trace, _) = sample_trace();
@@ -592,14 +604,17 @@ mod tests {
         reader.next_record().unwrap();
         let damage = reader.next_record().unwrap_err();
         assert_eq!(
-            damage.reason,
-            "malformed 'e' record: more events than the block has bytes for"
+            damage.problem,
+            Problem::Malformed {
+                tag: Some(b'e'),
+                fault: Malformed::MoreEventsThanBytes
+            }
         );
     }
 
     #[test]
     fn bad_magic_is_refused() {
         let damage = TraceReader::new(&b"CUTRSPL\0xxxx"[..]).err().unwrap();
-        assert_eq!(damage.to_string(), "at byte 0: not a cudatrace trace (bad magic)");
+        assert_eq!((damage.offset, damage.problem), (0, Problem::NotATrace));
     }
 }

@@ -1,5 +1,7 @@
 //! LEB128 variable-length integers and zigzag encoding for signed deltas.
 
+use crate::problem::Malformed;
+
 /// Appends `value` as LEB128.
 pub fn put(out: &mut Vec<u8>, mut value: u64) {
     while value >= 0x80 {
@@ -34,49 +36,49 @@ impl<'a> Cursor<'a> {
         self.bytes.len().saturating_sub(self.at)
     }
 
-    pub fn byte(&mut self) -> Result<u8, &'static str> {
-        let b = *self.bytes.get(self.at).ok_or("record ends early")?;
+    pub fn byte(&mut self) -> Result<u8, Malformed> {
+        let b = *self.bytes.get(self.at).ok_or(Malformed::EndsEarly)?;
         self.at += 1;
         Ok(b)
     }
 
-    pub fn get(&mut self) -> Result<u64, &'static str> {
+    pub fn get(&mut self) -> Result<u64, Malformed> {
         let mut value = 0u64;
         for shift in (0..64).step_by(7) {
             let b = self.byte()?;
             value |= u64::from(b & 0x7f) << shift;
             if b & 0x80 == 0 {
                 if shift == 63 && b > 1 {
-                    return Err("varint overflows 64 bits");
+                    return Err(Malformed::NumberOver64Bits);
                 }
                 return Ok(value);
             }
         }
-        Err("varint longer than 10 bytes")
+        Err(Malformed::NumberTooLong)
     }
 
-    pub fn get_signed(&mut self) -> Result<i64, &'static str> {
+    pub fn get_signed(&mut self) -> Result<i64, Malformed> {
         let raw = self.get()?;
         Ok(((raw >> 1) as i64) ^ -((raw & 1) as i64))
     }
 
-    pub fn get_u32(&mut self) -> Result<u32, &'static str> {
-        u32::try_from(self.get()?).map_err(|_| "value does not fit 32 bits")
+    pub fn get_u32(&mut self) -> Result<u32, Malformed> {
+        u32::try_from(self.get()?).map_err(|_| Malformed::NumberOver32Bits)
     }
 
-    pub fn bytes(&mut self, len: usize) -> Result<&'a [u8], &'static str> {
+    pub fn bytes(&mut self, len: usize) -> Result<&'a [u8], Malformed> {
         let end = self
             .at
             .checked_add(len)
             .filter(|&end| end <= self.bytes.len())
-            .ok_or("record ends early")?;
+            .ok_or(Malformed::EndsEarly)?;
         let slice = &self.bytes[self.at..end];
         self.at = end;
         Ok(slice)
     }
 
-    pub fn string(&mut self) -> Result<String, &'static str> {
-        let len = usize::try_from(self.get()?).map_err(|_| "string too long")?;
+    pub fn string(&mut self) -> Result<String, Malformed> {
+        let len = usize::try_from(self.get()?).map_err(|_| Malformed::StringTooLong)?;
         Ok(String::from_utf8_lossy(self.bytes(len)?).into_owned())
     }
 }
@@ -108,11 +110,11 @@ mod tests {
         }
         assert_eq!(cursor.string().as_deref(), Ok("héllo"));
         assert!(cursor.is_empty());
-        assert_eq!(cursor.get(), Err("record ends early"));
-        assert_eq!(Cursor::new(&[0xff; 11]).get(), Err("varint longer than 10 bytes"));
+        assert_eq!(cursor.get(), Err(Malformed::EndsEarly));
+        assert_eq!(Cursor::new(&[0xff; 11]).get(), Err(Malformed::NumberTooLong));
         assert_eq!(
             Cursor::new(&[0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0x02]).get(),
-            Err("varint overflows 64 bits")
+            Err(Malformed::NumberOver64Bits)
         );
     }
 }

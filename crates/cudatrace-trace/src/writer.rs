@@ -1,9 +1,8 @@
 //! Appending records to a trace file.
 
 use crate::crc32;
-use crate::format::{
-    encode, DamagedSpool, Footer, Header, ProcessEnd, ProcessStart, Record, Refusal, EVENTS_PER_BLOCK, MAGIC,
-};
+use crate::encode::encode;
+use crate::format::{DamagedSpool, Footer, Header, ProcessEnd, ProcessStart, Record, Refusal, EVENTS_PER_BLOCK, MAGIC};
 use cudatrace_events::Event;
 use std::collections::HashMap;
 use std::io::{self, Write};

@@ -13,6 +13,7 @@
 use super::event_stream::EventStream;
 use super::replay::{Change, ProcessMemory};
 use super::trace_index::{ProcessIndex, TraceIndex};
+use super::unreadable::UnreadBlock;
 use super::window::Window;
 use crate::system::progress::Progress;
 use cudatrace_events::Event;
@@ -75,7 +76,7 @@ pub struct Replayed {
     pub memories: Vec<ProcessMemory>,
     /// Blocks of events that could not be read again (the file changed
     /// while it was read).
-    pub stream_errors: Vec<String>,
+    pub stream_errors: Vec<UnreadBlock>,
 }
 
 /// One pass over a trace, configured before [`Replay::run`].

@@ -6,6 +6,7 @@
 //! processes, the stream merges by time. It holds one block per process.
 
 use super::trace_index::TraceIndex;
+use super::unreadable::UnreadBlock;
 use cudatrace_events::Event;
 use cudatrace_trace::{read_record_at, Record};
 use std::cmp::Reverse;
@@ -25,7 +26,7 @@ pub struct EventStream<'a> {
     /// (time of the head event, process) of every process with events left.
     heads: BinaryHeap<Reverse<(u64, usize)>>,
     /// Blocks that could not be read again (the file changed under us).
-    pub errors: Vec<String>,
+    pub errors: Vec<UnreadBlock>,
     /// Events handed out so far.
     pub delivered: u64,
 }
@@ -67,12 +68,11 @@ impl<'a> EventStream<'a> {
             match read_record_at(&index.file, block.offset, &|p| index.pid_of(p)) {
                 Ok(Record::Events { events, .. }) => cursor.events = events,
                 Ok(_) => {
-                    self.errors
-                        .push(format!("at byte {}: no longer an event block", block.offset));
+                    self.errors.push(UnreadBlock::NotEvents { offset: block.offset });
                     cursor.events = Vec::new();
                 }
-                Err(reason) => {
-                    self.errors.push(reason);
+                Err(damage) => {
+                    self.errors.push(UnreadBlock::Damaged(damage));
                     cursor.events = Vec::new();
                 }
             }

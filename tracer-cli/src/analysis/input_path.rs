@@ -5,28 +5,39 @@
 use std::os::unix::fs::FileTypeExt;
 use std::path::Path;
 
+/// What an input is when it is not a regular file.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum NotRegular {
+    /// A folder.
+    Folder,
+    /// A named pipe.
+    Pipe,
+    /// A socket.
+    Socket,
+    /// A character or block device.
+    Device,
+    /// Anything else that is not a regular file.
+    Special,
+}
+
 /// `Ok` for a regular file (or a path that does not exist, which opening
-/// then reports); else one line saying what it is and what to do.
-pub fn check_regular_file(path: &Path) -> Result<(), String> {
+/// then reports); else what it is.
+pub fn check_regular_file(path: &Path) -> Result<(), NotRegular> {
     let Ok(metadata) = std::fs::metadata(path) else {
         return Ok(());
     };
     let kind = metadata.file_type();
-    let what = if kind.is_file() {
+    Err(if kind.is_file() {
         return Ok(());
     } else if kind.is_dir() {
-        "a folder"
+        NotRegular::Folder
     } else if kind.is_fifo() {
-        "a pipe"
+        NotRegular::Pipe
     } else if kind.is_socket() {
-        "a socket"
+        NotRegular::Socket
     } else if kind.is_char_device() || kind.is_block_device() {
-        "a device"
+        NotRegular::Device
     } else {
-        "a special file"
-    };
-    Err(format!(
-        "{} is {what}, not a regular file: cudatrace reads its input more than once (save it to a file first)",
-        path.display()
-    ))
+        NotRegular::Special
+    })
 }

@@ -27,6 +27,7 @@ mod summary;
 mod tensor_status;
 mod tensor_summary;
 mod trace_index;
+mod unreadable;
 mod window;
 
 pub use call_site::{
@@ -38,7 +39,7 @@ pub use footprint::{
     footprint_reading_times, Breakdown, DeviceFootprint, FootprintNote, FootprintTracker, ReferenceSource,
 };
 pub use growth::{compare, Growth, RunFigures};
-pub use input_path::check_regular_file;
+pub use input_path::{check_regular_file, NotRegular};
 pub use keys::{ByStack, DeviceKey};
 pub use moment::Moment;
 pub use owner::owner_of;
@@ -50,4 +51,5 @@ pub use summary::{largest_call_sites, ProcessSummary, Summary};
 pub use tensor_status::tensors_stopped_midway;
 pub use tensor_summary::TensorStats;
 pub use trace_index::{ProcessIndex, TraceIndex};
+pub use unreadable::{UnreadBlock, UnreadableTrace};
 pub use window::Window;

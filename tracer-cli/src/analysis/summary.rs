@@ -8,6 +8,7 @@ use super::keys::{ByStack, DeviceKey};
 use super::replay::{Allocation, Change, ProcessMemory};
 use super::tensor_summary::TensorSummary;
 use super::trace_index::TraceIndex;
+use super::unreadable::UnreadBlock;
 use crate::system::progress::Progress;
 use cudatrace_events::{Api, Event};
 use std::collections::BTreeMap;
@@ -210,7 +211,7 @@ pub struct Summary {
     /// Per process, where its driver-used bytes went, per device.
     pub footprints: Vec<Vec<DeviceFootprint>>,
     /// Blocks that could not be read again.
-    pub stream_errors: Vec<String>,
+    pub stream_errors: Vec<UnreadBlock>,
 }
 
 impl Summary {

@@ -1,5 +1,6 @@
 //! The first pass over a trace: everything but the events themselves.
 
+use super::unreadable::UnreadableTrace;
 use cudatrace_events::measures::{DeviceInfo, DEVICE_BLOB};
 use cudatrace_events::stacks::{BlobAssembler, BlobPiece, StackNode};
 use cudatrace_events::{Event, Op};
@@ -93,14 +94,24 @@ pub struct TraceIndex {
 impl TraceIndex {
     /// Reads the trace at `path`. Fails only when it cannot be opened or is
     /// not a trace; damage further on is kept in `damage` and `skipped`.
-    pub fn read(path: &Path) -> Result<TraceIndex, String> {
-        super::input_path::check_regular_file(path)?;
-        let file = File::open(path).map_err(|e| format!("cannot open {}: {e}", path.display()))?;
+    pub fn read(path: &Path) -> Result<TraceIndex, UnreadableTrace> {
+        super::input_path::check_regular_file(path).map_err(|what| UnreadableTrace::NotRegular {
+            path: path.to_path_buf(),
+            what,
+        })?;
+        let cannot_open = |e: std::io::Error| UnreadableTrace::CannotOpen {
+            path: path.to_path_buf(),
+            error: e.to_string(),
+        };
+        let file = File::open(path).map_err(cannot_open)?;
         let reader = TraceReader::new(std::io::BufReader::with_capacity(
             1 << 20,
-            file.try_clone().map_err(|e| e.to_string())?,
+            file.try_clone().map_err(cannot_open)?,
         ))
-        .map_err(|damage| format!("{}: {}", path.display(), damage.reason))?;
+        .map_err(|damage| UnreadableTrace::Damaged {
+            path: path.to_path_buf(),
+            damage,
+        })?;
         let mut index = TraceIndex {
             path: path.to_path_buf(),
             file,

@@ -7,6 +7,7 @@ use crate::collector::{header_for, Collector};
 use crate::collector::{recover, spool_dir};
 use crate::commands::arguments::CollectArgs;
 use crate::outputs::wording::count;
+use crate::outputs::wording::damage_text;
 use crate::system::failure::Failure;
 use crate::system::terminal::say;
 use crate::system::trace_file;
@@ -111,7 +112,11 @@ pub fn collect(args: CollectArgs) -> Result<u8, Failure> {
                     count(summary.lost_events, "event", "events")
                 )
             };
-            say(&format!("cudatrace: {} was damaged {damage}; {outcome}", old.display()));
+            say(&format!(
+                "cudatrace: {} was damaged {}; {outcome}",
+                old.display(),
+                damage_text(damage)
+            ));
         }
     }
     say(&summary.describe(&destination));

@@ -1,7 +1,7 @@
 //! `cudatrace diff`: what grew between two runs or commits, by call site
 //! and by owner.
 
-use crate::analysis::{RunFigures, Summary, TraceIndex};
+use crate::analysis::{RunFigures, Summary};
 use crate::commands::arguments::DiffArgs;
 use crate::outputs;
 use crate::system::failure::Failure;
@@ -13,7 +13,7 @@ pub fn command(args: DiffArgs) -> Result<u8, Failure> {
     let mut figures = Vec::new();
     let mut status = 0;
     for path in [&args.a, &args.b] {
-        let index = TraceIndex::read(path)?;
+        let index = super::open_trace::read_trace(path)?;
         let summary = Summary::build(&index, &Progress::new("reading", index.events));
         figures.push(RunFigures::of(&index, &summary));
         status = status.max(outputs::say_what_the_trace_lacks(&index, &summary.stream_errors));

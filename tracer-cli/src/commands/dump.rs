@@ -5,6 +5,8 @@
 use crate::collector::spool_tail::SpoolTail;
 use crate::commands::arguments::DumpArgs;
 use crate::outputs::json::dump_lines::{damage_line, end_line, event_line, process_line, record_lines};
+use crate::outputs::wording::not_regular_text;
+use crate::outputs::wording::problem_text;
 use crate::system::failure::Failure;
 use crate::system::terminal::Stdout;
 use cudatrace_events::{naming, Pass};
@@ -25,7 +27,7 @@ fn is_trace(path: &Path) -> bool {
 fn dump_trace(path: &Path, out: &mut Stdout) -> Result<Option<u8>, Failure> {
     let file = std::fs::File::open(path).map_err(|e| format!("cannot open {}: {e}", path.display()))?;
     let reader = TraceReader::new(std::io::BufReader::with_capacity(1 << 20, file))
-        .map_err(|damage| format!("{}: {}", path.display(), damage.reason))?;
+        .map_err(|damage| format!("{}: {}", path.display(), problem_text(&damage.problem)))?;
     let mut code = 0;
     for record in reader {
         let lines: Vec<Value> = match record {
@@ -56,7 +58,7 @@ pub fn command(args: DumpArgs) -> Result<u8, Failure> {
     }
     let mut out = Stdout::new();
     for path in &files {
-        crate::analysis::check_regular_file(path)?;
+        crate::analysis::check_regular_file(path).map_err(|what| not_regular_text(path, what))?;
         let image = naming::parse_spool_file_name(path).map_or(0, |(_, image)| image);
         if is_trace(path) {
             match dump_trace(path, &mut out)? {

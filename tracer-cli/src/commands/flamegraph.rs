@@ -2,7 +2,7 @@
 //! exit, as an SVG or as folded stacks for other tools.
 
 use crate::analysis::Moment;
-use crate::analysis::{Summary, TraceIndex};
+use crate::analysis::Summary;
 use crate::commands::arguments::FlamegraphArgs;
 use crate::outputs::folded_stacks::{folded_stacks, folded_text, svg, total_bytes};
 use crate::outputs::wording::bytes;
@@ -13,7 +13,7 @@ use std::io::Write;
 
 /// `cudatrace flamegraph`; 1 if the trace is damaged.
 pub fn command(args: FlamegraphArgs) -> Result<u8, Failure> {
-    let index = TraceIndex::read(&args.trace)?;
+    let index = super::open_trace::read_trace(&args.trace)?;
     let extension = if args.folded { "folded" } else { "svg" };
     let path = args
         .output

@@ -1,7 +1,6 @@
 //! `cudatrace html`: the trace as one self-contained HTML page (see
 //! [`crate::outputs::html_page`]).
 
-use crate::analysis::TraceIndex;
 use crate::commands::arguments::HtmlArgs;
 use crate::outputs::{html_page, say_what_the_trace_lacks};
 use crate::system::failure::Failure;
@@ -12,7 +11,7 @@ use std::io::Write;
 
 /// `cudatrace html`; 1 if the trace is damaged.
 pub fn command(args: HtmlArgs) -> Result<u8, Failure> {
-    let index = TraceIndex::read(&args.trace)?;
+    let index = super::open_trace::read_trace(&args.trace)?;
     let path = args.output.clone().unwrap_or_else(|| args.trace.with_extension("html"));
     let progress = Progress::new("html", index.events);
     let (page, stream_errors) = html_page::page(&index, args.view.frames, &progress);

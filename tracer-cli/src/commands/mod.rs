@@ -7,6 +7,7 @@ mod diff;
 mod dump;
 mod flamegraph;
 mod html;
+mod open_trace;
 mod perfetto;
 mod report;
 pub mod run;

@@ -1,7 +1,7 @@
 //! `cudatrace perfetto`: the trace as Perfetto JSON (see
 //! [`crate::outputs::perfetto_json`]).
 
-use crate::analysis::{TraceIndex, Window};
+use crate::analysis::Window;
 use crate::commands::arguments::PerfettoArgs;
 use crate::outputs::wording::bytes;
 use crate::outputs::{perfetto_json, say_what_the_trace_lacks};
@@ -34,7 +34,7 @@ impl<W: Write> Write for Counting<W> {
 
 /// `cudatrace perfetto`; 1 if the trace is damaged.
 pub fn command(args: PerfettoArgs) -> Result<u8, Failure> {
-    let index = TraceIndex::read(&args.trace)?;
+    let index = super::open_trace::read_trace(&args.trace)?;
     let path = args
         .output
         .clone()

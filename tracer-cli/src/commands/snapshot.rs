@@ -4,6 +4,7 @@
 use crate::analysis::{TraceIndex, Window};
 use crate::commands::arguments::SnapshotArgs;
 use crate::outputs::wording::bytes;
+use crate::outputs::wording::damage_text;
 use crate::outputs::{say_what_the_trace_lacks, torch_snapshot};
 use crate::system::failure::Failure;
 use crate::system::output_file::{is_private, refusal, OutputFile};
@@ -16,7 +17,7 @@ const WARN_BYTES: u64 = 200 << 20;
 
 /// `cudatrace snapshot`; 1 if the trace is damaged.
 pub fn command(args: SnapshotArgs) -> Result<u8, Failure> {
-    let index = TraceIndex::read(&args.trace)?;
+    let index = super::open_trace::read_trace(&args.trace)?;
     let selected = selected_processes(&index, &args)?;
     let window = Window::seconds(index.start_ns(), args.window.from, args.window.to);
     let stem = output_stem(&args.trace, args.output.as_deref());
@@ -67,13 +68,16 @@ fn selected_processes(index: &TraceIndex, args: &SnapshotArgs) -> Result<Vec<usi
         Some(pid) => format!("{trace} has no process {pid}").into(),
         None => match (&index.damage, index.skipped.first()) {
             // Damage may be why: name it, rather than blame the program.
-            (Some(damage), _) => {
-                format!("{trace} has no memory events to snapshot before its damage: it is damaged {damage}").into()
-            }
-            (None, Some(first)) => {
-                format!("{trace} has no memory events to snapshot outside its damaged frames (the first {first})")
-                    .into()
-            }
+            (Some(damage), _) => format!(
+                "{trace} has no memory events to snapshot before its damage: it is damaged {}",
+                damage_text(damage)
+            )
+            .into(),
+            (None, Some(first)) => format!(
+                "{trace} has no memory events to snapshot outside its damaged frames (the first {})",
+                damage_text(first)
+            )
+            .into(),
             (None, None) => format!("{trace} has no memory events to snapshot").into(),
         },
     })

@@ -17,6 +17,7 @@ mod html_text;
 mod owner_chart;
 
 use super::wording::{silent_children_line, unrecorded_line};
+use crate::analysis::UnreadBlock;
 use crate::analysis::{silent_children, FramesShown, Summary, TraceIndex};
 use crate::outputs::wording::{bytes, count};
 use crate::system::progress::Progress;
@@ -28,7 +29,7 @@ use std::fmt::Write as _;
 
 /// The page for `index`, and the blocks of events that could not be read
 /// again; `frames` says how much of each stack its tables show.
-pub fn page(index: &TraceIndex, frames: FramesShown, progress: &Progress) -> (String, Vec<String>) {
+pub fn page(index: &TraceIndex, frames: FramesShown, progress: &Progress) -> (String, Vec<UnreadBlock>) {
     let mut charts = ChartsFilling::new(index);
     let summary = Summary::build_alongside(index, progress, &mut charts);
     let charts = charts.finish(&summary);

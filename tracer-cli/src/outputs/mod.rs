@@ -13,8 +13,10 @@ pub mod torch_snapshot;
 pub mod wording;
 
 use crate::analysis::TraceIndex;
+use crate::analysis::UnreadBlock;
 use crate::outputs::wording::{bytes, count};
 use crate::system::terminal::say;
+use wording::{damage_text, unread_block_text};
 
 /// Autograd nodes named in a backward pass's line; the rest are counted.
 const PARTS_NAMED: usize = 5;
@@ -39,20 +41,21 @@ pub fn parts_text(parts: &[(String, u64)]) -> Option<String> {
 
 /// Says on stderr what is wrong with the trace, if anything; returns the
 /// exit code that reading it deserves (1 when it is damaged).
-pub fn say_what_the_trace_lacks(index: &TraceIndex, stream_errors: &[String]) -> u8 {
+pub fn say_what_the_trace_lacks(index: &TraceIndex, stream_errors: &[UnreadBlock]) -> u8 {
     let path = index.path.display();
     let mut code = 0;
     if !index.skipped.is_empty() {
         say(&format!(
             "cudatrace: {path} has {}, skipped (the first {}); the events they held are counted as lost",
             count(index.skipped.len() as u64, "damaged frame", "damaged frames"),
-            index.skipped[0]
+            damage_text(&index.skipped[0])
         ));
         code = 1;
     }
     if let Some(damage) = &index.damage {
         say(&format!(
-            "cudatrace: {path} is damaged {damage}; the output covers the {} records before it",
+            "cudatrace: {path} is damaged {}; the output covers the {} records before it",
+            damage_text(damage),
             index.records
         ));
         code = 1;
@@ -69,7 +72,8 @@ pub fn say_what_the_trace_lacks(index: &TraceIndex, stream_errors: &[String]) ->
     }
     if let Some(first) = stream_errors.first() {
         say(&format!(
-            "cudatrace: {path} changed while it was read ({first}); the output lacks {}",
+            "cudatrace: {path} changed while it was read ({}); the output lacks {}",
+            unread_block_text(first),
             count(stream_errors.len() as u64, "block of events", "blocks of events")
         ));
         code = 1;

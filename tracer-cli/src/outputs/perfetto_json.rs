@@ -16,6 +16,7 @@
 //! Times are microseconds from the trace's start. The JSON is streamed:
 //! memory stays proportional to the allocations live at once.
 
+use crate::analysis::UnreadBlock;
 use crate::analysis::{
     Allocation, Change, Consumer, DeviceKey, ProcessIndex, ProcessMemory, ProcessSummary, Replay, Step, TraceIndex,
     Window,
@@ -96,7 +97,7 @@ pub fn write(
     max_events: Option<u64>,
     out: &mut impl Write,
     progress: &Progress,
-) -> io::Result<Vec<String>> {
+) -> io::Result<Vec<UnreadBlock>> {
     let skip = match max_events {
         Some(max) => {
             let in_window = count_in_window(index, window, progress);

@@ -21,7 +21,7 @@ mod snapshot_file;
 mod torch_blocks;
 mod viewer_state;
 
-use crate::analysis::{ProcessMemory, Replay, TraceIndex, Window};
+use crate::analysis::{ProcessMemory, Replay, TraceIndex, UnreadBlock, Window};
 use crate::system::progress::Progress;
 use entries::{claim_torch_segments, count_entries, EntryWriter};
 pub use fragment::Memo;
@@ -52,7 +52,7 @@ pub struct Snapshots {
     /// Memo indices shared by all of them.
     pub memo: Memo,
     /// Blocks of events that could not be read again.
-    pub stream_errors: Vec<String>,
+    pub stream_errors: Vec<UnreadBlock>,
 }
 
 /// Replays `index` for the processes in `targets` (each with the path its

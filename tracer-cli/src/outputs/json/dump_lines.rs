@@ -1,6 +1,7 @@
 //! `cudatrace dump`'s JSON lines: a spool's process and its events, and
 //! each record of a trace.
 
+use crate::outputs::wording::problem_text;
 use cudatrace_events::{Event, SpoolCursor, SpoolHeaderInfo};
 use cudatrace_trace::{Damage, Record};
 use serde_json::{json, Value};
@@ -149,5 +150,5 @@ pub fn record_lines(path: &Path, record: Record) -> Vec<Value> {
 
 /// Where a trace is damaged, and whether reading went on past it.
 pub fn damage_line(path: &Path, damage: &Damage) -> Value {
-    json!({"damage": {"file": path.display().to_string(), "at": damage.offset, "reason": damage.reason, "skipped": damage.skipped}})
+    json!({"damage": {"file": path.display().to_string(), "at": damage.offset, "reason": problem_text(&damage.problem), "skipped": damage.skipped}})
 }

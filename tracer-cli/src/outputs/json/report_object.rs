@@ -4,6 +4,7 @@
 use crate::analysis::{
     largest_call_sites, tensors_stopped_midway, ByStack, Frame, ProcessIndex, ProcessSummary, Summary, TraceIndex,
 };
+use crate::outputs::wording::damage_text;
 use crate::outputs::wording::tensor_status_line;
 use serde_json::{json, Value};
 
@@ -165,7 +166,7 @@ pub fn report(index: &TraceIndex, summary: &Summary) -> Value {
         .iter()
         .map(|d| json!({"pid": d.pid, "image": d.image, "path": d.path, "reason": d.reason}))
         .collect();
-    let skipped: Vec<Value> = index.skipped.iter().map(|d| json!(d.to_string())).collect();
+    let skipped: Vec<Value> = index.skipped.iter().map(|d| json!(damage_text(d))).collect();
     let dropped: u64 = index
         .processes
         .iter()
@@ -177,7 +178,7 @@ pub fn report(index: &TraceIndex, summary: &Summary) -> Value {
         "lost_events": summary.lost_events(index),
         "dropped_events": dropped,
         "complete": index.complete,
-        "damage": index.damage.as_ref().map(ToString::to_string),
+        "damage": index.damage.as_ref().map(damage_text),
         "skipped_damage": skipped,
         "refused_spools": refused,
         "damaged_spools": damaged_spools,

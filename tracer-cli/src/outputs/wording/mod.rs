@@ -6,14 +6,17 @@
 //! - [`numbers`]: bytes in binary units, counts with their noun, paths for a shell;
 //! - [`processes`]: processes that could not record, children that left no spool;
 //! - [`tensors`]: what became of tensor tracking in a process;
-//! - [`footprint_notes`]: a context limit, and the caveats on a device's figures.
+//! - [`footprint_notes`]: a context limit, and the caveats on a device's figures;
+//! - [`trace_damage`]: a damaged frame, a trace that cannot be read, a block that changed.
 
 pub mod footprint_notes;
 pub mod numbers;
 pub mod processes;
 pub mod tensors;
+pub mod trace_damage;
 
 pub use footprint_notes::{limit_text, note_text};
 pub use numbers::{bytes, count, shell_quoted};
 pub use processes::{silent_children_line, unrecorded_line, unrecorded_process_text};
 pub use tensors::tensor_status_line;
+pub use trace_damage::{damage_text, not_regular_text, problem_text, unread_block_text, unreadable_trace_text};

@@ -1,0 +1,221 @@
+//! Reading a record's payload back, never trusting a count or a code: a
+//! fault is named as a [`Malformed`], and the record is not produced.
+
+use crate::format::*;
+use crate::problem::Malformed;
+use crate::varint::Cursor;
+use cudatrace_events::{Api, Event, Kind, Op};
+
+fn get_strings(cursor: &mut Cursor) -> Result<Vec<String>, Malformed> {
+    let count = cursor.get()?;
+    if count > cursor.remaining() as u64 {
+        return Err(Malformed::MoreStringsThanBytes);
+    }
+    (0..count).map(|_| cursor.string()).collect()
+}
+
+fn decode_events(cursor: &mut Cursor, pid_of: &dyn Fn(u32) -> Option<u32>, packed: bool) -> Result<Record, Malformed> {
+    let process = cursor.get_u32()?;
+    let pid = pid_of(process).ok_or(Malformed::NoProcessRecord { process })?;
+    let count = cursor.get()?;
+    // An event takes at least five bytes: flags, op, api, time, address, size.
+    if count > (cursor.remaining() / 5) as u64 {
+        return Err(Malformed::MoreEventsThanBytes);
+    }
+    let mut events = Vec::with_capacity(count as usize);
+    if count == 0 {
+        return Ok(Record::Events { process, events });
+    }
+    let base_seq = cursor.get()?;
+    let base_time = cursor.get()?;
+    let (mut seq, mut time, mut tid, mut address) = (base_seq.wrapping_sub(1), base_time, 0u32, 0u64);
+    for _ in 0..count {
+        let flags = cursor.byte()?;
+        let (op, kind) = if packed {
+            let op_kind = cursor.byte()?;
+            (op_kind & 15, op_kind >> 4)
+        } else {
+            (cursor.byte()?, cursor.byte()?)
+        };
+        let op = Op::from_code(op).ok_or(Malformed::UnknownOp)?;
+        let kind = Kind::from_code(kind).ok_or(Malformed::UnknownKind)?;
+        let api = Api::from_code(cursor.byte()?).ok_or(Malformed::UnknownApi)?;
+        seq = seq.wrapping_add(if flags & HAS_SEQ_GAP != 0 { cursor.get()? } else { 1 });
+        time = time.wrapping_add(cursor.get_signed()? as u64);
+        if flags & HAS_TID != 0 {
+            tid = cursor.get_u32()?;
+        }
+        let device = if flags & HAS_DEVICE != 0 {
+            Some(cursor.byte()?)
+        } else {
+            None
+        };
+        address = address.wrapping_add(cursor.get_signed()? as u64);
+        let size = cursor.get()?;
+        let mut optional = |flag: u8| -> Result<u64, Malformed> {
+            if flags & flag != 0 {
+                cursor.get()
+            } else {
+                Ok(0)
+            }
+        };
+        let (stream, arg1, arg2) = (optional(HAS_STREAM)?, optional(HAS_ARG1)?, optional(HAS_ARG2)?);
+        let stack = u32::try_from(optional(HAS_STACK)?).map_err(|_| Malformed::StackOutOfRange)?;
+        events.push(Event {
+            pid,
+            tid,
+            seq,
+            time_ns: time,
+            device,
+            stream,
+            api,
+            op,
+            kind,
+            address,
+            size,
+            arg1,
+            arg2,
+            stack,
+        });
+    }
+    Ok(Record::Events { process, events })
+}
+
+fn decode_process_end(c: &mut Cursor) -> Result<Record, Malformed> {
+    let process = c.get_u32()?;
+    let status = c.get_signed()?;
+    let exit_status = if status == i64::MIN {
+        None
+    } else {
+        Some(i32::try_from(status).map_err(|_| Malformed::ExitStatusOutOfRange)?)
+    };
+    let exit_time_ns = c.get()?.checked_sub(1);
+    Ok(Record::ProcessEnd(ProcessEnd {
+        process,
+        exit_status,
+        exit_time_ns,
+        still_running: c.get()? != 0,
+        unfinished_records: c.get()?,
+        unknown_frees: c.get()?,
+        registry_overflows: c.get()?,
+        dropped_records: c.get()?,
+        drop_errno: match c.get_signed()? {
+            0 => None,
+            errno => Some(i32::try_from(errno).map_err(|_| Malformed::ErrnoOutOfRange)?),
+        },
+        reserved_events: c.get()?,
+        damaged_records: c.get()?,
+    }))
+}
+
+fn decode_symbols(c: &mut Cursor) -> Result<Record, Malformed> {
+    let process = c.get_u32()?;
+    let count = c.get()?;
+    if count > c.remaining() as u64 {
+        return Err(Malformed::MoreNodesThanBytes);
+    }
+    let mut nodes = Vec::with_capacity(count as usize);
+    for _ in 0..count {
+        let node = c.get_u32()?;
+        let frame_count = c.get()?;
+        if frame_count > c.remaining() as u64 {
+            return Err(Malformed::MoreFramesThanBytes);
+        }
+        let frames = (0..frame_count)
+            .map(|_| {
+                Ok(SymbolFrame {
+                    function: c.get()?,
+                    file: c.get()?,
+                    line: c.get_u32()?,
+                    module: c.get()?,
+                })
+            })
+            .collect::<Result<_, Malformed>>()?;
+        nodes.push(NodeSymbols { node, frames });
+    }
+    Ok(Record::Symbols { process, nodes })
+}
+
+/// Decodes a payload. `pid_of` maps process indexes seen so far to pids.
+pub(crate) fn decode(tag: u8, payload: &[u8], pid_of: &dyn Fn(u32) -> Option<u32>) -> Result<Record, Malformed> {
+    let mut c = Cursor::new(payload);
+    let record = match tag {
+        TAG_HEADER => Record::Header(Header {
+            format_version: c.get_u32()?,
+            tracer_version: c.string()?,
+            host: c.string()?,
+            start_realtime_ns: c.get()?,
+            start_monotonic_ns: c.get()?,
+            command: get_strings(&mut c)?,
+        }),
+        TAG_PROCESS => Record::Process(ProcessStart {
+            process: c.get_u32()?,
+            pid: c.get_u32()?,
+            ppid: c.get_u32()?,
+            image: c.get_u32()?,
+            start_monotonic_ns: c.get()?,
+            start_realtime_ns: c.get()?,
+            argv: get_strings(&mut c)?,
+        }),
+        TAG_EVENTS => decode_events(&mut c, pid_of, false)?,
+        TAG_EVENTS_PACKED => decode_events(&mut c, pid_of, true)?,
+        TAG_PROCESS_END => decode_process_end(&mut c)?,
+        TAG_REFUSED => Record::Refused(Refusal {
+            path: c.string()?,
+            uid: c.get_u32()?,
+            reason: c.string()?,
+        }),
+        TAG_DAMAGED_SPOOL => Record::DamagedSpool(DamagedSpool {
+            pid: c.get_u32()?,
+            image: c.get_u32()?,
+            path: c.string()?,
+            reason: c.string()?,
+        }),
+        TAG_UNRECORDED => Record::Unrecorded(UnrecordedProcess {
+            pid: c.get_u32()?,
+            ppid: c.get_u32()?,
+            uid: c.get_u32()?,
+            time_ns: c.get()?,
+            errno: i32::try_from(c.get_signed()?).map_err(|_| Malformed::ErrnoOutOfRange)?,
+            name: c.string()?,
+            reason: c.string()?,
+        }),
+        TAG_STRING => Record::String {
+            id: c.get()?,
+            text: c.string()?,
+        },
+        TAG_SYMBOLS => decode_symbols(&mut c)?,
+        TAG_FOOTER => Record::Footer(Footer {
+            processes: c.get()?,
+            events: c.get()?,
+            dropped_events: c.get()?,
+            refused_spools: c.get()?,
+            end_realtime_ns: c.get()?,
+            lost_events: c.get()?,
+            damaged_spools: c.get()?,
+        }),
+        TAG_NVML => Record::Nvml(NvmlSample {
+            time_ns: c.get()?,
+            uuid: c.string()?,
+            pid: c.get_u32()?,
+            used_bytes: c.get()?,
+            free_bytes: c.get()?,
+            total_bytes: c.get()?,
+        }),
+        TAG_NVML_STATUS => {
+            let time_ns = c.get()?;
+            let flags = c.get()?;
+            Record::NvmlStatus(NvmlStatus {
+                time_ns,
+                devices_ok: flags & 1 != 0,
+                pids_match: flags & 2 != 0,
+                reason: c.string()?,
+            })
+        }
+        other => return Ok(Record::Unknown { tag: other }),
+    };
+    if !c.is_empty() {
+        return Err(Malformed::TrailingBytes);
+    }
+    Ok(record)
+}
