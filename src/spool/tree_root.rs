@@ -48,7 +48,14 @@ pub fn adopt_tree_if_root() {
         .filter(|d| !d.is_empty())
         .unwrap_or_else(|| "/tmp".into());
     let user_folder = Path::new(&base).join(naming::user_folder_name(uid));
-    let usable = naming::ensure_private_folder(&user_folder, uid).and_then(|()| writable_folder(&user_folder));
+    let usable = naming::ensure_private_folder(&user_folder, uid)
+        .map_err(|fault| match fault {
+            naming::NotPrivate::CannotCreate(e) => format!("cannot create {}: {e}", user_folder.display()),
+            naming::NotPrivate::Refused => {
+                format!("refusing {}: not a private folder of this user", user_folder.display())
+            }
+        })
+        .and_then(|()| writable_folder(&user_folder));
     if let Err(reason) = usable {
         untrace_tree(&format!("cannot keep spools in {}: {reason}", user_folder.display()));
         return;

@@ -67,7 +67,7 @@ pub fn run_traced(label: &str, mut command: Command) -> TracedRun {
     let spool_paths = spool_files(&dir);
     let mut spools: Vec<Spool> = spool_paths
         .iter()
-        .map(|path| SpoolReader::read_path(path).unwrap_or_else(|e| panic!("{}: {e}", path.display())))
+        .map(|path| SpoolReader::read_path(path).unwrap_or_else(|e| panic!("{}: {e:?}", path.display())))
         .collect();
     let stack_records = spools
         .iter_mut()

@@ -42,17 +42,23 @@ pub fn user_folder_name(uid: u32) -> String {
 /// Makes sure `folder` exists and is private to user `uid`: creates it with
 /// mode 0700 if missing, and refuses a symlink, a folder of someone else, or
 /// one that others may write to.
-pub fn ensure_private_folder(folder: &Path, uid: u32) -> Result<(), String> {
+pub fn ensure_private_folder(folder: &Path, uid: u32) -> Result<(), NotPrivate> {
     use std::os::unix::fs::{DirBuilderExt, MetadataExt};
     let _ = std::fs::DirBuilder::new().mode(0o700).create(folder);
-    let meta = std::fs::symlink_metadata(folder).map_err(|e| format!("cannot create {}: {e}", folder.display()))?;
+    let meta = std::fs::symlink_metadata(folder).map_err(NotPrivate::CannotCreate)?;
     if !meta.is_dir() || meta.uid() != uid || meta.mode() & 0o022 != 0 {
-        return Err(format!(
-            "refusing {}: not a private folder of this user",
-            folder.display()
-        ));
+        return Err(NotPrivate::Refused);
     }
     Ok(())
+}
+
+/// Why [`ensure_private_folder`] would not use a folder.
+#[derive(Debug)]
+pub enum NotPrivate {
+    /// It is missing and could not be created: the system's error.
+    CannotCreate(std::io::Error),
+    /// It is a link, not a folder, someone else's, or others may write to it.
+    Refused,
 }
 
 /// Whether a module (by file name) is the CUDA driver or runtime: frames in
@@ -125,14 +131,21 @@ mod tests {
         std::fs::create_dir_all(&base).unwrap();
         let uid = std::fs::metadata(&base).unwrap().uid();
         let folder = base.join("mine");
-        assert_eq!(ensure_private_folder(&folder, uid), Ok(()));
+        assert!(ensure_private_folder(&folder, uid).is_ok());
         assert_eq!(std::fs::metadata(&folder).unwrap().mode() & 0o777, 0o700);
-        assert_eq!(ensure_private_folder(&folder, uid), Ok(()));
+        assert!(ensure_private_folder(&folder, uid).is_ok());
         std::fs::set_permissions(&folder, std::fs::Permissions::from_mode(0o777)).unwrap();
-        let refused = format!("refusing {}: not a private folder of this user", folder.display());
-        assert_eq!(ensure_private_folder(&folder, uid), Err(refused.clone()));
+        assert!(matches!(ensure_private_folder(&folder, uid), Err(NotPrivate::Refused)));
         std::fs::set_permissions(&folder, std::fs::Permissions::from_mode(0o700)).unwrap();
-        assert_eq!(ensure_private_folder(&folder, uid + 1), Err(refused));
+        assert!(matches!(
+            ensure_private_folder(&folder, uid + 1),
+            Err(NotPrivate::Refused)
+        ));
+        let unmakeable = base.join("missing").join("deeper");
+        assert!(matches!(
+            ensure_private_folder(&unmakeable, uid),
+            Err(NotPrivate::CannotCreate(e)) if e.kind() == std::io::ErrorKind::NotFound
+        ));
         std::fs::remove_dir_all(&base).unwrap();
     }
 }

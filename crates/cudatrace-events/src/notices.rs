@@ -129,7 +129,11 @@ impl NoSpool {
         NoSpool::ALL.into_iter().find(|reason| *reason as u32 == code)
     }
 
-    /// The reason in words, for a spool folder `folder`.
+    /// The reason in words, for a spool folder `folder`. These are the one
+    /// wording this crate keeps: the library writes them into the run's
+    /// notice file, whose lines the collector copies into the trace as
+    /// they are, and the collector says the same for a code found in a
+    /// parent's header.
     pub fn words(self, folder: &std::path::Path) -> String {
         let folder = folder.display();
         match self {

@@ -62,6 +62,17 @@ pub struct Event {
     pub stack: u32,
 }
 
+/// Why a slot whose commit word is set does not hold a whole record.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Incomplete {
+    /// Its sequence number belongs to another slot.
+    OtherSlot,
+    /// Its check does not match its contents.
+    CheckMismatch,
+    /// It holds a code no writer stores.
+    UnknownCode,
+}
+
 /// What one record slot holds.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub enum SlotState {
@@ -73,7 +84,7 @@ pub enum SlotState {
     /// The commit word is set but the record is not whole: it names another
     /// slot, fails its check, or holds codes no writer stores. While the
     /// writer lives this means "not yet"; once it is gone, damage.
-    Incomplete(&'static str),
+    Incomplete(Incomplete),
     /// A whole record.
     Complete(Event),
 }
@@ -84,10 +95,10 @@ pub fn classify(raw: &RawRecord, index: u64, pid: u32) -> SlotState {
         return SlotState::Unwritten;
     }
     if committed_seq(raw.commit) != index & ((1 << crate::layout::SEQ_BITS) - 1) {
-        return SlotState::Incomplete("its sequence number belongs to another slot");
+        return SlotState::Incomplete(Incomplete::OtherSlot);
     }
     if !commit_matches(raw.commit, index, &raw.body_words()) {
-        return SlotState::Incomplete("its check does not match its contents");
+        return SlotState::Incomplete(Incomplete::CheckMismatch);
     }
     if raw.op == crate::layout::DROPPED_OP {
         return SlotState::Dropped;
@@ -97,7 +108,7 @@ pub fn classify(raw: &RawRecord, index: u64, pid: u32) -> SlotState {
         Api::from_code(raw.api),
         Kind::from_code(raw.kind),
     ) else {
-        return SlotState::Incomplete("it holds an unknown code");
+        return SlotState::Incomplete(Incomplete::UnknownCode);
     };
     SlotState::Complete(Event {
         pid,
@@ -139,29 +150,6 @@ pub enum SpoolError {
         found: u32,
     },
 }
-
-impl std::fmt::Display for SpoolError {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        match self {
-            SpoolError::Io(e) => write!(f, "cannot read spool: {e}"),
-            SpoolError::NotAFile => f.write_str("not a regular file"),
-            SpoolError::Truncated { len: 0 } => {
-                f.write_str("spool is empty: its process could not reserve space for it (disk full?)")
-            }
-            SpoolError::Truncated { len } => {
-                write!(f, "spool is {len} bytes, shorter than its {HEADER_SIZE}-byte header")
-            }
-            SpoolError::Unfinished => f.write_str("its header was never completed (its process died creating it?)"),
-            SpoolError::NotASpool => f.write_str("not a cudatrace spool file (bad magic)"),
-            SpoolError::Version { found } => write!(
-                f,
-                "spool format version {found} is not supported (this build reads {SPOOL_VERSION})"
-            ),
-        }
-    }
-}
-
-impl std::error::Error for SpoolError {}
 
 fn le_u32(bytes: &[u8], at: usize) -> u32 {
     u32::from_le_bytes([bytes[at], bytes[at + 1], bytes[at + 2], bytes[at + 3]])

@@ -1,5 +1,6 @@
 //! The folder a run's spools go to: private to the user who runs cudatrace.
 
+use crate::outputs::wording::not_private_text;
 use cudatrace_events::{naming, notices};
 use std::os::unix::fs::{DirBuilderExt, MetadataExt};
 use std::path::{Path, PathBuf};
@@ -16,7 +17,7 @@ fn user_folder() -> Result<PathBuf, String> {
         .filter(|d| !d.is_empty())
         .unwrap_or_else(|| "/tmp".into());
     let folder = Path::new(&base).join(naming::user_folder_name(uid()));
-    naming::ensure_private_folder(&folder, uid())?;
+    naming::ensure_private_folder(&folder, uid()).map_err(|fault| not_private_text(&folder, &fault))?;
     Ok(folder)
 }
 

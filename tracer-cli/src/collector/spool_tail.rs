@@ -3,6 +3,7 @@
 //! process at its start and end. Shared by the live collector and `collect`.
 
 use crate::collector::liveness::Liveness;
+use crate::outputs::wording::spool_error_text;
 use cudatrace_events::layout::{
     chunk_offset, CHUNK_BYTES, CHUNK_RECORDS, HEADER_SIZE, PUNCHED_CHUNKS_OFFSET, RELEASED_CHUNKS_OFFSET,
 };
@@ -178,7 +179,7 @@ impl SpoolTail {
         let at_end = self
             .cursor
             .read(&mut self.spool, pass, BATCH_SLOTS, &mut events)
-            .map_err(|e| format!("{}: {e}", self.path.display()))?;
+            .map_err(|e| format!("{}: {}", self.path.display(), spool_error_text(&e)))?;
         self.spool.forget_before(self.cursor.next);
         Ok((events, at_end))
     }
@@ -322,6 +323,6 @@ pub fn damaged_spool(path: &Path, pid: u32, image: u32, error: &SpoolError) -> D
         pid,
         image,
         path: path.display().to_string(),
-        reason: error.to_string(),
+        reason: spool_error_text(error),
     }
 }

@@ -5,8 +5,8 @@
 use crate::collector::spool_tail::SpoolTail;
 use crate::commands::arguments::DumpArgs;
 use crate::outputs::json::dump_lines::{damage_line, end_line, event_line, process_line, record_lines};
-use crate::outputs::wording::not_regular_text;
 use crate::outputs::wording::problem_text;
+use crate::outputs::wording::{not_regular_text, spool_error_text};
 use crate::system::failure::Failure;
 use crate::system::terminal::Stdout;
 use cudatrace_events::{naming, Pass};
@@ -70,8 +70,8 @@ pub fn command(args: DumpArgs) -> Result<u8, Failure> {
                 None => return Ok(0),
             }
         }
-        let (mut tail, header) =
-            SpoolTail::open(path, 0, image, false).map_err(|e| format!("{}: {e}", path.display()))?;
+        let (mut tail, header) = SpoolTail::open(path, 0, image, false)
+            .map_err(|e| format!("{}: {}", path.display(), spool_error_text(&e)))?;
         if !out.write(&format!("{}\n", process_line(path, &header)))? {
             return Ok(0);
         }
