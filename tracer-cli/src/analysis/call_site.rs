@@ -190,18 +190,40 @@ pub fn headline_text(frame: &Frame, long: bool) -> String {
     }
 }
 
-/// The lines a stack is shown as: each frame, except that runs of two or
-/// more framework or plumbing frames become "… N frames in a, b" (an
-/// autograd node's frame, which names what a gradient is of, is kept).
-pub fn stack_lines(frames: &[Frame], shown: FramesShown) -> Vec<String> {
-    stack_names(frames, shown, Frame::text)
+/// One line of a stack as outputs show it.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum StackLine<'a> {
+    /// A frame of its own.
+    Frame(&'a Frame),
+    /// A run of two or more framework or plumbing frames, folded.
+    Folded {
+        /// Frames in the run.
+        frames: usize,
+        /// Where they live, each once, innermost first.
+        places: Vec<Place>,
+    },
 }
 
-/// A stack's frames named by `name`, runs folded as [`stack_lines`] does
-/// (unless `shown` is [`FramesShown::Full`]).
-pub fn stack_names(frames: &[Frame], shown: FramesShown, name: impl Fn(&Frame) -> String) -> Vec<String> {
+/// Where a folded frame lives.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum Place {
+    /// Python code of an installed package.
+    PythonPackage(String),
+    /// Python code of a file outside any package (its file name).
+    PythonFile(String),
+    /// A native library (its file name).
+    Library(String),
+    /// Code of no known module.
+    Unknown,
+}
+
+/// The lines a stack is shown as: each frame, except that runs of two or
+/// more framework or plumbing frames become one [`StackLine::Folded`] (an
+/// autograd node's frame, which names what a gradient is of, is kept);
+/// with [`FramesShown::Full`], every frame.
+pub fn stack_lines(frames: &[Frame], shown: FramesShown) -> Vec<StackLine<'_>> {
     if shown == FramesShown::Full {
-        return frames.iter().map(name).collect();
+        return frames.iter().map(StackLine::Frame).collect();
     }
     let mut lines = Vec::new();
     let mut i = 0;
@@ -212,18 +234,18 @@ pub fn stack_names(frames: &[Frame], shown: FramesShown, name: impl Fn(&Frame) -
         };
         let run = frames[i..].iter().take_while(|f| folds(f)).count();
         if run < 2 {
-            lines.push(name(&frames[i]));
+            lines.push(StackLine::Frame(&frames[i]));
             i += 1;
             continue;
         }
-        let mut places: Vec<String> = Vec::new();
+        let mut places: Vec<Place> = Vec::new();
         for frame in &frames[i..i + run] {
             let place = place_of(frame);
             if !places.contains(&place) {
                 places.push(place);
             }
         }
-        lines.push(format!("… {run} frames in {}", places.join(", ")));
+        lines.push(StackLine::Folded { frames: run, places });
         i += run;
     }
     lines
@@ -239,14 +261,14 @@ pub fn made_by_caching_allocator(frames: &[Frame]) -> bool {
 
 /// Where a folded frame lives: its library's file name, or for Python its
 /// package (or file).
-fn place_of(frame: &Frame) -> String {
+fn place_of(frame: &Frame) -> Place {
     match (frame.module.as_deref(), frame.file.as_deref()) {
         (Some(PYTHON_MODULE), Some(file)) => match installed_package(file) {
-            Some((package, _)) => format!("{package} (Python)"),
-            None => file.rsplit('/').next().unwrap_or(file).to_string(),
+            Some((package, _)) => Place::PythonPackage(package.to_string()),
+            None => Place::PythonFile(file.rsplit('/').next().unwrap_or(file).to_string()),
         },
-        (Some(module), _) => module.rsplit('/').next().unwrap_or(module).to_string(),
-        (None, _) => "unknown code".to_string(),
+        (Some(module), _) => Place::Library(module.rsplit('/').next().unwrap_or(module).to_string()),
+        (None, _) => Place::Unknown,
     }
 }
 
@@ -551,8 +573,29 @@ mod tests {
     #[test]
     fn runs_of_framework_frames_fold_into_one_line_and_full_shows_every_frame() {
         let frames = pytorch_stack();
+        let folded = stack_lines(&frames, FramesShown::Folded);
+        let library = |name: &str| Place::Library(name.to_string());
         assert_eq!(
-            stack_lines(&frames, FramesShown::Folded),
+            folded[0],
+            StackLine::Folded {
+                frames: 33,
+                places: vec![
+                    library("libcudart.so.13"),
+                    library("libc10_cuda.so"),
+                    library("libtorch_cuda.so"),
+                    library("libtorch_python.so"),
+                    library("python3.12"),
+                    Place::PythonPackage("torch".to_string()),
+                ]
+            }
+        );
+        assert_eq!(
+            folded[1..],
+            frames[33..].iter().map(StackLine::Frame).collect::<Vec<_>>()
+        );
+        // Worded by the outputs' wording.
+        assert_eq!(
+            crate::outputs::wording::stack_texts(&frames, FramesShown::Folded),
             vec![
                 "… 33 frames in libcudart.so.13, libc10_cuda.so, libtorch_cuda.so, libtorch_python.so, python3.12, torch (Python)".to_string(),
                 "forward (/home/me/model.py:31)".to_string(),
@@ -568,7 +611,7 @@ mod tests {
             native("b", "/opt/libuser.so"),
         ];
         assert_eq!(
-            stack_lines(&frames, FramesShown::Folded),
+            crate::outputs::wording::stack_texts(&frames, FramesShown::Folded),
             vec!["a [libuser.so]", "ffi_call [libffi.so.8]", "b [libuser.so]"]
         );
     }

@@ -20,6 +20,6 @@ mod figures;
 mod readings;
 mod tracker;
 
-pub use figures::{Breakdown, DeviceFootprint, FootprintNote, ReferenceSource};
+pub use figures::{Breakdown, Category, DeviceFootprint, FootprintNote, ReferenceSource};
 pub use readings::footprint_reading_times;
 pub use tracker::FootprintTracker;

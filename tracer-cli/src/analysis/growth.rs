@@ -5,7 +5,7 @@
 //! differ from run to run.
 
 use super::call_site::{call_sites, site_name};
-use super::footprint::Breakdown;
+use super::footprint::{Breakdown, Category};
 use super::keys::ByStack;
 use super::summary::Summary;
 use super::trace_index::TraceIndex;
@@ -39,23 +39,22 @@ fn add(into: &mut BTreeMap<String, (String, AtPeakAndExit)>, key: String, name: 
     entry.1.exit += exit;
 }
 
-fn breakdown_rows(breakdown: &Breakdown) -> Vec<(String, u64)> {
+/// The owners of `breakdown`, then its categories under the names
+/// `category_name` gives them.
+fn breakdown_rows(breakdown: &Breakdown, category_name: &dyn Fn(Category) -> String) -> Vec<(String, u64)> {
     let mut rows: Vec<(String, u64)> = breakdown.owners.clone();
-    rows.extend([
-        ("pools beyond live allocations".to_string(), breakdown.pools),
-        ("graph memory".to_string(), breakdown.graphs),
-        ("context".to_string(), breakdown.context),
-        ("modules and kernels".to_string(), breakdown.modules),
-        ("streams and events".to_string(), breakdown.streams_and_events),
-        ("executable graphs".to_string(), breakdown.graph_executables),
-        ("unexplained".to_string(), breakdown.unexplained().max(0) as u64),
-    ]);
+    rows.extend(
+        Category::ALL
+            .into_iter()
+            .map(|category| (category_name(category), breakdown.category(category).max(0) as u64)),
+    );
     rows
 }
 
 impl RunFigures {
-    /// The figures of a trace, replayed into `summary`.
-    pub fn of(index: &TraceIndex, summary: &Summary) -> RunFigures {
+    /// The figures of a trace, replayed into `summary`; the footprint's
+    /// categories are matched under the names `category_name` gives them.
+    pub fn of(index: &TraceIndex, summary: &Summary, category_name: &dyn Fn(Category) -> String) -> RunFigures {
         let mut figures = RunFigures::default();
         for (info, process) in index.processes.iter().zip(&summary.processes) {
             let sites = |into: &mut BTreeMap<String, (String, AtPeakAndExit)>, peak: &ByStack, exit: &ByStack| {
@@ -83,7 +82,7 @@ impl RunFigures {
         for footprint in summary.footprints.iter().flatten() {
             for (breakdown, at_peak) in [(&footprint.at_peak, true), (&footprint.at_exit, false)] {
                 let Some(breakdown) = breakdown else { continue };
-                for (name, bytes) in breakdown_rows(breakdown) {
+                for (name, bytes) in breakdown_rows(breakdown, category_name) {
                     let (peak, exit) = if at_peak { (bytes, 0) } else { (0, bytes) };
                     add(&mut figures.owners, name.clone(), name, peak, exit);
                 }

@@ -29,12 +29,4 @@ impl DeviceKey {
             DeviceKey::Unknown => Value::Null,
         }
     }
-
-    /// `GPU 0`, or `unknown device`.
-    pub fn label(self) -> String {
-        match self {
-            DeviceKey::Gpu(ordinal) => format!("GPU {ordinal}"),
-            DeviceKey::Unknown => "unknown device".to_string(),
-        }
-    }
 }

@@ -32,11 +32,11 @@ mod window;
 
 pub use call_site::{
     call_sites, headline, headline_text, in_backward_pass, made_by_caching_allocator, site_key, stack_lines,
-    stack_names, FramesShown, BACKWARD_PASS, NO_STACK,
+    FramesShown, Place, StackLine, BACKWARD_PASS, NO_STACK,
 };
 pub use engine::{Consumer, Replay, Step};
 pub use footprint::{
-    footprint_reading_times, Breakdown, DeviceFootprint, FootprintNote, FootprintTracker, ReferenceSource,
+    footprint_reading_times, Breakdown, Category, DeviceFootprint, FootprintNote, FootprintTracker, ReferenceSource,
 };
 pub use growth::{compare, Growth, RunFigures};
 pub use input_path::{check_regular_file, NotRegular};

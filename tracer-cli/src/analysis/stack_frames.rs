@@ -21,25 +21,6 @@ pub struct Frame {
 }
 
 impl Frame {
-    /// `function (file:line) [module]`, naming the module only where the
-    /// rest does not already.
-    pub fn text(&self) -> String {
-        let mut out = self.function.clone();
-        if let Some(file) = &self.file {
-            out += &format!(" ({file}");
-            if let Some(line) = self.line {
-                out += &format!(":{line}");
-            }
-            out += ")";
-        }
-        if let Some(name) = self.module_name() {
-            if name != crate::symbolize::PYTHON_MODULE && !out.contains(name) {
-                out += &format!(" [{name}]");
-            }
-        }
-        out
-    }
-
     /// The module's file name, without its folder.
     pub fn module_name(&self) -> Option<&str> {
         self.module.as_deref().map(|m| m.rsplit('/').next().unwrap_or(m))

@@ -399,7 +399,6 @@ mod tests {
         assert_eq!(p.devices[&DeviceKey::Unknown].allocations, 2);
         assert_eq!(balance(&p), vec![(GPU0, 1, 1), (DeviceKey::Unknown, 1, 1)]);
         assert_eq!(DeviceKey::Unknown.json(), serde_json::Value::Null);
-        assert_eq!(DeviceKey::Unknown.label(), "unknown device");
     }
 
     #[test]

@@ -4,6 +4,7 @@
 use crate::analysis::{RunFigures, Summary};
 use crate::commands::arguments::DiffArgs;
 use crate::outputs;
+use crate::outputs::wording::category_name;
 use crate::system::failure::Failure;
 use crate::system::progress::Progress;
 use crate::system::terminal::Stdout;
@@ -15,7 +16,7 @@ pub fn command(args: DiffArgs) -> Result<u8, Failure> {
     for path in [&args.a, &args.b] {
         let index = super::open_trace::read_trace(path)?;
         let summary = Summary::build(&index, &Progress::new("reading", index.events));
-        figures.push(RunFigures::of(&index, &summary));
+        figures.push(RunFigures::of(&index, &summary, &|c| category_name(c).to_string()));
         status = status.max(outputs::say_what_the_trace_lacks(&index, &summary.stream_errors));
     }
     let paths = [args.a.as_path(), args.b.as_path()];

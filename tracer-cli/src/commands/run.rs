@@ -260,22 +260,10 @@ pub fn run(args: RunArgs) -> Result<u8, Failure> {
             return Err(failure);
         }
     };
-    let pid = child.id();
-    forward_to(pid);
-    let started = match claimed {
-        Some(claimed) => Ok(claimed),
-        None => trace_file::claim_in_place(&PathBuf::from(naming::default_trace_name(
-            &program.to_string_lossy(),
-            pid,
-        ))),
-    }
-    .and_then(|output| {
-        let trace = output.path.clone();
-        let header = header_for(args.command.iter().map(|a| a.to_string_lossy().into_owned()).collect());
-        Collector::start(&run_dir, output, &header, args.keep_spools, nvml).map(|collector| (collector, trace))
-    });
-    let (collector, trace) = match started {
-        Ok(started) => started,
+    forward_to(child.id());
+    let started = start_collector(&args, claimed, child.id(), &run_dir, nvml);
+    match started {
+        Ok((collector, trace)) => record(&args, &mut child, collector, &trace, &run_dir),
         Err(reason) => {
             // The command runs on, spooled; its spools stay for `cudatrace collect`.
             say(&format!("cudatrace: {reason}"));
@@ -285,9 +273,43 @@ pub fn run(args: RunArgs) -> Result<u8, Failure> {
                 run_dir.display(),
                 shell_quoted(&run_dir)
             ));
-            return Ok(code);
+            Ok(code)
         }
+    }
+}
+
+/// Starts the collector of the command's spools into the trace `-o` named
+/// and `claimed`, or else the default trace of the command's `pid`.
+fn start_collector(
+    args: &RunArgs,
+    claimed: Option<trace_file::InPlace>,
+    pid: u32,
+    run_dir: &Path,
+    nvml: crate::collector::NvmlStart,
+) -> Result<(Collector, PathBuf), String> {
+    let output = match claimed {
+        Some(claimed) => claimed,
+        None => trace_file::claim_in_place(&PathBuf::from(naming::default_trace_name(
+            &args.command[0].to_string_lossy(),
+            pid,
+        )))?,
     };
+    let trace = output.path.clone();
+    let header = header_for(args.command.iter().map(|a| a.to_string_lossy().into_owned()).collect());
+    let collector = Collector::start(run_dir, output, &header, args.keep_spools, nvml)?;
+    Ok((collector, trace))
+}
+
+/// Records the running command `child` into `trace` until it and its
+/// descendants are done; its exit code.
+fn record(
+    args: &RunArgs,
+    child: &mut Child,
+    collector: Collector,
+    trace: &Path,
+    run_dir: &Path,
+) -> Result<u8, Failure> {
+    let pid = child.id();
     say(&format!(
         "cudatrace: recording `{}` and every process it starts into {}",
         args.command
@@ -298,21 +320,21 @@ pub fn run(args: RunArgs) -> Result<u8, Failure> {
         trace.display()
     ));
     collector.hold(pid);
-    let code = wait(&mut child)?;
+    let code = wait(child)?;
     collector.record_exit(pid, i32::from(code), monotonic_ns());
-    let lingering = wait_for_descendants(&run_dir, GRACE);
+    let lingering = wait_for_descendants(run_dir, GRACE);
     if lingering {
         say(&format!(
             "cudatrace: descendants of the command are still running; the spool folder {} is kept for them: `cudatrace collect {}` once they are done adds what they record",
             run_dir.display(),
-            shell_quoted(&run_dir)
+            shell_quoted(run_dir)
         ));
     }
     match collector.finish(GRACE) {
         Ok(summary) => finished(
             &summary,
-            &trace,
-            &run_dir,
+            trace,
+            run_dir,
             args.keep_spools,
             lingering,
             args.output.is_some(),
@@ -322,7 +344,7 @@ pub fn run(args: RunArgs) -> Result<u8, Failure> {
             say(&format!(
                 "cudatrace: the spools are kept in {}; once there is room, `cudatrace collect {}` finishes {} (the command exited with status {code})",
                 run_dir.display(),
-                shell_quoted(&run_dir),
+                shell_quoted(run_dir),
                 trace.display()
             ));
         }

@@ -9,9 +9,11 @@
 //! (cuBLAS workspaces, NCCL, the program's own) keeps its allocation stacks.
 
 use crate::analysis::{
-    headline_text, in_backward_pass, made_by_caching_allocator, stack_names, tensors_stopped_midway, ByStack,
-    FramesShown, Moment, ProcessIndex, Summary, TraceIndex, BACKWARD_PASS, NO_STACK,
+    headline_text, in_backward_pass, made_by_caching_allocator, tensors_stopped_midway, ByStack, FramesShown, Moment,
+    ProcessIndex, Summary, TraceIndex, BACKWARD_PASS, NO_STACK,
 };
+use crate::outputs::wording::device_label;
+use crate::outputs::wording::stack_names;
 use std::collections::BTreeMap;
 
 /// The frame that holds the bytes PyTorch reserved but put in no tensor.
@@ -59,7 +61,7 @@ pub fn folded_stacks(
                 .devices
                 .get(device)
                 .filter(|_| at == Moment::Peak || !tensors_stopped_midway(info));
-            let base = vec![root.clone(), device.label()];
+            let base = vec![root.clone(), device_label(*device)];
             let mut segments_bytes = 0u64;
             for (&stack, &(bytes, _)) in by_stack {
                 if tensors.is_some() && made_by_caching_allocator(&index.all_frames(info, stack)) {

@@ -6,7 +6,9 @@
 
 use super::wording::bytes;
 use super::wording::{limit_text, note_text};
+use crate::analysis::Category;
 use crate::analysis::{Breakdown, DeviceFootprint, ProcessIndex, ReferenceSource, TensorStats};
+use crate::outputs::wording::category_name;
 
 /// Owners shown by name; the rest are summed into one row.
 const OWNERS_SHOWN: usize = 8;
@@ -61,18 +63,16 @@ fn rows(footprint: &DeviceFootprint) -> Vec<Row> {
             at_peak: sum(peak),
         });
     }
-    let category = |name: String, pick: fn(&Breakdown) -> i64| Row {
-        name,
-        at_exit: exit.map(pick),
-        at_peak: peak.map(pick),
-    };
-    rows.push(category("pools beyond live allocations".into(), |b| b.pools as i64));
-    rows.push(category("graph memory".into(), |b| b.graphs as i64));
-    rows.push(category(context_name(footprint), |b| b.context as i64));
-    rows.push(category("modules and kernels".into(), |b| b.modules as i64));
-    rows.push(category("streams and events".into(), |b| b.streams_and_events as i64));
-    rows.push(category("executable graphs".into(), |b| b.graph_executables as i64));
-    rows.push(category("unexplained".into(), Breakdown::unexplained));
+    for category in Category::ALL {
+        rows.push(Row {
+            name: match category {
+                Category::Context => context_name(footprint),
+                other => category_name(other).to_string(),
+            },
+            at_exit: exit.map(|b| b.category(category)),
+            at_peak: peak.map(|b| b.category(category)),
+        });
+    }
     rows
 }
 

@@ -19,6 +19,7 @@ mod owner_chart;
 use super::wording::{silent_children_line, unrecorded_line};
 use crate::analysis::UnreadBlock;
 use crate::analysis::{silent_children, FramesShown, Summary, TraceIndex};
+use crate::outputs::wording::device_label;
 use crate::outputs::wording::{bytes, count};
 use crate::system::progress::Progress;
 use call_site_tables::{sites_table, stack_html, tensors_html};
@@ -166,7 +167,7 @@ fn devices_html(index: &TraceIndex, summary: &Summary, charts: &PageCharts, fram
                 out,
                 "<h2>pid {} — {}</h2>\n<p>{}, {}; peak {}, live at exit {}.</p>",
                 info.start.pid,
-                device.label(),
+                device_label(*device),
                 count(stats.allocations, "allocation", "allocations"),
                 count(stats.frees, "free", "frees"),
                 bytes(stats.peak),

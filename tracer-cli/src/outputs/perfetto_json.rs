@@ -22,6 +22,8 @@ use crate::analysis::{
     Window,
 };
 use crate::outputs::wording::bytes;
+use crate::outputs::wording::device_label;
+use crate::outputs::wording::frame_text;
 use crate::system::progress::Progress;
 use cudatrace_events::{Event, Op};
 use std::collections::HashMap;
@@ -57,7 +59,7 @@ impl ProcessTrack {
                 .frames(info, stack)
                 .iter()
                 .take(TOP_FRAMES)
-                .map(|f| f.text())
+                .map(frame_text)
                 .collect();
             serde_json::to_string(&frames).unwrap_or_else(|_| "[]".into())
         })
@@ -230,7 +232,7 @@ impl<W: Write> TraceWriter<'_, W> {
             write!(
                 self.items.next()?,
                 "{{\"ph\":\"C\",\"name\":\"{} {what}\",\"pid\":{pid},\"ts\":{ts:.3},\"args\":{{\"bytes\":{bytes}}}}}",
-                device.label(),
+                device_label(device),
             )?;
         }
         Ok(())
@@ -253,7 +255,7 @@ impl<W: Write> TraceWriter<'_, W> {
                 write!(
                     self.items.next()?,
                     "{{\"ph\":\"C\",\"name\":\"{} live bytes\",\"pid\":{pid},\"ts\":{ts:.3},\"args\":{{\"bytes\":{}}}}}",
-                    device.label(),
+                    device_label(device),
                     stats.current
                 )?;
             }

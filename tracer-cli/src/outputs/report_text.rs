@@ -1,9 +1,11 @@
 //! `cudatrace report`: the report for people.
 
 use crate::analysis::{
-    call_sites, headline, headline_text, stack_lines, tensors_stopped_midway, ByStack, DeviceKey, Frame, FramesShown,
-    ProcessIndex, ProcessSummary, Summary, TraceIndex, NO_STACK,
+    call_sites, headline, headline_text, tensors_stopped_midway, ByStack, DeviceKey, Frame, FramesShown, ProcessIndex,
+    ProcessSummary, Summary, TraceIndex, NO_STACK,
 };
+use crate::outputs::wording::device_label;
+use crate::outputs::wording::stack_texts;
 use crate::outputs::wording::{bytes, count, tensor_status_line, unrecorded_process_text};
 use cudatrace_trace::ProcessEnd;
 
@@ -87,7 +89,7 @@ fn process_text(index: &TraceIndex, info: &ProcessIndex, process: &ProcessSummar
         let live_list = live.get(device).map(Vec::as_slice).unwrap_or_default();
         out += &format!(
             "  {}: {}, {}, peak {}, live at exit {} in {}\n",
-            device.label(),
+            device_label(*device),
             count(stats.allocations, "allocation", "allocations"),
             count(stats.frees, "free", "frees"),
             bytes(stats.peak),
@@ -154,7 +156,7 @@ fn tensors_text(index: &TraceIndex, info: &ProcessIndex, process: &ProcessSummar
     for (device, stats) in &process.tensors.devices {
         out += &format!(
             "  tensors on {}: {}, {}; allocated {} at exit, peak {}; reserved {} at exit, peak {}; inactive {} at exit\n",
-            device.label(),
+            device_label(*device),
             count(stats.allocations, "allocation", "allocations"),
             count(stats.frees, "free", "frees"),
             bytes(stats.now.allocated),
@@ -257,7 +259,7 @@ fn stack_lines_text(resolved: &[Frame], frames: FramesShown, indent: &str) -> St
     if resolved.is_empty() {
         return format!("{indent}{NO_STACK}\n");
     }
-    let lines = stack_lines(resolved, frames);
+    let lines = stack_texts(resolved, frames);
     let shown = if frames == FramesShown::Full {
         lines.len()
     } else {

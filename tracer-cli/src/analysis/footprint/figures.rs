@@ -61,7 +61,53 @@ pub struct Breakdown {
     pub graph_executables: u64,
 }
 
+/// The driver's own categories of a device's memory, beside allocations
+/// by owner, in the order outputs show them.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord, Hash)]
+pub enum Category {
+    /// What stream-ordered pools hold beyond their live allocations.
+    Pools,
+    /// The device's graph memory pool.
+    Graphs,
+    /// The context.
+    Context,
+    /// Modules and kernels loaded.
+    Modules,
+    /// Streams and events.
+    StreamsAndEvents,
+    /// Executable graphs.
+    GraphExecutables,
+    /// What no measurement covers.
+    Unexplained,
+}
+
+impl Category {
+    /// Every category, in order.
+    pub const ALL: [Category; 7] = [
+        Category::Pools,
+        Category::Graphs,
+        Category::Context,
+        Category::Modules,
+        Category::StreamsAndEvents,
+        Category::GraphExecutables,
+        Category::Unexplained,
+    ];
+}
+
 impl Breakdown {
+    /// The bytes of `category` (what is unexplained may be negative).
+    pub fn category(&self, category: Category) -> i64 {
+        match category {
+            Category::Pools => self.pools as i64,
+            Category::Graphs => self.graphs as i64,
+            Category::Context => self.context as i64,
+            Category::Modules => self.modules as i64,
+            Category::StreamsAndEvents => self.streams_and_events as i64,
+            Category::GraphExecutables => self.graph_executables as i64,
+            Category::Unexplained => self.unexplained(),
+        }
+    }
+
     /// Bytes some measurement covers.
     pub fn explained(&self) -> u64 {
         self.owners.iter().map(|(_, bytes)| bytes).sum::<u64>()

@@ -5,9 +5,9 @@ use super::chart::Chart;
 use super::chart_drawing::chart_html;
 use super::html_text::escape;
 use crate::analysis::{
-    call_sites, headline, headline_text, stack_lines, ByStack, Frame, FramesShown, ProcessIndex, TensorStats,
-    TraceIndex, NO_STACK,
+    call_sites, headline, headline_text, ByStack, Frame, FramesShown, ProcessIndex, TensorStats, TraceIndex, NO_STACK,
 };
+use crate::outputs::wording::stack_texts;
 use crate::outputs::wording::{bytes, count};
 use std::fmt::Write as _;
 
@@ -130,7 +130,7 @@ fn stack_lines_html(resolved: &[Frame], frames: FramesShown) -> String {
     if resolved.is_empty() {
         return format!("<span class=\"note\">{NO_STACK}</span>");
     }
-    let lines = stack_lines(resolved, frames);
+    let lines = stack_texts(resolved, frames);
     let shown = if frames == FramesShown::Full {
         lines.len()
     } else {

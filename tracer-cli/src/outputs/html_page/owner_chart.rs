@@ -12,30 +12,20 @@
 
 use super::chart::{Chart, SERIES};
 use super::chart_tally::{ChartTally, Part};
-use crate::analysis::{owner_of, Change, DeviceFootprint, ProcessIndex, TraceIndex};
+use crate::analysis::{owner_of, Category, Change, DeviceFootprint, ProcessIndex, TraceIndex};
+use crate::outputs::wording::category_chart_name;
 use cudatrace_events::{Api, Event, Op};
 use std::collections::{BTreeMap, HashMap};
 
-/// The categories, drawn above the owners, in this order.
-const CATEGORIES: [&str; 7] = [
-    "pools beyond live allocations",
-    "graph memory",
-    "context",
-    "modules and kernels",
-    "streams and events",
-    "executable graphs",
-    UNEXPLAINED,
-];
-const POOLS: usize = 0;
-const GRAPHS: usize = 1;
-const CONTEXT: usize = 2;
-const MODULES: usize = 3;
-const STREAMS: usize = 4;
-const EXECUTABLE_GRAPHS: usize = 5;
-const UNEXPLAINED_BAND: usize = 6;
-
-/// The band of what no measurement covers.
-pub const UNEXPLAINED: &str = "unexplained (driver-used less all measured)";
+// The categories, drawn above the owners in the order of Category::ALL,
+// by their place in it.
+const POOLS: usize = Category::Pools as usize;
+const GRAPHS: usize = Category::Graphs as usize;
+const CONTEXT: usize = Category::Context as usize;
+const MODULES: usize = Category::Modules as usize;
+const STREAMS: usize = Category::StreamsAndEvents as usize;
+const EXECUTABLE_GRAPHS: usize = Category::GraphExecutables as usize;
+const UNEXPLAINED_BAND: usize = Category::Unexplained as usize;
 
 /// Which reading's figure the unexplained band shows.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -178,7 +168,7 @@ impl OwnerTally {
         let series_of_owner: HashMap<String, usize> = names.iter().enumerate().map(|(i, n)| (n.clone(), i)).collect();
         names.push("other owners".into());
         let first_category = names.len();
-        names.extend(CATEGORIES.iter().map(|c| c.to_string()));
+        names.extend(Category::ALL.map(|c| category_chart_name(c).to_string()));
         let mut series_of_stack = HashMap::new();
         let series_of = |part: Part| match part {
             Part::Category(category) => first_category + category,

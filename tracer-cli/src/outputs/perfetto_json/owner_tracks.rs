@@ -4,7 +4,9 @@
 //! and kernels, streams and events, executable graphs), the process's own readings of the device, and NVML's
 //! per-process figure, the reference the report explains.
 
+use crate::analysis::Category;
 use crate::analysis::{Change, DeviceFootprint, FootprintTracker, ProcessIndex, TraceIndex, Window};
+use crate::outputs::wording::category_name;
 use cudatrace_events::{Event, Op};
 use std::collections::HashMap;
 
@@ -75,11 +77,11 @@ impl OwnerTracks {
         };
         match event.op {
             Op::ModuleLoad | Op::KernelLoad | Op::StreamObjects | Op::GraphExec => {
-                let what = match event.op {
-                    Op::StreamObjects => "streams and events",
-                    Op::GraphExec => "executable graphs",
-                    _ => "modules and kernels",
-                };
+                let what = category_name(match event.op {
+                    Op::StreamObjects => Category::StreamsAndEvents,
+                    Op::GraphExec => Category::GraphExecutables,
+                    _ => Category::Modules,
+                });
                 let total = self.driver_costs.entry((device, what)).or_default();
                 *total += event.load_cost().unwrap_or(0);
                 counters.push(named(what, *total));
@@ -93,9 +95,9 @@ impl OwnerTracks {
                     .filter(|((d, _), _)| *d == device)
                     .map(|(_, b)| b)
                     .sum();
-                counters.push(named("pools beyond live allocations", beyond));
+                counters.push(named(category_name(Category::Pools), beyond));
             }
-            Op::GraphSample => counters.push(named("graph memory", event.size)),
+            Op::GraphSample => counters.push(named(category_name(Category::Graphs), event.size)),
             Op::Sample => counters.push(named(
                 "device used (process reading)",
                 event.arg2.saturating_sub(event.arg1),
