@@ -41,13 +41,13 @@ fn main() -> ExitCode {
     commands::run::INHERITED_SIGXFSZ.store(inherited, std::sync::atomic::Ordering::Relaxed);
     let cli = match commands::arguments::Cli::try_parse() {
         Ok(cli) => cli,
-        Err(error) => return system::terminal::parse_error(&error),
+        Err(error) => return commands::parse_failure::parse_error(&error),
     };
     let result = commands::dispatch(cli.command);
     match result {
         Ok(code) => ExitCode::from(code),
         Err(failure) => {
-            system::terminal::say(&format!("cudatrace: {}", failure.message));
+            system::terminal::say(&outputs::wording::said(&failure.message));
             ExitCode::from(failure.code)
         }
     }

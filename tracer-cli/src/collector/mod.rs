@@ -30,7 +30,9 @@ pub use sink::{describe_io, TraceFailure};
 use crate::collector::liveness::Liveness;
 use crate::collector::notice_file::NoticeTail;
 use crate::collector::spool_tail::{check_spool_file, damaged_spool, may_become_readable, SpoolTail};
-use crate::outputs::wording::count;
+use crate::outputs::wording::collector_lines;
+use crate::outputs::wording::said;
+use crate::outputs::wording::write_failure_text;
 use crate::system::terminal::say;
 use crate::system::trace_file::InPlace;
 use chunk_preparer::{Gate, SpoolPlaces};
@@ -52,13 +54,7 @@ const IDLE_SPOOL_PAUSE: Duration = Duration::from_millis(5);
 impl Summary {
     /// The line `run` and `collect` print when they are done.
     pub fn describe(&self, trace: &Path) -> String {
-        format!(
-            "cudatrace: wrote {} ({}, {}, {} bytes)",
-            trace.display(),
-            count(self.processes, "process", "processes"),
-            count(self.events, "event", "events"),
-            self.bytes
-        )
+        collector_lines::wrote_trace(trace, self.processes, self.events, self.bytes)
     }
 
     /// Lines about what the trace lacks, naming `spool_dir` when a process
@@ -66,29 +62,20 @@ impl Summary {
     pub fn warnings(&self, spool_dir: &Path) -> Vec<String> {
         let mut lines = Vec::new();
         if self.dropped_events > 0 {
-            let reason = self
-                .drop_errno
-                .map_or_else(|| "unknown".to_string(), crate::system::errno::describe);
-            lines.push(format!(
-                "cudatrace: {} could not be recorded: no room for spools in {} ({reason})",
-                count(self.dropped_events, "event", "events"),
-                spool_dir.display()
+            lines.push(collector_lines::events_not_recorded(
+                self.dropped_events,
+                self.drop_errno,
+                spool_dir,
             ));
         }
         if self.lost_events > self.dropped_events {
-            lines.push(format!(
-                "cudatrace: the trace lacks {} in all (see `cudatrace report`)",
-                count(self.lost_events, "event", "events")
-            ));
+            lines.push(collector_lines::trace_lacks_events(self.lost_events));
         }
         if self.damaged_spools > 0 {
-            lines.push(format!(
-                "cudatrace: {} could not be read (see `cudatrace report`)",
-                count(self.damaged_spools, "spool file", "spool files")
-            ));
+            lines.push(collector_lines::spools_unreadable(self.damaged_spools));
         }
         if let Some(line) = crate::outputs::wording::unrecorded_line(&self.unrecorded) {
-            lines.push(format!("cudatrace: {line}"));
+            lines.push(said(line));
         }
         lines
     }
@@ -135,7 +122,7 @@ pub fn header_for(command: Vec<String>) -> Header {
 
 /// Names the trace in the spool folder, so that `collect` finds it after a crash.
 fn point_to_trace(dir: &Path, trace: &Path) -> Result<(), String> {
-    let absolute = std::path::absolute(trace).map_err(|e| format!("{}: {e}", trace.display()))?;
+    let absolute = std::path::absolute(trace).map_err(|e| collector_lines::path_failed(trace, e))?;
     let pointer = dir.join(naming::TRACE_POINTER);
     let staging = dir.join(format!("{}.new", naming::TRACE_POINTER));
     std::fs::write(&staging, absolute.as_os_str().as_encoded_bytes())
@@ -157,7 +144,7 @@ impl Collector {
             output.abandon();
             return Err(reason);
         }
-        output.start()?;
+        output.start().map_err(|failure| write_failure_text(&failure))?;
         let trace = TraceWriter::new(BufWriter::with_capacity(1 << 20, output.file), header)
             .map_err(|e| describe_io("write", &output.path, &e))?;
         let shared = Arc::new(Shared {
@@ -266,7 +253,7 @@ impl Collector {
         match self.writer.join() {
             Ok(result) => result,
             Err(_) => Err(TraceFailure {
-                message: "the trace writer failed".into(),
+                message: collector_lines::TRACE_WRITER_FAILED.into(),
             }),
         }
     }
@@ -438,13 +425,10 @@ fn follow(shared: &Shared, to_writer: &Sender<Message>, tail: &mut SpoolTail) ->
         let _ = to_writer.send(Message::Unrecorded(process));
     }
     if header.dropped_records > 0 && !shared.drop_reported.swap(true, Ordering::Relaxed) {
-        let reason = header
-            .drop_errno
-            .map_or_else(|| "unknown".to_string(), crate::system::errno::describe);
-        say(&format!(
-            "cudatrace: pid {} cannot store events in {} ({reason}); they are being lost",
+        say(&collector_lines::losing_events(
             tail.pid,
-            shared.dir.display()
+            &shared.dir,
+            header.drop_errno,
         ));
     }
     if failure.is_none() && !final_pass {

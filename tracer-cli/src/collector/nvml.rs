@@ -8,6 +8,7 @@
 //! namespace), the trace says so and readers fall back on the processes' own
 //! readings.
 
+use crate::outputs::wording::collector_lines;
 use cudatrace_trace::{NvmlSample, NvmlStatus, Record};
 use std::collections::HashSet;
 use std::ffi::{c_char, c_int, c_uint, c_void, CStr};
@@ -63,7 +64,7 @@ fn symbol<T: Copy>(library: *mut c_void, name: &CStr) -> Result<T, String> {
     // SAFETY: a handle from dlopen and a NUL-terminated name.
     let address = unsafe { libc::dlsym(library, name.as_ptr()) };
     if address.is_null() {
-        return Err(format!("NVML has no {}", name.to_string_lossy()));
+        return Err(collector_lines::nvml_lacks(name.to_string_lossy()));
     }
     // SAFETY: T is the function pointer type of the named NVML function.
     Ok(unsafe { std::mem::transmute_copy::<*mut c_void, T>(&address) })
@@ -80,13 +81,13 @@ impl Nvml {
         // SAFETY: a NUL-terminated name; NVML has no constructors that matter.
         let library = unsafe { libc::dlopen(c"libnvidia-ml.so.1".as_ptr(), libc::RTLD_NOW | libc::RTLD_LOCAL) };
         if library.is_null() {
-            return Err("NVML (libnvidia-ml.so.1) is not installed".into());
+            return Err(collector_lines::NVML_NOT_INSTALLED.into());
         }
         let init: unsafe extern "C" fn() -> c_int = symbol(library, c"nvmlInit_v2")?;
         // SAFETY: nvmlInit_v2 takes no arguments.
         let status = unsafe { init() };
         if status != 0 {
-            return Err(format!("NVML did not start (nvmlInit_v2 returned {status})"));
+            return Err(collector_lines::nvml_did_not_start(status));
         }
         let api = Api {
             device_count: symbol(library, c"nvmlDeviceGetCount_v2")?,
@@ -98,7 +99,7 @@ impl Nvml {
         let mut count: c_uint = 0;
         // SAFETY: a valid out-pointer.
         if unsafe { (api.device_count)(&mut count) } != 0 {
-            return Err("NVML could not count the devices".into());
+            return Err(collector_lines::NVML_CANNOT_COUNT.into());
         }
         let mut devices = Vec::new();
         for index in 0..count {
@@ -192,9 +193,9 @@ impl Nvml {
         let reason = if pids_match {
             String::new()
         } else if self.foreign_pids_seen {
-            "NVML lists processes, but none of the traced pids: it sees another pid namespace".into()
+            collector_lines::NVML_OTHER_NAMESPACE.into()
         } else {
-            "NVML never listed a traced process".into()
+            collector_lines::NVML_NEVER_LISTED.into()
         };
         Record::NvmlStatus(NvmlStatus {
             time_ns: now_ns(),

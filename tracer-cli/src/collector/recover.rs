@@ -13,6 +13,7 @@ use crate::collector::liveness::Liveness;
 use crate::collector::notice_file::NoticeTail;
 use crate::collector::spool_tail::{check_spool_file, damaged_spool, SpoolTail};
 use crate::collector::{describe_io, header_for, Summary};
+use crate::outputs::wording::{collect_lines, collector_lines, output_lines};
 use cudatrace_events::{naming, Event, Pass, SpoolHeaderInfo};
 use cudatrace_trace::{
     Damage, DamagedSpool, Footer, Header, ProcessEnd, ProcessStart, Record, Refusal, TraceReader, TraceWriter,
@@ -149,22 +150,18 @@ pub fn trace_named_in(dir: &Path) -> Result<Option<PathBuf>, String> {
     // SAFETY: getuid cannot fail.
     let me = unsafe { libc::getuid() };
     if !pointer_meta.is_file() || pointer_meta.uid() != me {
-        return Err(format!(
-            "ignoring {}: not a file of this user's (uid {me})",
-            pointer.display()
+        return Err(collector_lines::pointer_ignored(
+            &pointer,
+            collector_lines::not_this_users_file(me),
         ));
     }
-    let named = std::fs::read(&pointer).map_err(|e| format!("ignoring {}: {e}", pointer.display()))?;
+    let named = std::fs::read(&pointer).map_err(|e| collector_lines::pointer_ignored(&pointer, e))?;
     let path = PathBuf::from(std::ffi::OsString::from_vec(named));
     let Ok(meta) = std::fs::symlink_metadata(&path) else {
         return Ok(None);
     };
     if !meta.is_file() || meta.uid() != me {
-        return Err(format!(
-            "ignoring {}: it names {}, which is not a file of this user's (uid {me})",
-            pointer.display(),
-            path.display()
-        ));
+        return Err(collector_lines::pointer_names_foreign_file(&pointer, &path, me));
     }
     // Empty: a trace its collector has claimed and not yet begun.
     let mut magic = [0u8; 8];
@@ -173,11 +170,7 @@ pub fn trace_named_in(dir: &Path) -> Result<Option<PathBuf>, String> {
             .and_then(|mut file| std::io::Read::read_exact(&mut file, &mut magic))
             .is_ok_and(|()| magic == cudatrace_trace::MAGIC);
     if !is_trace {
-        return Err(format!(
-            "ignoring {}: it names {}, which is not a cudatrace trace",
-            pointer.display(),
-            path.display()
-        ));
+        return Err(collector_lines::pointer_names_no_trace(&pointer, &path));
     }
     Ok(Some(path))
 }
@@ -197,7 +190,7 @@ fn open_spools(
     refusals: &mut Vec<Refusal>,
     damaged: &mut Vec<DamagedSpool>,
 ) -> Result<BTreeMap<Key, (SpoolTail, SpoolHeaderInfo)>, String> {
-    let paths = naming::spool_files_in(dir).map_err(|e| format!("cannot read {}: {e}", dir.display()))?;
+    let paths = naming::spool_files_in(dir).map_err(|e| collect_lines::cannot_read(dir, e))?;
     let mut spools = BTreeMap::new();
     for path in paths {
         let Some((pid, image)) = naming::parse_spool_file_name(&path) else {
@@ -363,7 +356,7 @@ fn merge_old_trace(
     damaged_keys: &mut HashSet<Key>,
     unrecorded: &mut Vec<UnrecordedProcess>,
 ) -> Result<(), String> {
-    let file = std::fs::File::open(old).map_err(|e| format!("cannot open {}: {e}", old.display()))?;
+    let file = std::fs::File::open(old).map_err(|e| output_lines::cannot_open(old, e))?;
     let reader = match TraceReader::new(BufReader::with_capacity(1 << 20, file)) {
         Ok(reader) => reader,
         Err(error) => {

@@ -6,6 +6,7 @@
 use super::collection_summary::Summary;
 use super::host::realtime_ns;
 use crate::collector::spool_tail::Release;
+use crate::outputs::wording::collector_lines;
 use crate::symbolize::StackCatalog;
 use crossbeam_channel::{Receiver, RecvTimeoutError};
 use cudatrace_events::Event;
@@ -48,24 +49,7 @@ pub struct TraceFailure {
 
 /// `Error` for the I/O failure of `path`, naming the full disk plainly.
 pub fn describe_io(action: &str, path: &std::path::Path, error: &std::io::Error) -> String {
-    let folder = path
-        .parent()
-        .filter(|p| !p.as_os_str().is_empty())
-        .unwrap_or(std::path::Path::new("."));
-    match error.raw_os_error() {
-        Some(libc::ENOSPC) | Some(libc::EDQUOT) => format!(
-            "cannot {action} {}: the disk holding {} is full ({})",
-            path.display(),
-            folder.display(),
-            crate::system::errno::describe(error.raw_os_error().unwrap_or(0))
-        ),
-        Some(code) => format!(
-            "cannot {action} {}: {}",
-            path.display(),
-            crate::system::errno::describe(code)
-        ),
-        None => format!("cannot {action} {}: {error}", path.display()),
-    }
+    collector_lines::cannot_do(action, path, error)
 }
 
 pub struct Sink {
@@ -87,7 +71,10 @@ impl Sink {
                 // Quiet: give back what waits, if anything does.
                 Err(RecvTimeoutError::Timeout) => None,
                 Err(RecvTimeoutError::Disconnected) => {
-                    return Err(self.fail("collect into", std::io::Error::other("the collector stopped early")));
+                    return Err(self.fail(
+                        collector_lines::COLLECT_INTO,
+                        std::io::Error::other(collector_lines::COLLECTOR_STOPPED_EARLY),
+                    ));
                 }
             };
             let written = match message {
@@ -130,12 +117,12 @@ impl Sink {
                 Some(Message::Finish) => return self.finish(summary),
             };
             if let Err(error) = written {
-                return Err(self.fail("write the trace", error));
+                return Err(self.fail(collector_lines::WRITE_THE_TRACE, error));
             }
             // Readers may follow the trace: flush whenever there is a pause.
             if inbox.is_empty() {
                 if let Err(error) = self.trace.flush() {
-                    return Err(self.fail("write the trace", error));
+                    return Err(self.fail(collector_lines::WRITE_THE_TRACE, error));
                 }
             }
             // Give space back regularly, under load too.
@@ -146,7 +133,7 @@ impl Sink {
                     .flush()
                     .and_then(|()| self.trace.get_ref().get_ref().sync_data());
                 if let Err(error) = synced {
-                    return Err(self.fail("write the trace", error));
+                    return Err(self.fail(collector_lines::WRITE_THE_TRACE, error));
                 }
                 pending.drain(..).for_each(Release::apply);
                 last_sync = Instant::now();
@@ -163,7 +150,7 @@ impl Sink {
     fn finish(mut self, mut summary: Summary) -> Result<Summary, TraceFailure> {
         for record in std::mem::take(&mut self.stacks).into_records() {
             if let Err(error) = self.trace.record(&record) {
-                return Err(self.fail("write the trace", error));
+                return Err(self.fail(collector_lines::WRITE_THE_TRACE, error));
             }
         }
         summary.events = self.trace.events_written();
@@ -182,7 +169,7 @@ impl Sink {
             .footer(&footer)
             .and_then(|()| self.trace.get_ref().get_ref().sync_all());
         if let Err(error) = written {
-            return Err(self.fail("write the trace", error));
+            return Err(self.fail(collector_lines::WRITE_THE_TRACE, error));
         }
         summary.bytes = self.trace.bytes_written();
         Ok(summary)

@@ -1,6 +1,7 @@
 //! The folder a run's spools go to: private to the user who runs cudatrace.
 
 use crate::outputs::wording::not_private_text;
+use crate::outputs::wording::{collect_lines, collector_lines};
 use cudatrace_events::{naming, notices};
 use std::os::unix::fs::{DirBuilderExt, MetadataExt};
 use std::path::{Path, PathBuf};
@@ -39,10 +40,13 @@ pub fn create_run_dir() -> Result<PathBuf, String> {
             // Absolute: the command may change its working directory before
             // it creates its spool, and so may its descendants.
             let chosen = std::path::absolute(PathBuf::from(&chosen))
-                .map_err(|e| format!("CUDATRACE_DIR={}: {e}", PathBuf::from(&chosen).display()))?;
-            let meta = std::fs::metadata(&chosen).map_err(|e| format!("CUDATRACE_DIR={}: {e}", chosen.display()))?;
+                .map_err(|e| collector_lines::spool_dir_unusable(&PathBuf::from(&chosen), e))?;
+            let meta = std::fs::metadata(&chosen).map_err(|e| collector_lines::spool_dir_unusable(&chosen, e))?;
             if !meta.is_dir() {
-                return Err(format!("CUDATRACE_DIR={}: not a folder", chosen.display()));
+                return Err(collector_lines::spool_dir_unusable(
+                    &chosen,
+                    collector_lines::NOT_A_FOLDER,
+                ));
             }
             chosen
         }
@@ -55,23 +59,18 @@ pub fn create_run_dir() -> Result<PathBuf, String> {
     std::fs::DirBuilder::new()
         .mode(0o700)
         .create(&dir)
-        .map_err(|e| format!("cannot create a spool folder in {}: {e}", folder.display()))?;
+        .map_err(|e| collector_lines::cannot_create_spool_folder(&folder, e))?;
     Ok(dir)
 }
 
 /// Checks that `dir` is a folder owned by this user.
 pub fn check_owned(dir: &Path) -> Result<(), String> {
-    let meta = std::fs::symlink_metadata(dir).map_err(|e| format!("cannot read {}: {e}", dir.display()))?;
+    let meta = std::fs::symlink_metadata(dir).map_err(|e| collect_lines::cannot_read(dir, e))?;
     if !meta.is_dir() {
-        return Err(format!("{} is not a folder", dir.display()));
+        return Err(collector_lines::not_a_folder(dir));
     }
     if meta.uid() != uid() {
-        return Err(format!(
-            "refusing {}: owned by uid {}, not {}",
-            dir.display(),
-            meta.uid(),
-            uid()
-        ));
+        return Err(collector_lines::folder_of_another_user(dir, meta.uid(), uid()));
     }
     Ok(())
 }

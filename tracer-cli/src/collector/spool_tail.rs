@@ -3,6 +3,7 @@
 //! process at its start and end. Shared by the live collector and `collect`.
 
 use crate::collector::liveness::Liveness;
+use crate::outputs::wording::collector_lines;
 use crate::outputs::wording::spool_error_text;
 use cudatrace_events::layout::{
     chunk_offset, CHUNK_BYTES, CHUNK_RECORDS, HEADER_SIZE, PUNCHED_CHUNKS_OFFSET, RELEASED_CHUNKS_OFFSET,
@@ -111,12 +112,7 @@ fn child_failure(failure: &ChildFailure, spool_dir: &Path) -> UnrecordedProcess 
         errno: failure.errno,
         name: String::from_utf8_lossy(&failure.name[..end]).into_owned(),
         reason: NoSpool::from_code(failure.reason).map_or_else(
-            || {
-                format!(
-                    "could not create its spool (reason {} unknown to this version)",
-                    failure.reason
-                )
-            },
+            || collector_lines::unknown_child_reason(failure.reason),
             |reason| reason.words(spool_dir),
         ),
     }
@@ -130,9 +126,7 @@ fn lost_children(parent: u32, count: u32) -> UnrecordedProcess {
         time_ns: 0,
         errno: 0,
         name: String::new(),
-        reason: format!(
-            "{count} more forked children could not record; their parent's spool header had no room to name them"
-        ),
+        reason: collector_lines::children_not_named(count),
     }
 }
 
@@ -179,7 +173,7 @@ impl SpoolTail {
         let at_end = self
             .cursor
             .read(&mut self.spool, pass, BATCH_SLOTS, &mut events)
-            .map_err(|e| format!("{}: {}", self.path.display(), spool_error_text(&e)))?;
+            .map_err(|e| collector_lines::path_failed(&self.path, spool_error_text(&e)))?;
         self.spool.forget_before(self.cursor.next);
         Ok((events, at_end))
     }
@@ -304,9 +298,9 @@ pub fn check_spool_file(path: &Path) -> Result<(), Option<Refusal>> {
     // SAFETY: no preconditions.
     let uid = unsafe { libc::geteuid() };
     let reason = if !metadata.file_type().is_file() {
-        "not a regular file"
+        collector_lines::spool_refused(false)
     } else if metadata.uid() != uid {
-        "owned by another user"
+        collector_lines::spool_refused(true)
     } else {
         return Ok(());
     };

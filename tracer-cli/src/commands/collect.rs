@@ -6,8 +6,9 @@ use crate::collector::liveness::Liveness;
 use crate::collector::{header_for, Collector};
 use crate::collector::{recover, spool_dir};
 use crate::commands::arguments::CollectArgs;
-use crate::outputs::wording::count;
-use crate::outputs::wording::damage_text;
+use crate::outputs::wording::said;
+use crate::outputs::wording::write_failure_text;
+use crate::outputs::wording::{collect_lines, damage_text, run_lines};
 use crate::system::failure::Failure;
 use crate::system::terminal::say;
 use crate::system::trace_file;
@@ -31,7 +32,7 @@ fn command_line(pid: u32) -> Vec<String> {
 fn detach() -> Result<(), String> {
     // SAFETY: single-threaded at this point; the parent only exits.
     match unsafe { libc::fork() } {
-        -1 => Err(format!("cannot fork: {}", std::io::Error::last_os_error())),
+        -1 => Err(collect_lines::cannot_fork(std::io::Error::last_os_error())),
         0 => {
             // SAFETY: plain system calls in the new child.
             unsafe {
@@ -57,25 +58,21 @@ pub fn collect(args: CollectArgs) -> Result<u8, Failure> {
     if args.detach {
         return collect_tree(args);
     }
-    let spools = cudatrace_events::naming::spool_files_in(&args.dir)
-        .map_err(|e| format!("cannot read {}: {e}", args.dir.display()))?;
+    let spools =
+        cudatrace_events::naming::spool_files_in(&args.dir).map_err(|e| collect_lines::cannot_read(&args.dir, e))?;
     let old = recover::trace_named_in(&args.dir).unwrap_or_else(|refused| {
-        say(&format!("cudatrace: {refused}"));
+        say(&said(refused));
         None
     });
     if spools.is_empty() && old.is_none() {
-        return Err(format!("{} holds no spool files: nothing to collect", args.dir.display()).into());
+        return Err(collect_lines::no_spools(&args.dir).into());
     }
     // A collector still writing that trace owns the folder: merging behind
     // its back would miss what it gives back meanwhile.
     let _old_lock = match &old {
-        Some(old) => Some(trace_file::lock_shared(old).map_err(|()| {
-            format!(
-                "{} is still being written by a running cudatrace, which collects {}; let it finish first",
-                old.display(),
-                args.dir.display()
-            )
-        })?),
+        Some(old) => {
+            Some(trace_file::lock_shared(old).map_err(|()| collect_lines::still_being_written(old, &args.dir))?)
+        }
         None => None,
     };
     let destination = args
@@ -87,12 +84,7 @@ pub fn collect(args: CollectArgs) -> Result<u8, Failure> {
     // A private trace merged into the output keeps the output private.
     let private = old.as_deref().is_some_and(crate::system::output_file::is_private);
     let (staged, file) = trace_file::stage(&destination, args.force || completing_old, private)?;
-    let kept = |reason: String| {
-        format!(
-            "{reason}; nothing was changed, the spools are kept in {}",
-            args.dir.display()
-        )
-    };
+    let kept = |reason: String| collect_lines::nothing_changed(&reason, &args.dir);
     let (recovered, file) = match recover::recover(&args.dir, old.as_deref(), file, &destination) {
         Ok(done) => done,
         Err(reason) => {
@@ -100,22 +92,16 @@ pub fn collect(args: CollectArgs) -> Result<u8, Failure> {
             return Err(kept(reason).into());
         }
     };
-    staged.commit(file).map_err(kept)?;
+    staged
+        .commit(file)
+        .map_err(|failure| kept(write_failure_text(&failure)))?;
     let summary = &recovered.summary;
     if let Some(old) = &old {
         for damage in &recovered.old_trace_damage {
-            let outcome = if summary.lost_events == 0 {
-                "what it lacked came from the spools".to_string()
-            } else {
-                format!(
-                    "the trace lacks {} (see `cudatrace report`)",
-                    count(summary.lost_events, "event", "events")
-                )
-            };
-            say(&format!(
-                "cudatrace: {} was damaged {}; {outcome}",
-                old.display(),
-                damage_text(damage)
+            say(&collect_lines::old_trace_damaged(
+                old,
+                &damage_text(damage),
+                summary.lost_events,
             ));
         }
     }
@@ -124,10 +110,9 @@ pub fn collect(args: CollectArgs) -> Result<u8, Failure> {
         say(&line);
     }
     if summary.still_running > 0 {
-        say(&format!(
-            "cudatrace: {} still running; their spools are kept in {}: collect again once they are done",
-            count(summary.still_running, "traced process is", "traced processes are"),
-            args.dir.display()
+        say(&collect_lines::still_running_after_collect(
+            summary.still_running,
+            &args.dir,
         ));
     }
     if !args.keep_spools {
@@ -138,11 +123,11 @@ pub fn collect(args: CollectArgs) -> Result<u8, Failure> {
 
 /// `DIR.trace`, beside the folder (also for `.` or `spools/`).
 fn beside(dir: &Path) -> Result<PathBuf, String> {
-    let absolute = std::path::absolute(dir).map_err(|e| format!("{}: {e}", dir.display()))?;
+    let absolute = std::path::absolute(dir).map_err(|e| run_lines::path_failed(dir, e))?;
     let normal: PathBuf = absolute.components().collect();
     let name = normal
         .file_name()
-        .ok_or_else(|| format!("{} has no name to call its trace by; pass -o TRACE", dir.display()))?;
+        .ok_or_else(|| collect_lines::no_name_for_trace(dir))?;
     let mut file = name.to_owned();
     file.push(".trace");
     Ok(normal.with_file_name(file))
@@ -165,11 +150,7 @@ fn collect_tree(args: CollectArgs) -> Result<u8, Failure> {
     detach()?;
     let claimed = trace_file::claim_in_place_or_beside(&destination, true)?;
     if claimed.path != destination {
-        say(&format!(
-            "cudatrace: {} is being written by another cudatrace, or holds a trace already; writing {} instead",
-            destination.display(),
-            claimed.path.display()
-        ));
+        say(&collect_lines::writing_beside(&destination, &claimed.path));
     }
     let trace: PathBuf = claimed.path.clone();
     let command = root.as_ref().map(|(_, argv)| argv.clone()).unwrap_or_default();
@@ -195,12 +176,10 @@ fn collect_tree(args: CollectArgs) -> Result<u8, Failure> {
             }
             Ok(0)
         }
-        Err(failure) => Err(Failure::from(format!(
-            "{}; the spools are kept in {}: once there is room, `cudatrace collect {}` finishes {}",
-            failure.message,
-            args.dir.display(),
-            crate::outputs::wording::shell_quoted(&args.dir),
-            trace.display()
+        Err(failure) => Err(Failure::from(collect_lines::tree_spools_wait_for_room(
+            &failure.message,
+            &args.dir,
+            &trace,
         ))),
     }
 }

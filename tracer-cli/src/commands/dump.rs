@@ -6,6 +6,7 @@ use crate::collector::spool_tail::SpoolTail;
 use crate::commands::arguments::DumpArgs;
 use crate::outputs::json::dump_lines::{damage_line, end_line, event_line, process_line, record_lines};
 use crate::outputs::wording::problem_text;
+use crate::outputs::wording::{collect_lines, output_lines};
 use crate::outputs::wording::{not_regular_text, spool_error_text};
 use crate::system::failure::Failure;
 use crate::system::terminal::Stdout;
@@ -25,9 +26,9 @@ fn is_trace(path: &Path) -> bool {
 /// Prints one line per record of the trace at `path`; `None` once stdout
 /// is closed, else the exit code (1 if the trace is damaged).
 fn dump_trace(path: &Path, out: &mut Stdout) -> Result<Option<u8>, Failure> {
-    let file = std::fs::File::open(path).map_err(|e| format!("cannot open {}: {e}", path.display()))?;
+    let file = std::fs::File::open(path).map_err(|e| output_lines::cannot_open(path, e))?;
     let reader = TraceReader::new(std::io::BufReader::with_capacity(1 << 20, file))
-        .map_err(|damage| format!("{}: {}", path.display(), problem_text(&damage.problem)))?;
+        .map_err(|damage| output_lines::unreadable_input(path, problem_text(&damage.problem)))?;
     let mut code = 0;
     for record in reader {
         let lines: Vec<Value> = match record {
@@ -50,11 +51,11 @@ fn dump_trace(path: &Path, out: &mut Stdout) -> Result<Option<u8>, Failure> {
 /// files before it.
 pub fn command(args: DumpArgs) -> Result<u8, Failure> {
     if args.spools.is_empty() && args.dir.is_none() {
-        return Err("dump needs spool files or traces, or --dir DIR (see --help)".into());
+        return Err(output_lines::DUMP_NEEDS_INPUT.into());
     }
     let mut files: Vec<PathBuf> = args.spools;
     if let Some(dir) = &args.dir {
-        files.extend(naming::spool_files_in(dir).map_err(|e| format!("cannot read {}: {e}", dir.display()))?);
+        files.extend(naming::spool_files_in(dir).map_err(|e| collect_lines::cannot_read(dir, e))?);
     }
     let mut out = Stdout::new();
     for path in &files {
@@ -71,7 +72,7 @@ pub fn command(args: DumpArgs) -> Result<u8, Failure> {
             }
         }
         let (mut tail, header) = SpoolTail::open(path, 0, image, false)
-            .map_err(|e| format!("{}: {}", path.display(), spool_error_text(&e)))?;
+            .map_err(|e| output_lines::unreadable_input(path, spool_error_text(&e)))?;
         if !out.write(&format!("{}\n", process_line(path, &header)))? {
             return Ok(0);
         }

@@ -5,7 +5,8 @@ use crate::analysis::Moment;
 use crate::analysis::Summary;
 use crate::commands::arguments::FlamegraphArgs;
 use crate::outputs::folded_stacks::{folded_stacks, folded_text, svg, total_bytes};
-use crate::outputs::wording::bytes;
+use crate::outputs::wording::output_lines;
+use crate::outputs::wording::said;
 use crate::system::failure::Failure;
 use crate::system::output_file::{is_private, OutputFile};
 use crate::system::progress::Progress;
@@ -21,25 +22,17 @@ pub fn command(args: FlamegraphArgs) -> Result<u8, Failure> {
         .unwrap_or_else(|| args.trace.with_extension(extension));
     let summary = Summary::build(&index, &Progress::new("reading", index.events));
     let (stacks, cache) = folded_stacks(&index, &summary, args.at.moment(), args.view.frames, args.cache);
-    let moment = match args.at.moment() {
-        Moment::Peak => "at each device's peak",
-        Moment::Exit => "live at exit",
-    };
-    let left_out = if cache > 0 && !args.cache {
-        let said = format!(
-            "PyTorch's cache, {} reserved in no tensor, is left out (--cache shows it)",
-            bytes(cache)
-        );
-        crate::system::terminal::say(&format!("cudatrace: {said}"));
-        format!("; {said}")
-    } else {
-        String::new()
-    };
+    let left_out = (cache > 0 && !args.cache).then(|| {
+        let left_out = output_lines::cache_left_out(cache);
+        crate::system::terminal::say(&said(&left_out));
+        left_out
+    });
     let content = if args.folded {
         folded_text(&stacks).into_bytes()
     } else {
-        let title = format!("GPU memory {moment}: {}{left_out}", bytes(total_bytes(&stacks)));
-        svg(&stacks, &title).map_err(|e| format!("{}: {e}", args.trace.display()))?
+        let at_peak = args.at.moment() == Moment::Peak;
+        let title = output_lines::flamegraph_title(at_peak, total_bytes(&stacks), left_out.as_deref());
+        svg(&stacks, &title).map_err(|e| output_lines::unreadable_input(&args.trace, e))?
     };
     if path.as_os_str() == "-" {
         let mut out = crate::system::terminal::Stdout::new();
@@ -52,12 +45,12 @@ pub fn command(args: FlamegraphArgs) -> Result<u8, Failure> {
     let mut output = OutputFile::create(&path, is_private(&args.trace), args.replace.force)?;
     if let Err(e) = output.file().write_all(&content) {
         output.abandon();
-        return Err(format!("cannot write {}: {e}", path.display()).into());
+        return Err(output_lines::cannot_write(&path, e).into());
     }
     output.finish()?;
     println!("{}", path.display());
     if !args.folded {
-        crate::system::terminal::say("cudatrace: open the SVG in a browser: hover names a frame, click zooms");
+        crate::system::terminal::say(output_lines::OPEN_SVG);
     }
     Ok(crate::outputs::say_what_the_trace_lacks(&index, &summary.stream_errors))
 }

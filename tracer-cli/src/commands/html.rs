@@ -2,6 +2,7 @@
 //! [`crate::outputs::html_page`]).
 
 use crate::commands::arguments::HtmlArgs;
+use crate::outputs::wording::output_lines;
 use crate::outputs::{html_page, say_what_the_trace_lacks};
 use crate::system::failure::Failure;
 use crate::system::output_file::{is_private, OutputFile};
@@ -19,10 +20,10 @@ pub fn command(args: HtmlArgs) -> Result<u8, Failure> {
     let mut output = OutputFile::create(&path, is_private(&args.trace), args.replace.force)?;
     if let Err(e) = output.file().write_all(page.as_bytes()) {
         output.abandon();
-        return Err(format!("cannot write {}: {e}", path.display()).into());
+        return Err(output_lines::cannot_write(&path, e).into());
     }
     output.finish()?;
     println!("{}", path.display());
-    say("cudatrace: open the page in a browser; it needs no network");
+    say(output_lines::OPEN_HTML);
     Ok(say_what_the_trace_lacks(&index, &stream_errors))
 }

@@ -8,6 +8,7 @@ mod dump;
 mod flamegraph;
 mod html;
 mod open_trace;
+pub mod parse_failure;
 mod perfetto;
 mod report;
 pub mod run;

@@ -3,7 +3,7 @@
 
 use crate::analysis::Window;
 use crate::commands::arguments::PerfettoArgs;
-use crate::outputs::wording::bytes;
+use crate::outputs::wording::output_lines;
 use crate::outputs::{perfetto_json, say_what_the_trace_lacks};
 use crate::system::failure::Failure;
 use crate::system::output_file::{is_private, OutputFile};
@@ -54,7 +54,7 @@ pub fn command(args: PerfettoArgs) -> Result<u8, Failure> {
         Err(e) => {
             drop(out);
             output.abandon();
-            return Err(format!("cannot write {}: {e}", path.display()).into());
+            return Err(output_lines::cannot_write(&path, e).into());
         }
     };
     let written = out.written;
@@ -62,13 +62,9 @@ pub fn command(args: PerfettoArgs) -> Result<u8, Failure> {
     output.finish()?;
     drop(progress);
     println!("{}", path.display());
-    say("cudatrace: open it at ui.perfetto.dev with \"Open trace file\"");
+    say(output_lines::OPEN_PERFETTO);
     if written > WARN_BYTES {
-        say(&format!(
-            "cudatrace: {} is {}: Perfetto's UI may fail to open JSON this large; narrow it with --from/--to or --max-events",
-            path.display(),
-            bytes(written)
-        ));
+        say(&output_lines::perfetto_too_large(&path, written));
     }
     Ok(say_what_the_trace_lacks(&index, &errors))
 }

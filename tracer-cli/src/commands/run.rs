@@ -4,10 +4,13 @@
 use crate::collector::spool_dir;
 use crate::collector::{header_for, monotonic_ns, Collector, Summary};
 use crate::commands::arguments::RunArgs;
-use crate::outputs::wording::{count, shell_quoted};
+use crate::outputs::wording::run_lines;
+use crate::outputs::wording::said;
+use crate::outputs::wording::write_failure_text;
 use crate::system::failure::Failure;
 use crate::system::terminal::say;
 use crate::system::trace_file;
+use crate::system::write_failure::WriteFailure;
 use cudatrace_events::{naming, notices};
 use std::ffi::OsString;
 use std::os::unix::process::{CommandExt, ExitStatusExt};
@@ -28,14 +31,11 @@ fn preload_library(flag: Option<PathBuf>) -> Result<PathBuf, String> {
                 .map(PathBuf::from)
         })
         .or_else(|| Some(std::env::current_exe().ok()?.parent()?.join("libcudatrace.so")))
-        .ok_or("cannot locate libcudatrace.so; pass --preload PATH")?;
+        .ok_or(run_lines::PRELOAD_NOT_LOCATED)?;
     if !chosen.is_file() {
-        return Err(format!(
-            "{} not found; pass --preload PATH or set CUDATRACE_PRELOAD",
-            chosen.display()
-        ));
+        return Err(run_lines::preload_not_found(&chosen));
     }
-    std::path::absolute(&chosen).map_err(|e| format!("{}: {e}", chosen.display()))
+    std::path::absolute(&chosen).map_err(|e| run_lines::path_failed(&chosen, e))
 }
 
 static CHILD: AtomicI32 = AtomicI32::new(0);
@@ -90,7 +90,7 @@ fn install_signal_forwarding() {
 /// not found, 126 when it cannot be executed.
 fn spawn(mut command: Command, program: &OsString) -> Result<Child, Failure> {
     command.spawn().map_err(|e| Failure {
-        message: format!("cannot run {}: {e}", Path::new(program).display()),
+        message: run_lines::cannot_run(Path::new(program), &e),
         code: if e.kind() == std::io::ErrorKind::NotFound {
             127
         } else {
@@ -137,9 +137,7 @@ fn wait_for_descendants(run_dir: &Path, grace: Duration) -> bool {
 
 /// Waits for the command; its exit code, 128 + N for signal N.
 fn wait(child: &mut Child) -> Result<u8, Failure> {
-    let status = child
-        .wait()
-        .map_err(|e| Failure::from(format!("cannot wait for the command: {e}")))?;
+    let status = child.wait().map_err(|e| Failure::from(run_lines::cannot_wait(e)))?;
     CHILD.store(0, Ordering::Relaxed);
     let code = status.code().unwrap_or_else(|| 128 + status.signal().unwrap_or(0));
     Ok(u8::try_from(code & 0xff).unwrap_or(1))
@@ -180,7 +178,7 @@ fn open_notice_file(run_dir: &Path, command: &mut Command) -> Option<std::fs::Fi
 /// when `-o` names it, else the working folder checked for writing.
 fn claim_destination(args: &RunArgs) -> Result<Option<trace_file::InPlace>, Failure> {
     match &args.output {
-        Some(path) if !args.replace.force && path.is_file() => Err(crate::system::output_file::refusal(path).into()),
+        Some(path) if !args.replace.force && path.is_file() => Err(WriteFailure::Exists(path.clone()).into()),
         Some(path) => Ok(Some(trace_file::claim_in_place(path)?)),
         None => {
             trace_file::check_folder_writable(Path::new("."))?;
@@ -236,7 +234,7 @@ pub fn run(args: RunArgs) -> Result<u8, Failure> {
     let run_dir = match spool_dir::create_run_dir() {
         Ok(dir) => dir,
         Err(reason) => {
-            say(&format!("cudatrace: nothing is recorded: {reason}"));
+            say(&run_lines::nothing_recorded(&reason));
             if let Some(claimed) = claimed {
                 claimed.abandon();
             }
@@ -266,13 +264,9 @@ pub fn run(args: RunArgs) -> Result<u8, Failure> {
         Ok((collector, trace)) => record(&args, &mut child, collector, &trace, &run_dir),
         Err(reason) => {
             // The command runs on, spooled; its spools stay for `cudatrace collect`.
-            say(&format!("cudatrace: {reason}"));
+            say(&said(&reason));
             let code = wait(&mut child)?;
-            say(&format!(
-                "cudatrace: the spools are kept in {}; run `cudatrace collect {} -o TRACE` (the command exited with status {code})",
-                run_dir.display(),
-                shell_quoted(&run_dir)
-            ));
+            say(&run_lines::spools_wait_for_collect(&run_dir, code));
             Ok(code)
         }
     }
@@ -292,7 +286,8 @@ fn start_collector(
         None => trace_file::claim_in_place(&PathBuf::from(naming::default_trace_name(
             &args.command[0].to_string_lossy(),
             pid,
-        )))?,
+        )))
+        .map_err(|failure| write_failure_text(&failure))?,
     };
     let trace = output.path.clone();
     let header = header_for(args.command.iter().map(|a| a.to_string_lossy().into_owned()).collect());
@@ -310,25 +305,14 @@ fn record(
     run_dir: &Path,
 ) -> Result<u8, Failure> {
     let pid = child.id();
-    say(&format!(
-        "cudatrace: recording `{}` and every process it starts into {}",
-        args.command
-            .iter()
-            .map(|a| a.to_string_lossy())
-            .collect::<Vec<_>>()
-            .join(" "),
-        trace.display()
-    ));
+    let command: Vec<_> = args.command.iter().map(|a| a.to_string_lossy()).collect();
+    say(&run_lines::recording(&command.join(" "), trace));
     collector.hold(pid);
     let code = wait(child)?;
     collector.record_exit(pid, i32::from(code), monotonic_ns());
     let lingering = wait_for_descendants(run_dir, GRACE);
     if lingering {
-        say(&format!(
-            "cudatrace: descendants of the command are still running; the spool folder {} is kept for them: `cudatrace collect {}` once they are done adds what they record",
-            run_dir.display(),
-            shell_quoted(run_dir)
-        ));
+        say(&run_lines::descendants_still_running(run_dir));
     }
     match collector.finish(GRACE) {
         Ok(summary) => finished(
@@ -340,13 +324,8 @@ fn record(
             args.output.is_some(),
         ),
         Err(failure) => {
-            say(&format!("cudatrace: {}", failure.message));
-            say(&format!(
-                "cudatrace: the spools are kept in {}; once there is room, `cudatrace collect {}` finishes {} (the command exited with status {code})",
-                run_dir.display(),
-                shell_quoted(run_dir),
-                trace.display()
-            ));
+            say(&said(&failure.message));
+            say(&run_lines::spools_wait_for_room(run_dir, trace, code));
         }
     }
     Ok(code)
@@ -360,50 +339,26 @@ fn finished(summary: &Summary, trace: &Path, run_dir: &Path, keep_spools: bool, 
     }
     let disabled = std::env::var_os("CUDATRACE_DISABLE").is_some_and(|v| v != "0" && !v.is_empty());
     if summary.processes == 0 && summary.damaged_spools == 0 && summary.unrecorded.is_empty() {
-        let why = if disabled {
-            "CUDATRACE_DISABLE is set; nothing was recorded"
-        } else {
-            "no process loaded libcuda; nothing to record"
-        };
         if named || lingering {
-            say(&format!("cudatrace: {why} (wrote an empty trace {})", trace.display()));
+            say(&run_lines::nothing_to_record(disabled, Some(trace)));
         } else {
             let _ = std::fs::remove_file(trace);
-            say(&format!("cudatrace: {why}; no trace written"));
+            say(&run_lines::nothing_to_record(disabled, None));
         }
     } else {
         say(&summary.describe(trace));
-        let quoted = shell_quoted(trace);
-        say(&format!(
-            "cudatrace: open it with `cudatrace report {quoted}` (text), or turn it into a page, an SVG, pickles for pytorch.org/memory_viz or JSON for ui.perfetto.dev with `cudatrace html`, `flamegraph`, `snapshot` or `perfetto`"
-        ));
+        say(&run_lines::open_it(trace));
     }
     for line in summary.warnings(run_dir) {
         say(&line);
     }
     if summary.refused > 0 {
-        say(&format!(
-            "cudatrace: refused {} spool files not owned by this user; kept {}",
-            summary.refused,
-            run_dir.display()
-        ));
+        say(&run_lines::refused_spools(summary.refused, run_dir));
     } else if summary.still_running > 0 {
-        say(&format!(
-            "cudatrace: {} still running; their spools are kept in {}: `cudatrace collect {}` once they are done adds what they did after",
-            count(summary.still_running, "traced process was", "traced processes were"),
-            run_dir.display(),
-            shell_quoted(run_dir)
-        ));
+        say(&run_lines::still_running_after_run(summary.still_running, run_dir));
     } else if keep_spools {
-        say(&format!(
-            "cudatrace: kept the spools in {} (--keep-spools); `cudatrace dump --dir {}` shows them",
-            run_dir.display(),
-            shell_quoted(run_dir)
-        ));
+        say(&run_lines::kept_spools(run_dir));
     } else if !keep_spools && !lingering && run_dir.exists() {
-        say(&format!(
-            "cudatrace: kept the spools that could not be read in {}",
-            run_dir.display()
-        ));
+        say(&run_lines::kept_unreadable_spools(run_dir));
     }
 }

@@ -3,13 +3,15 @@
 
 use crate::analysis::{TraceIndex, Window};
 use crate::commands::arguments::SnapshotArgs;
-use crate::outputs::wording::bytes;
 use crate::outputs::wording::damage_text;
+use crate::outputs::wording::output_lines;
+use crate::outputs::wording::write_failure_text;
 use crate::outputs::{say_what_the_trace_lacks, torch_snapshot};
 use crate::system::failure::Failure;
-use crate::system::output_file::{is_private, refusal, OutputFile};
+use crate::system::output_file::{is_private, OutputFile};
 use crate::system::progress::Progress;
 use crate::system::terminal::say;
+use crate::system::write_failure::WriteFailure;
 use std::path::{Path, PathBuf};
 
 /// Past this size a snapshot lags or crashes the viewer's browser tab.
@@ -40,12 +42,12 @@ pub fn command(args: SnapshotArgs) -> Result<u8, Failure> {
         .filter(|p| !p.as_os_str().is_empty())
         .unwrap_or(Path::new("."));
     let made = torch_snapshot::make(&index, targets, window, args.window.max_events, folder, &progress)
-        .map_err(|e| format!("cannot write a snapshot in {}: {e}", folder.display()))?;
+        .map_err(|e| output_lines::cannot_write_snapshot_in(folder, e))?;
     drop(progress);
     // Nothing is written if any pickle would replace a file.
     if !args.replace.force {
         if let Some(existing) = made.pickles.iter().find(|s| s.path().is_file()) {
-            return Err(refusal(existing.path()).into());
+            return Err(WriteFailure::Exists(existing.path().to_owned()).into());
         }
     }
     write_pickles(&index, made, is_private(&args.trace))
@@ -63,23 +65,19 @@ fn selected_processes(index: &TraceIndex, args: &SnapshotArgs) -> Result<Vec<usi
     if !selected.is_empty() {
         return Ok(selected);
     }
-    let trace = args.trace.display();
+    let trace = &args.trace;
     Err(match args.pid {
-        Some(pid) => format!("{trace} has no process {pid}").into(),
-        None => match (&index.damage, index.skipped.first()) {
+        Some(pid) => output_lines::no_such_process(trace, pid).into(),
+        None => {
             // Damage may be why: name it, rather than blame the program.
-            (Some(damage), _) => format!(
-                "{trace} has no memory events to snapshot before its damage: it is damaged {}",
-                damage_text(damage)
-            )
-            .into(),
-            (None, Some(first)) => format!(
-                "{trace} has no memory events to snapshot outside its damaged frames (the first {})",
-                damage_text(first)
-            )
-            .into(),
-            (None, None) => format!("{trace} has no memory events to snapshot").into(),
-        },
+            let damage = match (&index.damage, index.skipped.first()) {
+                (Some(damage), _) => Some((damage_text(damage), false)),
+                (None, Some(first)) => Some((damage_text(first), true)),
+                (None, None) => None,
+            };
+            output_lines::nothing_to_snapshot(trace, damage.as_ref().map(|(text, skipped)| (text.as_str(), *skipped)))
+                .into()
+        }
     })
 }
 
@@ -96,16 +94,16 @@ fn write_pickles(index: &TraceIndex, made: torch_snapshot::Snapshots, private: b
         let path = snapshot.path().to_owned();
         let mut output = match OutputFile::create(&path, private, true) {
             Ok(output) => output,
-            Err(reason) => {
-                failures.push((path, reason));
+            Err(failure) => {
+                failures.push((path, write_failure_text(&failure)));
                 continue;
             }
         };
         let written = match torch_snapshot::finish(index, snapshot, &mut memo, output.file()) {
-            Ok(written) => output.finish().map(|()| written),
+            Ok(written) => output.finish().map(|()| written).map_err(|f| write_failure_text(&f)),
             Err(e) => {
                 output.abandon();
-                Err(format!("cannot write {}: {e}", path.display()))
+                Err(output_lines::cannot_write(&path, e))
             }
         };
         let written = match written {
@@ -117,36 +115,18 @@ fn write_pickles(index: &TraceIndex, made: torch_snapshot::Snapshots, private: b
         };
         println!("{}", path.display());
         if written > WARN_BYTES {
-            say(&format!(
-                "cudatrace: {} is {}: the memory visualizer may lag or crash past 200 MiB; narrow it with --from/--to or --max-events",
-                path.display(),
-                bytes(written)
-            ));
+            say(&output_lines::snapshot_too_large(&path, written));
         }
         written_paths.push(path);
     }
     if failures.is_empty() && !written_paths.is_empty() {
-        say(
-            "cudatrace: drop a pickle onto pytorch.org/memory_viz, or run `python -m torch.cuda._memory_viz trace_plot PICKLE -o PAGE.html`",
-        );
+        say(output_lines::OPEN_SNAPSHOT);
     }
     if !failures.is_empty() {
-        let list = |paths: &mut dyn Iterator<Item = &PathBuf>| {
-            let names: Vec<String> = paths.map(|p| p.display().to_string()).collect();
-            if names.is_empty() {
-                "none".to_owned()
-            } else {
-                names.join(", ")
-            }
-        };
         let reasons: Vec<&str> = failures.iter().map(|(_, reason)| reason.as_str()).collect();
-        return Err(format!(
-            "{}; written: {}; not written: {}",
-            reasons.join("; "),
-            list(&mut written_paths.iter()),
-            list(&mut failures.iter().map(|(path, _)| path))
-        )
-        .into());
+        let written: Vec<&Path> = written_paths.iter().map(PathBuf::as_path).collect();
+        let not_written: Vec<&Path> = failures.iter().map(|(path, _)| path.as_path()).collect();
+        return Err(output_lines::pickles_not_all_written(&reasons, &written, &not_written).into());
     }
     Ok(say_what_the_trace_lacks(index, &stream_errors))
 }

@@ -31,7 +31,7 @@ impl BesideFile {
         let name = target
             .file_name()
             .map(|n| n.to_string_lossy().into_owned())
-            .ok_or_else(|| io::Error::new(io::ErrorKind::InvalidInput, "not a file name"))?;
+            .ok_or_else(|| io::Error::from(io::ErrorKind::InvalidInput))?;
         let temporary = folder_of(target).join(format!(".{name}.cudatrace-{}.partial", std::process::id()));
         let file = std::fs::OpenOptions::new()
             .write(true)

@@ -8,3 +8,4 @@ pub mod output_file;
 pub mod progress;
 pub mod terminal;
 pub mod trace_file;
+pub mod write_failure;

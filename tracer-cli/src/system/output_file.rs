@@ -9,6 +9,7 @@
 //! device) is written straight through and never removed.
 
 use super::beside_file::BesideFile;
+use super::write_failure::WriteFailure;
 use std::fs::File;
 use std::io::Write;
 use std::path::{Path, PathBuf};
@@ -28,11 +29,14 @@ impl OutputFile {
     /// (its source trace was private: it holds argv and environment), else
     /// 0644; a file replaced keeps neither its mode nor its owner.
     /// A regular file there already is replaced only with `force`.
-    pub fn create(destination: &Path, private: bool, force: bool) -> Result<OutputFile, String> {
+    pub fn create(destination: &Path, private: bool, force: bool) -> Result<OutputFile, WriteFailure> {
         if !force && std::fs::metadata(destination).is_ok_and(|meta| meta.is_file()) {
-            return Err(refusal(destination));
+            return Err(WriteFailure::Exists(destination.to_owned()));
         }
-        let cannot = |e: std::io::Error| format!("cannot write {}: {e}", destination.display());
+        let cannot = |error: std::io::Error| WriteFailure::Io {
+            path: destination.to_owned(),
+            error,
+        };
         let target = match std::fs::symlink_metadata(destination) {
             Ok(meta) if meta.file_type().is_symlink() => {
                 std::fs::canonicalize(destination).unwrap_or_else(|_| destination.to_owned())
@@ -41,7 +45,7 @@ impl OutputFile {
         };
         match std::fs::metadata(&target) {
             Ok(meta) if meta.is_dir() => {
-                return Err(format!("cannot write {}: it is a folder", destination.display()));
+                return Err(WriteFailure::Folder(destination.to_owned()));
             }
             Ok(meta) if !meta.is_file() => {
                 // A device, a pipe, a socket: written through, never removed.
@@ -55,7 +59,7 @@ impl OutputFile {
             _ => {}
         }
         if target.file_name().is_none() {
-            return Err(format!("cannot write {}: not a file name", destination.display()));
+            return Err(WriteFailure::NotAFileName(destination.to_owned()));
         }
         let (staged, file) = BesideFile::create(&target, private).map_err(cannot)?;
         Ok(OutputFile {
@@ -71,9 +75,12 @@ impl OutputFile {
     }
 
     /// Puts the finished output into place.
-    pub fn finish(mut self) -> Result<(), String> {
+    pub fn finish(mut self) -> Result<(), WriteFailure> {
         let destination = self.destination.clone();
-        let cannot = |e: std::io::Error| format!("cannot write {}: {e}", destination.display());
+        let cannot = |error: std::io::Error| WriteFailure::Io {
+            path: destination,
+            error,
+        };
         if let Err(e) = self.file.flush() {
             self.abandon();
             return Err(cannot(e));
@@ -92,11 +99,6 @@ impl OutputFile {
     }
 }
 
-/// Why an existing file is not replaced.
-pub fn refusal(path: &Path) -> String {
-    format!("{} exists; pass --force to replace it", path.display())
-}
-
 /// Whether a trace is private (no one but its owner may read it): outputs
 /// made from it are created private too.
 pub fn is_private(trace: &Path) -> bool {
@@ -107,6 +109,7 @@ pub fn is_private(trace: &Path) -> bool {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::outputs::wording::write_failure_text as words;
     use std::os::unix::fs::PermissionsExt;
 
     fn scratch(label: &str) -> PathBuf {
@@ -152,7 +155,7 @@ mod tests {
         output.abandon();
         assert!(Path::new("/dev/null").exists());
         assert_eq!(
-            OutputFile::create(&dir, false, true).err().unwrap(),
+            words(&OutputFile::create(&dir, false, true).err().unwrap()),
             format!("cannot write {}: it is a folder", dir.display())
         );
         std::fs::remove_dir_all(&dir).unwrap();
@@ -165,7 +168,7 @@ mod tests {
         let path = dir.join("out.html");
         std::fs::write(&path, "the user's page").unwrap();
         assert_eq!(
-            OutputFile::create(&path, false, false).err().unwrap(),
+            words(&OutputFile::create(&path, false, false).err().unwrap()),
             format!("{} exists; pass --force to replace it", path.display())
         );
         assert_eq!(std::fs::read_to_string(&path).unwrap(), "the user's page");

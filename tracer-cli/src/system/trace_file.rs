@@ -7,6 +7,7 @@
 //! destination and renames the finished trace into place, so that the
 //! destination is never a half-written file.
 
+use super::write_failure::WriteFailure;
 use std::fs::File;
 use std::io::ErrorKind;
 use std::os::fd::AsRawFd;
@@ -26,7 +27,7 @@ pub struct InPlace {
 
 impl InPlace {
     /// Empties the file, to write the trace into it.
-    pub fn start(&self) -> Result<(), String> {
+    pub fn start(&self) -> Result<(), WriteFailure> {
         self.file.set_len(0).map_err(|e| cannot_write(&self.path, e))
     }
 
@@ -39,27 +40,32 @@ impl InPlace {
 }
 
 /// "cannot write PATH: REASON", naming a missing folder rather than the file.
-fn cannot_write(path: &Path, error: std::io::Error) -> String {
+fn cannot_write(path: &Path, error: std::io::Error) -> WriteFailure {
     let parent = folder_of(path);
     match error.kind() {
-        ErrorKind::NotFound if !parent.is_dir() => format!(
-            "cannot write {}: folder {} does not exist",
-            path.display(),
-            parent.display()
-        ),
-        ErrorKind::IsADirectory => format!("cannot write {}: it is a folder", path.display()),
-        _ => format!("cannot write {}: {error}", path.display()),
+        ErrorKind::NotFound if !parent.is_dir() => WriteFailure::NoFolder {
+            path: path.to_owned(),
+            folder: parent.to_owned(),
+        },
+        ErrorKind::IsADirectory => WriteFailure::Folder(path.to_owned()),
+        _ => WriteFailure::Io {
+            path: path.to_owned(),
+            error,
+        },
     }
 }
 
 /// Checks that a trace could be created in `folder`, before anything starts.
-pub fn check_folder_writable(folder: &Path) -> Result<(), String> {
+pub fn check_folder_writable(folder: &Path) -> Result<(), WriteFailure> {
     let c_path = std::ffi::CString::new(folder.as_os_str().as_encoded_bytes())
-        .map_err(|_| format!("{} is not a valid path", folder.display()))?;
+        .map_err(|_| WriteFailure::InvalidPath(folder.to_owned()))?;
     // SAFETY: a NUL-terminated path.
     if unsafe { libc::access(c_path.as_ptr(), libc::W_OK | libc::X_OK) } != 0 {
         let error = std::io::Error::last_os_error();
-        return Err(format!("cannot write a trace in {}: {error}", folder.display()));
+        return Err(WriteFailure::FolderNotWritable {
+            folder: folder.to_owned(),
+            error,
+        });
     }
     Ok(())
 }
@@ -68,9 +74,9 @@ pub fn check_folder_writable(folder: &Path) -> Result<(), String> {
 /// or read-only folder, and a trace that another cudatrace is writing now.
 /// A finished trace already there is replaced once writing starts
 /// ([`InPlace::start`]); until then it is left as it was.
-pub fn claim_in_place(path: &Path) -> Result<InPlace, String> {
+pub fn claim_in_place(path: &Path) -> Result<InPlace, WriteFailure> {
     if path.is_dir() {
-        return Err(format!("cannot write {}: it is a folder", path.display()));
+        return Err(WriteFailure::Folder(path.to_owned()));
     }
     let existed = path.exists();
     let file = std::fs::OpenOptions::new()
@@ -83,10 +89,7 @@ pub fn claim_in_place(path: &Path) -> Result<InPlace, String> {
         .map_err(|e| cannot_write(path, e))?;
     // SAFETY: locking our own descriptor.
     if unsafe { libc::flock(file.as_raw_fd(), libc::LOCK_EX | libc::LOCK_NB) } != 0 {
-        return Err(format!(
-            "{} is being written by another cudatrace right now; choose another -o",
-            path.display()
-        ));
+        return Err(WriteFailure::BeingWritten(path.to_owned()));
     }
     Ok(InPlace {
         path: path.to_owned(),
@@ -100,11 +103,11 @@ pub fn claim_in_place(path: &Path) -> Result<InPlace, String> {
 /// `keep_finished`, also when a file with something in it is there already
 /// (a collector that a late process of a finished tree starts must never
 /// truncate the tree's trace).
-pub fn claim_in_place_or_beside(path: &Path, keep_finished: bool) -> Result<InPlace, String> {
-    let claim = |candidate: &Path| -> Result<InPlace, String> {
+pub fn claim_in_place_or_beside(path: &Path, keep_finished: bool) -> Result<InPlace, WriteFailure> {
+    let claim = |candidate: &Path| -> Result<InPlace, WriteFailure> {
         let claimed = claim_in_place(candidate)?;
         if keep_finished && claimed.file.metadata().is_ok_and(|m| m.len() > 0) {
-            return Err(format!("{} holds a trace already", candidate.display()));
+            return Err(WriteFailure::HoldsTrace(candidate.to_owned()));
         }
         Ok(claimed)
     };
@@ -153,18 +156,15 @@ pub struct Staged {
 /// Prepares to write a trace to `destination`, returning the temporary file
 /// to write (0600 if `private`, else 0644). Refuses an existing file unless
 /// `replace`, a folder, and a missing or read-only folder.
-pub fn stage(destination: &Path, replace: bool, private: bool) -> Result<(Staged, File), String> {
+pub fn stage(destination: &Path, replace: bool, private: bool) -> Result<(Staged, File), WriteFailure> {
     if destination.is_dir() {
-        return Err(format!("cannot write {}: it is a folder", destination.display()));
+        return Err(WriteFailure::Folder(destination.to_owned()));
     }
     if destination.exists() && !replace {
-        return Err(format!(
-            "{} exists and may be the only copy of a trace; pass --force to replace it",
-            destination.display()
-        ));
+        return Err(WriteFailure::MayBeOnlyCopy(destination.to_owned()));
     }
     if destination.file_name().is_none() {
-        return Err(format!("{} is not a file name", destination.display()));
+        return Err(WriteFailure::NotAFileName(destination.to_owned()));
     }
     let (beside, file) = BesideFile::create(destination, private).map_err(|e| cannot_write(destination, e))?;
     let staged = Staged {
@@ -177,15 +177,17 @@ pub fn stage(destination: &Path, replace: bool, private: bool) -> Result<(Staged
 
 impl Staged {
     /// Moves the finished, synced trace into place.
-    pub fn commit(self, file: File) -> Result<(), String> {
+    pub fn commit(self, file: File) -> Result<(), WriteFailure> {
         let destination = self.destination;
-        self.beside.commit(file, self.replace).map_err(|e| match e.kind() {
-            ErrorKind::AlreadyExists => format!(
-                "{} appeared while the trace was written; pass --force to replace it",
-                destination.display()
-            ),
-            _ => format!("cannot write {}: {e}", destination.display()),
-        })
+        self.beside
+            .commit(file, self.replace)
+            .map_err(|error| match error.kind() {
+                ErrorKind::AlreadyExists => WriteFailure::AppearedMeanwhile(destination),
+                _ => WriteFailure::Io {
+                    path: destination,
+                    error,
+                },
+            })
     }
 
     /// Gives up: removes the temporary file.
@@ -197,6 +199,7 @@ impl Staged {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::outputs::wording::write_failure_text as words;
 
     fn scratch(label: &str) -> PathBuf {
         let dir = std::env::temp_dir().join(format!("cudatrace-output-{label}-{}", std::process::id()));
@@ -224,7 +227,7 @@ mod tests {
         );
         let refused = claim_in_place(&path).err().unwrap();
         assert_eq!(
-            refused,
+            words(&refused),
             format!(
                 "{} is being written by another cudatrace right now; choose another -o",
                 path.display()
@@ -251,7 +254,7 @@ mod tests {
         let dir = scratch("refuse");
         let missing = dir.join("no-such-folder").join("x.trace");
         assert_eq!(
-            claim_in_place(&missing).err().unwrap(),
+            words(&claim_in_place(&missing).err().unwrap()),
             format!(
                 "cannot write {}: folder {} does not exist",
                 missing.display(),
@@ -259,11 +262,11 @@ mod tests {
             )
         );
         assert_eq!(
-            claim_in_place(&dir).err().unwrap(),
+            words(&claim_in_place(&dir).err().unwrap()),
             format!("cannot write {}: it is a folder", dir.display())
         );
         assert_eq!(
-            stage(&dir, true, false).err().unwrap(),
+            words(&stage(&dir, true, false).err().unwrap()),
             format!("cannot write {}: it is a folder", dir.display())
         );
         std::fs::remove_dir_all(&dir).unwrap();
@@ -275,7 +278,7 @@ mod tests {
         let path = dir.join("out.trace");
         std::fs::write(&path, b"old").unwrap();
         assert_eq!(
-            stage(&path, false, false).err().unwrap(),
+            words(&stage(&path, false, false).err().unwrap()),
             format!(
                 "{} exists and may be the only copy of a trace; pass --force to replace it",
                 path.display()
@@ -296,11 +299,7 @@ mod tests {
         let fresh = dir.join("fresh.trace");
         let (staged, file) = stage(&fresh, false, false).unwrap();
         std::fs::write(&fresh, b"someone else's").unwrap();
-        assert!(staged
-            .commit(file)
-            .err()
-            .unwrap()
-            .contains("appeared while the trace was written"));
+        assert!(words(&staged.commit(file).err().unwrap()).contains("appeared while the trace was written"));
         assert_eq!(std::fs::read(&fresh).unwrap(), b"someone else's");
         std::fs::remove_dir_all(&dir).unwrap();
     }

@@ -1,0 +1,122 @@
+//! What the commands that write an output (`html`, `perfetto`, `snapshot`,
+//! `flamegraph`, `dump`) say on stderr, and why they fail.
+
+use super::numbers::bytes;
+use std::fmt::Display;
+use std::path::Path;
+
+/// An output file that could not be written.
+pub fn cannot_write(path: &Path, error: impl Display) -> String {
+    format!("cannot write {}: {error}", path.display())
+}
+
+/// An input file that could not be opened.
+pub fn cannot_open(path: &Path, error: impl Display) -> String {
+    format!("cannot open {}: {error}", path.display())
+}
+
+/// An input that is not what the command reads, and why.
+pub fn unreadable_input(path: &Path, why: impl Display) -> String {
+    format!("{}: {why}", path.display())
+}
+
+/// How to look at the page.
+pub const OPEN_HTML: &str = "cudatrace: open the page in a browser; it needs no network";
+
+/// How to look at the flame graph.
+pub const OPEN_SVG: &str = "cudatrace: open the SVG in a browser: hover names a frame, click zooms";
+
+/// How to look at the Perfetto file.
+pub const OPEN_PERFETTO: &str = "cudatrace: open it at ui.perfetto.dev with \"Open trace file\"";
+
+/// How to look at the pickles.
+pub const OPEN_SNAPSHOT: &str = "cudatrace: drop a pickle onto pytorch.org/memory_viz, or run `python -m torch.cuda._memory_viz trace_plot PICKLE -o PAGE.html`";
+
+/// A Perfetto file larger than its UI opens.
+pub fn perfetto_too_large(path: &Path, written: u64) -> String {
+    format!(
+        "cudatrace: {} is {}: Perfetto's UI may fail to open JSON this large; narrow it with --from/--to or --max-events",
+        path.display(),
+        bytes(written)
+    )
+}
+
+/// A pickle larger than the memory visualizer handles well.
+pub fn snapshot_too_large(path: &Path, written: u64) -> String {
+    format!(
+        "cudatrace: {} is {}: the memory visualizer may lag or crash past 200 MiB; narrow it with --from/--to or --max-events",
+        path.display(),
+        bytes(written)
+    )
+}
+
+/// The folder the snapshot's pickles are made in could not take them.
+pub fn cannot_write_snapshot_in(folder: &Path, error: impl Display) -> String {
+    format!("cannot write a snapshot in {}: {error}", folder.display())
+}
+
+/// Some pickles could not be written: why, and which were.
+pub fn pickles_not_all_written(reasons: &[&str], written: &[&Path], not_written: &[&Path]) -> String {
+    let list = |paths: &[&Path]| {
+        let names: Vec<String> = paths.iter().map(|p| p.display().to_string()).collect();
+        if names.is_empty() {
+            "none".to_owned()
+        } else {
+            names.join(", ")
+        }
+    };
+    format!(
+        "{}; written: {}; not written: {}",
+        reasons.join("; "),
+        list(written),
+        list(not_written)
+    )
+}
+
+/// `--pid` names no process of the trace.
+pub fn no_such_process(trace: &Path, pid: u32) -> String {
+    format!("{} has no process {pid}", trace.display())
+}
+
+/// Nothing to snapshot; `damage` names where the trace is damaged, if it is
+/// (`skipped`: its damaged frames were skipped, the first named).
+pub fn nothing_to_snapshot(trace: &Path, damage: Option<(&str, bool)>) -> String {
+    let trace = trace.display();
+    match damage {
+        Some((damage, false)) => {
+            format!("{trace} has no memory events to snapshot before its damage: it is damaged {damage}")
+        }
+        Some((first, true)) => {
+            format!("{trace} has no memory events to snapshot outside its damaged frames (the first {first})")
+        }
+        None => format!("{trace} has no memory events to snapshot"),
+    }
+}
+
+/// PyTorch's cache left out of the flame graph.
+pub fn cache_left_out(cache: u64) -> String {
+    format!(
+        "PyTorch's cache, {} reserved in no tensor, is left out (--cache shows it)",
+        bytes(cache)
+    )
+}
+
+/// The flame graph's title: `moment` (at the peak or at exit), its total,
+/// and what it leaves out.
+pub fn flamegraph_title(at_peak: bool, total: u64, left_out: Option<&str>) -> String {
+    let moment = if at_peak {
+        "at each device's peak"
+    } else {
+        "live at exit"
+    };
+    let left_out = left_out.map_or_else(String::new, |said| format!("; {said}"));
+    format!("GPU memory {moment}: {}{left_out}", bytes(total))
+}
+
+/// `dump` with nothing to dump.
+pub const DUMP_NEEDS_INPUT: &str = "dump needs spool files or traces, or --dir DIR (see --help)";
+
+/// A time that is not a number of seconds.
+pub fn not_seconds(text: &str) -> String {
+    format!("`{text}` is not a number of seconds (0 or more)")
+}
