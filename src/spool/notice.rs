@@ -80,7 +80,7 @@ pub fn could_not_record(errno: i32, reason: NoSpool, folder: Option<&Path>) {
     // run, while a parent's header is read only as long as its collector
     // follows that spool (a child may outlive its parent, or fail after the
     // parent exec'd), and has sixteen slots.
-    if !tell_notice_file(errno, &reason.words(folder.unwrap_or(Path::new("")))) {
+    if !tell_notice_file(errno, &reason.to_field(folder.unwrap_or(Path::new("")))) {
         tell_parent(errno, reason);
     }
     // SAFETY: the calling thread's errno.

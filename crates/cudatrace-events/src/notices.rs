@@ -129,23 +129,23 @@ impl NoSpool {
         NoSpool::ALL.into_iter().find(|reason| *reason as u32 == code)
     }
 
-    /// The reason in words, for a spool folder `folder`. These are the one
-    /// wording this crate keeps: the library writes them into the run's
-    /// notice file, whose lines the collector copies into the trace as
-    /// they are, and the collector says the same for a code found in a
-    /// parent's header.
-    pub fn words(self, folder: &std::path::Path) -> String {
-        let folder = folder.display();
-        match self {
-            NoSpool::LostFolder => "its environment lost CUDATRACE_DIR, which names the spool folder".into(),
-            NoSpool::CannotCreateFolder => format!("cannot create the spool folder {folder}"),
-            NoSpool::CannotCreate => format!("cannot create its spool in {folder}"),
-            NoSpool::CannotIdentify => format!("cannot identify its spool in {folder}"),
-            NoSpool::NoRoom => format!("no room for its spool in {folder}"),
-            NoSpool::CannotMap => format!("cannot map its spool in {folder}"),
-        }
+    /// The reason as a notice line's reason field carries it: its code
+    /// and the spool folder, which the collector words
+    /// ([`NoSpool::from_field`] reads it back).
+    pub fn to_field(self, folder: &std::path::Path) -> String {
+        format!("{REASON_FIELD_TAG}{}:{}", self as u32, folder.display())
+    }
+
+    /// The reason and folder of a field written by [`NoSpool::to_field`];
+    /// `None` for any other text (a reason worded by an older library).
+    pub fn from_field(field: &str) -> Option<(NoSpool, std::path::PathBuf)> {
+        let (code, folder) = field.strip_prefix(REASON_FIELD_TAG)?.split_once(':')?;
+        Some((NoSpool::from_code(code.parse().ok()?)?, folder.into()))
     }
 }
+
+/// What starts a notice's reason field that holds a [`NoSpool`] code.
+const REASON_FIELD_TAG: &str = "no-spool:";
 
 /// The descriptor named by [`NOTICE_ENV`]'s value: `(fd, device, inode)`.
 pub fn parse_descriptor(value: &str) -> Option<(i32, u64, u64)> {
@@ -227,14 +227,15 @@ mod tests {
         assert_eq!(NoSpool::from_code(0), None);
         assert_eq!(NoSpool::from_code(7), None);
         let folder = std::path::Path::new("/tmp/run");
-        assert_eq!(
-            NoSpool::CannotCreate.words(folder),
-            "cannot create its spool in /tmp/run"
-        );
-        assert_eq!(
-            NoSpool::CannotCreateFolder.words(folder),
-            "cannot create the spool folder /tmp/run"
-        );
+        for reason in NoSpool::ALL {
+            assert_eq!(
+                NoSpool::from_field(&reason.to_field(folder)),
+                Some((reason, folder.to_path_buf()))
+            );
+        }
+        assert_eq!(NoSpool::CannotCreate.to_field(folder), "no-spool:3:/tmp/run");
+        assert_eq!(NoSpool::from_field("cannot create its spool in /tmp/run"), None);
+        assert_eq!(NoSpool::from_field("no-spool:9:/tmp/run"), None);
     }
 
     #[test]

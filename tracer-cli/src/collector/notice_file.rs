@@ -1,6 +1,7 @@
 //! Reading the run folder's notice file: the processes that could not
 //! record (see `cudatrace_events::notices`).
 
+use crate::outputs::wording::spool_faults::notice_reason_text;
 use cudatrace_events::notices::{Notice, MAX_NOTICE_LINE, NOTICE_FILE};
 use cudatrace_trace::UnrecordedProcess;
 use std::io::{Read, Seek, SeekFrom};
@@ -48,6 +49,10 @@ impl NoticeTail {
             .split(|&b| b == b'\n')
             .filter(|line| !line.is_empty() && line.len() < MAX_NOTICE_LINE)
             .filter_map(|line| Notice::parse(std::str::from_utf8(line).ok()?))
+            .map(|notice| Notice {
+                reason: notice_reason_text(&notice.reason),
+                ..notice
+            })
             .collect()
     }
 }

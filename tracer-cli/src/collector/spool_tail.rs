@@ -5,6 +5,7 @@
 use crate::collector::liveness::Liveness;
 use crate::outputs::wording::collector_lines;
 use crate::outputs::wording::spool_error_text;
+use crate::outputs::wording::spool_faults::no_spool_text;
 use cudatrace_events::layout::{
     chunk_offset, CHUNK_BYTES, CHUNK_RECORDS, HEADER_SIZE, PUNCHED_CHUNKS_OFFSET, RELEASED_CHUNKS_OFFSET,
 };
@@ -113,7 +114,7 @@ fn child_failure(failure: &ChildFailure, spool_dir: &Path) -> UnrecordedProcess 
         name: String::from_utf8_lossy(&failure.name[..end]).into_owned(),
         reason: NoSpool::from_code(failure.reason).map_or_else(
             || collector_lines::unknown_child_reason(failure.reason),
-            |reason| reason.words(spool_dir),
+            |reason| no_spool_text(reason, spool_dir),
         ),
     }
 }

@@ -1,6 +1,7 @@
 //! What is wrong with a spool, or with the folder spools go to, in words.
 
 use cudatrace_events::naming::NotPrivate;
+use cudatrace_events::notices::NoSpool;
 use cudatrace_events::{SpoolError, SPOOL_VERSION};
 use std::path::Path;
 
@@ -32,6 +33,25 @@ pub fn not_private_text(folder: &Path, fault: &NotPrivate) -> String {
     }
 }
 
+/// Why a process could not create its spool in `folder`.
+pub fn no_spool_text(reason: NoSpool, folder: &Path) -> String {
+    let folder = folder.display();
+    match reason {
+        NoSpool::LostFolder => "its environment lost CUDATRACE_DIR, which names the spool folder".into(),
+        NoSpool::CannotCreateFolder => format!("cannot create the spool folder {folder}"),
+        NoSpool::CannotCreate => format!("cannot create its spool in {folder}"),
+        NoSpool::CannotIdentify => format!("cannot identify its spool in {folder}"),
+        NoSpool::NoRoom => format!("no room for its spool in {folder}"),
+        NoSpool::CannotMap => format!("cannot map its spool in {folder}"),
+    }
+}
+
+/// A notice's reason field in words: a code and folder the library wrote
+/// ([`NoSpool::to_field`]) worded here, any other text as it is.
+pub fn notice_reason_text(field: &str) -> String {
+    NoSpool::from_field(field).map_or_else(|| field.to_string(), |(reason, folder)| no_spool_text(reason, &folder))
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -45,6 +65,23 @@ mod tests {
         assert_eq!(
             spool_error_text(&SpoolError::Truncated { len: 0 }),
             "spool is empty: its process could not reserve space for it (disk full?)"
+        );
+        let folder = Path::new("/tmp/run");
+        assert_eq!(
+            no_spool_text(NoSpool::CannotCreate, folder),
+            "cannot create its spool in /tmp/run"
+        );
+        assert_eq!(
+            no_spool_text(NoSpool::CannotCreateFolder, folder),
+            "cannot create the spool folder /tmp/run"
+        );
+        assert_eq!(
+            notice_reason_text(&NoSpool::NoRoom.to_field(folder)),
+            "no room for its spool in /tmp/run"
+        );
+        assert_eq!(
+            notice_reason_text("an older library's words"),
+            "an older library's words"
         );
         assert_eq!(
             not_private_text(Path::new("/tmp/cudatrace-7"), &NotPrivate::Refused),
