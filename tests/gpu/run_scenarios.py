@@ -279,6 +279,21 @@ def scenario_two_processes(args):
     )
 
 
+def scenario_unrecorded(args):
+    """A child that lost CUDATRACE_DIR uses the GPU: the trace names it, and why, in the same words as before
+    the notice line carried a code (the collector words it now)."""
+    child = "import torch; torch.zeros(1, device='cuda'); torch.cuda.synchronize()"
+    r = run_cli(args, "unrecorded", ["sh", "-c", f'env -u CUDATRACE_DIR {sys.executable} -c "{child}"'])
+    if not r.report:
+        return False, f"exit {r.returncode}: {r.stderr.strip()[-300:]}"
+    wanted = "its environment lost CUDATRACE_DIR, which names the spool folder"
+    reasons = [p["reason"] for p in r.report["unrecorded_processes"]]
+    said = wanted in r.stderr
+    return r.returncode == 0 and reasons == [wanted] and said, (
+        f"exit {r.returncode}; unrecorded processes' reasons {reasons}; said on stderr: {said}"
+    )
+
+
 def scenario_dataloader(args):
     r = run_cli(args, "loader", [sys.executable, os.path.join(WORKLOADS, "dataloader.py"), "{out}"])
     if r.returncode != 0 or not r.report:
@@ -1031,6 +1046,7 @@ SCENARIOS = [
     ("R2 ResNet-50 cost: cudaMallocAsync backend", scenario_resnet_async),
     ("R3 ResNet-50 cost: no caching", scenario_resnet_no_caching),
     ("T1 tensors: seed 000's leak, parity with PyTorch's recorder", scenario_tensor_parity_leak),
+    ("U a child that cannot record is named, and why", scenario_unrecorded),
     ("T2 tensors: ResNet-50 cost, caching allocator", scenario_resnet_tensors),
     ("T3 tensors: record_stream, empty_cache, OOM, graph pool, MemPool; expandable or not", scenario_tensor_cases),
 ]
@@ -1043,7 +1059,7 @@ PARTS = {
     "4": "z,R1",
     "5": "R2",
     "6": "R3",
-    "7": "T1,T3",
+    "7": "T1,T3,U",
     "8": "T2",
 }
 
