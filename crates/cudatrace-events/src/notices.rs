@@ -12,7 +12,9 @@
 //! come and puts each in the trace as a process that could not record.
 //!
 //! A line is tab-separated: [`NOTICE_TAG`], pid, ppid, uid, monotonic time
-//! in ns, errno, the process's name, and the reason in words.
+//! in ns, errno, the process's name, and the reason: its [`NoSpool`] code
+//! and the spool folder ([`NoSpool::to_field`]), which the collector words
+//! before it puts the process in the trace.
 
 /// The notice file's name in the run folder.
 pub const NOTICE_FILE: &str = "notices";
@@ -41,7 +43,8 @@ pub struct Notice {
     pub errno: i32,
     /// The process's name (`comm`).
     pub name: String,
-    /// Why, in words.
+    /// Why: in a notice line, the reason's code and folder
+    /// ([`NoSpool::to_field`]); in the trace, in words.
     pub reason: String,
 }
 
