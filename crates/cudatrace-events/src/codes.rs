@@ -1,10 +1,19 @@
 //! Small integer codes stored in every record: which API made the call, what
 //! happened to memory, and what kind of memory it was.
 
+/// An enum of small codes, each with the name users see: its `ALL`,
+/// `from_code`, `name`, `from_name` and `Display`. The codes are read from
+/// a byte, or from the type named after `read from` (a record's word).
 macro_rules! code_enum {
     (
         $(#[$meta:meta])*
-        pub enum $name:ident { $( $(#[$vmeta:meta])* $variant:ident = $value:expr => $text:expr, )* }
+        pub enum $name:ident { $($body:tt)* }
+    ) => {
+        code_enum! { $(#[$meta])* pub enum $name read from u8 { $($body)* } }
+    };
+    (
+        $(#[$meta:meta])*
+        pub enum $name:ident read from $code:ty { $( $(#[$vmeta:meta])* $variant:ident = $value:expr => $text:expr, )* }
     ) => {
         $(#[$meta])*
         #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord)]
@@ -15,8 +24,8 @@ macro_rules! code_enum {
             /// Every value, in code order.
             pub const ALL: &'static [$name] = &[ $( $name::$variant, )* ];
 
-            /// Decodes a stored byte; `None` for a code this version does not know.
-            pub fn from_code(code: u8) -> Option<Self> {
+            /// Decodes a stored code; `None` for a code this version does not know.
+            pub fn from_code(code: $code) -> Option<Self> {
                 match code {
                     $( $value => Some($name::$variant), )*
                     _ => None,

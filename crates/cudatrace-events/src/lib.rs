@@ -13,6 +13,7 @@
 
 #![warn(missing_docs)]
 
+#[macro_use]
 pub mod codes;
 pub mod cursor;
 pub mod event_args;

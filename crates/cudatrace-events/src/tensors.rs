@@ -13,63 +13,30 @@
 
 use crate::{Event, Op};
 
-/// A caching-allocator action, numbered as PyTorch's `TraceEntry::Action`.
-#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord)]
-#[repr(u8)]
-pub enum Action {
-    /// A block was handed to a tensor.
-    Alloc = 0,
-    /// A tensor's block was freed by the program; the allocator may still
-    /// wait for streams that use it.
-    FreeRequested = 1,
-    /// The block is free for reuse.
-    FreeCompleted = 2,
-    /// A segment was allocated from the driver (`cudaMalloc`).
-    SegmentAlloc = 3,
-    /// A segment was given back to the driver.
-    SegmentFree = 4,
-    /// Pages of an expandable segment were mapped.
-    SegmentMap = 5,
-    /// Pages of an expandable segment were unmapped.
-    SegmentUnmap = 6,
-    /// The program asked PyTorch for a snapshot.
-    Snapshot = 7,
-    /// An allocation failed for lack of memory.
-    Oom = 8,
-}
-
-impl Action {
-    /// Every action, in code order.
-    pub const ALL: [Action; 9] = [
-        Action::Alloc,
-        Action::FreeRequested,
-        Action::FreeCompleted,
-        Action::SegmentAlloc,
-        Action::SegmentFree,
-        Action::SegmentMap,
-        Action::SegmentUnmap,
-        Action::Snapshot,
-        Action::Oom,
-    ];
-
-    /// The action of code `code`, if it is one.
-    pub fn from_code(code: u64) -> Option<Action> {
-        Action::ALL.get(usize::try_from(code).ok()?).copied()
-    }
-
-    /// The name PyTorch's snapshots give the action.
-    pub fn name(self) -> &'static str {
-        match self {
-            Action::Alloc => "alloc",
-            Action::FreeRequested => "free_requested",
-            Action::FreeCompleted => "free_completed",
-            Action::SegmentAlloc => "segment_alloc",
-            Action::SegmentFree => "segment_free",
-            Action::SegmentMap => "segment_map",
-            Action::SegmentUnmap => "segment_unmap",
-            Action::Snapshot => "snapshot",
-            Action::Oom => "oom",
-        }
+code_enum! {
+    /// A caching-allocator action, numbered as PyTorch's `TraceEntry::Action`
+    /// and named as its snapshots name it. A tensor record carries the code
+    /// in a word.
+    pub enum Action read from u64 {
+        /// A block was handed to a tensor.
+        Alloc = 0 => "alloc",
+        /// A tensor's block was freed by the program; the allocator may still
+        /// wait for streams that use it.
+        FreeRequested = 1 => "free_requested",
+        /// The block is free for reuse.
+        FreeCompleted = 2 => "free_completed",
+        /// A segment was allocated from the driver (`cudaMalloc`).
+        SegmentAlloc = 3 => "segment_alloc",
+        /// A segment was given back to the driver.
+        SegmentFree = 4 => "segment_free",
+        /// Pages of an expandable segment were mapped.
+        SegmentMap = 5 => "segment_map",
+        /// Pages of an expandable segment were unmapped.
+        SegmentUnmap = 6 => "segment_unmap",
+        /// The program asked PyTorch for a snapshot.
+        Snapshot = 7 => "snapshot",
+        /// An allocation failed for lack of memory.
+        Oom = 8 => "oom",
     }
 }
 
