@@ -18,7 +18,7 @@ macro_rules! code_enum {
         $(#[$meta])*
         #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord)]
         #[repr(u8)]
-        pub enum $name { $( $(#[$vmeta])* #[doc = concat!("\n\nNamed `", $text, "` in traces.")] $variant = $value, )* }
+        pub enum $name { $( $(#[$vmeta])* #[doc = concat!("\n\nNamed `", $text, "` where users see it.")] $variant = $value, )* }
 
         impl $name {
             /// Every value, in code order.

@@ -22,8 +22,15 @@ pub const NOTICE_FILE: &str = "notices";
 /// The environment variable naming the inherited descriptor: `fd:device:inode`.
 pub const NOTICE_ENV: &str = "CUDATRACE_NOTICE";
 
-/// The first field of every line, with the line format's version.
-pub const NOTICE_TAG: &str = "cudatrace-notice-1";
+/// The first field of every line, with the line format's version: 2 since
+/// the reason field carries a code ([`NoSpool::to_field`]). A collector
+/// older than that does not read these lines, rather than copy the code
+/// into the trace as if it were words.
+pub const NOTICE_TAG: &str = "cudatrace-notice-2";
+
+/// The tag of lines whose reason field is in words (read still, from an
+/// older library).
+const NOTICE_TAG_WORDS: &str = "cudatrace-notice-1";
 
 /// Longest line written; a longer reason is cut.
 pub const MAX_NOTICE_LINE: usize = 1024;
@@ -80,7 +87,7 @@ impl Notice {
     /// Reads one line (without its newline); `None` for anything else.
     pub fn parse(line: &str) -> Option<Notice> {
         let mut fields = line.split('\t');
-        if fields.next()? != NOTICE_TAG {
+        if ![NOTICE_TAG, NOTICE_TAG_WORDS].contains(&fields.next()?) {
             return None;
         }
         let notice = Notice {
@@ -97,8 +104,8 @@ impl Notice {
 }
 
 /// Why a process could not create its spool: a code small enough for a
-/// parent's header ([`crate::layout::ChildFailure`]), and the words the
-/// report shows.
+/// parent's header ([`crate::layout::ChildFailure`]) or a notice line's
+/// reason field; the command line words it.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 #[repr(u32)]
 pub enum NoSpool {
@@ -171,7 +178,7 @@ mod tests {
             time_ns: 123_456_789,
             errno: 13,
             name: "python3".into(),
-            reason: "cannot create its spool in /tmp/run".into(),
+            reason: NoSpool::CannotCreate.to_field(std::path::Path::new("/tmp/run")),
         }
     }
 
@@ -180,9 +187,16 @@ mod tests {
         let line = sample().to_line();
         assert_eq!(
             line,
-            "cudatrace-notice-1\t4242\t4241\t65534\t123456789\t13\tpython3\tcannot create its spool in /tmp/run\n"
+            "cudatrace-notice-2\t4242\t4241\t65534\t123456789\t13\tpython3\tno-spool:3:/tmp/run\n"
         );
         assert_eq!(Notice::parse(line.trim_end_matches('\n')), Some(sample()));
+        // A line of an older library, its reason in words, still reads.
+        let older =
+            "cudatrace-notice-1\t4242\t4241\t65534\t123456789\t13\tpython3\tcannot create its spool in /tmp/run";
+        assert_eq!(
+            Notice::parse(older).map(|n| n.reason),
+            Some("cannot create its spool in /tmp/run".to_string())
+        );
     }
 
     #[test]
@@ -213,7 +227,7 @@ mod tests {
     fn anything_else_is_not_a_notice() {
         for line in [
             "",
-            "cudatrace-notice-2\t1\t1\t0\t0\t0\tx\ty",
+            "cudatrace-notice-3\t1\t1\t0\t0\t0\tx\ty",
             "cudatrace-notice-1\t1\t1\t0\t0\t0\tx",
             "cudatrace-notice-1\tpid\t1\t0\t0\t0\tx\ty",
             "cudatrace-notice-1\t1\t1\t0\t0\t0\tx\ty\textra",

@@ -25,13 +25,14 @@ pub mod spool_tail;
 pub use collection_summary::Summary;
 pub use host::{host_name, monotonic_ns, realtime_ns};
 
-pub use sink::{describe_io, TraceFailure};
+pub use sink::TraceFailure;
 
 use crate::collector::liveness::Liveness;
 use crate::collector::notice_file::NoticeTail;
 use crate::collector::spool_tail::{check_spool_file, damaged_spool, may_become_readable, SpoolTail};
 use crate::outputs::wording::collector_lines;
 use crate::outputs::wording::said;
+use crate::outputs::wording::stderr;
 use crate::outputs::wording::write_failure_text;
 use crate::system::terminal::say;
 use crate::system::trace_file::InPlace;
@@ -122,12 +123,12 @@ pub fn header_for(command: Vec<String>) -> Header {
 
 /// Names the trace in the spool folder, so that `collect` finds it after a crash.
 fn point_to_trace(dir: &Path, trace: &Path) -> Result<(), String> {
-    let absolute = std::path::absolute(trace).map_err(|e| collector_lines::path_failed(trace, e))?;
+    let absolute = std::path::absolute(trace).map_err(|e| stderr::path_failed(trace, e))?;
     let pointer = dir.join(naming::TRACE_POINTER);
     let staging = dir.join(format!("{}.new", naming::TRACE_POINTER));
     std::fs::write(&staging, absolute.as_os_str().as_encoded_bytes())
         .and_then(|()| std::fs::rename(&staging, &pointer))
-        .map_err(|e| describe_io("write", &pointer, &e))
+        .map_err(|e| collector_lines::cannot_do(collector_lines::WRITE, &pointer, &e))
 }
 
 impl Collector {
@@ -146,7 +147,7 @@ impl Collector {
         }
         output.start().map_err(|failure| write_failure_text(&failure))?;
         let trace = TraceWriter::new(BufWriter::with_capacity(1 << 20, output.file), header)
-            .map_err(|e| describe_io("write", &output.path, &e))?;
+            .map_err(|e| collector_lines::cannot_do(collector_lines::WRITE, &output.path, &e))?;
         let shared = Arc::new(Shared {
             dir: dir.to_owned(),
             keep_spools,

@@ -12,7 +12,7 @@
 use crate::collector::liveness::Liveness;
 use crate::collector::notice_file::NoticeTail;
 use crate::collector::spool_tail::{check_spool_file, damaged_spool, SpoolTail};
-use crate::collector::{describe_io, header_for, Summary};
+use crate::collector::{header_for, Summary};
 use crate::outputs::wording::{collect_lines, collector_lines, output_lines};
 use cudatrace_events::{naming, Event, Pass, SpoolHeaderInfo};
 use cudatrace_trace::{
@@ -102,7 +102,7 @@ struct Output<'a> {
 
 impl Output<'_> {
     fn io(&self, e: std::io::Error) -> String {
-        describe_io("write", self.destination, &e)
+        collector_lines::cannot_do(collector_lines::WRITE, self.destination, &e)
     }
 
     fn start(&mut self, merge: &mut Merge, mut start: ProcessStart) -> Result<u32, String> {
@@ -275,7 +275,7 @@ pub fn recover(
     file: std::fs::File,
     destination: &Path,
 ) -> Result<(Recovered, std::fs::File), String> {
-    let io = |e: std::io::Error| describe_io("write", destination, &e);
+    let io = |e: std::io::Error| collector_lines::cannot_do(collector_lines::WRITE, destination, &e);
     let mut refusals = Vec::new();
     let mut damaged = Vec::new();
     let spools = open_spools(dir, &mut refusals, &mut damaged)?;

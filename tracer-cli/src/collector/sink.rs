@@ -47,11 +47,6 @@ pub struct TraceFailure {
     pub message: String,
 }
 
-/// `Error` for the I/O failure of `path`, naming the full disk plainly.
-pub fn describe_io(action: &str, path: &std::path::Path, error: &std::io::Error) -> String {
-    collector_lines::cannot_do(action, path, error)
-}
-
 pub struct Sink {
     pub trace: TraceWriter<BufWriter<File>>,
     pub path: PathBuf,
@@ -143,7 +138,7 @@ impl Sink {
 
     fn fail(&self, action: &str, error: std::io::Error) -> TraceFailure {
         TraceFailure {
-            message: describe_io(action, &self.path, &error),
+            message: collector_lines::cannot_do(action, &self.path, &error),
         }
     }
 

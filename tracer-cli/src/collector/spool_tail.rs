@@ -6,6 +6,7 @@ use crate::collector::liveness::Liveness;
 use crate::outputs::wording::collector_lines;
 use crate::outputs::wording::spool_error_text;
 use crate::outputs::wording::spool_faults::no_spool_text;
+use crate::outputs::wording::stderr;
 use cudatrace_events::layout::{
     chunk_offset, CHUNK_BYTES, CHUNK_RECORDS, HEADER_SIZE, PUNCHED_CHUNKS_OFFSET, RELEASED_CHUNKS_OFFSET,
 };
@@ -174,7 +175,7 @@ impl SpoolTail {
         let at_end = self
             .cursor
             .read(&mut self.spool, pass, BATCH_SLOTS, &mut events)
-            .map_err(|e| collector_lines::path_failed(&self.path, spool_error_text(&e)))?;
+            .map_err(|e| stderr::path_failed(&self.path, spool_error_text(&e)))?;
         self.spool.forget_before(self.cursor.next);
         Ok((events, at_end))
     }

@@ -7,8 +7,9 @@ use crate::collector::{header_for, Collector};
 use crate::collector::{recover, spool_dir};
 use crate::commands::arguments::CollectArgs;
 use crate::outputs::wording::said;
+use crate::outputs::wording::stderr;
 use crate::outputs::wording::write_failure_text;
-use crate::outputs::wording::{collect_lines, damage_text, run_lines};
+use crate::outputs::wording::{collect_lines, damage_text};
 use crate::system::failure::Failure;
 use crate::system::terminal::say;
 use crate::system::trace_file;
@@ -123,7 +124,7 @@ pub fn collect(args: CollectArgs) -> Result<u8, Failure> {
 
 /// `DIR.trace`, beside the folder (also for `.` or `spools/`).
 fn beside(dir: &Path) -> Result<PathBuf, String> {
-    let absolute = std::path::absolute(dir).map_err(|e| run_lines::path_failed(dir, e))?;
+    let absolute = std::path::absolute(dir).map_err(|e| stderr::path_failed(dir, e))?;
     let normal: PathBuf = absolute.components().collect();
     let name = normal
         .file_name()

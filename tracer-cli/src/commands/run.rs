@@ -6,6 +6,7 @@ use crate::collector::{header_for, monotonic_ns, Collector, Summary};
 use crate::commands::arguments::RunArgs;
 use crate::outputs::wording::run_lines;
 use crate::outputs::wording::said;
+use crate::outputs::wording::stderr;
 use crate::outputs::wording::write_failure_text;
 use crate::system::failure::Failure;
 use crate::system::terminal::say;
@@ -35,7 +36,7 @@ fn preload_library(flag: Option<PathBuf>) -> Result<PathBuf, String> {
     if !chosen.is_file() {
         return Err(run_lines::preload_not_found(&chosen));
     }
-    std::path::absolute(&chosen).map_err(|e| run_lines::path_failed(&chosen, e))
+    std::path::absolute(&chosen).map_err(|e| stderr::path_failed(&chosen, e))
 }
 
 static CHILD: AtomicI32 = AtomicI32::new(0);

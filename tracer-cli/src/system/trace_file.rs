@@ -164,7 +164,7 @@ pub fn stage(destination: &Path, replace: bool, private: bool) -> Result<(Staged
         return Err(WriteFailure::MayBeOnlyCopy(destination.to_owned()));
     }
     if destination.file_name().is_none() {
-        return Err(WriteFailure::NotAFileName(destination.to_owned()));
+        return Err(WriteFailure::TraceNotAFileName(destination.to_owned()));
     }
     let (beside, file) = BesideFile::create(destination, private).map_err(|e| cannot_write(destination, e))?;
     let staged = Staged {

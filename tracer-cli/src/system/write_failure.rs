@@ -23,6 +23,8 @@ pub enum WriteFailure {
     },
     /// The path names no file (`/`, `..`).
     NotAFileName(PathBuf),
+    /// The path a trace was to be staged at names no file.
+    TraceNotAFileName(PathBuf),
     /// The path cannot be handed to the system (it holds a NUL byte).
     InvalidPath(PathBuf),
     /// No trace may be written in the folder.

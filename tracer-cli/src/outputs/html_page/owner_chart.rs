@@ -27,6 +27,17 @@ const STREAMS: usize = Category::StreamsAndEvents as usize;
 const EXECUTABLE_GRAPHS: usize = Category::GraphExecutables as usize;
 const UNEXPLAINED_BAND: usize = Category::Unexplained as usize;
 
+// The bands are drawn in the order of Category::ALL and found by each
+// category's number: both must agree, and the unexplained band is last.
+const _: () = {
+    let mut at = 0;
+    while at < Category::ALL.len() {
+        assert!(Category::ALL[at] as usize == at);
+        at += 1;
+    }
+    assert!(UNEXPLAINED_BAND == Category::ALL.len() - 1);
+};
+
 /// Which reading's figure the unexplained band shows.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 enum Unexplained {

@@ -54,11 +54,6 @@ pub fn losing_events(pid: u32, spool_dir: &Path, errno: Option<i32>) -> String {
 /// The trace's writer thread died.
 pub const TRACE_WRITER_FAILED: &str = "the trace writer failed";
 
-/// A path that could not be used, and the system's reason.
-pub fn path_failed(path: &Path, error: impl Display) -> String {
-    format!("{}: {error}", path.display())
-}
-
 /// The trace could not be written: `action` (write, create, ...), where,
 /// and the `errno`; a full disk said plainly.
 pub fn cannot_do(action: &str, path: &Path, error: &std::io::Error) -> String {
@@ -77,6 +72,9 @@ pub fn cannot_do(action: &str, path: &Path, error: &std::io::Error) -> String {
         None => format!("cannot {action} {}: {error}", path.display()),
     }
 }
+
+/// What a file of the collector's could not be (see [`cannot_do`]).
+pub const WRITE: &str = "write";
 
 /// What the trace's writer was doing when it failed (see [`cannot_do`]).
 pub const WRITE_THE_TRACE: &str = "write the trace";

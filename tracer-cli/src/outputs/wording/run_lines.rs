@@ -15,11 +15,6 @@ pub fn preload_not_found(path: &Path) -> String {
     )
 }
 
-/// A path that could not be used, and the system's reason.
-pub fn path_failed(path: &Path, error: impl Display) -> String {
-    format!("{}: {error}", path.display())
-}
-
 /// The command could not be started.
 pub fn cannot_run(program: &Path, error: impl Display) -> String {
     format!("cannot run {}: {error}", program.display())

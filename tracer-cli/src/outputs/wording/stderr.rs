@@ -1,7 +1,12 @@
-//! The shape of every line cudatrace says on stderr, and how a command
-//! line the parser rejects is said.
+//! The prefix of a line on stderr worded elsewhere, a path that failed,
+//! and how a command line the parser rejects is said.
 
 use std::fmt::Display;
+
+/// A path that could not be used, and the system's reason.
+pub fn path_failed(path: &std::path::Path, error: impl Display) -> String {
+    format!("{}: {error}", path.display())
+}
 
 /// A line on stderr: `cudatrace: ` and what is said.
 pub fn said(line: impl Display) -> String {

@@ -21,6 +21,7 @@ pub fn write_failure_text(failure: &WriteFailure) -> String {
             folder.display()
         ),
         WriteFailure::NotAFileName(path) => format!("cannot write {}: not a file name", path.display()),
+        WriteFailure::TraceNotAFileName(path) => format!("{} is not a file name", path.display()),
         WriteFailure::InvalidPath(path) => format!("{} is not a valid path", path.display()),
         WriteFailure::FolderNotWritable { folder, error } => {
             format!("cannot write a trace in {}: {error}", folder.display())
@@ -30,7 +31,7 @@ pub fn write_failure_text(failure: &WriteFailure) -> String {
             path.display()
         ),
         WriteFailure::HoldsTrace(path) => format!("{} holds a trace already", path.display()),
-        WriteFailure::Io { path, error } => format!("cannot write {}: {error}", path.display()),
+        WriteFailure::Io { path, error } => super::output_lines::cannot_write(path, error),
         WriteFailure::Stdout(error) => format!("cannot write to stdout: {error}"),
     }
 }
