@@ -351,6 +351,10 @@ fn dump_checks_each_file_before_reading_it() {
     std::fs::write(&garbage, vec![0x41u8; 8 << 20]).unwrap();
     let empty = dir.join("empty.spool");
     std::fs::write(&empty, b"").unwrap();
+    // Named as a process names its spool: an empty one is a spool whose
+    // process could not reserve room for its header.
+    let empty_spool = dir.join("cudatrace-4242-0.spool");
+    std::fs::write(&empty_spool, b"").unwrap();
     let cases = [
         (
             "/dev/zero".to_string(),
@@ -369,10 +373,19 @@ fn dump_checks_each_file_before_reading_it() {
         ),
         (
             empty.display().to_string(),
+            format!("{}: an empty file, neither a cudatrace spool nor a trace", empty.display()),
+        ),
+        (
+            empty_spool.display().to_string(),
             format!(
                 "{}: spool is empty: its process could not reserve space for it (disk full?)",
-                empty.display()
+                empty_spool.display()
             ),
+        ),
+        // Its size reads as 0, yet it has content: made as it is read.
+        (
+            "/proc/self/status".to_string(),
+            "/proc/self/status: not a cudatrace spool file (bad magic)".to_string(),
         ),
     ];
     for (path, message) in cases {

@@ -10,17 +10,39 @@ use crate::outputs::wording::{collect_lines, output_lines};
 use crate::outputs::wording::{not_regular_text, spool_error_text};
 use crate::system::failure::Failure;
 use crate::system::terminal::Stdout;
-use cudatrace_events::{naming, Pass};
+use cudatrace_events::{naming, Pass, SpoolError};
 use cudatrace_trace::TraceReader;
 use serde_json::Value;
+use std::io::Read;
 use std::path::{Path, PathBuf};
 
 /// Whether `path` starts like a trace file.
 fn is_trace(path: &Path) -> bool {
-    let mut magic = [0u8; 8];
-    std::fs::File::open(path)
-        .and_then(|mut file| std::io::Read::read_exact(&mut file, &mut magic))
-        .is_ok_and(|()| magic == cudatrace_trace::MAGIC)
+    first_bytes(path) == cudatrace_trace::MAGIC
+}
+
+/// The first (up to) eight bytes of `path`, as they read.
+fn first_bytes(path: &Path) -> Vec<u8> {
+    let mut start = Vec::with_capacity(8);
+    let _ = std::fs::File::open(path).and_then(|file| file.take(8).read_to_end(&mut start));
+    start
+}
+
+/// Why `path`, not a trace, cannot be a spool before it is opened as one,
+/// where its size says nothing: an empty file that no process named as
+/// its spool (only a spool's name makes "its process could not reserve
+/// room" the likely story), or a file whose size reads 0 but which has
+/// content (a `/proc` file) not starting like a spool.
+fn not_a_spool(path: &Path) -> Option<String> {
+    let start = first_bytes(path);
+    if start.is_empty() {
+        let named_as_spool = naming::parse_spool_file_name(path).is_some();
+        return (!named_as_spool).then(|| output_lines::unreadable_input(path, output_lines::EMPTY_FILE));
+    }
+    let size_reads_zero = std::fs::metadata(path).is_ok_and(|meta| meta.len() == 0);
+    let spool_magic = &cudatrace_events::SPOOL_MAGIC[..start.len().min(cudatrace_events::SPOOL_MAGIC.len())];
+    (size_reads_zero && start != spool_magic)
+        .then(|| output_lines::unreadable_input(path, spool_error_text(&SpoolError::NotASpool)))
 }
 
 /// Prints one line per record of the trace at `path`; `None` once stdout
@@ -70,6 +92,9 @@ pub fn command(args: DumpArgs) -> Result<u8, Failure> {
                 }
                 None => return Ok(0),
             }
+        }
+        if let Some(why) = not_a_spool(path) {
+            return Err(why.into());
         }
         let (mut tail, header) = SpoolTail::open(path, 0, image, false)
             .map_err(|e| output_lines::unreadable_input(path, spool_error_text(&e)))?;

@@ -113,6 +113,9 @@ pub fn flamegraph_title(at_peak: bool, total: u64, left_out: Option<&str>) -> St
     format!("GPU memory {moment}: {}{left_out}", bytes(total))
 }
 
+/// A file given to `dump` that is empty and not named as a spool.
+pub const EMPTY_FILE: &str = "an empty file, neither a cudatrace spool nor a trace";
+
 /// `dump` with nothing to dump.
 pub const DUMP_NEEDS_INPUT: &str = "dump needs spool files or traces, or --dir DIR (see --help)";
 
