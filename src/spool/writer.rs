@@ -259,8 +259,16 @@ fn ensure_open() -> bool {
     }
 }
 
+/// Creates the spool, or waits for the thread creating it. The spool is
+/// made by whichever hook records first, and some reserve a sequence number
+/// before their real call, outside `guarded`: the program's `errno` is put
+/// back here, whatever the system calls of the creation left in it.
 #[cold]
 fn open_slow() -> bool {
+    crate::sys::tracing_switch::keeping_errno(open_or_wait)
+}
+
+fn open_or_wait() -> bool {
     if STATE
         .compare_exchange(CLOSED, OPENING, Ordering::AcqRel, Ordering::Acquire)
         .is_ok()

@@ -25,6 +25,21 @@ pub fn turn_tracing_off() {
     TRACING_OFF.store(true, Ordering::Relaxed);
 }
 
+/// Runs `work` and puts the calling thread's `errno` back as it was: for
+/// bookkeeping that may run outside [`guarded`], such as the spool's
+/// creation when a hook reserves a sequence number before the real call.
+#[inline]
+pub fn keeping_errno<T>(work: impl FnOnce() -> T) -> T {
+    // SAFETY: __errno_location always returns the calling thread's errno.
+    let location = unsafe { libc::__errno_location() };
+    // SAFETY: as above.
+    let errno = unsafe { *location };
+    let result = work();
+    // SAFETY: as above.
+    unsafe { *location = errno };
+    result
+}
+
 /// Runs `record` (the bookkeeping of one hook) so that it can neither unwind
 /// into the traced program nor change its `errno`. A panic turns tracing off.
 #[inline]

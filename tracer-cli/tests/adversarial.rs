@@ -827,3 +827,35 @@ fn forked_children_that_leave_no_spool_are_named_and_the_trace_stays_complete() 
     assert!(output.status.success(), "{}", stderr(&output));
     assert_silent_children(&finished_trace(&plain), &idle_children(&output));
 }
+
+/// A forked child's first recorded calls, an unmap and a free of its
+/// parent's memory, reserve their sequence numbers before the real call and
+/// so make the child's spool there: the program's errno must come back as
+/// it was, under plain `LD_PRELOAD` and under `run`.
+#[test]
+fn a_forked_child_s_first_recorded_calls_keep_its_errno() {
+    let dir = scratch_dir("errno-fork-plain");
+    let trace = dir.join("tree.trace");
+    let plain = plain_preload_scenario("errno-in-forked-child", &trace, &dir);
+    assert!(plain.status.success(), "{}{}", stdout(&plain), stderr(&plain));
+    assert_eq!(
+        lines_after_pid(&stdout(&plain)),
+        "child errno 78 after the unmap (result 0), 77 after the free (result 0)\n"
+    );
+    let report = finished_trace(&trace);
+    assert_eq!(report["processes"].as_array().unwrap().len(), 2, "{report}");
+    let (output, _) = run_scenario("errno-fork-run", "errno-in-forked-child", &[]);
+    assert!(output.status.success(), "{}", stderr(&output));
+    assert_eq!(
+        lines_after_pid(&stdout(&output)),
+        "child errno 78 after the unmap (result 0), 77 after the free (result 0)\n"
+    );
+}
+
+/// A scenario's output without the line that names its pid.
+fn lines_after_pid(out: &str) -> String {
+    out.lines()
+        .filter(|line| !line.starts_with("pid "))
+        .map(|line| format!("{line}\n"))
+        .collect()
+}

@@ -680,6 +680,38 @@ static void scenario_fork_under_load(void) {
     for (int i = 0; i < 4; i++) pthread_join(threads[i], NULL);
     printf("forks 20\n");
 }
+/* Records, then forks a child whose first recorded calls are an unmap and a
+ * free of the parent's memory: they reserve a sequence number, and so make
+ * the child's spool, before the real call. The program's errno must be what
+ * it was before each call. */
+static int scenario_errno_in_forked_child(void) {
+    void *p;
+    check("cudaMalloc", cudaMalloc(&p, 5000));
+    Vmm vmm = vmm_entry_points();
+    CUdeviceptr va;
+    check("cuMemAddressReserve", vmm.reserve(&va, 2 << 20, 0, 0, 0));
+    CUmemGenericAllocationHandle handle = vmm_create(&vmm, 2 << 20, 0);
+    check("cuMemMap", vmm.map(va, 2 << 20, 0, handle, 0));
+    fflush(stdout);
+    pid_t child = fork();
+    if (child == 0) {
+        CUresult (*free_memory)(CUdeviceptr) = entry_point("cuMemFree", 12000, 0);
+        errno = 78;
+        CUresult unmapped = vmm.unmap(va, 2 << 20);
+        int after_unmap = errno;
+        errno = 77;
+        CUresult freed = free_memory((CUdeviceptr)(uintptr_t)p);
+        int after_free = errno;
+        printf("child errno %d after the unmap (result %d), %d after the free (result %d)\n", after_unmap,
+               (int)unmapped, after_free, (int)freed);
+        fflush(stdout);
+        _exit(after_free == 77 && after_unmap == 78 && freed == 0 && unmapped == 0 ? 0 : 33);
+    }
+    int status;
+    waitpid(child, &status, 0);
+    return WIFEXITED(status) && WEXITSTATUS(status) == 0 ? 0 : 34;
+}
+
 #endif
 
 
@@ -913,6 +945,7 @@ int main(int argc, char **argv) {
     else if (!strcmp(name, "dlopen")) scenario_dlopen();
     else if (!strcmp(name, "vmm")) scenario_vmm();
     else if (!strcmp(name, "vmm-release-mapped")) scenario_vmm_release_mapped();
+    else if (!strcmp(name, "errno-in-forked-child")) return scenario_errno_in_forked_child();
     else if (!strcmp(name, "ptsz")) scenario_ptsz();
     else if (!strcmp(name, "driver-oom")) scenario_driver_oom();
     else if (!strcmp(name, "fork-under-load")) scenario_fork_under_load();
