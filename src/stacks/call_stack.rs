@@ -110,16 +110,15 @@ struct Scratch {
 // thread's first capture: `sys::thread_box`.)
 unsafe impl ZeroIsEmpty for Scratch {}
 
+// SAFETY: arrays of integers and a length: zero bytes are an empty stack.
+unsafe impl ZeroIsEmpty for LastStack {}
+
 thread_local! {
     static SCRATCH: UnsafeCell<ThreadBox<Scratch>> = const { UnsafeCell::new(ThreadBox::new()) };
     static STACK_CACHE: UnsafeCell<ThreadBox<StackCache>> = const { UnsafeCell::new(ThreadBox::new()) };
-    static LAST: UnsafeCell<LastStack> = const {
-        UnsafeCell::new(LastStack {
-            frames: [Frame { kind: 0, value: 0, offset: 0 }; MAX_FRAMES + 2],
-            ids: [0; MAX_FRAMES + 2],
-            len: 0,
-        })
-    };
+    // On the heap too (5 KiB): thread-local storage is carved out of every
+    // thread's stack.
+    static LAST: UnsafeCell<ThreadBox<LastStack>> = const { UnsafeCell::new(ThreadBox::new()) };
 }
 
 /// Captures, interns and publishes the caller's stack; returns its
@@ -398,7 +397,10 @@ fn combine(
 fn intern_nodes(frames: &[Frame]) -> (u32, bool) {
     LAST.try_with(|last| {
         // SAFETY: this thread's own cache; `capture` is not re-entered on a thread.
-        let last = unsafe { &mut *last.get() };
+        let Some(last) = (unsafe { &mut *last.get() }).get_or_make() else {
+            // No table for this thread: every frame is interned afresh.
+            return intern_each(frames);
+        };
         let mut parent = 0u32;
         let mut same_so_far = true;
         for (depth, frame) in frames.iter().rev().enumerate() {
@@ -421,6 +423,18 @@ fn intern_nodes(frames: &[Frame]) -> (u32, bool) {
     .unwrap_or((0, false))
 }
 
+/// Interns `frames` from the outermost in, without the previous stack.
+fn intern_each(frames: &[Frame]) -> (u32, bool) {
+    let mut parent = 0u32;
+    for frame in frames.iter().rev() {
+        let Some(id) = intern_frame(frame, parent) else {
+            return (parent, false);
+        };
+        parent = id;
+    }
+    (parent, true)
+}
+
 fn intern_frame(frame: &Frame, parent: u32) -> Option<u32> {
     if frame.kind == frame_kind::PYTHON {
         python_frames::describe_code_once(frame.value);
@@ -436,7 +450,9 @@ fn intern_frame(frame: &Frame, parent: u32) -> Option<u32> {
 pub fn forget_parent_stacks() {
     let _ = LAST.try_with(|last| {
         // SAFETY: the child has only this thread.
-        unsafe { (*last.get()).len = 0 };
+        if let Some(last) = unsafe { &mut *last.get() }.made() {
+            last.len = 0;
+        }
     });
     let _ = STACK_CACHE.try_with(|cache| {
         // SAFETY: as above.

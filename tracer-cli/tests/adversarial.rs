@@ -859,3 +859,43 @@ fn lines_after_pid(out: &str) -> String {
         .map(|line| format!("{line}\n"))
         .collect()
 }
+
+/// The size of the thread-local storage of the ELF shared object at `path`
+/// (its `PT_TLS` segment's size in memory), 0 if it has none.
+fn thread_local_storage_bytes(path: &Path) -> u64 {
+    let elf = std::fs::read(path).unwrap();
+    let word = |at: usize, len: usize| {
+        let mut bytes = [0u8; 8];
+        bytes[..len].copy_from_slice(&elf[at..at + len]);
+        u64::from_le_bytes(bytes)
+    };
+    assert_eq!(&elf[..5], b"\x7fELF\x02", "a 64-bit ELF file");
+    let (table, entry, count) = (word(0x20, 8) as usize, word(0x36, 2) as usize, word(0x38, 2) as usize);
+    (0..count)
+        .map(|n| table + n * entry)
+        .find(|&header| word(header, 4) == 7)
+        .map_or(0, |header| word(header + 0x28, 8))
+}
+
+/// A preloaded library's thread-local storage is carved out of every
+/// thread's stack, before the thread runs a line: ours must stay small. It
+/// held a 5 KiB cache of the thread's last stack, and a thread with a
+/// 20 KiB stack crashed traced. A thread on a 20 KiB stack that allocates
+/// and frees ends well traced (with Python stacks, which this build's first
+/// native walk of a thread does not yet fit beside).
+#[test]
+fn thread_local_storage_stays_small_and_a_thread_with_a_20_kib_stack_records() {
+    let tls = thread_local_storage_bytes(&tracer_library());
+    assert!(tls <= 1024, "{tls} bytes of thread-local storage");
+    let untraced = Command::new(fake_cuda::program("scenarios"))
+        .args(["small-stack", "20"])
+        .env("LD_LIBRARY_PATH", fake_cuda::library_dir())
+        .output()
+        .unwrap();
+    assert!(untraced.status.success(), "{}", stderr(&untraced));
+    let (mut command, trace) = run_command("small-stack", "small-stack", &["--stacks", "python"]);
+    let output = command.arg("20").output().unwrap();
+    assert!(output.status.success(), "{}", stderr(&output));
+    let report = finished_trace(&trace);
+    assert_eq!(report["processes"][0]["events"], 4, "{report}");
+}

@@ -715,6 +715,39 @@ static int scenario_errno_in_forked_child(void) {
 #endif
 
 
+/* A thread on a stack of `size` bytes that it paints first: its first CUDA
+ * calls (an allocation and a free) run there, and the deepest byte they
+ * touched is printed, as bytes used below the thread's start. */
+#define PAINT 0xa5
+static void *small_stack_body(void *arg) {
+    (void)arg;
+    void *p;
+    check("cudaMalloc", cudaMalloc(&p, 4096));
+    check("cudaFree", cudaFree(p));
+    return NULL;
+}
+
+static int scenario_small_stack(size_t size) {
+    /* The first call of the process is made here, so that the thread's is
+     * only its own first call, not the library's start as well. */
+    void *warm;
+    check("cudaMalloc", cudaMalloc(&warm, 256));
+    unsigned char *stack = mmap(NULL, size, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+    if (stack == MAP_FAILED) return 40;
+    memset(stack, PAINT, size);
+    pthread_attr_t attr;
+    pthread_attr_init(&attr);
+    if (pthread_attr_setstack(&attr, stack, size) != 0) return 41;
+    pthread_t thread;
+    if (pthread_create(&thread, &attr, small_stack_body, NULL) != 0) return 42;
+    pthread_join(thread, NULL);
+    size_t untouched = 0;
+    while (untouched < size && stack[untouched] == PAINT) untouched++;
+    printf("stack used %zu of %zu\n", size - untouched, size);
+    check("cudaFree", cudaFree(warm));
+    return 0;
+}
+
 static void *allocate_and_print(const char *label, size_t size) {
     void *p;
     check("cudaMalloc", cudaMalloc(&p, size));
@@ -935,6 +968,8 @@ int main(int argc, char **argv) {
         execvpe("sh", sh_argv, environ); /* found on PATH */
         printf("execvpe failed: %s\n", strerror(errno));
         return 15;
+    } else if (!strcmp(name, "small-stack") && argc > 2) {
+        return scenario_small_stack((size_t)atol(argv[2]) << 10);
     } else if (!strcmp(name, "exec-child")) {
         void *p;
         check("cudaMalloc", cudaMalloc(&p, 4000));
