@@ -46,6 +46,26 @@ static STATE: AtomicU8 = AtomicU8::new(CLOSED);
 static HEADER: AtomicPtr<SpoolHeader> = AtomicPtr::new(std::ptr::null_mut());
 /// Sequence numbers for a process whose spool could not be created.
 static UNSPOOLED_SEQ: AtomicU64 = AtomicU64::new(0);
+/// The thread creating the spool (see [`this_thread`]), 0 when none: a hook
+/// re-entered on that thread from a signal handler must not wait for the
+/// frame it interrupted, which cannot go on until the handler returns.
+static OPENER: AtomicUsize = AtomicUsize::new(0);
+/// Events of hooks re-entered on the creating thread while the spool was
+/// being created: counted as lost in the spool once it exists.
+static LOST_WHILE_OPENING: AtomicU64 = AtomicU64::new(0);
+
+thread_local! {
+    /// A byte of each thread's own, whose address names the thread.
+    static THREAD_MARK: u8 = const { 0 };
+}
+
+/// This thread, as the address of its [`THREAD_MARK`] (no system call);
+/// 1 once the thread's locals are gone, which names no thread.
+fn this_thread() -> usize {
+    THREAD_MARK
+        .try_with(|mark| std::ptr::from_ref(mark) as usize)
+        .unwrap_or(1)
+}
 /// What the layers above want done when the spool opens and when the
 /// process exits (set once, at load, by the lifecycle module).
 static ON_OPEN: AtomicUsize = AtomicUsize::new(0);
@@ -89,6 +109,12 @@ pub fn reserve_seq() -> u64 {
         std::ptr::null_mut()
     };
     if header.is_null() {
+        if OPENER.load(Ordering::Acquire) == this_thread() {
+            // A hook re-entered, from a signal handler, on the thread that
+            // is creating the spool: its event is counted as lost once the
+            // spool exists.
+            LOST_WHILE_OPENING.fetch_add(1, Ordering::Relaxed);
+        }
         return UNSPOOLED_SEQ.fetch_add(1, Ordering::Relaxed);
     }
     // SAFETY: the header stays mapped while the state is OPEN; the field is
@@ -269,23 +295,51 @@ fn open_slow() -> bool {
 }
 
 fn open_or_wait() -> bool {
-    if STATE
-        .compare_exchange(CLOSED, OPENING, Ordering::AcqRel, Ordering::Acquire)
-        .is_ok()
+    let me = this_thread();
+    // The right to create the spool is taken in OPENER first, so that a
+    // signal handler interrupting this thread at any point after it sees
+    // itself named there, and never waits for itself.
+    if STATE.load(Ordering::Acquire) == CLOSED
+        && OPENER
+            .compare_exchange(0, me, Ordering::AcqRel, Ordering::Acquire)
+            .is_ok()
     {
-        let opened = create_spool();
-        STATE.store(if opened { OPEN } else { FAILED }, Ordering::Release);
-        if opened {
-            run_callback(&ON_OPEN);
+        let mut opened = None;
+        if STATE
+            .compare_exchange(CLOSED, OPENING, Ordering::AcqRel, Ordering::Acquire)
+            .is_ok()
+        {
+            let created = create_spool();
+            STATE.store(if created { OPEN } else { FAILED }, Ordering::Release);
+            opened = Some(created);
         }
-        return opened;
+        OPENER.store(0, Ordering::Release);
+        if let Some(created) = opened {
+            if created {
+                run_callback(&ON_OPEN);
+                mark_lost_while_opening();
+            }
+            return created;
+        }
     }
     loop {
         match STATE.load(Ordering::Acquire) {
             OPEN => return true,
             FAILED => return false,
+            // Re-entered on the creating thread: no spool for this call.
+            _ if OPENER.load(Ordering::Acquire) == me => return false,
             _ => std::thread::yield_now(),
         }
+    }
+}
+
+/// Gives each event lost while the spool was being created a sequence
+/// number marked dropped: the collector counts it as lost, and the trace
+/// says it lacks it.
+fn mark_lost_while_opening() {
+    for _ in 0..LOST_WHILE_OPENING.swap(0, Ordering::AcqRel) {
+        let seq = reserve_seq();
+        spool_chunks::note_dropped_seq(seq);
     }
 }
 
@@ -439,5 +493,8 @@ pub fn forget_parent_spool() {
     notice::forget_parent(header);
     spool_file::forget_parent();
     UNSPOOLED_SEQ.store(0, Ordering::Relaxed);
+    // A thread of the parent that was creating its spool is not here.
+    OPENER.store(0, Ordering::Release);
+    LOST_WHILE_OPENING.store(0, Ordering::Release);
     STATE.store(CLOSED, Ordering::Release);
 }

@@ -899,3 +899,37 @@ fn thread_local_storage_stays_small_and_a_thread_with_a_20_kib_stack_records() {
     let report = finished_trace(&trace);
     assert_eq!(report["processes"][0]["events"], 4, "{report}");
 }
+
+/// Under plain `LD_PRELOAD` the first CUDA call creates the spool and
+/// starts the collector helper; the helper's SIGCHLD can arrive inside that
+/// call, and a handler that calls CUDA then runs its hooks on the thread
+/// that is creating the spool. They must not wait for it (the process hung
+/// for good); their events are counted as lost, never silently dropped.
+#[test]
+fn a_signal_handler_calling_cuda_inside_the_first_call_does_not_hang() {
+    let dir = scratch_dir("sigchld-first-call");
+    let trace = dir.join("tree.trace");
+    let output = Command::new("timeout")
+        .arg("30")
+        .arg(fake_cuda::program("scenarios"))
+        .arg("sigchld-first-call")
+        .env("LD_LIBRARY_PATH", fake_cuda::library_dir())
+        .env("LD_PRELOAD", tracer_library())
+        .env_remove("CUDATRACE_DIR")
+        .env("CUDATRACE_OUT", &trace)
+        .env("CUDATRACE_CLI", cli())
+        .env("TMPDIR", &dir)
+        .output()
+        .unwrap();
+    assert_eq!(output.status.code(), Some(0), "hung or failed: {}", stderr(&output));
+    assert_eq!(lines_after_pid(&stdout(&output)), "alloc 0 handled 1\n");
+    let report = finished_trace(&trace);
+    let process = &report["processes"][0];
+    let (events, lost) = (
+        process["events"].as_u64().unwrap(),
+        process["lost_events"].as_u64().unwrap(),
+    );
+    // The handler's allocation and free are in the trace, or its events
+    // are counted as lost: never neither.
+    assert!((lost == 0 && events == 3) || (lost > 0 && events == 1), "{report}");
+}

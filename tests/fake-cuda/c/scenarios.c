@@ -680,6 +680,32 @@ static void scenario_fork_under_load(void) {
     for (int i = 0; i < 4; i++) pthread_join(threads[i], NULL);
     printf("forks 20\n");
 }
+/* A SIGCHLD handler that calls CUDA, allocates and frees. Under plain
+ * LD_PRELOAD the program's first CUDA call creates the spool and starts
+ * the collector helper, whose SIGCHLD can arrive inside that call: the
+ * handler's hooks run on the thread creating the spool. */
+static volatile int sigchld_handled;
+static void sigchld_calls_cuda(int sig) {
+    (void)sig;
+    cuInit(0);
+    CUdeviceptr q;
+    if (cuMemAlloc_v2(&q, 8192) == 0) cuMemFree_v2(q);
+    sigchld_handled++;
+}
+
+static int scenario_sigchld_first_call(void) {
+    struct sigaction action;
+    memset(&action, 0, sizeof action);
+    action.sa_handler = sigchld_calls_cuda;
+    sigaction(SIGCHLD, &action, NULL);
+    CUdeviceptr p;
+    CUresult result = cuMemAlloc_v2(&p, 4096);
+    /* The helper's SIGCHLD may come a little later than the call. */
+    for (int i = 0; i < 200 && !sigchld_handled; i++) usleep(5000);
+    printf("alloc %d handled %d\n", (int)result, sigchld_handled);
+    return 0;
+}
+
 /* Records, then forks a child whose first recorded calls are an unmap and a
  * free of the parent's memory: they reserve a sequence number, and so make
  * the child's spool, before the real call. The program's errno must be what
@@ -981,6 +1007,7 @@ int main(int argc, char **argv) {
     else if (!strcmp(name, "vmm")) scenario_vmm();
     else if (!strcmp(name, "vmm-release-mapped")) scenario_vmm_release_mapped();
     else if (!strcmp(name, "errno-in-forked-child")) return scenario_errno_in_forked_child();
+    else if (!strcmp(name, "sigchld-first-call")) return scenario_sigchld_first_call();
     else if (!strcmp(name, "ptsz")) scenario_ptsz();
     else if (!strcmp(name, "driver-oom")) scenario_driver_oom();
     else if (!strcmp(name, "fork-under-load")) scenario_fork_under_load();
