@@ -933,3 +933,57 @@ fn a_signal_handler_calling_cuda_inside_the_first_call_does_not_hang() {
     // are counted as lost: never neither.
     assert!((lost == 0 && events == 3) || (lost > 0 && events == 1), "{report}");
 }
+
+/// 100 MiB of random bytes after a trace's magic number: every command
+/// reads it without a panic, says in one line where it is damaged, and
+/// exits 1 (an output of nothing) or 2 (nothing to output).
+#[test]
+fn a_hundred_mib_of_random_bytes_is_a_damaged_trace_to_every_command() {
+    let dir = scratch_dir("random-trace");
+    let trace = dir.join("random.trace");
+    let mut bytes = b"CUTRACE\0".to_vec();
+    let mut state = 0x9e37_79b9_7f4a_7c15_u64;
+    while bytes.len() < (100 << 20) + 8 {
+        state ^= state << 13;
+        state ^= state >> 7;
+        state ^= state << 17;
+        bytes.extend_from_slice(&state.to_le_bytes());
+    }
+    std::fs::write(&trace, &bytes).unwrap();
+    // The first frame: a tag byte, then the length it declares.
+    let declared = u32::from_le_bytes([bytes[9], bytes[10], bytes[11], bytes[12]]);
+    assert!(
+        declared > 64 << 20,
+        "this seed's first frame is too long to be a record"
+    );
+    let damage = format!(
+        "{} is damaged at byte 8: frame declares {declared} bytes, more than any record",
+        trace.display()
+    );
+    let path = trace.to_str().unwrap();
+    let report = cudatrace(&["report", path]).output().unwrap();
+    assert_eq!(report.status.code(), Some(1));
+    assert_eq!(
+        stderr(&report),
+        format!("cudatrace: {damage}; the output covers the 0 records before it\n")
+    );
+    for (command, code) in [("html", 1), ("perfetto", 1), ("snapshot", 2), ("flamegraph", 2)] {
+        let output = cudatrace(&[command, path, "-o", dir.join(command).to_str().unwrap(), "--force"])
+            .output()
+            .unwrap();
+        assert_eq!(output.status.code(), Some(code), "{command}: {}", stderr(&output));
+        assert!(!stderr(&output).contains("panicked"), "{command}: {}", stderr(&output));
+    }
+    let snapshot = cudatrace(&["snapshot", path, "-o", dir.join("s").to_str().unwrap()])
+        .output()
+        .unwrap();
+    assert_eq!(
+        stderr(&snapshot),
+        format!(
+            "cudatrace: {} has no memory events to snapshot before its damage: it is damaged at byte 8: frame declares {declared} bytes, more than any record\n",
+            trace.display()
+        )
+    );
+    // Not kept with the other tests' traces: it is large.
+    std::fs::remove_file(&trace).unwrap();
+}
