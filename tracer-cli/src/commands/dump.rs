@@ -16,11 +16,6 @@ use serde_json::Value;
 use std::io::Read;
 use std::path::{Path, PathBuf};
 
-/// Whether `path` starts like a trace file.
-fn is_trace(path: &Path) -> bool {
-    first_bytes(path) == cudatrace_trace::MAGIC
-}
-
 /// The first (up to) eight bytes of `path`, as they read.
 fn first_bytes(path: &Path) -> Vec<u8> {
     let mut start = Vec::with_capacity(8);
@@ -33,8 +28,7 @@ fn first_bytes(path: &Path) -> Vec<u8> {
 /// its spool (only a spool's name makes "its process could not reserve
 /// room" the likely story), or a file whose size reads 0 but which has
 /// content (a `/proc` file) not starting like a spool.
-fn not_a_spool(path: &Path) -> Option<String> {
-    let start = first_bytes(path);
+fn not_a_spool(path: &Path, start: &[u8]) -> Option<String> {
     if start.is_empty() {
         let named_as_spool = naming::parse_spool_file_name(path).is_some();
         return (!named_as_spool).then(|| output_lines::unreadable_input(path, output_lines::EMPTY_FILE));
@@ -83,7 +77,8 @@ pub fn command(args: DumpArgs) -> Result<u8, Failure> {
     for path in &files {
         crate::analysis::check_regular_file(path).map_err(|what| not_regular_text(path, what))?;
         let image = naming::parse_spool_file_name(path).map_or(0, |(_, image)| image);
-        if is_trace(path) {
+        let start = first_bytes(path);
+        if start == cudatrace_trace::MAGIC {
             match dump_trace(path, &mut out)? {
                 Some(0) => continue,
                 Some(code) => {
@@ -93,7 +88,7 @@ pub fn command(args: DumpArgs) -> Result<u8, Failure> {
                 None => return Ok(0),
             }
         }
-        if let Some(why) = not_a_spool(path) {
+        if let Some(why) = not_a_spool(path, &start) {
             return Err(why.into());
         }
         let (mut tail, header) = SpoolTail::open(path, 0, image, false)

@@ -67,7 +67,6 @@ pub(super) struct OwnerTally {
     readings_left: Vec<u64>,
     /// Readings drawn so far.
     readings_drawn: usize,
-    has_readings: bool,
     /// Each pool's bytes beyond its live allocations, by pool.
     pools: BTreeMap<u64, u64>,
     /// The measured categories' bytes now.
@@ -86,7 +85,6 @@ impl OwnerTally {
             tally: ChartTally::new(t0, span, late),
             readings_left: reading_times.iter().rev().copied().collect(),
             readings_drawn: 0,
-            has_readings: !reading_times.is_empty(),
             pools: BTreeMap::new(),
             categories: [0; UNEXPLAINED_BAND],
         }
@@ -124,7 +122,8 @@ impl OwnerTally {
             return;
         }
         late.context_drawn = true;
-        if late.unexplained == Unexplained::Nothing && self.has_readings {
+        // Nothing drawn yet means no reading was: any left are all there were.
+        if late.unexplained == Unexplained::Nothing && !self.readings_left.is_empty() {
             late.unexplained = Unexplained::BeforeFirstReading;
         }
         self.tally.set_late(late);
