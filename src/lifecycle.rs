@@ -4,7 +4,7 @@
 
 use crate::hooks::{dlopen_door, exec, fork, launch, streams, torch_allocator};
 use crate::record::{capture_state, devices, live_table, readings};
-use crate::spool::{notice, tree_root, writer as spool_writer};
+use crate::spool::{notice, recording_switch, tree_root, writer as spool_writer};
 use crate::stacks::{call_stack, module_map, python_frames};
 use crate::sys::{clock, thread_block, tracing_switch};
 
@@ -66,6 +66,7 @@ extern "C" fn on_load() {
         tree_root::adopt_tree_if_root();
         tree_root::settle_spool_dir();
         notice::settle_from_environment();
+        recording_switch::configure_from_environment();
         call_stack::configure_from_environment();
         torch_allocator::configure_from_environment();
         let _ = std::panic::catch_unwind(|| {

@@ -9,6 +9,7 @@
 //! the hooks' to trigger, after the recorder has returned.
 
 use crate::record::live_table::{self, Entry, Inserted, Namespace};
+use crate::spool::recording_switch;
 use crate::spool::writer::{self, Counter};
 use crate::stacks::call_stack;
 use crate::sys::cuda_ffi::*;
@@ -16,6 +17,7 @@ use crate::sys::symbols::{real_fn, Sym};
 use crate::sys::thread::current_tid;
 use crate::sys::thread_block;
 use crate::sys::tracing_switch::{guarded, tracing_on};
+use cudatrace_events::recording_switch::PAUSED_STACK;
 use cudatrace_events::{Api, Kind, Op, RawRecord};
 use std::sync::atomic::{AtomicBool, Ordering};
 
@@ -123,12 +125,15 @@ impl Record {
 }
 
 /// Writes `record` into the slot of `seq`, with the caller's stack when
-/// `with_stack` is set.
+/// `with_stack` is set, unless the job's recording is paused: then the
+/// stack is the paused mark.
 pub fn write(seq: u64, record: Record, with_stack: bool) {
-    let stack = if with_stack {
-        call_stack::capture(thread_block::current().runtime_caller.get())
-    } else {
+    let stack = if !with_stack {
         0
+    } else if recording_switch::paused() {
+        PAUSED_STACK
+    } else {
+        call_stack::capture(thread_block::current().runtime_caller.get())
     };
     writer::write(seq, raw_record(record, stack));
 }

@@ -21,6 +21,7 @@
 
 use crate::spool::chunks as spool_chunks;
 use crate::spool::notice;
+use crate::spool::recording_switch;
 use crate::spool::spool_file;
 use crate::spool::tree_root;
 use crate::sys::clock::{monotonic_ns, realtime_ns, record_ns};
@@ -458,6 +459,9 @@ fn try_create_spool() -> Result<(), NoSpoolWhy> {
     // SAFETY: registering a plain function; it checks the header itself.
     unsafe { on_exit(record_exit, std::ptr::null_mut()) };
     tree_root::start_collector_if_first(directory);
+    // Before the spool is published open, so that the first event already
+    // follows the job's switch (`cudatrace run --start-paused`).
+    recording_switch::map(directory);
     Ok(())
 }
 

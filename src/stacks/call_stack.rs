@@ -7,6 +7,7 @@
 //! PyTorch's combined tracebacks, so C++ called from Python called from C++
 //! reads right.
 
+use crate::spool::recording_switch;
 use crate::stacks::native_unwind::NativeWalk;
 use crate::stacks::python_frames::{self, PyCapture, PyFrame};
 use crate::stacks::stack_cache::{self, StackCache};
@@ -72,8 +73,11 @@ pub fn configure_from_environment() {
     }
 }
 
+/// The stack setting in force: the job's recording switch may replace
+/// the one the process started with (`cudatrace resume --stacks`).
 fn mode() -> StackMode {
-    match MODE.load(Ordering::Relaxed) {
+    let code = recording_switch::stack_setting().unwrap_or_else(|| MODE.load(Ordering::Relaxed));
+    match code {
         0 => StackMode::None,
         1 => StackMode::Native,
         2 => StackMode::Python,

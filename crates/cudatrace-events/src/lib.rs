@@ -21,6 +21,7 @@ pub mod layout;
 pub mod measures;
 pub mod naming;
 pub mod notices;
+pub mod recording_switch;
 pub mod slots;
 pub mod spool;
 pub mod spool_file;

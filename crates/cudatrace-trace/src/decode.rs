@@ -4,6 +4,7 @@
 use crate::format::*;
 use crate::problem::Malformed;
 use crate::varint::Cursor;
+use cudatrace_events::recording_switch::{Switch, SwitchState};
 use cudatrace_events::{Api, Event, Kind, Op};
 
 fn get_strings(cursor: &mut Cursor) -> Result<Vec<String>, Malformed> {
@@ -212,6 +213,10 @@ pub(crate) fn decode(tag: u8, payload: &[u8], pid_of: &dyn Fn(u32) -> Option<u32
                 reason: c.string()?,
             })
         }
+        TAG_RECORDING_SWITCH => Record::RecordingSwitch(Switch {
+            time_ns: c.get()?,
+            state: SwitchState::from_word(c.get()?),
+        }),
         other => return Ok(Record::Unknown { tag: other }),
     };
     if !c.is_empty() {

@@ -100,6 +100,11 @@ pub(crate) fn encode(record: &Record, out: &mut Vec<u8>) -> u8 {
             put_string(out, &n.reason);
             TAG_NVML_STATUS
         }
+        Record::RecordingSwitch(switch) => {
+            put(out, switch.time_ns);
+            put(out, switch.state.to_word());
+            TAG_RECORDING_SWITCH
+        }
         Record::Unknown { tag } => *tag,
     }
 }

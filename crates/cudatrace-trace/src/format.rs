@@ -1,12 +1,13 @@
 //! Record types, the frame's tags and the format's constants; their
 //! payloads are written by `encode` and read by `decode`.
 
+use cudatrace_events::recording_switch::Switch;
 use cudatrace_events::Event;
 
 /// First eight bytes of a trace file.
 pub const MAGIC: [u8; 8] = *b"CUTRACE\0";
 /// Version of the record encodings; readers refuse other versions.
-pub const FORMAT_VERSION: u32 = 7;
+pub const FORMAT_VERSION: u32 = 8;
 /// Oldest version readers still accept (it has no call stacks).
 pub const OLDEST_READABLE_VERSION: u32 = 2;
 /// Largest payload a frame may declare; anything larger is damage.
@@ -29,6 +30,7 @@ pub(crate) const TAG_UNRECORDED: u8 = b'U';
 pub(crate) const TAG_STRING: u8 = b'S';
 pub(crate) const TAG_SYMBOLS: u8 = b'K';
 pub(crate) const TAG_FOOTER: u8 = b'F';
+pub(crate) const TAG_RECORDING_SWITCH: u8 = b'W';
 
 /// The first record: what wrote the trace, where and when.
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -238,6 +240,8 @@ pub enum Record {
     Nvml(NvmlSample),
     /// [`NvmlStatus`].
     NvmlStatus(NvmlStatus),
+    /// A switch of the job's recording (`cudatrace pause`, `resume`).
+    RecordingSwitch(Switch),
     /// [`Footer`].
     Footer(Footer),
     /// A record type this reader does not know (written by a newer version); skipped.

@@ -680,6 +680,22 @@ static void scenario_fork_under_load(void) {
     for (int i = 0; i < 4; i++) pthread_join(threads[i], NULL);
     printf("forks 20\n");
 }
+/* Recording switched between allocations: 1 MiB, then FIRST (a shell
+ * command, such as `cudatrace resume`), 2 MiB, then SECOND, 4 MiB; the
+ * first two are freed, the last is left live at exit. */
+static int scenario_switching(const char *first, const char *second) {
+    void *a = NULL, *b = NULL, *c = NULL;
+    check("cudaMalloc", cudaMalloc(&a, 1 << 20));
+    if (system(first) != 0) return 3;
+    check("cudaMalloc", cudaMalloc(&b, 2 << 20));
+    if (system(second) != 0) return 3;
+    check("cudaMalloc", cudaMalloc(&c, 4 << 20));
+    check("cudaFree", cudaFree(a));
+    check("cudaFree", cudaFree(b));
+    printf("switching done\n");
+    return 0;
+}
+
 /* A SIGCHLD handler that calls CUDA, allocates and frees. Under plain
  * LD_PRELOAD the program's first CUDA call creates the spool and starts
  * the collector helper, whose SIGCHLD can arrive inside that call: the
@@ -1008,6 +1024,7 @@ int main(int argc, char **argv) {
     else if (!strcmp(name, "vmm-release-mapped")) scenario_vmm_release_mapped();
     else if (!strcmp(name, "errno-in-forked-child")) return scenario_errno_in_forked_child();
     else if (!strcmp(name, "sigchld-first-call")) return scenario_sigchld_first_call();
+    else if (!strcmp(name, "switching") && argc > 3) return scenario_switching(argv[2], argv[3]);
     else if (!strcmp(name, "ptsz")) scenario_ptsz();
     else if (!strcmp(name, "driver-oom")) scenario_driver_oom();
     else if (!strcmp(name, "fork-under-load")) scenario_fork_under_load();

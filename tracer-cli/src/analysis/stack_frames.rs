@@ -1,7 +1,9 @@
 //! Call stacks as source frames: stack node ids resolved through the
 //! trace's symbols.
 
+use super::paused_spans::PAUSED_SITE;
 use super::trace_index::{ProcessIndex, TraceIndex};
+use cudatrace_events::recording_switch::PAUSED_STACK;
 
 /// Longest parent chain followed (guards against a damaged node table).
 const MAX_STACK_NODES: usize = 4096;
@@ -44,8 +46,17 @@ impl TraceIndex {
         frames
     }
 
-    /// Every frame of stack `stack` of `process`, innermost first.
+    /// Every frame of stack `stack` of `process`, innermost first. An event
+    /// recorded while paused has one frame, named [`PAUSED_SITE`].
     pub fn all_frames(&self, process: &ProcessIndex, stack: u32) -> Vec<Frame> {
+        if stack == PAUSED_STACK {
+            return vec![Frame {
+                function: PAUSED_SITE.to_string(),
+                file: None,
+                line: None,
+                module: None,
+            }];
+        }
         let text = |id: u64| {
             (id != 0).then(|| {
                 self.strings

@@ -2,6 +2,7 @@
 
 use super::unreadable::UnreadableTrace;
 use cudatrace_events::measures::{DeviceInfo, DEVICE_BLOB};
+use cudatrace_events::recording_switch::Switch;
 use cudatrace_events::stacks::{BlobAssembler, BlobPiece, StackNode};
 use cudatrace_events::{Event, Op};
 use cudatrace_trace::{
@@ -86,6 +87,8 @@ pub struct TraceIndex {
     pub nvml: Vec<NvmlSample>,
     /// What the collector said about NVML.
     pub nvml_status: Vec<NvmlStatus>,
+    /// The job's recording switches, in order (`cudatrace pause`, `resume`).
+    pub switches: Vec<Switch>,
     /// The run's first instant, as (`CLOCK_MONOTONIC`, wall clock) ns.
     origin: (u64, u64),
     index_of: HashMap<u32, usize>,
@@ -129,6 +132,7 @@ impl TraceIndex {
             events: 0,
             nvml: Vec::new(),
             nvml_status: Vec::new(),
+            switches: Vec::new(),
             origin: (0, 0),
             index_of: HashMap::new(),
         };
@@ -234,6 +238,7 @@ impl TraceIndex {
             }
             Record::Nvml(sample) => self.nvml.push(sample),
             Record::NvmlStatus(status) => self.nvml_status.push(status),
+            Record::RecordingSwitch(switch) => self.switches.push(switch),
             Record::Unknown { .. } => {}
         }
     }

@@ -21,6 +21,7 @@ pub mod recover;
 mod sink;
 pub mod spool_dir;
 pub mod spool_tail;
+pub mod switch_log;
 
 pub use collection_summary::Summary;
 pub use host::{host_name, monotonic_ns, realtime_ns};
@@ -249,6 +250,9 @@ impl Collector {
         let _ = self.nvml_sampler.join();
         for reader in self.readers {
             let _ = reader.join();
+        }
+        for record in switch_log::records(&self.shared.dir) {
+            let _ = self.to_writer.send(Message::Record(record));
         }
         let _ = self.to_writer.send(Message::Finish);
         match self.writer.join() {

@@ -318,6 +318,9 @@ pub fn recover(
     }
     finish_processes(&mut merges, &mut out)?;
     write_notices(dir, &merges, &mut out, &refusals, unrecorded, &damaged)?;
+    for record in crate::collector::switch_log::records(dir) {
+        out.trace.record(&record).map_err(|e| out.io(e))?;
+    }
     let mut summary = out.summary;
     summary.events = trace.events_written();
     summary.lost_events = trace.lost_events();
@@ -407,7 +410,9 @@ fn merge_old_trace(
             record @ (Record::Nvml(_) | Record::NvmlStatus(_)) => {
                 out.trace.record(&record).map_err(|e| out.io(e))?;
             }
+            // Written again from the spool folder's switch file at the end.
             Record::Header(_)
+            | Record::RecordingSwitch(_)
             | Record::Footer(_)
             | Record::String { .. }
             | Record::Symbols { .. }

@@ -2,7 +2,7 @@
 
 use crate::outputs::wording::not_private_text;
 use crate::outputs::wording::{collect_lines, collector_lines};
-use cudatrace_events::{naming, notices};
+use cudatrace_events::{naming, notices, recording_switch};
 use std::os::unix::fs::{DirBuilderExt, MetadataExt};
 use std::path::{Path, PathBuf};
 
@@ -88,7 +88,12 @@ pub fn remove_spools(dir: &Path, collected: &[PathBuf], cudatrace_made_it: bool)
     if left > 0 {
         return;
     }
-    for name in [naming::COLLECTOR_LOCK, naming::TRACE_POINTER, notices::NOTICE_FILE] {
+    for name in [
+        naming::COLLECTOR_LOCK,
+        naming::TRACE_POINTER,
+        notices::NOTICE_FILE,
+        recording_switch::FILE_NAME,
+    ] {
         let _ = std::fs::remove_file(dir.join(name));
     }
     if cudatrace_made_it {

@@ -45,6 +45,36 @@ pub enum Command {
     /// owner, largest growth first. Call sites are matched by their
     /// symbolized frames.
     Diff(DiffArgs),
+    /// Pause a running traced job's recording: its events are still
+    /// recorded, so every byte stays accounted for, but without call
+    /// stacks, until `cudatrace resume`. The trace says which spans were
+    /// paused.
+    Pause(PauseArgs),
+    /// Resume recording call stacks in a running traced job; --stacks
+    /// changes which.
+    Resume(ResumeArgs),
+}
+
+/// `cudatrace pause`.
+#[derive(Args, Debug)]
+pub struct PauseArgs {
+    /// The job: the pid of one of its processes (or of the `cudatrace run`
+    /// that started it), or its spool folder [default: the job this
+    /// command runs in, else the only traced job of yours running].
+    #[arg(value_name = "PID|FOLDER")]
+    pub job: Option<String>,
+}
+
+/// `cudatrace resume`.
+#[derive(Args, Debug)]
+pub struct ResumeArgs {
+    /// Which call stacks events carry from now on [default: those the job
+    /// was started with].
+    #[arg(long, value_enum, value_name = "WHICH")]
+    pub stacks: Option<Stacks>,
+    /// The job, as for `cudatrace pause`.
+    #[arg(value_name = "PID|FOLDER")]
+    pub job: Option<String>,
 }
 
 /// `cudatrace diff`.
@@ -94,6 +124,10 @@ pub struct RunArgs {
     /// else on].
     #[arg(long, value_enum, value_name = "ON_OFF")]
     pub tensors: Option<Switch>,
+    /// Start with recording paused: events are recorded without call
+    /// stacks until `cudatrace resume`.
+    #[arg(long)]
+    pub start_paused: bool,
     /// Leave kernel launches alone: their first launches (lazily loaded
     /// kernels) go unmeasured, and later ones cost nothing at all.
     #[arg(long)]

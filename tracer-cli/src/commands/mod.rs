@@ -13,6 +13,7 @@ mod perfetto;
 mod report;
 pub mod run;
 mod snapshot;
+mod switch;
 
 use crate::system::failure::Failure;
 use arguments::Command;
@@ -29,5 +30,7 @@ pub fn dispatch(command: Command) -> Result<u8, Failure> {
         Command::Html(args) => html::command(args),
         Command::Flamegraph(args) => flamegraph::command(args),
         Command::Diff(args) => diff::command(args),
+        Command::Pause(args) => switch::pause(args),
+        Command::Resume(args) => switch::resume(args),
     }
 }

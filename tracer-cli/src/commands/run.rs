@@ -7,11 +7,14 @@ use crate::commands::arguments::RunArgs;
 use crate::outputs::wording::run_lines;
 use crate::outputs::wording::said;
 use crate::outputs::wording::stderr;
+use crate::outputs::wording::switch_lines;
 use crate::outputs::wording::write_failure_text;
 use crate::system::failure::Failure;
+use crate::system::switch_file::SwitchFile;
 use crate::system::terminal::say;
 use crate::system::trace_file;
 use crate::system::write_failure::WriteFailure;
+use cudatrace_events::recording_switch::SwitchState;
 use cudatrace_events::{naming, notices};
 use std::ffi::OsString;
 use std::os::unix::process::{CommandExt, ExitStatusExt};
@@ -244,6 +247,15 @@ pub fn run(args: RunArgs) -> Result<u8, Failure> {
             return wait(&mut child);
         }
     };
+    if args.start_paused {
+        if let Err(failure) = start_paused(&run_dir) {
+            spool_dir::remove_spools(&run_dir, &[], true);
+            if let Some(claimed) = claimed {
+                claimed.abandon();
+            }
+            return Err(failure);
+        }
+    }
     // Kept open until the command and its descendants are done with it.
     let _notice_file = open_notice_file(&run_dir, &mut command);
     trace_environment(&mut command, preload, &run_dir, &args);
@@ -270,6 +282,19 @@ pub fn run(args: RunArgs) -> Result<u8, Failure> {
             say(&run_lines::spools_wait_for_collect(&run_dir, code));
             Ok(code)
         }
+    }
+}
+
+/// `--start-paused`: the job's switch is made paused before the command
+/// starts, so that its first event already follows it.
+fn start_paused(run_dir: &Path) -> Result<(), Failure> {
+    let paused = SwitchState {
+        paused: true,
+        stacks: None,
+    };
+    match SwitchFile::open_or_make(run_dir, paused, monotonic_ns()) {
+        Ok(_) => Ok(()),
+        Err(error) => Err(switch_lines::cannot_switch(run_dir, error).into()),
     }
 }
 

@@ -20,6 +20,7 @@ use super::wording::{silent_children_line, unrecorded_line};
 use crate::analysis::UnreadBlock;
 use crate::analysis::{silent_children, FramesShown, Summary, TraceIndex};
 use crate::outputs::wording::device_label;
+use crate::outputs::wording::switch_lines;
 use crate::outputs::wording::{bytes, count};
 use crate::system::progress::Progress;
 use call_site_tables::{sites_table, stack_html, tensors_html};
@@ -87,6 +88,10 @@ fn incomplete_html(index: &TraceIndex, summary: &Summary) -> String {
     }
     if let Some(line) = unrecorded_line(&index.unrecorded) {
         let _ = writeln!(out, "<p><b>This trace is incomplete:</b> {}.</p>", escape(&line));
+    }
+    let spans = crate::analysis::paused_spans(index);
+    if let Some(line) = switch_lines::paused_line(&spans, index.start_ns(), index.end_ns()) {
+        let _ = writeln!(out, "<p><b>Paused:</b> {}.</p>", escape(&line));
     }
     out
 }

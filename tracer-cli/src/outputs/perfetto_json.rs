@@ -132,6 +132,7 @@ pub fn write(
         .out
         .write_all(b"{\"displayTimeUnit\":\"ms\",\"traceEvents\":[\n")?;
     writer.processes()?;
+    writer.paused_spans()?;
     let replayed = Replay::new(index, progress).window(window).run(&mut writer)?;
     writer.finish(&replayed.memories)?;
     writer.items.out.write_all(b"\n]}\n")?;
@@ -165,6 +166,27 @@ impl<W: Write> TraceWriter<'_, W> {
     /// Microseconds from the trace's start.
     fn us(&self, time_ns: u64) -> f64 {
         time_ns.saturating_sub(self.index.start_ns()) as f64 / 1000.0
+    }
+
+    /// A mark across every track where recording was paused and resumed.
+    fn paused_spans(&mut self) -> io::Result<()> {
+        for span in crate::analysis::paused_spans(self.index) {
+            let ends = [
+                (Some(span.start_ns), "recording paused"),
+                (span.end_ns, "recording resumed"),
+            ];
+            for (time_ns, name) in ends {
+                let Some(time_ns) = time_ns.filter(|&t| self.window.contains(t)) else {
+                    continue;
+                };
+                let ts = self.us(time_ns);
+                write!(
+                    self.items.next()?,
+                    "{{\"ph\":\"i\",\"s\":\"g\",\"name\":\"{name}\",\"cat\":\"recording\",\"pid\":0,\"tid\":0,\"ts\":{ts:.3}}}"
+                )?;
+            }
+        }
+        Ok(())
     }
 
     /// Each process's name and labels, and its start where the window has it.

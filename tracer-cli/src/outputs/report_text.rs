@@ -6,6 +6,7 @@ use crate::analysis::{
 };
 use crate::outputs::wording::device_label;
 use crate::outputs::wording::stack_texts;
+use crate::outputs::wording::switch_lines;
 use crate::outputs::wording::{bytes, count, tensor_status_line, unrecorded_process_text};
 use cudatrace_trace::ProcessEnd;
 
@@ -27,6 +28,10 @@ pub fn report(index: &TraceIndex, summary: &Summary, frames: FramesShown) -> Str
             count(index.processes.len() as u64, "process", "processes"),
             count(events, "event", "events")
         );
+    }
+    let spans = crate::analysis::paused_spans(index);
+    if let Some(line) = switch_lines::paused_line(&spans, index.start_ns(), index.end_ns()) {
+        out += &format!("{line}\n");
     }
     for ((info, footprints), process) in index.processes.iter().zip(&summary.footprints).zip(&summary.processes) {
         for footprint in footprints {

@@ -110,6 +110,11 @@ pub fn record_lines(path: &Path, record: Record) -> Vec<Value> {
         }
         Record::Unrecorded(u) => vec![json!({"unrecorded": super::report_object::unrecorded_json(&u)})],
         Record::String { id, text } => vec![json!({"string": {"id": id, "text": text}})],
+        Record::RecordingSwitch(switch) => vec![json!({"recording_switch": {
+            "time_ns": switch.time_ns,
+            "paused": switch.state.paused,
+            "stacks": switch.state.stacks.map(|s| s.name()),
+        }})],
         Record::Symbols { process, nodes } => nodes
             .iter()
             .map(|n| {

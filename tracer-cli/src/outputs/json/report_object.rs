@@ -173,11 +173,19 @@ pub fn report(index: &TraceIndex, summary: &Summary) -> Value {
         .filter_map(|p| p.end.as_ref())
         .map(|end| end.dropped_records)
         .sum();
+    let seconds = |ns: u64| ns.saturating_sub(index.start_ns()) as f64 / 1e9;
     json!({
         "format_version": index.header.as_ref().map_or(cudatrace_trace::FORMAT_VERSION, |h| h.format_version),
         "lost_events": summary.lost_events(index),
         "dropped_events": dropped,
         "complete": index.complete,
+        "recording_paused": crate::analysis::paused_spans(index)
+            .iter()
+            .map(|span| json!({
+                "start_s": seconds(span.start_ns),
+                "end_s": span.end_ns.map(seconds),
+            }))
+            .collect::<Vec<_>>(),
         "damage": index.damage.as_ref().map(damage_text),
         "skipped_damage": skipped,
         "refused_spools": refused,

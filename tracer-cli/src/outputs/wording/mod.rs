@@ -26,6 +26,7 @@
 //! - [`run_lines`]: what `run` says;
 //! - [`collect_lines`]: what `collect` says;
 //! - [`collector_lines`]: what the collector says, on stderr and in the trace;
+//! - [`switch_lines`]: what `pause` and `resume` say;
 //! - [`output_lines`]: what the commands that write an output say;
 //! - [`trace_damage`]: a damaged frame, a trace that cannot be read, a block that changed;
 //! - [`spool_faults`]: a spool that cannot be read, a spool folder not used;
@@ -42,6 +43,7 @@ pub mod run_lines;
 pub mod spool_faults;
 pub mod stacks;
 pub mod stderr;
+pub mod switch_lines;
 pub mod tensors;
 pub mod trace_damage;
 pub mod write_failures;

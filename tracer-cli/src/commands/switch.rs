@@ -1,0 +1,79 @@
+//! `cudatrace pause` and `cudatrace resume`: switch a running job's
+//! recording, as PyTorch users switch `_record_memory_history` on and off
+//! around the steps they care about.
+
+use crate::collector::monotonic_ns;
+use crate::commands::arguments::{PauseArgs, ResumeArgs};
+use crate::outputs::wording::switch_lines;
+use crate::system::failure::Failure;
+use crate::system::switch_file::SwitchFile;
+use crate::system::terminal::say;
+use crate::system::traced_jobs::{self, Named};
+use cudatrace_events::recording_switch::{StackSetting, SwitchState};
+use std::path::PathBuf;
+
+/// `cudatrace pause`.
+pub fn pause(args: PauseArgs) -> Result<u8, Failure> {
+    let dir = job_folder(args.job.as_deref())?;
+    // Pausing keeps a stack setting a resume chose, for the next resume.
+    switch(dir, |before| SwitchState {
+        paused: true,
+        stacks: before.stacks,
+    })
+}
+
+/// `cudatrace resume`.
+pub fn resume(args: ResumeArgs) -> Result<u8, Failure> {
+    let dir = job_folder(args.job.as_deref())?;
+    let chosen = args.stacks.and_then(|s| StackSetting::from_name(s.name()));
+    switch(dir, |before| SwitchState {
+        paused: false,
+        stacks: chosen.or(before.stacks),
+    })
+}
+
+fn switch(dir: PathBuf, next: impl FnOnce(SwitchState) -> SwitchState) -> Result<u8, Failure> {
+    if !dir.is_dir() {
+        return Err(switch_lines::no_spool_folder(&dir).into());
+    }
+    let failed = |error: std::io::Error| Failure::from(switch_lines::cannot_switch(&dir, error));
+    // A job that has made no CUDA call yet has no switch: it is made here,
+    // recording, and switched like any other.
+    let file = SwitchFile::open_or_make(&dir, SwitchState::RECORDING, monotonic_ns()).map_err(failed)?;
+    let state = next(file.state().map_err(failed)?);
+    let before = file.set(state, monotonic_ns()).map_err(failed)?;
+    say(&switch_lines::switched(state, before, &dir));
+    Ok(0)
+}
+
+/// The spool folder of the job named (a pid or a folder), else of the job
+/// this command runs in, else of the only traced job of this user.
+fn job_folder(named: Option<&str>) -> Result<PathBuf, Failure> {
+    match named {
+        Some(text) => match text.parse::<u32>() {
+            Ok(pid) => match traced_jobs::job_of(pid) {
+                Named::Job(dir) => Ok(dir),
+                Named::Gone => Err(switch_lines::no_such_process(pid).into()),
+                Named::NotTraced => Err(switch_lines::not_traced(pid).into()),
+            },
+            Err(_) => Ok(PathBuf::from(text)),
+        },
+        None => {
+            if let Some(own) = std::env::var_os("CUDATRACE_DIR").filter(|d| !d.is_empty()) {
+                return Ok(PathBuf::from(own));
+            }
+            let jobs = traced_jobs::running_jobs();
+            match jobs.len() {
+                0 => Err(switch_lines::NO_JOB_RUNNING.into()),
+                1 => Ok(jobs.into_keys().next().expect("one job")),
+                _ => {
+                    let listed: Vec<(String, Vec<u32>)> = jobs
+                        .into_iter()
+                        .map(|(dir, pids)| (dir.display().to_string(), pids))
+                        .collect();
+                    Err(switch_lines::several_jobs(&listed).into())
+                }
+            }
+        }
+    }
+}

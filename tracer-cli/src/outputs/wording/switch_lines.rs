@@ -1,0 +1,94 @@
+//! What `cudatrace pause` and `cudatrace resume` say, and why they fail;
+//! and how outputs name a span of a run whose recording was paused.
+
+use super::numbers::{count, shell_quoted};
+use crate::analysis::{PausedSpan, PAUSED_SITE};
+use cudatrace_events::recording_switch::SwitchState;
+use std::fmt::Display;
+use std::path::Path;
+
+/// The switch was set.
+pub fn switched(state: SwitchState, before: SwitchState, dir: &Path) -> String {
+    let what = state_text(state);
+    if state == before {
+        format!("cudatrace: the job in {} was already {what}", dir.display())
+    } else {
+        format!("cudatrace: the job in {} is now {what}", dir.display())
+    }
+}
+
+/// A switch state in words.
+pub fn state_text(state: SwitchState) -> String {
+    match (state.paused, state.stacks) {
+        (true, _) => "paused: events are recorded without call stacks until `cudatrace resume`".into(),
+        (false, None) => "recording, with the call stacks it was started with".into(),
+        (false, Some(stacks)) => format!("recording, with --stacks {stacks}"),
+    }
+}
+
+/// No job named, and none is running.
+pub const NO_JOB_RUNNING: &str =
+    "no traced job of yours is running; name one by the pid of one of its processes, or by its spool folder";
+
+/// No job named, and several are running.
+pub fn several_jobs(jobs: &[(String, Vec<u32>)]) -> String {
+    let listed: Vec<String> = jobs
+        .iter()
+        .map(|(dir, pids)| format!("{dir} (pid {})", pids.first().copied().unwrap_or(0)))
+        .collect();
+    format!(
+        "{} traced jobs are running; name one by pid or spool folder: {}",
+        jobs.len(),
+        listed.join(", ")
+    )
+}
+
+/// The pid named runs no traced job.
+pub fn not_traced(pid: u32) -> String {
+    format!("process {pid} is not traced by cudatrace (or is another user's)")
+}
+
+/// The pid named is not running.
+pub fn no_such_process(pid: u32) -> String {
+    format!("no process {pid} is running")
+}
+
+/// The job's spool folder does not exist.
+pub fn no_spool_folder(dir: &Path) -> String {
+    format!(
+        "{} does not exist: the job has not recorded anything yet, or has finished",
+        dir.display()
+    )
+}
+
+/// The switch file could not be opened or written.
+pub fn cannot_switch(dir: &Path, error: impl Display) -> String {
+    format!(
+        "cannot switch the recording of the job in {}: {error}",
+        shell_quoted(dir)
+    )
+}
+
+/// The line outputs give a run whose recording was paused: how often, for
+/// how long, and when (seconds from the run's start); `None` if never.
+pub fn paused_line(spans: &[PausedSpan], run_start_ns: u64, run_end_ns: u64) -> Option<String> {
+    if spans.is_empty() {
+        return None;
+    }
+    let seconds = |ns: u64| ns.saturating_sub(run_start_ns) as f64 / 1e9;
+    let paused_ns: u64 = spans.iter().map(|s| s.length_ns(run_end_ns)).sum();
+    let listed: Vec<String> = spans
+        .iter()
+        .map(|s| match s.end_ns {
+            Some(end) => format!("{:.2}–{:.2} s", seconds(s.start_ns), seconds(end)),
+            None => format!("{:.2} s–end", seconds(s.start_ns)),
+        })
+        .collect();
+    Some(format!(
+        "recording was paused {}, {:.2} s of {:.2} s: every event of those spans is in the trace, without a call stack, at \"{PAUSED_SITE}\" ({})",
+        count(spans.len() as u64, "time", "times"),
+        paused_ns as f64 / 1e9,
+        run_end_ns.saturating_sub(run_start_ns) as f64 / 1e9,
+        listed.join(", ")
+    ))
+}

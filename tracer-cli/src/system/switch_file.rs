@@ -1,0 +1,195 @@
+//! The recording switch of a traced job, as `cudatrace pause`, `resume`
+//! and `run --start-paused` write it: the page every traced process maps,
+//! and the log the collector puts into the trace
+//! (`cudatrace_events::recording_switch` has the layout).
+
+use cudatrace_events::recording_switch::{self as layout, Switch, SwitchState};
+use std::fs::File;
+use std::io::Write;
+use std::os::unix::fs::OpenOptionsExt;
+use std::os::unix::io::AsRawFd;
+use std::path::{Path, PathBuf};
+use std::sync::atomic::{AtomicU64, Ordering};
+
+/// One job's switch file, open for writing.
+pub struct SwitchFile {
+    file: File,
+    path: PathBuf,
+}
+
+impl SwitchFile {
+    /// Opens the switch of spool folder `dir`, making it (in state
+    /// `initial`, logged at `time_ns` when not plain recording) when no
+    /// process of the job has yet.
+    pub fn open_or_make(dir: &Path, initial: SwitchState, time_ns: u64) -> std::io::Result<SwitchFile> {
+        let path = dir.join(layout::FILE_NAME);
+        match open(&path) {
+            Ok(file) => return checked(file, path),
+            Err(error) if error.kind() != std::io::ErrorKind::NotFound => return Err(error),
+            Err(_) => {}
+        }
+        make(dir, &path, initial, time_ns)?;
+        checked(open(&path)?, path)
+    }
+
+    /// What the switch says now.
+    pub fn state(&self) -> std::io::Result<SwitchState> {
+        self.with_page(|word| SwitchState::from_word(word.load(Ordering::Acquire)))
+    }
+
+    /// Sets the switch to `state` at `time_ns` (`CLOCK_MONOTONIC`): the log
+    /// entry first, then the word the processes read, under a lock so that
+    /// two commands at once log in the order they switched. Returns the
+    /// state before; nothing is logged when it was `state` already.
+    pub fn set(&self, state: SwitchState, time_ns: u64) -> std::io::Result<SwitchState> {
+        // SAFETY: flock on our own descriptor.
+        if unsafe { libc::flock(self.file.as_raw_fd(), libc::LOCK_EX) } != 0 {
+            return Err(std::io::Error::last_os_error());
+        }
+        let result = self.with_page(|word| {
+            let before = SwitchState::from_word(word.load(Ordering::Acquire));
+            if before != state {
+                let mut log = std::fs::OpenOptions::new().append(true).open(&self.path)?;
+                log.write_all(&layout::log_entry(Switch { time_ns, state }))?;
+                word.store(state.to_word(), Ordering::Release);
+            }
+            Ok(before)
+        });
+        // SAFETY: unlocking our own descriptor.
+        unsafe { libc::flock(self.file.as_raw_fd(), libc::LOCK_UN) };
+        result?
+    }
+
+    /// Runs `work` on the state word of the file's page, mapped shared.
+    fn with_page<T>(&self, work: impl FnOnce(&AtomicU64) -> T) -> std::io::Result<T> {
+        // SAFETY: a shared mapping of the file's first page, which exists
+        // (checked when opened), unmapped below.
+        let page = unsafe {
+            libc::mmap(
+                std::ptr::null_mut(),
+                layout::PAGE_SIZE,
+                libc::PROT_READ | libc::PROT_WRITE,
+                libc::MAP_SHARED,
+                self.file.as_raw_fd(),
+                0,
+            )
+        };
+        if page == libc::MAP_FAILED {
+            return Err(std::io::Error::last_os_error());
+        }
+        // SAFETY: the state word lies inside the page and is 8-byte aligned.
+        let word = unsafe { &*page.cast::<u8>().add(layout::STATE_OFFSET).cast::<AtomicU64>() };
+        let result = work(word);
+        // SAFETY: unmapping the page mapped above.
+        unsafe { libc::munmap(page, layout::PAGE_SIZE) };
+        Ok(result)
+    }
+}
+
+fn open(path: &Path) -> std::io::Result<File> {
+    std::fs::OpenOptions::new()
+        .read(true)
+        .write(true)
+        .custom_flags(libc::O_NOFOLLOW)
+        .open(path)
+}
+
+/// Refuses a file that is not a switch file.
+fn checked(file: File, path: PathBuf) -> std::io::Result<SwitchFile> {
+    let mut magic = [0u8; 8];
+    let whole = file.metadata()?.len() >= layout::PAGE_SIZE as u64
+        && std::os::unix::fs::FileExt::read_exact_at(&file, &mut magic, 0).is_ok()
+        && magic == layout::MAGIC;
+    if !whole {
+        return Err(std::io::Error::new(
+            std::io::ErrorKind::InvalidData,
+            "not a cudatrace recording switch",
+        ));
+    }
+    Ok(SwitchFile { file, path })
+}
+
+/// Writes a whole file under a private name and links it in place: a
+/// process never maps half of one. When a process of the job linked its
+/// own first, that one stays.
+fn make(dir: &Path, path: &Path, initial: SwitchState, time_ns: u64) -> std::io::Result<()> {
+    let own = dir.join(format!("{}.{}", layout::FILE_NAME, std::process::id()));
+    let mut contents = layout::new_page(initial);
+    if initial != SwitchState::RECORDING {
+        contents.extend_from_slice(&layout::log_entry(Switch {
+            time_ns,
+            state: initial,
+        }));
+    }
+    let written = std::fs::OpenOptions::new()
+        .write(true)
+        .create_new(true)
+        .mode(0o600)
+        .open(&own)
+        .and_then(|mut file| file.write_all(&contents));
+    let linked = written.and_then(|()| match std::fs::hard_link(&own, path) {
+        Err(error) if error.kind() == std::io::ErrorKind::AlreadyExists => Ok(()),
+        other => other,
+    });
+    let _ = std::fs::remove_file(&own);
+    linked
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use cudatrace_events::recording_switch::StackSetting;
+
+    #[test]
+    fn switching_logs_each_change_once_and_the_page_follows() {
+        let dir = std::env::temp_dir().join(format!("cudatrace-switch-test-{}", std::process::id()));
+        let _ = std::fs::remove_dir_all(&dir);
+        std::fs::create_dir_all(&dir).unwrap();
+        let paused = SwitchState {
+            paused: true,
+            stacks: None,
+        };
+        let file = SwitchFile::open_or_make(&dir, paused, 1_000).unwrap();
+        assert_eq!(file.state().unwrap(), paused);
+        let python = SwitchState {
+            paused: false,
+            stacks: Some(StackSetting::Python),
+        };
+        assert_eq!(file.set(python, 5_000).unwrap(), paused);
+        assert_eq!(file.set(python, 6_000).unwrap(), python, "no change, no entry");
+        let again = SwitchFile::open_or_make(&dir, SwitchState::RECORDING, 7_000).unwrap();
+        assert_eq!(again.state().unwrap(), python, "an existing switch is kept");
+        let log = layout::read_log(&std::fs::read(dir.join(layout::FILE_NAME)).unwrap()).unwrap();
+        assert_eq!(log.len(), 2);
+        assert_eq!(
+            log[0],
+            Switch {
+                time_ns: 1_000,
+                state: paused
+            }
+        );
+        assert_eq!(
+            log[1],
+            Switch {
+                time_ns: 5_000,
+                state: python
+            }
+        );
+        let names: Vec<_> = std::fs::read_dir(&dir)
+            .unwrap()
+            .flatten()
+            .map(|e| e.file_name())
+            .collect();
+        assert_eq!(
+            names,
+            vec![std::ffi::OsString::from(layout::FILE_NAME)],
+            "no private copy left"
+        );
+        std::fs::write(dir.join(layout::FILE_NAME), b"short").unwrap();
+        assert_eq!(
+            SwitchFile::open_or_make(&dir, paused, 8_000).err().map(|e| e.kind()),
+            Some(std::io::ErrorKind::InvalidData)
+        );
+        std::fs::remove_dir_all(&dir).unwrap();
+    }
+}

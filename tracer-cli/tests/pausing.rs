@@ -1,0 +1,189 @@
+//! `cudatrace pause`, `cudatrace resume` and `run --start-paused`: events of
+//! a paused span are all in the trace, without call stacks, and every
+//! output says which spans were paused.
+
+mod common;
+
+use common::*;
+use serde_json::Value;
+use std::path::Path;
+use std::process::Command;
+
+/// The stack id of an event recorded while paused.
+const PAUSED_STACK: u64 = u32::MAX as u64;
+const PAUSED_SITE: &str = "(recorded while paused: no call stack)";
+
+/// (size, stack id) of every allocation in the trace, in order.
+fn allocations(trace: &Path) -> Vec<(u64, u64)> {
+    let output = cudatrace(&["dump", trace.to_str().unwrap()]).output().unwrap();
+    assert!(output.status.success(), "{}", stderr(&output));
+    stdout(&output)
+        .lines()
+        .map(|line| serde_json::from_str::<Value>(line).unwrap())
+        .filter(|event| event["op"] == "alloc")
+        .map(|event| (event["size"].as_u64().unwrap(), event["stack"].as_u64().unwrap()))
+        .collect()
+}
+
+/// What a trace of `scenarios switching` paused from the start, resumed
+/// after the first allocation and paused after the second shows.
+fn check_paused_then_resumed_then_paused(trace: &Path) {
+    let allocated = allocations(trace);
+    assert_eq!(allocated.len(), 3, "{allocated:?}");
+    assert_eq!(allocated[0], (1 << 20, PAUSED_STACK));
+    assert_eq!(allocated[1].0, 2 << 20);
+    assert!(
+        allocated[1].1 != 0 && allocated[1].1 != PAUSED_STACK,
+        "recorded with its stack: {allocated:?}"
+    );
+    assert_eq!(allocated[2], (4 << 20, PAUSED_STACK));
+
+    let (report, _) = report_json_with_stacks(trace);
+    let spans = report["recording_paused"].as_array().unwrap();
+    assert_eq!(spans.len(), 2, "{report}");
+    let (first_start, first_end) = (
+        spans[0]["start_s"].as_f64().unwrap(),
+        spans[0]["end_s"].as_f64().unwrap(),
+    );
+    let second_start = spans[1]["start_s"].as_f64().unwrap();
+    assert!(first_start <= first_end && first_end <= second_start, "{spans:?}");
+    assert_eq!(spans[1]["end_s"], Value::Null, "still paused at the end");
+    let live = &report["processes"][0]["devices"][0]["live_at_exit"];
+    assert_eq!(live.as_array().unwrap().len(), 1, "{live}");
+    assert_eq!(live[0]["size"], 4 << 20);
+    assert_eq!(live[0]["stack"][0]["function"], PAUSED_SITE, "{live}");
+    assert_eq!(live[0]["stack"].as_array().unwrap().len(), 1);
+
+    let text = stdout(&cudatrace(&["report", trace.to_str().unwrap()]).output().unwrap());
+    assert!(text.contains("recording was paused 2 times, "), "{text}");
+    assert!(
+        text.contains(&format!("4.0 MiB in 1 allocation: {PAUSED_SITE}")),
+        "the paused allocation is named so: {text}"
+    );
+}
+
+#[test]
+fn a_job_started_paused_records_every_event_and_stacks_only_while_resumed() {
+    let cli = cli();
+    let resume = format!("{} resume", cli.display());
+    let pause = format!("{} pause", cli.display());
+    let (mut command, trace) = run_command("start-paused", "switching", &["--start-paused"]);
+    let output = command.args([&resume, &pause]).output().unwrap();
+    assert!(output.status.success(), "{}", stderr(&output));
+    assert!(stdout(&output).ends_with("\nswitching done\n"), "{}", stdout(&output));
+    let said = stderr(&output);
+    assert!(
+        said.contains(" is now recording, with the call stacks it was started with\n"),
+        "{said}"
+    );
+    assert!(
+        said.contains(" is now paused: events are recorded without call stacks until `cudatrace resume`\n"),
+        "{said}"
+    );
+    check_paused_then_resumed_then_paused(&trace);
+}
+
+#[test]
+fn plain_ld_preload_starts_paused_with_its_variable_and_is_switched_by_pid() {
+    let dir = scratch_dir("plain-start-paused");
+    let trace = dir.join("plain.trace");
+    // By pid: the shell's parent is the traced program.
+    let resume = format!("{} resume \"$PPID\"", cli().display());
+    let pause = format!("{} pause \"$PPID\"", cli().display());
+    let output = Command::new(fake_cuda::program("scenarios"))
+        .args(["switching", &resume, &pause])
+        .env("LD_LIBRARY_PATH", fake_cuda::library_dir())
+        .env("LD_PRELOAD", tracer_library())
+        .env_remove("CUDATRACE_DIR")
+        .env("CUDATRACE_START_PAUSED", "1")
+        .env("CUDATRACE_OUT", &trace)
+        .env("CUDATRACE_CLI", cli())
+        .env("TMPDIR", &dir)
+        .output()
+        .unwrap();
+    assert!(output.status.success(), "{}", stderr(&output));
+    finished_trace(&trace);
+    check_paused_then_resumed_then_paused(&trace);
+}
+
+#[test]
+fn resume_with_other_stacks_and_a_repeated_pause_are_said_and_logged_once() {
+    let cli = cli();
+    let first = format!("{0} resume --stacks none && {0} resume --stacks none", cli.display());
+    let second = format!("{0} pause", cli.display());
+    let (mut command, trace) = run_command("resume-stacks", "switching", &["--start-paused", "--stacks", "all"]);
+    let output = command.args([&first, &second]).output().unwrap();
+    assert!(output.status.success(), "{}", stderr(&output));
+    let said = stderr(&output);
+    assert!(said.contains(" is now recording, with --stacks none\n"), "{said}");
+    assert!(said.contains(" was already recording, with --stacks none\n"), "{said}");
+    let lines = stdout(&cudatrace(&["dump", trace.to_str().unwrap()]).output().unwrap());
+    let switches: Vec<Value> = lines
+        .lines()
+        .map(|line| serde_json::from_str::<Value>(line).unwrap())
+        .filter_map(|record| record.get("recording_switch").cloned())
+        .collect();
+    let states: Vec<(bool, Value)> = switches
+        .iter()
+        .map(|s| (s["paused"].as_bool().unwrap(), s["stacks"].clone()))
+        .collect();
+    assert_eq!(
+        states,
+        vec![
+            (true, Value::Null),
+            (false, Value::from("none")),
+            (true, Value::from("none")),
+        ],
+        "the repeat is not logged; a pause keeps the setting for the next resume"
+    );
+    // With --stacks none an event carries one node, the caller of CUDA (here
+    // two frames: `scenario_switching` is inlined into `main`), and none of
+    // the frames below it that --stacks all records.
+    let (report, _) = report_json_with_stacks(&trace);
+    let peak_sites = &report["processes"][0]["devices"][0]["peak_by_call_site"];
+    let functions: Vec<Vec<&str>> = peak_sites
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|site| {
+            let stack = site["stack"].as_array().unwrap();
+            stack.iter().map(|frame| frame["function"].as_str().unwrap()).collect()
+        })
+        .collect();
+    assert_eq!(
+        functions,
+        vec![vec![PAUSED_SITE], vec!["scenario_switching", "main"]],
+        "{peak_sites}"
+    );
+}
+
+#[test]
+fn a_job_that_is_not_there_is_one_line_and_status_2() {
+    let mut sleeper = Command::new("sleep").arg("30").spawn().unwrap();
+    let cases = [
+        (
+            vec!["pause".to_string(), "4000000000".to_string()],
+            "cudatrace: no process 4000000000 is running\n".to_string(),
+        ),
+        (
+            vec!["resume".to_string(), sleeper.id().to_string()],
+            format!(
+                "cudatrace: process {} is not traced by cudatrace (or is another user's)\n",
+                sleeper.id()
+            ),
+        ),
+        (
+            vec!["pause".to_string(), "/nonexistent/cudatrace-job".to_string()],
+            "cudatrace: /nonexistent/cudatrace-job does not exist: the job has not recorded anything yet, or has finished\n"
+                .to_string(),
+        ),
+    ];
+    for (args, expected) in cases {
+        let args: Vec<&str> = args.iter().map(String::as_str).collect();
+        let output = cudatrace(&args).env_remove("CUDATRACE_DIR").output().unwrap();
+        assert_eq!(output.status.code(), Some(2), "{args:?}");
+        assert_eq!(stderr(&output), expected, "{args:?}");
+    }
+    let _ = sleeper.kill();
+    let _ = sleeper.wait();
+}
