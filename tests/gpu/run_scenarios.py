@@ -294,6 +294,34 @@ def scenario_unrecorded(args):
     )
 
 
+def scenario_pause_resume(args):
+    """Plain LD_PRELOAD started paused, resumed and paused again by
+    `cudatrace resume` and `pause` from inside the job: every segment is in
+    the trace, and only the one made while recording carries its stack."""
+    paused_site = "(recorded while paused: no call stack)"
+    r = run_cli(args, "pause", [sys.executable, os.path.join(WORKLOADS, "pause_resume.py"), "{out}", args.cli],
+                env={"CUDATRACE_START_PAUSED": "1"}, plain_preload=True)
+    if r.returncode != 0 or not r.report or not r.data:
+        return False, f"exit {r.returncode}: {r.stderr.strip()[-300:]}"
+    spans = r.report["recording_paused"]
+    live = [l for p in r.report["processes"] for d in p["devices"] for l in d["live_at_exit"]]
+    by_address = {l["address"]: l for l in live}
+    found = [by_address.get(a) for a in r.data["addresses"]]
+    heads = [l["stack"][0]["function"] if l and l["stack"] else None for l in found]
+    files = [{f.get("file") or "" for f in l["stack"]} if l else set() for l in found]
+    passed = (
+        len(spans) == 2 and spans[0]["end_s"] is not None and spans[1]["end_s"] is None
+        and [l and l["size"] for l in found] == [64 << 20, 32 << 20, 16 << 20]
+        and heads[0] == heads[2] == paused_site
+        and any(f.endswith("pause_resume.py") for f in files[1]) and r.report["complete"]
+    )
+    return passed, (
+        f"paused spans {[(s['start_s'], s['end_s']) for s in spans]}; the three segments' sizes "
+        f"{[l and l['size'] for l in found]}, first frames {heads}; the resumed one from pause_resume.py: "
+        f"{any(f.endswith('pause_resume.py') for f in files[1])}"
+    )
+
+
 def scenario_dataloader(args):
     r = run_cli(args, "loader", [sys.executable, os.path.join(WORKLOADS, "dataloader.py"), "{out}"])
     if r.returncode != 0 or not r.report:
@@ -1047,6 +1075,7 @@ SCENARIOS = [
     ("R3 ResNet-50 cost: no caching", scenario_resnet_no_caching),
     ("T1 tensors: seed 000's leak, parity with PyTorch's recorder", scenario_tensor_parity_leak),
     ("U a child that cannot record is named, and why", scenario_unrecorded),
+    ("P pause and resume a job started paused", scenario_pause_resume),
     ("T2 tensors: ResNet-50 cost, caching allocator", scenario_resnet_tensors),
     ("T3 tensors: record_stream, empty_cache, OOM, graph pool, MemPool; expandable or not", scenario_tensor_cases),
 ]
@@ -1059,7 +1088,7 @@ PARTS = {
     "4": "z,R1",
     "5": "R2",
     "6": "R3",
-    "7": "T1,T3,U",
+    "7": "T1,T3,U,P",
     "8": "T2",
 }
 

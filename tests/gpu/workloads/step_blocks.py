@@ -1,0 +1,165 @@
+"""Training steps in blocks, each block with recording in one state, in
+one process: the measure of what a step costs under cudatrace (and under
+PyTorch's own recorder) that process-to-process speed differences do not
+blur. Run under `cudatrace run --start-paused`; writes JSON to --out.
+
+States:
+  unrecorded
+            nothing recorded at all: only with the diagnostic build of
+            tests/gpu/dev/unrecorded-blocks.patch, which reads bit 1 of the
+            job's switch word, written here directly (no command sets it);
+  off       cudatrace paused (events recorded without stacks), no recorder;
+  all, python, native, none
+            cudatrace recording with those stacks (`cudatrace resume --stacks`);
+  recorder  cudatrace paused, PyTorch's `_record_memory_history` on
+            (max_entries 100,000, its other settings the defaults).
+
+Each cycle runs one block per state, the order turned by one each cycle so
+that no state always follows the same one. A block is --steps steps after
+the switch; its figure is their median time (each step synchronised).
+Switching runs the `cudatrace` command between blocks, outside the timed
+steps. The model comes from --model: ResNet-50 (batch 32, SGD) or GPT-2
+small (transformers, batch 8 of 512 tokens, bf16 autocast, AdamW)."""
+import argparse
+import json
+import os
+import subprocess
+import sys
+import time
+
+import torch
+import torch.nn as nn
+
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+
+parser = argparse.ArgumentParser()
+parser.add_argument("--model", choices=["resnet50", "gpt2"], required=True)
+parser.add_argument("--states", required=True)
+parser.add_argument("--cycles", type=int, default=10)
+parser.add_argument("--steps", type=int, default=4)
+parser.add_argument("--warmup", type=int, default=10)
+parser.add_argument("--cli", required=True)
+parser.add_argument("--out", required=True)
+args = parser.parse_args()
+states = args.states.split(",")
+
+torch.manual_seed(0)
+if args.model == "resnet50":
+    from resnet_model import resnet50
+
+    model = resnet50().cuda()
+    optimizer = torch.optim.SGD(model.parameters(), lr=0.1, momentum=0.9)
+    images = torch.randn(32, 3, 224, 224, device="cuda")
+    labels = torch.randint(0, 1000, (32,), device="cuda")
+
+    def step():
+        loss = nn.functional.cross_entropy(model(images), labels)
+        optimizer.zero_grad(set_to_none=True)
+        loss.backward()
+        optimizer.step()
+else:
+    from transformers import GPT2Config, GPT2LMHeadModel
+
+    model = GPT2LMHeadModel(GPT2Config()).cuda()
+    optimizer = torch.optim.AdamW(model.parameters(), lr=1e-4)
+    tokens = torch.randint(0, 50257, (8, 512), device="cuda")
+
+    def step():
+        with torch.autocast("cuda", dtype=torch.bfloat16):
+            loss = model(tokens, labels=tokens).loss
+        optimizer.zero_grad(set_to_none=True)
+        loss.backward()
+        optimizer.step()
+
+# The cudatrace command, without our library preloaded into it.
+cli_env = {k: v for k, v in os.environ.items() if k != "LD_PRELOAD"}
+
+
+def cudatrace(*words):
+    subprocess.run([args.cli, *words], env=cli_env, check=True, stderr=subprocess.DEVNULL)
+
+
+recorder_on = False
+
+
+def set_unrecorded(on):
+    """Bit 1 of the switch word (offset 8 of the job's switch file)."""
+    import mmap
+    import struct
+
+    path = os.path.join(os.environ["CUDATRACE_DIR"], "recording.switch")
+    with open(path, "r+b") as f:
+        page = mmap.mmap(f.fileno(), 4096)
+        word = struct.unpack_from("<Q", page, 8)[0]
+        struct.pack_into("<Q", page, 8, word | 2 if on else word & ~2)
+        page.close()
+
+
+def switch_to(state):
+    global recorder_on
+    if recorder_on:
+        torch.cuda.memory._record_memory_history(enabled=None)
+        recorder_on = False
+    set_unrecorded(False)
+    if state == "unrecorded":
+        cudatrace("pause")
+        set_unrecorded(True)
+    elif state in ("off", "recorder"):
+        cudatrace("pause")
+    else:
+        cudatrace("resume", "--stacks", state)
+    if state == "recorder":
+        torch.cuda.memory._record_memory_history(max_entries=100_000)
+        recorder_on = True
+
+
+def block():
+    torch.cuda.synchronize()
+    times = []
+    for _ in range(args.steps):
+        start = time.perf_counter()
+        step()
+        torch.cuda.synchronize()
+        times.append((time.perf_counter() - start) * 1000)
+    return sorted(times)[len(times) // 2]
+
+
+cudatrace("pause")
+for _ in range(args.warmup):
+    step()
+torch.cuda.synchronize()
+stats_before = torch.cuda.memory_stats()
+block()
+stats_after = torch.cuda.memory_stats()
+counted = args.steps
+
+
+def per_step(key):
+    return (stats_after.get(key, 0) - stats_before.get(key, 0)) / counted
+
+
+blocks = {state: [] for state in states}
+for cycle in range(args.cycles):
+    turn = cycle % len(states)
+    for state in states[turn:] + states[:turn]:
+        switch_to(state)
+        step()  # the first step after a switch settles what the switch changed
+        blocks[state].append(block())
+switch_to("off")
+result = {
+    "model": args.model,
+    "states": states,
+    "cycles": args.cycles,
+    "steps_per_block": args.steps,
+    "blocks_ms": blocks,
+    # What PyTorch's allocator did per step (0 for cudaMallocAsync, which
+    # keeps no such counts): its tracker sees about one action per
+    # allocation and two per free.
+    "allocations_per_step": per_step("allocation.all.allocated"),
+    "frees_per_step": per_step("allocation.all.freed"),
+    "segment_allocations_per_step": per_step("segment.all.allocated"),
+    "gpu": torch.cuda.get_device_name(),
+    "torch": torch.__version__,
+}
+with open(args.out, "w") as f:
+    json.dump(result, f)
