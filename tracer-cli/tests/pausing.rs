@@ -60,6 +60,12 @@ fn check_paused_then_resumed_then_paused(trace: &Path) {
         text.contains(&format!("4.0 MiB in 1 allocation: {PAUSED_SITE}")),
         "the paused allocation is named so: {text}"
     );
+    assert!(
+        text.contains(&format!(
+            "  {PAUSED_SITE}                    4.0 MiB 100.0%      5.0 MiB  71.4%\n"
+        )),
+        "and owned so, not by an unknown caller: {text}"
+    );
 }
 
 #[test]
@@ -87,9 +93,11 @@ fn a_job_started_paused_records_every_event_and_stacks_only_while_resumed() {
 fn plain_ld_preload_starts_paused_with_its_variable_and_is_switched_by_pid() {
     let dir = scratch_dir("plain-start-paused");
     let trace = dir.join("plain.trace");
-    // By pid: the shell's parent is the traced program.
-    let resume = format!("{} resume \"$PPID\"", cli().display());
-    let pause = format!("{} pause \"$PPID\"", cli().display());
+    // By pid: the shell's parent is the traced program, whose own
+    // environment (as it started) has no CUDATRACE_DIR, and which has no
+    // other child: it is found by the switch it has mapped.
+    let resume = format!("exec {} resume \"$PPID\"", cli().display());
+    let pause = format!("exec {} pause \"$PPID\"", cli().display());
     let output = Command::new(fake_cuda::program("scenarios"))
         .args(["switching", &resume, &pause])
         .env("LD_LIBRARY_PATH", fake_cuda::library_dir())
@@ -159,7 +167,13 @@ fn resume_with_other_stacks_and_a_repeated_pause_are_said_and_logged_once() {
 
 #[test]
 fn a_job_that_is_not_there_is_one_line_and_status_2() {
-    let mut sleeper = Command::new("sleep").arg("30").spawn().unwrap();
+    // A CUDATRACE_DIR exported by hand is where runs make folders, not a job.
+    let mut sleeper = Command::new("sleep")
+        .arg("30")
+        .env("CUDATRACE_DIR", std::env::temp_dir())
+        .spawn()
+        .unwrap();
+    let plain_folder = scratch_dir("not-a-spool-folder");
     let cases = [
         (
             vec!["pause".to_string(), "4000000000".to_string()],
@@ -177,6 +191,13 @@ fn a_job_that_is_not_there_is_one_line_and_status_2() {
             "cudatrace: /nonexistent/cudatrace-job does not exist: the job has not recorded anything yet, or has finished\n"
                 .to_string(),
         ),
+        (
+            vec!["pause".to_string(), plain_folder.display().to_string()],
+            format!(
+                "cudatrace: {} is not a cudatrace spool folder (no spool, switch or notice file in it)\n",
+                plain_folder.display()
+            ),
+        ),
     ];
     for (args, expected) in cases {
         let args: Vec<&str> = args.iter().map(String::as_str).collect();
@@ -186,4 +207,47 @@ fn a_job_that_is_not_there_is_one_line_and_status_2() {
     }
     let _ = sleeper.kill();
     let _ = sleeper.wait();
+    assert!(
+        std::fs::read_dir(&plain_folder).unwrap().next().is_none(),
+        "nothing was made in a folder that is not a job's"
+    );
+}
+
+#[test]
+fn collect_reads_past_a_fifo_or_a_link_where_the_switch_should_be() {
+    let dir = scratch_dir("switch-fifo");
+    let spools = dir.join("spools");
+    std::fs::create_dir_all(&spools).unwrap();
+    let output = Command::new(fake_cuda::program("scenarios"))
+        .arg("runtime")
+        .env("LD_LIBRARY_PATH", fake_cuda::library_dir())
+        .env("LD_PRELOAD", tracer_library())
+        .env("CUDATRACE_DIR", &spools)
+        .env("TMPDIR", &dir)
+        .output()
+        .unwrap();
+    assert!(output.status.success(), "{}", stderr(&output));
+    let switch = spools.join("recording.switch");
+    let _ = std::fs::remove_file(&switch);
+    let made = Command::new("mkfifo").arg(&switch).status().unwrap();
+    assert!(made.success());
+    let trace = dir.join("fifo.trace");
+    let mut collect = cudatrace(&["collect", spools.to_str().unwrap(), "-o", trace.to_str().unwrap()])
+        .spawn()
+        .unwrap();
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(60);
+    let status = loop {
+        if let Some(status) = collect.try_wait().unwrap() {
+            break status;
+        }
+        if std::time::Instant::now() > deadline {
+            let _ = collect.kill();
+            panic!("collect waited on the FIFO");
+        }
+        std::thread::sleep(std::time::Duration::from_millis(50));
+    };
+    assert!(status.success());
+    let (report, _) = report_json_with_stacks(&trace);
+    assert_eq!(report["recording_paused"], serde_json::json!([]));
+    assert_eq!(report["complete"], true);
 }

@@ -4,6 +4,7 @@
 //! `libnccl.so.2`'s, and a `ctypes` call belongs to the Python file that
 //! made it.
 
+use super::paused_spans::PAUSED_SITE;
 use super::stack_frames::Frame;
 use crate::symbolize::PYTHON_MODULE;
 use cudatrace_events::naming;
@@ -49,8 +50,14 @@ pub(super) fn installed_package(path: &str) -> Option<(&str, &str)> {
     None
 }
 
-/// The owner of an allocation made with stack `frames` (innermost first).
+/// The owner of an allocation made with stack `frames` (innermost first);
+/// one recorded while paused is owned by that mark, not by an unknown caller.
 pub fn owner_of(frames: &[Frame]) -> String {
+    if let [only] = frames {
+        if only.module.is_none() && only.function == PAUSED_SITE {
+            return PAUSED_SITE.to_string();
+        }
+    }
     for frame in frames {
         let Some(module) = frame.module.as_deref() else {
             continue;

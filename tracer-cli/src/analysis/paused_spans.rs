@@ -18,13 +18,6 @@ pub struct PausedSpan {
     pub end_ns: Option<u64>,
 }
 
-impl PausedSpan {
-    /// Its length in ns, a span still open counted to `run_end_ns`.
-    pub fn length_ns(&self, run_end_ns: u64) -> u64 {
-        self.end_ns.unwrap_or(run_end_ns).saturating_sub(self.start_ns)
-    }
-}
-
 /// The paused spans, in order, from the switches the trace holds.
 pub fn paused_spans(index: &TraceIndex) -> Vec<PausedSpan> {
     let mut spans: Vec<PausedSpan> = Vec::new();

@@ -4,6 +4,8 @@
 
 use cudatrace_events::recording_switch::{self, Switch};
 use cudatrace_trace::Record;
+use std::io::Read;
+use std::os::unix::fs::OpenOptionsExt;
 use std::path::Path;
 
 /// The switches logged in `dir`, as trace records, in order; none when the
@@ -12,10 +14,25 @@ pub fn records(dir: &Path) -> Vec<Record> {
     switches(dir).into_iter().map(Record::RecordingSwitch).collect()
 }
 
-/// The switches logged in `dir`, in order.
+/// Most bytes of switch file read: a million switches and more.
+const MOST_BYTES: u64 = 64 << 20;
+
+/// The switches logged in `dir`, in order. Only a regular file is read,
+/// never through a link, and never a FIFO (whose read could wait forever).
 pub fn switches(dir: &Path) -> Vec<Switch> {
-    std::fs::read(dir.join(recording_switch::FILE_NAME))
-        .ok()
-        .and_then(|bytes| recording_switch::read_log(&bytes))
-        .unwrap_or_default()
+    let opened = std::fs::OpenOptions::new()
+        .read(true)
+        .custom_flags(libc::O_NOFOLLOW | libc::O_NONBLOCK)
+        .open(dir.join(recording_switch::FILE_NAME));
+    let Ok(file) = opened else {
+        return Vec::new();
+    };
+    if !file.metadata().is_ok_and(|m| m.is_file()) {
+        return Vec::new();
+    }
+    let mut bytes = Vec::new();
+    if file.take(MOST_BYTES).read_to_end(&mut bytes).is_err() {
+        return Vec::new();
+    }
+    recording_switch::read_log(&bytes).unwrap_or_default()
 }

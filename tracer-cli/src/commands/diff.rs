@@ -4,10 +4,10 @@
 use crate::analysis::{RunFigures, Summary};
 use crate::commands::arguments::DiffArgs;
 use crate::outputs;
-use crate::outputs::wording::category_name;
+use crate::outputs::wording::{category_name, said, switch_lines};
 use crate::system::failure::Failure;
 use crate::system::progress::Progress;
-use crate::system::terminal::Stdout;
+use crate::system::terminal::{say, Stdout};
 
 /// `cudatrace diff`; 1 if either trace is damaged.
 pub fn command(args: DiffArgs) -> Result<u8, Failure> {
@@ -18,6 +18,12 @@ pub fn command(args: DiffArgs) -> Result<u8, Failure> {
         let summary = Summary::build(&index, &Progress::new("reading", index.events));
         figures.push(RunFigures::of(&index, &summary, &|c| category_name(c).to_string()));
         status = status.max(outputs::say_what_the_trace_lacks(&index, &summary.stream_errors));
+        // A run paused for a while has part of its bytes at the paused
+        // mark: its call sites cannot be compared one for one there.
+        let spans = crate::analysis::paused_spans(&index);
+        if let Some(line) = switch_lines::paused_line(&spans, index.start_ns(), index.end_ns()) {
+            say(&said(format!("{}: {line}", path.display())));
+        }
     }
     let paths = [args.a.as_path(), args.b.as_path()];
     let text = if args.json {

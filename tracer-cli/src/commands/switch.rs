@@ -3,14 +3,16 @@
 //! around the steps they care about.
 
 use crate::collector::monotonic_ns;
+use crate::collector::spool_dir;
 use crate::commands::arguments::{PauseArgs, ResumeArgs};
 use crate::outputs::wording::switch_lines;
 use crate::system::failure::Failure;
 use crate::system::switch_file::SwitchFile;
 use crate::system::terminal::say;
 use crate::system::traced_jobs::{self, Named};
-use cudatrace_events::recording_switch::{StackSetting, SwitchState};
-use std::path::PathBuf;
+use cudatrace_events::recording_switch::{self, StackSetting, SwitchState};
+use cudatrace_events::{naming, notices};
+use std::path::{Path, PathBuf};
 
 /// `cudatrace pause`.
 pub fn pause(args: PauseArgs) -> Result<u8, Failure> {
@@ -36,14 +38,29 @@ fn switch(dir: PathBuf, next: impl FnOnce(SwitchState) -> SwitchState) -> Result
     if !dir.is_dir() {
         return Err(switch_lines::no_spool_folder(&dir).into());
     }
+    spool_dir::check_owned(&dir)?;
+    if !is_spool_folder(&dir) {
+        return Err(switch_lines::not_a_spool_folder(&dir).into());
+    }
     let failed = |error: std::io::Error| Failure::from(switch_lines::cannot_switch(&dir, error));
     // A job that has made no CUDA call yet has no switch: it is made here,
     // recording, and switched like any other.
     let file = SwitchFile::open_or_make(&dir, SwitchState::RECORDING, monotonic_ns()).map_err(failed)?;
-    let state = next(file.state().map_err(failed)?);
-    let before = file.set(state, monotonic_ns()).map_err(failed)?;
+    let (before, state) = file.set(next, monotonic_ns).map_err(failed)?;
     say(&switch_lines::switched(state, before, &dir));
     Ok(0)
+}
+
+/// Whether `dir` holds what cudatrace keeps in a job's spool folder: a
+/// switch, a spool, `run`'s notice file, or a collector's files.
+fn is_spool_folder(dir: &Path) -> bool {
+    let kept = [
+        recording_switch::FILE_NAME,
+        notices::NOTICE_FILE,
+        naming::TRACE_POINTER,
+        naming::COLLECTOR_LOCK,
+    ];
+    kept.iter().any(|name| dir.join(name).exists()) || naming::spool_files_in(dir).is_ok_and(|s| !s.is_empty())
 }
 
 /// The spool folder of the job named (a pid or a folder), else of the job
@@ -59,8 +76,13 @@ fn job_folder(named: Option<&str>) -> Result<PathBuf, Failure> {
             Err(_) => Ok(PathBuf::from(text)),
         },
         None => {
-            if let Some(own) = std::env::var_os("CUDATRACE_DIR").filter(|d| !d.is_empty()) {
-                return Ok(PathBuf::from(own));
+            // Inside a traced job, cudatrace's own variables stand beside
+            // the folder; a `CUDATRACE_DIR` exported by hand is not a job.
+            let in_a_job = ["CUDATRACE_COLLECTOR", "CUDATRACE_ROOT_PID"]
+                .iter()
+                .any(|key| std::env::var_os(key).is_some());
+            if let Some(own) = std::env::var_os("CUDATRACE_DIR").filter(|d| in_a_job && !d.is_empty()) {
+                return Ok(std::path::absolute(&own).unwrap_or_else(|_| PathBuf::from(own)));
             }
             let jobs = traced_jobs::running_jobs();
             match jobs.len() {

@@ -33,27 +33,34 @@ impl SwitchFile {
     }
 
     /// What the switch says now.
+    #[cfg(test)]
     pub fn state(&self) -> std::io::Result<SwitchState> {
         self.with_page(|word| SwitchState::from_word(word.load(Ordering::Acquire)))
     }
 
-    /// Sets the switch to `state` at `time_ns` (`CLOCK_MONOTONIC`): the log
-    /// entry first, then the word the processes read, under a lock so that
-    /// two commands at once log in the order they switched. Returns the
-    /// state before; nothing is logged when it was `state` already.
-    pub fn set(&self, state: SwitchState, time_ns: u64) -> std::io::Result<SwitchState> {
+    /// Switches to `next(state before)`, at the time `now()` gives
+    /// (`CLOCK_MONOTONIC`), both taken under a lock, so that two commands at
+    /// once neither undo each other's choice nor log out of time order: the
+    /// log entry first, then the word the processes read. Returns the
+    /// states before and after; nothing is logged when they are the same.
+    pub fn set(
+        &self,
+        next: impl FnOnce(SwitchState) -> SwitchState,
+        now: impl FnOnce() -> u64,
+    ) -> std::io::Result<(SwitchState, SwitchState)> {
         // SAFETY: flock on our own descriptor.
         if unsafe { libc::flock(self.file.as_raw_fd(), libc::LOCK_EX) } != 0 {
             return Err(std::io::Error::last_os_error());
         }
         let result = self.with_page(|word| {
             let before = SwitchState::from_word(word.load(Ordering::Acquire));
+            let state = next(before);
             if before != state {
                 let mut log = std::fs::OpenOptions::new().append(true).open(&self.path)?;
-                log.write_all(&layout::log_entry(Switch { time_ns, state }))?;
+                log.write_all(&layout::log_entry(Switch { time_ns: now(), state }))?;
                 word.store(state.to_word(), Ordering::Release);
             }
-            Ok(before)
+            Ok((before, state))
         });
         // SAFETY: unlocking our own descriptor.
         unsafe { libc::flock(self.file.as_raw_fd(), libc::LOCK_UN) };
@@ -87,17 +94,20 @@ impl SwitchFile {
 }
 
 fn open(path: &Path) -> std::io::Result<File> {
+    // Neither a link nor a FIFO (whose open could wait) is followed.
     std::fs::OpenOptions::new()
         .read(true)
         .write(true)
-        .custom_flags(libc::O_NOFOLLOW)
+        .custom_flags(libc::O_NOFOLLOW | libc::O_NONBLOCK)
         .open(path)
 }
 
 /// Refuses a file that is not a switch file.
 fn checked(file: File, path: PathBuf) -> std::io::Result<SwitchFile> {
     let mut magic = [0u8; 8];
-    let whole = file.metadata()?.len() >= layout::PAGE_SIZE as u64
+    let meta = file.metadata()?;
+    let whole = meta.is_file()
+        && meta.len() >= layout::PAGE_SIZE as u64
         && std::os::unix::fs::FileExt::read_exact_at(&file, &mut magic, 0).is_ok()
         && magic == layout::MAGIC;
     if !whole {
@@ -155,8 +165,12 @@ mod tests {
             paused: false,
             stacks: Some(StackSetting::Python),
         };
-        assert_eq!(file.set(python, 5_000).unwrap(), paused);
-        assert_eq!(file.set(python, 6_000).unwrap(), python, "no change, no entry");
+        assert_eq!(file.set(|_| python, || 5_000).unwrap(), (paused, python));
+        assert_eq!(
+            file.set(|_| python, || 6_000).unwrap(),
+            (python, python),
+            "no change, no entry"
+        );
         let again = SwitchFile::open_or_make(&dir, SwitchState::RECORDING, 7_000).unwrap();
         assert_eq!(again.state().unwrap(), python, "an existing switch is kept");
         let log = layout::read_log(&std::fs::read(dir.join(layout::FILE_NAME)).unwrap()).unwrap();

@@ -61,6 +61,14 @@ pub fn no_spool_folder(dir: &Path) -> String {
     )
 }
 
+/// The folder named is not a job's spool folder.
+pub fn not_a_spool_folder(dir: &Path) -> String {
+    format!(
+        "{} is not a cudatrace spool folder (no spool, switch or notice file in it)",
+        dir.display()
+    )
+}
+
 /// The switch file could not be opened or written.
 pub fn cannot_switch(dir: &Path, error: impl Display) -> String {
     format!(
@@ -76,7 +84,15 @@ pub fn paused_line(spans: &[PausedSpan], run_start_ns: u64, run_end_ns: u64) -> 
         return None;
     }
     let seconds = |ns: u64| ns.saturating_sub(run_start_ns) as f64 / 1e9;
-    let paused_ns: u64 = spans.iter().map(|s| s.length_ns(run_end_ns)).sum();
+    // A job started paused was switched just before its run began.
+    let paused_ns: u64 = spans
+        .iter()
+        .map(|s| {
+            s.end_ns
+                .unwrap_or(run_end_ns)
+                .saturating_sub(s.start_ns.max(run_start_ns))
+        })
+        .sum();
     let listed: Vec<String> = spans
         .iter()
         .map(|s| match s.end_ns {
@@ -85,7 +101,7 @@ pub fn paused_line(spans: &[PausedSpan], run_start_ns: u64, run_end_ns: u64) -> 
         })
         .collect();
     Some(format!(
-        "recording was paused {}, {:.2} s of {:.2} s: every event of those spans is in the trace, without a call stack, at \"{PAUSED_SITE}\" ({})",
+        "recording was paused {}, {:.2} s of {:.2} s: the events recorded then carry no call stack, and are counted at \"{PAUSED_SITE}\" ({})",
         count(spans.len() as u64, "time", "times"),
         paused_ns as f64 / 1e9,
         run_end_ns.saturating_sub(run_start_ns) as f64 / 1e9,
