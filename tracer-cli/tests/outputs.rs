@@ -205,6 +205,59 @@ fn from_and_to_cut_the_entries_and_keep_the_segments_of_their_moment() {
 }
 
 #[test]
+fn what_held_the_device_at_an_out_of_memory_failure_is_reported_and_drawn() {
+    let (trace, report) = traced("held-at-oom", "oom", &[("FAKE_CUDA_CAPACITY", "1048576")]);
+    let held = &report["processes"][0]["devices"][0]["ooms"][0]["held"];
+    assert_eq!(held["live_bytes"], 524_288, "{held}");
+    assert_eq!(held["torch"], Value::Null);
+    let sites = held["live_by_call_site"].as_array().unwrap();
+    assert_eq!(sites.len(), 1, "{held}");
+    assert_eq!(
+        (&sites[0]["bytes"], &sites[0]["allocations"]),
+        (&json!(524_288), &json!(1))
+    );
+    assert_eq!(sites[0]["stack"][0]["function"], "scenario_oom");
+    let text =
+        String::from_utf8_lossy(&cudatrace(&["report", trace.to_str().unwrap()]).output().unwrap().stdout).into_owned();
+    assert!(
+        text.contains("      held then: 512.0 KiB of device memory in this process\n    call sites live then:\n      512.0 KiB in 1 allocation: scenario_oom (scenarios.c:419)\n"),
+        "{text}"
+    );
+    let folded = convert(&[
+        "flamegraph",
+        trace.to_str().unwrap(),
+        "--at",
+        "oom",
+        "--folded",
+        "-o",
+        "-",
+    ]);
+    assert_eq!(folded.len(), 1, "{folded:?}");
+    assert!(
+        folded[0].ends_with(";scenario_oom%20(scenarios.c:419) 524288"),
+        "{folded:?}"
+    );
+    let bad = [
+        (
+            "oom:2",
+            format!(
+                "cudatrace: {} has 1 out-of-memory failure (whose state was kept); --at oom:2 names none",
+                trace.display()
+            ),
+        ),
+        ("oom:0", "expected peak, exit, oom or oom:N (N from 1)".to_string()),
+    ];
+    for (at, said) in bad {
+        let out = cudatrace(&["flamegraph", trace.to_str().unwrap(), "--at", at, "-o", "-"])
+            .output()
+            .unwrap();
+        assert_eq!(out.status.code(), Some(2), "{at}");
+        let stderr = String::from_utf8_lossy(&out.stderr);
+        assert!(stderr.contains(&said), "{at}: {stderr}");
+    }
+}
+
+#[test]
 fn out_of_memory_entries_carry_the_free_bytes() {
     let (trace, report) = traced("snapshot-oom", "oom", &[("FAKE_CUDA_CAPACITY", "1048576")]);
     let pid = report["processes"][0]["pid"].as_u64().unwrap();

@@ -8,7 +8,7 @@ mod common;
 
 use common::viewer::{check_replay, unpickle};
 use common::*;
-use serde_json::Value;
+use serde_json::{json, Value};
 use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
 
@@ -105,6 +105,33 @@ fn every_action_of_the_known_layout_is_recorded_and_the_layout_confirmed() {
         "{text}"
     );
     assert!(text.contains("    5 tensors live at exit\n"), "{text}");
+    // The driver's failure: what held the device then, PyTorch's figures
+    // with it, and its tensors by call site.
+    let (report, _) = report_json_with_stacks(&trace);
+    let held = &report["processes"][0]["devices"][0]["ooms"][0]["held"];
+    assert_eq!(held["live_bytes"], 46_137_344, "{held}");
+    let torch = &held["torch"];
+    assert_eq!(
+        (
+            &torch["allocated_bytes"],
+            &torch["reserved_bytes"],
+            &torch["inactive_bytes"]
+        ),
+        (&json!(16_257_024), &json!(46_137_344), &json!(29_880_320))
+    );
+    let sites: u64 = torch["tensors_by_call_site"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|site| site["bytes"].as_u64().unwrap())
+        .sum();
+    assert_eq!(sites, 16_257_024, "the call sites hold what PyTorch had allocated");
+    assert!(
+        text.contains(
+            "      held then: 44.0 MiB of device memory in this process; PyTorch 15.5 MiB allocated, 44.0 MiB reserved, 28.5 MiB inactive\n    call sites of the tensors live then:\n"
+        ),
+        "{text}"
+    );
 }
 
 #[test]

@@ -1,4 +1,4 @@
-//! The two moments a view of memory by call stack can show.
+//! The moments a view of memory by call stack can show.
 
 /// Which moment of a run a view of memory by call stack shows.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -7,4 +7,7 @@ pub enum Moment {
     Peak,
     /// What was live when each process ended.
     Exit,
+    /// What the failing device of the failing process held at the run's
+    /// Nth out-of-memory failure (from 1, in time order).
+    Oom(usize),
 }

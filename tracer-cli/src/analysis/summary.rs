@@ -6,7 +6,7 @@ use super::engine::{Both, Consumer, Replay, Replayed, Step};
 use super::footprint::{DeviceFootprint, FootprintTracker};
 use super::keys::{ByStack, DeviceKey};
 use super::replay::{Allocation, Change, ProcessMemory};
-use super::tensor_summary::TensorSummary;
+use super::tensor_summary::{TensorBytes, TensorSummary};
 use super::trace_index::TraceIndex;
 use super::unreadable::UnreadBlock;
 use crate::system::progress::Progress;
@@ -29,6 +29,26 @@ pub struct Oom {
     pub stack: u32,
     /// When (`CLOCK_MONOTONIC` ns).
     pub time_ns: u64,
+    /// What held the device's memory at that moment; `None` past the first
+    /// [`OOM_STATES_KEPT`] failures of a device (a program that retries in a
+    /// loop), whose states are not kept.
+    pub held: Option<Box<HeldAtOom>>,
+}
+
+/// Out-of-memory failures per device whose state [`Oom::held`] keeps.
+pub const OOM_STATES_KEPT: usize = 64;
+
+/// What held a device's memory when an allocation failed.
+#[derive(Clone, Debug, Default)]
+pub struct HeldAtOom {
+    /// Bytes of device memory live in the process.
+    pub live_bytes: u64,
+    /// They, by call stack.
+    pub live_by_stack: ByStack,
+    /// PyTorch's figures then, where its tensors are recorded: allocated
+    /// and reserved bytes (inactive is the difference), and live tensors by
+    /// call stack.
+    pub tensors: Option<(TensorBytes, ByStack)>,
 }
 
 /// One device's figures within a process.
@@ -163,6 +183,20 @@ impl ProcessSummary {
                 device_free,
                 device_total,
             } => {
+                let tensors = self
+                    .tensors
+                    .devices
+                    .get(&DeviceKey::of(event.device))
+                    .filter(|t| t.allocations > 0)
+                    .map(|t| (t.now, t.live_by_stack.clone()));
+                let device = self.device(event.device);
+                let held = (device.ooms.len() < OOM_STATES_KEPT).then(|| {
+                    Box::new(HeldAtOom {
+                        live_bytes: device.current,
+                        live_by_stack: device.live_by_stack.clone(),
+                        tensors,
+                    })
+                });
                 let oom = Oom {
                     requested_bytes: *requested,
                     api: event.api,
@@ -170,8 +204,9 @@ impl ProcessSummary {
                     device_total: *device_total,
                     stack: event.stack,
                     time_ns: event.time_ns,
+                    held,
                 };
-                self.device(event.device).ooms.push(oom);
+                device.ooms.push(oom);
             }
             _ => {}
         }
@@ -215,6 +250,27 @@ pub struct Summary {
 }
 
 impl Summary {
+    /// The run's out-of-memory failures whose state was kept, in time
+    /// order: (process, device, failure).
+    pub fn ooms_held(&self) -> Vec<(usize, DeviceKey, &Oom)> {
+        let mut ooms: Vec<(usize, DeviceKey, &Oom)> = self
+            .processes
+            .iter()
+            .enumerate()
+            .flat_map(|(process, summary)| {
+                summary.devices.iter().flat_map(move |(&device, stats)| {
+                    stats
+                        .ooms
+                        .iter()
+                        .filter(|o| o.held.is_some())
+                        .map(move |o| (process, device, o))
+                })
+            })
+            .collect();
+        ooms.sort_by_key(|&(process, _, oom)| (oom.time_ns, process));
+        ooms
+    }
+
     /// Replays the whole trace.
     pub fn build(index: &TraceIndex, progress: &Progress) -> Summary {
         Summary::build_alongside(index, progress, &mut |_: &Step| {})

@@ -318,9 +318,11 @@ pub struct FlamegraphArgs {
     pub output: Option<PathBuf>,
     #[command(flatten)]
     pub replace: Replace,
-    /// Which moment: each device at its peak, or what was live at exit.
-    #[arg(long, value_enum, value_name = "WHEN", default_value = "peak")]
-    pub at: At,
+    /// Which moment: each device at its peak (`peak`), what was live at
+    /// exit (`exit`), or what the failing device held at the run's first
+    /// out-of-memory failure (`oom`), or its Nth (`oom:N`).
+    #[arg(long, value_name = "WHEN", default_value = "peak", value_parser = parse_moment)]
+    pub at: Moment,
     /// Write folded stacks (`frame;frame;... bytes`, with `;`, spaces and `%`
     /// in names escaped as %3B, %20 and %25) instead of an SVG.
     #[arg(long)]
@@ -345,21 +347,17 @@ pub struct DumpArgs {
     pub spools: Vec<PathBuf>,
 }
 
-/// `flamegraph --at`: the moment of the run it draws.
-#[derive(clap::ValueEnum, Clone, Copy, Debug, PartialEq, Eq)]
-pub enum At {
-    /// Each device at its peak (tensors at their allocated peak).
-    Peak,
-    /// What was live when each process ended.
-    Exit,
-}
-
-impl At {
-    /// The analysis's name for it.
-    pub fn moment(self) -> Moment {
-        match self {
-            At::Peak => Moment::Peak,
-            At::Exit => Moment::Exit,
-        }
+/// `flamegraph --at`: `peak`, `exit`, `oom` or `oom:N` (N from 1).
+fn parse_moment(text: &str) -> Result<Moment, String> {
+    match text {
+        "peak" => Ok(Moment::Peak),
+        "exit" => Ok(Moment::Exit),
+        "oom" => Ok(Moment::Oom(1)),
+        _ => text
+            .strip_prefix("oom:")
+            .and_then(|n| n.parse::<usize>().ok())
+            .filter(|&n| n >= 1)
+            .map(Moment::Oom)
+            .ok_or_else(|| "expected peak, exit, oom or oom:N (N from 1)".to_string()),
     }
 }

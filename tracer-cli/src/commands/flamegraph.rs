@@ -1,5 +1,6 @@
-//! `cudatrace flamegraph`: device bytes by call stack at the peak or at
-//! exit, as an SVG or as folded stacks for other tools.
+//! `cudatrace flamegraph`: device bytes by call stack at the peak, at exit
+//! or at an out-of-memory failure, as an SVG or as folded stacks for other
+//! tools.
 
 use crate::analysis::Moment;
 use crate::analysis::Summary;
@@ -21,7 +22,17 @@ pub fn command(args: FlamegraphArgs) -> Result<u8, Failure> {
         .clone()
         .unwrap_or_else(|| args.trace.with_extension(extension));
     let summary = Summary::build(&index, &Progress::new("reading", index.events));
-    let (stacks, cache) = folded_stacks(&index, &summary, args.at.moment(), args.view.frames, args.cache);
+    let failure = match args.at {
+        Moment::Oom(n) => {
+            let ooms = summary.ooms_held();
+            let Some(&(process, device, _)) = ooms.get(n - 1) else {
+                return Err(output_lines::no_such_oom(&args.trace, n, ooms.len()).into());
+            };
+            Some((n, index.processes[process].start.pid, device))
+        }
+        _ => None,
+    };
+    let (stacks, cache) = folded_stacks(&index, &summary, args.at, args.view.frames, args.cache);
     let left_out = (cache > 0 && !args.cache).then(|| {
         let left_out = output_lines::cache_left_out(cache);
         crate::system::terminal::say(&said(&left_out));
@@ -30,8 +41,12 @@ pub fn command(args: FlamegraphArgs) -> Result<u8, Failure> {
     let content = if args.folded {
         folded_text(&stacks).into_bytes()
     } else {
-        let at_peak = args.at.moment() == Moment::Peak;
-        let title = output_lines::flamegraph_title(at_peak, total_bytes(&stacks), left_out.as_deref());
+        let title = output_lines::flamegraph_title(
+            failure,
+            args.at == Moment::Peak,
+            total_bytes(&stacks),
+            left_out.as_deref(),
+        );
         svg(&stacks, &title).map_err(|e| output_lines::unreadable_input(&args.trace, e))?
     };
     if path.as_os_str() == "-" {

@@ -49,32 +49,46 @@ pub fn folded_stacks(
 ) -> (Vec<(Vec<String>, u64)>, u64) {
     let mut merged: BTreeMap<Vec<String>, u64> = BTreeMap::new();
     let mut cache_bytes = 0u64;
-    for (info, process) in index.processes.iter().zip(&summary.processes) {
+    // At an out-of-memory failure, only the failing process's device.
+    let failure = match at {
+        Moment::Oom(n) => match summary.ooms_held().get(n - 1) {
+            Some(&(process, device, oom)) => Some((process, device, oom.held.as_deref())),
+            None => return (Vec::new(), 0),
+        },
+        _ => None,
+    };
+    for (number, (info, process)) in index.processes.iter().zip(&summary.processes).enumerate() {
         let root = process_frame(info);
         for (device, stats) in &process.devices {
-            let by_stack = match at {
-                Moment::Peak => &stats.peak_by_stack,
-                Moment::Exit => &stats.live_by_stack,
+            let (by_stack, tensor_stacks) = match (at, failure) {
+                (Moment::Oom(_), Some((p, d, Some(held)))) if p == number && d == *device => {
+                    (&held.live_by_stack, held.tensors.as_ref().map(|(_, by_stack)| by_stack))
+                }
+                (Moment::Oom(_), _) => continue,
+                (Moment::Peak, _) => (
+                    &stats.peak_by_stack,
+                    process.tensors.devices.get(device).map(|t| &t.peak_by_stack),
+                ),
+                (Moment::Exit, _) => (
+                    &stats.live_by_stack,
+                    process
+                        .tensors
+                        .devices
+                        .get(device)
+                        .filter(|_| !tensors_stopped_midway(info))
+                        .map(|t| &t.live_by_stack),
+                ),
             };
-            let tensors = process
-                .tensors
-                .devices
-                .get(device)
-                .filter(|_| at == Moment::Peak || !tensors_stopped_midway(info));
             let base = vec![root.clone(), device_label(*device)];
             let mut segments_bytes = 0u64;
             for (&stack, &(bytes, _)) in by_stack {
-                if tensors.is_some() && made_by_caching_allocator(&index.all_frames(info, stack)) {
+                if tensor_stacks.is_some() && made_by_caching_allocator(&index.all_frames(info, stack)) {
                     segments_bytes += bytes;
                     continue;
                 }
                 add(&mut merged, &base, index, info, stack, shown, bytes);
             }
-            if let Some(tensors) = tensors {
-                let tensor_stacks = match at {
-                    Moment::Peak => &tensors.peak_by_stack,
-                    Moment::Exit => &tensors.live_by_stack,
-                };
+            if let Some(tensor_stacks) = tensor_stacks {
                 let tensor_bytes = add_all(&mut merged, &base, index, info, tensor_stacks, shown);
                 let cache = segments_bytes.saturating_sub(tensor_bytes);
                 cache_bytes += cache;

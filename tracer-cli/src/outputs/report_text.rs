@@ -1,8 +1,8 @@
 //! `cudatrace report`: the report for people.
 
 use crate::analysis::{
-    call_sites, headline, headline_text, tensors_stopped_midway, ByStack, DeviceKey, Frame, FramesShown, ProcessIndex,
-    ProcessSummary, Summary, TraceIndex, NO_STACK,
+    call_sites, headline, headline_text, tensors_stopped_midway, ByStack, DeviceKey, Frame, FramesShown, HeldAtOom,
+    ProcessIndex, ProcessSummary, Summary, TraceIndex, NO_STACK,
 };
 use crate::outputs::wording::device_label;
 use crate::outputs::wording::stack_texts;
@@ -126,7 +126,14 @@ fn process_text(index: &TraceIndex, info: &ProcessIndex, process: &ProcessSummar
             &format!("at the peak of {}", bytes(stats.peak)),
             &stats.peak_by_stack,
         );
-        for oom in &stats.ooms {
+        for (n, oom) in stats.ooms.iter().enumerate() {
+            if n == OOMS_DETAILED {
+                out += &format!(
+                    "    ... and {} more out-of-memory failures (`report --json` has them)\n",
+                    stats.ooms.len() - n
+                );
+                break;
+            }
             out += &format!(
                 "    OUT OF MEMORY: {} asked for {} with {} free of {}\n",
                 oom.api,
@@ -135,6 +142,9 @@ fn process_text(index: &TraceIndex, info: &ProcessIndex, process: &ProcessSummar
                 bytes(oom.device_total)
             );
             out += &stack_text(index, info, oom.stack, frames, "      ");
+            if let Some(held) = &oom.held {
+                out += &held_at_oom_text(index, info, held, frames);
+            }
         }
     }
     if process.host.allocations > 0 {
@@ -205,6 +215,36 @@ fn tensors_text(index: &TraceIndex, info: &ProcessIndex, process: &ProcessSummar
         }
     }
     out
+}
+
+/// Out-of-memory failures of a device shown with what held the memory.
+const OOMS_DETAILED: usize = 10;
+
+/// What held the device's memory when an allocation failed: the bytes, and
+/// by call site the tensors (where PyTorch's are recorded) or else the
+/// allocations live then.
+fn held_at_oom_text(index: &TraceIndex, info: &ProcessIndex, held: &HeldAtOom, frames: FramesShown) -> String {
+    match &held.tensors {
+        Some((now, by_stack)) => {
+            let mut out = format!(
+                "      held then: {} of device memory in this process; PyTorch {} allocated, {} reserved, {} inactive\n",
+                bytes(held.live_bytes),
+                bytes(now.allocated),
+                bytes(now.reserved),
+                bytes(now.inactive())
+            );
+            out += &call_sites_text(index, info, frames, "of the tensors live then", by_stack);
+            out
+        }
+        None => {
+            let mut out = format!(
+                "      held then: {} of device memory in this process\n",
+                bytes(held.live_bytes)
+            );
+            out += &call_sites_text(index, info, frames, "live then", &held.live_by_stack);
+            out
+        }
+    }
 }
 
 /// The largest call sites of `by_stack`, each headed by its headline frame

@@ -45,7 +45,21 @@ fn devices_json(index: &TraceIndex, info: &ProcessIndex, process: &ProcessSummar
             let ooms: Vec<Value> = stats
                 .ooms
                 .iter()
-                .map(|o| json!({"requested_bytes": o.requested_bytes, "api": o.api.name(), "device_free": o.device_free, "device_total": o.device_total, "stack": stack_json(index, info, o.stack)}))
+                .map(|o| {
+                    let held = o.held.as_ref().map(|held| {
+                        json!({
+                            "live_bytes": held.live_bytes,
+                            "live_by_call_site": sites_json(index, info, &held.live_by_stack, "allocations"),
+                            "torch": held.tensors.as_ref().map(|(now, by_stack)| json!({
+                                "allocated_bytes": now.allocated,
+                                "reserved_bytes": now.reserved,
+                                "inactive_bytes": now.inactive(),
+                                "tensors_by_call_site": sites_json(index, info, by_stack, "tensors"),
+                            })),
+                        })
+                    });
+                    json!({"requested_bytes": o.requested_bytes, "api": o.api.name(), "device_free": o.device_free, "device_total": o.device_total, "time_s": o.time_ns.saturating_sub(index.start_ns()) as f64 / 1e9, "stack": stack_json(index, info, o.stack), "held": held})
+                })
                 .collect();
             json!({
                 "device": device.json(),

@@ -2,6 +2,7 @@
 //! `flamegraph`, `dump`) say on stderr, and why they fail.
 
 use super::numbers::bytes;
+use crate::analysis::DeviceKey;
 use std::fmt::Display;
 use std::path::Path;
 
@@ -103,14 +104,34 @@ pub fn cache_left_out(cache: u64) -> String {
 
 /// The flame graph's title: `moment` (at the peak or at exit), its total,
 /// and what it leaves out.
-pub fn flamegraph_title(at_peak: bool, total: u64, left_out: Option<&str>) -> String {
-    let moment = if at_peak {
-        "at each device's peak"
-    } else {
-        "live at exit"
+pub fn flamegraph_title(
+    failure: Option<(usize, u32, DeviceKey)>,
+    at_peak: bool,
+    total: u64,
+    left_out: Option<&str>,
+) -> String {
+    let moment = match failure {
+        Some((n, pid, device)) => format!(
+            "held at out-of-memory failure {n} (pid {pid}, {})",
+            super::device_label(device)
+        ),
+        None if at_peak => "at each device's peak".to_string(),
+        None => "live at exit".to_string(),
     };
     let left_out = left_out.map_or_else(String::new, |said| format!("; {said}"));
     format!("GPU memory {moment}: {}{left_out}", bytes(total))
+}
+
+/// `--at oom:N` past the failures the trace has.
+pub fn no_such_oom(trace: &Path, n: usize, ooms: usize) -> String {
+    match ooms {
+        0 => format!("{} has no out-of-memory failure", trace.display()),
+        _ => format!(
+            "{} has {} (whose state was kept); --at oom:{n} names none",
+            trace.display(),
+            super::count(ooms as u64, "out-of-memory failure", "out-of-memory failures")
+        ),
+    }
 }
 
 /// A file given to `dump` that is empty and not named as a spool.
