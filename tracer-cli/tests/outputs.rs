@@ -223,6 +223,18 @@ fn what_held_the_device_at_an_out_of_memory_failure_is_reported_and_drawn() {
         text.contains("      held then: 512.0 KiB of device memory in this process\n    call sites live then:\n      512.0 KiB in 1 allocation: scenario_oom (scenarios.c:419)\n"),
         "{text}"
     );
+    let page = trace.with_extension("held.html");
+    convert(&["html", trace.to_str().unwrap(), "-o", page.to_str().unwrap()]);
+    let page = std::fs::read_to_string(&page).unwrap();
+    assert!(
+        page.contains("<th>held then</th>"),
+        "the failures' table has the column"
+    );
+    assert!(
+        page.contains("<td>cudaMalloc</td><td>512.0 KiB</td>"),
+        "the bytes held then"
+    );
+    assert!(page.contains("<h3>Memory live at the first out-of-memory failure</h3>\n<table class=\"sites\">"));
     let folded = convert(&[
         "flamegraph",
         trace.to_str().unwrap(),

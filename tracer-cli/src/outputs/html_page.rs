@@ -192,20 +192,39 @@ fn devices_html(index: &TraceIndex, summary: &Summary, charts: &PageCharts, fram
             out += &sites_table(index, info, frames, &at_peak, &stats.peak_by_stack);
             out += &sites_table(index, info, frames, "Memory live at exit (leaks)", &stats.live_by_stack);
             if !stats.ooms.is_empty() {
-                out += "<h3>Out-of-memory failures</h3>\n<table class=\"ooms\"><tr><th>when</th><th>asked for</th><th>free</th><th>total</th><th>API</th><th>stack</th></tr>\n";
+                out += "<h3>Out-of-memory failures</h3>\n<table class=\"ooms\"><tr><th>when</th><th>asked for</th><th>free</th><th>total</th><th>API</th><th>held then</th><th>stack</th></tr>\n";
                 for oom in &stats.ooms {
+                    let held = oom.held.as_ref().map_or_else(String::new, |held| match &held.tensors {
+                        Some((now, _)) => format!(
+                            "{}; PyTorch {} allocated, {} reserved, {} inactive",
+                            bytes(held.live_bytes),
+                            bytes(now.allocated),
+                            bytes(now.reserved),
+                            bytes(now.inactive())
+                        ),
+                        None => bytes(held.live_bytes),
+                    });
                     let _ = writeln!(
                         out,
-                        "<tr><td class=\"num\">{:.3} s</td><td class=\"num\">{}</td><td class=\"num\">{}</td><td class=\"num\">{}</td><td>{}</td><td>{}</td></tr>",
+                        "<tr><td class=\"num\">{:.3} s</td><td class=\"num\">{}</td><td class=\"num\">{}</td><td class=\"num\">{}</td><td>{}</td><td>{}</td><td>{}</td></tr>",
                         oom.time_ns.saturating_sub(index.start_ns()) as f64 / 1e9,
                         bytes(oom.requested_bytes),
                         bytes(oom.device_free),
                         bytes(oom.device_total),
                         oom.api,
+                        escape(&held),
                         stack_html(index, info, oom.stack, frames)
                     );
                 }
                 out += "</table>\n";
+                // What held the device at the first failure, by call site.
+                if let Some(held) = stats.ooms.first().and_then(|oom| oom.held.as_ref()) {
+                    let (title, by_stack) = match &held.tensors {
+                        Some((_, by_stack)) => ("Tensors live at the first out-of-memory failure", by_stack),
+                        None => ("Memory live at the first out-of-memory failure", &held.live_by_stack),
+                    };
+                    out += &sites_table(index, info, frames, title, by_stack);
+                }
             }
         }
     }
