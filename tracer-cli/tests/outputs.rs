@@ -253,7 +253,7 @@ fn what_held_the_device_at_an_out_of_memory_failure_is_reported_and_drawn() {
         (
             "oom:2",
             format!(
-                "cudatrace: {} has 1 out-of-memory failure (whose state was kept); --at oom:2 names none",
+                "cudatrace: {} has 1 out-of-memory failure; --at oom:2 names none",
                 trace.display()
             ),
         ),

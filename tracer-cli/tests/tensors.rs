@@ -132,6 +132,48 @@ fn every_action_of_the_known_layout_is_recorded_and_the_layout_confirmed() {
         ),
         "{text}"
     );
+    // `snapshot --at oom` ends at the failure: its blocks are the tensors
+    // live then, its last entries the failure itself.
+    let stem = trace.with_extension("at-oom");
+    let written = cudatrace(&[
+        "snapshot",
+        trace.to_str().unwrap(),
+        "--at",
+        "oom",
+        "-o",
+        stem.to_str().unwrap(),
+    ])
+    .output()
+    .unwrap();
+    assert!(written.status.success(), "{}", stderr(&written));
+    assert!(
+        stderr(&written).starts_with("cudatrace: out-of-memory failure 1 (pid "),
+        "{}",
+        stderr(&written)
+    );
+    let pickle = stdout(&written).lines().next().unwrap().to_string();
+    let (snapshot, _) = unpickle(&std::fs::read(&pickle).unwrap()).unwrap();
+    let allocated: u64 = snapshot["segments"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .flat_map(|s| s["blocks"].as_array().unwrap().iter())
+        .filter(|b| b["state"] == "active_allocated")
+        .map(|b| b["size"].as_u64().unwrap())
+        .sum();
+    assert_eq!(allocated, 16_257_024, "the tensors live at the failure");
+    let actions: Vec<&str> = snapshot["device_traces"][0]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|e| e["action"].as_str().unwrap())
+        .collect();
+    // The whole run has 96 entries; the 93rd is the driver's failure.
+    assert_eq!(
+        (actions.len(), actions.last()),
+        (93, Some(&"oom")),
+        "nothing after the failure: {actions:?}"
+    );
 }
 
 #[test]

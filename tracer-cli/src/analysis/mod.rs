@@ -49,7 +49,7 @@ pub use ranges::cut_range;
 pub use replay::{Allocation, Change, ProcessMemory};
 pub use silent_children::{silent_children, SilentChild};
 pub use stack_frames::Frame;
-pub use summary::{largest_call_sites, HeldAtOom, ProcessSummary, Summary};
+pub use summary::{largest_call_sites, HeldAtOom, ProcessSummary, Summary, OOM_STATES_KEPT};
 pub use tensor_status::tensors_stopped_midway;
 pub use tensor_summary::TensorStats;
 pub use trace_index::{ProcessIndex, TraceIndex};

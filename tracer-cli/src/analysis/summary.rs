@@ -250,9 +250,9 @@ pub struct Summary {
 }
 
 impl Summary {
-    /// The run's out-of-memory failures whose state was kept, in time
-    /// order: (process, device, failure).
-    pub fn ooms_held(&self) -> Vec<(usize, DeviceKey, &Oom)> {
+    /// The run's out-of-memory failures, in time order: (process, device,
+    /// failure). `--at oom:N` counts them so.
+    pub fn ooms_in_time_order(&self) -> Vec<(usize, DeviceKey, &Oom)> {
         let mut ooms: Vec<(usize, DeviceKey, &Oom)> = self
             .processes
             .iter()

@@ -3,7 +3,7 @@
 //! tools.
 
 use crate::analysis::Moment;
-use crate::analysis::Summary;
+use crate::analysis::{Summary, OOM_STATES_KEPT};
 use crate::commands::arguments::FlamegraphArgs;
 use crate::outputs::folded_stacks::{folded_stacks, folded_text, svg, total_bytes};
 use crate::outputs::wording::output_lines;
@@ -24,10 +24,13 @@ pub fn command(args: FlamegraphArgs) -> Result<u8, Failure> {
     let summary = Summary::build(&index, &Progress::new("reading", index.events));
     let failure = match args.at {
         Moment::Oom(n) => {
-            let ooms = summary.ooms_held();
-            let Some(&(process, device, _)) = ooms.get(n - 1) else {
+            let ooms = summary.ooms_in_time_order();
+            let Some(&(process, device, oom)) = ooms.get(n - 1) else {
                 return Err(output_lines::no_such_oom(&args.trace, n, ooms.len()).into());
             };
+            if oom.held.is_none() {
+                return Err(output_lines::oom_state_not_kept(n, OOM_STATES_KEPT).into());
+            }
             Some((n, index.processes[process].start.pid, device))
         }
         _ => None,

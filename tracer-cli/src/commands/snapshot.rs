@@ -1,7 +1,7 @@
 //! `cudatrace snapshot`: one pickle per process in the format of PyTorch's
 //! memory snapshots (see [`crate::outputs::torch_snapshot`]).
 
-use crate::analysis::{TraceIndex, Window};
+use crate::analysis::{Moment, Summary, TraceIndex, Window};
 use crate::commands::arguments::SnapshotArgs;
 use crate::outputs::wording::damage_text;
 use crate::outputs::wording::output_lines;
@@ -20,8 +20,24 @@ const WARN_BYTES: u64 = 200 << 20;
 /// `cudatrace snapshot`; 1 if the trace is damaged.
 pub fn command(args: SnapshotArgs) -> Result<u8, Failure> {
     let index = super::open_trace::read_trace(&args.trace)?;
-    let selected = selected_processes(&index, &args)?;
-    let window = Window::seconds(index.start_ns(), args.window.from, args.window.to);
+    let mut selected = selected_processes(&index, &args)?;
+    let mut window = Window::seconds(index.start_ns(), args.window.from, args.window.to);
+    if let Some(Moment::Oom(n)) = args.at {
+        // The failing process only, up to its failure.
+        let summary = Summary::build(&index, &Progress::new("reading", index.events));
+        let ooms = summary.ooms_in_time_order();
+        let Some(&(process, _, oom)) = ooms.get(n - 1) else {
+            return Err(output_lines::no_such_oom(&args.trace, n, ooms.len()).into());
+        };
+        let pid = index.processes[process].start.pid;
+        if args.pid.is_some_and(|named| named != pid) {
+            return Err(output_lines::oom_of_another_process(n, pid).into());
+        }
+        selected = vec![process];
+        window.to_ns = Some(window.to_ns.map_or(oom.time_ns, |to| to.min(oom.time_ns)));
+        let seconds = oom.time_ns.saturating_sub(index.start_ns()) as f64 / 1e9;
+        say(&output_lines::snapshot_at_oom(n, pid, seconds));
+    }
     let stem = output_stem(&args.trace, args.output.as_deref());
     let passes = torch_snapshot::passes(&index, &selected, args.window.max_events);
     let progress = Progress::new("snapshot", index.events * passes);

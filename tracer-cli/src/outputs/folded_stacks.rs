@@ -51,7 +51,7 @@ pub fn folded_stacks(
     let mut cache_bytes = 0u64;
     // At an out-of-memory failure, only the failing process's device.
     let failure = match at {
-        Moment::Oom(n) => match summary.ooms_held().get(n - 1) {
+        Moment::Oom(n) => match summary.ooms_in_time_order().get(n - 1) {
             Some(&(process, device, oom)) => Some((process, device, oom.held.as_deref())),
             None => return (Vec::new(), 0),
         },

@@ -127,11 +127,26 @@ pub fn no_such_oom(trace: &Path, n: usize, ooms: usize) -> String {
     match ooms {
         0 => format!("{} has no out-of-memory failure", trace.display()),
         _ => format!(
-            "{} has {} (whose state was kept); --at oom:{n} names none",
+            "{} has {}; --at oom:{n} names none",
             trace.display(),
             super::count(ooms as u64, "out-of-memory failure", "out-of-memory failures")
         ),
     }
+}
+
+/// `--at oom:N` of a failure whose state the replay did not keep.
+pub fn oom_state_not_kept(n: usize, kept: usize) -> String {
+    format!("what held the device at out-of-memory failure {n} was not kept: only the first {kept} failures of a device keep it")
+}
+
+/// `snapshot --at oom:N --pid P` where the failure is another process's.
+pub fn oom_of_another_process(n: usize, pid: u32) -> String {
+    format!("out-of-memory failure {n} is pid {pid}'s; leave out --pid, or name {pid}")
+}
+
+/// `snapshot --at oom:N`: which failure, of which process, it shows.
+pub fn snapshot_at_oom(n: usize, pid: u32, seconds: f64) -> String {
+    format!("cudatrace: out-of-memory failure {n} (pid {pid}, at {seconds:.3} s): the snapshot ends there")
 }
 
 /// A file given to `dump` that is empty and not named as a spool.
