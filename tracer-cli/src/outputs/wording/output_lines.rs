@@ -113,7 +113,7 @@ pub fn flamegraph_title(
     let moment = match failure {
         Some((n, pid, device)) => format!(
             "held at out-of-memory failure {n} (pid {pid}, {})",
-            super::device_label(device)
+            super::devices::device_label(device)
         ),
         None if at_peak => "at each device's peak".to_string(),
         None => "live at exit".to_string(),
@@ -129,7 +129,7 @@ pub fn no_such_oom(trace: &Path, n: usize, ooms: usize) -> String {
         _ => format!(
             "{} has {}; --at oom:{n} names none",
             trace.display(),
-            super::count(ooms as u64, "out-of-memory failure", "out-of-memory failures")
+            super::numbers::count(ooms as u64, "out-of-memory failure", "out-of-memory failures")
         ),
     }
 }
