@@ -27,3 +27,21 @@ def resnet50(classes=1000):
     return nn.Sequential(
         nn.Conv2d(3, 64, 7, 2, 3, bias=False), nn.BatchNorm2d(64), nn.ReLU(inplace=True), nn.MaxPool2d(3, 2, 1),
         *layers, nn.AdaptiveAvgPool2d(1), nn.Flatten(), nn.Linear(2048, classes))
+
+
+def training_step(batch=32):
+    """ResNet-50 trained on one fixed batch with SGD and momentum, seeded so
+    that every process trains the same: the step the cost workloads time."""
+    torch.manual_seed(0)
+    model = resnet50().cuda()
+    optimizer = torch.optim.SGD(model.parameters(), lr=0.1, momentum=0.9)
+    images = torch.randn(batch, 3, 224, 224, device="cuda")
+    labels = torch.randint(0, 1000, (batch,), device="cuda")
+
+    def step():
+        loss = nn.functional.cross_entropy(model(images), labels)
+        optimizer.zero_grad(set_to_none=True)
+        loss.backward()
+        optimizer.step()
+
+    return step

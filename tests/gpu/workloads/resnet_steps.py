@@ -13,28 +13,15 @@ import sys
 import time
 
 import torch
-import torch.nn as nn
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from resnet_model import resnet50  # noqa: E402
+from resnet_model import training_step  # noqa: E402
 
 out_path, variant = sys.argv[1], sys.argv[2] if len(sys.argv) > 2 else "plain"
 steps = int(os.environ.get("RESNET_STEPS", "30"))
 if variant == "recorder":
     torch.cuda.memory._record_memory_history(max_entries=100_000)
-torch.manual_seed(0)
-model = resnet50().cuda()
-optimizer = torch.optim.SGD(model.parameters(), lr=0.1, momentum=0.9)
-images = torch.randn(32, 3, 224, 224, device="cuda")
-labels = torch.randint(0, 1000, (32,), device="cuda")
-
-
-def step():
-    loss = nn.functional.cross_entropy(model(images), labels)
-    optimizer.zero_grad(set_to_none=True)
-    loss.backward()
-    optimizer.step()
-
+step = training_step()
 
 for _ in range(5):
     step()

@@ -28,7 +28,6 @@ import sys
 import time
 
 import torch
-import torch.nn as nn
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 
@@ -45,18 +44,9 @@ states = args.states.split(",")
 
 torch.manual_seed(0)
 if args.model == "resnet50":
-    from resnet_model import resnet50
+    from resnet_model import training_step
 
-    model = resnet50().cuda()
-    optimizer = torch.optim.SGD(model.parameters(), lr=0.1, momentum=0.9)
-    images = torch.randn(32, 3, 224, 224, device="cuda")
-    labels = torch.randint(0, 1000, (32,), device="cuda")
-
-    def step():
-        loss = nn.functional.cross_entropy(model(images), labels)
-        optimizer.zero_grad(set_to_none=True)
-        loss.backward()
-        optimizer.step()
+    step = training_step()
 else:
     from transformers import GPT2Config, GPT2LMHeadModel
 
