@@ -210,7 +210,8 @@ fn what_held_the_device_at_an_out_of_memory_failure_is_reported_and_drawn() {
     let held = &report["processes"][0]["devices"][0]["ooms"][0]["held"];
     assert_eq!(held["live_bytes"], 524_288, "{held}");
     assert_eq!(held["torch"], Value::Null);
-    let sites = held["live_by_call_site"].as_array().unwrap();
+    assert_eq!(held["live_by_call_site"]["more"], 0);
+    let sites = held["live_by_call_site"]["largest"].as_array().unwrap();
     assert_eq!(sites.len(), 1, "{held}");
     assert_eq!(
         (&sites[0]["bytes"], &sites[0]["allocations"]),
@@ -259,6 +260,14 @@ fn what_held_the_device_at_an_out_of_memory_failure_is_reported_and_drawn() {
         ),
         ("oom:0", "expected peak, exit, oom or oom:N (N from 1)".to_string()),
     ];
+    let windowed = cudatrace(&["snapshot", trace.to_str().unwrap(), "--at", "oom", "--to", "5"])
+        .output()
+        .unwrap();
+    assert_eq!(windowed.status.code(), Some(2));
+    assert_eq!(
+        String::from_utf8_lossy(&windowed.stderr),
+        "cudatrace: --at oom ends the snapshot at the failure: give no --to, and a --from before the failure\n"
+    );
     for (at, said) in bad {
         let out = cudatrace(&["flamegraph", trace.to_str().unwrap(), "--at", at, "-o", "-"])
             .output()

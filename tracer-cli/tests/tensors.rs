@@ -119,7 +119,7 @@ fn every_action_of_the_known_layout_is_recorded_and_the_layout_confirmed() {
         ),
         (&json!(16_257_024), &json!(46_137_344), &json!(29_880_320))
     );
-    let sites: u64 = torch["tensors_by_call_site"]
+    let sites: u64 = torch["tensors_by_call_site"]["largest"]
         .as_array()
         .unwrap()
         .iter()

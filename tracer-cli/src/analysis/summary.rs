@@ -36,7 +36,7 @@ pub struct Oom {
 }
 
 /// Out-of-memory failures per device whose state [`Oom::held`] keeps.
-pub const OOM_STATES_KEPT: usize = 64;
+pub const OOM_STATES_KEPT: usize = 16;
 
 /// What held a device's memory when an allocation failed.
 #[derive(Clone, Debug, Default)]
@@ -183,14 +183,16 @@ impl ProcessSummary {
                 device_free,
                 device_total,
             } => {
+                let key = DeviceKey::of(event.device);
+                let kept = self.devices.get(&key).map_or(0, |d| d.ooms.len()) < OOM_STATES_KEPT;
                 let tensors = self
                     .tensors
                     .devices
-                    .get(&DeviceKey::of(event.device))
-                    .filter(|t| t.allocations > 0)
+                    .get(&key)
+                    .filter(|t| kept && t.allocations > 0)
                     .map(|t| (t.now, t.live_by_stack.clone()));
                 let device = self.device(event.device);
-                let held = (device.ooms.len() < OOM_STATES_KEPT).then(|| {
+                let held = kept.then(|| {
                     Box::new(HeldAtOom {
                         live_bytes: device.current,
                         live_by_stack: device.live_by_stack.clone(),
@@ -258,13 +260,10 @@ impl Summary {
             .iter()
             .enumerate()
             .flat_map(|(process, summary)| {
-                summary.devices.iter().flat_map(move |(&device, stats)| {
-                    stats
-                        .ooms
-                        .iter()
-                        .filter(|o| o.held.is_some())
-                        .map(move |o| (process, device, o))
-                })
+                summary
+                    .devices
+                    .iter()
+                    .flat_map(move |(&device, stats)| stats.ooms.iter().map(move |o| (process, device, o)))
             })
             .collect();
         ooms.sort_by_key(|&(process, _, oom)| (oom.time_ns, process));

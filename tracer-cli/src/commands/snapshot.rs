@@ -33,8 +33,13 @@ pub fn command(args: SnapshotArgs) -> Result<u8, Failure> {
         if args.pid.is_some_and(|named| named != pid) {
             return Err(output_lines::oom_of_another_process(n, pid).into());
         }
+        // The failure ends the snapshot: a window ending earlier, or
+        // starting after it, would not show it.
+        if args.window.to.is_some() || window.is_before(oom.time_ns) {
+            return Err(output_lines::AT_OOM_WINDOW.into());
+        }
         selected = vec![process];
-        window.to_ns = Some(window.to_ns.map_or(oom.time_ns, |to| to.min(oom.time_ns)));
+        window.to_ns = Some(oom.time_ns);
         let seconds = oom.time_ns.saturating_sub(index.start_ns()) as f64 / 1e9;
         say(&output_lines::snapshot_at_oom(n, pid, seconds));
     }

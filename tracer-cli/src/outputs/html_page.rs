@@ -194,16 +194,19 @@ fn devices_html(index: &TraceIndex, summary: &Summary, charts: &PageCharts, fram
             if !stats.ooms.is_empty() {
                 out += "<h3>Out-of-memory failures</h3>\n<table class=\"ooms\"><tr><th>when</th><th>asked for</th><th>free</th><th>total</th><th>API</th><th>held then</th><th>stack</th></tr>\n";
                 for oom in &stats.ooms {
-                    let held = oom.held.as_ref().map_or_else(String::new, |held| match &held.tensors {
-                        Some((now, _)) => format!(
-                            "{}; PyTorch {} allocated, {} reserved, {} inactive",
-                            bytes(held.live_bytes),
-                            bytes(now.allocated),
-                            bytes(now.reserved),
-                            bytes(now.inactive())
-                        ),
-                        None => bytes(held.live_bytes),
-                    });
+                    let held = oom.held.as_ref().map_or_else(
+                        || "not kept (past the device's first 16 failures)".to_string(),
+                        |held| match &held.tensors {
+                            Some((now, _)) => format!(
+                                "{}; PyTorch {} allocated, {} reserved, {} inactive",
+                                bytes(held.live_bytes),
+                                bytes(now.allocated),
+                                bytes(now.reserved),
+                                bytes(now.inactive())
+                            ),
+                            None => bytes(held.live_bytes),
+                        },
+                    );
                     let _ = writeln!(
                         out,
                         "<tr><td class=\"num\">{:.3} s</td><td class=\"num\">{}</td><td class=\"num\">{}</td><td class=\"num\">{}</td><td>{}</td><td>{}</td><td>{}</td></tr>",

@@ -27,6 +27,23 @@ fn sites_json(index: &TraceIndex, info: &ProcessIndex, by_stack: &ByStack, count
         .collect()
 }
 
+/// Call sites listed for each out-of-memory failure: a failure's state is
+/// kept up to 16 times a device, and thousands of sites each would make
+/// the report as large as the trace.
+const OOM_SITES_LISTED: usize = 20;
+
+/// The [`OOM_SITES_LISTED`] largest call sites of `by_stack`, and how many
+/// more there were.
+fn largest_sites_json(index: &TraceIndex, info: &ProcessIndex, by_stack: &ByStack, counted: &str) -> Value {
+    let all = largest_call_sites(by_stack);
+    let listed: Vec<Value> = all
+        .iter()
+        .take(OOM_SITES_LISTED)
+        .map(|&(stack, bytes, n)| json!({"bytes": bytes, counted: n, "stack": stack_json(index, info, stack)}))
+        .collect();
+    json!({"largest": listed, "more": all.len().saturating_sub(OOM_SITES_LISTED)})
+}
+
 /// The process's devices: allocations, peak, live at exit and OOMs.
 fn devices_json(index: &TraceIndex, info: &ProcessIndex, process: &ProcessSummary) -> Vec<Value> {
     let live = process.live_at_exit();
@@ -49,12 +66,12 @@ fn devices_json(index: &TraceIndex, info: &ProcessIndex, process: &ProcessSummar
                     let held = o.held.as_ref().map(|held| {
                         json!({
                             "live_bytes": held.live_bytes,
-                            "live_by_call_site": sites_json(index, info, &held.live_by_stack, "allocations"),
+                            "live_by_call_site": largest_sites_json(index, info, &held.live_by_stack, "allocations"),
                             "torch": held.tensors.as_ref().map(|(now, by_stack)| json!({
                                 "allocated_bytes": now.allocated,
                                 "reserved_bytes": now.reserved,
                                 "inactive_bytes": now.inactive(),
-                                "tensors_by_call_site": sites_json(index, info, by_stack, "tensors"),
+                                "tensors_by_call_site": largest_sites_json(index, info, by_stack, "tensors"),
                             })),
                         })
                     });

@@ -139,6 +139,10 @@ pub fn oom_state_not_kept(n: usize, kept: usize) -> String {
     format!("what held the device at out-of-memory failure {n} was not kept: only the first {kept} failures of a device keep it")
 }
 
+/// `snapshot --at oom` with `--to`, or with `--from` past the failure.
+pub const AT_OOM_WINDOW: &str =
+    "--at oom ends the snapshot at the failure: give no --to, and a --from before the failure";
+
 /// `snapshot --at oom:N --pid P` where the failure is another process's.
 pub fn oom_of_another_process(n: usize, pid: u32) -> String {
     format!("out-of-memory failure {n} is pid {pid}'s; leave out --pid, or name {pid}")
