@@ -260,6 +260,30 @@ fn what_held_the_device_at_an_out_of_memory_failure_is_reported_and_drawn() {
         ),
         ("oom:0", "expected peak, exit, oom or oom:N (N from 1)".to_string()),
     ];
+    // At the peak (the 512 KiB, before the failure), the snapshot ends there.
+    let stem = trace.with_extension("at-peak");
+    let at_peak = cudatrace(&[
+        "snapshot",
+        trace.to_str().unwrap(),
+        "--at",
+        "peak",
+        "-o",
+        stem.to_str().unwrap(),
+    ])
+    .output()
+    .unwrap();
+    assert!(at_peak.status.success(), "{}", String::from_utf8_lossy(&at_peak.stderr));
+    assert!(String::from_utf8_lossy(&at_peak.stderr).contains(", 512.0 KiB at "));
+    let pickle = String::from_utf8_lossy(&at_peak.stdout)
+        .lines()
+        .next()
+        .unwrap()
+        .to_string();
+    let snapshot = read_snapshot(Path::new(&pickle));
+    assert_eq!(
+        actions(&snapshot, 0),
+        pairs(&[("segment_alloc", 524288), ("alloc", 524288)])
+    );
     let windowed = cudatrace(&["snapshot", trace.to_str().unwrap(), "--at", "oom", "--to", "5"])
         .output()
         .unwrap();

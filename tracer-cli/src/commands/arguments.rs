@@ -274,9 +274,10 @@ pub struct SnapshotArgs {
     pub pid: Option<u32>,
     /// `oom`: end the snapshot at the run's first out-of-memory failure, in
     /// the process that failed, so that it shows what held the memory then
-    /// (`oom:N`: the Nth failure, in time order); `exit` (the default):
-    /// the whole run.
-    #[arg(long, value_name = "WHEN", value_parser = parse_snapshot_moment)]
+    /// (`oom:N`: the Nth failure, in time order); `peak`: end it at the
+    /// process's peak (one process: the only one, or --pid's); `exit` (the
+    /// default): the whole run.
+    #[arg(long, value_name = "WHEN", value_parser = parse_moment)]
     pub at: Option<Moment>,
     #[command(flatten)]
     pub window: WindowArgs,
@@ -351,14 +352,6 @@ pub struct DumpArgs {
     /// Spool files or traces to dump.
     #[arg(value_name = "FILE")]
     pub spools: Vec<PathBuf>,
-}
-
-/// `snapshot --at`: `exit`, `oom` or `oom:N`.
-fn parse_snapshot_moment(text: &str) -> Result<Moment, String> {
-    match parse_moment(text) {
-        Ok(Moment::Peak) | Err(_) => Err("expected exit, oom or oom:N (N from 1)".to_string()),
-        Ok(moment) => Ok(moment),
-    }
 }
 
 /// `flamegraph --at`: `peak`, `exit`, `oom` or `oom:N` (N from 1).

@@ -43,6 +43,26 @@ pub fn command(args: SnapshotArgs) -> Result<u8, Failure> {
         let seconds = oom.time_ns.saturating_sub(index.start_ns()) as f64 / 1e9;
         say(&output_lines::snapshot_at_oom(n, pid, seconds));
     }
+    if args.at == Some(Moment::Peak) {
+        // One process's peak: the one `--pid` names, or the only one.
+        let [process] = selected[..] else {
+            return Err(output_lines::AT_PEAK_NEEDS_ONE_PROCESS.into());
+        };
+        let summary = Summary::build(&index, &Progress::new("reading", index.events));
+        let Some(peak) = summary.processes[process].devices.values().max_by_key(|d| d.peak) else {
+            return Err(output_lines::no_such_process(&args.trace, index.processes[process].start.pid).into());
+        };
+        if args.window.to.is_some() || window.is_before(peak.peak_time_ns) {
+            return Err(output_lines::AT_PEAK_WINDOW.into());
+        }
+        window.to_ns = Some(peak.peak_time_ns);
+        let seconds = peak.peak_time_ns.saturating_sub(index.start_ns()) as f64 / 1e9;
+        say(&output_lines::snapshot_at_peak(
+            index.processes[process].start.pid,
+            peak.peak,
+            seconds,
+        ));
+    }
     let stem = output_stem(&args.trace, args.output.as_deref());
     let passes = torch_snapshot::passes(&index, &selected, args.window.max_events);
     let progress = Progress::new("snapshot", index.events * passes);

@@ -143,6 +143,20 @@ pub fn oom_state_not_kept(n: usize, kept: usize) -> String {
 pub const AT_OOM_WINDOW: &str =
     "--at oom ends the snapshot at the failure: give no --to, and a --from before the failure";
 
+/// `snapshot --at peak` of several processes.
+pub const AT_PEAK_NEEDS_ONE_PROCESS: &str = "--at peak is one process's peak: name the process with --pid";
+
+/// `snapshot --at peak` with `--to`, or with `--from` past the peak.
+pub const AT_PEAK_WINDOW: &str = "--at peak ends the snapshot at the peak: give no --to, and a --from before the peak";
+
+/// `snapshot --at peak`: which moment it ends at.
+pub fn snapshot_at_peak(pid: u32, peak: u64, seconds: f64) -> String {
+    format!(
+        "cudatrace: the peak of pid {pid}, {} at {seconds:.3} s: the snapshot ends there",
+        bytes(peak)
+    )
+}
+
 /// `snapshot --at oom:N --pid P` where the failure is another process's.
 pub fn oom_of_another_process(n: usize, pid: u32) -> String {
     format!("out-of-memory failure {n} is pid {pid}'s; leave out --pid, or name {pid}")
