@@ -189,7 +189,7 @@ impl ProcessSummary {
                     .tensors
                     .devices
                     .get(&key)
-                    .filter(|t| kept && t.allocations > 0)
+                    .filter(|t| kept && t.allocations > 0 && !self.tensors.stopped)
                     .map(|t| (t.now, t.live_by_stack.clone()));
                 let device = self.device(event.device);
                 let held = kept.then(|| {
@@ -398,6 +398,57 @@ mod tests {
     }
 
     const GPU0: DeviceKey = DeviceKey::Gpu(0);
+
+    /// A record of PyTorch's allocator: `action` on `address`, `size` bytes.
+    fn tensor(seq: u64, action: cudatrace_events::tensors::Action, address: u64, size: u64) -> Event {
+        let mut e = event(seq, Op::Tensor, Kind::Device, address, size);
+        e.api = Api::TorchCachingAllocator;
+        e.arg1 = action as u64;
+        e
+    }
+
+    #[test]
+    fn an_out_of_memory_failure_keeps_what_held_the_device_and_tensors_only_while_tracked() {
+        use cudatrace_events::tensors::{status, Action};
+        let mut p = ProcessSummary::default();
+        let mut changes = Vec::new();
+        let base = 0x7f00_0000_0000;
+        let mut segment = event(1, Op::Alloc, Kind::Device, base, 2 << 20);
+        segment.stack = 3;
+        let events = [
+            segment,
+            tensor(2, Action::SegmentAlloc, base, 2 << 20),
+            tensor(3, Action::Alloc, base, 4096),
+            event(4, Op::Oom, Kind::Device, 0, 1 << 30),
+        ];
+        for e in &events {
+            p.apply(e, &mut changes);
+        }
+        let held = p.devices[&GPU0].ooms[0].held.as_deref().expect("kept");
+        assert_eq!(held.live_bytes, 2 << 20);
+        assert_eq!(held.live_by_stack.get(&3), Some(&(2 << 20, 1)));
+        let (now, by_stack) = held.tensors.as_ref().expect("tensors are tracked");
+        assert_eq!(
+            (now.allocated, now.reserved, now.inactive()),
+            (4096, 2 << 20, (2 << 20) - 4096)
+        );
+        assert_eq!(by_stack.values().map(|&(bytes, _)| bytes).sum::<u64>(), 4096);
+        // Tracking stops: a later failure keeps the driver's view only.
+        let mut stopped = event(5, Op::TensorStatus, Kind::Device, 0, 0);
+        stopped.arg1 = status::UNAVAILABLE;
+        p.apply(&stopped, &mut changes);
+        p.apply(&event(6, Op::Oom, Kind::Device, 0, 1 << 30), &mut changes);
+        let later = p.devices[&GPU0].ooms[1].held.as_deref().expect("kept");
+        assert_eq!(later.live_bytes, 2 << 20);
+        assert!(later.tensors.is_none(), "tensor figures stopped with tracking");
+        // Past the first OOM_STATES_KEPT failures, none is kept.
+        for seq in 7..7 + OOM_STATES_KEPT as u64 {
+            p.apply(&event(seq, Op::Oom, Kind::Device, 0, 1 << 30), &mut changes);
+        }
+        let ooms = &p.devices[&GPU0].ooms;
+        assert_eq!(ooms.len(), OOM_STATES_KEPT + 2);
+        assert_eq!(ooms.iter().filter(|o| o.held.is_some()).count(), OOM_STATES_KEPT);
+    }
 
     #[test]
     fn vmm_memory_is_freed_at_its_last_unmap_after_release() {

@@ -12,8 +12,8 @@
 
 use super::keys::{ByStack, DeviceKey};
 use super::ranges::cut_range;
-use cudatrace_events::tensors::{action_of, Action};
-use cudatrace_events::Event;
+use cudatrace_events::tensors::{action_of, status, Action};
+use cudatrace_events::{Event, Op};
 use std::collections::{BTreeMap, HashMap};
 
 /// Segments up to this size are the small pool's (PyTorch's small blocks
@@ -198,11 +198,17 @@ impl TensorStats {
 pub struct TensorSummary {
     /// Per device.
     pub devices: BTreeMap<DeviceKey, TensorStats>,
+    /// Tracking has stopped by now (its status record said so): the
+    /// figures are those of that moment, no longer current.
+    pub stopped: bool,
 }
 
 impl TensorSummary {
     /// Takes one event into account, if it is a tensor record.
     pub fn observe(&mut self, event: &Event) {
+        if event.op == Op::TensorStatus && event.arg1 == status::UNAVAILABLE {
+            self.stopped = true;
+        }
         if let Some(action) = action_of(event) {
             self.devices
                 .entry(DeviceKey::of(event.device))
