@@ -221,7 +221,7 @@ fn what_held_the_device_at_an_out_of_memory_failure_is_reported_and_drawn() {
     let text =
         String::from_utf8_lossy(&cudatrace(&["report", trace.to_str().unwrap()]).output().unwrap().stdout).into_owned();
     assert!(
-        text.contains("      held then: 512.0 KiB of device memory in this process\n    call sites live then:\n      512.0 KiB in 1 allocation: scenario_oom (scenarios.c:419)\n"),
+        text.contains("      held then: 512.0 KiB of device memory in this process\n      call sites live then:\n        512.0 KiB in 1 allocation: scenario_oom (scenarios.c:419)\n"),
         "{text}"
     );
     let page = trace.with_extension("held.html");

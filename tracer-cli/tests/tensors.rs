@@ -128,7 +128,7 @@ fn every_action_of_the_known_layout_is_recorded_and_the_layout_confirmed() {
     assert_eq!(sites, 16_257_024, "the call sites hold what PyTorch had allocated");
     assert!(
         text.contains(
-            "      held then: 44.0 MiB of device memory in this process; PyTorch 15.5 MiB allocated, 44.0 MiB reserved, 28.5 MiB inactive\n    call sites of the tensors live then:\n"
+            "      held then: 44.0 MiB of device memory in this process; PyTorch 15.5 MiB allocated, 44.0 MiB reserved, 28.5 MiB inactive\n      call sites of the tensors live then:\n"
         ),
         "{text}"
     );

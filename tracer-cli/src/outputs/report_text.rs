@@ -233,7 +233,13 @@ fn held_at_oom_text(index: &TraceIndex, info: &ProcessIndex, held: &HeldAtOom, f
                 bytes(now.reserved),
                 bytes(now.inactive())
             );
-            out += &call_sites_text(index, info, frames, "of the tensors live then", by_stack);
+            out += &nested(&call_sites_text(
+                index,
+                info,
+                frames,
+                "of the tensors live then",
+                by_stack,
+            ));
             out
         }
         None => {
@@ -241,10 +247,15 @@ fn held_at_oom_text(index: &TraceIndex, info: &ProcessIndex, held: &HeldAtOom, f
                 "      held then: {} of device memory in this process\n",
                 bytes(held.live_bytes)
             );
-            out += &call_sites_text(index, info, frames, "live then", &held.live_by_stack);
+            out += &nested(&call_sites_text(index, info, frames, "live then", &held.live_by_stack));
             out
         }
     }
+}
+
+/// `text` two columns further in: a list that belongs to the line above it.
+fn nested(text: &str) -> String {
+    text.lines().map(|line| format!("  {line}\n")).collect()
 }
 
 /// The largest call sites of `by_stack`, each headed by its headline frame
