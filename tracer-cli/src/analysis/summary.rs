@@ -51,6 +51,17 @@ pub struct HeldAtOom {
     pub tensors: Option<(TensorBytes, ByStack)>,
 }
 
+impl HeldAtOom {
+    /// The call stacks a view of the failure lists: PyTorch's live tensors
+    /// where they are recorded (`true`), else the live allocations.
+    pub fn listed(&self) -> (bool, &ByStack) {
+        match &self.tensors {
+            Some((_, by_stack)) => (true, by_stack),
+            None => (false, &self.live_by_stack),
+        }
+    }
+}
+
 /// One device's figures within a process.
 #[derive(Clone, Debug, Default)]
 pub struct DeviceStats {
@@ -184,15 +195,14 @@ impl ProcessSummary {
                 device_total,
             } => {
                 let key = DeviceKey::of(event.device);
-                let kept = self.devices.get(&key).map_or(0, |d| d.ooms.len()) < OOM_STATES_KEPT;
-                let tensors = self
-                    .tensors
-                    .devices
-                    .get(&key)
-                    .filter(|t| kept && t.allocations > 0 && !self.tensors.stopped)
-                    .map(|t| (t.now, t.live_by_stack.clone()));
-                let device = self.device(event.device);
-                let held = kept.then(|| {
+                let tracked = &self.tensors;
+                let device = self.devices.entry(key).or_default();
+                let held = (device.ooms.len() < OOM_STATES_KEPT).then(|| {
+                    let tensors = tracked
+                        .devices
+                        .get(&key)
+                        .filter(|t| t.allocations > 0 && !tracked.stopped)
+                        .map(|t| (t.now, t.live_by_stack.clone()));
                     Box::new(HeldAtOom {
                         live_bytes: device.current,
                         live_by_stack: device.live_by_stack.clone(),
@@ -252,9 +262,10 @@ pub struct Summary {
 }
 
 impl Summary {
-    /// The run's out-of-memory failures, in time order: (process, device,
-    /// failure). `--at oom:N` counts them so.
-    pub fn ooms_in_time_order(&self) -> Vec<(usize, DeviceKey, &Oom)> {
+    /// The run's `n`th out-of-memory failure (from 1, in time order, as
+    /// `--at oom:N` counts): (process, device, failure); else how many
+    /// failures the run has.
+    pub fn oom(&self, n: usize) -> Result<(usize, DeviceKey, &Oom), usize> {
         let mut ooms: Vec<(usize, DeviceKey, &Oom)> = self
             .processes
             .iter()
@@ -267,7 +278,8 @@ impl Summary {
             })
             .collect();
         ooms.sort_by_key(|&(process, _, oom)| (oom.time_ns, process));
-        ooms
+        let count = ooms.len();
+        n.checked_sub(1).and_then(|i| ooms.get(i).copied()).ok_or(count)
     }
 
     /// Replays the whole trace.

@@ -75,6 +75,14 @@ pub fn check_owned(dir: &Path) -> Result<(), String> {
     Ok(())
 }
 
+/// The files cudatrace keeps in a spool folder beside the spools.
+pub const KEPT_BESIDE_SPOOLS: [&str; 4] = [
+    naming::COLLECTOR_LOCK,
+    naming::TRACE_POINTER,
+    notices::NOTICE_FILE,
+    recording_switch::FILE_NAME,
+];
+
 /// Deletes the `collected` spools, whose records are all in a finished
 /// trace. Once no spool is left, also the files cudatrace keeps beside them
 /// and, if cudatrace created the folder, the folder. A spool that appeared
@@ -88,12 +96,7 @@ pub fn remove_spools(dir: &Path, collected: &[PathBuf], cudatrace_made_it: bool)
     if left > 0 {
         return;
     }
-    for name in [
-        naming::COLLECTOR_LOCK,
-        naming::TRACE_POINTER,
-        notices::NOTICE_FILE,
-        recording_switch::FILE_NAME,
-    ] {
+    for name in KEPT_BESIDE_SPOOLS {
         let _ = std::fs::remove_file(dir.join(name));
     }
     if cudatrace_made_it {

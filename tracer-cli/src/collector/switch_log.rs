@@ -19,7 +19,7 @@ const MOST_BYTES: u64 = 64 << 20;
 
 /// The switches logged in `dir`, in order. Only a regular file is read,
 /// never through a link, and never a FIFO (whose read could wait forever).
-pub fn switches(dir: &Path) -> Vec<Switch> {
+fn switches(dir: &Path) -> Vec<Switch> {
     let opened = std::fs::OpenOptions::new()
         .read(true)
         .custom_flags(libc::O_NOFOLLOW | libc::O_NONBLOCK)

@@ -20,8 +20,7 @@ pub fn command(args: DiffArgs) -> Result<u8, Failure> {
         status = status.max(outputs::say_what_the_trace_lacks(&index, &summary.stream_errors));
         // A run paused for a while has part of its bytes at the paused
         // mark: its call sites cannot be compared one for one there.
-        let spans = crate::analysis::paused_spans(&index);
-        if let Some(line) = switch_lines::paused_line(&spans, index.start_ns(), index.end_ns()) {
+        if let Some(line) = switch_lines::paused_line(&index) {
             say(&said(format!("{}: {line}", path.display())));
         }
     }

@@ -24,10 +24,9 @@ pub fn command(args: FlamegraphArgs) -> Result<u8, Failure> {
     let summary = Summary::build(&index, &Progress::new("reading", index.events));
     let failure = match args.at {
         Moment::Oom(n) => {
-            let ooms = summary.ooms_in_time_order();
-            let Some(&(process, device, oom)) = ooms.get(n - 1) else {
-                return Err(output_lines::no_such_oom(&args.trace, n, ooms.len()).into());
-            };
+            let (process, device, oom) = summary
+                .oom(n)
+                .map_err(|count| Failure::from(output_lines::no_such_oom(&args.trace, n, count)))?;
             if oom.held.is_none() {
                 return Err(output_lines::oom_state_not_kept(n, OOM_STATES_KEPT).into());
             }

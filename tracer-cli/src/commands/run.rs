@@ -10,6 +10,7 @@ use crate::outputs::wording::stderr;
 use crate::outputs::wording::switch_lines;
 use crate::outputs::wording::write_failure_text;
 use crate::system::failure::Failure;
+use crate::system::procfs;
 use crate::system::switch_file::SwitchFile;
 use crate::system::terminal::say;
 use crate::system::trace_file;
@@ -109,20 +110,10 @@ fn spawn(mut command: Command, program: &OsString) -> Result<Child, Failure> {
 /// them: a program may watch its parent). Processes whose environment this
 /// user cannot read are not ours.
 fn descendants_alive(run_dir: &Path) -> bool {
-    let mut needle = b"CUDATRACE_DIR=".to_vec();
-    needle.extend_from_slice(run_dir.as_os_str().as_encoded_bytes());
-    needle.push(0);
-    let Ok(entries) = std::fs::read_dir("/proc") else {
-        return false;
-    };
     let me = std::process::id();
-    entries.flatten().any(|entry| {
-        let Some(pid) = entry.file_name().to_str().and_then(|name| name.parse::<u32>().ok()) else {
-            return false;
-        };
-        pid != me
-            && std::fs::read(format!("/proc/{pid}/environ"))
-                .is_ok_and(|environ| environ.windows(needle.len()).any(|window| window == needle.as_slice()))
+    let wanted = run_dir.as_os_str().as_encoded_bytes();
+    procfs::pids().into_iter().filter(|&pid| pid != me).any(|pid| {
+        procfs::environment(pid).is_some_and(|environment| procfs::value(&environment, "CUDATRACE_DIR") == Some(wanted))
     })
 }
 

@@ -22,46 +22,15 @@ pub fn command(args: SnapshotArgs) -> Result<u8, Failure> {
     let index = super::open_trace::read_trace(&args.trace)?;
     let mut selected = selected_processes(&index, &args)?;
     let mut window = Window::seconds(index.start_ns(), args.window.from, args.window.to);
-    if let Some(Moment::Oom(n)) = args.at {
-        // The failing process only, up to its failure.
-        let summary = Summary::build(&index, &Progress::new("reading", index.events));
-        let ooms = summary.ooms_in_time_order();
-        let Some(&(process, _, oom)) = ooms.get(n - 1) else {
-            return Err(output_lines::no_such_oom(&args.trace, n, ooms.len()).into());
-        };
-        let pid = index.processes[process].start.pid;
-        if args.pid.is_some_and(|named| named != pid) {
-            return Err(output_lines::oom_of_another_process(n, pid).into());
-        }
-        // The failure ends the snapshot: a window ending earlier, or
-        // starting after it, would not show it.
-        if args.window.to.is_some() || window.is_before(oom.time_ns) {
-            return Err(output_lines::AT_OOM_WINDOW.into());
+    if let Some((process, end_ns, said, window_refused)) = moment_end(&index, &args, &selected)? {
+        // The moment ends the snapshot: a window ending earlier, or starting
+        // after it, would not show it.
+        if args.window.to.is_some() || window.is_before(end_ns) {
+            return Err(window_refused.into());
         }
         selected = vec![process];
-        window.to_ns = Some(oom.time_ns);
-        let seconds = oom.time_ns.saturating_sub(index.start_ns()) as f64 / 1e9;
-        say(&output_lines::snapshot_at_oom(n, pid, seconds));
-    }
-    if args.at == Some(Moment::Peak) {
-        // One process's peak: the one `--pid` names, or the only one.
-        let [process] = selected[..] else {
-            return Err(output_lines::AT_PEAK_NEEDS_ONE_PROCESS.into());
-        };
-        let summary = Summary::build(&index, &Progress::new("reading", index.events));
-        let Some(peak) = summary.processes[process].devices.values().max_by_key(|d| d.peak) else {
-            return Err(output_lines::no_such_process(&args.trace, index.processes[process].start.pid).into());
-        };
-        if args.window.to.is_some() || window.is_before(peak.peak_time_ns) {
-            return Err(output_lines::AT_PEAK_WINDOW.into());
-        }
-        window.to_ns = Some(peak.peak_time_ns);
-        let seconds = peak.peak_time_ns.saturating_sub(index.start_ns()) as f64 / 1e9;
-        say(&output_lines::snapshot_at_peak(
-            index.processes[process].start.pid,
-            peak.peak,
-            seconds,
-        ));
+        window.to_ns = Some(end_ns);
+        say(&said);
     }
     let stem = output_stem(&args.trace, args.output.as_deref());
     let passes = torch_snapshot::passes(&index, &selected, args.window.max_events);
@@ -92,6 +61,47 @@ pub fn command(args: SnapshotArgs) -> Result<u8, Failure> {
         }
     }
     write_pickles(&index, made, is_private(&args.trace))
+}
+
+/// Where `--at` ends the snapshot: (the one process written, the end, the
+/// line that says so, why a window that would hide it is refused); `None`
+/// for the whole run.
+fn moment_end(
+    index: &TraceIndex,
+    args: &SnapshotArgs,
+    selected: &[usize],
+) -> Result<Option<(usize, u64, String, &'static str)>, Failure> {
+    let seconds = |ns: u64| ns.saturating_sub(index.start_ns()) as f64 / 1e9;
+    let summary = || Summary::build(index, &Progress::new("reading", index.events));
+    match args.at {
+        None | Some(Moment::Exit) => Ok(None),
+        // The failing process only, up to its failure.
+        Some(Moment::Oom(n)) => {
+            let summary = summary();
+            let (process, _, oom) = summary
+                .oom(n)
+                .map_err(|count| Failure::from(output_lines::no_such_oom(&args.trace, n, count)))?;
+            let pid = index.processes[process].start.pid;
+            if args.pid.is_some_and(|named| named != pid) {
+                return Err(output_lines::oom_of_another_process(n, pid).into());
+            }
+            let said = output_lines::snapshot_at_oom(n, pid, seconds(oom.time_ns));
+            Ok(Some((process, oom.time_ns, said, output_lines::AT_OOM_WINDOW)))
+        }
+        // One process's peak: the one `--pid` names, or the only one.
+        Some(Moment::Peak) => {
+            let [process] = selected[..] else {
+                return Err(output_lines::AT_PEAK_NEEDS_ONE_PROCESS.into());
+            };
+            let pid = index.processes[process].start.pid;
+            let summary = summary();
+            let Some(peak) = summary.processes[process].devices.values().max_by_key(|d| d.peak) else {
+                return Err(output_lines::no_such_process(&args.trace, pid).into());
+            };
+            let said = output_lines::snapshot_at_peak(pid, peak.peak, seconds(peak.peak_time_ns));
+            Ok(Some((process, peak.peak_time_ns, said, output_lines::AT_PEAK_WINDOW)))
+        }
+    }
 }
 
 /// The processes to snapshot: the one `--pid` names, or every one with

@@ -10,8 +10,8 @@ use crate::system::failure::Failure;
 use crate::system::switch_file::SwitchFile;
 use crate::system::terminal::say;
 use crate::system::traced_jobs::{self, Named};
-use cudatrace_events::recording_switch::{self, StackSetting, SwitchState};
-use cudatrace_events::{naming, notices};
+use cudatrace_events::naming;
+use cudatrace_events::recording_switch::{StackSetting, SwitchState};
 use std::path::{Path, PathBuf};
 
 /// `cudatrace pause`.
@@ -54,13 +54,8 @@ fn switch(dir: PathBuf, next: impl FnOnce(SwitchState) -> SwitchState) -> Result
 /// Whether `dir` holds what cudatrace keeps in a job's spool folder: a
 /// switch, a spool, `run`'s notice file, or a collector's files.
 fn is_spool_folder(dir: &Path) -> bool {
-    let kept = [
-        recording_switch::FILE_NAME,
-        notices::NOTICE_FILE,
-        naming::TRACE_POINTER,
-        naming::COLLECTOR_LOCK,
-    ];
-    kept.iter().any(|name| dir.join(name).exists()) || naming::spool_files_in(dir).is_ok_and(|s| !s.is_empty())
+    spool_dir::KEPT_BESIDE_SPOOLS.iter().any(|name| dir.join(name).exists())
+        || naming::spool_files_in(dir).is_ok_and(|s| !s.is_empty())
 }
 
 /// The spool folder of the job named (a pid or a folder), else of the job
@@ -78,7 +73,7 @@ fn job_folder(named: Option<&str>) -> Result<PathBuf, Failure> {
         None => {
             // Inside a traced job, cudatrace's own variables stand beside
             // the folder; a `CUDATRACE_DIR` exported by hand is not a job.
-            let in_a_job = ["CUDATRACE_COLLECTOR", "CUDATRACE_ROOT_PID"]
+            let in_a_job = traced_jobs::SET_BY_CUDATRACE
                 .iter()
                 .any(|key| std::env::var_os(key).is_some());
             if let Some(own) = std::env::var_os("CUDATRACE_DIR").filter(|d| in_a_job && !d.is_empty()) {

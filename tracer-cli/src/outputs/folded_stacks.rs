@@ -50,11 +50,12 @@ pub fn folded_stacks(
     let mut merged: BTreeMap<Vec<String>, u64> = BTreeMap::new();
     let mut cache_bytes = 0u64;
     // At an out-of-memory failure, only the failing process's device.
+    // (The command has checked that the failure exists and kept its state.)
     let failure = match at {
-        Moment::Oom(n) => match summary.ooms_in_time_order().get(n - 1) {
-            Some(&(process, device, oom)) => Some((process, device, oom.held.as_deref())),
-            None => return (Vec::new(), 0),
-        },
+        Moment::Oom(n) => summary
+            .oom(n)
+            .ok()
+            .map(|(process, device, oom)| (process, device, oom.held.as_deref())),
         _ => None,
     };
     for (number, (info, process)) in index.processes.iter().zip(&summary.processes).enumerate() {

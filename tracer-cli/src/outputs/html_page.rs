@@ -21,7 +21,7 @@ use crate::analysis::UnreadBlock;
 use crate::analysis::{silent_children, FramesShown, Summary, TraceIndex};
 use crate::outputs::wording::device_label;
 use crate::outputs::wording::switch_lines;
-use crate::outputs::wording::{bytes, count};
+use crate::outputs::wording::{bytes, count, oom_state_not_kept, torch_bytes_text};
 use crate::system::progress::Progress;
 use call_site_tables::{sites_table, stack_html, tensors_html};
 use chart_drawing::chart_html;
@@ -89,8 +89,7 @@ fn incomplete_html(index: &TraceIndex, summary: &Summary) -> String {
     if let Some(line) = unrecorded_line(&index.unrecorded) {
         let _ = writeln!(out, "<p><b>This trace is incomplete:</b> {}.</p>", escape(&line));
     }
-    let spans = crate::analysis::paused_spans(index);
-    if let Some(line) = switch_lines::paused_line(&spans, index.start_ns(), index.end_ns()) {
+    if let Some(line) = switch_lines::paused_line(index) {
         let _ = writeln!(out, "<p><b>Paused:</b> {}.</p>", escape(&line));
     }
     out
@@ -194,19 +193,13 @@ fn devices_html(index: &TraceIndex, summary: &Summary, charts: &PageCharts, fram
             if !stats.ooms.is_empty() {
                 out += "<h3>Out-of-memory failures</h3>\n<table class=\"ooms\"><tr><th>when</th><th>asked for</th><th>free</th><th>total</th><th>API</th><th>held then</th><th>stack</th></tr>\n";
                 for oom in &stats.ooms {
-                    let held = oom.held.as_ref().map_or_else(
-                        || "not kept (past the device's first 16 failures)".to_string(),
-                        |held| match &held.tensors {
-                            Some((now, _)) => format!(
-                                "{}; PyTorch {} allocated, {} reserved, {} inactive",
-                                bytes(held.live_bytes),
-                                bytes(now.allocated),
-                                bytes(now.reserved),
-                                bytes(now.inactive())
-                            ),
+                    let held = oom
+                        .held
+                        .as_ref()
+                        .map_or_else(oom_state_not_kept, |held| match &held.tensors {
+                            Some((now, _)) => format!("{}; {}", bytes(held.live_bytes), torch_bytes_text(now)),
                             None => bytes(held.live_bytes),
-                        },
-                    );
+                        });
                     let _ = writeln!(
                         out,
                         "<tr><td class=\"num\">{:.3} s</td><td class=\"num\">{}</td><td class=\"num\">{}</td><td class=\"num\">{}</td><td>{}</td><td>{}</td><td>{}</td></tr>",
@@ -222,9 +215,11 @@ fn devices_html(index: &TraceIndex, summary: &Summary, charts: &PageCharts, fram
                 out += "</table>\n";
                 // What held the device at the first failure, by call site.
                 if let Some(held) = stats.ooms.first().and_then(|oom| oom.held.as_ref()) {
-                    let (title, by_stack) = match &held.tensors {
-                        Some((_, by_stack)) => ("Tensors live at the first out-of-memory failure", by_stack),
-                        None => ("Memory live at the first out-of-memory failure", &held.live_by_stack),
+                    let (tensors, by_stack) = held.listed();
+                    let title = if tensors {
+                        "Tensors live at the first out-of-memory failure"
+                    } else {
+                        "Memory live at the first out-of-memory failure"
                     };
                     out += &sites_table(index, info, frames, title, by_stack);
                 }

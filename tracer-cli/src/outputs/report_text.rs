@@ -7,7 +7,7 @@ use crate::analysis::{
 use crate::outputs::wording::device_label;
 use crate::outputs::wording::stack_texts;
 use crate::outputs::wording::switch_lines;
-use crate::outputs::wording::{bytes, count, tensor_status_line, unrecorded_process_text};
+use crate::outputs::wording::{bytes, count, tensor_status_line, torch_bytes_text, unrecorded_process_text};
 use cudatrace_trace::ProcessEnd;
 
 /// Live allocations the text report lists per device, largest first.
@@ -29,8 +29,7 @@ pub fn report(index: &TraceIndex, summary: &Summary, frames: FramesShown) -> Str
             count(events, "event", "events")
         );
     }
-    let spans = crate::analysis::paused_spans(index);
-    if let Some(line) = switch_lines::paused_line(&spans, index.start_ns(), index.end_ns()) {
+    if let Some(line) = switch_lines::paused_line(index) {
         out += &format!("{line}\n");
     }
     for ((info, footprints), process) in index.processes.iter().zip(&summary.footprints).zip(&summary.processes) {
@@ -224,33 +223,21 @@ const OOMS_DETAILED: usize = 10;
 /// by call site the tensors (where PyTorch's are recorded) or else the
 /// allocations live then.
 fn held_at_oom_text(index: &TraceIndex, info: &ProcessIndex, held: &HeldAtOom, frames: FramesShown) -> String {
-    match &held.tensors {
-        Some((now, by_stack)) => {
-            let mut out = format!(
-                "      held then: {} of device memory in this process; PyTorch {} allocated, {} reserved, {} inactive\n",
-                bytes(held.live_bytes),
-                bytes(now.allocated),
-                bytes(now.reserved),
-                bytes(now.inactive())
-            );
-            out += &nested(&call_sites_text(
-                index,
-                info,
-                frames,
-                "of the tensors live then",
-                by_stack,
-            ));
-            out
-        }
-        None => {
-            let mut out = format!(
-                "      held then: {} of device memory in this process\n",
-                bytes(held.live_bytes)
-            );
-            out += &nested(&call_sites_text(index, info, frames, "live then", &held.live_by_stack));
-            out
-        }
-    }
+    let torch = held
+        .tensors
+        .as_ref()
+        .map_or_else(String::new, |(now, _)| format!("; {}", torch_bytes_text(now)));
+    let (tensors, by_stack) = held.listed();
+    let what = if tensors {
+        "of the tensors live then"
+    } else {
+        "live then"
+    };
+    format!(
+        "      held then: {} of device memory in this process{torch}\n{}",
+        bytes(held.live_bytes),
+        nested(&call_sites_text(index, info, frames, what, by_stack))
+    )
 }
 
 /// `text` two columns further in: a list that belongs to the line above it.

@@ -6,6 +6,7 @@ pub mod beside_file;
 pub mod errno;
 pub mod failure;
 pub mod output_file;
+pub mod procfs;
 pub mod progress;
 pub mod switch_file;
 pub mod terminal;

@@ -5,6 +5,7 @@
 //! with the variables cudatrace sets beside it). Processes this user cannot
 //! read are not this user's jobs.
 
+use super::procfs;
 use cudatrace_events::recording_switch;
 use std::collections::BTreeMap;
 use std::os::unix::ffi::OsStrExt;
@@ -28,23 +29,23 @@ fn mapped_switch_folder(pid: u32) -> Option<PathBuf> {
     })
 }
 
+/// Variables cudatrace sets beside `CUDATRACE_DIR` in a traced job: with
+/// neither, a `CUDATRACE_DIR` is a user's own (where runs make folders).
+pub const SET_BY_CUDATRACE: [&str; 2] = ["CUDATRACE_COLLECTOR", "CUDATRACE_ROOT_PID"];
+
 /// The spool folder cudatrace put in process `pid`'s environment: only
 /// where cudatrace's own variables stand beside it (a `CUDATRACE_DIR` a
 /// user exported is where runs make their folders, not a job's folder); a
 /// relative one is taken from the process's working directory.
 fn spool_dir_in_environment(pid: u32) -> Option<PathBuf> {
-    let environ = std::fs::read(format!("/proc/{pid}/environ")).ok()?;
-    let entries: Vec<&[u8]> = environ.split(|&b| b == 0).collect();
-    let set_by_cudatrace = entries
+    let environment = procfs::environment(pid)?;
+    let set_by_cudatrace = SET_BY_CUDATRACE
         .iter()
-        .any(|e| e.starts_with(b"CUDATRACE_COLLECTOR=") || e.starts_with(b"CUDATRACE_ROOT_PID="));
+        .any(|key| procfs::value(&environment, key).is_some());
     if !set_by_cudatrace {
         return None;
     }
-    let dir = entries
-        .iter()
-        .find_map(|entry| entry.strip_prefix(b"CUDATRACE_DIR="))
-        .filter(|dir| !dir.is_empty())?;
+    let dir = procfs::value(&environment, "CUDATRACE_DIR").filter(|dir| !dir.is_empty())?;
     let dir = Path::new(std::ffi::OsStr::from_bytes(dir));
     if dir.is_absolute() {
         Some(dir.to_path_buf())
@@ -56,25 +57,6 @@ fn spool_dir_in_environment(pid: u32) -> Option<PathBuf> {
 /// The job folder of process `pid` itself, if it is traced.
 fn own_job(pid: u32) -> Option<PathBuf> {
     mapped_switch_folder(pid).or_else(|| spool_dir_in_environment(pid))
-}
-
-/// Every pid in `/proc`.
-fn all_pids() -> Vec<u32> {
-    let Ok(entries) = std::fs::read_dir("/proc") else {
-        return Vec::new();
-    };
-    entries
-        .flatten()
-        .filter_map(|entry| entry.file_name().to_str()?.parse::<u32>().ok())
-        .collect()
-}
-
-/// The parent pid of `pid`, from `/proc/PID/stat`.
-fn parent_of(pid: u32) -> Option<u32> {
-    let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).ok()?;
-    // The name (field 2) is in parentheses and may hold spaces.
-    let after_name = &stat[stat.rfind(')')? + 1..];
-    after_name.split_whitespace().nth(1)?.parse().ok()
 }
 
 /// What is known of a process named as a job.
@@ -98,9 +80,9 @@ pub fn job_of(pid: u32) -> Named {
         return Named::Job(dir);
     }
     let me = std::process::id();
-    let from_child = all_pids()
+    let from_child = procfs::pids()
         .into_iter()
-        .filter(|&child| child != me && parent_of(child) == Some(pid))
+        .filter(|&child| child != me && procfs::parent_of(child) == Some(pid))
         .find_map(own_job);
     from_child.map_or(Named::NotTraced, Named::Job)
 }
@@ -110,7 +92,7 @@ pub fn job_of(pid: u32) -> Named {
 pub fn running_jobs() -> BTreeMap<PathBuf, Vec<u32>> {
     let me = std::process::id();
     let mut jobs: BTreeMap<PathBuf, Vec<u32>> = BTreeMap::new();
-    for pid in all_pids().into_iter().filter(|&pid| pid != me) {
+    for pid in procfs::pids().into_iter().filter(|&pid| pid != me) {
         if let Some(dir) = own_job(pid).filter(|dir| dir.is_dir()) {
             jobs.entry(dir).or_default().push(pid);
         }

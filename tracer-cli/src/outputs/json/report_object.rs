@@ -21,27 +21,34 @@ fn stack_json(index: &TraceIndex, info: &ProcessIndex, stack: u32) -> Value {
 /// Call sites, largest first, each with its bytes, its count under
 /// `counted` and its stack.
 fn sites_json(index: &TraceIndex, info: &ProcessIndex, by_stack: &ByStack, counted: &str) -> Vec<Value> {
+    sites_json_up_to(index, info, by_stack, counted, usize::MAX)
+}
+
+/// The `most` largest of [`sites_json`].
+fn sites_json_up_to(
+    index: &TraceIndex,
+    info: &ProcessIndex,
+    by_stack: &ByStack,
+    counted: &str,
+    most: usize,
+) -> Vec<Value> {
     largest_call_sites(by_stack)
         .into_iter()
+        .take(most)
         .map(|(stack, bytes, n)| json!({"bytes": bytes, counted: n, "stack": stack_json(index, info, stack)}))
         .collect()
 }
 
 /// Call sites listed for each out-of-memory failure: a failure's state is
-/// kept up to 16 times a device, and thousands of sites each would make
-/// the report as large as the trace.
+/// kept for up to `OOM_STATES_KEPT` failures a device, and thousands of
+/// sites each would make the report as large as the trace.
 const OOM_SITES_LISTED: usize = 20;
 
 /// The [`OOM_SITES_LISTED`] largest call sites of `by_stack`, and how many
 /// more there were.
 fn largest_sites_json(index: &TraceIndex, info: &ProcessIndex, by_stack: &ByStack, counted: &str) -> Value {
-    let all = largest_call_sites(by_stack);
-    let listed: Vec<Value> = all
-        .iter()
-        .take(OOM_SITES_LISTED)
-        .map(|&(stack, bytes, n)| json!({"bytes": bytes, counted: n, "stack": stack_json(index, info, stack)}))
-        .collect();
-    json!({"largest": listed, "more": all.len().saturating_sub(OOM_SITES_LISTED)})
+    let listed = sites_json_up_to(index, info, by_stack, counted, OOM_SITES_LISTED);
+    json!({"largest": listed, "more": by_stack.len().saturating_sub(OOM_SITES_LISTED)})
 }
 
 /// The process's devices: allocations, peak, live at exit and OOMs.

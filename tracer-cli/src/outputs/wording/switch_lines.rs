@@ -2,7 +2,7 @@
 //! and how outputs name a span of a run whose recording was paused.
 
 use super::numbers::{count, shell_quoted};
-use crate::analysis::{PausedSpan, PAUSED_SITE};
+use crate::analysis::{paused_spans, TraceIndex, PAUSED_SITE};
 use cudatrace_events::recording_switch::SwitchState;
 use std::fmt::Display;
 use std::path::Path;
@@ -77,9 +77,10 @@ pub fn cannot_switch(dir: &Path, error: impl Display) -> String {
     )
 }
 
-/// The line outputs give a run whose recording was paused: how often, for
-/// how long, and when (seconds from the run's start); `None` if never.
-pub fn paused_line(spans: &[PausedSpan], run_start_ns: u64, run_end_ns: u64) -> Option<String> {
+/// The line outputs give a trace whose recording was paused: how often,
+/// for how long, and when (seconds from the run's start); `None` if never.
+pub fn paused_line(index: &TraceIndex) -> Option<String> {
+    let (spans, run_start_ns, run_end_ns) = (paused_spans(index), index.start_ns(), index.end_ns());
     if spans.is_empty() {
         return None;
     }

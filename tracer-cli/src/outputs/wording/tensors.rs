@@ -1,8 +1,8 @@
 //! What became of tensor tracking in a process, in words: from its
 //! tensor-status records and its count of tensor actions.
 
-use super::numbers::count;
-use crate::analysis::ProcessIndex;
+use super::numbers::{bytes, count};
+use crate::analysis::{ProcessIndex, TensorBytes, OOM_STATES_KEPT};
 use cudatrace_events::tensors::{reason, status, version_text};
 
 /// One line on the process's tensors, or `None` when PyTorch's allocator
@@ -46,4 +46,20 @@ pub fn tensor_status_line(process: &ProcessIndex) -> Option<String> {
     of(status::ATTACHED).map(|_| {
         format!("tensors: attached to {version}'s caching allocator, which made no segment to confirm its layout by{missed}")
     })
+}
+
+/// PyTorch's figures at one moment: "PyTorch 15.5 MiB allocated, 44.0 MiB
+/// reserved, 28.5 MiB inactive".
+pub fn torch_bytes_text(now: &TensorBytes) -> String {
+    format!(
+        "PyTorch {} allocated, {} reserved, {} inactive",
+        bytes(now.allocated),
+        bytes(now.reserved),
+        bytes(now.inactive())
+    )
+}
+
+/// An out-of-memory failure whose state the replay did not keep.
+pub fn oom_state_not_kept() -> String {
+    format!("not kept (past the device's first {OOM_STATES_KEPT} failures)")
 }
