@@ -8,13 +8,12 @@ use std::fs::File;
 use std::io::Write;
 use std::os::unix::fs::OpenOptionsExt;
 use std::os::unix::io::AsRawFd;
-use std::path::{Path, PathBuf};
+use std::path::Path;
 use std::sync::atomic::{AtomicU64, Ordering};
 
 /// One job's switch file, open for writing.
 pub struct SwitchFile {
     file: File,
-    path: PathBuf,
 }
 
 impl SwitchFile {
@@ -24,12 +23,12 @@ impl SwitchFile {
     pub fn open_or_make(dir: &Path, initial: SwitchState, time_ns: u64) -> std::io::Result<SwitchFile> {
         let path = dir.join(layout::FILE_NAME);
         match open(&path) {
-            Ok(file) => return checked(file, path),
+            Ok(file) => return checked(file),
             Err(error) if error.kind() != std::io::ErrorKind::NotFound => return Err(error),
             Err(_) => {}
         }
         make(dir, &path, initial, time_ns)?;
-        checked(open(&path)?, path)
+        checked(open(&path)?)
     }
 
     /// What the switch says now.
@@ -56,8 +55,14 @@ impl SwitchFile {
             let before = SwitchState::from_word(word.load(Ordering::Acquire));
             let state = next(before);
             if before != state {
-                let mut log = std::fs::OpenOptions::new().append(true).open(&self.path)?;
-                log.write_all(&layout::log_entry(Switch { time_ns: now(), state }))?;
+                // Through the descriptor that holds the lock (never a file
+                // put in its place since), at the end of the whole entries:
+                // a torn one a full disk left is written over, not followed.
+                let logged = self.file.metadata()?.len().saturating_sub(layout::PAGE_SIZE as u64);
+                let at =
+                    layout::PAGE_SIZE as u64 + logged / layout::LOG_ENTRY_SIZE as u64 * layout::LOG_ENTRY_SIZE as u64;
+                let entry = layout::log_entry(Switch { time_ns: now(), state });
+                std::os::unix::fs::FileExt::write_all_at(&self.file, &entry, at)?;
                 word.store(state.to_word(), Ordering::Release);
             }
             Ok((before, state))
@@ -103,7 +108,7 @@ fn open(path: &Path) -> std::io::Result<File> {
 }
 
 /// Refuses a file that is not a switch file.
-fn checked(file: File, path: PathBuf) -> std::io::Result<SwitchFile> {
+fn checked(file: File) -> std::io::Result<SwitchFile> {
     let mut magic = [0u8; 8];
     let meta = file.metadata()?;
     let whole = meta.is_file()
@@ -116,7 +121,7 @@ fn checked(file: File, path: PathBuf) -> std::io::Result<SwitchFile> {
             "not a cudatrace recording switch",
         ));
     }
-    Ok(SwitchFile { file, path })
+    Ok(SwitchFile { file })
 }
 
 /// Writes a whole file under a private name and links it in place: a
@@ -187,6 +192,29 @@ mod tests {
             Switch {
                 time_ns: 5_000,
                 state: python
+            }
+        );
+        // A torn entry (a disk that filled mid-write) is written over by the
+        // next switch, so the entries after it stay in line.
+        let path = dir.join(layout::FILE_NAME);
+        std::fs::OpenOptions::new()
+            .append(true)
+            .open(&path)
+            .unwrap()
+            .write_all(&[9; 5])
+            .unwrap();
+        let third = SwitchState {
+            paused: true,
+            stacks: Some(StackSetting::Python),
+        };
+        assert_eq!(file.set(|_| third, || 7_500).unwrap(), (python, third));
+        let log = layout::read_log(&std::fs::read(&path).unwrap()).unwrap();
+        assert_eq!(log.len(), 3);
+        assert_eq!(
+            log[2],
+            Switch {
+                time_ns: 7_500,
+                state: third
             }
         );
         let names: Vec<_> = std::fs::read_dir(&dir)
