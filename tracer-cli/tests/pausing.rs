@@ -118,13 +118,17 @@ fn plain_ld_preload_starts_paused_with_its_variable_and_is_switched_by_pid() {
 fn resume_with_other_stacks_and_a_repeated_pause_are_said_and_logged_once() {
     let cli = cli();
     let first = format!("{0} resume --stacks none && {0} resume --stacks none", cli.display());
-    let second = format!("{0} pause", cli.display());
+    let second = format!("{0} pause && {0} pause", cli.display());
     let (mut command, trace) = run_command("resume-stacks", "switching", &["--start-paused", "--stacks", "all"]);
     let output = command.args([&first, &second]).output().unwrap();
     assert!(output.status.success(), "{}", stderr(&output));
     let said = stderr(&output);
     assert!(said.contains(" is now recording, with --stacks none\n"), "{said}");
     assert!(said.contains(" was already recording, with --stacks none\n"), "{said}");
+    assert!(
+        said.contains(" was already paused: events are recorded without call stacks until `cudatrace resume`\n"),
+        "{said}"
+    );
     let lines = stdout(&cudatrace(&["dump", trace.to_str().unwrap()]).output().unwrap());
     let switches: Vec<Value> = lines
         .lines()
@@ -215,39 +219,54 @@ fn a_job_that_is_not_there_is_one_line_and_status_2() {
 
 #[test]
 fn collect_reads_past_a_fifo_or_a_link_where_the_switch_should_be() {
-    let dir = scratch_dir("switch-fifo");
-    let spools = dir.join("spools");
-    std::fs::create_dir_all(&spools).unwrap();
-    let output = Command::new(fake_cuda::program("scenarios"))
-        .arg("runtime")
-        .env("LD_LIBRARY_PATH", fake_cuda::library_dir())
-        .env("LD_PRELOAD", tracer_library())
-        .env("CUDATRACE_DIR", &spools)
-        .env("TMPDIR", &dir)
-        .output()
-        .unwrap();
-    assert!(output.status.success(), "{}", stderr(&output));
-    let switch = spools.join("recording.switch");
-    let _ = std::fs::remove_file(&switch);
-    let made = Command::new("mkfifo").arg(&switch).status().unwrap();
-    assert!(made.success());
-    let trace = dir.join("fifo.trace");
-    let mut collect = cudatrace(&["collect", spools.to_str().unwrap(), "-o", trace.to_str().unwrap()])
-        .spawn()
-        .unwrap();
-    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(60);
-    let status = loop {
-        if let Some(status) = collect.try_wait().unwrap() {
-            break status;
+    for case in ["fifo", "link"] {
+        let dir = scratch_dir(&format!("switch-{case}"));
+        let spools = dir.join("spools");
+        std::fs::create_dir_all(&spools).unwrap();
+        let output = Command::new(fake_cuda::program("scenarios"))
+            .arg("runtime")
+            .env("LD_LIBRARY_PATH", fake_cuda::library_dir())
+            .env("LD_PRELOAD", tracer_library())
+            .env("CUDATRACE_DIR", &spools)
+            .env("TMPDIR", &dir)
+            .output()
+            .unwrap();
+        assert!(output.status.success(), "{}", stderr(&output));
+        let switch = spools.join("recording.switch");
+        let _ = std::fs::remove_file(&switch);
+        if case == "fifo" {
+            let made = Command::new("mkfifo").arg(&switch).status().unwrap();
+            assert!(made.success());
+        } else {
+            // A whole switch file, paused at 1 ns, elsewhere: followed, it
+            // would put a paused span in the trace.
+            let mut elsewhere = vec![0u8; 4096];
+            elsewhere[..8].copy_from_slice(b"CUTRSWI\0");
+            elsewhere[8] = 1;
+            elsewhere.extend_from_slice(&1u64.to_le_bytes());
+            elsewhere.extend_from_slice(&1u64.to_le_bytes());
+            let target = dir.join("elsewhere.switch");
+            std::fs::write(&target, elsewhere).unwrap();
+            std::os::unix::fs::symlink(&target, &switch).unwrap();
         }
-        if std::time::Instant::now() > deadline {
-            let _ = collect.kill();
-            panic!("collect waited on the FIFO");
-        }
-        std::thread::sleep(std::time::Duration::from_millis(50));
-    };
-    assert!(status.success());
-    let (report, _) = report_json_with_stacks(&trace);
-    assert_eq!(report["recording_paused"], serde_json::json!([]));
-    assert_eq!(report["complete"], true);
+        let trace = dir.join(format!("{case}.trace"));
+        let mut collect = cudatrace(&["collect", spools.to_str().unwrap(), "-o", trace.to_str().unwrap()])
+            .spawn()
+            .unwrap();
+        let deadline = std::time::Instant::now() + std::time::Duration::from_secs(60);
+        let status = loop {
+            if let Some(status) = collect.try_wait().unwrap() {
+                break status;
+            }
+            if std::time::Instant::now() > deadline {
+                let _ = collect.kill();
+                panic!("collect waited on the {case}");
+            }
+            std::thread::sleep(std::time::Duration::from_millis(50));
+        };
+        assert!(status.success(), "{case}");
+        let (report, _) = report_json_with_stacks(&trace);
+        assert_eq!(report["recording_paused"], serde_json::json!([]), "{case}");
+        assert_eq!(report["complete"], true, "{case}");
+    }
 }
