@@ -74,6 +74,9 @@ fn a_single_process_run_reports_exactly_what_it_did() {
             "damaged_records": 0,
             "unknown_frees": 0,
             "reused_without_free": 0,
+            // No loop repeats its allocations: no steps, no growth measured.
+            "steps": null,
+            "growing": null,
             "devices": [
                 {"device": 0, "allocations": 10, "frees": 6, "bytes_allocated": 3_280_960, "peak_bytes": 3 << 20,
                  "live_bytes_at_exit": 2_115_584, "live_at_exit": live_at_exit, "ooms": []},

@@ -12,7 +12,7 @@
  * allocated on the main thread, and on a second thread, as autograd's
  * device thread does, two autograd nodes that each keep a gradient and free
  * a temporary; it prints "parameters N", "gradients N" and "temporaries N",
- * in bytes).
+ * in bytes), training and straight (see "A training loop" below).
  *
  * Prints, at the end:
  *   actions alloc=N free_requested=N ... oom=N     what the library emitted
@@ -307,6 +307,85 @@ void backward() {
     std::printf("parameters %zu\ngradients %zu\ntemporaries %zu\n", 13 * kMiB, 14 * kMiB, 9 * kMiB);
 }
 
+/* ---- A training loop, for step finding and growth ----------------------------
+ * `training`: three parameters, then FAKE_TORCH_STEPS steps (default 8),
+ * each in its own functions, so that every step allocates from the same
+ * call stacks: a forward pass (two activations and an output), a backward
+ * pass (gradients, made at the first step only, and kept), an optimizer
+ * step (a temporary). The previous step's output is freed once the new one
+ * is made, unless FAKE_TORCH_LEAK=1 keeps every output in a list. Then
+ * everything is freed, as Python frees it at exit, and it prints
+ * "steps N" and "output bytes N". The allocator is called directly, not
+ * through this program's helpers, so that each tensor's innermost frame of
+ * the program is the line that made it, as a Python line is.
+ * `straight`: the same calls once each, no loop. */
+constexpr size_t kOutputBytes = kMiB;
+
+struct Model {
+    void *parameters[3] = {};
+    void *gradients[3] = {};
+};
+
+__attribute__((noinline)) void *forward_pass() {
+    void *first = api.malloc(4 * kMiB, 0, nullptr);
+    void *second = api.malloc(2 * kMiB, 0, nullptr);
+    void *output = api.malloc(kOutputBytes, 0, nullptr);
+    api.free(first);
+    api.free(second);
+    return output;
+}
+
+__attribute__((noinline)) void backward_pass(Model &model) {
+    void *activation_grad = api.malloc(3 * kMiB, 0, nullptr);
+    for (int i = 0; i < 3; i++)
+        if (!model.gradients[i]) model.gradients[i] = api.malloc((i + 1) * 256 * 1024, 0, nullptr);
+    api.free(activation_grad);
+}
+
+__attribute__((noinline)) void optimizer_step() { api.free(api.malloc(512 * 1024, 0, nullptr)); }
+
+__attribute__((noinline)) void *training_step(Model &model) {
+    void *output = forward_pass();
+    backward_pass(model);
+    optimizer_step();
+    return output;
+}
+
+void training() {
+    const char *steps_text = std::getenv("FAKE_TORCH_STEPS");
+    const char *leak_text = std::getenv("FAKE_TORCH_LEAK");
+    long steps = steps_text ? std::atol(steps_text) : 8;
+    bool leak = leak_text && std::strcmp(leak_text, "1") == 0;
+    Model model;
+    for (int i = 0; i < 3; i++) model.parameters[i] = api.malloc((i + 1) * 256 * 1024, 0, nullptr);
+    std::vector<void *> kept;
+    void *previous = nullptr;
+    for (long step = 0; step < steps; step++) {
+        void *output = training_step(model);
+        if (leak) {
+            kept.push_back(output);
+        } else {
+            if (previous) api.free(previous);
+            previous = output;
+        }
+    }
+    /* Exit: everything goes. */
+    for (void *p : kept) api.free(p);
+    if (previous) api.free(previous);
+    for (void *p : model.gradients) api.free(p);
+    for (void *p : model.parameters) api.free(p);
+    std::printf("steps %ld\noutput bytes %zu\n", steps, kOutputBytes);
+}
+
+void straight() {
+    Model model;
+    for (int i = 0; i < 3; i++) model.parameters[i] = api.malloc((i + 1) * 256 * 1024, 0, nullptr);
+    api.free(forward_pass());
+    backward_pass(model);
+    optimizer_step();
+    for (void *p : model.gradients) api.free(p);
+}
+
 /* One allocation and its free, called `Level` distinct frames deep (each
  * level its own function, so each frame has its own return address, as the
  * 40-odd native frames between a PyTorch operator and the allocator do). */
@@ -539,6 +618,8 @@ void the_dispatch(const std::string &scenario) {
         {"vtable", 1, vtable},
         {"bench", 1, bench},
         {"backward", 1, backward},
+        {"training", 1, training},
+        {"straight", 1, straight},
     };
     if (scenario == "all") {
         start(1);

@@ -14,6 +14,7 @@ mod call_site;
 mod engine;
 mod event_stream;
 mod footprint;
+mod growing;
 mod growth;
 mod input_path;
 mod keys;
@@ -24,6 +25,8 @@ mod ranges;
 mod replay;
 mod silent_children;
 mod stack_frames;
+mod step_finding;
+mod steps;
 mod summary;
 mod tensor_status;
 mod tensor_summary;
@@ -32,13 +35,14 @@ mod unreadable;
 mod window;
 
 pub use call_site::{
-    call_sites, headline, headline_text, in_backward_pass, made_by_caching_allocator, site_key, stack_lines,
+    call_sites, headline, headline_text, in_backward_pass, made_by_caching_allocator, site_key, site_name, stack_lines,
     FramesShown, Place, StackLine, BACKWARD_PASS, NO_STACK,
 };
 pub use engine::{Consumer, Replay, Step};
 pub use footprint::{
     footprint_reading_times, Breakdown, Category, DeviceFootprint, FootprintNote, FootprintTracker, ReferenceSource,
 };
+pub use growing::{growing_sites, GrowingSite};
 pub use growth::{compare, Growth, RunFigures};
 pub use input_path::{check_regular_file, NotRegular};
 pub use keys::{ByStack, DeviceKey};
@@ -49,6 +53,7 @@ pub use ranges::cut_range;
 pub use replay::{Allocation, Change, ProcessMemory};
 pub use silent_children::{silent_children, SilentChild};
 pub use stack_frames::Frame;
+pub use steps::{StepRecord, Steps};
 pub use summary::{largest_call_sites, HeldAtOom, ProcessSummary, Summary, OOM_STATES_KEPT};
 pub use tensor_status::tensors_stopped_midway;
 pub use tensor_summary::{TensorBytes, TensorStats};

@@ -6,6 +6,8 @@ use super::engine::{Both, Consumer, Replay, Replayed, Step};
 use super::footprint::{DeviceFootprint, FootprintTracker};
 use super::keys::{ByStack, DeviceKey};
 use super::replay::{Allocation, Change, ProcessMemory};
+use super::step_finding::{find_step_markers, StepMarker};
+use super::steps::Steps;
 use super::tensor_summary::{TensorBytes, TensorSummary};
 use super::trace_index::TraceIndex;
 use super::unreadable::UnreadBlock;
@@ -149,6 +151,8 @@ pub struct ProcessSummary {
     pub host: HostStats,
     /// PyTorch's tensors, per device.
     pub tensors: TensorSummary,
+    /// Its training steps, where its allocations repeat a loop.
+    pub steps: Option<Steps>,
 }
 
 impl ProcessSummary {
@@ -163,9 +167,15 @@ impl ProcessSummary {
 
     /// Counts what one event, replayed elsewhere, changed.
     pub fn observe(&mut self, event: &Event, changes: &[Change]) {
+        if let Some(steps) = &mut self.steps {
+            steps.before(event, &self.tensors, &self.devices);
+        }
         self.tensors.observe(event);
         for change in changes {
             self.count(change, event);
+        }
+        if let Some(steps) = &mut self.steps {
+            steps.after(event, &self.tensors, &self.devices);
         }
     }
 
@@ -248,6 +258,9 @@ impl ProcessSummary {
     pub fn finish(&mut self) {
         self.devices.values_mut().for_each(DeviceStats::settle_peak);
         self.tensors.finish();
+        if let Some(steps) = &mut self.steps {
+            steps.finish(&self.tensors, &self.devices);
+        }
     }
 }
 
@@ -294,7 +307,8 @@ impl Summary {
         progress: &Progress,
         alongside: &mut C,
     ) -> Summary {
-        let mut building = SummaryBuilder::new(index);
+        let markers = find_step_markers(index, &Progress::new("finding steps", index.events));
+        let mut building = SummaryBuilder::new(index, markers);
         let Ok(replayed) = Replay::new(index, progress).run(&mut Both(&mut building, alongside));
         building.finish(replayed)
     }
@@ -318,11 +332,17 @@ struct SummaryBuilder<'a> {
 }
 
 impl<'a> SummaryBuilder<'a> {
-    /// Nothing counted yet.
-    fn new(index: &'a TraceIndex) -> SummaryBuilder<'a> {
+    /// Nothing counted yet; each process's steps found by its marker.
+    fn new(index: &'a TraceIndex, markers: Vec<Option<StepMarker>>) -> SummaryBuilder<'a> {
         SummaryBuilder {
             index,
-            processes: index.processes.iter().map(|_| ProcessSummary::default()).collect(),
+            processes: markers
+                .into_iter()
+                .map(|marker| ProcessSummary {
+                    steps: marker.map(Steps::new),
+                    ..ProcessSummary::default()
+                })
+                .collect(),
             trackers: index
                 .processes
                 .iter()

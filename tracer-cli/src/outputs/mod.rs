@@ -9,6 +9,7 @@ pub mod json;
 pub mod perfetto_json;
 pub mod pickle;
 pub mod report_text;
+pub mod steps_text;
 pub mod torch_snapshot;
 pub mod wording;
 

@@ -1,9 +1,10 @@
 //! `cudatrace report`: the report for people.
 
 use crate::analysis::{
-    call_sites, headline, headline_text, tensors_stopped_midway, ByStack, DeviceKey, Frame, FramesShown, HeldAtOom,
-    ProcessIndex, ProcessSummary, Summary, TraceIndex, NO_STACK,
+    call_sites, growing_sites, headline, headline_text, site_name, tensors_stopped_midway, ByStack, DeviceKey, Frame,
+    FramesShown, HeldAtOom, ProcessIndex, ProcessSummary, Summary, TraceIndex, NO_STACK,
 };
+use crate::outputs::steps_text;
 use crate::outputs::wording::device_label;
 use crate::outputs::wording::stack_texts;
 use crate::outputs::wording::switch_lines;
@@ -85,6 +86,7 @@ fn process_text(index: &TraceIndex, info: &ProcessIndex, process: &ProcessSummar
         start.ppid,
         start.argv.join(" ")
     );
+    out += &steps_text(index, info, process, frames);
     // Where PyTorch's tensors were recorded, they answer first: its
     // segments below are mostly cache.
     out += &tensors_text(index, info, process, frames);
@@ -156,6 +158,33 @@ fn process_text(index: &TraceIndex, info: &ProcessIndex, process: &ProcessSummar
         );
     }
     out += &lost_text(process.lost_events(info.end.as_ref().map(|e| e.reserved_events)), &end);
+    out
+}
+
+/// The process's steps: first the call sites that keep growing from one
+/// step to the next (each with its stack), then the step tables; or why
+/// growth could not be measured.
+fn steps_text(index: &TraceIndex, info: &ProcessIndex, process: &ProcessSummary, frames: FramesShown) -> String {
+    let Some(steps) = &process.steps else {
+        if process.devices.is_empty() && process.tensors.devices.is_empty() {
+            return String::new();
+        }
+        return "  no training steps found (no loop repeats its allocations): growth across steps not measured\n"
+            .to_string();
+    };
+    let growing = growing_sites(index, info, steps);
+    let mut out = String::new();
+    if growing.is_empty() {
+        out += &steps_text::nothing_growing_text(steps);
+    } else {
+        let devices: std::collections::BTreeSet<_> = growing.iter().map(|g| g.device).collect();
+        for site in &growing {
+            out += &steps_text::growing_text(std::slice::from_ref(site), devices.len() > 1);
+            out += &stack_lines_text(&index.frames(info, site.stack), frames, "      ");
+        }
+    }
+    let marker_site = site_name(&index.frames(info, steps.marker.stack));
+    out += &steps_text::step_tables_text(index, steps, process, &marker_site);
     out
 }
 

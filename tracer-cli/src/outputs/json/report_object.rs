@@ -2,7 +2,8 @@
 //! shape; keys may be added, never removed).
 
 use crate::analysis::{
-    largest_call_sites, tensors_stopped_midway, ByStack, Frame, ProcessIndex, ProcessSummary, Summary, TraceIndex,
+    growing_sites, largest_call_sites, tensors_stopped_midway, ByStack, Frame, ProcessIndex, ProcessSummary, Summary,
+    TraceIndex,
 };
 use crate::outputs::wording::damage_text;
 use crate::outputs::wording::tensor_status_line;
@@ -138,11 +139,69 @@ fn tensor_devices_json(index: &TraceIndex, info: &ProcessIndex, process: &Proces
         .collect()
 }
 
+/// The process's steps (each, or each range of merged steps) with their
+/// figures per device, how they were found, and the call sites that keep
+/// growing; `null` steps where none were found.
+fn steps_json(index: &TraceIndex, info: &ProcessIndex, process: &ProcessSummary) -> (Value, Value) {
+    let Some(steps) = &process.steps else {
+        return (Value::Null, Value::Null);
+    };
+    let seconds = |ns: u64| ns.saturating_sub(index.start_ns()) as f64 / 1e9;
+    let records: Vec<Value> = steps
+        .records
+        .iter()
+        .map(|r| {
+            let devices: Vec<Value> = r
+                .devices
+                .iter()
+                .map(|(device, f)| {
+                    json!({
+                        "device": device.json(),
+                        "allocated_peak_bytes": f.allocated_peak,
+                        "allocated_bytes_at_end": f.allocated_end,
+                        "reserved_bytes_at_end": f.reserved_end,
+                    })
+                })
+                .collect();
+            json!({
+                "first": r.first,
+                "last": r.last,
+                "start_s": seconds(r.start_ns),
+                "duration_s": (r.end_ns - r.start_ns) as f64 / 1e9,
+                "complete": r.complete,
+                "devices": devices,
+            })
+        })
+        .collect();
+    let found = json!({
+        "count": steps.marker.steps,
+        "measured_on": if steps.marker.tensors { "tensors" } else { "driver allocations" },
+        "marker": stack_json(index, info, steps.marker.stack),
+        "steps": records,
+    });
+    let growing: Vec<Value> = growing_sites(index, info, steps)
+        .iter()
+        .map(|g| {
+            json!({
+                "device": g.device.json(),
+                "call_site": g.call_site,
+                "bytes_per_step": g.bytes_per_step,
+                "steps": g.steps,
+                "last_step": g.last_step,
+                "live_bytes_last_step": g.live_bytes_last_step,
+                "stack": stack_json(index, info, g.stack),
+            })
+        })
+        .collect();
+    (found, json!(growing))
+}
+
 fn process_json(index: &TraceIndex, info: &ProcessIndex, process: &ProcessSummary) -> Value {
     let start = &info.start;
     let end = info.end.clone().unwrap_or_default();
     let devices = devices_json(index, info, process);
     let tensor_devices = tensor_devices_json(index, info, process);
+    let (steps, growing) = steps_json(index, info, process);
     let exit_time = end
         .exit_time_ns
         .filter(|&t| t >= start.start_monotonic_ns)
@@ -164,6 +223,8 @@ fn process_json(index: &TraceIndex, info: &ProcessIndex, process: &ProcessSummar
         "damaged_records": end.damaged_records,
         "unknown_frees": end.unknown_frees,
         "reused_without_free": process.memory.reused_without_free,
+        "growing": growing,
+        "steps": steps,
         "devices": devices,
         "tensors": {
             "status": tensor_status_line(info),

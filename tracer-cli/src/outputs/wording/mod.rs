@@ -50,7 +50,7 @@ pub mod write_failures;
 
 pub use devices::{category_chart_name, category_name, device_label};
 pub use footprint_notes::{limit_text, note_text};
-pub use numbers::{bytes, count};
+pub use numbers::{bytes, count, duration, signed_bytes};
 pub use processes::{silent_children_line, unrecorded_line, unrecorded_process_text};
 pub use spool_faults::{not_private_text, spool_error_text};
 pub use stacks::{frame_text, stack_names, stack_texts};

@@ -17,6 +17,29 @@ pub fn bytes(value: u64) -> String {
     }
 }
 
+/// Bytes with their sign: `+2.0 MiB`, `-512 B`, `+0 B`.
+pub fn signed_bytes(change: i128) -> String {
+    let sign = if change < 0 { "-" } else { "+" };
+    format!("{sign}{}", bytes(change.unsigned_abs().min(u64::MAX as u128) as u64))
+}
+
+/// A length of time as people read it: `850 us`, `25.1 ms`, `12.35 s`,
+/// `2 min 41 s`, `3 h 02 min`.
+pub fn duration(ns: u64) -> String {
+    let seconds = ns / 1_000_000_000;
+    if ns < 1_000_000 {
+        format!("{} us", ns / 1000)
+    } else if ns < 1_000_000_000 {
+        format!("{:.1} ms", ns as f64 / 1e6)
+    } else if seconds < 60 {
+        format!("{:.2} s", ns as f64 / 1e9)
+    } else if seconds < 3600 {
+        format!("{} min {} s", seconds / 60, seconds % 60)
+    } else {
+        format!("{} h {:02} min", seconds / 3600, seconds % 3600 / 60)
+    }
+}
+
 /// A path as a POSIX shell reads it back, for commands the user may paste:
 /// as it is when every character is plain, else in single quotes (a quote
 /// inside written `'\''`), so that no `;`, `$`, space or newline in it runs
@@ -38,6 +61,19 @@ pub fn count(n: u64, one: &str, many: &str) -> String {
 
 #[cfg(test)]
 mod tests {
+    #[test]
+    fn durations_and_signed_bytes_read_as_people_write_them() {
+        use super::{duration, signed_bytes};
+        assert_eq!(duration(850_000), "850 us");
+        assert_eq!(duration(25_100_000), "25.1 ms");
+        assert_eq!(duration(12_345_000_000), "12.35 s");
+        assert_eq!(duration(161_000_000_000), "2 min 41 s");
+        assert_eq!(duration(10_920_000_000_000), "3 h 02 min");
+        assert_eq!(signed_bytes(2 << 20), "+2.0 MiB");
+        assert_eq!(signed_bytes(-512), "-512 B");
+        assert_eq!(signed_bytes(0), "+0 B");
+    }
+
     use super::*;
 
     #[test]

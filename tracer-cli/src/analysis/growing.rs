@@ -1,0 +1,127 @@
+//! Leaks found by their growth: the call sites whose live bytes keep rising
+//! from one step's end to the next.
+//!
+//! The points are the states between two steps ([`Steps`]), never the
+//! state at exit: what Python's shutdown, an `empty_cache()` or a final
+//! cleanup frees does not hide a leak. A call site keeps growing when, over
+//! its step ends, its live bytes rose at least [`FEWEST_RISES`] times, fell
+//! at most one time in ten, still rose in the last quarter of the run, and
+//! ended higher than they began. So gradients that appear once and then stay
+//! (a one-time rise), a warm-up that settles, or activations whose size
+//! varies with the batch are not growth.
+
+use super::call_site::{site_key, site_name};
+use super::keys::DeviceKey;
+use super::steps::Steps;
+use super::trace_index::{ProcessIndex, TraceIndex};
+use std::collections::BTreeMap;
+
+/// Fewest rises between step ends that make growth.
+pub const FEWEST_RISES: usize = 3;
+
+/// One call site whose live bytes keep rising.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct GrowingSite {
+    /// Its device.
+    pub device: DeviceKey,
+    /// The call site's name (its headline frame).
+    pub call_site: String,
+    /// Its largest stack at the last step's end (shown as the example).
+    pub stack: u32,
+    /// Bytes it gained a step, on average from the first step end to the last.
+    pub bytes_per_step: u64,
+    /// Steps between the first step end measured and the last, both counted.
+    pub steps: u64,
+    /// The step whose end is the last point.
+    pub last_step: u64,
+    /// Its live bytes at the last point.
+    pub live_bytes_last_step: u64,
+}
+
+/// Whether `series` (live bytes at consecutive step ends) keeps growing.
+pub fn keeps_growing(series: &[u64]) -> bool {
+    let pairs = series.len().saturating_sub(1);
+    if pairs < FEWEST_RISES {
+        return false;
+    }
+    let rises = series.windows(2).filter(|w| w[1] > w[0]).count();
+    let falls = series.windows(2).filter(|w| w[1] < w[0]).count();
+    let last = series[pairs];
+    let last_quarter = series[pairs * 3 / 4];
+    rises >= FEWEST_RISES && falls * 10 <= pairs && last > last_quarter && last > series[0]
+}
+
+/// The call sites of one process that keep growing, fastest first.
+pub fn growing_sites(index: &TraceIndex, info: &ProcessIndex, steps: &Steps) -> Vec<GrowingSite> {
+    let ends: Vec<u64> = steps.records.iter().filter(|r| r.complete).map(|r| r.last).collect();
+    if ends.len() <= FEWEST_RISES {
+        return Vec::new();
+    }
+    // Each (device, call site): the sum of its stacks' series, and its
+    // stack with the most bytes at the last end.
+    let mut by_site: BTreeMap<(DeviceKey, String), (Vec<u64>, u32, u64)> = BTreeMap::new();
+    for (device, stack, series) in steps.live_at_complete_ends() {
+        let entry = by_site
+            .entry((device, site_key(index, info, stack)))
+            .or_insert_with(|| (vec![0; ends.len()], stack, 0));
+        for (sum, bytes) in entry.0.iter_mut().zip(&series) {
+            *sum += bytes;
+        }
+        let last = series.last().copied().unwrap_or(0);
+        if last > entry.2 || (last == entry.2 && stack < entry.1) {
+            entry.1 = stack;
+            entry.2 = last;
+        }
+    }
+    let mut sites: Vec<GrowingSite> = by_site
+        .into_iter()
+        .filter(|(_, (series, _, _))| keeps_growing(series))
+        .map(|((device, _), (series, stack, _))| {
+            let (first_step, last_step) = (ends[0], ends[ends.len() - 1]);
+            let gained = series[series.len() - 1] - series[0];
+            GrowingSite {
+                device,
+                call_site: site_name(&index.frames(info, stack)),
+                stack,
+                bytes_per_step: gained / (last_step - first_step).max(1),
+                steps: last_step - first_step + 1,
+                last_step,
+                live_bytes_last_step: series[series.len() - 1],
+            }
+        })
+        .collect();
+    sites.sort_by(|a, b| {
+        (a.device, std::cmp::Reverse(a.bytes_per_step), &a.call_site).cmp(&(
+            b.device,
+            std::cmp::Reverse(b.bytes_per_step),
+            &b.call_site,
+        ))
+    });
+    sites
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn steady_growth_is_growth() {
+        assert!(keeps_growing(&[16, 32, 48, 64, 80, 96, 112]));
+        // A leak every other step, over many steps.
+        assert!(keeps_growing(&[1, 1, 2, 2, 3, 3, 4, 4, 5]));
+    }
+
+    #[test]
+    fn a_one_time_rise_a_settling_warm_up_or_noise_is_not_growth() {
+        // Gradients appear at the first step and stay.
+        assert!(!keeps_growing(&[0, 100, 100, 100, 100]));
+        // A warm-up over three steps, then flat.
+        assert!(!keeps_growing(&[1, 2, 3, 4, 4, 4, 4, 4, 4, 4, 4, 4, 4]));
+        // Sizes that vary with each batch.
+        assert!(!keeps_growing(&[5, 7, 6, 8, 7, 9, 8, 10]));
+        // Too few step ends to tell.
+        assert!(!keeps_growing(&[1, 2, 3]));
+        // Freed at the end.
+        assert!(!keeps_growing(&[1, 2, 3, 4, 5, 0]));
+    }
+}

@@ -1,0 +1,194 @@
+//! The report's lines on a process's steps: the call sites that keep
+//! growing from one step to the next, which open the process, and the step
+//! table per device.
+//!
+//! A long run's table shows its first and last steps and the steps around
+//! its peak and each out-of-memory failure; the steps between are one line
+//! each, with their ranges of figures.
+
+use crate::analysis::{DeviceKey, GrowingSite, ProcessSummary, StepRecord, Steps, TraceIndex};
+use crate::outputs::wording::{bytes, count, device_label, duration, signed_bytes};
+use std::collections::BTreeSet;
+
+/// Steps shown at each end of a long table.
+const STEPS_AT_EACH_END: usize = 5;
+/// Steps shown on each side of the peak's and of each failure's step.
+const STEPS_AROUND: usize = 1;
+/// A table of at most this many steps is shown whole.
+const STEPS_SHOWN_WHOLE: usize = 20;
+
+/// "growing: train.py:20 <module> +16.0 MiB a step over 7 steps (112.0 MiB
+/// at the end of step 7)", one line per call site, under its device.
+pub fn growing_text(sites: &[GrowingSite], several_devices: bool) -> String {
+    let mut out = String::new();
+    for site in sites {
+        let on = if several_devices {
+            format!(" on {}", device_label(site.device))
+        } else {
+            String::new()
+        };
+        out += &format!(
+            "  growing{on}: {} {} a step over {} ({} at the end of step {})\n",
+            site.call_site,
+            signed_bytes(site.bytes_per_step as i128),
+            count(site.steps, "step", "steps"),
+            bytes(site.live_bytes_last_step),
+            site.last_step
+        );
+    }
+    out
+}
+
+/// The line that says growth was looked for and none found.
+pub fn nothing_growing_text(steps: &Steps) -> String {
+    let complete = steps.records.iter().filter(|r| r.complete).count();
+    format!(
+        "  growing: nothing, over {}\n",
+        count(complete as u64, "step end", "step ends")
+    )
+}
+
+/// The step tables of a process: how its steps were found, then per device
+/// its steps.
+pub fn step_tables_text(index: &TraceIndex, steps: &Steps, process: &ProcessSummary, marker_site: &str) -> String {
+    let what = if steps.marker.tensors { "tensor" } else { "allocation" };
+    let mut out = format!(
+        "  {}, found by the {what} at {marker_site} that starts each\n",
+        count(steps.marker.steps, "step", "steps")
+    );
+    let devices: BTreeSet<DeviceKey> = steps.records.iter().flat_map(|r| r.devices.keys().copied()).collect();
+    for device in devices {
+        out += &device_table(index, steps, process, device);
+    }
+    out
+}
+
+fn device_table(index: &TraceIndex, steps: &Steps, process: &ProcessSummary, device: DeviceKey) -> String {
+    let records = &steps.records;
+    let (allocated, reserved) = if steps.marker.tensors {
+        ("allocated", "reserved")
+    } else {
+        ("in use", "")
+    };
+    let mut out = format!(
+        "    steps on {}:\n    {:>9} {:>10} {:>10} {:>14} {:>12} {:>12} {:>12}\n",
+        device_label(device),
+        "step",
+        "start",
+        "duration",
+        format!("{allocated} peak"),
+        "at end",
+        "change",
+        reserved
+    );
+    let shown = shown_records(records, process, device);
+    let mut previous_shown: Option<usize> = None;
+    for (at, record) in records.iter().enumerate() {
+        if !shown.contains(&at) {
+            continue;
+        }
+        let skipped_from = previous_shown.map_or(0, |p| p + 1);
+        if at > skipped_from {
+            out += &skipped_line(&records[skipped_from..at], device);
+        }
+        previous_shown = Some(at);
+        out += &row(index, records, at, record, device);
+    }
+    let after = previous_shown.map_or(0, |p| p + 1);
+    if after < records.len() {
+        out += &skipped_line(&records[after..], device);
+    }
+    out
+}
+
+/// Which records a table shows: all of a short one; of a long one the ends,
+/// and around the device's allocated peak and its failures.
+fn shown_records(records: &[StepRecord], process: &ProcessSummary, device: DeviceKey) -> BTreeSet<usize> {
+    let all = 0..records.len();
+    if records.len() <= STEPS_SHOWN_WHOLE {
+        return all.collect();
+    }
+    let mut shown: BTreeSet<usize> = all.clone().take(STEPS_AT_EACH_END).collect();
+    shown.extend(all.clone().skip(records.len() - STEPS_AT_EACH_END));
+    let peak = |r: &StepRecord| r.devices.get(&device).map_or(0, |f| f.allocated_peak);
+    let mut around: Vec<usize> = Vec::new();
+    if let Some(at) = all
+        .clone()
+        .max_by_key(|&at| (peak(&records[at]), std::cmp::Reverse(at)))
+    {
+        around.push(at);
+    }
+    let ooms = process
+        .devices
+        .get(&device)
+        .map(|d| d.ooms.as_slice())
+        .unwrap_or_default();
+    for oom in ooms {
+        if let Some(at) = records
+            .iter()
+            .position(|r| r.start_ns <= oom.time_ns && oom.time_ns <= r.end_ns)
+        {
+            around.push(at);
+        }
+    }
+    for at in around {
+        shown.extend(at.saturating_sub(STEPS_AROUND)..(at + STEPS_AROUND + 1).min(records.len()));
+    }
+    shown
+}
+
+fn step_number(record: &StepRecord) -> String {
+    if record.first == record.last {
+        record.first.to_string()
+    } else {
+        format!("{}-{}", record.first, record.last)
+    }
+}
+
+fn row(index: &TraceIndex, records: &[StepRecord], at: usize, record: &StepRecord, device: DeviceKey) -> String {
+    let Some(figures) = record.devices.get(&device) else {
+        return String::new();
+    };
+    let change = match at.checked_sub(1).and_then(|p| records[p].devices.get(&device)) {
+        Some(before) => signed_bytes(figures.allocated_end as i128 - before.allocated_end as i128),
+        None => String::new(),
+    };
+    let reserved = figures.reserved_end.map(bytes).unwrap_or_default();
+    let last = if record.complete { "" } else { " (last)" };
+    format!(
+        "    {:>9} {:>10} {:>10} {:>14} {:>12} {:>12} {:>12}{last}\n",
+        step_number(record),
+        duration(record.start_ns.saturating_sub(index.start_ns())),
+        duration(record.end_ns - record.start_ns),
+        bytes(figures.allocated_peak),
+        bytes(figures.allocated_end),
+        change,
+        reserved
+    )
+}
+
+/// One line for steps left out of a long table: their ranges of figures.
+fn skipped_line(records: &[StepRecord], device: DeviceKey) -> String {
+    let figures: Vec<_> = records.iter().filter_map(|r| r.devices.get(&device)).collect();
+    let (Some(first), Some(last)) = (records.first(), records.last()) else {
+        return String::new();
+    };
+    let range = |values: Vec<u64>| {
+        let (low, high) = (
+            values.iter().copied().min().unwrap_or(0),
+            values.iter().copied().max().unwrap_or(0),
+        );
+        if low == high {
+            bytes(low)
+        } else {
+            format!("{} to {}", bytes(low), bytes(high))
+        }
+    };
+    format!(
+        "    ... steps {} to {}: peak {}, at end {}\n",
+        first.first,
+        last.last,
+        range(figures.iter().map(|f| f.allocated_peak).collect()),
+        range(figures.iter().map(|f| f.allocated_end).collect())
+    )
+}
