@@ -133,3 +133,64 @@ fn a_program_without_a_loop_gets_no_steps() {
     let text = stdout(&cudatrace(&["report", trace.to_str().unwrap()]).output().unwrap());
     assert!(text.contains("no training steps found"), "{text}");
 }
+
+#[test]
+fn the_page_marks_each_step_and_lists_what_grows() {
+    let trace = run_training("steps-page", "training", &[("FAKE_TORCH_LEAK", "1")]);
+    let page = html_page(&trace);
+    // The tensors' chart, the driver's and the footprint's: each marks 8 steps.
+    assert_eq!(page.matches("data-steps=\"8\"").count(), 3, "{page}");
+    for step in 1..=8 {
+        assert_eq!(page.matches(&format!("<title>step {step}</title>")).count(), 3);
+    }
+    assert!(page.contains("grey lines: the starts of 8 steps"));
+    let growing_rows = page.split("<table class=\"growing\">").nth(1).expect("a growing table");
+    let growing_rows = growing_rows.split("</table>").next().unwrap();
+    assert_eq!(growing_rows.matches("<tr><td>").count(), 1, "{growing_rows}");
+    assert!(
+        growing_rows.contains(
+            "<td class=\"num\">+1.0 MiB</td><td class=\"num\">7 steps</td><td class=\"num\">7.0 MiB (step 7)</td>"
+        ),
+        "{growing_rows}"
+    );
+}
+
+#[test]
+fn diff_gives_each_call_site_its_change_a_step_in_both_runs() {
+    let clean = run_training("steps-diff-a", "training", &[]);
+    let leak = run_training("steps-diff-b", "training", &[("FAKE_TORCH_LEAK", "1")]);
+    let output = cudatrace(&["diff", "--json", clean.to_str().unwrap(), leak.to_str().unwrap()])
+        .output()
+        .unwrap();
+    assert!(output.status.success(), "{}", stderr(&output));
+    let diff: Value = serde_json::from_slice(&output.stdout).unwrap();
+    let rows = diff["tensor_call_sites"].as_array().unwrap();
+    let (report, _) = report_json_with_stacks(&leak);
+    let output_site = main_process(&report)["growing"][0]["call_site"]
+        .as_str()
+        .unwrap()
+        .to_string();
+    let row = rows
+        .iter()
+        .find(|r| r["name"] == output_site.as_str())
+        .expect("the output's row");
+    assert_eq!(row["per_step_bytes"], serde_json::json!({"a": 0, "b": MIB}));
+    // The exit frees the kept outputs: at exit, both runs hold none.
+    assert_eq!(row["exit_bytes"], serde_json::json!({"a": 0, "b": 0, "growth": 0}));
+    let text = stdout(
+        &cudatrace(&["diff", clean.to_str().unwrap(), leak.to_str().unwrap()])
+            .output()
+            .unwrap(),
+    );
+    let tensor_table = text
+        .split("PyTorch's tensors by call site")
+        .nth(1)
+        .expect("the tensors' table");
+    let line = tensor_table
+        .lines()
+        .find(|l| l.ends_with(&format!("  {output_site}")))
+        .expect("the output's line");
+    let columns: Vec<&str> = line.split_whitespace().collect();
+    // peak A, peak B, growth, exit A, exit B, growth, a step A, a step B.
+    assert_eq!(&columns[12..16], &["0", "B", "+1.0", "MiB"], "{line}");
+}

@@ -51,19 +51,47 @@ pub fn keeps_growing(series: &[u64]) -> bool {
     rises >= FEWEST_RISES && falls * 10 <= pairs && last > last_quarter && last > series[0]
 }
 
-/// The call sites of one process that keep growing, fastest first.
-pub fn growing_sites(index: &TraceIndex, info: &ProcessIndex, steps: &Steps) -> Vec<GrowingSite> {
-    let ends: Vec<u64> = steps.records.iter().filter(|r| r.complete).map(|r| r.last).collect();
-    if ends.len() <= FEWEST_RISES {
-        return Vec::new();
+/// One call site's live bytes at each complete step's end, on one device.
+#[derive(Clone, Debug)]
+pub struct SiteSeries {
+    /// Its device.
+    pub device: DeviceKey,
+    /// What the call site is known by ([`site_key`]).
+    pub key: String,
+    /// Its largest stack at the last step's end.
+    pub stack: u32,
+    /// Live bytes at each end, summed over the site's stacks.
+    pub series: Vec<u64>,
+}
+
+impl SiteSeries {
+    /// Bytes gained (or lost) a step from the first end to the last, where
+    /// the ends are those of steps `ends` (their numbers).
+    pub fn rate(&self, ends: &[u64]) -> i64 {
+        let (Some(first), Some(last)) = (self.series.first(), self.series.last()) else {
+            return 0;
+        };
+        let steps = ends.last().zip(ends.first()).map_or(1, |(l, f)| (l - f).max(1));
+        (*last as i64 - *first as i64) / steps as i64
     }
+}
+
+/// The numbers of the steps whose ends the series hold: each complete
+/// record's last step.
+pub fn complete_step_ends(steps: &Steps) -> Vec<u64> {
+    steps.records.iter().filter(|r| r.complete).map(|r| r.last).collect()
+}
+
+/// Every call site's series of one process, by device.
+pub fn site_series(index: &TraceIndex, info: &ProcessIndex, steps: &Steps) -> Vec<SiteSeries> {
+    let ends = complete_step_ends(steps).len();
     // Each (device, call site): the sum of its stacks' series, and its
     // stack with the most bytes at the last end.
     let mut by_site: BTreeMap<(DeviceKey, String), (Vec<u64>, u32, u64)> = BTreeMap::new();
     for (device, stack, series) in steps.live_at_complete_ends() {
         let entry = by_site
             .entry((device, site_key(index, info, stack)))
-            .or_insert_with(|| (vec![0; ends.len()], stack, 0));
+            .or_insert_with(|| (vec![0; ends], stack, 0));
         for (sum, bytes) in entry.0.iter_mut().zip(&series) {
             *sum += bytes;
         }
@@ -73,20 +101,36 @@ pub fn growing_sites(index: &TraceIndex, info: &ProcessIndex, steps: &Steps) -> 
             entry.2 = last;
         }
     }
-    let mut sites: Vec<GrowingSite> = by_site
+    by_site
         .into_iter()
-        .filter(|(_, (series, _, _))| keeps_growing(series))
-        .map(|((device, _), (series, stack, _))| {
+        .map(|((device, key), (series, stack, _))| SiteSeries {
+            device,
+            key,
+            stack,
+            series,
+        })
+        .collect()
+}
+
+/// The call sites of one process that keep growing, fastest first.
+pub fn growing_sites(index: &TraceIndex, info: &ProcessIndex, steps: &Steps) -> Vec<GrowingSite> {
+    let ends = complete_step_ends(steps);
+    if ends.len() <= FEWEST_RISES {
+        return Vec::new();
+    }
+    let mut sites: Vec<GrowingSite> = site_series(index, info, steps)
+        .into_iter()
+        .filter(|site| keeps_growing(&site.series))
+        .map(|site| {
             let (first_step, last_step) = (ends[0], ends[ends.len() - 1]);
-            let gained = series[series.len() - 1] - series[0];
             GrowingSite {
-                device,
-                call_site: site_name(&index.frames(info, stack)),
-                stack,
-                bytes_per_step: gained / (last_step - first_step).max(1),
+                device: site.device,
+                call_site: site_name(&index.frames(info, site.stack)),
+                stack: site.stack,
+                bytes_per_step: site.rate(&ends).max(0) as u64,
                 steps: last_step - first_step + 1,
                 last_step,
-                live_bytes_last_step: series[series.len() - 1],
+                live_bytes_last_step: site.series[site.series.len() - 1],
             }
         })
         .collect();

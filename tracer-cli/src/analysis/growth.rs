@@ -6,18 +6,24 @@
 
 use super::call_site::{call_sites, site_name};
 use super::footprint::{Breakdown, Category};
+use super::growing::{complete_step_ends, site_series};
 use super::keys::ByStack;
 use super::summary::Summary;
 use super::trace_index::TraceIndex;
 use std::collections::BTreeMap;
 
-/// One run's bytes under one name: at the peak and at exit.
+/// One run's bytes under one name: at the peak and at exit, and how they
+/// changed a step.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
 pub struct AtPeakAndExit {
     /// At the peak (of each process and device, summed).
     pub peak: u64,
     /// Live at exit.
     pub exit: u64,
+    /// Bytes gained a step, from the first complete step's end to the
+    /// last (summed over processes and devices); `None` where the run has
+    /// no steps or the site held nothing at any step's end.
+    pub per_step: Option<i64>,
 }
 
 /// A run's figures, by name, for each kind of grouping.
@@ -77,6 +83,21 @@ impl RunFigures {
                     &stats.peak_by_stack,
                     &stats.live_by_stack,
                 );
+            }
+            if let Some(steps) = &process.steps {
+                let ends = complete_step_ends(steps);
+                let into = if steps.marker.tensors {
+                    &mut figures.tensor_call_sites
+                } else {
+                    &mut figures.call_sites
+                };
+                for site in site_series(index, info, steps) {
+                    let name = site_name(&index.frames(info, site.stack));
+                    let entry = into
+                        .entry(site.key.clone())
+                        .or_insert_with(|| (name, AtPeakAndExit::default()));
+                    entry.1.per_step = Some(entry.1.per_step.unwrap_or(0) + site.rate(&ends));
+                }
             }
         }
         for footprint in summary.footprints.iter().flatten() {
@@ -166,7 +187,19 @@ mod tests {
 
     fn figures(rows: &[(&str, &str, u64, u64)]) -> BTreeMap<String, (String, AtPeakAndExit)> {
         rows.iter()
-            .map(|&(key, name, peak, exit)| (key.to_string(), (name.to_string(), AtPeakAndExit { peak, exit })))
+            .map(|&(key, name, peak, exit)| {
+                (
+                    key.to_string(),
+                    (
+                        name.to_string(),
+                        AtPeakAndExit {
+                            peak,
+                            exit,
+                            per_step: None,
+                        },
+                    ),
+                )
+            })
             .collect()
     }
 

@@ -60,14 +60,29 @@ pub fn text(paths: [&Path; 2], a: &RunFigures, b: &RunFigures, all: bool) -> Str
         if rows.is_empty() {
             continue;
         }
+        // Where either run has steps: each site's change a step in each.
+        let by_step = rows
+            .iter()
+            .any(|row| row.a.per_step.is_some() || row.b.per_step.is_some());
+        let step_heading = if by_step {
+            format!("   {:>11} {:>11}", "a step A", "a step B")
+        } else {
+            String::new()
+        };
         out += &format!(
-            "\n{heading}, largest growth first:\n  {:>11} {:>11} {:>11}   {:>11} {:>11} {:>11}\n",
+            "\n{heading}, largest growth first:\n  {:>11} {:>11} {:>11}   {:>11} {:>11} {:>11}{step_heading}\n",
             "peak A", "peak B", "growth", "exit A", "exit B", "growth"
         );
         let shown = if all { rows.len() } else { ROWS_SHOWN };
+        let per_step = |value: Option<i64>| value.map_or_else(|| "-".to_string(), signed);
         for row in rows.iter().take(shown) {
+            let steps = if by_step {
+                format!("   {:>11} {:>11}", per_step(row.a.per_step), per_step(row.b.per_step))
+            } else {
+                String::new()
+            };
             out += &format!(
-                "  {:>11} {:>11} {:>11}   {:>11} {:>11} {:>11}  {}\n",
+                "  {:>11} {:>11} {:>11}   {:>11} {:>11} {:>11}{steps}  {}\n",
                 bytes(row.a.peak),
                 bytes(row.b.peak),
                 signed(row.peak_growth()),

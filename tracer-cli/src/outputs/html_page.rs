@@ -18,10 +18,10 @@ mod owner_chart;
 
 use super::wording::{silent_children_line, unrecorded_line};
 use crate::analysis::UnreadBlock;
-use crate::analysis::{silent_children, FramesShown, Summary, TraceIndex};
+use crate::analysis::{growing_sites, silent_children, FramesShown, ProcessIndex, ProcessSummary, Summary, TraceIndex};
 use crate::outputs::wording::device_label;
 use crate::outputs::wording::switch_lines;
-use crate::outputs::wording::{bytes, count, oom_state_not_kept, torch_bytes_text};
+use crate::outputs::wording::{bytes, count, oom_state_not_kept, signed_bytes, torch_bytes_text};
 use crate::system::progress::Progress;
 use call_site_tables::{sites_table, stack_html, tensors_html};
 use chart_drawing::chart_html;
@@ -152,6 +152,7 @@ fn footprints_html(index: &TraceIndex, summary: &Summary, charts: &PageCharts) -
                     // The driver-used peak can come before any allocation
                     // (a context alone): the chart then opens at the peak.
                     charts.first_memory_ns[process].map(|first| first.min(peak.reference.time_ns)),
+                    &step_starts(&summary.processes[process]),
                 );
             }
         }
@@ -166,6 +167,8 @@ fn devices_html(index: &TraceIndex, summary: &Summary, charts: &PageCharts, fram
     let mut out = String::new();
     for (number, (info, process)) in index.processes.iter().zip(&summary.processes).enumerate() {
         let first_ns = charts.first_memory_ns[number];
+        let steps = step_starts(process);
+        out += &growing_html(index, info, process, frames);
         for (device, stats) in &process.devices {
             let _ = writeln!(
                 out,
@@ -181,11 +184,11 @@ fn devices_html(index: &TraceIndex, summary: &Summary, charts: &PageCharts, fram
             // Where PyTorch's tensors were recorded, they answer first: the
             // driver's view below is mostly PyTorch's cache.
             if let (Some(tensors), Some(chart)) = (process.tensors.devices.get(device), chart) {
-                out += &tensors_html(index, info, tensors, chart, first_ns, frames);
+                out += &tensors_html(index, info, tensors, chart, first_ns, &steps, frames);
                 out += "<h3>All driver memory (PyTorch's segments by the call that reserved them)</h3>\n";
             }
             if let Some(chart) = chart {
-                out += &chart_html(chart, "chart", stats.peak, stats.peak_time_ns, first_ns);
+                out += &chart_html(chart, "chart", stats.peak, stats.peak_time_ns, first_ns, &steps);
             }
             let at_peak = format!("Memory at the peak of {}", bytes(stats.peak));
             out += &sites_table(index, info, frames, &at_peak, &stats.peak_by_stack);
@@ -227,6 +230,46 @@ fn devices_html(index: &TraceIndex, summary: &Summary, charts: &PageCharts, fram
         }
     }
     out
+}
+
+/// Each step's number and start, for the charts' marks.
+fn step_starts(process: &ProcessSummary) -> Vec<(u64, u64)> {
+    process.steps.as_ref().map_or_else(Vec::new, |steps| {
+        steps.records.iter().map(|r| (r.first, r.start_ns)).collect()
+    })
+}
+
+/// A process's call sites that keep growing from one step to the next,
+/// first: where a leak is.
+fn growing_html(index: &TraceIndex, info: &ProcessIndex, process: &ProcessSummary, frames: FramesShown) -> String {
+    let Some(steps) = &process.steps else {
+        return String::new();
+    };
+    let growing = growing_sites(index, info, steps);
+    let mut out = format!(
+        "<h2>pid {}: {}</h2>\n",
+        info.start.pid,
+        count(steps.marker.steps, "step", "steps")
+    );
+    if growing.is_empty() {
+        out += "<p>Nothing keeps growing from one step to the next.</p>\n";
+        return out;
+    }
+    out += "<table class=\"growing\"><tr><th>growing</th><th>device</th><th>a step</th><th>over</th><th>at the last step's end</th><th>stack</th></tr>\n";
+    for site in &growing {
+        let _ = writeln!(
+            out,
+            "<tr><td>{}</td><td>{}</td><td class=\"num\">{}</td><td class=\"num\">{}</td><td class=\"num\">{} (step {})</td><td>{}</td></tr>",
+            escape(&site.call_site),
+            device_label(site.device),
+            signed_bytes(site.bytes_per_step as i128),
+            count(site.steps, "step", "steps"),
+            bytes(site.live_bytes_last_step),
+            site.last_step,
+            stack_html(index, info, site.stack, frames)
+        );
+    }
+    out + "</table>\n"
 }
 
 /// What does not change the answer, last: children that left no spool, and

@@ -24,6 +24,7 @@ pub(super) fn tensors_html(
     tensors: &TensorStats,
     device_chart: &Chart,
     first_ns: Option<u64>,
+    steps: &[(u64, u64)],
     frames: FramesShown,
 ) -> String {
     let names = vec![
@@ -52,6 +53,7 @@ pub(super) fn tensors_html(
         tensors.allocated_peak.allocated,
         tensors.allocated_peak.time_ns,
         first_ns,
+        steps,
     );
     out += &sites_table(
         index,

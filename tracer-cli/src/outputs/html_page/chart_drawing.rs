@@ -39,11 +39,22 @@ pub(super) fn y_ticks(top: u64) -> Vec<u64> {
     (0..=steps).map(|k| k.saturating_mul(step)).collect()
 }
 
+/// Step starts marked on one chart, at most: past that, every n-th step.
+const STEP_MARKS_DRAWN: usize = 200;
+
 /// One chart: the series stacked over time with a y-axis in bytes, the
-/// peak marked at its moment, and the state at the end beside it. It opens
+/// peak marked at its moment, each step's start (`steps`: number and time)
+/// marked with a grey line, and the state at the end beside it. It opens
 /// on the span from `first_ns` (the process's first memory event, within
 /// one bin) to the end; the whole run is one click away.
-pub(super) fn chart_html(chart: &Chart, class: &str, peak: u64, peak_time_ns: u64, first_ns: Option<u64>) -> String {
+pub(super) fn chart_html(
+    chart: &Chart,
+    class: &str,
+    peak: u64,
+    peak_time_ns: u64,
+    first_ns: Option<u64>,
+    steps: &[(u64, u64)],
+) -> String {
     let columns = chart.columns();
     let highest = columns
         .iter()
@@ -73,6 +84,19 @@ pub(super) fn chart_html(chart: &Chart, class: &str, peak: u64, peak_time_ns: u6
     let peak_bin = chart.bin_of(peak_time_ns);
     let drawn = draw_series(chart, &columns, axis_top, peak_bin);
     svg += &drawn.paths;
+    let every = steps.len().div_ceil(STEP_MARKS_DRAWN).max(1);
+    for &(number, time_ns) in steps.iter().step_by(every) {
+        let _ = write!(
+            svg,
+            "<line class=\"step\" x1=\"{0:.1}\" x2=\"{0:.1}\" y1=\"0\" y2=\"{HEIGHT}\" stroke=\"#888\" stroke-opacity=\"0.6\" vector-effect=\"non-scaling-stroke\"><title>step {number}</title></line>",
+            x(chart.bin_of(time_ns))
+        );
+    }
+    let steps_said = match steps.len() {
+        0 => String::new(),
+        n if every == 1 => format!("; grey lines: the starts of {n} steps"),
+        n => format!("; grey lines: every {every}th of {n} step starts"),
+    };
     let (exit_bar, legend, data_series) = (drawn.exit_bar, drawn.legend, drawn.data);
     let _ = write!(
         svg,
@@ -109,8 +133,9 @@ pub(super) fn chart_html(chart: &Chart, class: &str, peak: u64, peak_time_ns: u6
         )
     };
     format!(
-        "<div class=\"{class}\" data-expected-series=\"{}\" data-peak-bytes=\"{peak}\" data-peak-bin=\"{peak_bin}\" data-first-bin=\"{first_bin}\" data-y-ticks=\"{}\"><div class=\"plotrow\"><div class=\"yaxis\">{y_axis}</div>{svg}{exit_bar}</div><div class=\"axis\"><span class=\"from\">{}</span><span>peak {} at {} (red lines); drag to zoom, double-click to go back{whole}</span><span>{} (the bar on the right: the end)</span></div><div class=\"legend\">{legend}</div><div class=\"tip\"></div><script type=\"application/json\" class=\"data\">{data}</script></div>\n",
+        "<div class=\"{class}\" data-expected-series=\"{}\" data-peak-bytes=\"{peak}\" data-peak-bin=\"{peak_bin}\" data-first-bin=\"{first_bin}\" data-steps=\"{}\" data-y-ticks=\"{}\"><div class=\"plotrow\"><div class=\"yaxis\">{y_axis}</div>{svg}{exit_bar}</div><div class=\"axis\"><span class=\"from\">{}</span><span>peak {} at {} (red lines){steps_said}; drag to zoom, double-click to go back{whole}</span><span>{} (the bar on the right: the end)</span></div><div class=\"legend\">{legend}</div><div class=\"tip\"></div><script type=\"application/json\" class=\"data\">{data}</script></div>\n",
         data_series.len(),
+        steps.len(),
         ticks_text.join(","),
         escape(&from),
         bytes(peak),

@@ -12,6 +12,7 @@ pub fn diff_json(paths: [&Path; 2], a: &RunFigures, b: &RunFigures, all: bool) -
             "name": row.name,
             "peak_bytes": {"a": row.a.peak, "b": row.b.peak, "growth": row.peak_growth()},
             "exit_bytes": {"a": row.a.exit, "b": row.b.exit, "growth": row.exit_growth()},
+            "per_step_bytes": {"a": row.a.per_step, "b": row.b.per_step},
         })
     };
     let mut out = json!({
