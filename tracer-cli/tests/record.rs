@@ -1,5 +1,6 @@
 //! Recording, end to end: `cudatrace run` (and plain `LD_PRELOAD`) over the
 //! fake driver, checked through `cudatrace report --json`.
+#![recursion_limit = "256"]
 
 mod common;
 
@@ -76,6 +77,7 @@ fn a_single_process_run_reports_exactly_what_it_did() {
             "reused_without_free": 0,
             // No loop repeats its allocations: no steps, no growth measured.
             "steps": null,
+            "low_points": null,
             "growing": null,
             "devices": [
                 {"device": 0, "allocations": 10, "frees": 6, "bytes_allocated": 3_280_960, "peak_bytes": 3 << 20,

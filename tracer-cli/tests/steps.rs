@@ -83,7 +83,11 @@ fn a_clean_loop_has_its_steps_and_nothing_growing() {
     assert_eq!(rows, expected);
     assert_eq!(process["growing"], serde_json::json!([]));
     let text = stdout(&cudatrace(&["report", trace.to_str().unwrap()]).output().unwrap());
-    assert!(text.contains("  growing: nothing, over 7 step ends\n"), "{text}");
+    let pid = process["pid"].as_u64().unwrap();
+    let heading = "8 steps; growth compared at 7 step ends; nothing grows\n";
+    let opening = text.lines().nth(2).unwrap_or_default();
+    assert!(opening.starts_with(&format!("pid {pid} ")), "{text}");
+    assert!(text.contains(heading), "{text}");
     assert!(text.contains("  8 steps, found by the tensor at "), "{text}");
 }
 
@@ -125,13 +129,15 @@ fn a_kept_output_grows_by_its_size_a_step_though_it_is_freed_at_exit() {
 
 #[test]
 fn a_program_without_a_loop_gets_no_steps() {
+    // Too few allocations to compare low points either: nothing measured.
     let trace = run_training("steps-straight", "straight", &[]);
     let (report, _) = report_json_with_stacks(&trace);
     let process = main_process(&report);
     assert_eq!(process["steps"], Value::Null);
+    assert_eq!(process["low_points"], Value::Null);
     assert_eq!(process["growing"], Value::Null);
     let text = stdout(&cudatrace(&["report", trace.to_str().unwrap()]).output().unwrap());
-    assert!(text.contains("no training steps found"), "{text}");
+    assert!(!text.contains("growth compared"), "{text}");
 }
 
 #[test]
@@ -149,7 +155,7 @@ fn the_page_marks_each_step_and_lists_what_grows() {
     assert_eq!(growing_rows.matches("<tr><td>").count(), 1, "{growing_rows}");
     assert!(
         growing_rows.contains(
-            "<td class=\"num\">+1.0 MiB</td><td class=\"num\">7 steps</td><td class=\"num\">7.0 MiB (step 7)</td>"
+            "<td class=\"num\">+1.0 MiB a step</td><td class=\"num\">7 steps</td><td class=\"num\">7.0 MiB at the end of step 7</td>"
         ),
         "{growing_rows}"
     );
@@ -193,4 +199,49 @@ fn diff_gives_each_call_site_its_change_a_step_in_both_runs() {
     let columns: Vec<&str> = line.split_whitespace().collect();
     // peak A, peak B, growth, exit A, exit B, growth, a step A, a step B.
     assert_eq!(&columns[12..16], &["0", "B", "+1.0", "MiB"], "{line}");
+}
+
+#[test]
+fn without_steps_growth_is_measured_at_the_memory_curves_low_points() {
+    let leak = run_training("steps-serving-leak", "serving", &[("FAKE_TORCH_LEAK", "1")]);
+    let (report, _) = report_json_with_stacks(&leak);
+    let process = main_process(&report);
+    assert_eq!(process["steps"], Value::Null);
+    assert_eq!(process["low_points"]["points"], 32);
+    let growing = process["growing"].as_array().unwrap();
+    assert_eq!(growing.len(), 1, "{growing:?}");
+    let site = &growing[0];
+    assert_eq!(site["measured_on"], "low points");
+    assert_eq!(site["steps"], 32);
+    let functions: Vec<&str> = site["stack"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .filter_map(|f| f["function"].as_str())
+        .collect();
+    assert!(functions.iter().any(|f| f.contains("handle_upload")), "{functions:?}");
+    // Whole kept buffers, and not the exit's: the last low point comes
+    // before the last allocation.
+    let last = site["live_bytes_last_step"].as_u64().unwrap();
+    assert_eq!(last % (64 * 1024), 0);
+    assert!(last > 0);
+    let text = stdout(&cudatrace(&["report", leak.to_str().unwrap()]).output().unwrap());
+    assert!(
+        text.contains(
+            "no steps found (no loop repeats its allocations); growth compared at the memory curve's 32 low points\n"
+        ),
+        "{text}"
+    );
+    let line = text
+        .lines()
+        .find(|l| l.starts_with("  growing: "))
+        .expect("a growing line");
+    assert!(
+        line.contains(" a minute over ") && line.ends_with(" at the last)"),
+        "{line}"
+    );
+
+    let clean = run_training("steps-serving-clean", "serving", &[]);
+    let (report, _) = report_json_with_stacks(&clean);
+    assert_eq!(main_process(&report)["growing"], serde_json::json!([]));
 }

@@ -12,7 +12,7 @@
  * allocated on the main thread, and on a second thread, as autograd's
  * device thread does, two autograd nodes that each keep a gradient and free
  * a temporary; it prints "parameters N", "gradients N" and "temporaries N",
- * in bytes), training and straight (see "A training loop" below).
+ * in bytes), training, straight and serving (see "A training loop" below).
  *
  * Prints, at the end:
  *   actions alloc=N free_requested=N ... oom=N     what the library emitted
@@ -377,6 +377,42 @@ void training() {
     std::printf("steps %ld\noutput bytes %zu\n", steps, kOutputBytes);
 }
 
+/* `serving`: 256 requests, each handled by one of five handlers chosen
+ * pseudo-randomly (so no call stack repeats evenly: no steps), each making
+ * and freeing a temporary; with FAKE_TORCH_LEAK=1 the upload handler also
+ * keeps a 64 KiB buffer per request. Everything is freed at the end.
+ * Prints "kept N". */
+constexpr size_t kKeptBytes = 64 * 1024;
+
+__attribute__((noinline)) void handle_read() { api.free(api.malloc(100 * 1024, 0, nullptr)); }
+__attribute__((noinline)) void handle_write() { api.free(api.malloc(200 * 1024, 0, nullptr)); }
+__attribute__((noinline)) void handle_list() { api.free(api.malloc(300 * 1024, 0, nullptr)); }
+__attribute__((noinline)) void handle_stat() { api.free(api.malloc(400 * 1024, 0, nullptr)); }
+__attribute__((noinline)) void handle_upload(std::vector<void *> &kept, bool leak) {
+    void *scratch = api.malloc(500 * 1024, 0, nullptr);
+    if (leak) kept.push_back(api.malloc(kKeptBytes, 0, nullptr));
+    api.free(scratch);
+}
+
+void serving() {
+    const char *leak_text = std::getenv("FAKE_TORCH_LEAK");
+    bool leak = leak_text && std::strcmp(leak_text, "1") == 0;
+    std::vector<void *> kept;
+    uint32_t state = 12345;
+    for (int request = 0; request < 256; request++) {
+        state = state * 1103515245u + 12345u;
+        switch ((state >> 16) % 5) {
+            case 0: handle_read(); break;
+            case 1: handle_write(); break;
+            case 2: handle_list(); break;
+            case 3: handle_stat(); break;
+            default: handle_upload(kept, leak); break;
+        }
+    }
+    std::printf("kept %zu\n", kept.size());
+    for (void *p : kept) api.free(p);
+}
+
 void straight() {
     Model model;
     for (int i = 0; i < 3; i++) model.parameters[i] = api.malloc((i + 1) * 256 * 1024, 0, nullptr);
@@ -620,6 +656,7 @@ void the_dispatch(const std::string &scenario) {
         {"backward", 1, backward},
         {"training", 1, training},
         {"straight", 1, straight},
+        {"serving", 1, serving},
     };
     if (scenario == "all") {
         start(1);

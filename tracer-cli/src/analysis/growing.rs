@@ -1,8 +1,9 @@
 //! Leaks found by their growth: the call sites whose live bytes keep rising
-//! from one step's end to the next.
+//! from one step's end to the next, or, in a process without steps, from
+//! one low point of its memory curve to the next ([`LowPoints`]).
 //!
-//! The points are the states between two steps ([`Steps`]), never the
-//! state at exit: what Python's shutdown, an `empty_cache()` or a final
+//! The points are the states between two steps ([`Steps`]) or the curve's
+//! lows before the last allocation, never the state at exit: what Python's shutdown, an `empty_cache()` or a final
 //! cleanup frees does not hide a leak. A call site keeps growing when, over
 //! its step ends, its live bytes rose at least [`FEWEST_RISES`] times, fell
 //! at most one time in ten, still rose in the last quarter of the run, and
@@ -12,16 +13,32 @@
 
 use super::call_site::{site_key, site_name};
 use super::keys::DeviceKey;
+use super::low_points::LowPoints;
 use super::steps::Steps;
+use super::summary::ProcessSummary;
 use super::trace_index::{ProcessIndex, TraceIndex};
 use std::collections::BTreeMap;
 
 /// Fewest rises between step ends that make growth.
 pub const FEWEST_RISES: usize = 3;
 
+/// What the points of a growth are.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Measured {
+    /// The ends of complete steps.
+    Steps,
+    /// The low points of the memory curve, one a part of `part_ns`.
+    LowPoints {
+        /// The length of a part.
+        part_ns: u64,
+    },
+}
+
 /// One call site whose live bytes keep rising.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct GrowingSite {
+    /// What its points are; for low points, "step" below means a part.
+    pub measured: Measured,
     /// Its device.
     pub device: DeviceKey,
     /// The call site's name (its headline frame).
@@ -82,13 +99,27 @@ pub fn complete_step_ends(steps: &Steps) -> Vec<u64> {
     steps.records.iter().filter(|r| r.complete).map(|r| r.last).collect()
 }
 
-/// Every call site's series of one process, by device.
+/// Every call site's series of one process's steps, by device.
 pub fn site_series(index: &TraceIndex, info: &ProcessIndex, steps: &Steps) -> Vec<SiteSeries> {
-    let ends = complete_step_ends(steps).len();
+    sum_by_site(
+        index,
+        info,
+        complete_step_ends(steps).len(),
+        steps.live_at_complete_ends(),
+    )
+}
+
+/// Stacks' series (`ends` points each) summed by device and call site.
+fn sum_by_site(
+    index: &TraceIndex,
+    info: &ProcessIndex,
+    ends: usize,
+    stacks: impl Iterator<Item = (DeviceKey, u32, Vec<u64>)>,
+) -> Vec<SiteSeries> {
     // Each (device, call site): the sum of its stacks' series, and its
     // stack with the most bytes at the last end.
     let mut by_site: BTreeMap<(DeviceKey, String), (Vec<u64>, u32, u64)> = BTreeMap::new();
-    for (device, stack, series) in steps.live_at_complete_ends() {
+    for (device, stack, series) in stacks {
         let entry = by_site
             .entry((device, site_key(index, info, stack)))
             .or_insert_with(|| (vec![0; ends], stack, 0));
@@ -112,22 +143,51 @@ pub fn site_series(index: &TraceIndex, info: &ProcessIndex, steps: &Steps) -> Ve
         .collect()
 }
 
-/// The call sites of one process that keep growing, fastest first.
-pub fn growing_sites(index: &TraceIndex, info: &ProcessIndex, steps: &Steps) -> Vec<GrowingSite> {
-    let ends = complete_step_ends(steps);
+/// The call sites of one process that keep growing, fastest first: at its
+/// steps' ends, or at its low points where it has no steps.
+pub fn growing_sites(index: &TraceIndex, info: &ProcessIndex, process: &ProcessSummary) -> Vec<GrowingSite> {
+    if let Some(steps) = &process.steps {
+        let ends = complete_step_ends(steps);
+        let series = site_series(index, info, steps);
+        growing_of(index, info, &ends, series, Measured::Steps)
+    } else if let Some(low_points) = &process.low_points {
+        growing_at_low_points(index, info, low_points)
+    } else {
+        Vec::new()
+    }
+}
+
+fn growing_at_low_points(index: &TraceIndex, info: &ProcessIndex, low_points: &LowPoints) -> Vec<GrowingSite> {
+    let ends: Vec<u64> = (1..=low_points.points() as u64).collect();
+    let series = sum_by_site(index, info, ends.len(), low_points.live_at_points());
+    let measured = Measured::LowPoints {
+        part_ns: low_points.part_ns(),
+    };
+    growing_of(index, info, &ends, series, measured)
+}
+
+/// The series that keep growing, as [`GrowingSite`]s, fastest first.
+fn growing_of(
+    index: &TraceIndex,
+    info: &ProcessIndex,
+    ends: &[u64],
+    series: Vec<SiteSeries>,
+    measured: Measured,
+) -> Vec<GrowingSite> {
     if ends.len() <= FEWEST_RISES {
         return Vec::new();
     }
-    let mut sites: Vec<GrowingSite> = site_series(index, info, steps)
+    let mut sites: Vec<GrowingSite> = series
         .into_iter()
         .filter(|site| keeps_growing(&site.series))
         .map(|site| {
             let (first_step, last_step) = (ends[0], ends[ends.len() - 1]);
             GrowingSite {
+                measured,
                 device: site.device,
                 call_site: site_name(&index.frames(info, site.stack)),
                 stack: site.stack,
-                bytes_per_step: site.rate(&ends).max(0) as u64,
+                bytes_per_step: site.rate(ends).max(0) as u64,
                 steps: last_step - first_step + 1,
                 last_step,
                 live_bytes_last_step: site.series[site.series.len() - 1],

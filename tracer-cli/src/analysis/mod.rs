@@ -18,6 +18,7 @@ mod growing;
 mod growth;
 mod input_path;
 mod keys;
+mod low_points;
 mod moment;
 mod owner;
 mod paused_spans;
@@ -42,7 +43,7 @@ pub use engine::{Consumer, Replay, Step};
 pub use footprint::{
     footprint_reading_times, Breakdown, Category, DeviceFootprint, FootprintNote, FootprintTracker, ReferenceSource,
 };
-pub use growing::{growing_sites, GrowingSite};
+pub use growing::{growing_sites, GrowingSite, Measured};
 pub use growth::{compare, Growth, RunFigures};
 pub use input_path::{check_regular_file, NotRegular};
 pub use keys::{ByStack, DeviceKey};

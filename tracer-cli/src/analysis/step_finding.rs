@@ -39,6 +39,10 @@ const LEAST_SHARE_PERCENT: u64 = 20;
 /// reuse (optimizer state, workspaces), is longer, but not wildly so.
 const MOST_GAP_RATIO: u64 = 4;
 
+/// Fewest allocations for growth at the memory curve's low points, where
+/// no steps are found: two for each of its parts.
+const FEWEST_FOR_LOW_POINTS: u64 = 2 * super::low_points::LOW_POINTS as u64;
+
 /// How a process's steps are found again during a replay.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct StepMarker {
@@ -103,12 +107,15 @@ struct StackCount {
 struct Allocations {
     total: u64,
     stacks: HashMap<u32, StackCount>,
+    /// The first allocation's time and the last's.
+    span: Option<(u64, u64)>,
 }
 
 impl Allocations {
     fn add(&mut self, stack: u32, time_ns: u64) {
         let at = self.total;
         self.total += 1;
+        self.span = Some(self.span.map_or((time_ns, time_ns), |(first, _)| (first, time_ns)));
         if stack == 0 || stack == PAUSED_STACK {
             return;
         }
@@ -159,9 +166,29 @@ impl Allocations {
     }
 }
 
-/// Each process's step marker (in the order of [`TraceIndex::processes`]),
-/// or `None` where it has no loop: one pass over the events.
-pub fn find_step_markers(index: &TraceIndex, progress: &Progress) -> Vec<Option<StepMarker>> {
+/// Where a process's growth is measured: at the ends of its steps, or,
+/// where it has no loop, at the low points of its memory curve.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum Boundaries {
+    /// Its steps, found by their marker.
+    Steps(StepMarker),
+    /// No loop: the lowest moment of each of [`super::low_points::LOW_POINTS`]
+    /// equal spans from its first allocation to its last.
+    LowPoints {
+        /// Whether PyTorch's tensors are measured (else the driver's allocations).
+        tensors: bool,
+        /// The first allocation's time.
+        first_ns: u64,
+        /// The last allocation's time: what the program frees after it, at
+        /// exit, is never a low point.
+        last_ns: u64,
+    },
+}
+
+/// Each process's boundaries (in the order of [`TraceIndex::processes`]),
+/// or `None` where it allocated too little to measure growth: one pass over
+/// the events.
+pub fn find_boundaries(index: &TraceIndex, progress: &Progress) -> Vec<Option<Boundaries>> {
     let mut counted: Vec<[Allocations; 2]> = index.processes.iter().map(|_| Default::default()).collect();
     let Ok(_) = Replay::new(index, progress).events_only().run(&mut |step: &Step| {
         if let Some(tensor) = allocation_kind(step.event) {
@@ -171,10 +198,22 @@ pub fn find_step_markers(index: &TraceIndex, progress: &Progress) -> Vec<Option<
     counted
         .iter()
         .map(|[driver, tensors]| {
-            if tensors.total > 0 {
-                tensors.marker(true)
+            let (counted, tensors) = if tensors.total > 0 {
+                (tensors, true)
             } else {
-                driver.marker(false)
+                (driver, false)
+            };
+            let (first_ns, last_ns) = counted.span?;
+            match counted.marker(tensors) {
+                Some(marker) => Some(Boundaries::Steps(marker)),
+                // Too few allocations to give each part of the span its own
+                // lows: a short script, whose setup would read as growth.
+                None if counted.total < FEWEST_FOR_LOW_POINTS => None,
+                None => Some(Boundaries::LowPoints {
+                    tensors,
+                    first_ns,
+                    last_ns,
+                }),
             }
         })
         .collect()

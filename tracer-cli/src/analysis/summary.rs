@@ -5,8 +5,9 @@
 use super::engine::{Both, Consumer, Replay, Replayed, Step};
 use super::footprint::{DeviceFootprint, FootprintTracker};
 use super::keys::{ByStack, DeviceKey};
+use super::low_points::LowPoints;
 use super::replay::{Allocation, Change, ProcessMemory};
-use super::step_finding::{find_step_markers, StepMarker};
+use super::step_finding::{find_boundaries, Boundaries};
 use super::steps::Steps;
 use super::tensor_summary::{TensorBytes, TensorSummary};
 use super::trace_index::TraceIndex;
@@ -153,6 +154,8 @@ pub struct ProcessSummary {
     pub tensors: TensorSummary,
     /// Its training steps, where its allocations repeat a loop.
     pub steps: Option<Steps>,
+    /// The low points of its memory curve, where it has no steps.
+    pub low_points: Option<LowPoints>,
 }
 
 impl ProcessSummary {
@@ -170,12 +173,18 @@ impl ProcessSummary {
         if let Some(steps) = &mut self.steps {
             steps.before(event, &self.tensors, &self.devices);
         }
+        if let Some(low_points) = &mut self.low_points {
+            low_points.before(event, &self.tensors, &self.devices);
+        }
         self.tensors.observe(event);
         for change in changes {
             self.count(change, event);
         }
         if let Some(steps) = &mut self.steps {
             steps.after(event, &self.tensors, &self.devices);
+        }
+        if let Some(low_points) = &mut self.low_points {
+            low_points.after(event, &self.tensors, &self.devices);
         }
     }
 
@@ -261,6 +270,9 @@ impl ProcessSummary {
         if let Some(steps) = &mut self.steps {
             steps.finish(&self.tensors, &self.devices);
         }
+        if let Some(low_points) = &mut self.low_points {
+            low_points.finish(&self.tensors, &self.devices);
+        }
     }
 }
 
@@ -307,8 +319,8 @@ impl Summary {
         progress: &Progress,
         alongside: &mut C,
     ) -> Summary {
-        let markers = find_step_markers(index, &Progress::new("finding steps", index.events));
-        let mut building = SummaryBuilder::new(index, markers);
+        let boundaries = find_boundaries(index, &Progress::new("finding steps", index.events));
+        let mut building = SummaryBuilder::new(index, boundaries);
         let Ok(replayed) = Replay::new(index, progress).run(&mut Both(&mut building, alongside));
         building.finish(replayed)
     }
@@ -332,15 +344,26 @@ struct SummaryBuilder<'a> {
 }
 
 impl<'a> SummaryBuilder<'a> {
-    /// Nothing counted yet; each process's steps found by its marker.
-    fn new(index: &'a TraceIndex, markers: Vec<Option<StepMarker>>) -> SummaryBuilder<'a> {
+    /// Nothing counted yet; each process's growth measured at `boundaries`.
+    fn new(index: &'a TraceIndex, boundaries: Vec<Option<Boundaries>>) -> SummaryBuilder<'a> {
         SummaryBuilder {
             index,
-            processes: markers
+            processes: boundaries
                 .into_iter()
-                .map(|marker| ProcessSummary {
-                    steps: marker.map(Steps::new),
-                    ..ProcessSummary::default()
+                .map(|boundaries| match boundaries {
+                    Some(Boundaries::Steps(marker)) => ProcessSummary {
+                        steps: Some(Steps::new(marker)),
+                        ..ProcessSummary::default()
+                    },
+                    Some(Boundaries::LowPoints {
+                        tensors,
+                        first_ns,
+                        last_ns,
+                    }) => ProcessSummary {
+                        low_points: Some(LowPoints::new(tensors, first_ns, last_ns)),
+                        ..ProcessSummary::default()
+                    },
+                    None => ProcessSummary::default(),
                 })
                 .collect(),
             trackers: index

@@ -19,9 +19,10 @@ mod owner_chart;
 use super::wording::{silent_children_line, unrecorded_line};
 use crate::analysis::UnreadBlock;
 use crate::analysis::{growing_sites, silent_children, FramesShown, ProcessIndex, ProcessSummary, Summary, TraceIndex};
+use crate::outputs::steps_text;
 use crate::outputs::wording::device_label;
 use crate::outputs::wording::switch_lines;
-use crate::outputs::wording::{bytes, count, oom_state_not_kept, signed_bytes, torch_bytes_text};
+use crate::outputs::wording::{bytes, count, oom_state_not_kept, torch_bytes_text};
 use crate::system::progress::Progress;
 use call_site_tables::{sites_table, stack_html, tensors_html};
 use chart_drawing::chart_html;
@@ -242,30 +243,26 @@ fn step_starts(process: &ProcessSummary) -> Vec<(u64, u64)> {
 /// A process's call sites that keep growing from one step to the next,
 /// first: where a leak is.
 fn growing_html(index: &TraceIndex, info: &ProcessIndex, process: &ProcessSummary, frames: FramesShown) -> String {
-    let Some(steps) = &process.steps else {
+    let growing = growing_sites(index, info, process);
+    let name = format!("pid {}", info.start.pid);
+    let Some(heading) = steps_text::growth_heading(&name, process, !growing.is_empty()) else {
         return String::new();
     };
-    let growing = growing_sites(index, info, steps);
-    let mut out = format!(
-        "<h2>pid {}: {}</h2>\n",
-        info.start.pid,
-        count(steps.marker.steps, "step", "steps")
-    );
+    let mut out = format!("<p class=\"growth\">{}</p>\n", escape(heading.trim_end()));
     if growing.is_empty() {
-        out += "<p>Nothing keeps growing from one step to the next.</p>\n";
         return out;
     }
-    out += "<table class=\"growing\"><tr><th>growing</th><th>device</th><th>a step</th><th>over</th><th>at the last step's end</th><th>stack</th></tr>\n";
+    out += "<table class=\"growing\"><tr><th>growing</th><th>device</th><th>rate</th><th>over</th><th>at the last point</th><th>stack</th></tr>\n";
     for site in &growing {
+        let [rate, over, last] = steps_text::growing_figures(site);
         let _ = writeln!(
             out,
-            "<tr><td>{}</td><td>{}</td><td class=\"num\">{}</td><td class=\"num\">{}</td><td class=\"num\">{} (step {})</td><td>{}</td></tr>",
+            "<tr><td>{}</td><td>{}</td><td class=\"num\">{}</td><td class=\"num\">{}</td><td class=\"num\">{}</td><td>{}</td></tr>",
             escape(&site.call_site),
             device_label(site.device),
-            signed_bytes(site.bytes_per_step as i128),
-            count(site.steps, "step", "steps"),
-            bytes(site.live_bytes_last_step),
-            site.last_step,
+            escape(&rate),
+            escape(&over),
+            escape(&last),
             stack_html(index, info, site.stack, frames)
         );
     }

@@ -33,6 +33,8 @@ pub fn report(index: &TraceIndex, summary: &Summary, frames: FramesShown) -> Str
     if let Some(line) = switch_lines::paused_line(index) {
         out += &format!("{line}\n");
     }
+    // What keeps growing opens the report: where a leak is.
+    out += &growth_text(index, summary, frames);
     for ((info, footprints), process) in index.processes.iter().zip(&summary.footprints).zip(&summary.processes) {
         for footprint in footprints {
             out += "\n";
@@ -86,7 +88,7 @@ fn process_text(index: &TraceIndex, info: &ProcessIndex, process: &ProcessSummar
         start.ppid,
         start.argv.join(" ")
     );
-    out += &steps_text(index, info, process, frames);
+    out += &step_tables_text(index, info, process);
     // Where PyTorch's tensors were recorded, they answer first: its
     // segments below are mostly cache.
     out += &tensors_text(index, info, process, frames);
@@ -161,31 +163,34 @@ fn process_text(index: &TraceIndex, info: &ProcessIndex, process: &ProcessSummar
     out
 }
 
-/// The process's steps: first the call sites that keep growing from one
-/// step to the next (each with its stack), then the step tables; or why
-/// growth could not be measured.
-fn steps_text(index: &TraceIndex, info: &ProcessIndex, process: &ProcessSummary, frames: FramesShown) -> String {
-    let Some(steps) = &process.steps else {
-        if process.devices.is_empty() && process.tensors.devices.is_empty() {
-            return String::new();
-        }
-        return "  no training steps found (no loop repeats its allocations): growth across steps not measured\n"
-            .to_string();
-    };
-    let growing = growing_sites(index, info, steps);
+/// The report's opening, per process that allocated: its steps (or low
+/// points) and the call sites that keep growing, each with its stack.
+fn growth_text(index: &TraceIndex, summary: &Summary, frames: FramesShown) -> String {
     let mut out = String::new();
-    if growing.is_empty() {
-        out += &steps_text::nothing_growing_text(steps);
-    } else {
+    for (info, process) in index.processes.iter().zip(&summary.processes) {
+        let growing = growing_sites(index, info, process);
+        let name = format!("pid {} {}", info.start.pid, info.start.argv.join(" "));
+        let Some(heading) = steps_text::growth_heading(&name, process, !growing.is_empty()) else {
+            continue;
+        };
+        out += "\n";
+        out += &heading;
         let devices: std::collections::BTreeSet<_> = growing.iter().map(|g| g.device).collect();
         for site in &growing {
-            out += &steps_text::growing_text(std::slice::from_ref(site), devices.len() > 1);
+            out += &steps_text::growing_line(site, devices.len() > 1);
             out += &stack_lines_text(&index.frames(info, site.stack), frames, "      ");
         }
     }
-    let marker_site = site_name(&index.frames(info, steps.marker.stack));
-    out += &steps_text::step_tables_text(index, steps, process, &marker_site);
     out
+}
+
+/// The process's step tables, where it has steps.
+fn step_tables_text(index: &TraceIndex, info: &ProcessIndex, process: &ProcessSummary) -> String {
+    let Some(steps) = &process.steps else {
+        return String::new();
+    };
+    let marker_site = site_name(&index.frames(info, steps.marker.stack));
+    steps_text::step_tables_text(index, steps, process, &marker_site)
 }
 
 /// PyTorch's tensors, per device: the allocator's split of its bytes,

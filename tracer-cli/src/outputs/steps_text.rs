@@ -1,12 +1,13 @@
 //! The report's lines on a process's steps: the call sites that keep
-//! growing from one step to the next, which open the process, and the step
-//! table per device.
+//! growing from one step to the next (or from one low point of its memory
+//! curve to the next), which open the report, and the step table per
+//! device.
 //!
 //! A long run's table shows its first and last steps and the steps around
 //! its peak and each out-of-memory failure; the steps between are one line
 //! each, with their ranges of figures.
 
-use crate::analysis::{DeviceKey, GrowingSite, ProcessSummary, StepRecord, Steps, TraceIndex};
+use crate::analysis::{DeviceKey, GrowingSite, Measured, ProcessSummary, StepRecord, Steps, TraceIndex};
 use crate::outputs::wording::{bytes, count, device_label, duration, signed_bytes};
 use std::collections::BTreeSet;
 
@@ -17,35 +18,67 @@ const STEPS_AROUND: usize = 1;
 /// A table of at most this many steps is shown whole.
 const STEPS_SHOWN_WHOLE: usize = 20;
 
-/// "growing: train.py:20 <module> +16.0 MiB a step over 7 steps (112.0 MiB
-/// at the end of step 7)", one line per call site, under its device.
-pub fn growing_text(sites: &[GrowingSite], several_devices: bool) -> String {
-    let mut out = String::new();
-    for site in sites {
-        let on = if several_devices {
-            format!(" on {}", device_label(site.device))
-        } else {
-            String::new()
-        };
-        out += &format!(
-            "  growing{on}: {} {} a step over {} ({} at the end of step {})\n",
-            site.call_site,
-            signed_bytes(site.bytes_per_step as i128),
+/// A growing call site's figures in words: its rate ("+16.0 MiB a step",
+/// or "+16.0 MiB a minute" at low points), what it was measured over ("7
+/// steps", "5 min 10 s at the memory curve's low points") and its bytes at
+/// the last point ("112.0 MiB at the end of step 7", "1.2 GiB at the last").
+pub fn growing_figures(site: &GrowingSite) -> [String; 3] {
+    match site.measured {
+        Measured::Steps => [
+            format!("{} a step", signed_bytes(site.bytes_per_step as i128)),
             count(site.steps, "step", "steps"),
-            bytes(site.live_bytes_last_step),
-            site.last_step
-        );
+            format!(
+                "{} at the end of step {}",
+                bytes(site.live_bytes_last_step),
+                site.last_step
+            ),
+        ],
+        Measured::LowPoints { part_ns } => {
+            let per_minute = (site.bytes_per_step as u128 * 60_000_000_000 / part_ns.max(1) as u128) as i128;
+            [
+                format!("{} a minute", signed_bytes(per_minute)),
+                format!(
+                    "{} at the memory curve's low points",
+                    duration(part_ns * site.steps.saturating_sub(1))
+                ),
+                format!("{} at the last", bytes(site.live_bytes_last_step)),
+            ]
+        }
     }
-    out
 }
 
-/// The line that says growth was looked for and none found.
-pub fn nothing_growing_text(steps: &Steps) -> String {
-    let complete = steps.records.iter().filter(|r| r.complete).count();
-    format!(
-        "  growing: nothing, over {}\n",
-        count(complete as u64, "step end", "step ends")
-    )
+/// One growing call site's line: "growing: train.py:20 <module> +16.0 MiB
+/// a step over 7 steps (112.0 MiB at the end of step 7)".
+pub fn growing_line(site: &GrowingSite, several_devices: bool) -> String {
+    let on = if several_devices {
+        format!(" on {}", device_label(site.device))
+    } else {
+        String::new()
+    };
+    let [rate, over, last] = growing_figures(site);
+    format!("  growing{on}: {} {rate} over {over} ({last})\n", site.call_site)
+}
+
+/// The heading of a process's growth: its steps, or that it has none and
+/// its low points stand in; and whether anything grows.
+pub fn growth_heading(process_name: &str, process: &ProcessSummary, anything_grows: bool) -> Option<String> {
+    let measured = if let Some(steps) = &process.steps {
+        let ends = steps.records.iter().filter(|r| r.complete).count() as u64;
+        format!(
+            "{}; growth compared at {}",
+            count(steps.marker.steps, "step", "steps"),
+            count(ends, "step end", "step ends")
+        )
+    } else if let Some(low_points) = &process.low_points {
+        format!(
+            "no steps found (no loop repeats its allocations); growth compared at the memory curve's {}",
+            count(low_points.points() as u64, "low point", "low points")
+        )
+    } else {
+        return None;
+    };
+    let verdict = if anything_grows { "" } else { "; nothing grows" };
+    Some(format!("{process_name}: {measured}{verdict}\n"))
 }
 
 /// The step tables of a process: how its steps were found, then per device

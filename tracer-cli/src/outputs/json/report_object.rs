@@ -2,8 +2,8 @@
 //! shape; keys may be added, never removed).
 
 use crate::analysis::{
-    growing_sites, largest_call_sites, tensors_stopped_midway, ByStack, Frame, ProcessIndex, ProcessSummary, Summary,
-    TraceIndex,
+    growing_sites, largest_call_sites, tensors_stopped_midway, ByStack, Frame, Measured, ProcessIndex, ProcessSummary,
+    Summary, TraceIndex,
 };
 use crate::outputs::wording::damage_text;
 use crate::outputs::wording::tensor_status_line;
@@ -143,8 +143,33 @@ fn tensor_devices_json(index: &TraceIndex, info: &ProcessIndex, process: &Proces
 /// figures per device, how they were found, and the call sites that keep
 /// growing; `null` steps where none were found.
 fn steps_json(index: &TraceIndex, info: &ProcessIndex, process: &ProcessSummary) -> (Value, Value) {
+    let growing: Vec<Value> = growing_sites(index, info, process)
+        .iter()
+        .map(|g| {
+            let (measured_on, part_s) = match g.measured {
+                Measured::Steps => ("steps", None),
+                Measured::LowPoints { part_ns } => ("low points", Some(part_ns as f64 / 1e9)),
+            };
+            json!({
+                "device": g.device.json(),
+                "call_site": g.call_site,
+                "measured_on": measured_on,
+                "part_s": part_s,
+                "bytes_per_step": g.bytes_per_step,
+                "steps": g.steps,
+                "last_step": g.last_step,
+                "live_bytes_last_step": g.live_bytes_last_step,
+                "stack": stack_json(index, info, g.stack),
+            })
+        })
+        .collect();
+    let growing = if process.steps.is_none() && process.low_points.is_none() {
+        Value::Null
+    } else {
+        json!(growing)
+    };
     let Some(steps) = &process.steps else {
-        return (Value::Null, Value::Null);
+        return (Value::Null, growing);
     };
     let seconds = |ns: u64| ns.saturating_sub(index.start_ns()) as f64 / 1e9;
     let records: Vec<Value> = steps
@@ -179,21 +204,7 @@ fn steps_json(index: &TraceIndex, info: &ProcessIndex, process: &ProcessSummary)
         "marker": stack_json(index, info, steps.marker.stack),
         "steps": records,
     });
-    let growing: Vec<Value> = growing_sites(index, info, steps)
-        .iter()
-        .map(|g| {
-            json!({
-                "device": g.device.json(),
-                "call_site": g.call_site,
-                "bytes_per_step": g.bytes_per_step,
-                "steps": g.steps,
-                "last_step": g.last_step,
-                "live_bytes_last_step": g.live_bytes_last_step,
-                "stack": stack_json(index, info, g.stack),
-            })
-        })
-        .collect();
-    (found, json!(growing))
+    (found, growing)
 }
 
 fn process_json(index: &TraceIndex, info: &ProcessIndex, process: &ProcessSummary) -> Value {
@@ -225,6 +236,10 @@ fn process_json(index: &TraceIndex, info: &ProcessIndex, process: &ProcessSummar
         "reused_without_free": process.memory.reused_without_free,
         "growing": growing,
         "steps": steps,
+        "low_points": process.low_points.as_ref().map(|low| json!({
+            "points": low.points(),
+            "part_s": low.part_ns() as f64 / 1e9,
+        })),
         "devices": devices,
         "tensors": {
             "status": tensor_status_line(info),

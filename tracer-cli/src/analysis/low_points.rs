@@ -1,0 +1,269 @@
+//! Where a process has no loop to find steps in, its growth is measured at
+//! the low points of its memory curve: the span from its first allocation
+//! to its last is cut into [`LOW_POINTS`] equal parts, and each part gives
+//! its lowest moment's live bytes per call stack. What the program frees
+//! after its last allocation (at exit) is never a low point.
+//!
+//! The state at a low is copied once, lazily: when the part's lowest value
+//! so far is about to rise (an allocation) or the part ends, so a steady
+//! program copies the live set about once a part.
+
+use super::keys::{ByStack, DeviceKey};
+use super::step_finding::allocation_kind;
+use super::summary::DeviceStats;
+use super::tensor_summary::TensorSummary;
+use cudatrace_events::Event;
+use std::collections::{BTreeMap, HashMap};
+
+/// Parts of a process's span, each giving one low point.
+pub const LOW_POINTS: usize = 32;
+
+/// One device's lowest moment so far in the current part.
+#[derive(Clone, Debug, Default)]
+struct Low {
+    bytes: u64,
+    /// The live set at the low is not copied yet (nothing rose since).
+    pending: bool,
+    at_low: ByStack,
+}
+
+/// The low points of one process, as the replay measures them.
+#[derive(Clone, Debug)]
+pub struct LowPoints {
+    /// Whether PyTorch's tensors are measured (else the driver's allocations).
+    pub tensors: bool,
+    first_ns: u64,
+    last_ns: u64,
+    /// The part under way.
+    part: usize,
+    lows: BTreeMap<DeviceKey, Low>,
+    /// Per device and call stack, live bytes at each low point (shorter
+    /// where a stack was not live at the later ones).
+    live_at_points: HashMap<(DeviceKey, u32), Vec<u64>>,
+    /// Low points taken.
+    points: usize,
+    done: bool,
+}
+
+/// A device's allocated bytes and live set, as [`LowPoints::tensors`] says.
+fn state<'a>(
+    tensors: bool,
+    device: DeviceKey,
+    tensor_summary: &'a TensorSummary,
+    devices: &'a BTreeMap<DeviceKey, DeviceStats>,
+) -> Option<(u64, &'a ByStack)> {
+    if tensors {
+        tensor_summary
+            .devices
+            .get(&device)
+            .map(|t| (t.now.allocated, &t.live_by_stack))
+    } else {
+        devices.get(&device).map(|d| (d.current, &d.live_by_stack))
+    }
+}
+
+impl LowPoints {
+    /// Parts over the span from `first_ns` to `last_ns`.
+    pub fn new(tensors: bool, first_ns: u64, last_ns: u64) -> LowPoints {
+        LowPoints {
+            tensors,
+            first_ns,
+            last_ns,
+            part: 0,
+            lows: BTreeMap::new(),
+            live_at_points: HashMap::new(),
+            points: 0,
+            done: false,
+        }
+    }
+
+    /// The length of a part.
+    pub fn part_ns(&self) -> u64 {
+        ((self.last_ns - self.first_ns) / LOW_POINTS as u64).max(1)
+    }
+
+    fn part_end(&self) -> u64 {
+        if self.part + 1 >= LOW_POINTS {
+            self.last_ns
+        } else {
+            self.first_ns + self.part_ns() * (self.part as u64 + 1)
+        }
+    }
+
+    /// Before `event` is counted: parts that ended give their low points,
+    /// and a low about to rise is copied.
+    pub fn before(&mut self, event: &Event, tensors: &TensorSummary, devices: &BTreeMap<DeviceKey, DeviceStats>) {
+        if self.done || event.time_ns < self.first_ns {
+            return;
+        }
+        if event.time_ns > self.last_ns {
+            self.end_part(tensors, devices);
+            self.done = true;
+            return;
+        }
+        while self.part + 1 < LOW_POINTS && event.time_ns >= self.part_end() {
+            self.end_part(tensors, devices);
+            self.part += 1;
+        }
+        if allocation_kind(event) == Some(self.tensors) {
+            let key = DeviceKey::of(event.device);
+            if let (Some(low), Some((_, live))) = (self.lows.get_mut(&key), state(self.tensors, key, tensors, devices))
+            {
+                if low.pending {
+                    low.at_low = live.clone();
+                    low.pending = false;
+                }
+            }
+        }
+    }
+
+    /// After `event` is counted: a new low of its device.
+    pub fn after(&mut self, event: &Event, tensors: &TensorSummary, devices: &BTreeMap<DeviceKey, DeviceStats>) {
+        if self.done || event.time_ns < self.first_ns {
+            return;
+        }
+        let key = DeviceKey::of(event.device);
+        let Some((bytes, _)) = state(self.tensors, key, tensors, devices) else {
+            return;
+        };
+        let low = self.lows.entry(key).or_insert(Low {
+            bytes: u64::MAX,
+            ..Low::default()
+        });
+        if bytes < low.bytes {
+            low.bytes = bytes;
+            low.pending = true;
+        }
+    }
+
+    /// Ends the replay: the part under way gives its low point.
+    pub fn finish(&mut self, tensors: &TensorSummary, devices: &BTreeMap<DeviceKey, DeviceStats>) {
+        if !self.done {
+            self.end_part(tensors, devices);
+            self.done = true;
+        }
+    }
+
+    fn end_part(&mut self, tensors: &TensorSummary, devices: &BTreeMap<DeviceKey, DeviceStats>) {
+        if self.lows.is_empty() {
+            return;
+        }
+        let at = self.points;
+        for (&key, low) in self.lows.iter_mut() {
+            let Some((bytes, live)) = state(self.tensors, key, tensors, devices) else {
+                continue;
+            };
+            if low.pending {
+                low.at_low = live.clone();
+            }
+            for (&stack, &(held, _)) in &low.at_low {
+                let series = self.live_at_points.entry((key, stack)).or_default();
+                series.resize(at, 0);
+                series.push(held);
+            }
+            // The next part starts from the state now.
+            *low = Low {
+                bytes,
+                pending: true,
+                at_low: ByStack::new(),
+            };
+        }
+        self.points += 1;
+    }
+
+    /// Low points taken.
+    pub fn points(&self) -> usize {
+        self.points
+    }
+
+    /// Each device's call stacks' live bytes at every low point.
+    pub fn live_at_points(&self) -> impl Iterator<Item = (DeviceKey, u32, Vec<u64>)> + '_ {
+        self.live_at_points.iter().map(move |(&(device, stack), series)| {
+            let mut padded = series.clone();
+            padded.resize(self.points, 0);
+            (device, stack, padded)
+        })
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::analysis::summary::ProcessSummary;
+    use cudatrace_events::{Api, Kind, Op};
+
+    fn event(time_ns: u64, op: Op, address: u64, size: u64, stack: u32) -> Event {
+        Event {
+            pid: 1,
+            tid: 1,
+            seq: time_ns,
+            time_ns,
+            device: Some(0),
+            stream: 0,
+            api: Api::CuMemAllocV2,
+            op,
+            kind: Kind::Device,
+            address,
+            size,
+            arg1: 0,
+            arg2: 0,
+            stack,
+        }
+    }
+
+    /// 32 rounds, one a microsecond, each a part: a temporary (stack 1,
+    /// 1000 bytes) allocated and freed around a buffer (stack 2, 10 bytes)
+    /// that is kept when `leak`; then, later, everything is freed, as at
+    /// exit. Each stack's bytes at the low points.
+    fn run(leak: bool) -> Vec<(DeviceKey, u32, Vec<u64>)> {
+        let mut events = Vec::new();
+        let mut kept = Vec::new();
+        for round in 0..32 {
+            let (at, temporary, buffer) = (
+                round * 1000,
+                0x1_0000_0000 + round * 0x1000,
+                0x2_0000_0000 + round * 0x1000,
+            );
+            events.push(event(at + 1, Op::Alloc, temporary, 1000, 1));
+            events.push(event(at + 2, Op::Alloc, buffer, 10, 2));
+            events.push(event(at + 3, Op::Free, temporary, 1000, 0));
+            if leak {
+                kept.push(buffer);
+            } else {
+                events.push(event(at + 4, Op::Free, buffer, 10, 0));
+            }
+        }
+        for (n, buffer) in kept.into_iter().enumerate() {
+            events.push(event(40_000 + n as u64, Op::Free, buffer, 10, 0));
+        }
+        let mut process = ProcessSummary {
+            low_points: Some(LowPoints::new(false, 0, 32_000)),
+            ..ProcessSummary::default()
+        };
+        let mut changes = Vec::new();
+        for e in &events {
+            process.apply(e, &mut changes);
+        }
+        process.finish();
+        let low = process.low_points.as_ref().unwrap();
+        assert_eq!(low.points(), LOW_POINTS);
+        let mut series: Vec<_> = low.live_at_points().collect();
+        series.sort();
+        series
+    }
+
+    #[test]
+    fn a_kept_buffer_rises_at_every_low_point_and_a_temporary_never_shows() {
+        // Part 0's low is after its temporary's free (one buffer); each
+        // later part's is at its start, before its temporary: r buffers.
+        // The exit's frees come after the last allocation: no low point.
+        let mut expected = vec![10];
+        expected.extend((1..32).map(|r| r * 10));
+        assert_eq!(run(true), vec![(DeviceKey::Gpu(0), 2, expected)]);
+    }
+
+    #[test]
+    fn a_program_that_frees_what_it_makes_has_nothing_at_its_low_points() {
+        assert_eq!(run(false), vec![]);
+    }
+}
