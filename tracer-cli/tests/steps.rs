@@ -245,3 +245,29 @@ fn without_steps_growth_is_measured_at_the_memory_curves_low_points() {
     let (report, _) = report_json_with_stacks(&clean);
     assert_eq!(main_process(&report)["growing"], serde_json::json!([]));
 }
+
+#[test]
+fn a_long_run_shows_its_first_and_last_steps_and_sums_up_the_rest() {
+    let trace = run_training("steps-long", "training", &[("FAKE_TORCH_STEPS", "100")]);
+    let (report, _) = report_json_with_stacks(&trace);
+    let process = main_process(&report);
+    assert_eq!(process["steps"]["count"], 100);
+    assert_eq!(process["steps"]["steps"].as_array().unwrap().len(), 100);
+    let text = stdout(&cudatrace(&["report", trace.to_str().unwrap()]).output().unwrap());
+    // The first five and the last five; the peak, first reached at step 2,
+    // is among them; the steps between are one line.
+    let rows: Vec<&str> = text
+        .lines()
+        .skip_while(|l| !l.starts_with("    steps on GPU 0:"))
+        .skip(2)
+        .take_while(|l| l.starts_with("    "))
+        .map(|l| l.split_whitespace().next().unwrap())
+        .collect();
+    assert_eq!(
+        rows,
+        vec!["1", "2", "3", "4", "5", "...", "96", "97", "98", "99", "100"],
+        "{text}"
+    );
+    let summed = text.lines().find(|l| l.starts_with("    ... steps")).unwrap();
+    assert_eq!(summed, "    ... steps 6 to 95: peak 11.0 MiB, at end 4.0 MiB");
+}
