@@ -307,19 +307,36 @@ impl Summary {
         n.checked_sub(1).and_then(|i| ooms.get(i).copied()).ok_or(count)
     }
 
-    /// Replays the whole trace.
+    /// Replays the whole trace, after a first pass that finds each
+    /// process's steps (or low points) for its growth.
     pub fn build(index: &TraceIndex, progress: &Progress) -> Summary {
         Summary::build_alongside(index, progress, &mut |_: &Step| {})
     }
 
-    /// Replays the whole trace, handing each step to `alongside` too: one
-    /// pass for the summary and another consumer.
+    /// Replays the whole trace once, without steps or growth: for outputs
+    /// that show a moment (the peak, an OOM, the exit), not a run's course.
+    pub fn build_without_steps(index: &TraceIndex, progress: &Progress) -> Summary {
+        let boundaries = index.processes.iter().map(|_| None).collect();
+        Summary::replay(index, progress, boundaries, &mut |_: &Step| {})
+    }
+
+    /// Replays the whole trace, as [`Summary::build`] does, handing each
+    /// step to `alongside` too: one pass for the summary and another consumer.
     pub fn build_alongside<C: Consumer<Error = Infallible>>(
         index: &TraceIndex,
         progress: &Progress,
         alongside: &mut C,
     ) -> Summary {
         let boundaries = find_boundaries(index, &Progress::new("finding steps", index.events));
+        Summary::replay(index, progress, boundaries, alongside)
+    }
+
+    fn replay<C: Consumer<Error = Infallible>>(
+        index: &TraceIndex,
+        progress: &Progress,
+        boundaries: Vec<Option<Boundaries>>,
+        alongside: &mut C,
+    ) -> Summary {
         let mut building = SummaryBuilder::new(index, boundaries);
         let Ok(replayed) = Replay::new(index, progress).run(&mut Both(&mut building, alongside));
         building.finish(replayed)

@@ -21,7 +21,7 @@ pub fn command(args: FlamegraphArgs) -> Result<u8, Failure> {
         .output
         .clone()
         .unwrap_or_else(|| args.trace.with_extension(extension));
-    let summary = Summary::build(&index, &Progress::new("reading", index.events));
+    let summary = Summary::build_without_steps(&index, &Progress::new("reading", index.events));
     let failure = match args.at {
         Moment::Oom(n) => {
             let (process, device, oom) = summary

@@ -72,7 +72,7 @@ fn moment_end(
     selected: &[usize],
 ) -> Result<Option<(usize, u64, String, &'static str)>, Failure> {
     let seconds = |ns: u64| ns.saturating_sub(index.start_ns()) as f64 / 1e9;
-    let summary = || Summary::build(index, &Progress::new("reading", index.events));
+    let summary = || Summary::build_without_steps(index, &Progress::new("reading", index.events));
     match args.at {
         None | Some(Moment::Exit) => Ok(None),
         // The failing process only, up to its failure.
