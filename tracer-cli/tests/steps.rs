@@ -203,7 +203,12 @@ fn diff_gives_each_call_site_its_change_a_step_in_both_runs() {
 
 #[test]
 fn without_steps_growth_is_measured_at_the_memory_curves_low_points() {
-    let leak = run_training("steps-serving-leak", "serving", &[("FAKE_TORCH_LEAK", "1")]);
+    // 256 requests, 5 ms apart: over a second, as low points need.
+    let leak = run_training(
+        "steps-serving-leak",
+        "serving",
+        &[("FAKE_TORCH_LEAK", "1"), ("FAKE_TORCH_REQUEST_US", "5000")],
+    );
     let (report, _) = report_json_with_stacks(&leak);
     let process = main_process(&report);
     assert_eq!(process["steps"], Value::Null);
@@ -227,9 +232,7 @@ fn without_steps_growth_is_measured_at_the_memory_curves_low_points() {
     assert!(last > 0);
     let text = stdout(&cudatrace(&["report", leak.to_str().unwrap()]).output().unwrap());
     assert!(
-        text.contains(
-            "no steps found (no loop repeats its allocations); growth compared at the memory curve's 32 low points\n"
-        ),
+        text.contains("no steps found; growth compared at the memory curve's 32 low points\n"),
         "{text}"
     );
     let line = text
@@ -237,11 +240,11 @@ fn without_steps_growth_is_measured_at_the_memory_curves_low_points() {
         .find(|l| l.starts_with("  growing: "))
         .expect("a growing line");
     assert!(
-        line.contains(" a minute over ") && line.ends_with(" at the last)"),
+        line.contains(" a second over ") && line.ends_with(" at the last)"),
         "{line}"
     );
 
-    let clean = run_training("steps-serving-clean", "serving", &[]);
+    let clean = run_training("steps-serving-clean", "serving", &[("FAKE_TORCH_REQUEST_US", "5000")]);
     let (report, _) = report_json_with_stacks(&clean);
     assert_eq!(main_process(&report)["growing"], serde_json::json!([]));
 }
@@ -270,4 +273,19 @@ fn a_long_run_shows_its_first_and_last_steps_and_sums_up_the_rest() {
     );
     let summed = text.lines().find(|l| l.starts_with("    ... steps")).unwrap();
     assert_eq!(summed, "    ... steps 6 to 95: peak 11.0 MiB, at end 4.0 MiB");
+}
+
+#[test]
+fn a_loop_too_short_to_tell_says_so_rather_than_nothing_grows() {
+    let trace = run_training(
+        "steps-short",
+        "training",
+        &[("FAKE_TORCH_STEPS", "4"), ("FAKE_TORCH_LEAK", "1")],
+    );
+    let text = stdout(&cudatrace(&["report", trace.to_str().unwrap()]).output().unwrap());
+    assert!(
+        text.contains(": 4 steps; too few step ends to tell growth (3, at least 4 needed)\n"),
+        "{text}"
+    );
+    assert!(!text.contains("nothing grows"), "{text}");
 }

@@ -380,7 +380,8 @@ void training() {
 /* `serving`: 256 requests, each handled by one of five handlers chosen
  * pseudo-randomly (so no call stack repeats evenly: no steps), each making
  * and freeing a temporary; with FAKE_TORCH_LEAK=1 the upload handler also
- * keeps a 64 KiB buffer per request. Everything is freed at the end.
+ * keeps a 64 KiB buffer per request. FAKE_TORCH_REQUEST_US=<us> sleeps
+ * that long after each request. Everything is freed at the end.
  * Prints "kept N". */
 constexpr size_t kKeptBytes = 64 * 1024;
 
@@ -397,9 +398,12 @@ __attribute__((noinline)) void handle_upload(std::vector<void *> &kept, bool lea
 void serving() {
     const char *leak_text = std::getenv("FAKE_TORCH_LEAK");
     bool leak = leak_text && std::strcmp(leak_text, "1") == 0;
+    const char *pause_text = std::getenv("FAKE_TORCH_REQUEST_US");
+    long pause_us = pause_text ? std::atol(pause_text) : 0;
     std::vector<void *> kept;
     uint32_t state = 12345;
     for (int request = 0; request < 256; request++) {
+        if (pause_us > 0) std::this_thread::sleep_for(std::chrono::microseconds(pause_us));
         state = state * 1103515245u + 12345u;
         switch ((state >> 16) % 5) {
             case 0: handle_read(); break;

@@ -43,7 +43,7 @@ pub use engine::{Consumer, Replay, Step};
 pub use footprint::{
     footprint_reading_times, Breakdown, Category, DeviceFootprint, FootprintNote, FootprintTracker, ReferenceSource,
 };
-pub use growing::{growing_sites, GrowingSite, Measured};
+pub use growing::{growing_sites, GrowingSite, Measured, FEWEST_RISES};
 pub use growth::{compare, Growth, RunFigures};
 pub use input_path::{check_regular_file, NotRegular};
 pub use keys::{ByStack, DeviceKey};

@@ -3,19 +3,35 @@
 //!
 //! A training or inference loop makes the same allocations, from the same
 //! call stacks, once an iteration. One pass over the trace counts, per call
-//! stack, how often it allocated, where in the process's sequence of
-//! allocations it first did, and the shortest and longest gap between two
-//! of its allocations. The loop's count is then the count that the most
-//! distinct stacks share (stacks inside the loop body that allocate once an
-//! iteration all share it), and the step's marker is the stack among them
-//! that allocates evenly spaced and comes first: each of its allocations
-//! starts a step.
+//! stack and device, how often it allocated, where in the process's
+//! sequence of allocations it first and last did, the shortest and longest
+//! gap between two of its allocations, and how the bytes in use stood at
+//! each of them. Then:
 //!
-//! PyTorch's tensors are used where they are recorded (its caching
-//! allocator makes no driver call in a steady loop); the driver's
-//! allocations otherwise. A program without a loop has no count shared by
-//! enough of its allocations, and gets no steps. Memory is proportional to
-//! the number of distinct stacks, never to the number of events.
+//! - a *candidate* marker allocates at least 3 times, evenly (its gaps
+//!   within a factor of 2 of each other or at least half of them the same
+//!   as the gap before, the longest at most 16 times the shortest, and at
+//!   least 2 allocations between two of its own),
+//!   across at least half of the process's allocations: a setup loop at the
+//!   start is no candidate, nor is a handler of requests that come in no
+//!   order;
+//! - each candidate count `c` explains the allocations of every stack whose
+//!   count is a multiple of `c` (a step's body holds stacks that allocate
+//!   once a step, and stacks inside repeated blocks that allocate several
+//!   times a step); counts that explain less than 90% of what the best one
+//!   does are dropped, so repeated blocks inside a step are not steps;
+//! - of those, the step is the loop at whose turns memory stands the most
+//!   evenly: the candidate whose bytes in use, at its allocations, stray
+//!   least from a straight line (a clean loop stands level, a leaking one
+//!   climbs in a line, a block inside a step zigzags). Where two stand as
+//!   evenly, the finer loop wins: steps, not epochs.
+//!
+//! The marker is the earliest candidate of the chosen count; each of its
+//! allocations starts a step. PyTorch's tensors are used where they are
+//! recorded (its caching allocator makes no driver call in a steady loop);
+//! the driver's allocations otherwise. Memory is proportional to the number
+//! of distinct stacks and to the live allocations, never to the number of
+//! events.
 
 use super::engine::{Replay, Step};
 use super::trace_index::TraceIndex;
@@ -35,24 +51,39 @@ const FEWEST_ALLOCATIONS_A_STEP: u64 = 2;
 /// without a loop do not make steps.
 const LEAST_SHARE_PERCENT: u64 = 20;
 /// A marker's longest gap between two allocations is at most this many
-/// times its shortest: the first step, which allocates what later steps
-/// reuse (optimizer state, workspaces), is longer, but not wildly so.
-const MOST_GAP_RATIO: u64 = 4;
+/// times its shortest: the first step (which allocates what later steps
+/// reuse) and a validation pass every so many steps make some gaps longer,
+/// but not wildly so.
+const MOST_GAP_RATIO: u64 = 16;
+/// A candidate's allocations span at least this share (in percent) of the
+/// process's allocations.
+const LEAST_SPAN_PERCENT: u64 = 50;
+/// Counts that explain less than this share (in percent) of the best
+/// count's allocations are not the loop.
+const LEAST_EXPLAINED_PERCENT: u64 = 90;
+/// Two candidates stand as evenly when their strays differ by at most this
+/// share (per mille) of the process's highest bytes in use.
+const EVEN_TOLERANCE_PER_MILLE: f64 = 5.0;
 
 /// Fewest allocations for growth at the memory curve's low points, where
 /// no steps are found: two for each of its parts.
 const FEWEST_FOR_LOW_POINTS: u64 = 2 * super::low_points::LOW_POINTS as u64;
+/// Shortest span for growth at low points: a run of less than a second is
+/// no long job, and a rate a minute from it would mean nothing.
+const SHORTEST_FOR_LOW_POINTS_NS: u64 = 1_000_000_000;
 
 /// How a process's steps are found again during a replay.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct StepMarker {
     /// The call stack whose allocations start the steps.
     pub stack: u32,
+    /// The device of those allocations.
+    pub device: Option<u8>,
     /// Whether the marker is a PyTorch tensor (else a driver allocation).
     pub tensors: bool,
     /// How many steps.
     pub steps: u64,
-    /// The stacks that allocate once a step (the loop's body).
+    /// The stacks that allocate once or several times a step (the loop's body).
     pub loop_stacks: HashSet<u32>,
     /// The last allocation from one of `loop_stacks`: where the last step
     /// ends (no next step starts it).
@@ -62,7 +93,7 @@ pub struct StepMarker {
 impl StepMarker {
     /// Whether `event` starts a step.
     pub fn starts_step(&self, event: &Event) -> bool {
-        event.stack == self.stack && allocation_kind(event) == Some(self.tensors)
+        event.stack == self.stack && event.device == self.device && allocation_kind(event) == Some(self.tensors)
     }
 }
 
@@ -89,7 +120,7 @@ pub fn free_kind(event: &Event) -> Option<bool> {
     }
 }
 
-/// One call stack's allocations.
+/// One call stack's allocations on one device.
 #[derive(Clone, Copy, Debug, Default)]
 struct StackCount {
     count: u64,
@@ -100,68 +131,166 @@ struct StackCount {
     last_time_ns: u64,
     shortest_gap: u64,
     longest_gap: u64,
+    /// The last gap, and how many gaps were the same as the one before.
+    last_gap: u64,
+    repeated_gaps: u64,
+    /// The bytes in use at its first allocation; the line below is fitted
+    /// to the bytes in use less these, against the allocation's number.
+    base_level: f64,
+    /// Sums of x, x², y, xy and y² for that fit.
+    sums: [f64; 5],
+}
+
+impl StackCount {
+    /// How far, in bytes, the bytes in use at its allocations stray from
+    /// the straight line that fits them best (their standard deviation
+    /// around it).
+    fn stray(&self) -> f64 {
+        let n = self.count as f64;
+        let [x, xx, y, xy, yy] = self.sums;
+        let sxx = xx - x * x / n;
+        let sxy = xy - x * y / n;
+        let syy = yy - y * y / n;
+        let residual = if sxx > 0.0 { syy - sxy * sxy / sxx } else { syy };
+        (residual.max(0.0) / n).sqrt()
+    }
+
+    /// Whether it allocates evenly enough to mark steps: its gaps within a
+    /// factor of 2 of each other, or mostly the same as the gap before (a
+    /// loop's turns allocate alike, but for the first and a validation pass
+    /// now and then; a server's requests in a random order do not), and
+    /// never wildly longer.
+    fn even(&self) -> bool {
+        let transitions = self.count.saturating_sub(2);
+        let alike = self.longest_gap <= 2 * self.shortest_gap || self.repeated_gaps * 2 >= transitions;
+        self.shortest_gap >= FEWEST_ALLOCATIONS_A_STEP
+            && self.longest_gap <= MOST_GAP_RATIO * self.shortest_gap
+            && alike
+    }
 }
 
 /// One kind of allocation (tensors or driver) of one process, counted.
 #[derive(Default)]
 struct Allocations {
     total: u64,
-    stacks: HashMap<u32, StackCount>,
+    frees: u64,
+    stacks: HashMap<(u32, Option<u8>), StackCount>,
     /// The first allocation's time and the last's.
     span: Option<(u64, u64)>,
+    /// Live allocations (address → bytes), their sum, and its highest.
+    live: HashMap<u64, u64>,
+    level: u64,
+    highest_level: u64,
 }
 
 impl Allocations {
-    fn add(&mut self, stack: u32, time_ns: u64) {
+    fn add(&mut self, event: &Event) {
         let at = self.total;
         self.total += 1;
+        let time_ns = event.time_ns;
         self.span = Some(self.span.map_or((time_ns, time_ns), |(first, _)| (first, time_ns)));
-        if stack == 0 || stack == PAUSED_STACK {
+        let level = self.level as f64;
+        if let Some(old) = self.live.insert(event.address, event.size) {
+            self.level -= old; // its free was never seen
+        }
+        self.level += event.size;
+        self.highest_level = self.highest_level.max(self.level);
+        if event.stack == 0 || event.stack == PAUSED_STACK {
             return;
         }
-        let entry = self.stacks.entry(stack).or_insert(StackCount {
+        let entry = self.stacks.entry((event.stack, event.device)).or_insert(StackCount {
             first: at,
             shortest_gap: u64::MAX,
+            base_level: level,
             ..StackCount::default()
         });
         if entry.count > 0 {
             let gap = at - entry.last;
             entry.shortest_gap = entry.shortest_gap.min(gap);
             entry.longest_gap = entry.longest_gap.max(gap);
+            if entry.count > 1 && gap == entry.last_gap {
+                entry.repeated_gaps += 1;
+            }
+            entry.last_gap = gap;
+        }
+        let (x, y) = (entry.count as f64, level - entry.base_level);
+        for (sum, value) in entry.sums.iter_mut().zip([x, x * x, y, x * y, y * y]) {
+            *sum += value;
         }
         entry.count += 1;
         entry.last = at;
         entry.last_time_ns = time_ns;
     }
 
+    fn free(&mut self, event: &Event) {
+        self.frees += 1;
+        if let Some(size) = self.live.remove(&event.address) {
+            self.level -= size;
+        }
+    }
+
     /// The loop these allocations repeat, if any.
     fn marker(&self, tensors: bool) -> Option<StepMarker> {
-        // Distinct stacks per count, among counts that could be a loop.
-        let mut stacks_per_count: BTreeMap<u64, u64> = BTreeMap::new();
-        for stack in self.stacks.values().filter(|s| s.count >= FEWEST_STEPS) {
-            *stacks_per_count.entry(stack.count).or_default() += 1;
-        }
-        // The count most stacks share; of equals, the larger.
-        let (&steps, &members) = stacks_per_count
+        let spans = |s: &StackCount| (s.last - s.first + 1) * 100 >= self.total * LEAST_SPAN_PERCENT;
+        let candidates: Vec<(&(u32, Option<u8>), &StackCount)> = self
+            .stacks
             .iter()
-            .max_by_key(|&(&count, &stacks)| (stacks, count))?;
-        if steps * members * 100 < self.total * LEAST_SHARE_PERCENT {
+            .filter(|(_, s)| s.count >= FEWEST_STEPS && s.even() && spans(s))
+            .collect();
+        // What each candidate count explains: the allocations of every
+        // stack whose count is a multiple of it.
+        let counts: BTreeMap<u64, u64> = candidates
+            .iter()
+            .map(|(_, s)| s.count)
+            .collect::<std::collections::BTreeSet<u64>>()
+            .into_iter()
+            .map(|count| {
+                let explained = self
+                    .stacks
+                    .values()
+                    .filter(|other| other.count % count == 0)
+                    .map(|other| other.count)
+                    .sum();
+                (count, explained)
+            })
+            .collect();
+        let best = counts.values().copied().max()?;
+        if best * 100 < self.total * LEAST_SHARE_PERCENT {
             return None;
         }
-        let body: Vec<(&u32, &StackCount)> = self.stacks.iter().filter(|(_, s)| s.count == steps).collect();
-        let even = |s: &StackCount| {
-            s.shortest_gap >= FEWEST_ALLOCATIONS_A_STEP && s.longest_gap <= MOST_GAP_RATIO * s.shortest_gap
-        };
-        let (&stack, _) = body
+        // Each count still in the running, with its most even candidate's stray.
+        let strays: Vec<(u64, f64)> = counts
             .iter()
-            .filter(|(_, s)| even(s))
-            .min_by_key(|&&(&stack, s)| (s.first, stack))?;
+            .filter(|&(_, &explained)| explained * 100 >= best * LEAST_EXPLAINED_PERCENT)
+            .map(|(&count, _)| {
+                let stray = candidates
+                    .iter()
+                    .filter(|(_, s)| s.count == count)
+                    .map(|(_, s)| s.stray())
+                    .fold(f64::INFINITY, f64::min);
+                (count, stray)
+            })
+            .collect();
+        let least = strays.iter().map(|&(_, stray)| stray).fold(f64::INFINITY, f64::min);
+        let tolerance = self.highest_level as f64 * EVEN_TOLERANCE_PER_MILLE / 1000.0;
+        let steps = strays
+            .iter()
+            .filter(|&&(_, stray)| stray <= least + tolerance)
+            .map(|&(count, _)| count)
+            .max()?;
+        let (&(stack, device), _) = candidates
+            .iter()
+            .filter(|(_, s)| s.count == steps)
+            .min_by_key(|&&(&key, s)| (s.first, key))?;
+        let body: Vec<(&(u32, Option<u8>), &StackCount)> =
+            self.stacks.iter().filter(|(_, s)| s.count % steps == 0).collect();
         Some(StepMarker {
             stack,
+            device,
             tensors,
             steps,
             loop_end_ns: body.iter().map(|(_, s)| s.last_time_ns).max().unwrap_or(0),
-            loop_stacks: body.iter().map(|(&stack, _)| stack).collect(),
+            loop_stacks: body.iter().map(|(&(stack, _), _)| stack).collect(),
         })
     }
 }
@@ -192,7 +321,9 @@ pub fn find_boundaries(index: &TraceIndex, progress: &Progress) -> Vec<Option<Bo
     let mut counted: Vec<[Allocations; 2]> = index.processes.iter().map(|_| Default::default()).collect();
     let Ok(_) = Replay::new(index, progress).events_only().run(&mut |step: &Step| {
         if let Some(tensor) = allocation_kind(step.event) {
-            counted[step.process][usize::from(tensor)].add(step.event.stack, step.event.time_ns);
+            counted[step.process][usize::from(tensor)].add(step.event);
+        } else if let Some(tensor) = free_kind(step.event) {
+            counted[step.process][usize::from(tensor)].free(step.event);
         }
     });
     counted
@@ -206,30 +337,71 @@ pub fn find_boundaries(index: &TraceIndex, progress: &Progress) -> Vec<Option<Bo
             let (first_ns, last_ns) = counted.span?;
             match counted.marker(tensors) {
                 Some(marker) => Some(Boundaries::Steps(marker)),
-                // Too few allocations to give each part of the span its own
-                // lows: a short script, whose setup would read as growth.
-                None if counted.total < FEWEST_FOR_LOW_POINTS => None,
-                None => Some(Boundaries::LowPoints {
+                None if low_points_apply(counted, first_ns, last_ns) => Some(Boundaries::LowPoints {
                     tensors,
                     first_ns,
                     last_ns,
                 }),
+                None => None,
             }
         })
         .collect()
 }
 
+/// Whether a process without steps is measured at its low points: enough
+/// allocations for each part to have its own lows, over a second at least,
+/// and a curve that comes down again (half as many frees as allocations),
+/// so that one-time loading is not taken for growth.
+fn low_points_apply(counted: &Allocations, first_ns: u64, last_ns: u64) -> bool {
+    counted.total >= FEWEST_FOR_LOW_POINTS
+        && last_ns - first_ns >= SHORTEST_FOR_LOW_POINTS_NS
+        && counted.frees * 2 >= counted.total
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
+    use cudatrace_events::{Api, Kind};
 
-    /// Allocations from `stacks`, in order, one a millisecond.
-    fn counted(stacks: &[u32]) -> Allocations {
+    /// Allocations from `stacks`, in order, one a millisecond, each of
+    /// `size(stack)` bytes; a stack not `kept` is freed when its next
+    /// allocation comes (a temporary).
+    fn counted_with(stacks: &[u32], size: impl Fn(u32) -> u64, kept: impl Fn(u32) -> bool) -> Allocations {
         let mut allocations = Allocations::default();
+        let mut previous: HashMap<u32, u64> = HashMap::new();
         for (n, &stack) in stacks.iter().enumerate() {
-            allocations.add(stack, n as u64 * 1_000_000);
+            let address = 0x1000_0000 + n as u64 * 0x1000;
+            let event = Event {
+                pid: 1,
+                tid: 1,
+                seq: n as u64,
+                time_ns: n as u64 * 1_000_000,
+                device: Some(0),
+                stream: 0,
+                api: Api::CuMemAllocV2,
+                op: Op::Alloc,
+                kind: Kind::Device,
+                address,
+                size: size(stack),
+                arg1: 0,
+                arg2: 0,
+                stack,
+            };
+            if !kept(stack) {
+                if let Some(old) = previous.insert(stack, address) {
+                    let mut free = event.clone();
+                    free.op = Op::Free;
+                    free.address = old;
+                    allocations.free(&free);
+                }
+            }
+            allocations.add(&event);
         }
         allocations
+    }
+
+    fn counted(stacks: &[u32]) -> Allocations {
+        counted_with(stacks, |_| 100, |_| false)
     }
 
     #[test]
@@ -249,9 +421,86 @@ mod tests {
         assert_eq!((marker.stack, marker.steps, marker.tensors), (10, 5, true));
         let mut body: Vec<u32> = marker.loop_stacks.iter().copied().collect();
         body.sort();
-        assert_eq!(body, vec![10, 11, 12]);
+        assert_eq!(body, vec![10, 11, 12, 13]);
         // Stack 12's last allocation, the 29th (index 28), ends the loop.
         assert_eq!(marker.loop_end_ns, 28_000_000);
+    }
+
+    #[test]
+    fn a_setup_loop_before_training_is_not_the_steps() {
+        // 12 layers of 4 kept parameters, then 50 steps of an activation
+        // and a kept output.
+        let mut stacks: Vec<u32> = [1, 2, 3, 4].repeat(12);
+        stacks.extend([10, 11].repeat(50));
+        let allocations = counted_with(&stacks, |s| if s == 10 { 1 << 20 } else { 100 }, |s| s != 10);
+        let marker = allocations.marker(false).expect("the training loop");
+        assert_eq!((marker.stack, marker.steps), (10, 50));
+    }
+
+    #[test]
+    fn blocks_repeated_inside_a_step_are_not_steps() {
+        // 30 steps: an input, then 3 blocks (each the same two stacks,
+        // whose outputs stay until the step's backward pass frees them),
+        // then the backward pass's gradient buffer.
+        let mut stacks = Vec::new();
+        for _ in 0..30 {
+            stacks.push(1);
+            stacks.extend([5, 6].repeat(3));
+            stacks.push(9);
+        }
+        let mut allocations = Allocations::default();
+        let mut live_in_step: Vec<u64> = Vec::new();
+        for (n, &stack) in stacks.iter().enumerate() {
+            let event = |op: Op, address: u64| Event {
+                pid: 1,
+                tid: 1,
+                seq: n as u64,
+                time_ns: n as u64,
+                device: Some(0),
+                stream: 0,
+                api: Api::CuMemAllocV2,
+                op,
+                kind: Kind::Device,
+                address,
+                size: 1000,
+                arg1: 0,
+                arg2: 0,
+                stack,
+            };
+            let address = 0x1000_0000 + n as u64 * 0x1000;
+            allocations.add(&event(Op::Alloc, address));
+            live_in_step.push(address);
+            if stack == 9 {
+                for address in live_in_step.drain(..) {
+                    allocations.free(&event(Op::Free, address));
+                }
+            }
+        }
+        let marker = allocations.marker(false).expect("the steps");
+        assert_eq!((marker.stack, marker.steps), (1, 30));
+    }
+
+    #[test]
+    fn epochs_of_steps_are_steps() {
+        // 3 epochs of 10 steps; each epoch makes a data loader (stack 50).
+        let mut stacks = Vec::new();
+        for _ in 0..3 {
+            stacks.push(50);
+            stacks.extend([10, 11, 12].repeat(10));
+        }
+        let marker = counted(&stacks).marker(false).expect("a loop");
+        assert_eq!((marker.stack, marker.steps), (10, 30));
+    }
+
+    #[test]
+    fn the_same_lines_on_two_devices_are_two_markers_not_twice_the_steps() {
+        let mut allocations = counted(&[10, 11, 12].repeat(10));
+        let on_one: Vec<((u32, Option<u8>), StackCount)> = allocations.stacks.iter().map(|(&k, &v)| (k, v)).collect();
+        for ((stack, _), count) in on_one {
+            allocations.stacks.insert((stack, Some(1)), count);
+        }
+        let marker = allocations.marker(false).expect("a loop");
+        assert_eq!((marker.steps, marker.device), (10, Some(0)));
     }
 
     #[test]

@@ -16,9 +16,11 @@
 //! (allocated, reserved); otherwise they are the driver's device memory in
 //! use, with no reserved figure.
 //!
-//! At most [`STEPS_KEPT`] records are kept: past that, neighbours are merged
-//! two by two into ranges of steps, each keeping its peak and its end
-//! state, so a day of steps takes the same memory as an hour.
+//! Records are kept bounded: when there are `2 ×` [`STEPS_KEPT`] of them,
+//! neighbours are merged two by two into ranges of steps, each keeping its
+//! peak and its end state, so a day of steps takes the same memory as an
+//! hour (older ranges are the longer ones). The growth series keep at most
+//! `2 ×` [`SERIES_POINTS`] step ends, thinned the same way to every other.
 
 use super::keys::{ByStack, DeviceKey};
 use super::step_finding::{allocation_kind, free_kind, StepMarker};
@@ -27,8 +29,11 @@ use super::tensor_summary::TensorSummary;
 use cudatrace_events::Event;
 use std::collections::{BTreeMap, HashMap, HashSet};
 
-/// Most step records kept per process.
+/// Step records kept per process: between this and twice this.
 pub const STEPS_KEPT: usize = 4096;
+/// Step ends the growth series keep: between this and twice this, evenly
+/// spaced (memory is this times the call stacks live at step ends).
+pub const SERIES_POINTS: usize = 256;
 
 /// One device's figures over a step (or a range of merged steps).
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
@@ -68,9 +73,12 @@ pub struct Steps {
     pub records: Vec<StepRecord>,
     /// The step under way.
     open: Option<StepRecord>,
-    /// Per device and call stack, live bytes at the end of each complete
-    /// record: index `i` is record `i`'s end. Stacks not live at some ends
-    /// have shorter vectors, padded with zeros when read.
+    /// The numbers of the complete steps whose ends the series hold: every
+    /// `stride`-th step.
+    ends: Vec<u64>,
+    stride: u64,
+    /// Per device and call stack, live bytes at each of `ends`. Stacks not
+    /// live at some ends have shorter vectors, padded with zeros when read.
     live_at_ends: HashMap<(DeviceKey, u32), Vec<u64>>,
     /// Steps started.
     started: u64,
@@ -103,6 +111,8 @@ impl Steps {
             marker,
             records: Vec::new(),
             open: None,
+            ends: Vec::new(),
+            stride: 1,
             live_at_ends: HashMap::new(),
             started: 0,
             last_step_made: HashSet::new(),
@@ -126,8 +136,12 @@ impl Steps {
             if allocates {
                 self.last_step_made.insert(event.address);
             }
-            if let Some(step) = &mut self.open {
-                step.end_ns = event.time_ns;
+            // Its own allocations and frees extend it; nothing else does
+            // (the exit's readings, a fork).
+            if allocates || free_kind(event) == kind {
+                if let Some(step) = &mut self.open {
+                    step.end_ns = event.time_ns;
+                }
             }
             return;
         }
@@ -195,14 +209,18 @@ impl Steps {
         };
         step.end_ns = end_ns.max(step.start_ns);
         step.complete = complete;
-        let at = self.records.len();
+        let at = self.ends.len();
+        let in_series = complete && step.last % self.stride == 0;
+        if in_series {
+            self.ends.push(step.last);
+        }
         for (&key, figures) in step.devices.iter_mut() {
             let Some((allocated, reserved, live)) = device_state(self.marker.tensors, key, tensors, devices) else {
                 continue;
             };
             figures.allocated_end = allocated;
             figures.reserved_end = reserved;
-            if complete {
+            if in_series {
                 for (&stack, &(bytes, _)) in live {
                     let series = self.live_at_ends.entry((key, stack)).or_default();
                     series.resize(at, 0);
@@ -214,12 +232,29 @@ impl Steps {
         if self.records.len() >= 2 * STEPS_KEPT && self.records.iter().all(|r| r.complete) {
             self.merge_pairs();
         }
+        if self.ends.len() >= 2 * SERIES_POINTS {
+            self.thin_series();
+        }
+    }
+
+    /// Keeps every other step end of the growth series (the later of each
+    /// two), and from now on takes every other one.
+    fn thin_series(&mut self) {
+        let count = self.ends.len();
+        self.stride *= 2;
+        let later = |values: &[u64]| values.chunks(2).map(|pair| *pair.last().expect("a pair")).collect();
+        self.ends = later(&self.ends);
+        for series in self.live_at_ends.values_mut() {
+            series.resize(count, 0);
+            *series = later(series);
+        }
+        self.live_at_ends
+            .retain(|_, series| series.iter().any(|&bytes| bytes > 0));
     }
 
     /// Halves the records: each two neighbours become one range with the
     /// higher peak and the later end.
     fn merge_pairs(&mut self) {
-        let count = self.records.len();
         self.records = self
             .records
             .chunks(2)
@@ -250,20 +285,18 @@ impl Steps {
                 _ => unreachable!("chunks of two"),
             })
             .collect();
-        for series in self.live_at_ends.values_mut() {
-            series.resize(count, 0);
-            *series = series.chunks(2).map(|pair| *pair.last().expect("a pair")).collect();
-        }
     }
 
-    /// The complete records' ends, with each device's call stacks' live
-    /// bytes at each: (device, stack) → bytes at end `i`, for the records
-    /// that are complete.
+    /// The numbers of the complete steps whose ends the growth series hold.
+    pub fn series_ends(&self) -> &[u64] {
+        &self.ends
+    }
+
+    /// Each device's call stacks' live bytes at each of [`Steps::series_ends`].
     pub fn live_at_complete_ends(&self) -> impl Iterator<Item = (DeviceKey, u32, Vec<u64>)> + '_ {
-        let complete = self.records.iter().filter(|r| r.complete).count();
         self.live_at_ends.iter().map(move |(&(device, stack), series)| {
             let mut padded = series.clone();
-            padded.resize(complete, 0);
+            padded.resize(self.ends.len(), 0);
             (device, stack, padded)
         })
     }
@@ -305,6 +338,7 @@ mod tests {
     fn run(steps: u64, leak: bool) -> ProcessSummary {
         let marker = StepMarker {
             stack: 10,
+            device: Some(0),
             tensors: true,
             steps,
             loop_stacks: HashSet::from([10, 11]),
@@ -411,10 +445,14 @@ mod tests {
         assert_eq!(first.devices[&GPU0].allocated_end, 200);
         let last = steps.records.last().unwrap();
         assert_eq!((last.first, last.last, last.complete), (steps_run, steps_run, false));
+        // The growth series were thinned to every other end each time they
+        // reached 512: 8192 ends leave 256 of them, every 32nd.
         let series: Vec<(DeviceKey, u32, Vec<u64>)> = steps.live_at_complete_ends().collect();
         assert_eq!(series.len(), 1);
-        assert_eq!(series[0].2.len(), STEPS_KEPT);
-        assert_eq!(series[0].2[..2], [200, 400]);
-        assert_eq!(series[0].2[STEPS_KEPT - 1], 100 * 2 * STEPS_KEPT as u64);
+        assert_eq!(steps.series_ends().len(), SERIES_POINTS);
+        assert_eq!(steps.series_ends()[..2], [32, 64]);
+        assert_eq!(series[0].2.len(), SERIES_POINTS);
+        assert_eq!(series[0].2[..2], [3200, 6400]);
+        assert_eq!(*series[0].2.last().unwrap(), 100 * 2 * STEPS_KEPT as u64);
     }
 }

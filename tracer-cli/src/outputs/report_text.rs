@@ -175,9 +175,9 @@ fn growth_text(index: &TraceIndex, summary: &Summary, frames: FramesShown) -> St
         };
         out += "\n";
         out += &heading;
-        let devices: std::collections::BTreeSet<_> = growing.iter().map(|g| g.device).collect();
+        let several_devices = process.devices.len().max(process.tensors.devices.len()) > 1;
         for site in &growing {
-            out += &steps_text::growing_line(site, devices.len() > 1);
+            out += &steps_text::growing_line(site, several_devices);
             out += &stack_lines_text(&index.frames(info, site.stack), frames, "      ");
         }
     }

@@ -7,7 +7,7 @@
 //! its peak and each out-of-memory failure; the steps between are one line
 //! each, with their ranges of figures.
 
-use crate::analysis::{DeviceKey, GrowingSite, Measured, ProcessSummary, StepRecord, Steps, TraceIndex};
+use crate::analysis::{DeviceKey, GrowingSite, Measured, ProcessSummary, StepRecord, Steps, TraceIndex, FEWEST_RISES};
 use crate::outputs::wording::{bytes, count, device_label, duration, signed_bytes};
 use std::collections::BTreeSet;
 
@@ -34,13 +34,18 @@ pub fn growing_figures(site: &GrowingSite) -> [String; 3] {
             ),
         ],
         Measured::LowPoints { part_ns } => {
-            let per_minute = (site.bytes_per_step as u128 * 60_000_000_000 / part_ns.max(1) as u128) as i128;
+            // A second where the span is under two minutes: a minute's
+            // rate would stretch it past what was seen.
+            let span = part_ns * site.steps.saturating_sub(1);
+            let (unit_ns, unit) = if span < 120_000_000_000 {
+                (1_000_000_000u128, "second")
+            } else {
+                (60_000_000_000, "minute")
+            };
+            let rate = (site.bytes_per_step as u128 * unit_ns / part_ns.max(1) as u128) as i128;
             [
-                format!("{} a minute", signed_bytes(per_minute)),
-                format!(
-                    "{} at the memory curve's low points",
-                    duration(part_ns * site.steps.saturating_sub(1))
-                ),
+                format!("{} a {unit}", signed_bytes(rate)),
+                format!("{} at the memory curve's low points", duration(span)),
                 format!("{} at the last", bytes(site.live_bytes_last_step)),
             ]
         }
@@ -62,16 +67,28 @@ pub fn growing_line(site: &GrowingSite, several_devices: bool) -> String {
 /// The heading of a process's growth: its steps, or that it has none and
 /// its low points stand in; and whether anything grows.
 pub fn growth_heading(process_name: &str, process: &ProcessSummary, anything_grows: bool) -> Option<String> {
+    let steps_said = |steps: &Steps| count(steps.marker.steps, "step", "steps");
     let measured = if let Some(steps) = &process.steps {
-        let ends = steps.records.iter().filter(|r| r.complete).count() as u64;
+        let ends = steps.series_ends().len();
+        if ends <= FEWEST_RISES {
+            return Some(format!(
+                "{process_name}: {}; too few step ends to tell growth ({ends}, at least {} needed)\n",
+                steps_said(steps),
+                FEWEST_RISES + 1
+            ));
+        }
+        let spaced = match steps.series_ends() {
+            [first, second, ..] if second - first > 1 => format!(", one every {} steps", second - first),
+            _ => String::new(),
+        };
         format!(
-            "{}; growth compared at {}",
-            count(steps.marker.steps, "step", "steps"),
-            count(ends, "step end", "step ends")
+            "{}; growth compared at {}{spaced}",
+            steps_said(steps),
+            count(ends as u64, "step end", "step ends")
         )
     } else if let Some(low_points) = &process.low_points {
         format!(
-            "no steps found (no loop repeats its allocations); growth compared at the memory curve's {}",
+            "no steps found; growth compared at the memory curve's {}",
             count(low_points.points() as u64, "low point", "low points")
         )
     } else {
@@ -103,9 +120,8 @@ fn device_table(index: &TraceIndex, steps: &Steps, process: &ProcessSummary, dev
     } else {
         ("in use", "")
     };
-    let mut out = format!(
-        "    steps on {}:\n    {:>9} {:>10} {:>10} {:>14} {:>12} {:>12} {:>12}\n",
-        device_label(device),
+    let heading = format!(
+        "    {:>9} {:>10} {:>10} {:>14} {:>12} {:>12} {:>12}",
         "step",
         "start",
         "duration",
@@ -114,6 +130,7 @@ fn device_table(index: &TraceIndex, steps: &Steps, process: &ProcessSummary, dev
         "change",
         reserved
     );
+    let mut out = format!("    steps on {}:\n{}\n", device_label(device), heading.trim_end());
     let shown = shown_records(records, process, device);
     let mut previous_shown: Option<usize> = None;
     for (at, record) in records.iter().enumerate() {
@@ -188,8 +205,8 @@ fn row(index: &TraceIndex, records: &[StepRecord], at: usize, record: &StepRecor
     };
     let reserved = figures.reserved_end.map(bytes).unwrap_or_default();
     let last = if record.complete { "" } else { " (last)" };
-    format!(
-        "    {:>9} {:>10} {:>10} {:>14} {:>12} {:>12} {:>12}{last}\n",
+    let row = format!(
+        "    {:>9} {:>10} {:>10} {:>14} {:>12} {:>12} {:>12}",
         step_number(record),
         duration(record.start_ns.saturating_sub(index.start_ns())),
         duration(record.end_ns - record.start_ns),
@@ -197,7 +214,8 @@ fn row(index: &TraceIndex, records: &[StepRecord], at: usize, record: &StepRecor
         bytes(figures.allocated_end),
         change,
         reserved
-    )
+    );
+    format!("{}{last}\n", row.trim_end())
 }
 
 /// One line for steps left out of a long table: their ranges of figures.
