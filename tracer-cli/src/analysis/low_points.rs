@@ -6,7 +6,10 @@
 //!
 //! The state at a low is copied once, lazily: when the part's lowest value
 //! so far is about to rise (an allocation) or the part ends, so a steady
-//! program copies the live set about once a part.
+//! program copies the live set about once a part. A low counts once it is
+//! a hundredth below the one before, so a curve that wanders down in small
+//! steps does not copy the live set at each: a low point is the lowest
+//! moment to within 1%.
 
 use super::keys::{ByStack, DeviceKey};
 use super::step_finding::allocation_kind;
@@ -17,6 +20,8 @@ use std::collections::{BTreeMap, HashMap};
 
 /// Parts of a process's span, each giving one low point.
 pub const LOW_POINTS: usize = 32;
+/// A low is found to within this fraction (1/100) of its bytes.
+const LOW_RESOLUTION: u64 = 100;
 
 /// One device's lowest moment so far in the current part.
 #[derive(Clone, Debug, Default)]
@@ -130,7 +135,9 @@ impl LowPoints {
             bytes: u64::MAX,
             ..Low::default()
         });
-        if bytes < low.bytes {
+        // A new low counts once it is a hundredth below the last: a curve
+        // that wanders down by small steps would copy the live set at each.
+        if bytes < low.bytes - low.bytes / LOW_RESOLUTION {
             low.bytes = bytes;
             low.pending = true;
         }
