@@ -42,6 +42,7 @@ fn main() {
         "graph_capture.c",
         "device_switch.c",
         "context_reset.c",
+        "held.c",
         "cuda_types.h",
         "fake_torch.cpp",
         "fake_torch.map",
@@ -143,6 +144,7 @@ fn main() {
         "graph_capture",
         "device_switch",
         "context_reset",
+        "held",
     ] {
         compile(
             &compiler,
