@@ -532,7 +532,6 @@ fn odd_tmpdirs_and_odd_arguments_are_traced_and_the_report_shows_the_arguments()
 }
 
 #[test]
-#[ignore = "fault: empty arguments are missing from a process's argv in the report"]
 fn empty_arguments_are_kept_in_the_report_s_argv() {
     let tmpdir = scratch_dir("empty-args");
     let args: Vec<&OsStr> = vec![OsStr::new(""), OsStr::new("x"), OsStr::new(""), OsStr::new("")];
@@ -911,7 +910,6 @@ fn crafted_spool_headers_get_one_line_from_dump_and_a_damaged_spool_entry_from_c
 }
 
 #[test]
-#[ignore = "fault: a spool whose record size (or header size, or chunk size) is wrong is refused as 'spool format version 5 is not supported (this build reads 5)'"]
 fn a_spool_of_another_record_size_is_refused_for_its_record_size() {
     let base = base_spool("record-size-base");
     let spool = crafted(&base, "record-size", 12, &64u32.to_le_bytes());
@@ -920,12 +918,9 @@ fn a_spool_of_another_record_size_is_refused_for_its_record_size() {
     let said = stderr(&dump);
     assert_eq!(said.lines().count(), 1, "{said}");
     assert!(
-        !said.contains("version 5 is not supported (this build reads 5)"),
-        "the version is the one this build reads: {said}"
-    );
-    assert!(
-        said.contains("64") && said.contains("72"),
-        "name both record sizes: {said}"
+        said.trim_end()
+            .ends_with(": spool header gives a record size of 64, not this version's 72 (crafted or damaged?)"),
+        "{said}"
     );
 }
 

@@ -149,6 +149,17 @@ pub enum SpoolError {
         /// The version the file declares.
         found: u32,
     },
+    /// The header declares a layout of this version that this build does
+    /// not write (a record, header or chunk of another size): crafted or
+    /// damaged.
+    Layout {
+        /// Which size: `"record size"`, `"header size"` or `"records per chunk"`.
+        field: &'static str,
+        /// What the header says.
+        found: u32,
+        /// What this build writes.
+        expected: u32,
+    },
 }
 
 fn le_u32(bytes: &[u8], at: usize) -> u32 {
@@ -209,19 +220,47 @@ pub fn parse_header(bytes: &[u8]) -> Result<SpoolHeaderInfo, SpoolError> {
     let u32_at = |offset| le_u32(bytes, offset);
     let u64_at = |offset| le_u64(bytes, offset);
     let version = u32_at(offset_of!(SpoolHeader, version));
-    if version != SPOOL_VERSION
-        || u32_at(offset_of!(SpoolHeader, record_size)) as usize != RECORD_SIZE
-        || u32_at(offset_of!(SpoolHeader, header_size)) as usize != HEADER_SIZE
-        || u32_at(offset_of!(SpoolHeader, chunk_records)) as usize != CHUNK_RECORDS
-    {
+    if version != SPOOL_VERSION {
         return Err(SpoolError::Version { found: version });
     }
+    for (field, offset, expected) in [
+        ("record size", offset_of!(SpoolHeader, record_size), RECORD_SIZE),
+        ("header size", offset_of!(SpoolHeader, header_size), HEADER_SIZE),
+        (
+            "records per chunk",
+            offset_of!(SpoolHeader, chunk_records),
+            CHUNK_RECORDS,
+        ),
+    ] {
+        let found = u32_at(offset);
+        if found as usize != expected {
+            return Err(SpoolError::Layout {
+                field,
+                found,
+                expected: expected as u32,
+            });
+        }
+    }
     let cmdline_len = (u32_at(offset_of!(SpoolHeader, cmdline_len)) as usize).min(CMDLINE_CAPACITY);
-    let argv = bytes[CMDLINE_OFFSET..CMDLINE_OFFSET + cmdline_len]
-        .split(|&b| b == 0)
-        .filter(|arg| !arg.is_empty())
-        .map(|arg| String::from_utf8_lossy(arg).into_owned())
-        .collect();
+    let cmdline = &bytes[CMDLINE_OFFSET..CMDLINE_OFFSET + cmdline_len];
+    // Arguments end with a NUL each: an empty argument is two NULs in a row,
+    // and only the last NUL ends nothing. A long run of NULs at the end is
+    // the zeros after the command line (a header whose length was
+    // damaged), not hundreds of empty arguments.
+    let trailing = cmdline.iter().rev().take_while(|&&b| b == 0).count();
+    let cmdline = if trailing > MOST_TRAILING_EMPTY_ARGUMENTS {
+        &cmdline[..cmdline.len() - trailing]
+    } else {
+        cmdline.strip_suffix(&[0]).unwrap_or(cmdline)
+    };
+    let argv = if cmdline_len == 0 {
+        Vec::new()
+    } else {
+        cmdline
+            .split(|&b| b == 0)
+            .map(|arg| String::from_utf8_lossy(arg).into_owned())
+            .collect()
+    };
     let drop_errno = u32_at(offset_of!(SpoolHeader, drop_errno)) as i32;
     let exit_recorded = u32_at(offset_of!(SpoolHeader, exit_recorded)) == 1;
     Ok(SpoolHeaderInfo {
@@ -251,6 +290,10 @@ pub fn parse_header(bytes: &[u8]) -> Result<SpoolHeaderInfo, SpoolError> {
         child_failures_lost: u32_at(offset_of!(SpoolHeader, child_failures_lost)),
     })
 }
+
+/// Empty arguments at the end of a command line taken as arguments; a
+/// longer run of NULs is padding.
+const MOST_TRAILING_EMPTY_ARGUMENTS: usize = 16;
 
 /// The published slots of a header's [`SpoolHeader::child_failures`].
 fn child_failures(bytes: &[u8]) -> Vec<(usize, ChildFailure)> {

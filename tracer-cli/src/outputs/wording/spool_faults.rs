@@ -22,6 +22,9 @@ pub fn spool_error_text(error: &SpoolError) -> String {
         SpoolError::Version { found } => {
             format!("spool format version {found} is not supported (this build reads {SPOOL_VERSION})")
         }
+        SpoolError::Layout { field, found, expected } => {
+            format!("spool header gives a {field} of {found}, not this version's {expected} (crafted or damaged?)")
+        }
     }
 }
 
