@@ -11,9 +11,9 @@
 //! steps does not copy the live set at each: a low point is the lowest
 //! moment to within 1%.
 
+use super::allocation_kind::allocation_kind;
+use super::device_stats::DeviceStats;
 use super::keys::{ByStack, DeviceKey};
-use super::step_finding::allocation_kind;
-use super::summary::DeviceStats;
 use super::tensor_summary::TensorSummary;
 use cudatrace_events::Event;
 use std::collections::{BTreeMap, HashMap};

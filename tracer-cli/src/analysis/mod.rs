@@ -10,7 +10,9 @@
 //! agree, and memory stays proportional to the live set and the number of
 //! distinct stacks, never to the number of events.
 
+mod allocation_kind;
 mod call_site;
+mod device_stats;
 mod engine;
 mod event_stream;
 mod footprint;
@@ -39,6 +41,7 @@ pub use call_site::{
     call_sites, headline, headline_text, in_backward_pass, made_by_caching_allocator, site_key, site_name, stack_lines,
     FramesShown, Place, StackLine, BACKWARD_PASS, NO_STACK,
 };
+pub use device_stats::HeldAtOom;
 pub use engine::{Consumer, Replay, Step};
 pub use footprint::{
     footprint_reading_times, Breakdown, Category, DeviceFootprint, FootprintNote, FootprintTracker, ReferenceSource,
@@ -55,7 +58,7 @@ pub use replay::{Allocation, Change, ProcessMemory};
 pub use silent_children::{silent_children, SilentChild};
 pub use stack_frames::Frame;
 pub use steps::{StepRecord, Steps};
-pub use summary::{largest_call_sites, HeldAtOom, ProcessSummary, Summary, OOM_STATES_KEPT};
+pub use summary::{largest_call_sites, ProcessSummary, Summary, OOM_STATES_KEPT};
 pub use tensor_status::tensors_stopped_midway;
 pub use tensor_summary::{TensorBytes, TensorStats};
 pub use trace_index::{ProcessIndex, TraceIndex};

@@ -33,12 +33,13 @@
 //! of distinct stacks and to the live allocations, never to the number of
 //! events.
 
+use super::allocation_kind::{allocation_kind, free_kind};
 use super::engine::{Replay, Step};
+use super::low_points::LOW_POINTS;
 use super::trace_index::TraceIndex;
 use crate::system::progress::Progress;
 use cudatrace_events::recording_switch::PAUSED_STACK;
-use cudatrace_events::tensors::{action_of, Action};
-use cudatrace_events::{Event, Op};
+use cudatrace_events::Event;
 use std::collections::{BTreeMap, HashMap, HashSet};
 
 /// Fewest repetitions that make a loop.
@@ -67,7 +68,7 @@ const EVEN_TOLERANCE_PER_MILLE: f64 = 5.0;
 
 /// Fewest allocations for growth at the memory curve's low points, where
 /// no steps are found: two for each of its parts.
-const FEWEST_FOR_LOW_POINTS: u64 = 2 * super::low_points::LOW_POINTS as u64;
+const FEWEST_FOR_LOW_POINTS: u64 = 2 * LOW_POINTS as u64;
 /// Shortest span for growth at low points: a run of less than a second is
 /// no long job, and a rate a minute from it would mean nothing.
 const SHORTEST_FOR_LOW_POINTS_NS: u64 = 1_000_000_000;
@@ -94,29 +95,6 @@ impl StepMarker {
     /// Whether `event` starts a step.
     pub fn starts_step(&self, event: &Event) -> bool {
         event.stack == self.stack && event.device == self.device && allocation_kind(event) == Some(self.tensors)
-    }
-}
-
-/// Whether `event` allocates: `Some(true)` for a tensor, `Some(false)` for
-/// device memory from the driver, else `None`.
-pub fn allocation_kind(event: &Event) -> Option<bool> {
-    if action_of(event) == Some(Action::Alloc) {
-        Some(true)
-    } else if event.op == Op::Alloc && event.kind.counts_as_device_memory() {
-        Some(false)
-    } else {
-        None
-    }
-}
-
-/// Whether `event` frees, as [`allocation_kind`] tells its kind.
-pub fn free_kind(event: &Event) -> Option<bool> {
-    if action_of(event) == Some(Action::FreeCompleted) {
-        Some(true)
-    } else if event.op == Op::Free && event.kind.counts_as_device_memory() {
-        Some(false)
-    } else {
-        None
     }
 }
 
@@ -301,7 +279,7 @@ impl Allocations {
 pub enum Boundaries {
     /// Its steps, found by their marker.
     Steps(StepMarker),
-    /// No loop: the lowest moment of each of [`super::low_points::LOW_POINTS`]
+    /// No loop: the lowest moment of each of [`LOW_POINTS`]
     /// equal spans from its first allocation to its last.
     LowPoints {
         /// Whether PyTorch's tensors are measured (else the driver's allocations).
@@ -361,7 +339,7 @@ fn low_points_apply(counted: &Allocations, first_ns: u64, last_ns: u64) -> bool 
 #[cfg(test)]
 mod tests {
     use super::*;
-    use cudatrace_events::{Api, Kind};
+    use cudatrace_events::{Api, Kind, Op};
 
     /// Allocations from `stacks`, in order, one a millisecond, each of
     /// `size(stack)` bytes; a stack not `kept` is freed when its next

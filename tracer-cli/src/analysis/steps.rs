@@ -22,9 +22,10 @@
 //! hour (older ranges are the longer ones). The growth series keep at most
 //! `2 ×` [`SERIES_POINTS`] step ends, thinned the same way to every other.
 
+use super::allocation_kind::{allocation_kind, free_kind};
+use super::device_stats::DeviceStats;
 use super::keys::{ByStack, DeviceKey};
-use super::step_finding::{allocation_kind, free_kind, StepMarker};
-use super::summary::DeviceStats;
+use super::step_finding::StepMarker;
 use super::tensor_summary::TensorSummary;
 use cudatrace_events::Event;
 use std::collections::{BTreeMap, HashMap, HashSet};

@@ -1,0 +1,132 @@
+//! One device's figures within a process, and a process's pinned host
+//! memory: allocations, frees, the peak and what was in use at it, memory
+//! live now by call stack, and out-of-memory failures with what held the
+//! device then.
+
+use super::keys::ByStack;
+use super::tensor_summary::TensorBytes;
+use cudatrace_events::Api;
+
+/// An out-of-memory failure.
+#[derive(Clone, Debug)]
+pub struct Oom {
+    /// Bytes asked for.
+    pub requested_bytes: u64,
+    /// Entry point that failed.
+    pub api: Api,
+    /// The device's free bytes then.
+    pub device_free: u64,
+    /// The device's total bytes.
+    pub device_total: u64,
+    /// Call stack.
+    pub stack: u32,
+    /// When (`CLOCK_MONOTONIC` ns).
+    pub time_ns: u64,
+    /// What held the device's memory at that moment; `None` past the first
+    /// [`OOM_STATES_KEPT`] failures of a device (a program that retries in a
+    /// loop), whose states are not kept.
+    pub held: Option<Box<HeldAtOom>>,
+}
+
+/// Out-of-memory failures per device whose state [`Oom::held`] keeps.
+pub const OOM_STATES_KEPT: usize = 16;
+
+/// What held a device's memory when an allocation failed.
+#[derive(Clone, Debug, Default)]
+pub struct HeldAtOom {
+    /// Bytes of device memory live in the process.
+    pub live_bytes: u64,
+    /// They, by call stack.
+    pub live_by_stack: ByStack,
+    /// PyTorch's figures then, where its tensors are recorded: allocated
+    /// and reserved bytes (inactive is the difference), and live tensors by
+    /// call stack.
+    pub tensors: Option<(TensorBytes, ByStack)>,
+}
+
+impl HeldAtOom {
+    /// The call stacks a view of the failure lists: PyTorch's live tensors
+    /// where they are recorded (`true`), else the live allocations.
+    pub fn listed(&self) -> (bool, &ByStack) {
+        match &self.tensors {
+            Some((_, by_stack)) => (true, by_stack),
+            None => (false, &self.live_by_stack),
+        }
+    }
+}
+
+/// One device's figures within a process.
+#[derive(Clone, Debug, Default)]
+pub struct DeviceStats {
+    /// Allocations made.
+    pub allocations: u64,
+    /// Allocations freed.
+    pub frees: u64,
+    /// Bytes allocated in all.
+    pub bytes_allocated: u64,
+    /// Bytes in use now.
+    pub current: u64,
+    /// Most bytes in use at once.
+    pub peak: u64,
+    /// When the peak was first reached.
+    pub peak_time_ns: u64,
+    /// Out-of-memory failures.
+    pub ooms: Vec<Oom>,
+    /// Bytes and allocations in use now, per call stack.
+    pub live_by_stack: ByStack,
+    /// What was in use when the peak was reached.
+    pub peak_by_stack: ByStack,
+    /// The peak was raised and not yet copied into `peak_by_stack`: copied
+    /// when memory first goes down again (or at the end), so that a climb
+    /// costs one copy, not one per allocation.
+    peak_pending: bool,
+}
+
+impl DeviceStats {
+    pub(super) fn add(&mut self, size: u64, stack: u32, time_ns: u64) {
+        self.allocations += 1;
+        self.bytes_allocated += size;
+        self.current += size;
+        let entry = self.live_by_stack.entry(stack).or_default();
+        entry.0 += size;
+        entry.1 += 1;
+        if self.current > self.peak {
+            self.peak = self.current;
+            self.peak_time_ns = time_ns;
+            self.peak_pending = true;
+        }
+    }
+
+    pub(super) fn remove(&mut self, size: u64, stack: u32) {
+        self.settle_peak();
+        self.frees += 1;
+        self.current = self.current.saturating_sub(size);
+        if let Some(entry) = self.live_by_stack.get_mut(&stack) {
+            entry.0 = entry.0.saturating_sub(size);
+            entry.1 = entry.1.saturating_sub(1);
+            if entry.1 == 0 {
+                self.live_by_stack.remove(&stack);
+            }
+        }
+    }
+
+    pub(super) fn settle_peak(&mut self) {
+        if self.peak_pending {
+            self.peak_by_stack = self.live_by_stack.clone();
+            self.peak_pending = false;
+        }
+    }
+}
+
+/// Pinned host memory (and host-side VMM memory) of a process.
+#[derive(Clone, Debug, Default)]
+pub struct HostStats {
+    /// Allocations made.
+    pub allocations: u64,
+    /// Allocations freed.
+    pub frees: u64,
+    /// Bytes in use now.
+    pub current: u64,
+    /// Most bytes in use at once.
+    pub peak: u64,
+}
