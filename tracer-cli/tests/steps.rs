@@ -50,6 +50,16 @@ fn step_rows(process: &Value) -> Vec<(u64, u64, u64, bool)> {
         .collect()
 }
 
+/// The function names of a JSON stack, innermost first.
+fn functions(stack: &Value) -> Vec<&str> {
+    stack
+        .as_array()
+        .unwrap()
+        .iter()
+        .filter_map(|f| f["function"].as_str())
+        .collect()
+}
+
 /// Parameters and gradients: 256 + 512 + 768 KiB each.
 const PARAMETERS: u64 = 1536 * 1024;
 
@@ -60,12 +70,7 @@ fn a_clean_loop_has_its_steps_and_nothing_growing() {
     let process = main_process(&report);
     assert_eq!(process["steps"]["count"], 8);
     assert_eq!(process["steps"]["measured_on"], "tensors");
-    let marker: Vec<&str> = process["steps"]["marker"]
-        .as_array()
-        .unwrap()
-        .iter()
-        .filter_map(|f| f["function"].as_str())
-        .collect();
+    let marker = functions(&process["steps"]["marker"]);
     assert!(marker.iter().any(|f| f.contains("forward_pass")), "{marker:?}");
     let rows = step_rows(&process);
     // Step 1 makes the gradients; each step then holds the parameters,
@@ -104,13 +109,8 @@ fn a_kept_output_grows_by_its_size_a_step_though_it_is_freed_at_exit() {
     assert_eq!(site["steps"], 7);
     assert_eq!(site["last_step"], 7);
     assert_eq!(site["live_bytes_last_step"], 7 * MIB);
-    let functions: Vec<&str> = site["stack"]
-        .as_array()
-        .unwrap()
-        .iter()
-        .filter_map(|f| f["function"].as_str())
-        .collect();
-    assert!(functions.iter().any(|f| f.contains("forward_pass")), "{functions:?}");
+    let names = functions(&site["stack"]);
+    assert!(names.iter().any(|f| f.contains("forward_pass")), "{names:?}");
     // Nothing is live at exit: the exit freed the list.
     assert_eq!(process["tensors"]["devices"][0]["allocated_bytes_at_exit"], 0);
     let text = stdout(&cudatrace(&["report", trace.to_str().unwrap()]).output().unwrap());
@@ -218,13 +218,8 @@ fn without_steps_growth_is_measured_at_the_memory_curves_low_points() {
     let site = &growing[0];
     assert_eq!(site["measured_on"], "low points");
     assert_eq!(site["steps"], 32);
-    let functions: Vec<&str> = site["stack"]
-        .as_array()
-        .unwrap()
-        .iter()
-        .filter_map(|f| f["function"].as_str())
-        .collect();
-    assert!(functions.iter().any(|f| f.contains("handle_upload")), "{functions:?}");
+    let names = functions(&site["stack"]);
+    assert!(names.iter().any(|f| f.contains("handle_upload")), "{names:?}");
     // Whole kept buffers, and not the exit's: the last low point comes
     // before the last allocation.
     let last = site["live_bytes_last_step"].as_u64().unwrap();
