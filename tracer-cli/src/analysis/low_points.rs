@@ -84,14 +84,15 @@ impl LowPoints {
 
     /// The length of a part.
     pub fn part_ns(&self) -> u64 {
-        ((self.last_ns - self.first_ns) / LOW_POINTS as u64).max(1)
+        (self.last_ns.saturating_sub(self.first_ns) / LOW_POINTS as u64).max(1)
     }
 
     fn part_end(&self) -> u64 {
         if self.part + 1 >= LOW_POINTS {
             self.last_ns
         } else {
-            self.first_ns + self.part_ns() * (self.part as u64 + 1)
+            self.first_ns
+                .saturating_add(self.part_ns().saturating_mul(self.part as u64 + 1))
         }
     }
 

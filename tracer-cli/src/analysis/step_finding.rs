@@ -153,7 +153,7 @@ struct Allocations {
     total: u64,
     frees: u64,
     stacks: HashMap<(u32, Option<u8>), StackCount>,
-    /// The first allocation's time and the last's.
+    /// The earliest allocation's time and the latest's.
     span: Option<(u64, u64)>,
     /// Live allocations (address → bytes), their sum, and its highest.
     live: HashMap<u64, u64>,
@@ -166,7 +166,11 @@ impl Allocations {
         let at = self.total;
         self.total += 1;
         let time_ns = event.time_ns;
-        self.span = Some(self.span.map_or((time_ns, time_ns), |(first, _)| (first, time_ns)));
+        // Times of one process's threads may step back a little: the span is
+        // from the earliest to the latest.
+        self.span = Some(self.span.map_or((time_ns, time_ns), |(first, last)| {
+            (first.min(time_ns), last.max(time_ns))
+        }));
         let level = self.level as f64;
         if let Some(old) = self.live.insert(event.address, event.size) {
             self.level -= old; // its free was never seen
@@ -332,7 +336,7 @@ pub fn find_boundaries(index: &TraceIndex, progress: &Progress) -> Vec<Option<Bo
 /// so that one-time loading is not taken for growth.
 fn low_points_apply(counted: &Allocations, first_ns: u64, last_ns: u64) -> bool {
     counted.total >= FEWEST_FOR_LOW_POINTS
-        && last_ns - first_ns >= SHORTEST_FOR_LOW_POINTS_NS
+        && last_ns.saturating_sub(first_ns) >= SHORTEST_FOR_LOW_POINTS_NS
         && counted.frees * 2 >= counted.total
 }
 

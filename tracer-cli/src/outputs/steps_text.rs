@@ -36,7 +36,7 @@ pub fn growing_figures(site: &GrowingSite) -> [String; 3] {
         Measured::LowPoints { part_ns } => {
             // A second where the span is under two minutes: a minute's
             // rate would stretch it past what was seen.
-            let span = part_ns * site.steps.saturating_sub(1);
+            let span = part_ns.saturating_mul(site.steps.saturating_sub(1));
             let (unit_ns, unit) = if span < 120_000_000_000 {
                 (1_000_000_000u128, "second")
             } else {
