@@ -28,7 +28,7 @@ sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 
 kind, steps, out_path = sys.argv[1], int(sys.argv[2]), sys.argv[3]
 torch.manual_seed(0)
-facts = {"kind": kind, "steps": steps, "leak_line": None, "leak_bytes_per_step": 0}
+facts = {"kind": kind, "steps": steps, "leak_line": None, "leak_bytes_per_step": 0, "also_growing_lines": []}
 BATCH, WIDTH = 256, 4096
 
 
@@ -100,14 +100,20 @@ elif kind == "validation":
     model = mlp()
     total = torch.zeros((), device="cuda")
     facts["leak_line"] = line_of("# validation's forward: leaks here")
-    # Each step keeps its graph: the saved inputs of the 4 Linear layers
-    # (the ReLUs save their outputs, the same tensors as the next layer's
-    # inputs) and the final output the sum saves nothing of.
-    facts["leak_bytes_per_step"] = None
+    # Each step keeps its graph and what it saved: the three ReLUs'
+    # outputs (made at the forward's line) and the first layer's input,
+    # the batch (made at its own line, which grows too). The last layer's
+    # output is freed: the sum saves nothing of it.
+    facts["leak_bytes_per_step"] = 3 * BATCH * WIDTH * 4
+    # The running total's scalars (a few bytes a step) grow at their line too.
+    facts["also_growing_lines"] = [
+        line_of("# validation's batch: kept by the graph"),
+        line_of("# validation's total: kept by the graph"),
+    ]
     for _ in range(steps):
-        x = torch.randn(BATCH, WIDTH, device="cuda")
+        x = torch.randn(BATCH, WIDTH, device="cuda")  # validation's batch: kept by the graph
         output = model(x)  # validation's forward: leaks here
-        total = total + output.sum()
+        total = total + output.sum()  # validation's total: kept by the graph
 elif kind == "cache":
     model = mlp()
     cache = {}
