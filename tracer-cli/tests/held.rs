@@ -551,7 +551,6 @@ fn empty_arguments_are_kept_in_the_report_s_argv() {
 }
 
 #[test]
-#[ignore = "fault: under a TMPDIR that is not UTF-8, --keep-spools names (and offers to dump) a folder that does not exist"]
 fn keep_spools_names_the_real_folder_under_a_tmpdir_that_is_not_utf8() {
     let base = scratch_dir("non-utf8-tmpdir");
     let mut name = base.into_os_string();

@@ -43,14 +43,25 @@ pub fn duration(ns: u64) -> String {
 /// A path as a POSIX shell reads it back, for commands the user may paste:
 /// as it is when every character is plain, else in single quotes (a quote
 /// inside written `'\''`), so that no `;`, `$`, space or newline in it runs
-/// or splits anything.
+/// or splits anything. Bytes that are not UTF-8 (a path is any bytes) are
+/// written `$(printf '\377')` between the quoted pieces, so the pasted
+/// command names the very same file.
 pub fn shell_quoted(path: &std::path::Path) -> String {
-    let text = path.to_string_lossy();
+    use std::os::unix::ffi::OsStrExt;
+    let bytes = path.as_os_str().as_bytes();
     let plain = |c: char| c.is_ascii_alphanumeric() || "_@%+=:,./-".contains(c);
-    if !text.is_empty() && text.chars().all(plain) {
-        text.into_owned()
-    } else {
-        format!("'{}'", text.replace('\'', "'\\''"))
+    let quoted = |text: &str| format!("'{}'", text.replace('\'', "'\\''"));
+    match std::str::from_utf8(bytes) {
+        Ok(text) if !text.is_empty() && text.chars().all(plain) => text.to_string(),
+        Ok(text) => quoted(text),
+        Err(_) => bytes
+            .utf8_chunks()
+            .flat_map(|chunk| {
+                let valid = (!chunk.valid().is_empty()).then(|| quoted(chunk.valid()));
+                let invalid = chunk.invalid().iter().map(|b| format!("\"$(printf '\\{b:03o}')\""));
+                valid.into_iter().chain(invalid)
+            })
+            .collect(),
     }
 }
 
@@ -86,6 +97,9 @@ mod tests {
         assert_eq!(shell_quoted(Path::new("/tmp/a b")), "'/tmp/a b'");
         assert_eq!(shell_quoted(Path::new("/tmp/x;rm -rf ~")), "'/tmp/x;rm -rf ~'");
         assert_eq!(shell_quoted(Path::new("/tmp/it's")), "'/tmp/it'\\''s'");
+        use std::os::unix::ffi::OsStrExt;
+        let not_utf8 = Path::new(std::ffi::OsStr::from_bytes(b"/tmp/t\xffmp"));
+        assert_eq!(shell_quoted(not_utf8), "'/tmp/t'\"$(printf '\\377')\"'mp'");
         assert_eq!(shell_quoted(Path::new("/tmp/$HOME")), "'/tmp/$HOME'");
         assert_eq!(shell_quoted(Path::new("")), "''");
     }
