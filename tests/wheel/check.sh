@@ -56,7 +56,7 @@ expect_report() { # TRACE LABEL
     local report
     report=$("$venv/bin/cudatrace" report "$1") || fail "$2: cudatrace report $1 failed"
     for line in \
-        "  growing: no_gpu_demo.py:$leak_line keep_gradients +8.0 MiB a step over 4 steps (32.0 MiB at the end of step 4)" \
+        "  growing: no_gpu_demo.py:$leak_line keep_gradients +8.0 MiB a step from the end of step 1 to the end of step 4 (8.0 MiB to 32.0 MiB)" \
         "  GPU 0: 10 allocations, 5 frees, peak 104.0 MiB, live at exit 40.0 MiB in 5 allocations" \
         "      40.0 MiB in 5 allocations: no_gpu_demo.py:$leak_line keep_gradients" \
         "      64.0 MiB in 1 allocation: no_gpu_demo.py:$step_line forward"; do

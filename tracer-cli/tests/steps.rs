@@ -89,7 +89,7 @@ fn a_clean_loop_has_its_steps_and_nothing_growing() {
     assert_eq!(process["growing"], serde_json::json!([]));
     let text = stdout(&cudatrace(&["report", trace.to_str().unwrap()]).output().unwrap());
     let pid = process["pid"].as_u64().unwrap();
-    let heading = "8 steps; growth compared at 7 step ends; nothing grows\n";
+    let heading = "8 steps; growth measured at the ends of steps 1 to 7 (the last step has no end); nothing grows\n";
     let opening = text.lines().nth(2).unwrap_or_default();
     assert!(opening.starts_with(&format!("pid {pid} ")), "{text}");
     assert!(text.contains(heading), "{text}");
@@ -106,8 +106,12 @@ fn a_kept_output_grows_by_its_size_a_step_though_it_is_freed_at_exit() {
     assert_eq!(growing.len(), 1, "{growing:?}");
     let site = &growing[0];
     assert_eq!(site["bytes_per_step"], MIB);
-    assert_eq!(site["steps"], 7);
-    assert_eq!(site["last_step"], 7);
+    assert_eq!(site["steps"], 6);
+    assert_eq!(
+        (site["first_step"].as_u64(), site["last_step"].as_u64()),
+        (Some(1), Some(7))
+    );
+    assert_eq!(site["live_bytes_first_step"], MIB);
     assert_eq!(site["live_bytes_last_step"], 7 * MIB);
     let names = functions(&site["stack"]);
     assert!(names.iter().any(|f| f.contains("forward_pass")), "{names:?}");
@@ -121,7 +125,7 @@ fn a_kept_output_grows_by_its_size_a_step_though_it_is_freed_at_exit() {
     assert_eq!(
         line,
         format!(
-            "  growing: {} +1.0 MiB a step over 7 steps (7.0 MiB at the end of step 7)",
+            "  growing: {} +1.0 MiB a step from the end of step 1 to the end of step 7 (1.0 MiB to 7.0 MiB)",
             site["call_site"].as_str().unwrap()
         )
     );
@@ -155,7 +159,7 @@ fn the_page_marks_each_step_and_lists_what_grows() {
     assert_eq!(growing_rows.matches("<tr><td>").count(), 1, "{growing_rows}");
     assert!(
         growing_rows.contains(
-            "<td class=\"num\">+1.0 MiB a step</td><td class=\"num\">7 steps</td><td class=\"num\">7.0 MiB at the end of step 7</td>"
+            "<td class=\"num\">+1.0 MiB a step</td><td class=\"num\">from the end of step 1 to the end of step 7</td><td class=\"num\">1.0 MiB to 7.0 MiB</td>"
         ),
         "{growing_rows}"
     );
@@ -217,7 +221,9 @@ fn without_steps_growth_is_measured_at_the_memory_curves_low_points() {
     assert_eq!(growing.len(), 1, "{growing:?}");
     let site = &growing[0];
     assert_eq!(site["measured_on"], "low points");
-    assert_eq!(site["steps"], 32);
+    assert_eq!(site["steps"], Value::Null);
+    assert!(site["over_s"].as_f64().unwrap() > 1.0, "{site}");
+    assert!(site["bytes_per_second"].as_f64().unwrap() > 0.0, "{site}");
     let names = functions(&site["stack"]);
     assert!(names.iter().any(|f| f.contains("handle_upload")), "{names:?}");
     // Whole kept buffers, and not the exit's: the last low point comes
@@ -227,7 +233,9 @@ fn without_steps_growth_is_measured_at_the_memory_curves_low_points() {
     assert!(last > 0);
     let text = stdout(&cudatrace(&["report", leak.to_str().unwrap()]).output().unwrap());
     assert!(
-        text.contains("no steps found; growth compared at the memory curve's 32 low points\n"),
+        text.contains(
+            "no repeating loop found; growth measured at the lowest moment of each of 32 equal slices of its run ("
+        ),
         "{text}"
     );
     let line = text
@@ -235,7 +243,7 @@ fn without_steps_growth_is_measured_at_the_memory_curves_low_points() {
         .find(|l| l.starts_with("  growing: "))
         .expect("a growing line");
     assert!(
-        line.contains(" a second over ") && line.ends_with(" at the last)"),
+        line.contains(" a second over ") && line.contains(" of low points ("),
         "{line}"
     );
 
@@ -279,7 +287,7 @@ fn a_loop_too_short_to_tell_says_so_rather_than_nothing_grows() {
     );
     let text = stdout(&cudatrace(&["report", trace.to_str().unwrap()]).output().unwrap());
     assert!(
-        text.contains(": 4 steps; too few step ends to tell growth (3, at least 4 needed)\n"),
+        text.contains(": 4 steps: too few to judge growth (it needs the ends of 4 steps; the last step has no end)\n"),
         "{text}"
     );
     assert!(!text.contains("nothing grows"), "{text}");

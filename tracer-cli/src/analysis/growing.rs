@@ -49,10 +49,15 @@ pub struct GrowingSite {
     pub stack: u32,
     /// Bytes it gained a step, on average from the first step end to the last.
     pub bytes_per_step: u64,
-    /// Steps between the first step end measured and the last, both counted.
+    /// Steps from the first step end measured to the last: the span the
+    /// rate is over.
     pub steps: u64,
+    /// The step whose end is the first point.
+    pub first_step: u64,
     /// The step whose end is the last point.
     pub last_step: u64,
+    /// Its live bytes at the first point.
+    pub live_bytes_first_step: u64,
     /// Its live bytes at the last point.
     pub live_bytes_last_step: u64,
 }
@@ -190,8 +195,10 @@ fn growing_of(
                 call_site: site_name(&index.frames(info, site.stack)),
                 stack: site.stack,
                 bytes_per_step: site.rate(ends).max(0) as u64,
-                steps: last_step - first_step + 1,
+                steps: last_step - first_step,
+                first_step,
                 last_step,
+                live_bytes_first_step: site.series[0],
                 live_bytes_last_step: site.series[site.series.len() - 1],
             }
         })

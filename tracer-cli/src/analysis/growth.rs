@@ -6,7 +6,7 @@
 
 use super::call_site::{call_sites, site_name};
 use super::footprint::{Breakdown, Category};
-use super::growing::{complete_step_ends, site_series};
+use super::growing::{complete_step_ends, site_series, FEWEST_RISES};
 use super::keys::ByStack;
 use super::summary::Summary;
 use super::trace_index::TraceIndex;
@@ -84,13 +84,32 @@ impl RunFigures {
                     &stats.live_by_stack,
                 );
             }
-            if let Some(steps) = &process.steps {
+            // Where the process's growth could be judged (as the report's
+            // heading says), every site of the measured kind gets its change
+            // a step, 0 where it held nothing at the step ends.
+            let measured = process.steps.as_ref().filter(|s| s.series_ends().len() > FEWEST_RISES);
+            if let Some(steps) = measured {
                 let ends = complete_step_ends(steps);
-                let into = if steps.marker.tensors {
-                    &mut figures.tensor_call_sites
+                let (into, held): (_, Vec<&ByStack>) = if steps.marker.tensors {
+                    let held = process.tensors.devices.values();
+                    (
+                        &mut figures.tensor_call_sites,
+                        held.flat_map(|t| [&t.peak_by_stack, &t.live_by_stack]).collect(),
+                    )
                 } else {
-                    &mut figures.call_sites
+                    let held = process.devices.values();
+                    (
+                        &mut figures.call_sites,
+                        held.flat_map(|d| [&d.peak_by_stack, &d.live_by_stack]).collect(),
+                    )
                 };
+                for by_stack in held {
+                    for site in call_sites(index, info, by_stack) {
+                        if let Some(entry) = into.get_mut(&site.key) {
+                            entry.1.per_step.get_or_insert(0);
+                        }
+                    }
+                }
                 for site in site_series(index, info, steps) {
                     let name = site_name(&index.frames(info, site.stack));
                     let entry = into

@@ -252,7 +252,7 @@ fn growing_html(index: &TraceIndex, info: &ProcessIndex, process: &ProcessSummar
     if growing.is_empty() {
         return out;
     }
-    out += "<table class=\"growing\"><tr><th>growing</th><th>device</th><th>rate</th><th>over</th><th>at the last point</th><th>stack</th></tr>\n";
+    out += "<table class=\"growing\"><tr><th>growing</th><th>device</th><th>rate</th><th>measured</th><th>bytes, first to last</th><th>stack</th></tr>\n";
     for site in &growing {
         let [rate, over, last] = steps_text::growing_figures(site);
         let _ = writeln!(

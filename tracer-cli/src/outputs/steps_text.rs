@@ -18,25 +18,29 @@ const STEPS_AROUND: usize = 1;
 /// A table of at most this many steps is shown whole.
 const STEPS_SHOWN_WHOLE: usize = 20;
 
-/// A growing call site's figures in words: its rate ("+16.0 MiB a step",
-/// or "+16.0 MiB a minute" at low points), what it was measured over ("7
-/// steps", "5 min 10 s at the memory curve's low points") and its bytes at
-/// the last point ("112.0 MiB at the end of step 7", "1.2 GiB at the last").
+/// A growing call site's figures in words: its rate ("+8.0 MiB a step",
+/// or "+8.0 MiB a second" at low points), the points it was measured
+/// between ("from step 1 to step 9", "over 1.27 s of low points") and its
+/// bytes at both ("40.0 MiB to 104.0 MiB").
 pub fn growing_figures(site: &GrowingSite) -> [String; 3] {
+    let bytes_then_now = format!(
+        "{} to {}",
+        bytes(site.live_bytes_first_step),
+        bytes(site.live_bytes_last_step)
+    );
     match site.measured {
         Measured::Steps => [
             format!("{} a step", signed_bytes(site.bytes_per_step as i128)),
-            count(site.steps, "step", "steps"),
             format!(
-                "{} at the end of step {}",
-                bytes(site.live_bytes_last_step),
-                site.last_step
+                "from the end of step {} to the end of step {}",
+                site.first_step, site.last_step
             ),
+            bytes_then_now,
         ],
         Measured::LowPoints { part_ns } => {
             // A second where the span is under two minutes: a minute's
             // rate would stretch it past what was seen.
-            let span = part_ns.saturating_mul(site.steps.saturating_sub(1));
+            let span = part_ns.saturating_mul(site.steps);
             let (unit_ns, unit) = if span < 120_000_000_000 {
                 (1_000_000_000u128, "second")
             } else {
@@ -45,23 +49,23 @@ pub fn growing_figures(site: &GrowingSite) -> [String; 3] {
             let rate = (site.bytes_per_step as u128 * unit_ns / part_ns.max(1) as u128) as i128;
             [
                 format!("{} a {unit}", signed_bytes(rate)),
-                format!("{} at the memory curve's low points", duration(span)),
-                format!("{} at the last", bytes(site.live_bytes_last_step)),
+                format!("over {} of low points", duration(span)),
+                bytes_then_now,
             ]
         }
     }
 }
 
-/// One growing call site's line: "growing: train.py:20 <module> +16.0 MiB
-/// a step over 7 steps (112.0 MiB at the end of step 7)".
+/// One growing call site's line: "growing: train.py:20 <module> +8.0 MiB a
+/// step from the end of step 1 to the end of step 9 (40.0 MiB to 104.0 MiB)".
 pub fn growing_line(site: &GrowingSite, several_devices: bool) -> String {
     let on = if several_devices {
         format!(" on {}", device_label(site.device))
     } else {
         String::new()
     };
-    let [rate, over, last] = growing_figures(site);
-    format!("  growing{on}: {} {rate} over {over} ({last})\n", site.call_site)
+    let [rate, over, then_now] = growing_figures(site);
+    format!("  growing{on}: {} {rate} {over} ({then_now})\n", site.call_site)
 }
 
 /// The heading of a process's growth: its steps, or that it has none and
@@ -69,27 +73,28 @@ pub fn growing_line(site: &GrowingSite, several_devices: bool) -> String {
 pub fn growth_heading(process_name: &str, process: &ProcessSummary, anything_grows: bool) -> Option<String> {
     let steps_said = |steps: &Steps| count(steps.marker.steps, "step", "steps");
     let measured = if let Some(steps) = &process.steps {
-        let ends = steps.series_ends().len();
-        if ends <= FEWEST_RISES {
+        let ends = steps.series_ends();
+        if ends.len() <= FEWEST_RISES {
             return Some(format!(
-                "{process_name}: {}; too few step ends to tell growth ({ends}, at least {} needed)\n",
+                "{process_name}: {}: too few to judge growth (it needs the ends of {} steps; the last step has no end)\n",
                 steps_said(steps),
                 FEWEST_RISES + 1
             ));
         }
-        let spaced = match steps.series_ends() {
+        let (first, last) = (ends[0], ends[ends.len() - 1]);
+        let spaced = match ends {
             [first, second, ..] if second - first > 1 => format!(", one every {} steps", second - first),
             _ => String::new(),
         };
         format!(
-            "{}; growth compared at {}{spaced}",
-            steps_said(steps),
-            count(ends as u64, "step end", "step ends")
+            "{}; growth measured at the ends of steps {first} to {last}{spaced} (the last step has no end)",
+            steps_said(steps)
         )
     } else if let Some(low_points) = &process.low_points {
         format!(
-            "no steps found; growth compared at the memory curve's {}",
-            count(low_points.points() as u64, "low point", "low points")
+            "no repeating loop found; growth measured at the lowest moment of each of {} equal slices of its run ({} each)",
+            low_points.points(),
+            duration(low_points.part_ns())
         )
     } else {
         return None;

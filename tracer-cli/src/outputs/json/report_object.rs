@@ -146,21 +146,28 @@ fn steps_json(index: &TraceIndex, info: &ProcessIndex, process: &ProcessSummary)
     let growing: Vec<Value> = growing_sites(index, info, process)
         .iter()
         .map(|g| {
-            let (measured_on, part_s) = match g.measured {
-                Measured::Steps => ("steps", None),
-                Measured::LowPoints { part_ns } => ("low points", Some(part_ns as f64 / 1e9)),
-            };
-            json!({
+            let mut site = json!({
                 "device": g.device.json(),
                 "call_site": g.call_site,
-                "measured_on": measured_on,
-                "part_s": part_s,
-                "bytes_per_step": g.bytes_per_step,
-                "steps": g.steps,
-                "last_step": g.last_step,
+                "live_bytes_first_step": g.live_bytes_first_step,
                 "live_bytes_last_step": g.live_bytes_last_step,
                 "stack": stack_json(index, info, g.stack),
-            })
+            });
+            match g.measured {
+                Measured::Steps => {
+                    site["measured_on"] = json!("steps");
+                    site["bytes_per_step"] = json!(g.bytes_per_step);
+                    site["steps"] = json!(g.steps);
+                    site["first_step"] = json!(g.first_step);
+                    site["last_step"] = json!(g.last_step);
+                }
+                Measured::LowPoints { part_ns } => {
+                    site["measured_on"] = json!("low points");
+                    site["bytes_per_second"] = json!((g.bytes_per_step as f64 * 1e9 / part_ns.max(1) as f64).round());
+                    site["over_s"] = json!((part_ns as f64 * g.steps as f64) / 1e9);
+                }
+            }
+            site
         })
         .collect();
     let growing = if process.steps.is_none() && process.low_points.is_none() {
