@@ -505,3 +505,21 @@ fn tensor_charts_read_true() {
     );
     look_at("tensors", &page);
 }
+
+#[test]
+fn charts_with_step_marks_and_a_growing_table_read_true() {
+    let (mut command, trace) = run_program("charts-steps", &fake_cuda::program("torch_like"), &[]);
+    let out = command
+        .arg(fake_cuda::torch_library("211"))
+        .arg("training")
+        .env("FAKE_TORCH_LEAK", "1")
+        .output()
+        .unwrap();
+    assert!(out.status.success(), "{}", stderr(&out));
+    let (page, html) = html_of(&trace);
+    check_charts("steps", &trace, &html);
+    // Every chart marks the 8 steps; the page lists the growing output.
+    assert_eq!(html.matches("<line class=\"step\"").count(), 3 * 8);
+    assert_eq!(html.matches("<table class=\"growing\">").count(), 1);
+    look_at("steps", &page);
+}
