@@ -55,7 +55,7 @@ pub use owner::owner_of;
 pub use paused_spans::{paused_spans, PAUSED_SITE};
 pub use ranges::cut_range;
 pub use replay::{Allocation, Change, ProcessMemory};
-pub use silent_children::{silent_children, SilentChild};
+pub use silent_children::{silent_children, unnamed_children, unrecorded_count, SilentChild};
 pub use stack_frames::Frame;
 pub use steps::{StepRecord, Steps};
 pub use summary::{largest_call_sites, ProcessSummary, Summary, OOM_STATES_KEPT};

@@ -2,7 +2,29 @@
 //! forked that are neither in the trace nor said they could not record.
 
 use super::trace_index::TraceIndex;
-use std::collections::HashSet;
+use cudatrace_trace::UnrecordedProcess;
+use std::collections::{BTreeMap, HashSet};
+
+/// How many processes could not record: each entry is one, but an entry of
+/// pid 0 stands for its parent's children that found no slot to be named
+/// in, as many as its `uid` field says (at least one, for traces written
+/// before it said).
+pub fn unrecorded_count(processes: &[UnrecordedProcess]) -> u64 {
+    processes
+        .iter()
+        .map(|p| if p.pid == 0 { u64::from(p.uid.max(1)) } else { 1 })
+        .sum()
+}
+
+/// Per parent pid, how many of its children could not record without a
+/// name (the pid-0 entries of [`unrecorded_count`]).
+pub fn unnamed_children(processes: &[UnrecordedProcess]) -> BTreeMap<u32, u64> {
+    let mut by_parent = BTreeMap::new();
+    for p in processes.iter().filter(|p| p.pid == 0) {
+        *by_parent.entry(p.ppid).or_default() += u64::from(p.uid.max(1));
+    }
+    by_parent
+}
 
 /// A child that a recorded process forked, that left no spool and did not
 /// say it could not record.

@@ -120,11 +120,14 @@ fn child_failure(failure: &ChildFailure, spool_dir: &Path) -> UnrecordedProcess 
     }
 }
 
+/// The children of `parent` that could not record and found no free slot
+/// to say who they were: one entry of pid 0 whose `uid` field holds how
+/// many (see `docs/trace-format.md`, record `U`).
 fn lost_children(parent: u32, count: u32) -> UnrecordedProcess {
     UnrecordedProcess {
         pid: 0,
         ppid: parent,
-        uid: 0,
+        uid: count,
         time_ns: 0,
         errno: 0,
         name: String::new(),

@@ -273,7 +273,10 @@ fn growing_html(index: &TraceIndex, info: &ProcessIndex, process: &ProcessSummar
 /// the footprint tables' notes (how NVML was read, what a figure rests on).
 fn notes_html(index: &TraceIndex, summary: &Summary) -> String {
     let mut notes = Vec::new();
-    if let Some(line) = silent_children_line(&silent_children(index)) {
+    if let Some(line) = silent_children_line(
+        &silent_children(index),
+        &crate::analysis::unnamed_children(&index.unrecorded),
+    ) {
         notes.push(line);
     }
     for (info, footprints) in index.processes.iter().zip(&summary.footprints) {

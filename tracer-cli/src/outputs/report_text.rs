@@ -61,13 +61,20 @@ pub fn report(index: &TraceIndex, summary: &Summary, frames: FramesShown) -> Str
     if !index.unrecorded.is_empty() {
         out += &format!(
             "\n{} could not record; the trace has none of their events:\n",
-            count(index.unrecorded.len() as u64, "process", "processes")
+            count(
+                crate::analysis::unrecorded_count(&index.unrecorded),
+                "process",
+                "processes"
+            )
         );
         for process in &index.unrecorded {
             out += &format!("  {}\n", unrecorded_process_text(process));
         }
     }
-    if let Some(line) = crate::outputs::wording::silent_children_line(&crate::analysis::silent_children(index)) {
+    let unnamed = crate::analysis::unnamed_children(&index.unrecorded);
+    if let Some(line) =
+        crate::outputs::wording::silent_children_line(&crate::analysis::silent_children(index), &unnamed)
+    {
         out += &format!("\n{line}\n");
     }
     out
