@@ -141,7 +141,12 @@ fn a_program_without_a_loop_gets_no_steps() {
     assert_eq!(process["low_points"], Value::Null);
     assert_eq!(process["growing"], Value::Null);
     let text = stdout(&cudatrace(&["report", trace.to_str().unwrap()]).output().unwrap());
-    assert!(!text.contains("growth compared"), "{text}");
+    // No heading of steps or growth: the only line naming the pid is the
+    // process's own section.
+    let pid = process["pid"].as_u64().unwrap();
+    let headings: Vec<&str> = text.lines().filter(|l| l.starts_with(&format!("pid {pid} "))).collect();
+    assert_eq!(headings.len(), 1, "{text}");
+    assert!(headings[0].contains(" — exit 0"), "{text}");
 }
 
 #[test]

@@ -101,19 +101,9 @@ impl SiteSeries {
     }
 }
 
-/// The numbers of the steps whose ends the series hold.
-pub fn complete_step_ends(steps: &Steps) -> Vec<u64> {
-    steps.series_ends().to_vec()
-}
-
 /// Every call site's series of one process's steps, by device.
 pub fn site_series(index: &TraceIndex, info: &ProcessIndex, steps: &Steps) -> Vec<SiteSeries> {
-    sum_by_site(
-        index,
-        info,
-        complete_step_ends(steps).len(),
-        steps.live_at_complete_ends(),
-    )
+    sum_by_site(index, info, steps.series_ends().len(), steps.live_at_complete_ends())
 }
 
 /// Stacks' series (`ends` points each) summed by device and call site.
@@ -154,9 +144,9 @@ fn sum_by_site(
 /// steps' ends, or at its low points where it has no steps.
 pub fn growing_sites(index: &TraceIndex, info: &ProcessIndex, process: &ProcessSummary) -> Vec<GrowingSite> {
     if let Some(steps) = &process.steps {
-        let ends = complete_step_ends(steps);
+        let ends = steps.series_ends();
         let series = site_series(index, info, steps);
-        growing_of(index, info, &ends, series, Measured::Steps)
+        growing_of(index, info, ends, series, Measured::Steps)
     } else if let Some(low_points) = &process.low_points {
         growing_at_low_points(index, info, low_points)
     } else {

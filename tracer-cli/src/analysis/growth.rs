@@ -6,7 +6,7 @@
 
 use super::call_site::{call_sites, site_name};
 use super::footprint::{Breakdown, Category};
-use super::growing::{complete_step_ends, site_series, FEWEST_RISES};
+use super::growing::{site_series, FEWEST_RISES};
 use super::keys::ByStack;
 use super::summary::Summary;
 use super::trace_index::TraceIndex;
@@ -89,7 +89,7 @@ impl RunFigures {
             // a step, 0 where it held nothing at the step ends.
             let measured = process.steps.as_ref().filter(|s| s.series_ends().len() > FEWEST_RISES);
             if let Some(steps) = measured {
-                let ends = complete_step_ends(steps);
+                let ends = steps.series_ends();
                 let (into, held): (_, Vec<&ByStack>) = if steps.marker.tensors {
                     let held = process.tensors.devices.values();
                     (
@@ -115,7 +115,7 @@ impl RunFigures {
                     let entry = into
                         .entry(site.key.clone())
                         .or_insert_with(|| (name, AtPeakAndExit::default()));
-                    entry.1.per_step = Some(entry.1.per_step.unwrap_or(0) + site.rate(&ends));
+                    entry.1.per_step = Some(entry.1.per_step.unwrap_or(0) + site.rate(ends));
                 }
             }
         }

@@ -198,25 +198,11 @@ impl LowPoints {
 mod tests {
     use super::*;
     use crate::analysis::summary::ProcessSummary;
-    use cudatrace_events::{Api, Kind, Op};
+    use crate::analysis::test_events::driver_event;
+    use cudatrace_events::{Kind, Op};
 
     fn event(time_ns: u64, op: Op, address: u64, size: u64, stack: u32) -> Event {
-        Event {
-            pid: 1,
-            tid: 1,
-            seq: time_ns,
-            time_ns,
-            device: Some(0),
-            stream: 0,
-            api: Api::CuMemAllocV2,
-            op,
-            kind: Kind::Device,
-            address,
-            size,
-            arg1: 0,
-            arg2: 0,
-            stack,
-        }
+        driver_event(time_ns, time_ns, op, Kind::Device, address, size, stack)
     }
 
     /// 32 rounds, one a microsecond, each a part: a temporary (stack 1,

@@ -33,6 +33,8 @@ mod steps;
 mod summary;
 mod tensor_status;
 mod tensor_summary;
+#[cfg(test)]
+mod test_events;
 mod trace_index;
 mod unreadable;
 mod window;

@@ -40,7 +40,7 @@ use super::trace_index::TraceIndex;
 use crate::system::progress::Progress;
 use cudatrace_events::recording_switch::PAUSED_STACK;
 use cudatrace_events::Event;
-use std::collections::{BTreeMap, HashMap, HashSet};
+use std::collections::{BTreeMap, HashMap};
 
 /// Fewest repetitions that make a loop.
 const FEWEST_STEPS: u64 = 3;
@@ -84,10 +84,9 @@ pub struct StepMarker {
     pub tensors: bool,
     /// How many steps.
     pub steps: u64,
-    /// The stacks that allocate once or several times a step (the loop's body).
-    pub loop_stacks: HashSet<u32>,
-    /// The last allocation from one of `loop_stacks`: where the last step
-    /// ends (no next step starts it).
+    /// The last allocation of the loop's body (the stacks that allocate
+    /// once or several times a step): where the last step ends (no next
+    /// step starts it).
     pub loop_end_ns: u64,
 }
 
@@ -272,7 +271,6 @@ impl Allocations {
             tensors,
             steps,
             loop_end_ns: body.iter().map(|(_, s)| s.last_time_ns).max().unwrap_or(0),
-            loop_stacks: body.iter().map(|(&(stack, _), _)| stack).collect(),
         })
     }
 }
@@ -343,7 +341,8 @@ fn low_points_apply(counted: &Allocations, first_ns: u64, last_ns: u64) -> bool 
 #[cfg(test)]
 mod tests {
     use super::*;
-    use cudatrace_events::{Api, Kind, Op};
+    use crate::analysis::test_events::driver_event;
+    use cudatrace_events::{Kind, Op};
 
     /// Allocations from `stacks`, in order, one a millisecond, each of
     /// `size(stack)` bytes; a stack not `kept` is freed when its next
@@ -353,22 +352,15 @@ mod tests {
         let mut previous: HashMap<u32, u64> = HashMap::new();
         for (n, &stack) in stacks.iter().enumerate() {
             let address = 0x1000_0000 + n as u64 * 0x1000;
-            let event = Event {
-                pid: 1,
-                tid: 1,
-                seq: n as u64,
-                time_ns: n as u64 * 1_000_000,
-                device: Some(0),
-                stream: 0,
-                api: Api::CuMemAllocV2,
-                op: Op::Alloc,
-                kind: Kind::Device,
+            let event = driver_event(
+                n as u64,
+                n as u64 * 1_000_000,
+                Op::Alloc,
+                Kind::Device,
                 address,
-                size: size(stack),
-                arg1: 0,
-                arg2: 0,
+                size(stack),
                 stack,
-            };
+            );
             if !kept(stack) {
                 if let Some(old) = previous.insert(stack, address) {
                     let mut free = event.clone();
@@ -401,9 +393,6 @@ mod tests {
         stacks.push(3);
         let marker = counted(&stacks).marker(true).expect("a loop");
         assert_eq!((marker.stack, marker.steps, marker.tensors), (10, 5, true));
-        let mut body: Vec<u32> = marker.loop_stacks.iter().copied().collect();
-        body.sort();
-        assert_eq!(body, vec![10, 11, 12, 13]);
         // Stack 12's last allocation, the 29th (index 28), ends the loop.
         assert_eq!(marker.loop_end_ns, 28_000_000);
     }
@@ -433,22 +422,7 @@ mod tests {
         let mut allocations = Allocations::default();
         let mut live_in_step: Vec<u64> = Vec::new();
         for (n, &stack) in stacks.iter().enumerate() {
-            let event = |op: Op, address: u64| Event {
-                pid: 1,
-                tid: 1,
-                seq: n as u64,
-                time_ns: n as u64,
-                device: Some(0),
-                stream: 0,
-                api: Api::CuMemAllocV2,
-                op,
-                kind: Kind::Device,
-                address,
-                size: 1000,
-                arg1: 0,
-                arg2: 0,
-                stack,
-            };
+            let event = |op: Op, address: u64| driver_event(n as u64, n as u64, op, Kind::Device, address, 1000, stack);
             let address = 0x1000_0000 + n as u64 * 0x1000;
             allocations.add(&event(Op::Alloc, address));
             live_in_step.push(address);

@@ -307,29 +307,13 @@ impl Steps {
 mod tests {
     use super::*;
     use crate::analysis::summary::ProcessSummary;
+    use crate::analysis::test_events::tensor_event;
     use cudatrace_events::tensors::Action;
-    use cudatrace_events::{Api, Kind, Op};
-    use std::collections::HashSet;
 
     const GPU0: DeviceKey = DeviceKey::Gpu(0);
 
     fn tensor(seq: u64, action: Action, address: u64, size: u64, stack: u32) -> Event {
-        Event {
-            pid: 1,
-            tid: 1,
-            seq,
-            time_ns: seq * 1000,
-            device: Some(0),
-            stream: 0,
-            api: Api::TorchCachingAllocator,
-            op: Op::Tensor,
-            kind: Kind::Device,
-            address,
-            size,
-            arg1: action as u64,
-            arg2: 0,
-            stack,
-        }
+        tensor_event(seq, seq * 1000, action, address, size, stack)
     }
 
     /// A loop of `steps` steps: each allocates an activation (stack 10, the
@@ -342,7 +326,6 @@ mod tests {
             device: Some(0),
             tensors: true,
             steps,
-            loop_stacks: HashSet::from([10, 11]),
             loop_end_ns: 0,
         };
         let mut events = vec![tensor(0, Action::SegmentAlloc, 0x10_0000, 1 << 20, 1)];

@@ -232,25 +232,10 @@ impl TensorSummary {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use cudatrace_events::{Api, Kind, Op};
+    use crate::analysis::test_events::tensor_event;
 
     fn action(seq: u64, action: Action, address: u64, size: u64, stack: u32) -> Event {
-        Event {
-            pid: 1,
-            tid: 1,
-            seq,
-            time_ns: seq * 10,
-            device: Some(0),
-            stream: 0,
-            api: Api::TorchCachingAllocator,
-            op: Op::Tensor,
-            kind: Kind::Device,
-            address,
-            size,
-            arg1: action as u64,
-            arg2: 0,
-            stack,
-        }
+        tensor_event(seq, seq * 10, action, address, size, stack)
     }
 
     #[test]
