@@ -109,6 +109,32 @@ fn decode_process_end(c: &mut Cursor) -> Result<Record, Malformed> {
     }))
 }
 
+fn decode_fold(c: &mut Cursor) -> Result<Record, Malformed> {
+    let mut fold = Fold {
+        process: c.get_u32()?,
+        folded_to: c.get()?,
+        lost_below: c.get()?,
+        folded_events: c.get()?,
+        detail_from_ns: c.get()?,
+        sites: Vec::new(),
+    };
+    let count = c.get()?;
+    if count > c.remaining() as u64 {
+        return Err(Malformed::MoreNodesThanBytes);
+    }
+    for _ in 0..count {
+        let device = c.get_signed()?;
+        fold.sites.push(FoldedSite {
+            device: u8::try_from(device).ok(),
+            stack: c.get_u32()?,
+            allocations: c.get()?,
+            frees: c.get()?,
+            bytes: c.get()?,
+        });
+    }
+    Ok(Record::Fold(fold))
+}
+
 fn decode_symbols(c: &mut Cursor) -> Result<Record, Malformed> {
     let process = c.get_u32()?;
     let count = c.get()?;
@@ -217,6 +243,7 @@ pub(crate) fn decode(tag: u8, payload: &[u8], pid_of: &dyn Fn(u32) -> Option<u32
             time_ns: c.get()?,
             state: SwitchState::from_word(c.get()?),
         }),
+        TAG_FOLD => decode_fold(&mut c)?,
         other => return Ok(Record::Unknown { tag: other }),
     };
     if !c.is_empty() {

@@ -105,6 +105,22 @@ pub(crate) fn encode(record: &Record, out: &mut Vec<u8>) -> u8 {
             put(out, switch.state.to_word());
             TAG_RECORDING_SWITCH
         }
+        Record::Fold(fold) => {
+            put(out, u64::from(fold.process));
+            put(out, fold.folded_to);
+            put(out, fold.lost_below);
+            put(out, fold.folded_events);
+            put(out, fold.detail_from_ns);
+            put(out, fold.sites.len() as u64);
+            for site in &fold.sites {
+                put_signed(out, site.device.map_or(-1, i64::from));
+                put(out, u64::from(site.stack));
+                put(out, site.allocations);
+                put(out, site.frees);
+                put(out, site.bytes);
+            }
+            TAG_FOLD
+        }
         Record::Unknown { tag } => *tag,
     }
 }

@@ -7,7 +7,7 @@ use cudatrace_events::Event;
 /// First eight bytes of a trace file.
 pub const MAGIC: [u8; 8] = *b"CUTRACE\0";
 /// Version of the record encodings; readers refuse other versions.
-pub const FORMAT_VERSION: u32 = 8;
+pub const FORMAT_VERSION: u32 = 9;
 /// Oldest version readers still accept (it has no call stacks).
 pub const OLDEST_READABLE_VERSION: u32 = 2;
 /// Largest payload a frame may declare; anything larger is damage.
@@ -31,6 +31,7 @@ pub(crate) const TAG_STRING: u8 = b'S';
 pub(crate) const TAG_SYMBOLS: u8 = b'K';
 pub(crate) const TAG_FOOTER: u8 = b'F';
 pub(crate) const TAG_RECORDING_SWITCH: u8 = b'W';
+pub(crate) const TAG_FOLD: u8 = b'O';
 
 /// The first record: what wrote the trace, where and when.
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -124,6 +125,44 @@ pub struct Refusal {
     pub uid: u32,
     /// Why it was refused.
     pub reason: String,
+}
+
+/// What a fold (see `docs/trace-format.md`, "Folded traces") left of one
+/// process image's older events: every sequence number below `folded_to`
+/// that the trace does not hold was folded away on purpose, not lost.
+#[derive(Clone, Debug, PartialEq, Eq, Default)]
+pub struct Fold {
+    /// Index from [`ProcessStart::process`].
+    pub process: u32,
+    /// The first sequence number kept in full detail: from here on every
+    /// event is in the trace (or counted as lost).
+    pub folded_to: u64,
+    /// Events lost below `folded_to` before it was folded: gaps that were
+    /// there already, which stay lost.
+    pub lost_below: u64,
+    /// Memory events below `folded_to` that were folded away (not kept as
+    /// state): recorded, then summarised.
+    pub folded_events: u64,
+    /// `CLOCK_MONOTONIC` ns from which the whole trace is in full detail.
+    pub detail_from_ns: u64,
+    /// Every allocation and free below `folded_to` (kept or folded), counted
+    /// per device and call stack, so that a run's counts stay whole.
+    pub sites: Vec<FoldedSite>,
+}
+
+/// The allocations and frees of one device and call stack below a fold.
+#[derive(Clone, Debug, PartialEq, Eq, Default)]
+pub struct FoldedSite {
+    /// Device ordinal; `None` for host memory or unknown.
+    pub device: Option<u8>,
+    /// Call stack (innermost node id; 0 = none).
+    pub stack: u32,
+    /// Allocations made.
+    pub allocations: u64,
+    /// Allocations freed.
+    pub frees: u64,
+    /// Bytes allocated in all.
+    pub bytes: u64,
 }
 
 /// The last record of a finished trace.
@@ -242,6 +281,8 @@ pub enum Record {
     NvmlStatus(NvmlStatus),
     /// A switch of the job's recording (`cudatrace pause`, `resume`).
     RecordingSwitch(Switch),
+    /// [`Fold`]: written right after its process's [`ProcessStart`].
+    Fold(Fold),
     /// [`Footer`].
     Footer(Footer),
     /// A record type this reader does not know (written by a newer version); skipped.

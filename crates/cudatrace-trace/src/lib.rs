@@ -21,8 +21,8 @@ mod varint;
 pub mod writer;
 
 pub use format::{
-    DamagedSpool, Footer, Header, NodeSymbols, NvmlSample, NvmlStatus, ProcessEnd, ProcessStart, Record, Refusal,
-    SymbolFrame, UnrecordedProcess, FORMAT_VERSION, MAGIC, OLDEST_READABLE_VERSION,
+    DamagedSpool, Fold, FoldedSite, Footer, Header, NodeSymbols, NvmlSample, NvmlStatus, ProcessEnd, ProcessStart,
+    Record, Refusal, SymbolFrame, UnrecordedProcess, FORMAT_VERSION, MAGIC, OLDEST_READABLE_VERSION,
 };
 pub use problem::{Malformed, Problem};
 pub use reader::{read_record_at, Damage, TraceReader};

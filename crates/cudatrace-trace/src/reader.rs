@@ -242,7 +242,9 @@ impl<R: Read> Iterator for TraceReader<R> {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::format::{Footer, Header, NvmlSample, NvmlStatus, ProcessEnd, ProcessStart, UnrecordedProcess};
+    use crate::format::{
+        Fold, FoldedSite, Footer, Header, NvmlSample, NvmlStatus, ProcessEnd, ProcessStart, UnrecordedProcess,
+    };
     use crate::problem::Malformed;
     use crate::writer::TraceWriter;
     use cudatrace_events::{Api, Event, Kind, Op};
@@ -320,6 +322,49 @@ mod tests {
             Record::Footer(footer),
         ];
         (writer.into_inner(), records)
+    }
+
+    #[test]
+    fn a_fold_round_trips_and_makes_the_gaps_below_it_folded_not_lost() {
+        let header = sample_trace().1[0].clone();
+        let Record::Header(header) = header else { unreachable!() };
+        let mut writer = TraceWriter::new(Vec::new(), &header).unwrap();
+        let fold = Fold {
+            process: 0,
+            folded_to: 100,
+            lost_below: 3,
+            folded_events: 90,
+            detail_from_ns: 123_456,
+            sites: vec![
+                FoldedSite {
+                    device: Some(1),
+                    stack: 7,
+                    allocations: 80,
+                    frees: 78,
+                    bytes: 80 << 20,
+                },
+                FoldedSite {
+                    device: None,
+                    stack: 0,
+                    allocations: 5,
+                    frees: 5,
+                    bytes: 4096,
+                },
+            ],
+        };
+        writer.record(&Record::Fold(fold.clone())).unwrap();
+        // State kept from below the fold (seqs 4 and 60), then the detail.
+        let kept = [event(4, Op::Alloc, 0x1000), event(60, Op::Alloc, 0x2000)];
+        writer.events(0, &kept).unwrap();
+        writer
+            .events(0, &[event(100, Op::Free, 0x1000), event(102, Op::Free, 0x2000)])
+            .unwrap();
+        assert_eq!(writer.lost_events(), 3 + 1, "the old losses and seq 101");
+        assert_eq!(writer.folded_events(), 90);
+        let bytes = writer.into_inner();
+        let mut reader = TraceReader::new(&bytes[..]).unwrap();
+        assert_eq!(reader.next_record().unwrap(), Some(Record::Header(header)));
+        assert_eq!(reader.next_record().unwrap(), Some(Record::Fold(fold)));
     }
 
     #[test]

@@ -20,6 +20,7 @@ pub struct TraceWriter<W: Write> {
     events_written: u64,
     next_seq: HashMap<u32, u64>,
     lost_events: u64,
+    folded_events: u64,
 }
 
 impl<W: Write> TraceWriter<W> {
@@ -32,6 +33,7 @@ impl<W: Write> TraceWriter<W> {
             events_written: 0,
             next_seq: HashMap::new(),
             lost_events: 0,
+            folded_events: 0,
         };
         writer.out.write_all(&MAGIC)?;
         writer.bytes_written += MAGIC.len() as u64;
@@ -39,8 +41,16 @@ impl<W: Write> TraceWriter<W> {
         Ok(writer)
     }
 
-    /// Writes any record as one frame.
+    /// Writes any record as one frame. A [`Record::Fold`] (written before
+    /// its process's events) makes the sequence numbers below its
+    /// `folded_to` folded rather than lost, and carries its lost ones over.
     pub fn record(&mut self, record: &Record) -> io::Result<()> {
+        if let Record::Fold(fold) = record {
+            let next = self.next_seq.entry(fold.process).or_insert(0);
+            *next = (*next).max(fold.folded_to);
+            self.lost_events += fold.lost_below;
+            self.folded_events += fold.folded_events;
+        }
         self.scratch.clear();
         let tag = encode(record, &mut self.scratch);
         let length = u32::try_from(self.scratch.len()).map_err(|_| io::Error::other("record too large"))?;
@@ -100,6 +110,19 @@ impl<W: Write> TraceWriter<W> {
     /// handed out after the last one written of each ended process.
     pub fn lost_events(&self) -> u64 {
         self.lost_events
+    }
+
+    /// Memory events folded away before this trace's detail (see
+    /// [`Record::Fold`]): recorded, but only summarised here.
+    pub fn folded_events(&self) -> u64 {
+        self.folded_events
+    }
+
+    /// The bytes `record` takes as a frame, without writing it.
+    pub fn frame_len(&mut self, record: &Record) -> u64 {
+        self.scratch.clear();
+        encode(record, &mut self.scratch);
+        self.scratch.len() as u64 + 9
     }
 
     /// Finishes the trace.

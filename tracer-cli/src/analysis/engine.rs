@@ -128,7 +128,11 @@ impl<'a> Replay<'a> {
     /// its step is compiled into the loop: the loop runs once an event).
     pub fn run<C: Consumer>(&self, consumer: &mut C) -> Result<Replayed, C::Error> {
         let index = self.index;
-        let mut memories: Vec<ProcessMemory> = index.processes.iter().map(|_| ProcessMemory::default()).collect();
+        let mut memories: Vec<ProcessMemory> = index
+            .processes
+            .iter()
+            .map(|p| ProcessMemory::after_fold(p.fold.as_ref()))
+            .collect();
         let mut changes = Vec::new();
         let mut stream = EventStream::new(index);
         for (process, event) in &mut stream {

@@ -141,6 +141,18 @@ pub struct ProcessMemory {
 }
 
 impl ProcessMemory {
+    /// A process's memory before its first event in the trace: below a
+    /// fold's `folded_to`, missing sequence numbers were folded, not lost,
+    /// except those the fold says were lost already.
+    pub fn after_fold(fold: Option<&cudatrace_trace::Fold>) -> ProcessMemory {
+        let mut memory = ProcessMemory::default();
+        if let Some(fold) = fold {
+            memory.next_seq = fold.folded_to;
+            memory.gaps = fold.lost_below;
+        }
+        memory
+    }
+
     /// Applies `event`, appending what it changed to `changes`.
     pub fn apply(&mut self, event: &Event, changes: &mut Vec<Change>) {
         self.gaps += event.seq.saturating_sub(self.next_seq);

@@ -15,6 +15,7 @@ use super::trace_index::TraceIndex;
 use super::unreadable::UnreadBlock;
 use crate::system::progress::Progress;
 use cudatrace_events::Event;
+use cudatrace_trace::{Fold, FoldedSite};
 use std::collections::BTreeMap;
 use std::convert::Infallible;
 
@@ -35,6 +36,14 @@ pub struct ProcessSummary {
     pub steps: Option<Steps>,
     /// The low points of its memory curve, where it has no steps.
     pub low_points: Option<LowPoints>,
+    /// Below this sequence number the trace was folded (see
+    /// `cudatrace_trace::Fold`): allocations and frees there are counted
+    /// by the fold, not by the events kept from them.
+    pub(super) folded_to: u64,
+    /// The fold's counts.
+    pub(super) folded_sites: Vec<FoldedSite>,
+    /// Counts made from events kept below the fold, taken back at the end.
+    pub(super) recounted: BTreeMap<DeviceKey, (u64, u64, u64)>,
 }
 
 impl ProcessSummary {
@@ -45,6 +54,15 @@ impl ProcessSummary {
         changes.clear();
         self.memory.apply(event, changes);
         self.observe(event, changes);
+    }
+
+    /// A summary of a process whose older events were folded by `fold`.
+    fn after_fold(mut self, fold: Option<&Fold>) -> ProcessSummary {
+        if let Some(fold) = fold {
+            self.folded_to = fold.folded_to;
+            self.folded_sites = fold.sites.clone();
+        }
+        self
     }
 
     /// Counts what one event, replayed elsewhere, changed.
@@ -73,6 +91,20 @@ impl ProcessSummary {
 
     /// Counts one change that `event` made.
     pub fn count(&mut self, change: &Change, event: &Event) {
+        if event.seq < self.folded_to {
+            let recount = |a: &Allocation| (DeviceKey::of(a.device), a.is_device_memory());
+            match change {
+                Change::Allocated(a) if recount(a).1 => {
+                    let entry = self.recounted.entry(recount(a).0).or_default();
+                    entry.0 += 1;
+                    entry.2 += a.size;
+                }
+                Change::Freed { allocation: a, .. } if recount(a).1 => {
+                    self.recounted.entry(recount(a).0).or_default().1 += 1;
+                }
+                _ => {}
+            }
+        }
         match change {
             Change::Allocated(a) if a.is_device_memory() => self.device(a.device).add(a.size, a.stack, a.time_ns),
             Change::Allocated(a) => {
@@ -142,9 +174,22 @@ impl ProcessSummary {
         by_device
     }
 
-    /// Ends the replay: the last peak's call sites are settled.
+    /// Ends the replay: the last peak's call sites are settled, and the
+    /// counts below a fold are the fold's.
     pub fn finish(&mut self) {
         self.devices.values_mut().for_each(DeviceStats::settle_peak);
+        for (key, (allocations, frees, bytes)) in std::mem::take(&mut self.recounted) {
+            let stats = self.devices.entry(key).or_default();
+            stats.allocations = stats.allocations.saturating_sub(allocations);
+            stats.frees = stats.frees.saturating_sub(frees);
+            stats.bytes_allocated = stats.bytes_allocated.saturating_sub(bytes);
+        }
+        for site in std::mem::take(&mut self.folded_sites) {
+            let stats = self.devices.entry(DeviceKey::of(site.device)).or_default();
+            stats.allocations += site.allocations;
+            stats.frees += site.frees;
+            stats.bytes_allocated += site.bytes;
+        }
         self.tensors.finish();
         if let Some(steps) = &mut self.steps {
             steps.finish(&self.tensors, &self.devices);
@@ -246,20 +291,25 @@ impl<'a> SummaryBuilder<'a> {
             index,
             processes: boundaries
                 .into_iter()
-                .map(|boundaries| match boundaries {
-                    Some(Boundaries::Steps(marker)) => ProcessSummary {
-                        steps: Some(Steps::new(marker)),
-                        ..ProcessSummary::default()
-                    },
-                    Some(Boundaries::LowPoints {
-                        tensors,
-                        first_ns,
-                        last_ns,
-                    }) => ProcessSummary {
-                        low_points: Some(LowPoints::new(tensors, first_ns, last_ns)),
-                        ..ProcessSummary::default()
-                    },
-                    None => ProcessSummary::default(),
+                .zip(&index.processes)
+                .map(|(boundaries, info)| (boundaries, info.fold.as_ref()))
+                .map(|(boundaries, fold)| {
+                    match boundaries {
+                        Some(Boundaries::Steps(marker)) => ProcessSummary {
+                            steps: Some(Steps::new(marker)),
+                            ..ProcessSummary::default()
+                        },
+                        Some(Boundaries::LowPoints {
+                            tensors,
+                            first_ns,
+                            last_ns,
+                        }) => ProcessSummary {
+                            low_points: Some(LowPoints::new(tensors, first_ns, last_ns)),
+                            ..ProcessSummary::default()
+                        },
+                        None => ProcessSummary::default(),
+                    }
+                    .after_fold(fold)
                 })
                 .collect(),
             trackers: index

@@ -6,7 +6,7 @@ use cudatrace_events::recording_switch::Switch;
 use cudatrace_events::stacks::{BlobAssembler, BlobPiece, StackNode};
 use cudatrace_events::{Event, Op};
 use cudatrace_trace::{
-    Damage, DamagedSpool, Header, NvmlSample, NvmlStatus, ProcessEnd, ProcessStart, Record, Refusal, SymbolFrame,
+    Damage, DamagedSpool, Fold, Header, NvmlSample, NvmlStatus, ProcessEnd, ProcessStart, Record, Refusal, SymbolFrame,
     TraceReader, UnrecordedProcess,
 };
 use std::collections::HashMap;
@@ -50,6 +50,8 @@ pub struct ProcessIndex {
     pub tensor_status: Vec<Event>,
     /// The children it forked while it had a spool: (time, child's pid).
     pub forks: Vec<(u64, u32)>,
+    /// What folding left of its older events, if the trace was folded.
+    pub fold: Option<Fold>,
     blobs: BlobAssembler,
 }
 
@@ -177,6 +179,7 @@ impl TraceIndex {
                     tensor_actions: 0,
                     tensor_status: Vec::new(),
                     forks: Vec::new(),
+                    fold: None,
                     blobs: BlobAssembler::default(),
                 });
             }
@@ -239,6 +242,11 @@ impl TraceIndex {
             Record::Nvml(sample) => self.nvml.push(sample),
             Record::NvmlStatus(status) => self.nvml_status.push(status),
             Record::RecordingSwitch(switch) => self.switches.push(switch),
+            Record::Fold(fold) => {
+                if let Some(process) = self.process_mut(fold.process) {
+                    process.fold = Some(fold);
+                }
+            }
             Record::Unknown { .. } => {}
         }
     }
@@ -284,6 +292,24 @@ impl TraceIndex {
     pub fn epoch_us(&self, time_ns: u64) -> u64 {
         let since_start = time_ns as i128 - self.start_ns() as i128;
         ((self.start_realtime_ns() as i128 + since_start).max(0) / 1000) as u64
+    }
+
+    /// Where the trace was folded (see [`Fold`]): the moment from which
+    /// every process is in full detail; before it, only the state kept at
+    /// the fold, the peaks and the OOMs. `None` for a trace never folded.
+    pub fn detail_from_ns(&self) -> Option<u64> {
+        self.processes
+            .iter()
+            .filter_map(|p| p.fold.as_ref().map(|f| f.detail_from_ns))
+            .max()
+    }
+
+    /// Memory events recorded but folded away (see [`Fold`]).
+    pub fn folded_events(&self) -> u64 {
+        self.processes
+            .iter()
+            .filter_map(|p| p.fold.as_ref().map(|f| f.folded_events))
+            .sum()
     }
 
     /// The latest time of any memory event or process exit.

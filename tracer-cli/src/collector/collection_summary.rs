@@ -10,6 +10,10 @@ pub struct Summary {
     pub processes: u64,
     /// Events in the trace.
     pub events: u64,
+    /// Events recorded but folded away to keep the trace under its cap.
+    pub folded_events: u64,
+    /// What folding did.
+    pub folds: super::sink::Folds,
     /// Events that happened but are not in the trace (gaps in sequence numbers).
     pub lost_events: u64,
     /// Of those, events the processes could not store.

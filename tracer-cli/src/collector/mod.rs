@@ -13,6 +13,7 @@
 
 mod chunk_preparer;
 mod collection_summary;
+mod fold;
 mod host;
 pub mod liveness;
 pub mod notice_file;
@@ -56,13 +57,16 @@ const IDLE_SPOOL_PAUSE: Duration = Duration::from_millis(5);
 impl Summary {
     /// The line `run` and `collect` print when they are done.
     pub fn describe(&self, trace: &Path) -> String {
-        collector_lines::wrote_trace(trace, self.processes, self.events, self.bytes)
+        collector_lines::wrote_trace(trace, self.processes, self.events, self.folded_events, self.bytes)
     }
 
     /// Lines about what the trace lacks, naming `spool_dir` when a process
     /// could not store events there.
     pub fn warnings(&self, spool_dir: &Path) -> Vec<String> {
         let mut lines = Vec::new();
+        if let Some(why) = &self.folds.failure {
+            lines.push(collector_lines::could_not_fold(why));
+        }
         if self.dropped_events > 0 {
             lines.push(collector_lines::events_not_recorded(
                 self.dropped_events,
@@ -141,6 +145,7 @@ impl Collector {
         header: &Header,
         keep_spools: bool,
         nvml: NvmlStart,
+        cap: Option<u64>,
     ) -> Result<Collector, String> {
         if let Err(reason) = point_to_trace(dir, &output.path) {
             output.abandon();
@@ -169,6 +174,8 @@ impl Collector {
             trace,
             path: output.path,
             stacks: Default::default(),
+            cap,
+            folds: Default::default(),
         };
         let writer = std::thread::Builder::new()
             .name("cudatrace-writer".into())

@@ -38,6 +38,8 @@ struct Merge {
     next_seq: u64,
     /// How the old trace said it ended.
     old_end: Option<ProcessEnd>,
+    /// The old trace's fold: spool events below it were folded there.
+    folded_to: u64,
 }
 
 impl Merge {
@@ -49,6 +51,7 @@ impl Merge {
             spool_exhausted: false,
             next_seq: 0,
             old_end: None,
+            folded_to: 0,
         }
     }
 
@@ -61,7 +64,8 @@ impl Merge {
                     return Ok(out);
                 }
                 let event = self.ahead.pop_front().expect("front exists");
-                if event.seq >= self.next_seq {
+                // Below the fold, the old trace kept what it meant to keep.
+                if event.seq >= self.next_seq && event.seq >= self.folded_to {
                     self.next_seq = event.seq + 1;
                     out.push(event);
                 }
@@ -407,6 +411,14 @@ fn merge_old_trace(
                 }
             }
             Record::Unrecorded(process) => unrecorded.push(process),
+            Record::Fold(mut fold) => {
+                let Some(merge) = keys.get(&fold.process).and_then(|key| merges.get_mut(key)) else {
+                    continue;
+                };
+                merge.folded_to = fold.folded_to;
+                fold.process = merge.index.expect("started when its process record was read");
+                out.trace.record(&Record::Fold(fold)).map_err(|e| out.io(e))?;
+            }
             record @ (Record::Nvml(_) | Record::NvmlStatus(_)) => {
                 out.trace.record(&record).map_err(|e| out.io(e))?;
             }

@@ -4,6 +4,7 @@
 //! after a crash can always find every event.
 
 use super::collection_summary::Summary;
+use super::fold;
 use super::host::realtime_ns;
 use crate::collector::spool_tail::Release;
 use crate::outputs::wording::collector_lines;
@@ -52,6 +53,46 @@ pub struct Sink {
     pub path: PathBuf,
     /// Stack nodes seen, symbolized when the run is over.
     pub stacks: StackCatalog,
+    /// The trace's size cap (`run --max-size`); `None`: unlimited.
+    pub cap: Option<u64>,
+    /// Folds done, and why the last one that failed failed.
+    pub folds: Folds,
+}
+
+/// What folding did during a collection.
+#[derive(Clone, Debug, Default)]
+pub struct Folds {
+    /// Folds done.
+    pub done: u64,
+    /// Why the last fold that could not be done failed.
+    pub failure: Option<String>,
+    /// Size at which the next fold is due.
+    next_at: u64,
+}
+
+impl Sink {
+    /// Folds the trace if it has reached its fold size, or, when `reserve`
+    /// more bytes are still to come, if they would take it past its cap.
+    fn fold_if_due(&mut self, reserve: u64) {
+        let Some(cap) = self.cap else { return };
+        let written = self.trace.bytes_written();
+        let at = self.folds.next_at.max(cap / 10 * fold::FOLD_AT_PARTS);
+        if written < at && written + reserve <= cap {
+            return;
+        }
+        let target = (cap / 10 * fold::REWRITE_PARTS).min(cap.saturating_sub(reserve));
+        let detail = (cap / 10 * fold::DETAIL_PARTS).min(target / 3 * 2);
+        match fold::fold(&mut self.trace, &self.path, target, detail) {
+            Ok(trace) => {
+                self.trace = trace;
+                self.folds.done += 1;
+            }
+            Err(reason) => self.folds.failure = Some(reason),
+        }
+        // What a fold must keep may not shrink below the fold size: fold
+        // again only once a tenth of the cap more has come.
+        self.folds.next_at = self.trace.bytes_written() + cap / 10;
+    }
 }
 
 impl Sink {
@@ -114,6 +155,7 @@ impl Sink {
             if let Err(error) = written {
                 return Err(self.fail(collector_lines::WRITE_THE_TRACE, error));
             }
+            self.fold_if_due(0);
             // Readers may follow the trace: flush whenever there is a pause.
             if inbox.is_empty() {
                 if let Err(error) = self.trace.flush() {
@@ -143,12 +185,18 @@ impl Sink {
     }
 
     fn finish(mut self, mut summary: Summary) -> Result<Summary, TraceFailure> {
-        for record in std::mem::take(&mut self.stacks).into_records() {
+        let symbols = std::mem::take(&mut self.stacks).into_records();
+        let footer_bytes = 128;
+        let reserve = footer_bytes + symbols.iter().map(|r| self.trace.frame_len(r)).sum::<u64>();
+        self.fold_if_due(reserve);
+        for record in symbols {
             if let Err(error) = self.trace.record(&record) {
                 return Err(self.fail(collector_lines::WRITE_THE_TRACE, error));
             }
         }
         summary.events = self.trace.events_written();
+        summary.folded_events = self.trace.folded_events();
+        summary.folds = self.folds.clone();
         summary.lost_events = self.trace.lost_events();
         let footer = Footer {
             processes: summary.processes,

@@ -132,6 +132,12 @@ pub struct RunArgs {
     /// kernels) go unmeasured, and later ones cost nothing at all.
     #[arg(long)]
     pub no_launch_hooks: bool,
+    /// Largest the trace may grow, such as 2GiB, 256MiB or unlimited: past
+    /// it, older events are folded into summaries, keeping the newest in
+    /// full detail and the state at the peak and at each OOM exactly
+    /// [default: $CUDATRACE_MAX_SIZE, else 2GiB].
+    #[arg(long, value_name = "SIZE", value_parser = super::max_size::parse_max_size)]
+    pub max_size: Option<super::max_size::MaxSize>,
     /// The command to run, and its arguments.
     #[arg(required = true, trailing_var_arg = true, value_name = "CMD")]
     pub command: Vec<OsString>,

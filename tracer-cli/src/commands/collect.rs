@@ -156,7 +156,13 @@ fn collect_tree(args: CollectArgs) -> Result<u8, Failure> {
     let trace: PathBuf = claimed.path.clone();
     let command = root.as_ref().map(|(_, argv)| argv.clone()).unwrap_or_default();
     let nvml = crate::collector::start_nvml();
-    let collector = Collector::start(&args.dir, claimed, &header_for(command), args.keep_spools, nvml)?;
+    // A bad CUDATRACE_MAX_SIZE never costs the tree its trace: said, and
+    // the default cap is kept.
+    let cap = super::max_size::trace_cap(None).unwrap_or_else(|why| {
+        say(&said(&why));
+        Some(super::max_size::DEFAULT_MAX_SIZE)
+    });
+    let collector = Collector::start(&args.dir, claimed, &header_for(command), args.keep_spools, nvml, cap)?;
     let grace = match root {
         Some((pid, _)) => {
             let mut root = Liveness::watch(pid);

@@ -7,6 +7,7 @@ mod diff;
 mod dump;
 mod flamegraph;
 mod html;
+pub mod max_size;
 mod open_trace;
 pub mod parse_failure;
 mod perfetto;

@@ -213,6 +213,7 @@ fn trace_environment(command: &mut Command, preload: PathBuf, run_dir: &Path, ar
 /// Runs the command; returns the exit code cudatrace should exit with.
 pub fn run(args: RunArgs) -> Result<u8, Failure> {
     install_signal_forwarding();
+    let cap = super::max_size::trace_cap(args.max_size)?;
     let preload = preload_library(args.preload.clone())?;
     let claimed = claim_destination(&args)?;
     let program = args.command[0].clone();
@@ -263,7 +264,7 @@ pub fn run(args: RunArgs) -> Result<u8, Failure> {
         }
     };
     forward_to(child.id());
-    let started = start_collector(&args, claimed, child.id(), &run_dir, nvml);
+    let started = start_collector(&args, claimed, child.id(), &run_dir, nvml, cap);
     match started {
         Ok((collector, trace)) => record(&args, &mut child, collector, &trace, &run_dir),
         Err(reason) => {
@@ -297,6 +298,7 @@ fn start_collector(
     pid: u32,
     run_dir: &Path,
     nvml: crate::collector::NvmlStart,
+    cap: Option<u64>,
 ) -> Result<(Collector, PathBuf), String> {
     let output = match claimed {
         Some(claimed) => claimed,
@@ -308,7 +310,7 @@ fn start_collector(
     };
     let trace = output.path.clone();
     let header = header_for(args.command.iter().map(|a| a.to_string_lossy().into_owned()).collect());
-    let collector = Collector::start(run_dir, output, &header, args.keep_spools, nvml)?;
+    let collector = Collector::start(run_dir, output, &header, args.keep_spools, nvml, cap)?;
     Ok((collector, trace))
 }
 

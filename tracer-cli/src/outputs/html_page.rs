@@ -93,6 +93,9 @@ fn incomplete_html(index: &TraceIndex, summary: &Summary) -> String {
     if let Some(line) = switch_lines::paused_line(index) {
         let _ = writeln!(out, "<p><b>Paused:</b> {}.</p>", escape(&line));
     }
+    if let Some(line) = crate::outputs::wording::fold_lines::detail_span(index) {
+        let _ = writeln!(out, "<p><b>Folded:</b> {}.</p>", escape(&line));
+    }
     out
 }
 

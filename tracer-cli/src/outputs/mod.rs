@@ -65,6 +65,9 @@ pub fn say_what_the_trace_lacks(index: &TraceIndex, stream_errors: &[UnreadBlock
             "cudatrace: {path} has no footer: it is still being written, or its writer was stopped"
         ));
     }
+    if let Some(line) = wording::fold_lines::detail_span(index) {
+        say(&format!("cudatrace: {path}: {line}"));
+    }
     if !index.unrecorded.is_empty() {
         say(&format!(
             "cudatrace: {path} lacks every event of {} that could not record (the report names them)",

@@ -6,6 +6,7 @@ use crate::analysis::{
 };
 use crate::outputs::steps_text;
 use crate::outputs::wording::device_label;
+use crate::outputs::wording::fold_lines;
 use crate::outputs::wording::stack_texts;
 use crate::outputs::wording::switch_lines;
 use crate::outputs::wording::{bytes, count, tensor_status_line, torch_bytes_text, unrecorded_process_text};
@@ -27,10 +28,16 @@ pub fn report(index: &TraceIndex, summary: &Summary, frames: FramesShown) -> Str
             h.host,
             h.tracer_version,
             count(index.processes.len() as u64, "process", "processes"),
-            count(events, "event", "events")
+            match index.folded_events() {
+                0 => count(events, "event", "events"),
+                folded => format!("{} events ({events} in detail)", events + folded),
+            }
         );
     }
     if let Some(line) = switch_lines::paused_line(index) {
+        out += &format!("{line}\n");
+    }
+    if let Some(line) = fold_lines::detail_span(index) {
         out += &format!("{line}\n");
     }
     // What keeps growing opens the report: where a leak is.

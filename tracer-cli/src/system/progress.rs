@@ -36,6 +36,14 @@ impl Progress {
         }
     }
 
+    /// No bar: for passes made behind the traced job's back (the collector's).
+    pub fn hidden() -> Progress {
+        Progress {
+            bar: None,
+            seen: Cell::new(0),
+        }
+    }
+
     /// One more event.
     pub fn tick(&self) {
         let seen = self.seen.get() + 1;

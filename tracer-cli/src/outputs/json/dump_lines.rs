@@ -126,6 +126,13 @@ pub fn record_lines(path: &Path, record: Record) -> Vec<Value> {
                 json!({"symbols": {"process": process, "node": n.node, "frames": frames}})
             })
             .collect(),
+        Record::Fold(f) => vec![json!({"fold": {
+            "process": f.process,
+            "folded_to": f.folded_to,
+            "lost_below": f.lost_below,
+            "folded_events": f.folded_events,
+            "detail_from_ns": f.detail_from_ns,
+        }})],
         Record::Footer(f) => vec![json!({"footer": {
             "processes": f.processes,
             "events": f.events,

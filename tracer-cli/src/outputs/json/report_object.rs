@@ -307,6 +307,11 @@ pub fn report(index: &TraceIndex, summary: &Summary) -> Value {
                 "end_s": span.end_ns.map(seconds),
             }))
             .collect::<Vec<_>>(),
+        "folded": index.detail_from_ns().map(|from| json!({
+            "detail_from_s": seconds(from),
+            "end_s": seconds(index.end_ns().max(from)),
+            "folded_events": index.folded_events(),
+        })),
         "damage": index.damage.as_ref().map(damage_text),
         "skipped_damage": skipped,
         "refused_spools": refused,

@@ -7,13 +7,24 @@ use std::fmt::Display;
 use std::path::Path;
 
 /// The line `run` and `collect` print when they are done.
-pub fn wrote_trace(trace: &Path, processes: u64, events: u64, bytes: u64) -> String {
+pub fn wrote_trace(trace: &Path, processes: u64, events: u64, folded: u64, bytes: u64) -> String {
+    let events = match folded {
+        0 => count(events, "event", "events"),
+        folded => format!(
+            "{} events, {folded} of them folded into summaries to keep it under its size cap",
+            events + folded
+        ),
+    };
     format!(
-        "cudatrace: wrote {} ({}, {}, {bytes} bytes)",
+        "cudatrace: wrote {} ({}, {events}, {bytes} bytes)",
         trace.display(),
         count(processes, "process", "processes"),
-        count(events, "event", "events")
     )
+}
+
+/// A fold of the trace that could not be done: the trace may pass its cap.
+pub fn could_not_fold(why: &str) -> String {
+    format!("cudatrace: could not fold the trace to keep it under its size cap ({why}); it may be larger than asked")
 }
 
 /// Events the processes could not store for want of room (`errno`, if known).

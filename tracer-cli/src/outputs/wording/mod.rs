@@ -35,6 +35,7 @@
 pub mod collect_lines;
 pub mod collector_lines;
 pub mod devices;
+pub mod fold_lines;
 pub mod footprint_notes;
 pub mod numbers;
 pub mod output_lines;

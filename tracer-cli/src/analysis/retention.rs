@@ -1,0 +1,364 @@
+//! Which of a trace's older events a fold keeps (see `docs/trace-format.md`,
+//! "Folded traces").
+//!
+//! Below each process's cut, a fold keeps a *subset* of the events: every
+//! stack record, measurement and process record, every OOM, and, of the
+//! allocations (driver memory, PyTorch's tensors and its segments), the
+//! events of those that were live at one of the moments that must stay
+//! exact:
+//!
+//! - the cut itself, so that the detailed part starts from the right state;
+//! - each device's peak, per measure (device memory, tensors' allocated
+//!   bytes, PyTorch's reserved bytes, pinned host memory);
+//! - each OOM, up to [`OOM_STATES_KEPT`] a device.
+//!
+//! A kept allocation keeps its allocation event and the events that end it.
+//! Replaying a subset of allocations never shows more memory in use than
+//! the whole did, at any moment; at a moment whose live allocations are all
+//! kept it shows exactly as much. So the replayed peak of a folded trace is
+//! the true peak, at the true time, with the true live set, and folding a
+//! folded trace again keeps it (the peak moment is found again).
+
+use super::device_stats::OOM_STATES_KEPT;
+use super::engine::{Replay, Step};
+use super::replay::{Allocation, Change};
+use super::trace_index::TraceIndex;
+use crate::system::progress::Progress;
+use cudatrace_events::tensors::{action_of, Action};
+use cudatrace_events::{Event, Op};
+use cudatrace_trace::FoldedSite;
+use std::collections::{HashMap, HashSet};
+
+/// What a fold keeps of one process image's events below its cut.
+#[derive(Debug, Default, Clone, PartialEq, Eq)]
+pub struct Kept {
+    /// Sequence numbers below the cut that stay in the trace.
+    pub below_cut: HashSet<u64>,
+    /// The process's cut: every event from here on stays in full detail.
+    pub folded_to: u64,
+    /// Events lost below the cut (gaps there, and those an older fold
+    /// counted).
+    pub lost_below: u64,
+    /// Memory events folded away, including an older fold's.
+    pub folded_events: u64,
+    /// Device memory allocated and freed below the cut, per device and
+    /// call stack, including an older fold's counts.
+    pub sites: Vec<FoldedSite>,
+}
+
+/// What an allocation's bytes count towards.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+enum Measure {
+    DeviceMemory,
+    HostMemory,
+    Tensors,
+    Reserved,
+}
+
+/// Something that holds memory from one event to another.
+#[derive(Debug)]
+struct Held {
+    /// The events that made it and, for a tensor, that asked for its free.
+    seqs: [u64; 2],
+    size: u64,
+    device: Option<u8>,
+    measure: Measure,
+    /// Live at a moment that must stay exact (an OOM's).
+    keep: bool,
+}
+
+/// How one device's measure went: its peak, and what was live then.
+#[derive(Debug, Default)]
+struct PeakTracker {
+    now: u64,
+    peak: u64,
+    peak_seq: u64,
+    /// Allocations live at the peak that ended after it.
+    ended_since_peak: Vec<[u64; 3]>,
+}
+
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+enum HeldKey {
+    /// A driver allocation, by its address and creation time.
+    Driver(u64, u64),
+    /// A tensor's block, by address.
+    Tensor(u64),
+    /// A segment of PyTorch's, by address.
+    Segment(u64),
+}
+
+/// One process's pass.
+#[derive(Default)]
+struct ProcessRetention {
+    cut: u64,
+    held: HashMap<HeldKey, Held>,
+    peaks: HashMap<(Option<u8>, Measure), PeakTracker>,
+    ooms_kept: HashMap<Option<u8>, usize>,
+    /// Kept memory events (driver allocations, frees, maps, OOMs).
+    kept: HashSet<u64>,
+    /// Kept records of other sorts (stacks, measurements, tensors).
+    kept_other: HashSet<u64>,
+    next_seq: u64,
+    lost_below: u64,
+    memory_events_below: u64,
+    /// Where the older fold stopped: below it, counts are in `sites` already.
+    counted_from: u64,
+    sites: HashMap<(Option<u8>, u32), FoldedSite>,
+}
+
+impl ProcessRetention {
+    fn begin(&mut self, key: HeldKey, seq: u64, size: u64, device: Option<u8>, measure: Measure) {
+        if let Some(old) = self.held.remove(&key) {
+            // Its end was never seen: it ends here.
+            self.end(old, seq);
+        }
+        let peak = self.peaks.entry((device, measure)).or_default();
+        peak.now += size;
+        if peak.now > peak.peak {
+            peak.peak = peak.now;
+            peak.peak_seq = seq;
+            peak.ended_since_peak.clear();
+        }
+        self.held.insert(
+            key,
+            Held {
+                seqs: [seq, u64::MAX],
+                size,
+                device,
+                measure,
+                keep: false,
+            },
+        );
+    }
+
+    fn end_key(&mut self, key: HeldKey, seq: u64) {
+        if let Some(held) = self.held.remove(&key) {
+            self.end(held, seq);
+        }
+    }
+
+    fn end(&mut self, held: Held, seq: u64) {
+        let peak = self.peaks.entry((held.device, held.measure)).or_default();
+        peak.now = peak.now.saturating_sub(held.size);
+        let seqs = [held.seqs[0], held.seqs[1], seq];
+        if held.seqs[0] <= peak.peak_seq {
+            peak.ended_since_peak.push(seqs);
+        }
+        if held.keep || seq >= self.cut {
+            self.keep(held.measure, &seqs);
+        }
+    }
+
+    /// Keeps an allocation's events; tensor and segment records are not
+    /// memory events, and are counted apart.
+    fn keep(&mut self, measure: Measure, seqs: &[u64]) {
+        let set = match measure {
+            Measure::DeviceMemory | Measure::HostMemory => &mut self.kept,
+            Measure::Tensors | Measure::Reserved => &mut self.kept_other,
+        };
+        set.extend(seqs.iter().filter(|&&seq| seq != u64::MAX));
+    }
+
+    fn out_of_memory(&mut self, device: Option<u8>) {
+        let states = self.ooms_kept.entry(device).or_default();
+        if *states >= OOM_STATES_KEPT {
+            return;
+        }
+        *states += 1;
+        let mut kept = Vec::new();
+        for held in self.held.values_mut().filter(|h| h.device == device) {
+            held.keep = true;
+            kept.push((held.measure, held.seqs));
+        }
+        for (measure, seqs) in kept {
+            self.keep(measure, &seqs);
+        }
+    }
+
+    fn take(&mut self, event: &Event, changes: &[Change]) {
+        let seq = event.seq;
+        if seq < self.cut {
+            self.lost_below += seq.saturating_sub(self.next_seq);
+            self.next_seq = self.next_seq.max(seq + 1);
+            if event.op.is_memory_event() {
+                self.memory_events_below += 1;
+            }
+        }
+        if (self.counted_from..self.cut).contains(&seq) {
+            self.count(changes);
+        }
+        match event.op {
+            Op::Alloc | Op::Free | Op::Map | Op::Unmap => {
+                for change in changes {
+                    match change {
+                        Change::Allocated(a) => self.begin(driver_key(a), seq, a.size, a.device, measure_of(a)),
+                        Change::Freed { allocation: a, .. } => self.end_key(driver_key(a), seq),
+                        _ => {}
+                    }
+                }
+                if matches!(event.op, Op::Map | Op::Unmap) {
+                    self.kept.insert(seq);
+                }
+            }
+            Op::Oom => {
+                self.kept.insert(seq);
+                self.out_of_memory(event.device);
+            }
+            Op::Failed => {}
+            Op::Tensor => self.tensor(event),
+            op if op.is_memory_event() => {
+                self.kept.insert(seq);
+            }
+            _ => {
+                self.kept_other.insert(seq);
+            }
+        }
+    }
+
+    /// Counts device memory allocated and freed, as the summary does.
+    fn count(&mut self, changes: &[Change]) {
+        for change in changes {
+            let (a, freed) = match change {
+                Change::Allocated(a) => (a, false),
+                Change::Freed { allocation: a, .. } => (a, true),
+                _ => continue,
+            };
+            if !a.is_device_memory() {
+                continue;
+            }
+            let site = self.sites.entry((a.device, a.stack)).or_insert_with(|| FoldedSite {
+                device: a.device,
+                stack: a.stack,
+                ..Default::default()
+            });
+            if freed {
+                site.frees += 1;
+            } else {
+                site.allocations += 1;
+                site.bytes += a.size;
+            }
+        }
+    }
+
+    fn tensor(&mut self, event: &Event) {
+        let seq = event.seq;
+        match action_of(event) {
+            Some(Action::Alloc) => self.begin(
+                HeldKey::Tensor(event.address),
+                seq,
+                event.size,
+                event.device,
+                Measure::Tensors,
+            ),
+            Some(Action::FreeRequested) => {
+                if let Some(held) = self.held.get_mut(&HeldKey::Tensor(event.address)) {
+                    held.seqs[1] = seq;
+                }
+            }
+            Some(Action::FreeCompleted) => self.end_key(HeldKey::Tensor(event.address), seq),
+            Some(Action::SegmentAlloc) => self.begin(
+                HeldKey::Segment(event.address),
+                seq,
+                event.size,
+                event.device,
+                Measure::Reserved,
+            ),
+            Some(Action::SegmentFree) => self.end_key(HeldKey::Segment(event.address), seq),
+            Some(Action::SegmentMap) => {
+                self.kept_other.insert(seq);
+                self.peaks.entry((event.device, Measure::Reserved)).or_default().now += event.size;
+            }
+            Some(Action::SegmentUnmap) => {
+                self.kept_other.insert(seq);
+                let peak = self.peaks.entry((event.device, Measure::Reserved)).or_default();
+                peak.now = peak.now.saturating_sub(event.size);
+            }
+            Some(Action::Oom) => {
+                self.kept_other.insert(seq);
+                self.out_of_memory(event.device);
+            }
+            Some(Action::Snapshot) | None => {
+                self.kept_other.insert(seq);
+            }
+        }
+    }
+
+    /// What is kept once every event has been seen.
+    fn finish(mut self, folded_to: u64, older_folded_events: u64) -> Kept {
+        // Live at the end, so live at the cut (or made after it): this
+        // covers what was live at each peak and is not ended yet.
+        let live: Vec<(Measure, [u64; 2])> = self.held.values().map(|h| (h.measure, h.seqs)).collect();
+        for (measure, seqs) in live {
+            self.keep(measure, &seqs);
+        }
+        let peaks = std::mem::take(&mut self.peaks);
+        for ((_, measure), peak) in peaks {
+            for seqs in &peak.ended_since_peak {
+                self.keep(measure, seqs);
+            }
+        }
+        self.lost_below += folded_to.saturating_sub(self.next_seq);
+        let kept_memory_events = self.kept.iter().filter(|&&seq| seq < folded_to).count() as u64;
+        let mut below_cut = self.kept;
+        below_cut.extend(self.kept_other);
+        below_cut.retain(|&seq| seq < folded_to);
+        let mut sites: Vec<FoldedSite> = self.sites.into_values().collect();
+        sites.sort_by_key(|s| (s.device, s.stack));
+        Kept {
+            folded_events: older_folded_events + self.memory_events_below.saturating_sub(kept_memory_events),
+            below_cut,
+            folded_to,
+            lost_below: self.lost_below,
+            sites,
+        }
+    }
+}
+
+fn driver_key(a: &Allocation) -> HeldKey {
+    HeldKey::Driver(a.address, a.time_ns)
+}
+
+fn measure_of(a: &Allocation) -> Measure {
+    if a.is_device_memory() {
+        Measure::DeviceMemory
+    } else {
+        Measure::HostMemory
+    }
+}
+
+/// What a fold at `cuts` keeps: `cuts[i]` is process `i`'s first sequence
+/// number kept in full detail, or `None` to fold all its events so far.
+pub fn kept_below_cuts(index: &TraceIndex, cuts: &[Option<u64>], progress: &Progress) -> Vec<Kept> {
+    let mut processes: Vec<ProcessRetention> = index
+        .processes
+        .iter()
+        .zip(cuts)
+        .map(|(info, cut)| {
+            let old = info.fold.as_ref();
+            ProcessRetention {
+                cut: cut.unwrap_or(u64::MAX),
+                next_seq: old.map_or(0, |f| f.folded_to),
+                lost_below: old.map_or(0, |f| f.lost_below),
+                counted_from: old.map_or(0, |f| f.folded_to),
+                sites: old
+                    .iter()
+                    .flat_map(|f| &f.sites)
+                    .map(|s| ((s.device, s.stack), s.clone()))
+                    .collect(),
+                ..Default::default()
+            }
+        })
+        .collect();
+    let mut take = |step: &Step| processes[step.process].take(step.event, step.changes);
+    let Ok(_) = Replay::new(index, progress).run(&mut take);
+    processes
+        .into_iter()
+        .zip(&index.processes)
+        .zip(cuts)
+        .map(|((process, info), cut)| {
+            let old = info.fold.as_ref();
+            let folded_to = cut.unwrap_or(process.next_seq).max(old.map_or(0, |f| f.folded_to));
+            process.finish(folded_to, old.map_or(0, |f| f.folded_events))
+        })
+        .collect()
+}

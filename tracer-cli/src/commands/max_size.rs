@@ -1,0 +1,124 @@
+//! The trace's size cap: `run --max-size SIZE` and `CUDATRACE_MAX_SIZE`,
+//! which the collector of a plain `LD_PRELOAD` tree honours too.
+
+/// The cap when none is given: 2 GiB.
+pub const DEFAULT_MAX_SIZE: u64 = 2 << 30;
+/// The variable that sets the cap where `--max-size` is not given.
+pub const MAX_SIZE_VARIABLE: &str = "CUDATRACE_MAX_SIZE";
+/// The smallest cap accepted.
+pub const SMALLEST_MAX_SIZE: u64 = 64 << 10;
+
+/// A cap as written: bytes, or no cap at all.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum MaxSize {
+    /// At most this many bytes.
+    Bytes(u64),
+    /// `unlimited`.
+    Unlimited,
+}
+
+impl MaxSize {
+    /// The cap in bytes; `None` when unlimited.
+    pub fn bytes(self) -> Option<u64> {
+        match self {
+            MaxSize::Bytes(bytes) => Some(bytes),
+            MaxSize::Unlimited => None,
+        }
+    }
+}
+
+/// Parses `2GiB`, `256MiB`, `1.5G`, `500MB`, `1048576` or `unlimited`:
+/// K, M, G and T (with or without `iB`) count in 1024s, KB, MB, GB and TB in
+/// 1000s. Refuses anything under [`SMALLEST_MAX_SIZE`].
+pub fn parse_max_size(text: &str) -> Result<MaxSize, String> {
+    let trimmed = text.trim();
+    if trimmed.eq_ignore_ascii_case("unlimited") {
+        return Ok(MaxSize::Unlimited);
+    }
+    let split = trimmed
+        .find(|c: char| !(c.is_ascii_digit() || c == '.'))
+        .unwrap_or(trimmed.len());
+    let (number, unit) = trimmed.split_at(split);
+    let unit_bytes: u64 = match unit.trim().to_ascii_lowercase().as_str() {
+        "" | "b" => 1,
+        "k" | "kib" => 1 << 10,
+        "m" | "mib" => 1 << 20,
+        "g" | "gib" => 1 << 30,
+        "t" | "tib" => 1 << 40,
+        "kb" => 1_000,
+        "mb" => 1_000_000,
+        "gb" => 1_000_000_000,
+        "tb" => 1_000_000_000_000,
+        _ => return Err(format!("'{text}' is not a size (such as 2GiB, 500MB or unlimited)")),
+    };
+    let value: f64 = number
+        .parse()
+        .ok()
+        .filter(|v: &f64| v.is_finite())
+        .ok_or_else(|| format!("'{text}' is not a size (such as 2GiB, 500MB or unlimited)"))?;
+    let bytes = value * unit_bytes as f64;
+    if bytes >= u64::MAX as f64 {
+        return Err(format!("'{text}' is too large; give unlimited for no cap"));
+    }
+    let bytes = bytes as u64;
+    if bytes < SMALLEST_MAX_SIZE {
+        return Err(format!("'{text}' is too small: a trace needs at least 64KiB"));
+    }
+    Ok(MaxSize::Bytes(bytes))
+}
+
+/// The cap in bytes (`None`: unlimited): `--max-size` if given, else
+/// `CUDATRACE_MAX_SIZE`, else [`DEFAULT_MAX_SIZE`].
+pub fn trace_cap(flag: Option<MaxSize>) -> Result<Option<u64>, String> {
+    if let Some(size) = flag {
+        return Ok(size.bytes());
+    }
+    match std::env::var(MAX_SIZE_VARIABLE) {
+        Ok(text) if !text.trim().is_empty() => parse_max_size(&text)
+            .map(MaxSize::bytes)
+            .map_err(|why| format!("{MAX_SIZE_VARIABLE}: {why}")),
+        Err(std::env::VarError::NotUnicode(_)) => Err(format!("{MAX_SIZE_VARIABLE} is not a size")),
+        _ => Ok(Some(DEFAULT_MAX_SIZE)),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn sizes_read_as_people_write_them() {
+        assert_eq!(parse_max_size("2GiB"), Ok(MaxSize::Bytes(2 << 30)));
+        assert_eq!(parse_max_size("256MiB"), Ok(MaxSize::Bytes(256 << 20)));
+        assert_eq!(parse_max_size("64m"), Ok(MaxSize::Bytes(64 << 20)));
+        assert_eq!(parse_max_size("1.5G"), Ok(MaxSize::Bytes(3 << 29)));
+        assert_eq!(parse_max_size("500MB"), Ok(MaxSize::Bytes(500_000_000)));
+        assert_eq!(parse_max_size("1048576"), Ok(MaxSize::Bytes(1 << 20)));
+        assert_eq!(parse_max_size(" 64 KiB "), Ok(MaxSize::Bytes(64 << 10)));
+        assert_eq!(parse_max_size("Unlimited"), Ok(MaxSize::Unlimited));
+    }
+
+    #[test]
+    fn what_is_not_a_size_is_refused_in_one_line() {
+        assert_eq!(
+            parse_max_size("lots"),
+            Err("'lots' is not a size (such as 2GiB, 500MB or unlimited)".to_string())
+        );
+        assert_eq!(
+            parse_max_size("12XB"),
+            Err("'12XB' is not a size (such as 2GiB, 500MB or unlimited)".to_string())
+        );
+        assert_eq!(
+            parse_max_size("1.2.3M"),
+            Err("'1.2.3M' is not a size (such as 2GiB, 500MB or unlimited)".to_string())
+        );
+        assert_eq!(
+            parse_max_size("1000"),
+            Err("'1000' is too small: a trace needs at least 64KiB".to_string())
+        );
+        assert_eq!(
+            parse_max_size("99999999999T"),
+            Err("'99999999999T' is too large; give unlimited for no cap".to_string())
+        );
+    }
+}
