@@ -140,8 +140,8 @@ pub struct Fold {
     /// Events lost below `folded_to` before it was folded: gaps that were
     /// there already, which stay lost.
     pub lost_below: u64,
-    /// Memory events below `folded_to` that were folded away (not kept as
-    /// state): recorded, then summarised.
+    /// Memory events and tensor records below `folded_to` that were folded
+    /// away (not kept as state): recorded, then summarised.
     pub folded_events: u64,
     /// `CLOCK_MONOTONIC` ns from which the whole trace is in full detail.
     pub detail_from_ns: u64,

@@ -213,6 +213,18 @@ static void scenario_loop(int iterations, int threads) {
            (unsigned long long)loop_live_bytes);
 }
 
+/* `pairs N [wait]`: N allocations of 8 KiB, each freed before the next:
+ * many events, little memory live at any moment (what folding a long run
+ * keeps small). */
+static void scenario_pairs(int n) {
+    for (int i = 0; i < n; i++) {
+        void *p = NULL;
+        check("cudaMalloc", cudaMalloc(&p, 8192));
+        check("cudaFree", cudaFree(p));
+    }
+    printf("pairs %d\n", n);
+}
+
 /* `leak N`: what `cudatrace diff` compares between runs. A working buffer
  * of 4 MiB, freed at the end; N buffers of 1 MiB that are never freed; and
  * a 2 MiB scratch buffer allocated and freed after them, at the peak. */
@@ -871,6 +883,15 @@ int main(int argc, char **argv) {
             while (read(0, buffer, sizeof buffer) > 0) {}
         } else if (argc > 4) {
             return atoi(argv[4]);
+        }
+    }
+    else if (!strcmp(name, "pairs") && argc > 2) {
+        scenario_pairs(atoi(argv[2]));
+        if (argc > 3 && !strcmp(argv[3], "wait")) {
+            printf("ready\n");
+            fflush(stdout);
+            char buffer[64];
+            while (read(0, buffer, sizeof buffer) > 0) {}
         }
     }
     else if (!strcmp(name, "leak") && argc > 2) scenario_leak(atoi(argv[2]));

@@ -39,7 +39,8 @@ pub struct Kept {
     /// Events lost below the cut (gaps there, and those an older fold
     /// counted).
     pub lost_below: u64,
-    /// Memory events folded away, including an older fold's.
+    /// Memory events and tensor records folded away, including an older
+    /// fold's.
     pub folded_events: u64,
     /// Device memory allocated and freed below the cut, per device and
     /// call stack, including an older fold's counts.
@@ -96,7 +97,9 @@ struct ProcessRetention {
     ooms_kept: HashMap<Option<u8>, usize>,
     /// Kept memory events (driver allocations, frees, maps, OOMs).
     kept: HashSet<u64>,
-    /// Kept records of other sorts (stacks, measurements, tensors).
+    /// Kept tensor records.
+    kept_tensors: HashSet<u64>,
+    /// Kept records of other sorts (stacks, measurements).
     kept_other: HashSet<u64>,
     next_seq: u64,
     lost_below: u64,
@@ -154,7 +157,7 @@ impl ProcessRetention {
     fn keep(&mut self, measure: Measure, seqs: &[u64]) {
         let set = match measure {
             Measure::DeviceMemory | Measure::HostMemory => &mut self.kept,
-            Measure::Tensors | Measure::Reserved => &mut self.kept_other,
+            Measure::Tensors | Measure::Reserved => &mut self.kept_tensors,
         };
         set.extend(seqs.iter().filter(|&&seq| seq != u64::MAX));
     }
@@ -180,7 +183,7 @@ impl ProcessRetention {
         if seq < self.cut {
             self.lost_below += seq.saturating_sub(self.next_seq);
             self.next_seq = self.next_seq.max(seq + 1);
-            if event.op.is_memory_event() {
+            if event.op.is_memory_event() || event.op == Op::Tensor {
                 self.memory_events_below += 1;
             }
         }
@@ -265,20 +268,20 @@ impl ProcessRetention {
             ),
             Some(Action::SegmentFree) => self.end_key(HeldKey::Segment(event.address), seq),
             Some(Action::SegmentMap) => {
-                self.kept_other.insert(seq);
+                self.kept_tensors.insert(seq);
                 self.peaks.entry((event.device, Measure::Reserved)).or_default().now += event.size;
             }
             Some(Action::SegmentUnmap) => {
-                self.kept_other.insert(seq);
+                self.kept_tensors.insert(seq);
                 let peak = self.peaks.entry((event.device, Measure::Reserved)).or_default();
                 peak.now = peak.now.saturating_sub(event.size);
             }
             Some(Action::Oom) => {
-                self.kept_other.insert(seq);
+                self.kept_tensors.insert(seq);
                 self.out_of_memory(event.device);
             }
             Some(Action::Snapshot) | None => {
-                self.kept_other.insert(seq);
+                self.kept_tensors.insert(seq);
             }
         }
     }
@@ -298,8 +301,9 @@ impl ProcessRetention {
             }
         }
         self.lost_below += folded_to.saturating_sub(self.next_seq);
-        let kept_memory_events = self.kept.iter().filter(|&&seq| seq < folded_to).count() as u64;
         let mut below_cut = self.kept;
+        below_cut.extend(self.kept_tensors);
+        let kept_memory_events = below_cut.iter().filter(|&&seq| seq < folded_to).count() as u64;
         below_cut.extend(self.kept_other);
         below_cut.retain(|&seq| seq < folded_to);
         let mut sites: Vec<FoldedSite> = self.sites.into_values().collect();

@@ -67,6 +67,9 @@ impl Summary {
         if let Some(why) = &self.folds.failure {
             lines.push(collector_lines::could_not_fold(why));
         }
+        if let (Some(kept), 0) = (self.folds.state_too_large, self.folds.failure.iter().count()) {
+            lines.push(collector_lines::state_larger_than_cap(kept));
+        }
         if self.dropped_events > 0 {
             lines.push(collector_lines::events_not_recorded(
                 self.dropped_events,

@@ -66,18 +66,23 @@ pub struct Folds {
     pub done: u64,
     /// Why the last fold that could not be done failed.
     pub failure: Option<String>,
+    /// What the last fold that could not get under its target kept, in
+    /// bytes: the state that must stay exact was larger than the cap allows.
+    pub state_too_large: Option<u64>,
     /// Size at which the next fold is due.
     next_at: u64,
 }
 
 impl Sink {
-    /// Folds the trace if it has reached its fold size, or, when `reserve`
-    /// more bytes are still to come, if they would take it past its cap.
+    /// Folds the trace if it has reached its fold size, or, at the end,
+    /// when the last `reserve` bytes (the symbols and the footer) would take
+    /// it past its cap.
     fn fold_if_due(&mut self, reserve: u64) {
         let Some(cap) = self.cap else { return };
         let written = self.trace.bytes_written();
         let at = self.folds.next_at.max(cap / 10 * fold::FOLD_AT_PARTS);
-        if written < at && written + reserve <= cap {
+        let past_cap_at_end = reserve > 0 && written + reserve > cap && self.folds.state_too_large.is_none();
+        if written < at && !past_cap_at_end {
             return;
         }
         let target = (cap / 10 * fold::REWRITE_PARTS).min(cap.saturating_sub(reserve));
@@ -89,9 +94,17 @@ impl Sink {
             }
             Err(reason) => self.folds.failure = Some(reason),
         }
-        // What a fold must keep may not shrink below the fold size: fold
-        // again only once a tenth of the cap more has come.
-        self.folds.next_at = self.trace.bytes_written() + cap / 10;
+        let kept = self.trace.bytes_written();
+        self.folds.next_at = if kept <= target {
+            kept + cap / 10
+        } else {
+            // What must stay exact (the memory live now, at the peaks and
+            // at the OOMs) takes more than the cap allows: said at the end,
+            // and folded again only once the trace has doubled, so that
+            // folding never costs more than the writing.
+            self.folds.state_too_large = Some(kept);
+            kept.saturating_mul(2)
+        };
     }
 }
 

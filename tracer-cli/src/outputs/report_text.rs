@@ -28,10 +28,7 @@ pub fn report(index: &TraceIndex, summary: &Summary, frames: FramesShown) -> Str
             h.host,
             h.tracer_version,
             count(index.processes.len() as u64, "process", "processes"),
-            match index.folded_events() {
-                0 => count(events, "event", "events"),
-                folded => format!("{} events ({events} in detail)", events + folded),
-            }
+            count(events, "event", "events")
         );
     }
     if let Some(line) = switch_lines::paused_line(index) {

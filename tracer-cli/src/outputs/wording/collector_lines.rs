@@ -11,14 +11,25 @@ pub fn wrote_trace(trace: &Path, processes: u64, events: u64, folded: u64, bytes
     let events = match folded {
         0 => count(events, "event", "events"),
         folded => format!(
-            "{} events, {folded} of them folded into summaries to keep it under its size cap",
-            events + folded
+            "{}, and {} folded into summaries to keep it under its size cap",
+            count(events, "event", "events"),
+            count(folded, "record", "records")
         ),
     };
     format!(
         "cudatrace: wrote {} ({}, {events}, {bytes} bytes)",
         trace.display(),
         count(processes, "process", "processes"),
+    )
+}
+
+/// A fold that kept more than its cap allows: what must stay exact (the
+/// memory live, at the peaks and at the OOMs) was that large.
+pub fn state_larger_than_cap(kept: u64) -> String {
+    format!(
+        "cudatrace: the memory live at the peaks, at the OOMs and at the end took {} of trace, more than its size \
+         cap leaves room for; the trace may be larger than asked (give a larger --max-size)",
+        super::numbers::bytes(kept)
     )
 }
 

@@ -14,7 +14,7 @@ pub fn detail_span(index: &TraceIndex) -> Option<String> {
          with the peaks, the OOMs, every count and what was live at {} kept exact",
         since_start(from),
         since_start(index.end_ns().max(from)),
-        count(index.folded_events(), "event", "events"),
+        count(index.folded_events(), "record", "records"),
         since_start(from),
     ))
 }

@@ -1,0 +1,226 @@
+//! Bounded traces: `run --max-size` folds a trace's older detail away, and
+//! every count, the peaks and the state at the end stay what the whole
+//! trace says.
+
+mod common;
+
+use common::*;
+use serde_json::{json, Value};
+use std::path::{Path, PathBuf};
+use std::process::Stdio;
+
+/// `scenarios pairs 100000` under `cudatrace run OPTIONS`: 100,000
+/// allocations of 8,192 bytes, each freed before the next: 200,000 events.
+fn run_pairs(label: &str, options: &[&str]) -> (std::process::Output, PathBuf) {
+    let scenarios = fake_cuda::program("scenarios");
+    let (mut command, trace) = run_program(label, &scenarios, options);
+    command.args(["pairs", "100000"]);
+    let output = command.output().unwrap();
+    assert_eq!(output.status.code(), Some(0), "{}", stderr(&output));
+    (output, trace)
+}
+
+/// The counts that folding must leave as they were, and the device peak.
+fn whole_run_figures(report: &Value) -> Value {
+    let p = &report["processes"][0];
+    let d = &p["devices"][0];
+    json!({
+        "complete": report["complete"],
+        "lost_events": report["lost_events"],
+        "allocations": d["allocations"],
+        "frees": d["frees"],
+        "live_bytes_at_exit": d["live_bytes_at_exit"],
+        "peak_bytes": d["peak_bytes"],
+        "exit_status": p["exit_status"],
+    })
+}
+
+fn file_size(path: &Path) -> u64 {
+    std::fs::metadata(path).unwrap().len()
+}
+
+#[test]
+fn a_capped_run_stays_under_its_cap_with_every_count_whole() {
+    let (_, whole) = run_pairs("fold-whole", &["--max-size", "unlimited"]);
+    let (output, folded) = run_pairs("fold-capped", &["--max-size", "256KiB"]);
+    assert!(
+        file_size(&whole) > 1 << 20,
+        "the whole trace is {} bytes",
+        file_size(&whole)
+    );
+    assert!(
+        file_size(&folded) <= 256 << 10,
+        "the capped trace is {} bytes",
+        file_size(&folded)
+    );
+    let said = stderr(&output);
+    assert!(
+        said.contains("records folded into summaries to keep it under its size cap"),
+        "{said}"
+    );
+    let (whole_report, _) = report_json(&whole);
+    let (report, _) = report_json(&folded);
+    let expected = json!({"complete": true, "lost_events": 0, "allocations": 100_000, "frees": 100_000,
+        "live_bytes_at_exit": 0, "peak_bytes": 8192, "exit_status": 0});
+    assert_eq!(whole_run_figures(&whole_report), expected);
+    assert_eq!(whole_run_figures(&report), expected);
+    assert_eq!(whole_report["folded"], Value::Null);
+    let fold = &report["folded"];
+    assert!(fold["detail_from_s"].as_f64().unwrap() > 0.0, "{fold}");
+    assert!(fold["detail_from_s"].as_f64() <= fold["end_s"].as_f64(), "{fold}");
+    // Each event is in detail or folded, none lost and none twice.
+    let in_detail = report["processes"][0]["events"].as_u64().unwrap();
+    assert_eq!(fold["folded_events"].as_u64().unwrap() + in_detail, 200_000);
+    // The text report and every command say which span is in detail.
+    let text = cudatrace(&["report", folded.to_str().unwrap()]).output().unwrap();
+    let out = String::from_utf8_lossy(&text.stdout);
+    let line = out.lines().nth(1).unwrap();
+    assert!(line.starts_with("detail from "), "{out}");
+    assert!(line.contains(" to the end ("), "{line}");
+    assert!(stderr(&text).contains(": detail from "), "{}", stderr(&text));
+}
+
+#[test]
+fn a_peak_long_before_the_end_and_the_state_after_it_stay_exact() {
+    // `training` with a leak: every step's output is kept, so the peak is
+    // at the end; without the leak the peak is in the first steps, which
+    // a small cap folds away.
+    let run = |label: &str, cap: &str| {
+        let (mut command, trace) = run_program(label, &fake_cuda::program("torch_like"), &["--max-size", cap]);
+        command.arg(fake_cuda::torch_library("211")).arg("training");
+        let output = command.env("FAKE_TORCH_STEPS", "400").output().unwrap();
+        assert_eq!(output.status.code(), Some(0), "{}", stderr(&output));
+        trace
+    };
+    let (whole, folded) = (run("fold-train-whole", "unlimited"), run("fold-train-capped", "64KiB"));
+    assert!(file_size(&folded) <= 64 << 10, "{} bytes", file_size(&folded));
+    let (a, _) = report_json(&whole);
+    let (b, _) = report_json(&folded);
+    assert!(b["folded"]["folded_events"].as_u64().unwrap() > 1000, "{}", b["folded"]);
+    let figures = |report: &Value| {
+        let p = report["processes"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .find(|p| p["tensors"]["actions"].as_u64() > Some(0))
+            .unwrap()
+            .clone();
+        let tensors = &p["tensors"]["devices"][0];
+        json!({
+            "lost": report["lost_events"],
+            "devices": p["devices"],
+            "allocated_peak": tensors["allocated_peak_bytes"],
+            "reserved_peak": tensors["reserved_peak_bytes"],
+            "allocated_at_exit": tensors["allocated_bytes_at_exit"],
+        })
+    };
+    assert_eq!(figures(&b), figures(&a));
+    assert_eq!(figures(&a)["lost"], 0);
+    assert!(figures(&a)["allocated_peak"].as_u64() > Some(0));
+}
+
+#[test]
+fn a_size_that_is_not_one_is_refused_in_one_line_before_anything_runs() {
+    let output = cudatrace_run()
+        .args(["--max-size", "lots", "--", "true"])
+        .output()
+        .unwrap();
+    assert_eq!(output.status.code(), Some(2));
+    let said = stderr(&output);
+    assert!(
+        said.eq(
+            "cudatrace: invalid value 'lots' for '--max-size <SIZE>': 'lots' is not a size (such as 2GiB, 500MB or unlimited) (see --help)\n"
+        ),
+        "{said}"
+    );
+    let output = cudatrace_run()
+        .args(["--", "true"])
+        .env("CUDATRACE_MAX_SIZE", "1KiB")
+        .output()
+        .unwrap();
+    assert_eq!(output.status.code(), Some(2));
+    assert_eq!(
+        stderr(&output),
+        "cudatrace: CUDATRACE_MAX_SIZE: '1KiB' is too small: a trace needs at least 64KiB\n"
+    );
+}
+
+#[test]
+fn collect_of_a_folded_trace_and_the_spools_left_returns_every_count() {
+    let scenarios = fake_cuda::program("scenarios");
+    let (mut command, trace) = run_program("fold-killed", &scenarios, &["--max-size", "256KiB"]);
+    let dir = trace.parent().unwrap().to_owned();
+    let spools = dir.join("spools");
+    std::fs::create_dir(&spools).unwrap();
+    let mut run = command
+        .args(["pairs", "100000", "wait"])
+        .env("CUDATRACE_DIR", &spools)
+        .stdin(Stdio::piped())
+        .stdout(Stdio::piped())
+        .spawn()
+        .unwrap();
+    let mut program_out = wait_for_line(&mut run, "ready");
+    let run_dir = std::fs::read_dir(&spools).unwrap().next().unwrap().unwrap().path();
+    let spool = spool_files(&run_dir).pop().unwrap();
+    // Most chunks given back: the trace has been folded by then (it passed
+    // its cap several times over).
+    assert!(wait_for_header(&spool, |h| h.released_records >= 10 * 16384));
+    // SAFETY: killing our own child.
+    unsafe { libc::kill(run.id() as i32, libc::SIGKILL) };
+    run.wait().unwrap();
+    drop(run.stdin.take());
+    let mut rest = String::new();
+    std::io::Read::read_to_string(&mut program_out, &mut rest).unwrap();
+    assert!(wait_for_header(&spool, |h| h.process.exit.is_some()));
+    let (before, _) = report_json(&trace);
+    assert!(
+        before["folded"]["folded_events"].as_u64() > Some(0),
+        "{}",
+        before["folded"]
+    );
+    let output = cudatrace(&["collect", run_dir.to_str().unwrap()]).output().unwrap();
+    assert_eq!(output.status.code(), Some(0), "{}", stderr(&output));
+    let (report, _) = report_json(&trace);
+    assert_eq!(
+        whole_run_figures(&report),
+        json!({"complete": true, "lost_events": 0, "allocations": 100_000, "frees": 100_000,
+               "live_bytes_at_exit": 0, "peak_bytes": 8192, "exit_status": 0})
+    );
+    assert_eq!(report["folded"]["detail_from_s"], before["folded"]["detail_from_s"]);
+}
+
+/// Waits up to 30 s for the spool's header to satisfy `done`.
+fn wait_for_header(spool: &Path, done: impl Fn(&cudatrace_events::SpoolHeaderInfo) -> bool) -> bool {
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(30);
+    while std::time::Instant::now() < deadline {
+        if let Ok(file) = cudatrace_events::SpoolFile::open(spool, false) {
+            if done(&file.header()) {
+                return true;
+            }
+        }
+        std::thread::sleep(std::time::Duration::from_millis(20));
+    }
+    false
+}
+
+#[test]
+fn state_larger_than_the_cap_is_kept_whole_and_said() {
+    // `loop`: 50,000 allocations of 8 KiB live at the end, more state than
+    // 256 KiB of trace can hold. Nothing is lost, and the run says so.
+    let scenarios = fake_cuda::program("scenarios");
+    let (mut command, trace) = run_program("fold-too-much-live", &scenarios, &["--max-size", "256KiB"]);
+    let output = command.args(["loop", "100000", "1"]).output().unwrap();
+    assert_eq!(output.status.code(), Some(0), "{}", stderr(&output));
+    let said = stderr(&output);
+    assert!(
+        said.contains("cudatrace: the memory live at the peaks, at the OOMs and at the end took ")
+            && said.contains("more than its size cap leaves room for; the trace may be larger than asked"),
+        "{said}"
+    );
+    let (report, _) = report_json(&trace);
+    assert_eq!(
+        whole_run_figures(&report),
+        json!({"complete": true, "lost_events": 0, "allocations": 100_000, "frees": 50_000,
+               "live_bytes_at_exit": 819_200_000, "peak_bytes": 819_208_192, "exit_status": 0})
+    );
+}
