@@ -78,6 +78,18 @@ fn a_capped_run_stays_under_its_cap_with_every_count_whole() {
     assert!(line.starts_with("detail from "), "{out}");
     assert!(line.contains(" to the end ("), "{line}");
     assert!(stderr(&text).contains(": detail from "), "{}", stderr(&text));
+    let pickles = folded.with_file_name("snap");
+    let snapshot = cudatrace(&["snapshot", "-o", pickles.to_str().unwrap(), folded.to_str().unwrap()])
+        .output()
+        .unwrap();
+    assert_eq!(snapshot.status.code(), Some(0), "{}", stderr(&snapshot));
+    assert!(
+        stderr(&snapshot).starts_with(
+            "cudatrace: the trace was folded to stay under its size cap: the snapshot shows its detail, from "
+        ),
+        "{}",
+        stderr(&snapshot)
+    );
 }
 
 #[test]
@@ -112,11 +124,16 @@ fn a_peak_long_before_the_end_and_the_state_after_it_stay_exact() {
             "allocated_peak": tensors["allocated_peak_bytes"],
             "reserved_peak": tensors["reserved_peak_bytes"],
             "allocated_at_exit": tensors["allocated_bytes_at_exit"],
+            "tensor_allocations": tensors["allocations"],
+            "tensor_frees": tensors["frees"],
         })
     };
     assert_eq!(figures(&b), figures(&a));
     assert_eq!(figures(&a)["lost"], 0);
     assert!(figures(&a)["allocated_peak"].as_u64() > Some(0));
+    // Three parameters, then per step: activations, an output, a gradient
+    // or two (see torch_like.cpp's `training`).
+    assert!(figures(&a)["tensor_allocations"].as_u64() > Some(2000));
 }
 
 #[test]

@@ -130,6 +130,7 @@ fn decode_fold(c: &mut Cursor) -> Result<Record, Malformed> {
             allocations: c.get()?,
             frees: c.get()?,
             bytes: c.get()?,
+            tensors: c.get()? & 1 != 0,
         });
     }
     Ok(Record::Fold(fold))

@@ -118,6 +118,7 @@ pub(crate) fn encode(record: &Record, out: &mut Vec<u8>) -> u8 {
                 put(out, site.allocations);
                 put(out, site.frees);
                 put(out, site.bytes);
+                put(out, u64::from(site.tensors));
             }
             TAG_FOLD
         }

@@ -150,9 +150,12 @@ pub struct Fold {
     pub sites: Vec<FoldedSite>,
 }
 
-/// The allocations and frees of one device and call stack below a fold.
+/// The allocations and frees of one device and call stack below a fold:
+/// the driver's, or PyTorch's tensors'.
 #[derive(Clone, Debug, PartialEq, Eq, Default)]
 pub struct FoldedSite {
+    /// Tensors (PyTorch's caching allocator's blocks), not driver memory.
+    pub tensors: bool,
     /// Device ordinal; `None` for host memory or unknown.
     pub device: Option<u8>,
     /// Call stack (innermost node id; 0 = none).

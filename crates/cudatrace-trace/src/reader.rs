@@ -342,6 +342,7 @@ mod tests {
                     allocations: 80,
                     frees: 78,
                     bytes: 80 << 20,
+                    tensors: false,
                 },
                 FoldedSite {
                     device: None,
@@ -349,6 +350,7 @@ mod tests {
                     allocations: 5,
                     frees: 5,
                     bytes: 4096,
+                    tensors: true,
                 },
             ],
         };

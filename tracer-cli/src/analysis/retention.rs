@@ -63,6 +63,7 @@ struct Held {
     seqs: [u64; 2],
     size: u64,
     device: Option<u8>,
+    stack: u32,
     measure: Measure,
     /// Live at a moment that must stay exact (an OOM's).
     keep: bool,
@@ -106,11 +107,11 @@ struct ProcessRetention {
     memory_events_below: u64,
     /// Where the older fold stopped: below it, counts are in `sites` already.
     counted_from: u64,
-    sites: HashMap<(Option<u8>, u32), FoldedSite>,
+    sites: HashMap<(bool, Option<u8>, u32), FoldedSite>,
 }
 
 impl ProcessRetention {
-    fn begin(&mut self, key: HeldKey, seq: u64, size: u64, device: Option<u8>, measure: Measure) {
+    fn begin(&mut self, key: HeldKey, seq: u64, size: u64, (device, stack): (Option<u8>, u32), measure: Measure) {
         if let Some(old) = self.held.remove(&key) {
             // Its end was never seen: it ends here.
             self.end(old, seq);
@@ -128,6 +129,7 @@ impl ProcessRetention {
                 seqs: [seq, u64::MAX],
                 size,
                 device,
+                stack,
                 measure,
                 keep: false,
             },
@@ -189,12 +191,15 @@ impl ProcessRetention {
         }
         if (self.counted_from..self.cut).contains(&seq) {
             self.count(changes);
+            self.count_tensor(event);
         }
         match event.op {
             Op::Alloc | Op::Free | Op::Map | Op::Unmap => {
                 for change in changes {
                     match change {
-                        Change::Allocated(a) => self.begin(driver_key(a), seq, a.size, a.device, measure_of(a)),
+                        Change::Allocated(a) => {
+                            self.begin(driver_key(a), seq, a.size, (a.device, a.stack), measure_of(a))
+                        }
                         Change::Freed { allocation: a, .. } => self.end_key(driver_key(a), seq),
                         _ => {}
                     }
@@ -229,17 +234,42 @@ impl ProcessRetention {
             if !a.is_device_memory() {
                 continue;
             }
-            let site = self.sites.entry((a.device, a.stack)).or_insert_with(|| FoldedSite {
-                device: a.device,
-                stack: a.stack,
+            self.count_site(false, a.device, a.stack, (!freed).then_some(a.size));
+        }
+    }
+
+    /// Counts a tensor allocated (with its call stack) or freed (a free
+    /// record has none: it counts where its block was allocated).
+    fn count_tensor(&mut self, event: &Event) {
+        match action_of(event) {
+            Some(Action::Alloc) => self.count_site(true, event.device, event.stack, Some(event.size)),
+            Some(Action::FreeCompleted) => {
+                if let Some(held) = self.held.get(&HeldKey::Tensor(event.address)) {
+                    let (device, stack) = (held.device, held.stack);
+                    self.count_site(true, device, stack, None);
+                }
+            }
+            _ => {}
+        }
+    }
+
+    /// One allocation of `size` bytes (`Some`), or one free (`None`).
+    fn count_site(&mut self, tensors: bool, device: Option<u8>, stack: u32, size: Option<u64>) {
+        let site = self
+            .sites
+            .entry((tensors, device, stack))
+            .or_insert_with(|| FoldedSite {
+                tensors,
+                device,
+                stack,
                 ..Default::default()
             });
-            if freed {
-                site.frees += 1;
-            } else {
+        match size {
+            Some(size) => {
                 site.allocations += 1;
-                site.bytes += a.size;
+                site.bytes += size;
             }
+            None => site.frees += 1,
         }
     }
 
@@ -250,7 +280,7 @@ impl ProcessRetention {
                 HeldKey::Tensor(event.address),
                 seq,
                 event.size,
-                event.device,
+                (event.device, event.stack),
                 Measure::Tensors,
             ),
             Some(Action::FreeRequested) => {
@@ -263,7 +293,7 @@ impl ProcessRetention {
                 HeldKey::Segment(event.address),
                 seq,
                 event.size,
-                event.device,
+                (event.device, event.stack),
                 Measure::Reserved,
             ),
             Some(Action::SegmentFree) => self.end_key(HeldKey::Segment(event.address), seq),
@@ -307,7 +337,7 @@ impl ProcessRetention {
         below_cut.extend(self.kept_other);
         below_cut.retain(|&seq| seq < folded_to);
         let mut sites: Vec<FoldedSite> = self.sites.into_values().collect();
-        sites.sort_by_key(|s| (s.device, s.stack));
+        sites.sort_by_key(|s| (s.tensors, s.device, s.stack));
         Kept {
             folded_events: older_folded_events + self.memory_events_below.saturating_sub(kept_memory_events),
             below_cut,
@@ -347,7 +377,7 @@ pub fn kept_below_cuts(index: &TraceIndex, cuts: &[Option<u64>], progress: &Prog
                 sites: old
                     .iter()
                     .flat_map(|f| &f.sites)
-                    .map(|s| ((s.device, s.stack), s.clone()))
+                    .map(|s| ((s.tensors, s.device, s.stack), s.clone()))
                     .collect(),
                 ..Default::default()
             }

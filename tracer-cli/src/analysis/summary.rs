@@ -14,6 +14,7 @@ use super::tensor_summary::TensorSummary;
 use super::trace_index::TraceIndex;
 use super::unreadable::UnreadBlock;
 use crate::system::progress::Progress;
+use cudatrace_events::tensors::Action;
 use cudatrace_events::Event;
 use cudatrace_trace::{Fold, FoldedSite};
 use std::collections::BTreeMap;
@@ -44,6 +45,8 @@ pub struct ProcessSummary {
     pub(super) folded_sites: Vec<FoldedSite>,
     /// Counts made from events kept below the fold, taken back at the end.
     pub(super) recounted: BTreeMap<DeviceKey, (u64, u64, u64)>,
+    /// The same, of tensors: allocations and frees.
+    pub(super) recounted_tensors: BTreeMap<DeviceKey, (u64, u64)>,
 }
 
 impl ProcessSummary {
@@ -72,6 +75,15 @@ impl ProcessSummary {
         }
         if let Some(low_points) = &mut self.low_points {
             low_points.before(event, &self.tensors, &self.devices);
+        }
+        if event.seq < self.folded_to {
+            match cudatrace_events::tensors::action_of(event) {
+                Some(Action::Alloc) => self.recounted_tensors.entry(DeviceKey::of(event.device)).or_default().0 += 1,
+                Some(Action::FreeCompleted) => {
+                    self.recounted_tensors.entry(DeviceKey::of(event.device)).or_default().1 += 1
+                }
+                _ => {}
+            }
         }
         self.tensors.observe(event);
         for change in changes {
@@ -184,8 +196,21 @@ impl ProcessSummary {
             stats.frees = stats.frees.saturating_sub(frees);
             stats.bytes_allocated = stats.bytes_allocated.saturating_sub(bytes);
         }
+        for (key, (allocations, frees)) in std::mem::take(&mut self.recounted_tensors) {
+            if let Some(stats) = self.tensors.devices.get_mut(&key) {
+                stats.allocations = stats.allocations.saturating_sub(allocations);
+                stats.frees = stats.frees.saturating_sub(frees);
+            }
+        }
         for site in std::mem::take(&mut self.folded_sites) {
-            let stats = self.devices.entry(DeviceKey::of(site.device)).or_default();
+            let key = DeviceKey::of(site.device);
+            if site.tensors {
+                let stats = self.tensors.devices.entry(key).or_default();
+                stats.allocations += site.allocations;
+                stats.frees += site.frees;
+                continue;
+            }
+            let stats = self.devices.entry(key).or_default();
             stats.allocations += site.allocations;
             stats.frees += site.frees;
             stats.bytes_allocated += site.bytes;

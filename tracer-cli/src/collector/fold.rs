@@ -412,7 +412,11 @@ mod tests {
             (held_b.live_bytes, &held_b.live_by_stack),
             (12 * BIG + 4096, &held_a.live_by_stack)
         );
-        let tensors = |s: &Summary| s.processes[0].tensors.devices[&DeviceKey::Gpu(0)].allocated_peak;
+        let tensors = |s: &Summary| {
+            let stats = &s.processes[0].tensors.devices[&DeviceKey::Gpu(0)];
+            (stats.allocated_peak, stats.allocations, stats.frees)
+        };
+        assert_eq!(tensors(&summary).1, 6000);
         assert_eq!(tensors(&summary), tensors(&whole));
         let _ = std::fs::remove_dir_all(&dir);
     }

@@ -32,6 +32,9 @@ pub fn command(args: SnapshotArgs) -> Result<u8, Failure> {
         window.to_ns = Some(end_ns);
         say(&said);
     }
+    if let Some(detail_from_ns) = index.detail_from_ns() {
+        say(&folded_span(&index, &mut window, detail_from_ns));
+    }
     let stem = output_stem(&args.trace, args.output.as_deref());
     let passes = torch_snapshot::passes(&index, &selected, args.window.max_events);
     let progress = Progress::new("snapshot", index.events * passes);
@@ -61,6 +64,21 @@ pub fn command(args: SnapshotArgs) -> Result<u8, Failure> {
         }
     }
     write_pickles(&index, made, is_private(&args.trace))
+}
+
+/// A folded trace's snapshot covers its detailed span unless a window or
+/// a moment before it is asked for; the line that says which.
+fn folded_span(index: &TraceIndex, window: &mut Window, detail_from_ns: u64) -> String {
+    let seconds = |ns: u64| ns.saturating_sub(index.start_ns()) as f64 / 1e9;
+    let ends_before_detail = window.to_ns.is_some_and(|to| to < detail_from_ns);
+    if window.from_ns.is_none() && !ends_before_detail {
+        window.from_ns = Some(detail_from_ns);
+        return output_lines::snapshot_of_detail(seconds(detail_from_ns), seconds(index.end_ns()));
+    }
+    if window.from_ns.is_none_or(|from| from < detail_from_ns) {
+        return output_lines::snapshot_reaches_before_detail(seconds(detail_from_ns));
+    }
+    output_lines::snapshot_within_detail(seconds(detail_from_ns))
 }
 
 /// Where `--at` ends the snapshot: (the one process written, the end, the

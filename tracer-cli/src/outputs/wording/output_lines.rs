@@ -149,6 +149,27 @@ pub const AT_PEAK_NEEDS_ONE_PROCESS: &str = "--at peak is one process's peak: na
 /// `snapshot --at peak` with `--to`, or with `--from` past the peak.
 pub const AT_PEAK_WINDOW: &str = "--at peak ends the snapshot at the peak: give no --to, and a --from before the peak";
 
+/// `snapshot` of a folded trace, no window given: what it covers.
+pub fn snapshot_of_detail(from: f64, end: f64) -> String {
+    format!(
+        "cudatrace: the trace was folded to stay under its size cap: the snapshot shows its detail, from {from:.3} s \
+         to the end ({end:.3} s), starting from the memory live then"
+    )
+}
+
+/// `snapshot` of a folded trace, over a span that starts before its detail.
+pub fn snapshot_reaches_before_detail(from: f64) -> String {
+    format!(
+        "cudatrace: the trace was folded to stay under its size cap: before {from:.3} s the snapshot's history holds \
+         only what folding kept (the memory live at the peaks, the OOMs and {from:.3} s), not every event"
+    )
+}
+
+/// `snapshot --from` of a folded trace, within its detail.
+pub fn snapshot_within_detail(from: f64) -> String {
+    format!("cudatrace: the trace was folded to stay under its size cap; its detail starts at {from:.3} s")
+}
+
 /// `snapshot --at peak`: which moment it ends at.
 pub fn snapshot_at_peak(pid: u32, peak: u64, seconds: f64) -> String {
     format!(
