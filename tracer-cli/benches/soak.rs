@@ -8,7 +8,9 @@
 //!
 //! `cargo bench -p cudatrace-cli --bench soak`
 //! (`CUDATRACE_SOAK_SECONDS`, default 180; `CUDATRACE_SOAK_RATE`, calls a
-//! second per thread, default 4000.)
+//! second per thread, default 4000; `CUDATRACE_SOAK_MAX_SIZE`, the trace's
+//! cap, default 64MiB so that the live collector folds the trace several
+//! times before it is killed.)
 
 use serde_json::Value;
 use std::collections::HashMap;
@@ -84,6 +86,7 @@ fn main() {
     std::fs::create_dir_all(&spools).unwrap();
     let trace = work.join("soak.trace");
 
+    let max_size = std::env::var("CUDATRACE_SOAK_MAX_SIZE").unwrap_or_else(|_| "64MiB".into());
     let started = Instant::now();
     let mut run = Command::new(&cli)
         .args([
@@ -92,6 +95,8 @@ fn main() {
             library.to_str().unwrap(),
             "-o",
             trace.to_str().unwrap(),
+            "--max-size",
+            &max_size,
             "--",
         ])
         .arg(fake_cuda::program("scenarios"))
@@ -173,7 +178,7 @@ fn main() {
     );
     println!("| pid | killed | log allocations | trace allocations | log frees | trace frees | lost events |");
     println!("| --- | --- | --- | --- | --- | --- | --- |");
-    let mut total_events = 0u64;
+    let (mut total_events, mut total_folded) = (0u64, 0u64);
     for (pid, allocations, frees, live, finished) in read_logs(&logs) {
         let p = processes
             .get(&u64::from(pid))
@@ -186,7 +191,10 @@ fn main() {
         let got_live = device["live_bytes_at_exit"].as_u64().unwrap();
         let lost = p["lost_events"].as_u64().unwrap();
         let was_killed = killed.contains(&pid);
-        total_events += p["events"].as_u64().unwrap();
+        // Events in the trace's detail, and those folded to keep it under its cap.
+        let events = p["events"].as_u64().unwrap() + p["folded_events"].as_u64().unwrap();
+        total_events += events;
+        total_folded += p["folded_events"].as_u64().unwrap();
         println!(
             "| {pid} | {} | {allocations} | {got_allocations} | {frees} | {got_frees} | {lost} |",
             if was_killed { "yes" } else { "no" },
@@ -195,11 +203,7 @@ fn main() {
         // reused, shows as a free the report infers at the reuse.
         let inferred_frees = p["reused_without_free"].as_u64().unwrap();
         let recorded_frees = got_frees - inferred_frees;
-        assert_eq!(
-            p["events"].as_u64().unwrap(),
-            got_allocations + recorded_frees,
-            "pid {pid}"
-        );
+        assert_eq!(events, got_allocations + recorded_frees, "pid {pid}");
         if was_killed {
             // Each thread's call in flight at the kill is in the trace but not
             // yet in the log, or cut short and counted lost; nothing else.
@@ -220,11 +224,11 @@ fn main() {
     }
     let trace_bytes = std::fs::metadata(&trace).unwrap().len();
     println!(
-        "\n| events | trace bytes | bytes/event | workload (s) | spool disk after the collector died (MiB) | collect (s) | report (s) |"
+        "\n| events | of them folded (cap {max_size}) | trace bytes | bytes/event | workload (s) | spool disk after the collector died (MiB) | collect (s) | report (s) |"
     );
-    println!("| --- | --- | --- | --- | --- | --- | --- |");
+    println!("| --- | --- | --- | --- | --- | --- | --- | --- |");
     println!(
-        "| {total_events} | {trace_bytes} | {:.1} | {:.0} | {} | {:.1} | {:.1} |",
+        "| {total_events} | {total_folded} | {trace_bytes} | {:.1} | {:.0} | {} | {:.1} | {:.1} |",
         trace_bytes as f64 / total_events as f64,
         workload.as_secs_f64(),
         spool_bytes >> 20,

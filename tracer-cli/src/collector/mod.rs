@@ -52,6 +52,9 @@ use std::thread::JoinHandle;
 use std::time::{Duration, Instant};
 
 const SCAN_INTERVAL: Duration = Duration::from_millis(20);
+/// Messages (batches of events, at most a few thousand each) waiting for
+/// the writer thread at most.
+const WRITER_BACKLOG: usize = 64;
 const IDLE_SPOOL_PAUSE: Duration = Duration::from_millis(5);
 
 impl Summary {
@@ -170,7 +173,9 @@ impl Collector {
             gates: Mutex::new(HashMap::new()),
             drop_reported: AtomicBool::new(false),
         });
-        let (to_writer, writer_inbox) = crossbeam_channel::unbounded();
+        // Bounded: while the writer folds the trace, the readers wait and
+        // the events wait in their spools, rather than in our memory.
+        let (to_writer, writer_inbox) = crossbeam_channel::bounded(WRITER_BACKLOG);
         let (to_readers, reader_inbox) = crossbeam_channel::unbounded::<SpoolTail>();
         let (to_preparer, preparer_inbox) = crossbeam_channel::unbounded::<SpoolPlaces>();
         let sink = Sink {

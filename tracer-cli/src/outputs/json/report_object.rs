@@ -234,6 +234,7 @@ fn process_json(index: &TraceIndex, info: &ProcessIndex, process: &ProcessSummar
         "exit_status": end.exit_status,
         "still_running": end.still_running,
         "events": process.memory.events,
+        "folded_events": info.fold.as_ref().map_or(0, |f| f.folded_events),
         "lost_events": process.lost_events(info.end.as_ref().map(|e| e.reserved_events)),
         "dropped_events": end.dropped_records,
         "drop_reason": end.drop_errno.map(crate::system::errno::describe),
