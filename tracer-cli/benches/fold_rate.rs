@@ -36,6 +36,10 @@ fn measure(cli: &Path, library: &Path, work: &Path, pairs: u64, cap: &str) -> Me
     let trace = work.join(format!("pairs-{pairs}-{cap}.trace"));
     let _ = std::fs::remove_file(&trace);
     let started = std::time::Instant::now();
+    #[expect(
+        clippy::zombie_processes,
+        reason = "reaped by wait4 below, which also gives its rusage"
+    )]
     let child = Command::new(cli)
         .args(["run", "--preload", library.to_str().unwrap(), "--max-size", cap, "-o"])
         .arg(&trace)
