@@ -13,7 +13,7 @@ pub struct Summary {
     /// Events recorded but folded away to keep the trace under its cap.
     pub folded_events: u64,
     /// What folding did.
-    pub folds: super::sink::Folds,
+    pub folds: Folds,
     /// Events that happened but are not in the trace (gaps in sequence numbers).
     pub lost_events: u64,
     /// Of those, events the processes could not store.
@@ -33,4 +33,18 @@ pub struct Summary {
     pub collected: Vec<PathBuf>,
     /// Bytes of the trace file.
     pub bytes: u64,
+}
+
+/// What folding did during a collection.
+#[derive(Clone, Debug, Default)]
+pub struct Folds {
+    /// Folds done.
+    pub done: u64,
+    /// Why the last fold that could not be done failed.
+    pub failure: Option<String>,
+    /// What the last fold that could not get under its target kept, in
+    /// bytes: the state that must stay exact was larger than the cap allows.
+    pub state_too_large: Option<u64>,
+    /// Size at which the next fold is due.
+    pub(super) next_at: u64,
 }

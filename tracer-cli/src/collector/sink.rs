@@ -3,7 +3,7 @@
 //! durably in the trace, which the spool folder names, so that recovery
 //! after a crash can always find every event.
 
-use super::collection_summary::Summary;
+use super::collection_summary::{Folds, Summary};
 use super::fold;
 use super::host::realtime_ns;
 use crate::collector::spool_tail::Release;
@@ -57,20 +57,6 @@ pub struct Sink {
     pub cap: Option<u64>,
     /// Folds done, and why the last one that failed failed.
     pub folds: Folds,
-}
-
-/// What folding did during a collection.
-#[derive(Clone, Debug, Default)]
-pub struct Folds {
-    /// Folds done.
-    pub done: u64,
-    /// Why the last fold that could not be done failed.
-    pub failure: Option<String>,
-    /// What the last fold that could not get under its target kept, in
-    /// bytes: the state that must stay exact was larger than the cap allows.
-    pub state_too_large: Option<u64>,
-    /// Size at which the next fold is due.
-    next_at: u64,
 }
 
 impl Sink {
