@@ -241,3 +241,63 @@ fn state_larger_than_the_cap_is_kept_whole_and_said() {
                "live_bytes_at_exit": 819_200_000, "peak_bytes": 819_208_192, "exit_status": 0})
     );
 }
+
+/// `torch_like training` of `steps` steps (leaking each step's output
+/// when `leak`) under `--max-size cap`: the main process's steps, without
+/// their times, and its growing call sites.
+fn steps_and_growing(label: &str, steps: u32, leak: bool, cap: &str) -> (Value, Value, Value) {
+    let (mut command, trace) = run_program(label, &fake_cuda::program("torch_like"), &["--max-size", cap]);
+    command.arg(fake_cuda::torch_library("211")).arg("training");
+    command.env("FAKE_TORCH_STEPS", steps.to_string());
+    if leak {
+        command.env("FAKE_TORCH_LEAK", "1");
+    }
+    let output = command.output().unwrap();
+    assert_eq!(output.status.code(), Some(0), "{}", stderr(&output));
+    let (report, _) = report_json_with_stacks(&trace);
+    let p = report["processes"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|p| p["tensors"]["actions"].as_u64() > Some(0))
+        .unwrap()
+        .clone();
+    let mut rows = p["steps"]["steps"].clone();
+    for row in rows.as_array_mut().unwrap() {
+        let row = row.as_object_mut().unwrap();
+        row.remove("start_s");
+        row.remove("duration_s");
+    }
+    (
+        json!({"count": p["steps"]["count"], "rows": rows}),
+        p["growing"].clone(),
+        report["folded"].clone(),
+    )
+}
+
+#[test]
+fn steps_and_growth_are_those_of_the_whole_run_after_folds() {
+    let (whole_steps, whole_growing, _) = steps_and_growing("fold-steps-whole", 400, true, "unlimited");
+    let (steps, growing, folded) = steps_and_growing("fold-steps-capped", 400, true, "64KiB");
+    assert!(folded["folded_events"].as_u64() > Some(4000), "{folded}");
+    assert_eq!(whole_steps["count"], 400);
+    assert_eq!(steps, whole_steps);
+    // The leak: each step's output (1 MiB), kept by the list.
+    assert_eq!(whole_growing.as_array().unwrap().len(), 1, "{whole_growing}");
+    assert_eq!(whole_growing[0]["bytes_per_step"], 1 << 20);
+    let without_stack = |g: &Value| {
+        let mut g = g.clone();
+        g.as_array_mut().unwrap().iter_mut().for_each(|s| {
+            s.as_object_mut().unwrap().remove("stack");
+        });
+        g
+    };
+    assert_eq!(without_stack(&growing), without_stack(&whole_growing));
+    // A clean loop, long enough to fold many times: its 3000 steps.
+    let (whole_steps, whole_growing, _) = steps_and_growing("fold-steps-long-whole", 3000, false, "unlimited");
+    let (steps, growing, folded) = steps_and_growing("fold-steps-long-capped", 3000, false, "256KiB");
+    assert!(folded["folded_events"].as_u64() > Some(30_000), "{folded}");
+    assert_eq!(whole_steps["count"], 3000);
+    assert_eq!(steps, whole_steps);
+    assert_eq!((growing, whole_growing), (json!([]), json!([])));
+}

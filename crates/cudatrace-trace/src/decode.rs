@@ -109,6 +109,67 @@ fn decode_process_end(c: &mut Cursor) -> Result<Record, Malformed> {
     }))
 }
 
+/// A list's length, refused when the payload cannot hold that many items.
+fn list_len(c: &mut Cursor) -> Result<usize, Malformed> {
+    let count = c.get()?;
+    if count > c.remaining() as u64 {
+        return Err(Malformed::MoreNodesThanBytes);
+    }
+    Ok(count as usize)
+}
+
+fn get_device(c: &mut Cursor) -> Result<Option<u8>, Malformed> {
+    Ok(u8::try_from(c.get_signed()?).ok())
+}
+
+fn decode_step_row(c: &mut Cursor) -> Result<StepRow, Malformed> {
+    let mut row = StepRow {
+        first: c.get()?,
+        last: c.get()?,
+        start_ns: c.get()?,
+        end_ns: c.get()?,
+        complete: c.get()? != 0,
+        devices: Vec::new(),
+    };
+    for _ in 0..list_len(c)? {
+        row.devices.push(StepDeviceRow {
+            device: get_device(c)?,
+            allocated_peak: c.get()?,
+            allocated_end: c.get()?,
+            reserved_end: c.get()?.checked_sub(1),
+        });
+    }
+    Ok(row)
+}
+
+fn decode_steps_state(c: &mut Cursor) -> Result<Record, Malformed> {
+    let mut state = StepsState {
+        process: c.get_u32()?,
+        marker_stack: c.get_u32()?,
+        marker_device: get_device(c)?,
+        tensors: c.get()? != 0,
+        started: c.get()?,
+        stride: c.get()?,
+        ..StepsState::default()
+    };
+    for _ in 0..list_len(c)? {
+        state.records.push(decode_step_row(c)?);
+    }
+    if c.get()? != 0 {
+        state.open = Some(decode_step_row(c)?);
+    }
+    for _ in 0..list_len(c)? {
+        state.ends.push(c.get()?);
+    }
+    for _ in 0..list_len(c)? {
+        let device = get_device(c)?;
+        let stack = c.get_u32()?;
+        let bytes = (0..list_len(c)?).map(|_| c.get()).collect::<Result<Vec<u64>, _>>()?;
+        state.series.push(StepSeries { device, stack, bytes });
+    }
+    Ok(Record::StepsState(state))
+}
+
 fn decode_fold(c: &mut Cursor) -> Result<Record, Malformed> {
     let mut fold = Fold {
         process: c.get_u32()?,
@@ -130,8 +191,13 @@ fn decode_fold(c: &mut Cursor) -> Result<Record, Malformed> {
             allocations: c.get()?,
             frees: c.get()?,
             bytes: c.get()?,
-            tensors: c.get()? & 1 != 0,
+            tensors: false,
+            host: false,
         });
+        let flags = c.get()?;
+        let site = fold.sites.last_mut().expect("just pushed");
+        site.tensors = flags & 1 != 0;
+        site.host = flags & 2 != 0;
     }
     Ok(Record::Fold(fold))
 }
@@ -245,6 +311,7 @@ pub(crate) fn decode(tag: u8, payload: &[u8], pid_of: &dyn Fn(u32) -> Option<u32
             state: SwitchState::from_word(c.get()?),
         }),
         TAG_FOLD => decode_fold(&mut c)?,
+        TAG_STEPS_STATE => decode_steps_state(&mut c)?,
         other => return Ok(Record::Unknown { tag: other }),
     };
     if !c.is_empty() {

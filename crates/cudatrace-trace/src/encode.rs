@@ -118,11 +118,64 @@ pub(crate) fn encode(record: &Record, out: &mut Vec<u8>) -> u8 {
                 put(out, site.allocations);
                 put(out, site.frees);
                 put(out, site.bytes);
-                put(out, u64::from(site.tensors));
+                put(out, u64::from(site.tensors) | u64::from(site.host) << 1);
             }
             TAG_FOLD
         }
+        Record::StepsState(state) => {
+            encode_steps_state(state, out);
+            TAG_STEPS_STATE
+        }
         Record::Unknown { tag } => *tag,
+    }
+}
+
+fn put_device(out: &mut Vec<u8>, device: Option<u8>) {
+    put_signed(out, device.map_or(-1, i64::from));
+}
+
+fn encode_step_row(row: &StepRow, out: &mut Vec<u8>) {
+    put(out, row.first);
+    put(out, row.last);
+    put(out, row.start_ns);
+    put(out, row.end_ns);
+    put(out, u64::from(row.complete));
+    put(out, row.devices.len() as u64);
+    for device in &row.devices {
+        put_device(out, device.device);
+        put(out, device.allocated_peak);
+        put(out, device.allocated_end);
+        put(out, device.reserved_end.map_or(0, |r| r + 1));
+    }
+}
+
+fn encode_steps_state(state: &StepsState, out: &mut Vec<u8>) {
+    put(out, u64::from(state.process));
+    put(out, u64::from(state.marker_stack));
+    put_device(out, state.marker_device);
+    put(out, u64::from(state.tensors));
+    put(out, state.started);
+    put(out, state.stride);
+    put(out, state.records.len() as u64);
+    for row in &state.records {
+        encode_step_row(row, out);
+    }
+    put(out, u64::from(state.open.is_some()));
+    if let Some(row) = &state.open {
+        encode_step_row(row, out);
+    }
+    put(out, state.ends.len() as u64);
+    for &end in &state.ends {
+        put(out, end);
+    }
+    put(out, state.series.len() as u64);
+    for series in &state.series {
+        put_device(out, series.device);
+        put(out, u64::from(series.stack));
+        put(out, series.bytes.len() as u64);
+        for &bytes in &series.bytes {
+            put(out, bytes);
+        }
     }
 }
 

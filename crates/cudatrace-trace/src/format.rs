@@ -32,6 +32,7 @@ pub(crate) const TAG_SYMBOLS: u8 = b'K';
 pub(crate) const TAG_FOOTER: u8 = b'F';
 pub(crate) const TAG_RECORDING_SWITCH: u8 = b'W';
 pub(crate) const TAG_FOLD: u8 = b'O';
+pub(crate) const TAG_STEPS_STATE: u8 = b'Q';
 
 /// The first record: what wrote the trace, where and when.
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -151,11 +152,13 @@ pub struct Fold {
 }
 
 /// The allocations and frees of one device and call stack below a fold:
-/// the driver's, or PyTorch's tensors'.
+/// the driver's device memory, pinned host memory, or PyTorch's tensors.
 #[derive(Clone, Debug, PartialEq, Eq, Default)]
 pub struct FoldedSite {
     /// Tensors (PyTorch's caching allocator's blocks), not driver memory.
     pub tensors: bool,
+    /// Pinned host memory, not device memory.
+    pub host: bool,
     /// Device ordinal; `None` for host memory or unknown.
     pub device: Option<u8>,
     /// Call stack (innermost node id; 0 = none).
@@ -166,6 +169,75 @@ pub struct FoldedSite {
     pub frees: u64,
     /// Bytes allocated in all.
     pub bytes: u64,
+}
+
+/// One device's figures over a step (see [`StepsState`]).
+#[derive(Clone, Debug, PartialEq, Eq, Default)]
+pub struct StepDeviceRow {
+    /// Device ordinal; `None` when unknown.
+    pub device: Option<u8>,
+    /// Most bytes allocated at once during the step.
+    pub allocated_peak: u64,
+    /// Bytes allocated at its end.
+    pub allocated_end: u64,
+    /// Bytes reserved at its end, where PyTorch's tensors are recorded.
+    pub reserved_end: Option<u64>,
+}
+
+/// One step, or a range of merged steps (see [`StepsState`]).
+#[derive(Clone, Debug, PartialEq, Eq, Default)]
+pub struct StepRow {
+    /// Its number, from 1; the first of the range.
+    pub first: u64,
+    /// The last step of the range.
+    pub last: u64,
+    /// When it started (`CLOCK_MONOTONIC` ns).
+    pub start_ns: u64,
+    /// When it ended.
+    pub end_ns: u64,
+    /// Whether the next step's start ended it.
+    pub complete: bool,
+    /// Per device.
+    pub devices: Vec<StepDeviceRow>,
+}
+
+/// One call stack's live bytes on one device at the step ends a
+/// [`StepsState`] keeps.
+#[derive(Clone, Debug, PartialEq, Eq, Default)]
+pub struct StepSeries {
+    /// Device ordinal; `None` when unknown.
+    pub device: Option<u8>,
+    /// Call stack (innermost node id).
+    pub stack: u32,
+    /// Live bytes at each kept step end (shorter where it was not live at the later ones).
+    pub bytes: Vec<u64>,
+}
+
+/// A process's training steps as they stood at a fold's cut, so that the
+/// steps and the growth measured before it survive the fold: written right
+/// after the process's [`Fold`].
+#[derive(Clone, Debug, PartialEq, Eq, Default)]
+pub struct StepsState {
+    /// Index from [`ProcessStart::process`].
+    pub process: u32,
+    /// The call stack whose allocations start the steps.
+    pub marker_stack: u32,
+    /// The device of those allocations.
+    pub marker_device: Option<u8>,
+    /// Whether the marker is a tensor (else a driver allocation).
+    pub tensors: bool,
+    /// Steps started before the cut.
+    pub started: u64,
+    /// The growth series keep every `stride`-th step end.
+    pub stride: u64,
+    /// The steps (or ranges) ended before the cut.
+    pub records: Vec<StepRow>,
+    /// The step under way at the cut.
+    pub open: Option<StepRow>,
+    /// The step ends the growth series hold.
+    pub ends: Vec<u64>,
+    /// The growth series.
+    pub series: Vec<StepSeries>,
 }
 
 /// The last record of a finished trace.
@@ -286,6 +358,8 @@ pub enum Record {
     RecordingSwitch(Switch),
     /// [`Fold`]: written right after its process's [`ProcessStart`].
     Fold(Fold),
+    /// [`StepsState`]: written right after its process's [`Fold`].
+    StepsState(StepsState),
     /// [`Footer`].
     Footer(Footer),
     /// A record type this reader does not know (written by a newer version); skipped.

@@ -22,7 +22,8 @@ pub mod writer;
 
 pub use format::{
     DamagedSpool, Fold, FoldedSite, Footer, Header, NodeSymbols, NvmlSample, NvmlStatus, ProcessEnd, ProcessStart,
-    Record, Refusal, SymbolFrame, UnrecordedProcess, FORMAT_VERSION, MAGIC, OLDEST_READABLE_VERSION,
+    Record, Refusal, StepDeviceRow, StepRow, StepSeries, StepsState, SymbolFrame, UnrecordedProcess, FORMAT_VERSION,
+    MAGIC, OLDEST_READABLE_VERSION,
 };
 pub use problem::{Malformed, Problem};
 pub use reader::{read_record_at, Damage, TraceReader};

@@ -343,6 +343,7 @@ mod tests {
                     frees: 78,
                     bytes: 80 << 20,
                     tensors: false,
+                    host: false,
                 },
                 FoldedSite {
                     device: None,
@@ -350,7 +351,8 @@ mod tests {
                     allocations: 5,
                     frees: 5,
                     bytes: 4096,
-                    tensors: true,
+                    tensors: false,
+                    host: true,
                 },
             ],
         };

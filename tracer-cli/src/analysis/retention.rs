@@ -20,14 +20,14 @@
 //! folded trace again keeps it (the peak moment is found again).
 
 use super::device_stats::OOM_STATES_KEPT;
-use super::engine::{Replay, Step};
+use super::engine::{Consumer, Step};
 use super::replay::{Allocation, Change};
 use super::trace_index::TraceIndex;
-use crate::system::progress::Progress;
 use cudatrace_events::tensors::{action_of, Action};
-use cudatrace_events::{Event, Op};
+use cudatrace_events::{Event, Kind, Op};
 use cudatrace_trace::FoldedSite;
 use std::collections::{HashMap, HashSet};
+use std::convert::Infallible;
 
 /// What a fold keeps of one process image's events below its cut.
 #[derive(Debug, Default, Clone, PartialEq, Eq)]
@@ -42,9 +42,12 @@ pub struct Kept {
     /// Memory events and tensor records folded away, including an older
     /// fold's.
     pub folded_events: u64,
-    /// Device memory allocated and freed below the cut, per device and
-    /// call stack, including an older fold's counts.
+    /// Memory allocated and freed below the cut, per device and call
+    /// stack, including an older fold's counts.
     pub sites: Vec<FoldedSite>,
+    /// The time of the latest event below the cut: after it, the process
+    /// is in full detail.
+    pub last_time_below_cut: Option<u64>,
 }
 
 /// What an allocation's bytes count towards.
@@ -67,6 +70,10 @@ struct Held {
     measure: Measure,
     /// Live at a moment that must stay exact (an OOM's).
     keep: bool,
+    /// It replaced, at its address, one whose end was never seen: its
+    /// allocation event ends that one, so where that one is kept, its own
+    /// end must be too (else the replay would hold it for ever).
+    by_reuse: bool,
 }
 
 /// How one device's measure went: its peak, and what was live then.
@@ -107,14 +114,27 @@ struct ProcessRetention {
     memory_events_below: u64,
     /// Where the older fold stopped: below it, counts are in `sites` already.
     counted_from: u64,
-    sites: HashMap<(bool, Option<u8>, u32), FoldedSite>,
+    sites: HashMap<(bool, bool, Option<u8>, u32), FoldedSite>,
+    /// Allocations that began by reuse and have ended: their allocation
+    /// event → what they count towards, and the events that ended them.
+    reuse_ends: HashMap<u64, (Measure, [u64; 2])>,
+    last_time_below_cut: Option<u64>,
 }
 
 impl ProcessRetention {
-    fn begin(&mut self, key: HeldKey, seq: u64, size: u64, (device, stack): (Option<u8>, u32), measure: Measure) {
+    fn begin(
+        &mut self,
+        key: HeldKey,
+        seq: u64,
+        size: u64,
+        (device, stack): (Option<u8>, u32),
+        measure: Measure,
+        mut by_reuse: bool,
+    ) {
         if let Some(old) = self.held.remove(&key) {
             // Its end was never seen: it ends here.
             self.end(old, seq);
+            by_reuse = true;
         }
         let peak = self.peaks.entry((device, measure)).or_default();
         peak.now += size;
@@ -132,6 +152,7 @@ impl ProcessRetention {
                 stack,
                 measure,
                 keep: false,
+                by_reuse,
             },
         );
     }
@@ -151,6 +172,10 @@ impl ProcessRetention {
         }
         if held.keep || seq >= self.cut {
             self.keep(held.measure, &seqs);
+        }
+        if held.by_reuse {
+            self.reuse_ends
+                .insert(held.seqs[0], (held.measure, [held.seqs[1], seq]));
         }
     }
 
@@ -183,6 +208,7 @@ impl ProcessRetention {
     fn take(&mut self, event: &Event, changes: &[Change]) {
         let seq = event.seq;
         if seq < self.cut {
+            self.last_time_below_cut = self.last_time_below_cut.max(Some(event.time_ns));
             self.lost_below += seq.saturating_sub(self.next_seq);
             self.next_seq = self.next_seq.max(seq + 1);
             if event.op.is_memory_event() || event.op == Op::Tensor {
@@ -195,10 +221,16 @@ impl ProcessRetention {
         }
         match event.op {
             Op::Alloc | Op::Free | Op::Map | Op::Unmap => {
+                let by_reuse = changes.iter().any(|c| matches!(c, Change::Freed { reused: true, .. }));
+                // Releasing VMM memory still mapped changes nothing until it
+                // is unmapped, which then frees it only as released: keep it.
+                if event.op == Op::Free && event.kind == Kind::VmmPhysical {
+                    self.kept.insert(seq);
+                }
                 for change in changes {
                     match change {
                         Change::Allocated(a) => {
-                            self.begin(driver_key(a), seq, a.size, (a.device, a.stack), measure_of(a))
+                            self.begin(driver_key(a), seq, a.size, (a.device, a.stack), measure_of(a), by_reuse)
                         }
                         Change::Freed { allocation: a, .. } => self.end_key(driver_key(a), seq),
                         _ => {}
@@ -223,7 +255,7 @@ impl ProcessRetention {
         }
     }
 
-    /// Counts device memory allocated and freed, as the summary does.
+    /// Counts memory allocated and freed, as the summary does.
     fn count(&mut self, changes: &[Change]) {
         for change in changes {
             let (a, freed) = match change {
@@ -231,10 +263,8 @@ impl ProcessRetention {
                 Change::Freed { allocation: a, .. } => (a, true),
                 _ => continue,
             };
-            if !a.is_device_memory() {
-                continue;
-            }
-            self.count_site(false, a.device, a.stack, (!freed).then_some(a.size));
+            let host = !a.is_device_memory();
+            self.count_site((false, host), a.device, a.stack, (!freed).then_some(a.size));
         }
     }
 
@@ -242,11 +272,11 @@ impl ProcessRetention {
     /// record has none: it counts where its block was allocated).
     fn count_tensor(&mut self, event: &Event) {
         match action_of(event) {
-            Some(Action::Alloc) => self.count_site(true, event.device, event.stack, Some(event.size)),
+            Some(Action::Alloc) => self.count_site((true, false), event.device, event.stack, Some(event.size)),
             Some(Action::FreeCompleted) => {
                 if let Some(held) = self.held.get(&HeldKey::Tensor(event.address)) {
                     let (device, stack) = (held.device, held.stack);
-                    self.count_site(true, device, stack, None);
+                    self.count_site((true, false), device, stack, None);
                 }
             }
             _ => {}
@@ -254,12 +284,13 @@ impl ProcessRetention {
     }
 
     /// One allocation of `size` bytes (`Some`), or one free (`None`).
-    fn count_site(&mut self, tensors: bool, device: Option<u8>, stack: u32, size: Option<u64>) {
+    fn count_site(&mut self, (tensors, host): (bool, bool), device: Option<u8>, stack: u32, size: Option<u64>) {
         let site = self
             .sites
-            .entry((tensors, device, stack))
+            .entry((tensors, host, device, stack))
             .or_insert_with(|| FoldedSite {
                 tensors,
+                host,
                 device,
                 stack,
                 ..Default::default()
@@ -282,6 +313,7 @@ impl ProcessRetention {
                 event.size,
                 (event.device, event.stack),
                 Measure::Tensors,
+                false,
             ),
             Some(Action::FreeRequested) => {
                 if let Some(held) = self.held.get_mut(&HeldKey::Tensor(event.address)) {
@@ -295,20 +327,28 @@ impl ProcessRetention {
                 event.size,
                 (event.device, event.stack),
                 Measure::Reserved,
+                false,
             ),
             Some(Action::SegmentFree) => self.end_key(HeldKey::Segment(event.address), seq),
             Some(Action::SegmentMap) => {
                 self.kept_tensors.insert(seq);
-                self.peaks.entry((event.device, Measure::Reserved)).or_default().now += event.size;
+                let peak = self.peaks.entry((event.device, Measure::Reserved)).or_default();
+                peak.now += event.size;
+                if peak.now > peak.peak {
+                    peak.peak = peak.now;
+                    peak.peak_seq = seq;
+                    peak.ended_since_peak.clear();
+                }
             }
             Some(Action::SegmentUnmap) => {
                 self.kept_tensors.insert(seq);
                 let peak = self.peaks.entry((event.device, Measure::Reserved)).or_default();
                 peak.now = peak.now.saturating_sub(event.size);
             }
+            // The driver's failure under it keeps what was live (and counts
+            // against the states kept, as the summary counts them).
             Some(Action::Oom) => {
                 self.kept_tensors.insert(seq);
-                self.out_of_memory(event.device);
             }
             Some(Action::Snapshot) | None => {
                 self.kept_tensors.insert(seq);
@@ -330,6 +370,15 @@ impl ProcessRetention {
                 self.keep(measure, seqs);
             }
         }
+        // A kept allocation ended by a reuse keeps the reusing one's end,
+        // and so on down the chain.
+        let mut to_follow: Vec<u64> = self.kept.iter().chain(&self.kept_tensors).copied().collect();
+        while let Some(seq) = to_follow.pop() {
+            if let Some((measure, ends)) = self.reuse_ends.remove(&seq) {
+                self.keep(measure, &ends);
+                to_follow.extend(ends.iter().filter(|&&end| end != u64::MAX));
+            }
+        }
         self.lost_below += folded_to.saturating_sub(self.next_seq);
         let mut below_cut = self.kept;
         below_cut.extend(self.kept_tensors);
@@ -337,13 +386,14 @@ impl ProcessRetention {
         below_cut.extend(self.kept_other);
         below_cut.retain(|&seq| seq < folded_to);
         let mut sites: Vec<FoldedSite> = self.sites.into_values().collect();
-        sites.sort_by_key(|s| (s.tensors, s.device, s.stack));
+        sites.sort_by_key(|s| (s.tensors, s.host, s.device, s.stack));
         Kept {
             folded_events: older_folded_events + self.memory_events_below.saturating_sub(kept_memory_events),
             below_cut,
             folded_to,
             lost_below: self.lost_below,
             sites,
+            last_time_below_cut: self.last_time_below_cut,
         }
     }
 }
@@ -360,39 +410,59 @@ fn measure_of(a: &Allocation) -> Measure {
     }
 }
 
-/// What a fold at `cuts` keeps: `cuts[i]` is process `i`'s first sequence
-/// number kept in full detail, or `None` to fold all its events so far.
-pub fn kept_below_cuts(index: &TraceIndex, cuts: &[Option<u64>], progress: &Progress) -> Vec<Kept> {
-    let mut processes: Vec<ProcessRetention> = index
-        .processes
-        .iter()
-        .zip(cuts)
-        .map(|(info, cut)| {
-            let old = info.fold.as_ref();
-            ProcessRetention {
-                cut: cut.unwrap_or(u64::MAX),
-                next_seq: old.map_or(0, |f| f.folded_to),
-                lost_below: old.map_or(0, |f| f.lost_below),
-                counted_from: old.map_or(0, |f| f.folded_to),
-                sites: old
-                    .iter()
-                    .flat_map(|f| &f.sites)
-                    .map(|s| ((s.tensors, s.device, s.stack), s.clone()))
-                    .collect(),
-                ..Default::default()
-            }
-        })
-        .collect();
-    let mut take = |step: &Step| processes[step.process].take(step.event, step.changes);
-    let Ok(_) = Replay::new(index, progress).run(&mut take);
-    processes
-        .into_iter()
-        .zip(&index.processes)
-        .zip(cuts)
-        .map(|((process, info), cut)| {
-            let old = info.fold.as_ref();
-            let folded_to = cut.unwrap_or(process.next_seq).max(old.map_or(0, |f| f.folded_to));
-            process.finish(folded_to, old.map_or(0, |f| f.folded_events))
-        })
-        .collect()
+/// The pass that finds what a fold at `cuts` keeps: `cuts[i]` is process
+/// `i`'s first sequence number kept in full detail, or `None` to fold all
+/// its events so far. A consumer of a replay of the whole trace.
+pub struct RetentionPass {
+    processes: Vec<ProcessRetention>,
+}
+
+impl RetentionPass {
+    /// Nothing seen yet.
+    pub fn new(index: &TraceIndex, cuts: &[Option<u64>]) -> RetentionPass {
+        let processes = index
+            .processes
+            .iter()
+            .zip(cuts)
+            .map(|(info, cut)| {
+                let old = info.fold.as_ref();
+                ProcessRetention {
+                    cut: cut.unwrap_or(u64::MAX),
+                    next_seq: old.map_or(0, |f| f.folded_to),
+                    lost_below: old.map_or(0, |f| f.lost_below),
+                    counted_from: old.map_or(0, |f| f.folded_to),
+                    sites: old
+                        .iter()
+                        .flat_map(|f| &f.sites)
+                        .map(|s| ((s.tensors, s.host, s.device, s.stack), s.clone()))
+                        .collect(),
+                    ..Default::default()
+                }
+            })
+            .collect();
+        RetentionPass { processes }
+    }
+
+    /// What is kept, once the replay has seen every event.
+    pub fn finish(self, index: &TraceIndex, cuts: &[Option<u64>]) -> Vec<Kept> {
+        self.processes
+            .into_iter()
+            .zip(&index.processes)
+            .zip(cuts)
+            .map(|((process, info), cut)| {
+                let old = info.fold.as_ref();
+                let folded_to = cut.unwrap_or(process.next_seq).max(old.map_or(0, |f| f.folded_to));
+                process.finish(folded_to, old.map_or(0, |f| f.folded_events))
+            })
+            .collect()
+    }
+}
+
+impl Consumer for RetentionPass {
+    type Error = Infallible;
+
+    fn step(&mut self, step: &Step) -> Result<(), Infallible> {
+        self.processes[step.process].take(step.event, step.changes);
+        Ok(())
+    }
 }

@@ -40,6 +40,7 @@ use super::trace_index::TraceIndex;
 use crate::system::progress::Progress;
 use cudatrace_events::recording_switch::PAUSED_STACK;
 use cudatrace_events::Event;
+use cudatrace_trace::{FoldedSite, StepsState};
 use std::collections::{BTreeMap, HashMap};
 
 /// Fewest repetitions that make a loop.
@@ -106,6 +107,9 @@ struct StackCount {
     /// The index of its last, and the time.
     last: u64,
     last_time_ns: u64,
+    /// Its last allocation before the process's cut (a fold's, see
+    /// [`find_boundaries_so_far`]): (sequence number, time).
+    last_before_cut: Option<(u64, u64)>,
     shortest_gap: u64,
     longest_gap: u64,
     /// The last gap, and how many gaps were the same as the one before.
@@ -158,6 +162,9 @@ struct Allocations {
     live: HashMap<u64, u64>,
     level: u64,
     highest_level: u64,
+    /// A fold's cut of this process (`u64::MAX` when none; 0 by default,
+    /// where no cut is asked for and none is read).
+    cut: u64,
 }
 
 impl Allocations {
@@ -201,6 +208,9 @@ impl Allocations {
         entry.count += 1;
         entry.last = at;
         entry.last_time_ns = time_ns;
+        if event.seq < self.cut {
+            entry.last_before_cut = Some((event.seq, time_ns));
+        }
     }
 
     fn free(&mut self, event: &Event) {
@@ -275,6 +285,45 @@ impl Allocations {
     }
 }
 
+impl Allocations {
+    /// The marker a fold kept, going on: its steps are the fold's and those
+    /// its stack starts after the fold; the loop ends with the last
+    /// allocation of a stack whose count over the whole run (the fold's
+    /// counts and those after it) is a whole number of times the steps'.
+    fn resumed_marker(&self, state: &StepsState, folded: &[FoldedSite]) -> StepMarker {
+        let after = |key: &(u32, Option<u8>)| self.stacks.get(key).map_or(0, |s| s.count);
+        let steps = state.started + after(&(state.marker_stack, state.marker_device));
+        let whole = |key: &(u32, Option<u8>)| {
+            let before: u64 = folded
+                .iter()
+                .filter(|site| site.tensors == state.tensors && (site.stack, site.device) == *key)
+                .map(|site| site.allocations)
+                .sum();
+            before + after(key)
+        };
+        let loop_end_ns = self
+            .stacks
+            .iter()
+            .filter(|(key, _)| steps > 0 && whole(key) % steps == 0)
+            .map(|(_, s)| s.last_time_ns)
+            .max()
+            .or_else(|| state.open.as_ref().map(|open| open.end_ns))
+            .unwrap_or(0);
+        eprintln!(
+            "DEBUG steps {steps} started {} loop_end {loop_end_ns} open {:?}",
+            state.started,
+            state.open.as_ref().map(|o| (o.first, o.start_ns, o.end_ns))
+        );
+        StepMarker {
+            stack: state.marker_stack,
+            device: state.marker_device,
+            tensors: state.tensors,
+            steps,
+            loop_end_ns,
+        }
+    }
+}
+
 /// Where a process's growth is measured: at the ends of its steps, or,
 /// where it has no loop, at the low points of its memory curve.
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -296,36 +345,108 @@ pub enum Boundaries {
 
 /// Each process's boundaries (in the order of [`TraceIndex::processes`]),
 /// or `None` where it allocated too little to measure growth: one pass over
-/// the events.
+/// the events. A process whose steps a fold kept (see
+/// `cudatrace_trace::StepsState`) goes on with the fold's marker, counted
+/// over the events after the fold.
 pub fn find_boundaries(index: &TraceIndex, progress: &Progress) -> Vec<Option<Boundaries>> {
-    let mut counted: Vec<[Allocations; 2]> = index.processes.iter().map(|_| Default::default()).collect();
+    boundaries(index, progress, None).0
+}
+
+/// [`find_boundaries`] for a run still going (the collector's, at a fold
+/// whose cuts are `cuts`): no step is known to be the last. With them, for
+/// each process with steps, the start of the step under way at its cut
+/// (sequence number, time): a fold keeps that step in full detail, so that
+/// its end is measured as the whole run measures it.
+pub fn find_boundaries_so_far(index: &TraceIndex, cuts: &[Option<u64>], progress: &Progress) -> Found {
+    boundaries(index, progress, Some(cuts))
+}
+
+/// Boundaries, and where the step under way at each cut started.
+pub type Found = (Vec<Option<Boundaries>>, Vec<Option<(u64, u64)>>);
+
+fn boundaries(index: &TraceIndex, progress: &Progress, cuts: Option<&[Option<u64>]>) -> Found {
+    let cut_of = |process: usize| cuts.and_then(|c| c.get(process).copied().flatten()).unwrap_or(u64::MAX);
+    let mut counted: Vec<[Allocations; 2]> = (0..index.processes.len())
+        .map(|process| {
+            let with_cut = || Allocations {
+                cut: cut_of(process),
+                ..Default::default()
+            };
+            [with_cut(), with_cut()]
+        })
+        .collect();
+    // Below a fold that kept steps, the steps are the fold's.
+    let counted_from: Vec<u64> = index
+        .processes
+        .iter()
+        .map(|p| match (&p.steps_state, &p.fold) {
+            (Some(_), Some(fold)) => fold.folded_to,
+            _ => 0,
+        })
+        .collect();
     let Ok(_) = Replay::new(index, progress).events_only().run(&mut |step: &Step| {
+        if step.event.seq < counted_from[step.process] {
+            return;
+        }
         if let Some(tensor) = allocation_kind(step.event) {
             counted[step.process][usize::from(tensor)].add(step.event);
         } else if let Some(tensor) = free_kind(step.event) {
             counted[step.process][usize::from(tensor)].free(step.event);
         }
     });
-    counted
+    let found: Vec<Option<Boundaries>> = counted
         .iter()
-        .map(|[driver, tensors]| {
-            let (counted, tensors) = if tensors.total > 0 {
-                (tensors, true)
-            } else {
-                (driver, false)
+        .zip(&index.processes)
+        .map(|([driver, tensors], info)| {
+            let found = match &info.steps_state {
+                Some(state) => {
+                    let counted = if state.tensors { tensors } else { driver };
+                    let folded = info.fold.as_ref().map_or(&[][..], |f| &f.sites[..]);
+                    Some(Boundaries::Steps(counted.resumed_marker(state, folded)))
+                }
+                None => {
+                    let (counted, tensors) = if tensors.total > 0 {
+                        (tensors, true)
+                    } else {
+                        (driver, false)
+                    };
+                    let (first_ns, last_ns) = counted.span?;
+                    match counted.marker(tensors) {
+                        Some(marker) => Some(Boundaries::Steps(marker)),
+                        None if low_points_apply(counted, first_ns, last_ns) => Some(Boundaries::LowPoints {
+                            tensors,
+                            first_ns,
+                            last_ns,
+                        }),
+                        None => None,
+                    }
+                }
             };
-            let (first_ns, last_ns) = counted.span?;
-            match counted.marker(tensors) {
-                Some(marker) => Some(Boundaries::Steps(marker)),
-                None if low_points_apply(counted, first_ns, last_ns) => Some(Boundaries::LowPoints {
-                    tensors,
-                    first_ns,
-                    last_ns,
-                }),
-                None => None,
+            match found {
+                Some(Boundaries::Steps(marker)) if cuts.is_some() => Some(Boundaries::Steps(StepMarker {
+                    steps: u64::MAX,
+                    loop_end_ns: u64::MAX,
+                    ..marker
+                })),
+                found => found,
             }
         })
-        .collect()
+        .collect();
+    let step_starts = found
+        .iter()
+        .zip(&counted)
+        .map(|(found, [driver, tensors])| match found {
+            Some(Boundaries::Steps(marker)) if cuts.is_some() => {
+                let counted = if marker.tensors { tensors } else { driver };
+                counted
+                    .stacks
+                    .get(&(marker.stack, marker.device))
+                    .and_then(|s| s.last_before_cut)
+            }
+            _ => None,
+        })
+        .collect();
+    (found, step_starts)
 }
 
 /// Whether a process without steps is measured at its low points: enough

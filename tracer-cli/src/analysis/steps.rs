@@ -28,6 +28,7 @@ use super::keys::{ByStack, DeviceKey};
 use super::step_finding::StepMarker;
 use super::tensor_summary::TensorSummary;
 use cudatrace_events::Event;
+use cudatrace_trace::{StepDeviceRow, StepRow, StepSeries, StepsState};
 use std::collections::{BTreeMap, HashMap, HashSet};
 
 /// Step records kept per process: between this and twice this.
@@ -86,6 +87,35 @@ pub struct Steps {
     /// What the last step allocated: its own frees after the loop's last
     /// allocation still belong to it.
     last_step_made: HashSet<u64>,
+}
+
+/// A device key's ordinal, as the trace stores it.
+fn ordinal(device: DeviceKey) -> Option<u8> {
+    match device {
+        DeviceKey::Gpu(ordinal) => Some(ordinal),
+        DeviceKey::Unknown => None,
+    }
+}
+
+/// A step as a fold stores it.
+fn row_of(record: &StepRecord) -> StepRow {
+    StepRow {
+        first: record.first,
+        last: record.last,
+        start_ns: record.start_ns,
+        end_ns: record.end_ns,
+        complete: record.complete,
+        devices: record
+            .devices
+            .iter()
+            .map(|(&key, f)| StepDeviceRow {
+                device: ordinal(key),
+                allocated_peak: f.allocated_peak,
+                allocated_end: f.allocated_end,
+                reserved_end: f.reserved_end,
+            })
+            .collect(),
+    }
 }
 
 /// The figures one device's state gives: allocated, reserved, live by stack.
@@ -286,6 +316,71 @@ impl Steps {
                 _ => unreachable!("chunks of two"),
             })
             .collect();
+    }
+
+    /// What a fold keeps of these steps at its cut (see
+    /// `cudatrace_trace::StepsState`), for process `process`.
+    pub fn state(&self, process: u32) -> StepsState {
+        let mut series: Vec<StepSeries> = self
+            .live_at_ends
+            .iter()
+            .map(|(&(device, stack), bytes)| StepSeries {
+                device: ordinal(device),
+                stack,
+                bytes: bytes.clone(),
+            })
+            .collect();
+        series.sort_by_key(|s| (s.device, s.stack));
+        StepsState {
+            process,
+            marker_stack: self.marker.stack,
+            marker_device: self.marker.device,
+            tensors: self.marker.tensors,
+            started: self.started,
+            stride: self.stride,
+            records: self.records.iter().map(row_of).collect(),
+            open: self.open.as_ref().map(row_of),
+            ends: self.ends.clone(),
+            series,
+        }
+    }
+
+    /// Steps that go on from a fold's `state`, found by `marker` (its
+    /// count and loop end the whole run's).
+    pub fn resumed(state: &StepsState, marker: StepMarker) -> Steps {
+        let record_of = |row: &StepRow| StepRecord {
+            first: row.first,
+            last: row.last,
+            start_ns: row.start_ns,
+            end_ns: row.end_ns,
+            complete: row.complete,
+            devices: row
+                .devices
+                .iter()
+                .map(|d| {
+                    let figures = StepFigures {
+                        allocated_peak: d.allocated_peak,
+                        allocated_end: d.allocated_end,
+                        reserved_end: d.reserved_end,
+                    };
+                    (DeviceKey::of(d.device), figures)
+                })
+                .collect(),
+        };
+        Steps {
+            marker,
+            records: state.records.iter().map(record_of).collect(),
+            open: state.open.as_ref().map(record_of),
+            ends: state.ends.clone(),
+            stride: state.stride.max(1),
+            live_at_ends: state
+                .series
+                .iter()
+                .map(|s| ((DeviceKey::of(s.device), s.stack), s.bytes.clone()))
+                .collect(),
+            started: state.started,
+            last_step_made: HashSet::new(),
+        }
     }
 
     /// The numbers of the complete steps whose ends the growth series hold.

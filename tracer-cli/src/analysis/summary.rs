@@ -44,9 +44,15 @@ pub struct ProcessSummary {
     /// The fold's counts.
     pub(super) folded_sites: Vec<FoldedSite>,
     /// Counts made from events kept below the fold, taken back at the end.
-    pub(super) recounted: BTreeMap<DeviceKey, (u64, u64, u64)>,
+    pub(super) recounted: BTreeMap<Option<DeviceKey>, (u64, u64, u64)>,
     /// The same, of tensors: allocations and frees.
     pub(super) recounted_tensors: BTreeMap<DeviceKey, (u64, u64)>,
+    /// Steps go on from a fold's kept state: only events from here on count.
+    pub(super) steps_from: u64,
+    /// Where a fold will cut (the collector's pass): the steps as they stand
+    /// before this sequence number are kept in `steps_at_cut`.
+    pub(super) steps_cut: Option<u64>,
+    pub(super) steps_at_cut: Option<Steps>,
 }
 
 impl ProcessSummary {
@@ -70,7 +76,11 @@ impl ProcessSummary {
 
     /// Counts what one event, replayed elsewhere, changed.
     pub fn observe(&mut self, event: &Event, changes: &[Change]) {
-        if let Some(steps) = &mut self.steps {
+        let counts_steps = event.seq >= self.steps_from;
+        if self.steps_cut.is_some_and(|cut| event.seq >= cut) && self.steps_at_cut.is_none() {
+            self.steps_at_cut = self.steps.clone();
+        }
+        if let Some(steps) = self.steps.as_mut().filter(|_| counts_steps) {
             steps.before(event, &self.tensors, &self.devices);
         }
         if let Some(low_points) = &mut self.low_points {
@@ -89,7 +99,7 @@ impl ProcessSummary {
         for change in changes {
             self.count(change, event);
         }
-        if let Some(steps) = &mut self.steps {
+        if let Some(steps) = self.steps.as_mut().filter(|_| event.seq >= self.steps_from) {
             steps.after(event, &self.tensors, &self.devices);
         }
         if let Some(low_points) = &mut self.low_points {
@@ -104,16 +114,15 @@ impl ProcessSummary {
     /// Counts one change that `event` made.
     pub fn count(&mut self, change: &Change, event: &Event) {
         if event.seq < self.folded_to {
-            let recount = |a: &Allocation| (DeviceKey::of(a.device), a.is_device_memory());
+            // Pinned host memory is counted under no device.
+            let key = |a: &Allocation| a.is_device_memory().then(|| DeviceKey::of(a.device));
             match change {
-                Change::Allocated(a) if recount(a).1 => {
-                    let entry = self.recounted.entry(recount(a).0).or_default();
+                Change::Allocated(a) => {
+                    let entry = self.recounted.entry(key(a)).or_default();
                     entry.0 += 1;
                     entry.2 += a.size;
                 }
-                Change::Freed { allocation: a, .. } if recount(a).1 => {
-                    self.recounted.entry(recount(a).0).or_default().1 += 1;
-                }
+                Change::Freed { allocation: a, .. } => self.recounted.entry(key(a)).or_default().1 += 1,
                 _ => {}
             }
         }
@@ -191,6 +200,11 @@ impl ProcessSummary {
     pub fn finish(&mut self) {
         self.devices.values_mut().for_each(DeviceStats::settle_peak);
         for (key, (allocations, frees, bytes)) in std::mem::take(&mut self.recounted) {
+            let Some(key) = key else {
+                self.host.allocations = self.host.allocations.saturating_sub(allocations);
+                self.host.frees = self.host.frees.saturating_sub(frees);
+                continue;
+            };
             let stats = self.devices.entry(key).or_default();
             stats.allocations = stats.allocations.saturating_sub(allocations);
             stats.frees = stats.frees.saturating_sub(frees);
@@ -208,6 +222,11 @@ impl ProcessSummary {
                 let stats = self.tensors.devices.entry(key).or_default();
                 stats.allocations += site.allocations;
                 stats.frees += site.frees;
+                continue;
+            }
+            if site.host {
+                self.host.allocations += site.allocations;
+                self.host.frees += site.frees;
                 continue;
             }
             let stats = self.devices.entry(key).or_default();
@@ -291,6 +310,30 @@ impl Summary {
         building.finish(replayed)
     }
 
+    /// Each process's steps as they stand just before its cut `cuts[i]`
+    /// (`None`: at the end), in a run still going (no step is taken for the
+    /// last): what a fold keeps of them. `boundaries` are
+    /// `find_boundaries_so_far`'s. One replay, handing each step to
+    /// `alongside` too.
+    pub fn steps_at_cuts<C: Consumer<Error = Infallible>>(
+        index: &TraceIndex,
+        boundaries: Vec<Option<Boundaries>>,
+        cuts: &[Option<u64>],
+        progress: &Progress,
+        alongside: &mut C,
+    ) -> Vec<Option<Steps>> {
+        let mut building = SummaryBuilder::new(index, boundaries);
+        for (process, cut) in building.processes.iter_mut().zip(cuts) {
+            process.steps_cut = Some(cut.unwrap_or(u64::MAX));
+        }
+        let Ok(_) = Replay::new(index, progress).run(&mut Both(&mut building, alongside));
+        building
+            .processes
+            .into_iter()
+            .map(|mut process| process.steps_at_cut.take().or(process.steps))
+            .collect()
+    }
+
     /// Events that happened but are not in the trace.
     pub fn lost_events(&self, index: &TraceIndex) -> u64 {
         self.processes
@@ -317,12 +360,20 @@ impl<'a> SummaryBuilder<'a> {
             processes: boundaries
                 .into_iter()
                 .zip(&index.processes)
-                .map(|(boundaries, info)| (boundaries, info.fold.as_ref()))
-                .map(|(boundaries, fold)| {
+                .map(|(boundaries, info)| {
+                    let fold = info.fold.as_ref();
                     match boundaries {
-                        Some(Boundaries::Steps(marker)) => ProcessSummary {
-                            steps: Some(Steps::new(marker)),
-                            ..ProcessSummary::default()
+                        Some(Boundaries::Steps(marker)) => match info.steps_state.as_ref().zip(fold) {
+                            // Going on from what a fold kept of them.
+                            Some((state, fold)) => ProcessSummary {
+                                steps: Some(Steps::resumed(state, marker)),
+                                steps_from: fold.folded_to,
+                                ..ProcessSummary::default()
+                            },
+                            None => ProcessSummary {
+                                steps: Some(Steps::new(marker)),
+                                ..ProcessSummary::default()
+                            },
                         },
                         Some(Boundaries::LowPoints {
                             tensors,

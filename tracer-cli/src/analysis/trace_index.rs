@@ -6,8 +6,8 @@ use cudatrace_events::recording_switch::Switch;
 use cudatrace_events::stacks::{BlobAssembler, BlobPiece, StackNode};
 use cudatrace_events::{Event, Op};
 use cudatrace_trace::{
-    Damage, DamagedSpool, Fold, Header, NvmlSample, NvmlStatus, ProcessEnd, ProcessStart, Record, Refusal, SymbolFrame,
-    TraceReader, UnrecordedProcess,
+    Damage, DamagedSpool, Fold, Header, NvmlSample, NvmlStatus, ProcessEnd, ProcessStart, Record, Refusal, StepsState,
+    SymbolFrame, TraceReader, UnrecordedProcess,
 };
 use std::collections::HashMap;
 use std::fs::File;
@@ -52,6 +52,8 @@ pub struct ProcessIndex {
     pub forks: Vec<(u64, u32)>,
     /// What folding left of its older events, if the trace was folded.
     pub fold: Option<Fold>,
+    /// Its steps as they stood at the fold's cut, if it had steps then.
+    pub steps_state: Option<StepsState>,
     blobs: BlobAssembler,
 }
 
@@ -180,6 +182,7 @@ impl TraceIndex {
                     tensor_status: Vec::new(),
                     forks: Vec::new(),
                     fold: None,
+                    steps_state: None,
                     blobs: BlobAssembler::default(),
                 });
             }
@@ -245,6 +248,11 @@ impl TraceIndex {
             Record::Fold(fold) => {
                 if let Some(process) = self.process_mut(fold.process) {
                     process.fold = Some(fold);
+                }
+            }
+            Record::StepsState(state) => {
+                if let Some(process) = self.process_mut(state.process) {
+                    process.steps_state = Some(state);
                 }
             }
             Record::Unknown { .. } => {}

@@ -13,7 +13,7 @@
 //! it still in the spools. The old and new files together stay within the
 //! cap plus a tenth: the rewrite aims at [`REWRITE_PARTS`] tenths.
 
-use crate::analysis::{kept_below_cuts, Kept, TraceIndex};
+use crate::analysis::{find_boundaries_so_far, Kept, RetentionPass, Steps, Summary, TraceIndex};
 use crate::outputs::wording::trace_damage::{problem_text, unreadable_trace_text};
 use crate::system::progress::Progress;
 use cudatrace_events::Event;
@@ -22,7 +22,7 @@ use std::collections::HashMap;
 use std::fs::File;
 use std::io::{BufReader, BufWriter};
 use std::os::fd::AsRawFd;
-use std::os::unix::fs::OpenOptionsExt;
+use std::os::unix::fs::{MetadataExt, OpenOptionsExt};
 use std::path::{Path, PathBuf};
 
 /// A trace is folded once it reaches this many tenths of its cap.
@@ -38,24 +38,37 @@ pub const DETAIL_PARTS: u64 = 2;
 /// process (the highest reading of each of as many equal slices of time).
 pub const NVML_FOLDED_POINTS: usize = 1024;
 
+/// What a fold left.
+pub struct Folded {
+    /// The new trace's writer, positioned at its end.
+    pub trace: TraceWriter<BufWriter<File>>,
+    /// About the bytes of the new trace that are not the newest events as
+    /// they were: the state and summaries kept from before them.
+    pub state_bytes: u64,
+}
+
 /// Rewrites the trace at `path` (written by `old`, which is flushed and
 /// synced here) so that it takes about `target` bytes, of which at most
-/// `detail` are the newest events as they were, and returns the new
-/// trace's writer, positioned at its end. On failure the old trace is left
-/// as it was, to be written on, and the reason is returned.
-pub fn fold(
-    old: &mut TraceWriter<BufWriter<File>>,
-    path: &Path,
-    target: u64,
-    detail: u64,
-) -> Result<TraceWriter<BufWriter<File>>, String> {
+/// `detail` are the newest events as they were. On failure the old trace is
+/// left as it was, to be written on, and the reason is returned.
+pub fn fold(old: &mut TraceWriter<BufWriter<File>>, path: &Path, target: u64, detail: u64) -> Result<Folded, String> {
     old.flush()
         .and_then(|()| old.get_ref().get_ref().sync_data())
         .map_err(|e| e.to_string())?;
+    // Where the trace really is: through a symbolic link, the file it
+    // names is rewritten, and the link stays.
+    let path = std::fs::canonicalize(path).map_err(|e| format!("{}: {e}", path.display()))?;
+    // The file there must still be ours: one moved there since is never
+    // read, nor replaced.
+    let ours = old.get_ref().get_ref().metadata().map_err(|e| e.to_string())?;
+    let there = std::fs::metadata(&path).map_err(|e| e.to_string())?;
+    if (ours.dev(), ours.ino()) != (there.dev(), there.ino()) {
+        return Err(format!("{} is no longer the file being written", path.display()));
+    }
     let length = old.bytes_written();
     // A fault of ours in the rewrite must not end the collection: the old
     // trace is whole, and is written on.
-    std::panic::catch_unwind(|| rewrite(path, length, target, detail))
+    std::panic::catch_unwind(|| rewrite(&path, &ours, length, target, detail))
         .unwrap_or_else(|_| Err("an internal fault in the rewrite".into()))
 }
 
@@ -68,44 +81,75 @@ fn folding_path(path: &Path) -> PathBuf {
     path.with_file_name(format!(".{name}.cudatrace-{}.folding", std::process::id()))
 }
 
-fn rewrite(path: &Path, length: u64, target: u64, detail: u64) -> Result<TraceWriter<BufWriter<File>>, String> {
+fn rewrite(path: &Path, old: &std::fs::Metadata, length: u64, target: u64, detail: u64) -> Result<Folded, String> {
     let index = TraceIndex::read(path).map_err(|e| unreadable_trace_text(&e))?;
     let header = index.header.clone().ok_or("the trace has no header")?;
     let progress = Progress::hidden();
     // First try: the newest `detail` bytes stay whole. If the state kept
     // from before them would not fit beside them, keep fewer.
     let mut cut_offset = cut_at(&index, length.saturating_sub(detail));
-    let (mut cuts, mut detail_from_ns) = cuts_at(&index, cut_offset)?;
-    let mut kept = kept_below_cuts(&index, &cuts, &progress);
-    let state_bytes = estimate_state_bytes(&index, &kept, cut_offset);
+    let mut cuts = cuts_at(&index, cut_offset)?;
+    let (mut kept, mut steps) = what_to_keep(&index, &mut cuts, &progress);
+    let state_bytes = estimate_state_bytes(&index, &kept, cut_offset, length);
     let tail_bytes = length.saturating_sub(cut_offset);
     if state_bytes + tail_bytes > target && tail_bytes > 0 {
         let room = target.saturating_sub(state_bytes);
         cut_offset = cut_at(&index, length.saturating_sub(room));
-        (cuts, detail_from_ns) = cuts_at(&index, cut_offset)?;
-        kept = kept_below_cuts(&index, &cuts, &progress);
+        cuts = cuts_at(&index, cut_offset)?;
+        (kept, steps) = what_to_keep(&index, &mut cuts, &progress);
     }
-    let detail_from_ns = detail_from_ns.max(index.detail_from_ns().unwrap_or(0));
+    // From here on every process is whole: after the last event any of
+    // them folds.
+    let detail_from_ns = kept
+        .iter()
+        .filter_map(|k| k.last_time_below_cut)
+        .chain(index.detail_from_ns())
+        .max()
+        .unwrap_or_else(|| index.start_ns());
     let staging = folding_path(path);
-    let written = write_folded(&index, &header, &kept, cut_offset, detail_from_ns, &staging);
+    // One left by an earlier collector of this pid that was killed mid-fold.
+    let _ = std::fs::remove_file(&staging);
+    let written =
+        write_folded(&index, &header, (&kept, &steps), cut_offset, detail_from_ns, &staging).and_then(|trace| {
+            std::fs::set_permissions(&staging, old.permissions()).map_err(|e| e.to_string())?;
+            std::fs::rename(&staging, path).map_err(|e| e.to_string())?;
+            Ok(trace)
+        });
     match written {
         Ok(trace) => {
-            std::fs::rename(&staging, path).map_err(|e| {
-                let _ = std::fs::remove_file(&staging);
-                e.to_string()
-            })?;
-            if let Some(folder) = path.parent().filter(|p| !p.as_os_str().is_empty()) {
-                if let Ok(folder) = File::open(folder) {
-                    let _ = folder.sync_all();
-                }
+            // The rename reaches the disk with its folder.
+            let folder = path
+                .parent()
+                .filter(|p| !p.as_os_str().is_empty())
+                .unwrap_or(Path::new("."));
+            if let Ok(folder) = File::open(folder) {
+                let _ = folder.sync_all();
             }
-            Ok(trace)
+            let tail_bytes = length.saturating_sub(cut_offset);
+            let state_bytes = trace.bytes_written().saturating_sub(tail_bytes);
+            Ok(Folded { trace, state_bytes })
         }
         Err(error) => {
             let _ = std::fs::remove_file(&staging);
             Err(error)
         }
     }
+}
+
+/// What a fold at `cuts` keeps of each process's events, and its steps as
+/// they stand at its cut: a pass that finds the steps, then one replay for
+/// both. A cut inside a step moves back to that step's start (in `cuts`),
+/// so that the step is kept whole.
+fn what_to_keep(index: &TraceIndex, cuts: &mut [Option<u64>], progress: &Progress) -> (Vec<Kept>, Vec<Option<Steps>>) {
+    let (boundaries, step_starts) = find_boundaries_so_far(index, cuts, progress);
+    for (cut, start) in cuts.iter_mut().zip(step_starts) {
+        if let Some((seq, _)) = start {
+            *cut = Some(cut.map_or(seq, |cut| cut.min(seq)));
+        }
+    }
+    let mut pass = RetentionPass::new(index, cuts);
+    let steps = Summary::steps_at_cuts(index, boundaries, cuts, progress, &mut pass);
+    (pass.finish(index, cuts), steps)
 }
 
 /// The offset of the first event block at or after `offset` (the file's
@@ -120,12 +164,10 @@ fn cut_at(index: &TraceIndex, offset: u64) -> u64 {
         .unwrap_or(u64::MAX)
 }
 
-/// Each process's cut (the first sequence number of its first block at or
-/// after `cut_offset`; `None` when it has none there) and the earliest time
-/// of those blocks' first events: where the detail starts.
-fn cuts_at(index: &TraceIndex, cut_offset: u64) -> Result<(Vec<Option<u64>>, u64), String> {
+/// Each process's cut: the first sequence number of its first block at or
+/// after `cut_offset`; `None` when it has none there.
+fn cuts_at(index: &TraceIndex, cut_offset: u64) -> Result<Vec<Option<u64>>, String> {
     let pid_of = |process| index.pid_of(process);
-    let mut detail_from = None::<u64>;
     let mut cuts = Vec::new();
     for process in &index.processes {
         let Some(block) = process.blocks.iter().find(|b| b.offset >= cut_offset) else {
@@ -136,20 +178,19 @@ fn cuts_at(index: &TraceIndex, cut_offset: u64) -> Result<(Vec<Option<u64>>, u64
         let Record::Events { events, .. } = record else {
             return Err("an event block moved while it was folded".into());
         };
-        let first = events.first().ok_or("an empty event block")?;
-        detail_from = Some(detail_from.map_or(first.time_ns, |t| t.min(first.time_ns)));
-        cuts.push(Some(first.seq));
+        cuts.push(Some(events.first().ok_or("an empty event block")?.seq));
     }
-    Ok((cuts, detail_from.unwrap_or_else(|| index.end_ns())))
+    Ok(cuts)
 }
 
 /// About the bytes the kept events below the cuts take: their share of
-/// the events before the cut, times those events' bytes.
-fn estimate_state_bytes(index: &TraceIndex, kept: &[Kept], cut_offset: u64) -> u64 {
-    let before = cut_offset.min(index.file.metadata().map_or(0, |m| m.len()));
-    let events = index.events.max(1);
+/// the events before the cut (taken as the cut's share of the file), times
+/// those events' bytes.
+fn estimate_state_bytes(index: &TraceIndex, kept: &[Kept], cut_offset: u64, length: u64) -> u64 {
+    let before = cut_offset.min(length);
+    let events_before = (u128::from(index.events) * u128::from(before) / u128::from(length.max(1))).max(1);
     let kept_events: u64 = kept.iter().map(|k| k.below_cut.len() as u64).sum();
-    (before as u128 * u128::from(kept_events) / u128::from(events)) as u64
+    (u128::from(before) * u128::from(kept_events) / events_before) as u64
 }
 
 /// Which of NVML's readings (in trace order) stay: every one from
@@ -184,7 +225,7 @@ fn nvml_kept(index: &TraceIndex, detail_from_ns: u64) -> Vec<bool> {
 fn write_folded(
     index: &TraceIndex,
     header: &cudatrace_trace::Header,
-    kept: &[Kept],
+    (kept, steps): (&[Kept], &[Option<Steps>]),
     cut_offset: u64,
     detail_from_ns: u64,
     staging: &Path,
@@ -221,7 +262,7 @@ fn write_folded(
         };
         let before_cut = offset < cut_offset;
         match record {
-            Record::Header(_) | Record::Fold(_) | Record::Footer(_) => {}
+            Record::Header(_) | Record::Fold(_) | Record::StepsState(_) | Record::Footer(_) => {}
             Record::Process(start) => {
                 trace.process_start(&start).map_err(io)?;
                 if let Some(&i) = by_process.get(&start.process) {
@@ -236,6 +277,11 @@ fn write_folded(
                     };
                     if fold.folded_to > 0 {
                         trace.record(&Record::Fold(fold)).map_err(io)?;
+                        if let Some(steps) = &steps[i] {
+                            trace
+                                .record(&Record::StepsState(steps.state(start.process)))
+                                .map_err(io)?;
+                        }
                     }
                 }
             }
@@ -369,9 +415,9 @@ mod tests {
         trace.flush().unwrap();
         let mut trace = write_trace(&folded, &events);
         let length = trace.bytes_written();
-        let mut trace = fold(&mut trace, &folded, length / 4, length / 10).unwrap();
+        let mut trace = fold(&mut trace, &folded, length / 4, length / 10).unwrap().trace;
         // Folding a folded trace again keeps what the first fold kept.
-        let mut trace = fold(&mut trace, &folded, length / 4, length / 10).unwrap();
+        let mut trace = fold(&mut trace, &folded, length / 4, length / 10).unwrap().trace;
         trace
             .process_end(&ProcessEnd {
                 process: 0,
@@ -418,6 +464,248 @@ mod tests {
         };
         assert_eq!(tensors(&summary).1, 6000);
         assert_eq!(tensors(&summary), tensors(&whole));
+        let _ = std::fs::remove_dir_all(&dir);
+    }
+
+    #[test]
+    fn a_file_put_where_the_trace_was_is_never_read_nor_replaced() {
+        let dir = std::env::temp_dir().join(format!("cudatrace-fold-moved-{}", std::process::id()));
+        std::fs::create_dir_all(&dir).unwrap();
+        let path = dir.join("run.trace");
+        let mut trace = write_trace(&path, &events());
+        std::fs::rename(&path, dir.join("moved.trace")).unwrap();
+        std::fs::write(&path, b"someone else's file").unwrap();
+        let length = trace.bytes_written();
+        let refused = fold(&mut trace, &path, length / 4, length / 10).err();
+        assert_eq!(
+            refused,
+            Some(format!("{} is no longer the file being written", path.display()))
+        );
+        assert_eq!(std::fs::read(&path).unwrap(), b"someone else's file");
+        let leftovers: Vec<_> = std::fs::read_dir(&dir)
+            .unwrap()
+            .map(|e| e.unwrap().file_name().to_string_lossy().into_owned())
+            .filter(|name| name.ends_with(".folding"))
+            .collect();
+        assert_eq!(leftovers, Vec::<String>::new());
+        let _ = std::fs::remove_dir_all(&dir);
+    }
+
+    /// 6,000 allocations of 4 KiB, each freed before the next.
+    fn filler(events: &mut Vec<Event>, seq: &mut u64) {
+        for _ in 0..6000u64 {
+            events.push(driver_event(
+                *seq,
+                1000 + *seq * 10,
+                Op::Alloc,
+                Kind::Device,
+                0x90_0000,
+                4096,
+                2,
+            ));
+            *seq += 1;
+            events.push(driver_event(
+                *seq,
+                1000 + *seq * 10,
+                Op::Free,
+                Kind::Device,
+                0x90_0000,
+                0,
+                0,
+            ));
+            *seq += 1;
+        }
+    }
+
+    /// `events` written whole and written then folded to a quarter: both
+    /// summaries.
+    fn whole_and_folded(name: &str, events: &[Event]) -> (Summary, Summary) {
+        let dir = std::env::temp_dir().join(format!("cudatrace-fold-{name}-{}", std::process::id()));
+        std::fs::create_dir_all(&dir).unwrap();
+        let (whole, folded) = (dir.join("whole.trace"), dir.join("folded.trace"));
+        write_trace(&whole, events).flush().unwrap();
+        let mut trace = write_trace(&folded, events);
+        let length = trace.bytes_written();
+        let mut trace = fold(&mut trace, &folded, length / 4, length / 10).unwrap().trace;
+        trace.flush().unwrap();
+        let summaries = (summary(&whole).1, summary(&folded).1);
+        let _ = std::fs::remove_dir_all(&dir);
+        summaries
+    }
+
+    #[test]
+    fn an_allocation_that_replaced_one_never_freed_ends_in_a_folded_trace_too() {
+        let mut events = vec![
+            driver_event(0, 1000, Op::Alloc, Kind::Device, 0xA000_0000, 100 * BIG, 1),
+            // At the same address, its free never seen: the first ends here.
+            driver_event(1, 1010, Op::Alloc, Kind::Device, 0xA000_0000, BIG, 2),
+            driver_event(2, 1020, Op::Free, Kind::Device, 0xA000_0000, 0, 0),
+        ];
+        let mut seq = 3;
+        filler(&mut events, &mut seq);
+        let (whole, folded) = whole_and_folded("reuse", &events);
+        let device = |s: &Summary| {
+            let d = &s.processes[0].devices[&DeviceKey::Gpu(0)];
+            (d.current, d.peak, d.allocations, d.frees)
+        };
+        assert_eq!(device(&whole), (0, 100 * BIG, 6002, 6002));
+        assert_eq!(device(&folded), device(&whole));
+    }
+
+    #[test]
+    fn vmm_memory_released_while_mapped_ends_at_its_unmap_in_a_folded_trace_too() {
+        let mut events = Vec::new();
+        for (seq, (op, kind, address, arg1)) in [
+            (Op::Alloc, Kind::VmmPhysical, 0x77, 0),
+            (Op::Map, Kind::VirtualAddress, 0x7000_0000, 0x77),
+            (Op::Free, Kind::VmmPhysical, 0x77, 0),
+            (Op::Unmap, Kind::VirtualAddress, 0x7000_0000, 0),
+        ]
+        .into_iter()
+        .enumerate()
+        {
+            let mut event = driver_event(seq as u64, 1000 + seq as u64 * 10, op, kind, address, 100 * BIG, 1);
+            event.arg1 = arg1;
+            events.push(event);
+        }
+        let mut seq = 4;
+        filler(&mut events, &mut seq);
+        let (whole, folded) = whole_and_folded("vmm", &events);
+        let device = |s: &Summary| {
+            let d = &s.processes[0].devices[&DeviceKey::Gpu(0)];
+            (d.current, d.peak)
+        };
+        assert_eq!(device(&whole), (0, 100 * BIG));
+        assert_eq!(device(&folded), device(&whole));
+    }
+
+    #[test]
+    fn pytorch_s_own_oom_records_do_not_use_up_the_oom_states_kept() {
+        let mut events = Vec::new();
+        let mut seq = 0;
+        let mut push = |events: &mut Vec<Event>, make: &dyn Fn(u64) -> Event| {
+            events.push(make(seq));
+            seq += 1;
+        };
+        for i in 0..16u64 {
+            let address = 0xB000_0000 + i * 0x100_0000;
+            let stack = 10 + i as u32;
+            push(&mut events, &|s| {
+                driver_event(s, 1000 + s * 10, Op::Alloc, Kind::Device, address, BIG, stack)
+            });
+            push(&mut events, &|s| {
+                driver_event(s, 1000 + s * 10, Op::Oom, Kind::Device, 0, 64 * BIG, 4)
+            });
+            push(&mut events, &|s| {
+                tensor_event(s, 1000 + s * 10, Action::Oom, 0, 64 * BIG, 4)
+            });
+            push(&mut events, &|s| {
+                driver_event(s, 1000 + s * 10, Op::Free, Kind::Device, address, 0, 0)
+            });
+        }
+        filler(&mut events, &mut seq);
+        let (whole, folded) = whole_and_folded("ooms", &events);
+        let held = |s: &Summary| -> Vec<Option<u64>> {
+            s.processes[0].devices[&DeviceKey::Gpu(0)]
+                .ooms
+                .iter()
+                .map(|oom| oom.held.as_ref().map(|h| h.live_bytes))
+                .collect()
+        };
+        assert_eq!(held(&whole), vec![Some(BIG); 16]);
+        assert_eq!(held(&folded), held(&whole));
+    }
+
+    #[test]
+    fn pinned_host_counts_are_the_whole_run_s() {
+        let mut events = Vec::new();
+        for seq in 0..6000u64 {
+            let op = if seq.is_multiple_of(2) { Op::Alloc } else { Op::Free };
+            let mut event = driver_event(seq, 1000 + seq * 10, op, Kind::HostPinned, 0x55_0000, 4096, 5);
+            event.device = None;
+            events.push(event);
+        }
+        let mut seq = 6000;
+        filler(&mut events, &mut seq);
+        let (whole, folded) = whole_and_folded("host", &events);
+        let host = |s: &Summary| (s.processes[0].host.allocations, s.processes[0].host.frees);
+        assert_eq!(host(&whole), (3000, 3000));
+        assert_eq!(host(&folded), host(&whole));
+    }
+
+    #[test]
+    fn the_detail_starts_after_the_last_event_any_process_folds() {
+        let dir = std::env::temp_dir().join(format!("cudatrace-fold-two-{}", std::process::id()));
+        std::fs::create_dir_all(&dir).unwrap();
+        let path = dir.join("two.trace");
+        let mut trace = write_trace(&path, &[]);
+        trace
+            .process_start(&ProcessStart {
+                process: 1,
+                pid: 2,
+                ppid: 0,
+                image: 0,
+                start_monotonic_ns: 0,
+                start_realtime_ns: 0,
+                argv: vec!["x".into()],
+            })
+            .unwrap();
+        // Allocations and frees of 4 KiB, one every `step` ns from `t0`.
+        let pairs = |first: u64, n: u64, t0: u64, step: u64, pid: u32| -> Vec<Event> {
+            (0..n)
+                .map(|i| {
+                    let seq = first + i;
+                    let op = if seq.is_multiple_of(2) { Op::Alloc } else { Op::Free };
+                    Event {
+                        pid,
+                        ..driver_event(seq, t0 + i * step, op, Kind::Device, 0x9000, 4096, 2)
+                    }
+                })
+                .collect()
+        };
+        // Process 0 until 1 ms; then process 1's block, written late, up to
+        // 2 ms; then process 0 again, from 1 ms on.
+        trace.events(0, &pairs(0, 20000, 0, 50, 1)).unwrap();
+        trace.events(1, &pairs(0, 2000, 500_000, 750, 2)).unwrap();
+        for k in 0..20u64 {
+            trace
+                .events(0, &pairs(20000 + k * 1000, 1000, 1_000_000 + k * 50_000, 50, 1))
+                .unwrap();
+        }
+        let length = trace.bytes_written();
+        fold(&mut trace, &path, length / 2, length / 3)
+            .unwrap()
+            .trace
+            .flush()
+            .unwrap();
+        let index = TraceIndex::read(&path).unwrap();
+        // Process 1's last event (at 2 ms less a step) was folded: the
+        // detail starts there, not before.
+        let fold = index.processes[1].fold.clone().expect("process 1 folded");
+        assert_eq!(fold.folded_to, 2000);
+        assert_eq!(index.detail_from_ns(), Some(500_000 + 1999 * 750));
+        let _ = std::fs::remove_dir_all(&dir);
+    }
+
+    #[test]
+    fn through_a_symbolic_link_the_file_it_names_is_folded_and_keeps_its_mode() {
+        use std::os::unix::fs::PermissionsExt;
+        let dir = std::env::temp_dir().join(format!("cudatrace-fold-link-{}", std::process::id()));
+        std::fs::create_dir_all(&dir).unwrap();
+        let (real, link) = (dir.join("real.trace"), dir.join("link.trace"));
+        let mut trace = write_trace(&real, &events());
+        std::fs::set_permissions(&real, std::fs::Permissions::from_mode(0o600)).unwrap();
+        std::os::unix::fs::symlink(&real, &link).unwrap();
+        let length = trace.bytes_written();
+        fold(&mut trace, &link, length / 4, length / 10)
+            .unwrap()
+            .trace
+            .flush()
+            .unwrap();
+        assert!(std::fs::symlink_metadata(&link).unwrap().file_type().is_symlink());
+        let folded = std::fs::metadata(&real).unwrap();
+        assert!(folded.len() <= length / 4, "{} of {length}", folded.len());
+        assert_eq!(folded.permissions().mode() & 0o777, 0o600);
         let _ = std::fs::remove_dir_all(&dir);
     }
 }

@@ -328,6 +328,7 @@ pub fn recover(
     let mut summary = out.summary;
     summary.events = trace.events_written();
     summary.lost_events = trace.lost_events();
+    summary.folded_events = trace.folded_events();
     let footer = Footer {
         processes: summary.processes,
         events: summary.events,
@@ -418,6 +419,13 @@ fn merge_old_trace(
                 merge.folded_to = fold.folded_to;
                 fold.process = merge.index.expect("started when its process record was read");
                 out.trace.record(&Record::Fold(fold)).map_err(|e| out.io(e))?;
+            }
+            Record::StepsState(mut state) => {
+                let Some(merge) = keys.get(&state.process).and_then(|key| merges.get(key)) else {
+                    continue;
+                };
+                state.process = merge.index.expect("started when its process record was read");
+                out.trace.record(&Record::StepsState(state)).map_err(|e| out.io(e))?;
             }
             record @ (Record::Nvml(_) | Record::NvmlStatus(_)) => {
                 out.trace.record(&record).map_err(|e| out.io(e))?;

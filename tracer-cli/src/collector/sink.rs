@@ -74,23 +74,30 @@ impl Sink {
         let target = (cap / 10 * fold::REWRITE_PARTS).min(cap.saturating_sub(reserve));
         let detail = (cap / 10 * fold::DETAIL_PARTS).min(target / 3 * 2);
         match fold::fold(&mut self.trace, &self.path, target, detail) {
-            Ok(trace) => {
-                self.trace = trace;
+            Ok(folded) => {
+                self.trace = folded.trace;
                 self.folds.done += 1;
+                self.folds.failure = None;
+                let kept = self.trace.bytes_written();
+                if kept <= target {
+                    self.folds.state_too_large = None;
+                    self.folds.next_at = kept + cap / 10;
+                } else {
+                    // What must stay exact (the memory live now, at the peaks
+                    // and at the OOMs) takes more than the cap allows: said
+                    // at the end, and folded again only once the trace has
+                    // doubled, so that folding never costs more than the
+                    // writing.
+                    self.folds.state_too_large = Some(folded.state_bytes);
+                    self.folds.next_at = kept.saturating_mul(2);
+                }
             }
-            Err(reason) => self.folds.failure = Some(reason),
+            Err(reason) => {
+                // Tried again once a tenth of the cap more has come.
+                self.folds.failure = Some(reason);
+                self.folds.next_at = written + cap / 10;
+            }
         }
-        let kept = self.trace.bytes_written();
-        self.folds.next_at = if kept <= target {
-            kept + cap / 10
-        } else {
-            // What must stay exact (the memory live now, at the peaks and
-            // at the OOMs) takes more than the cap allows: said at the end,
-            // and folded again only once the trace has doubled, so that
-            // folding never costs more than the writing.
-            self.folds.state_too_large = Some(kept);
-            kept.saturating_mul(2)
-        };
     }
 }
 

@@ -133,6 +133,17 @@ pub fn record_lines(path: &Path, record: Record) -> Vec<Value> {
             "folded_events": f.folded_events,
             "detail_from_ns": f.detail_from_ns,
         }})],
+        Record::StepsState(state) => vec![json!({"steps_state": {
+            "process": state.process,
+            "marker_stack": state.marker_stack,
+            "marker_device": state.marker_device,
+            "tensors": state.tensors,
+            "started": state.started,
+            "records": state.records.len(),
+            "open": state.open.is_some(),
+            "series_ends": state.ends.len(),
+            "series": state.series.len(),
+        }})],
         Record::Footer(f) => vec![json!({"footer": {
             "processes": f.processes,
             "events": f.events,
