@@ -110,13 +110,7 @@ fn a_peak_long_before_the_end_and_the_state_after_it_stay_exact() {
     let (b, _) = report_json(&folded);
     assert!(b["folded"]["folded_events"].as_u64().unwrap() > 1000, "{}", b["folded"]);
     let figures = |report: &Value| {
-        let p = report["processes"]
-            .as_array()
-            .unwrap()
-            .iter()
-            .find(|p| p["tensors"]["actions"].as_u64() > Some(0))
-            .unwrap()
-            .clone();
+        let p = main_process(report);
         let tensors = &p["tensors"]["devices"][0];
         json!({
             "lost": report["lost_events"],
@@ -206,20 +200,6 @@ fn collect_of_a_folded_trace_and_the_spools_left_returns_every_count() {
     assert_eq!(report["folded"]["detail_from_s"], before["folded"]["detail_from_s"]);
 }
 
-/// Waits up to 30 s for the spool's header to satisfy `done`.
-fn wait_for_header(spool: &Path, done: impl Fn(&cudatrace_events::SpoolHeaderInfo) -> bool) -> bool {
-    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(30);
-    while std::time::Instant::now() < deadline {
-        if let Ok(file) = cudatrace_events::SpoolFile::open(spool, false) {
-            if done(&file.header()) {
-                return true;
-            }
-        }
-        std::thread::sleep(std::time::Duration::from_millis(20));
-    }
-    false
-}
-
 #[test]
 fn state_larger_than_the_cap_is_kept_whole_and_said() {
     // `loop`: 50,000 allocations of 8 KiB live at the end, more state than
@@ -255,13 +235,7 @@ fn steps_and_growing(label: &str, steps: u32, leak: bool, cap: &str) -> (Value, 
     let output = command.output().unwrap();
     assert_eq!(output.status.code(), Some(0), "{}", stderr(&output));
     let (report, _) = report_json_with_stacks(&trace);
-    let p = report["processes"]
-        .as_array()
-        .unwrap()
-        .iter()
-        .find(|p| p["tensors"]["actions"].as_u64() > Some(0))
-        .unwrap()
-        .clone();
+    let p = main_process(&report);
     let mut rows = p["steps"]["steps"].clone();
     for row in rows.as_array_mut().unwrap() {
         let row = row.as_object_mut().unwrap();

@@ -324,18 +324,6 @@ fn a_full_trace_disk_keeps_the_spools_and_collect_recovers_every_event() {
 }
 
 /// Reads `spool`'s header until `done` holds for it, for up to 30 s.
-fn wait_for_header(spool: &Path, done: impl Fn(&cudatrace_events::SpoolHeaderInfo) -> bool) -> bool {
-    let deadline = Instant::now() + Duration::from_secs(30);
-    while Instant::now() < deadline {
-        if let Ok(file) = cudatrace_events::SpoolFile::open(spool, false) {
-            if done(&file.header()) {
-                return true;
-            }
-        }
-        std::thread::sleep(Duration::from_millis(20));
-    }
-    false
-}
 
 #[test]
 fn collect_after_the_collector_is_killed_returns_every_event() {

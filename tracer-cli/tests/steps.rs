@@ -22,16 +22,6 @@ fn run_training(label: &str, scenario: &str, env: &[(&str, &str)]) -> PathBuf {
     trace
 }
 
-fn main_process(report: &Value) -> Value {
-    report["processes"]
-        .as_array()
-        .unwrap()
-        .iter()
-        .find(|p| p["tensors"]["actions"].as_u64() > Some(0))
-        .expect("the process with tensors")
-        .clone()
-}
-
 /// Each step's (first, allocated peak, allocated at end, complete) on device 0.
 fn step_rows(process: &Value) -> Vec<(u64, u64, u64, bool)> {
     process["steps"]["steps"]

@@ -213,18 +213,6 @@ static void scenario_loop(int iterations, int threads) {
            (unsigned long long)loop_live_bytes);
 }
 
-/* `pairs N [wait]`: N allocations of 8 KiB, each freed before the next:
- * many events, little memory live at any moment (what folding a long run
- * keeps small). */
-static void scenario_pairs(int n) {
-    for (int i = 0; i < n; i++) {
-        void *p = NULL;
-        check("cudaMalloc", cudaMalloc(&p, 8192));
-        check("cudaFree", cudaFree(p));
-    }
-    printf("pairs %d\n", n);
-}
-
 /* `leak N`: what `cudatrace diff` compares between runs. A working buffer
  * of 4 MiB, freed at the end; N buffers of 1 MiB that are never freed; and
  * a 2 MiB scratch buffer allocated and freed after them, at the peak. */
@@ -861,6 +849,18 @@ static void scenario_fork(void) {
     check("cudaFree", cudaFree(parent_block));
     expect("free", "cudaFree", "cuMemFree_v2", "device", (uintptr_t)parent_block, 1000, 0, 0);
     printf("parent %d child-status %d\n", getpid(), status);
+}
+
+/* `pairs N [wait]`: N allocations of 8 KiB, each freed before the next:
+ * many events, little memory live at any moment (what folding a long run
+ * keeps small). */
+static void scenario_pairs(int n) {
+    for (int i = 0; i < n; i++) {
+        void *p = NULL;
+        check("cudaMalloc", cudaMalloc(&p, 8192));
+        check("cudaFree", cudaFree(p));
+    }
+    printf("pairs %d\n", n);
 }
 
 int main(int argc, char **argv) {

@@ -295,3 +295,28 @@ pub fn html_page(trace: &Path) -> String {
     assert_eq!(output.status.code(), Some(0), "{}", stderr(&output));
     std::fs::read_to_string(&page).unwrap()
 }
+
+/// The process of a report that recorded PyTorch's tensors.
+pub fn main_process(report: &Value) -> Value {
+    report["processes"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|p| p["tensors"]["actions"].as_u64() > Some(0))
+        .expect("the process with tensors")
+        .clone()
+}
+
+/// Waits up to 30 s for a spool's header to satisfy `done`.
+pub fn wait_for_header(spool: &Path, done: impl Fn(&cudatrace_events::SpoolHeaderInfo) -> bool) -> bool {
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(30);
+    while std::time::Instant::now() < deadline {
+        if let Ok(file) = cudatrace_events::SpoolFile::open(spool, false) {
+            if done(&file.header()) {
+                return true;
+            }
+        }
+        std::thread::sleep(std::time::Duration::from_millis(20));
+    }
+    false
+}
