@@ -323,6 +323,7 @@ impl Summary {
         alongside: &mut C,
     ) -> Vec<Option<Steps>> {
         let mut building = SummaryBuilder::new(index, boundaries);
+        building.steps_only = true;
         for (process, cut) in building.processes.iter_mut().zip(cuts) {
             process.steps_cut = Some(cut.unwrap_or(u64::MAX));
         }
@@ -350,6 +351,9 @@ struct SummaryBuilder<'a> {
     index: &'a TraceIndex,
     processes: Vec<ProcessSummary>,
     trackers: Vec<FootprintTracker>,
+    /// Only the steps are wanted (a fold's pass): processes without steps
+    /// and the footprint are skipped.
+    steps_only: bool,
 }
 
 impl<'a> SummaryBuilder<'a> {
@@ -393,6 +397,7 @@ impl<'a> SummaryBuilder<'a> {
                 .iter()
                 .map(|p| FootprintTracker::new(index, p))
                 .collect(),
+            steps_only: false,
         }
     }
 
@@ -422,7 +427,14 @@ impl Consumer for SummaryBuilder<'_> {
     type Error = Infallible;
 
     fn step(&mut self, step: &Step) -> Result<(), Self::Error> {
-        self.processes[step.process].observe(step.event, step.changes);
+        let process = &mut self.processes[step.process];
+        if self.steps_only {
+            if process.steps.is_some() {
+                process.observe(step.event, step.changes);
+            }
+            return Ok(());
+        }
+        process.observe(step.event, step.changes);
         self.trackers[step.process].observe(self.index, step.info, step.event, step.changes);
         Ok(())
     }
