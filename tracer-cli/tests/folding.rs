@@ -253,7 +253,7 @@ fn steps_and_growing(label: &str, steps: u32, leak: bool, cap: &str) -> (Value, 
 fn steps_and_growth_are_those_of_the_whole_run_after_folds() {
     let (whole_steps, whole_growing, _) = steps_and_growing("fold-steps-whole", 400, true, "unlimited");
     let (steps, growing, folded) = steps_and_growing("fold-steps-capped", 400, true, "64KiB");
-    assert!(folded["folded_events"].as_u64() > Some(4000), "{folded}");
+    assert!(folded["folded_events"].as_u64() > Some(3000), "{folded}");
     assert_eq!(whole_steps["count"], 400);
     assert_eq!(steps, whole_steps);
     // The leak: each step's output (1 MiB), kept by the list.

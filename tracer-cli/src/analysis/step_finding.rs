@@ -74,6 +74,11 @@ const FEWEST_FOR_LOW_POINTS: u64 = 2 * LOW_POINTS as u64;
 /// no long job, and a rate a minute from it would mean nothing.
 const SHORTEST_FOR_LOW_POINTS_NS: u64 = 1_000_000_000;
 
+/// Steps a process's marker must have started before a fold keeps its
+/// steps (and folds any of its events): a marker found from fewer may be
+/// another allocation of the loop than the whole run's.
+pub const STEPS_SEEN_BEFORE_FOLDING: u64 = 16;
+
 /// How a process's steps are found again during a replay.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct StepMarker {
@@ -221,7 +226,10 @@ impl Allocations {
     }
 
     /// The loop these allocations repeat, if any.
-    fn marker(&self, tensors: bool) -> Option<StepMarker> {
+    /// The marker, if the allocations repeat a loop. `so_far`: the events
+    /// end anywhere in a step (a fold's pass over a run still going), so a
+    /// count one more or one less than a multiple counts as a multiple.
+    fn marker(&self, tensors: bool, so_far: bool) -> Option<StepMarker> {
         let spans = |s: &StackCount| (s.last - s.first + 1) * 100 >= self.total * LEAST_SPAN_PERCENT;
         let candidates: Vec<(&(u32, Option<u8>), &StackCount)> = self
             .stacks
@@ -239,7 +247,10 @@ impl Allocations {
                 let explained = self
                     .stacks
                     .values()
-                    .filter(|other| other.count % count == 0)
+                    .filter(|other| {
+                        let rest = other.count % count;
+                        rest == 0 || (so_far && (rest == 1 || rest == count - 1))
+                    })
                     .map(|other| other.count)
                     .sum();
                 (count, explained)
@@ -269,10 +280,12 @@ impl Allocations {
             .filter(|&&(_, stray)| stray <= least + tolerance)
             .map(|&(count, _)| count)
             .max()?;
-        let (&(stack, device), _) = candidates
+        // Cut inside a step, the stacks before the cut in it have one more.
+        let (&(stack, device), first) = candidates
             .iter()
-            .filter(|(_, s)| s.count == steps)
+            .filter(|(_, s)| s.count == steps || (so_far && s.count == steps + 1))
             .min_by_key(|&&(&key, s)| (s.first, key))?;
+        let steps = first.count;
         let body: Vec<(&(u32, Option<u8>), &StackCount)> =
             self.stacks.iter().filter(|(_, s)| s.count % steps == 0).collect();
         Some(StepMarker {
@@ -411,7 +424,7 @@ fn boundaries(index: &TraceIndex, progress: &Progress, cuts: Option<&[Option<u64
                         (driver, false)
                     };
                     let (first_ns, last_ns) = counted.span?;
-                    match counted.marker(tensors) {
+                    match counted.marker(tensors, cuts.is_some()) {
                         Some(marker) => Some(Boundaries::Steps(marker)),
                         None if low_points_apply(counted, first_ns, last_ns) => Some(Boundaries::LowPoints {
                             tensors,
@@ -435,13 +448,19 @@ fn boundaries(index: &TraceIndex, progress: &Progress, cuts: Option<&[Option<u64
     let step_starts = found
         .iter()
         .zip(&counted)
-        .map(|(found, [driver, tensors])| match found {
+        .zip(&index.processes)
+        .map(|((found, [driver, tensors]), info)| (found, [driver, tensors], info.steps_state.is_some()))
+        .map(|(found, [driver, tensors], resumed)| match found {
             Some(Boundaries::Steps(marker)) if cuts.is_some() => {
                 let counted = if marker.tensors { tensors } else { driver };
-                counted
-                    .stacks
-                    .get(&(marker.stack, marker.device))
-                    .and_then(|s| s.last_before_cut)
+                let stack = counted.stacks.get(&(marker.stack, marker.device));
+                if !resumed && stack.map_or(0, |s| s.count) < STEPS_SEEN_BEFORE_FOLDING {
+                    // Too few steps yet to be sure of the marker: nothing
+                    // of this process is folded for now.
+                    Some((0, 0))
+                } else {
+                    stack.and_then(|s| s.last_before_cut)
+                }
             }
             _ => None,
         })
@@ -512,7 +531,7 @@ mod tests {
             stacks.push(12);
         }
         stacks.push(3);
-        let marker = counted(&stacks).marker(true).expect("a loop");
+        let marker = counted(&stacks).marker(true, false).expect("a loop");
         assert_eq!((marker.stack, marker.steps, marker.tensors), (10, 5, true));
         // Stack 12's last allocation, the 29th (index 28), ends the loop.
         assert_eq!(marker.loop_end_ns, 28_000_000);
@@ -525,7 +544,7 @@ mod tests {
         let mut stacks: Vec<u32> = [1, 2, 3, 4].repeat(12);
         stacks.extend([10, 11].repeat(50));
         let allocations = counted_with(&stacks, |s| if s == 10 { 1 << 20 } else { 100 }, |s| s != 10);
-        let marker = allocations.marker(false).expect("the training loop");
+        let marker = allocations.marker(false, false).expect("the training loop");
         assert_eq!((marker.stack, marker.steps), (10, 50));
     }
 
@@ -553,7 +572,7 @@ mod tests {
                 }
             }
         }
-        let marker = allocations.marker(false).expect("the steps");
+        let marker = allocations.marker(false, false).expect("the steps");
         assert_eq!((marker.stack, marker.steps), (1, 30));
     }
 
@@ -565,7 +584,7 @@ mod tests {
             stacks.push(50);
             stacks.extend([10, 11, 12].repeat(10));
         }
-        let marker = counted(&stacks).marker(false).expect("a loop");
+        let marker = counted(&stacks).marker(false, false).expect("a loop");
         assert_eq!((marker.stack, marker.steps), (10, 30));
     }
 
@@ -576,19 +595,19 @@ mod tests {
         for ((stack, _), count) in on_one {
             allocations.stacks.insert((stack, Some(1)), count);
         }
-        let marker = allocations.marker(false).expect("a loop");
+        let marker = allocations.marker(false, false).expect("a loop");
         assert_eq!((marker.steps, marker.device), (10, Some(0)));
     }
 
     #[test]
     fn a_program_without_a_loop_gets_no_steps() {
-        assert_eq!(counted(&[1, 2, 3, 4, 5, 6, 7, 8]).marker(false), None);
+        assert_eq!(counted(&[1, 2, 3, 4, 5, 6, 7, 8]).marker(false, false), None);
         // A helper called twice is not a loop.
-        assert_eq!(counted(&[1, 2, 5, 6, 3, 5, 6, 4]).marker(false), None);
+        assert_eq!(counted(&[1, 2, 5, 6, 3, 5, 6, 4]).marker(false, false), None);
         // Nor are a few repeated calls among many other allocations.
         let mut stacks: Vec<u32> = (100..200).collect();
         stacks.extend([7, 8, 7, 8, 7, 8]);
-        assert_eq!(counted(&stacks).marker(false), None);
+        assert_eq!(counted(&stacks).marker(false, false), None);
     }
 
     #[test]
@@ -596,14 +615,30 @@ mod tests {
         // Parameters made one after another from the same line.
         let mut stacks = vec![1];
         stacks.extend(std::iter::repeat_n(9, 50));
-        assert_eq!(counted(&stacks).marker(false), None);
+        assert_eq!(counted(&stacks).marker(false, false), None);
     }
 
     #[test]
     fn stacks_recorded_while_paused_or_without_a_stack_are_never_markers() {
         let stacks: Vec<u32> = [0, PAUSED_STACK, 5].repeat(4);
-        let marker = counted(&stacks).marker(true).expect("stack 5 repeats");
+        let marker = counted(&stacks).marker(true, false).expect("stack 5 repeats");
         assert_eq!((marker.stack, marker.steps), (5, 4));
-        assert!(counted(&[0, PAUSED_STACK].repeat(6)).marker(true).is_none());
+        assert!(counted(&[0, PAUSED_STACK].repeat(6)).marker(true, false).is_none());
+    }
+
+    #[test]
+    fn a_run_cut_inside_a_step_keeps_the_step_s_first_allocation_as_its_marker() {
+        // Twenty steps of three allocations, and the window (a fold's, of a
+        // run still going) ends after the first allocation of the next.
+        let mut stacks: Vec<u32> = Vec::new();
+        for _ in 0..20 {
+            stacks.extend([10, 11, 12]);
+        }
+        stacks.push(10);
+        let so_far = counted(&stacks).marker(false, true).expect("a loop");
+        assert_eq!((so_far.stack, so_far.steps), (10, 21));
+        // Read as a whole run, the steps are the other stacks' 20.
+        let whole = counted(&stacks).marker(false, false).expect("a loop");
+        assert_eq!((whole.stack, whole.steps), (11, 20));
     }
 }
