@@ -305,11 +305,13 @@ impl Allocations {
     /// counts and those after it) is a whole number of times the steps'.
     fn resumed_marker(&self, state: &StepsState, folded: &[FoldedSite]) -> StepMarker {
         let after = |key: &(u32, Option<u8>)| self.stacks.get(key).map_or(0, |s| s.count);
-        let steps = state.started + after(&(state.marker_stack, state.marker_device));
+        let steps = state
+            .started
+            .saturating_add(after(&(state.marker_stack, state.marker_device)));
         let whole = |key: &(u32, Option<u8>)| {
             let before: u64 = folded
                 .iter()
-                .filter(|site| site.tensors == state.tensors && (site.stack, site.device) == *key)
+                .filter(|site| site.tensors == state.tensors && !site.host && (site.stack, site.device) == *key)
                 .map(|site| site.allocations)
                 .sum();
             before + after(key)
@@ -322,11 +324,6 @@ impl Allocations {
             .max()
             .or_else(|| state.open.as_ref().map(|open| open.end_ns))
             .unwrap_or(0);
-        eprintln!(
-            "DEBUG steps {steps} started {} loop_end {loop_end_ns} open {:?}",
-            state.started,
-            state.open.as_ref().map(|o| (o.first, o.start_ns, o.end_ns))
-        );
         StepMarker {
             stack: state.marker_stack,
             device: state.marker_device,
@@ -388,14 +385,12 @@ fn boundaries(index: &TraceIndex, progress: &Progress, cuts: Option<&[Option<u64
             [with_cut(), with_cut()]
         })
         .collect();
-    // Below a fold that kept steps, the steps are the fold's.
+    // Below a fold, only the state it kept is left, not the steps' events;
+    // the steps there are those the fold kept, if any.
     let counted_from: Vec<u64> = index
         .processes
         .iter()
-        .map(|p| match (&p.steps_state, &p.fold) {
-            (Some(_), Some(fold)) => fold.folded_to,
-            _ => 0,
-        })
+        .map(|p| p.fold.as_ref().map_or(0, |fold| fold.folded_to))
         .collect();
     let Ok(_) = Replay::new(index, progress).events_only().run(&mut |step: &Step| {
         if step.event.seq < counted_from[step.process] {
@@ -424,7 +419,8 @@ fn boundaries(index: &TraceIndex, progress: &Progress, cuts: Option<&[Option<u64
                         (driver, false)
                     };
                     let (first_ns, last_ns) = counted.span?;
-                    match counted.marker(tensors, cuts.is_some()) {
+                    // After a fold, the events start anywhere in a step too.
+                    match counted.marker(tensors, cuts.is_some() || info.fold.is_some()) {
                         Some(marker) => Some(Boundaries::Steps(marker)),
                         None if low_points_apply(counted, first_ns, last_ns) => Some(Boundaries::LowPoints {
                             tensors,

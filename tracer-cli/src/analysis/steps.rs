@@ -320,7 +320,25 @@ impl Steps {
 
     /// What a fold keeps of these steps at its cut (see
     /// `cudatrace_trace::StepsState`), for process `process`.
-    pub fn state(&self, process: u32) -> StepsState {
+    /// Records are merged and the series thinned, as a long run does, until
+    /// the state takes about `budget` bytes or less.
+    pub fn state(&self, process: u32, budget: u64) -> StepsState {
+        let mut kept = self.clone();
+        let bytes = |steps: &Steps| {
+            // About what they encode to: times and counts as varints.
+            let rows: u64 = steps.records.iter().map(|r| 24 + 16 * r.devices.len() as u64).sum();
+            rows + steps.live_at_ends.values().map(|v| 8 + 5 * v.len() as u64).sum::<u64>()
+        };
+        while bytes(&kept) > budget && kept.records.len() > 1 && kept.records.iter().all(|r| r.complete) {
+            kept.merge_pairs();
+        }
+        while bytes(&kept) > budget && kept.ends.len() > 1 {
+            kept.thin_series();
+        }
+        kept.state_as_it_is(process)
+    }
+
+    fn state_as_it_is(&self, process: u32) -> StepsState {
         let mut series: Vec<StepSeries> = self
             .live_at_ends
             .iter()

@@ -88,15 +88,16 @@ fn rewrite(path: &Path, old: &std::fs::Metadata, length: u64, target: u64, detai
     // First try: the newest `detail` bytes stay whole. If the state kept
     // from before them would not fit beside them, keep fewer.
     let mut cut_offset = cut_at(&index, length.saturating_sub(detail));
+    let recent = cuts_at(&index, cut_at(&index, length / 2))?;
     let mut cuts = cuts_at(&index, cut_offset)?;
-    let (mut kept, mut steps) = what_to_keep(&index, &mut cuts, &progress);
+    let (mut kept, mut steps) = what_to_keep(&index, &mut cuts, &recent, &progress);
     let state_bytes = estimate_state_bytes(&index, &kept, cut_offset, length);
     let tail_bytes = length.saturating_sub(cut_offset);
     if state_bytes + tail_bytes > target && tail_bytes > 0 {
         let room = target.saturating_sub(state_bytes);
         cut_offset = cut_at(&index, length.saturating_sub(room));
         cuts = cuts_at(&index, cut_offset)?;
-        (kept, steps) = what_to_keep(&index, &mut cuts, &progress);
+        (kept, steps) = what_to_keep(&index, &mut cuts, &recent, &progress);
     }
     // From here on every process is whole: after the last event any of
     // them folds.
@@ -106,15 +107,25 @@ fn rewrite(path: &Path, old: &std::fs::Metadata, length: u64, target: u64, detai
         .chain(index.detail_from_ns())
         .max()
         .unwrap_or_else(|| index.start_ns());
+    // The steps' records and series take at most half of what the state
+    // and summaries may: a twentieth of the cap.
+    let steps_budget = target.saturating_sub(detail) / 2;
     let staging = folding_path(path);
     // One left by an earlier collector of this pid that was killed mid-fold.
     let _ = std::fs::remove_file(&staging);
-    let written =
-        write_folded(&index, &header, (&kept, &steps), cut_offset, detail_from_ns, &staging).and_then(|trace| {
-            std::fs::set_permissions(&staging, old.permissions()).map_err(|e| e.to_string())?;
-            std::fs::rename(&staging, path).map_err(|e| e.to_string())?;
-            Ok(trace)
-        });
+    let written = write_folded(
+        &index,
+        &header,
+        (&kept, &steps, steps_budget),
+        cut_offset,
+        detail_from_ns,
+        &staging,
+    )
+    .and_then(|trace| {
+        std::fs::set_permissions(&staging, old.permissions()).map_err(|e| e.to_string())?;
+        std::fs::rename(&staging, path).map_err(|e| e.to_string())?;
+        Ok(trace)
+    });
     match written {
         Ok(trace) => {
             // The rename reaches the disk with its folder.
@@ -139,12 +150,31 @@ fn rewrite(path: &Path, old: &std::fs::Metadata, length: u64, target: u64, detai
 /// What a fold at `cuts` keeps of each process's events, and its steps as
 /// they stand at its cut: a pass that finds the steps, then one replay for
 /// both. A cut inside a step moves back to that step's start (in `cuts`),
-/// so that the step is kept whole.
-fn what_to_keep(index: &TraceIndex, cuts: &mut [Option<u64>], progress: &Progress) -> (Vec<Kept>, Vec<Option<Steps>>) {
-    let (boundaries, step_starts) = find_boundaries_so_far(index, cuts, progress);
-    for (cut, start) in cuts.iter_mut().zip(step_starts) {
-        if let Some((seq, _)) = start {
-            *cut = Some(cut.map_or(seq, |cut| cut.min(seq)));
+/// so that the step is kept whole, unless the step began before both
+/// `recent[i]` (the process's first sequence number in the newer half of
+/// the trace) and the last fold's cut: a loop that has ended, or steps too
+/// long to keep whole, hold the fold back once at most. A process whose marker has too few steps yet is
+/// not folded at all, if it all lies in that newer half; otherwise it keeps
+/// no steps.
+fn what_to_keep(
+    index: &TraceIndex,
+    cuts: &mut [Option<u64>],
+    recent: &[Option<u64>],
+    progress: &Progress,
+) -> (Vec<Kept>, Vec<Option<Steps>>) {
+    let (mut boundaries, step_starts) = find_boundaries_so_far(index, cuts, progress);
+    for (process, start) in step_starts.into_iter().enumerate() {
+        let info = &index.processes[process];
+        match start {
+            Some((0, _)) if info.fold.is_none() && recent[process] == Some(0) => cuts[process] = Some(0),
+            Some((0, _)) => boundaries[process] = None,
+            Some((seq, _))
+                if recent[process].is_some_and(|recent| seq >= recent)
+                    || info.fold.as_ref().is_some_and(|fold| seq > fold.folded_to) =>
+            {
+                cuts[process] = Some(cuts[process].map_or(seq, |cut| cut.min(seq)));
+            }
+            _ => {}
         }
     }
     let mut pass = RetentionPass::new(index, cuts);
@@ -225,7 +255,7 @@ fn nvml_kept(index: &TraceIndex, detail_from_ns: u64) -> Vec<bool> {
 fn write_folded(
     index: &TraceIndex,
     header: &cudatrace_trace::Header,
-    (kept, steps): (&[Kept], &[Option<Steps>]),
+    (kept, steps, steps_budget): (&[Kept], &[Option<Steps>], u64),
     cut_offset: u64,
     detail_from_ns: u64,
     staging: &Path,
@@ -279,7 +309,7 @@ fn write_folded(
                         trace.record(&Record::Fold(fold)).map_err(io)?;
                         if let Some(steps) = &steps[i] {
                             trace
-                                .record(&Record::StepsState(steps.state(start.process)))
+                                .record(&Record::StepsState(steps.state(start.process, steps_budget)))
                                 .map_err(io)?;
                         }
                     }
@@ -706,6 +736,52 @@ mod tests {
         let folded = std::fs::metadata(&real).unwrap();
         assert!(folded.len() <= length / 4, "{} of {length}", folded.len());
         assert_eq!(folded.permissions().mode() & 0o777, 0o600);
+        let _ = std::fs::remove_dir_all(&dir);
+    }
+
+    #[test]
+    fn a_loop_that_has_ended_does_not_hold_the_fold_back() {
+        // 100 steps of two tensors, then a long phase of pinned memory: the
+        // last step began early in the trace, and must not keep it all.
+        let mut events = Vec::new();
+        let mut seq = 0;
+        for _ in 0..100u64 {
+            for (stack, address) in [(10, 0xC000_0000u64), (11, 0xC100_0000)] {
+                events.push(tensor_event(seq, 1000 + seq * 10, Action::Alloc, address, BIG, stack));
+                events.push(tensor_event(
+                    seq + 1,
+                    1010 + seq * 10,
+                    Action::FreeCompleted,
+                    address,
+                    BIG,
+                    0,
+                ));
+                seq += 2;
+            }
+        }
+        for _ in 0..15000u64 {
+            for op in [Op::Alloc, Op::Free] {
+                let mut event = driver_event(seq, 1000 + seq * 10, op, Kind::HostPinned, 0x55_0000, 4096, 5);
+                event.device = None;
+                events.push(event);
+                seq += 1;
+            }
+        }
+        let dir = std::env::temp_dir().join(format!("cudatrace-fold-ended-{}", std::process::id()));
+        std::fs::create_dir_all(&dir).unwrap();
+        let path = dir.join("run.trace");
+        let mut trace = write_trace(&path, &events);
+        let length = trace.bytes_written();
+        let folded = fold(&mut trace, &path, length / 4, length / 10)
+            .unwrap()
+            .trace
+            .bytes_written();
+        assert!(folded <= length / 4, "{folded} of {length}");
+        let index = TraceIndex::read(&path).unwrap();
+        assert!(index.processes[0].steps_state.is_some(), "the steps are kept");
+        let summary = Summary::build(&index, &Progress::hidden());
+        let steps = summary.processes[0].steps.as_ref().expect("steps");
+        assert_eq!(steps.records.last().map(|r| r.last), Some(100));
         let _ = std::fs::remove_dir_all(&dir);
     }
 }
