@@ -122,6 +122,9 @@ fn get_device(c: &mut Cursor) -> Result<Option<u8>, Malformed> {
     Ok(u8::try_from(c.get_signed()?).ok())
 }
 
+/// More steps than a run could make: a step a nanosecond for a century.
+const MOST_STEPS: u64 = 1 << 62;
+
 fn decode_step_row(c: &mut Cursor) -> Result<StepRow, Malformed> {
     let mut row = StepRow {
         first: c.get()?,
@@ -131,6 +134,9 @@ fn decode_step_row(c: &mut Cursor) -> Result<StepRow, Malformed> {
         complete: c.get()? != 0,
         devices: Vec::new(),
     };
+    if row.first == 0 || row.first > row.last || row.last > MOST_STEPS {
+        return Err(Malformed::ImpossibleSteps);
+    }
     for _ in 0..list_len(c)? {
         row.devices.push(StepDeviceRow {
             device: get_device(c)?,
@@ -152,6 +158,9 @@ fn decode_steps_state(c: &mut Cursor) -> Result<Record, Malformed> {
         stride: c.get()?,
         ..StepsState::default()
     };
+    if state.started > MOST_STEPS || state.stride == 0 || state.stride > MOST_STEPS {
+        return Err(Malformed::ImpossibleSteps);
+    }
     for _ in 0..list_len(c)? {
         state.records.push(decode_step_row(c)?);
     }
@@ -159,7 +168,11 @@ fn decode_steps_state(c: &mut Cursor) -> Result<Record, Malformed> {
         state.open = Some(decode_step_row(c)?);
     }
     for _ in 0..list_len(c)? {
-        state.ends.push(c.get()?);
+        let end = c.get()?;
+        if end == 0 || end > state.started {
+            return Err(Malformed::ImpossibleSteps);
+        }
+        state.ends.push(end);
     }
     for _ in 0..list_len(c)? {
         let device = get_device(c)?;

@@ -84,4 +84,7 @@ pub enum Malformed {
     MoreFramesThanBytes,
     /// Bytes remain after the record's last field.
     TrailingBytes,
+    /// A steps record's numbers cannot be: a range that ends before it
+    /// starts, a step 0, or more steps than a run could make.
+    ImpossibleSteps,
 }

@@ -243,7 +243,8 @@ impl<R: Read> Iterator for TraceReader<R> {
 mod tests {
     use super::*;
     use crate::format::{
-        Fold, FoldedSite, Footer, Header, NvmlSample, NvmlStatus, ProcessEnd, ProcessStart, UnrecordedProcess,
+        Fold, FoldedSite, Footer, Header, NvmlSample, NvmlStatus, ProcessEnd, ProcessStart, StepDeviceRow, StepRow,
+        StepSeries, StepsState, UnrecordedProcess,
     };
     use crate::problem::Malformed;
     use crate::writer::TraceWriter;
@@ -369,6 +370,63 @@ mod tests {
         let mut reader = TraceReader::new(&bytes[..]).unwrap();
         assert_eq!(reader.next_record().unwrap(), Some(Record::Header(header)));
         assert_eq!(reader.next_record().unwrap(), Some(Record::Fold(fold)));
+    }
+
+    #[test]
+    fn a_steps_record_round_trips_and_impossible_steps_are_damage() {
+        let state = StepsState {
+            process: 3,
+            marker_stack: 77,
+            marker_device: Some(1),
+            tensors: true,
+            started: 41,
+            stride: 2,
+            records: vec![StepRow {
+                first: 1,
+                last: 40,
+                start_ns: 1_000,
+                end_ns: 9_000,
+                complete: true,
+                devices: vec![StepDeviceRow {
+                    device: Some(1),
+                    allocated_peak: 5 << 20,
+                    allocated_end: 1 << 20,
+                    reserved_end: Some(8 << 20),
+                }],
+            }],
+            open: Some(StepRow {
+                first: 41,
+                last: 41,
+                start_ns: 9_000,
+                end_ns: 9_500,
+                complete: false,
+                devices: vec![],
+            }),
+            ends: vec![2, 4, 40],
+            series: vec![StepSeries {
+                device: None,
+                stack: 9,
+                bytes: vec![1, 2, 3],
+            }],
+        };
+        let mut payload = Vec::new();
+        let tag = crate::encode::encode(&Record::StepsState(state.clone()), &mut payload);
+        let decoded = crate::decode::decode(tag, &payload, &|_| Some(1)).unwrap();
+        assert_eq!(decoded, Record::StepsState(state.clone()));
+        let backwards = StepsState {
+            records: vec![StepRow {
+                first: 40,
+                last: 1,
+                ..state.records[0].clone()
+            }],
+            ..state
+        };
+        let mut payload = Vec::new();
+        let tag = crate::encode::encode(&Record::StepsState(backwards), &mut payload);
+        assert_eq!(
+            crate::decode::decode(tag, &payload, &|_| Some(1)),
+            Err(Malformed::ImpossibleSteps)
+        );
     }
 
     #[test]

@@ -56,6 +56,7 @@ fn malformed_text(fault: Malformed) -> String {
         Malformed::MoreNodesThanBytes => "more nodes than bytes",
         Malformed::MoreFramesThanBytes => "more frames than bytes",
         Malformed::TrailingBytes => "trailing bytes after the record",
+        Malformed::ImpossibleSteps => "steps numbered as no run numbers them",
     };
     text.to_string()
 }
