@@ -268,7 +268,16 @@ fn rows_merge(whole: &Value, folded: &Value) -> Result<(), String> {
             .map(|r| r["devices"][0]["allocated_peak_bytes"].as_u64().unwrap())
             .max();
         expected["devices"][0]["allocated_peak_bytes"] = json!(peak);
-        if *row != expected {
+        let mut row = row.clone();
+        if expected["complete"] == false {
+            // The last step, after the loop: where a fold went through it
+            // after holding its start once, its end is measured after part
+            // of the program's cleanup (docs/usage.md, "Long runs").
+            for figure in ["allocated_bytes_at_end", "reserved_bytes_at_end"] {
+                row["devices"][0][figure] = expected["devices"][0][figure].clone();
+            }
+        }
+        if row != expected {
             return Err(format!("steps {first} to {last}: {row} against {expected}"));
         }
         next = last + 1;
