@@ -337,6 +337,12 @@ fn scan(
             .filter_map(|path| naming::parse_spool_file_name(&path).map(|(pid, image)| (pid, image, path)))
             .collect();
         found.sort();
+        // The latest image of each pid with a spool, in this folder now.
+        let mut latest_spool: HashMap<u32, u32> = shared.latest_image.lock().unwrap().clone();
+        for &(pid, image, _) in &found {
+            let entry = latest_spool.entry(pid).or_insert(image);
+            *entry = (*entry).max(image);
+        }
         for (pid, image, path) in found {
             match check_spool_file(&path) {
                 Ok(()) => {}
@@ -363,6 +369,12 @@ fn scan(
                         let _ = to_preparer.send(SpoolPlaces::new(gate, file, header.ring_chunks));
                     }
                     let _ = to_readers.send(tail);
+                }
+                // Its process exec'd while creating it (a later image of the
+                // pid has a spool): it never held a record, and is not ours
+                // to call damaged.
+                Err(error) if may_become_readable(&error) && latest_spool.get(&pid).is_some_and(|&l| l > image) => {
+                    seen.insert(path);
                 }
                 // The header is still being written: look again later.
                 Err(error) if may_become_readable(&error) && !last_pass && !Liveness::watch(pid).is_dead() => {}
