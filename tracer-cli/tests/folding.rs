@@ -7,7 +7,6 @@ mod common;
 use common::*;
 use serde_json::{json, Value};
 use std::path::{Path, PathBuf};
-use std::process::Stdio;
 
 /// `scenarios pairs 100000` under `cudatrace run OPTIONS`: 100,000
 /// allocations of 8,192 bytes, each freed before the next: 200,000 events.
@@ -160,29 +159,13 @@ fn a_size_that_is_not_one_is_refused_in_one_line_before_anything_runs() {
 fn collect_of_a_folded_trace_and_the_spools_left_returns_every_count() {
     let scenarios = fake_cuda::program("scenarios");
     let (mut command, trace) = run_program("fold-killed", &scenarios, &["--max-size", "256KiB"]);
-    let dir = trace.parent().unwrap().to_owned();
-    let spools = dir.join("spools");
-    std::fs::create_dir(&spools).unwrap();
-    let mut run = command
-        .args(["pairs", "100000", "wait"])
-        .env("CUDATRACE_DIR", &spools)
-        .stdin(Stdio::piped())
-        .stdout(Stdio::piped())
-        .spawn()
-        .unwrap();
-    let mut program_out = wait_for_line(&mut run, "ready");
-    let run_dir = std::fs::read_dir(&spools).unwrap().next().unwrap().unwrap().path();
-    let spool = spool_files(&run_dir).pop().unwrap();
+    command.args(["pairs", "100000", "wait"]);
+    let started = start_with_spools_in(&mut command, &trace.parent().unwrap().join("spools"));
+    let run_dir = started.run_dir.clone();
     // Most chunks given back: the trace has been folded by then (it passed
     // its cap several times over).
-    assert!(wait_for_header(&spool, |h| h.released_records >= 10 * 16384));
-    // SAFETY: killing our own child.
-    unsafe { libc::kill(run.id() as i32, libc::SIGKILL) };
-    run.wait().unwrap();
-    drop(run.stdin.take());
-    let mut rest = String::new();
-    std::io::Read::read_to_string(&mut program_out, &mut rest).unwrap();
-    assert!(wait_for_header(&spool, |h| h.process.exit.is_some()));
+    assert!(wait_for_header(&started.spool, |h| h.released_records >= 10 * 16384));
+    started.kill_collector_and_let_the_program_end();
     let (before, _) = report_json(&trace);
     assert!(
         before["folded"]["folded_events"].as_u64() > Some(0),

@@ -323,34 +323,17 @@ fn a_full_trace_disk_keeps_the_spools_and_collect_recovers_every_event() {
     assert_eq!(report["processes"].as_array().unwrap().len(), 1);
 }
 
-/// Reads `spool`'s header until `done` holds for it, for up to 30 s.
-
 #[test]
 fn collect_after_the_collector_is_killed_returns_every_event() {
     let (mut command, trace, dir) =
         run_program("killed-collector", &[], &[&scenarios(), "loop", "100000", "1", "wait"]);
-    let spools = dir.join("spools");
-    std::fs::create_dir(&spools).unwrap();
-    let mut run = command
-        .env("CUDATRACE_DIR", &spools)
-        .stdin(Stdio::piped())
-        .stdout(Stdio::piped())
-        .spawn()
-        .unwrap();
-    let mut program_out = wait_for_line(&mut run, "ready");
-    let run_dir = std::fs::read_dir(&spools).unwrap().next().unwrap().unwrap().path();
-    let spool = spool_files(&run_dir).pop().unwrap();
+    let started = start_with_spools_in(&mut command, &dir.join("spools"));
+    let run_dir = started.run_dir.clone();
     // Wait until the collector has given spool chunks back: their events are
     // then only in its trace.
-    assert!(wait_for_header(&spool, |h| h.released_records > 0));
-    // SAFETY: killing our own child.
-    unsafe { libc::kill(run.id() as i32, libc::SIGKILL) };
-    run.wait().unwrap();
-    // The program runs on; let it finish, and read the rest of what it printed.
-    drop(run.stdin.take());
-    let mut rest = String::new();
-    std::io::Read::read_to_string(&mut program_out, &mut rest).unwrap();
-    assert!(wait_for_header(&spool, |h| h.process.exit.is_some()));
+    assert!(wait_for_header(&started.spool, |h| h.released_records > 0));
+    // The program runs on after the kill, to its end.
+    started.kill_collector_and_let_the_program_end();
     let output = cudatrace(&["collect", run_dir.to_str().unwrap()]).output().unwrap();
     assert_eq!(output.status.code(), Some(0), "{}", stderr(&output));
     // By default the trace the collector was writing is completed in place.

@@ -192,11 +192,7 @@ fn decode_fold(c: &mut Cursor) -> Result<Record, Malformed> {
         detail_from_ns: c.get()?,
         sites: Vec::new(),
     };
-    let count = c.get()?;
-    if count > c.remaining() as u64 {
-        return Err(Malformed::MoreNodesThanBytes);
-    }
-    for _ in 0..count {
+    for _ in 0..list_len(c)? {
         let device = c.get_signed()?;
         fold.sites.push(FoldedSite {
             device: u8::try_from(device).ok(),
@@ -217,11 +213,8 @@ fn decode_fold(c: &mut Cursor) -> Result<Record, Malformed> {
 
 fn decode_symbols(c: &mut Cursor) -> Result<Record, Malformed> {
     let process = c.get_u32()?;
-    let count = c.get()?;
-    if count > c.remaining() as u64 {
-        return Err(Malformed::MoreNodesThanBytes);
-    }
-    let mut nodes = Vec::with_capacity(count as usize);
+    let count = list_len(c)?;
+    let mut nodes = Vec::with_capacity(count);
     for _ in 0..count {
         let node = c.get_u32()?;
         let frame_count = c.get()?;

@@ -86,6 +86,19 @@ struct PeakTracker {
     ended_since_peak: Vec<[u64; 3]>,
 }
 
+impl PeakTracker {
+    /// `size` more bytes from event `seq`: a new peak forgets what ended
+    /// since the last (none of it was live at the new one).
+    fn add(&mut self, size: u64, seq: u64) {
+        self.now += size;
+        if self.now > self.peak {
+            self.peak = self.now;
+            self.peak_seq = seq;
+            self.ended_since_peak.clear();
+        }
+    }
+}
+
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
 enum HeldKey {
     /// A driver allocation, by its address and creation time.
@@ -136,13 +149,7 @@ impl ProcessRetention {
             self.end(old, seq);
             by_reuse = true;
         }
-        let peak = self.peaks.entry((device, measure)).or_default();
-        peak.now += size;
-        if peak.now > peak.peak {
-            peak.peak = peak.now;
-            peak.peak_seq = seq;
-            peak.ended_since_peak.clear();
-        }
+        self.peaks.entry((device, measure)).or_default().add(size, seq);
         self.held.insert(
             key,
             Held {
@@ -332,13 +339,10 @@ impl ProcessRetention {
             Some(Action::SegmentFree) => self.end_key(HeldKey::Segment(event.address), seq),
             Some(Action::SegmentMap) => {
                 self.kept_tensors.insert(seq);
-                let peak = self.peaks.entry((event.device, Measure::Reserved)).or_default();
-                peak.now += event.size;
-                if peak.now > peak.peak {
-                    peak.peak = peak.now;
-                    peak.peak_seq = seq;
-                    peak.ended_since_peak.clear();
-                }
+                self.peaks
+                    .entry((event.device, Measure::Reserved))
+                    .or_default()
+                    .add(event.size, seq);
             }
             Some(Action::SegmentUnmap) => {
                 self.kept_tensors.insert(seq);

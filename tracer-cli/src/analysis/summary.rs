@@ -450,25 +450,14 @@ pub fn largest_call_sites(by_stack: &ByStack) -> Vec<(u32, u64, u64)> {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::analysis::test_events::driver_event;
     use cudatrace_events::Api;
     use cudatrace_events::{Kind, Op};
 
     fn event(seq: u64, op: Op, kind: Kind, address: u64, size: u64) -> Event {
         Event {
-            pid: 1,
-            tid: 1,
-            seq,
-            time_ns: seq,
             device: if kind == Kind::HostPinned { None } else { Some(0) },
-            stream: 0,
-            api: Api::CuMemAllocV2,
-            op,
-            kind,
-            address,
-            size,
-            arg1: 0,
-            arg2: 0,
-            stack: 0,
+            ..driver_event(seq, seq, op, kind, address, size, 0)
         }
     }
 

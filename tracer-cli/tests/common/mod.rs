@@ -320,3 +320,47 @@ pub fn wait_for_header(spool: &Path, done: impl Fn(&cudatrace_events::SpoolHeade
     }
     false
 }
+
+/// A `cudatrace run` of a program that prints `ready` and then waits for
+/// stdin, started with its spools in `spools`: the run, the program's
+/// output after `ready`, the run's spool folder and the program's spool.
+pub struct RunWithSpools {
+    pub run: Child,
+    pub program_out: std::io::BufReader<std::process::ChildStdout>,
+    pub run_dir: PathBuf,
+    pub spool: PathBuf,
+}
+
+/// Starts `command` as [`RunWithSpools`] says.
+pub fn start_with_spools_in(command: &mut Command, spools: &Path) -> RunWithSpools {
+    std::fs::create_dir(spools).unwrap();
+    let mut run = command
+        .env("CUDATRACE_DIR", spools)
+        .stdin(Stdio::piped())
+        .stdout(Stdio::piped())
+        .spawn()
+        .unwrap();
+    let program_out = wait_for_line(&mut run, "ready");
+    let run_dir = std::fs::read_dir(spools).unwrap().next().unwrap().unwrap().path();
+    let spool = spool_files(&run_dir).pop().unwrap();
+    RunWithSpools {
+        run,
+        program_out,
+        run_dir,
+        spool,
+    }
+}
+
+impl RunWithSpools {
+    /// Kills `cudatrace run` (the collector) with SIGKILL; the program runs
+    /// on to its end (its stdin closed), which its spool then records.
+    pub fn kill_collector_and_let_the_program_end(mut self) {
+        // SAFETY: killing our own child.
+        unsafe { libc::kill(self.run.id() as i32, libc::SIGKILL) };
+        self.run.wait().unwrap();
+        drop(self.run.stdin.take());
+        let mut rest = String::new();
+        std::io::Read::read_to_string(&mut self.program_out, &mut rest).unwrap();
+        assert!(wait_for_header(&self.spool, |h| h.process.exit.is_some()));
+    }
+}
