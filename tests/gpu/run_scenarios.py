@@ -399,22 +399,25 @@ def scenario_long_run_folded(args):
     an 8 MiB cap (enough steps to fold it several times): one growing call
     site, its line, at its rate (within 5%)."""
     passed, details = True, []
-    steps = 9600  # about 4 minutes at 25 ms a step
-    args = argparse.Namespace(**{**vars(args), "timeout": max(args.timeout, 420)})
+    # As many steps as 250 s of the loop hold (some 13,000 on an H100):
+    # the issue asks for at least 4 minutes, and GPUs differ in speed.
+    args = argparse.Namespace(**{**vars(args), "timeout": max(args.timeout, 480)})
     r = run_cli(args, "long-resnet", [sys.executable, os.path.join(WORKLOADS, "steps_and_leaks.py"), "resnet",
-                                     str(steps), "{out}"], env={"CUDATRACE_MAX_SIZE": "64MiB"})
+                                     "250s", "{out}"], env={"CUDATRACE_MAX_SIZE": "64MiB"})
     main = next((p for p in (r.report or {"processes": []})["processes"] if p["tensors"]["actions"] > 0), None)
     if r.returncode != 0 or main is None or not r.data:
         return False, f"resnet: exit {r.returncode}: {r.stderr.strip()[-300:]}"
+    steps, loop_seconds = r.data["steps"], r.data["loop_seconds"]
     found = (main["steps"] or {}).get("count", 0)
     peak = max((d["allocated_peak_bytes"] for d in main["tensors"]["devices"]), default=0)
     folded = r.report.get("folded") or {}
-    ok = (r.size <= 64 << 20 and folded.get("folded_events", 0) > 0 and peak == r.data["requested_peak"]
-          and abs(found - steps) <= 1 and main["growing"] == [])
+    ok = (r.trace_bytes <= 64 << 20 and folded.get("folded_events", 0) > 0 and peak == r.data["requested_peak"]
+          and abs(found - steps) <= 1 and main["growing"] == [] and loop_seconds >= 240)
     passed &= ok
-    details.append(f"resnet: {r.size} bytes, {folded.get('folded_events')} records folded, detail from "
-                   f"{folded.get('detail_from_s')} s; {found} steps of {steps}; growing {len(main['growing'] or [])}; "
-                   f"allocated peak {peak} vs {r.data['requested_peak']}{'' if ok else ' FAILED'}")
+    details.append(f"resnet: {loop_seconds:.0f} s of steps; {r.trace_bytes} bytes, {folded.get('folded_events')} "
+                   f"records folded, detail from {folded.get('detail_from_s')} s; {found} steps of {steps}; "
+                   f"growing {len(main['growing'] or [])}; allocated peak {peak} vs {r.data['requested_peak']}"
+                   f"{'' if ok else ' FAILED'}")
     steps = 1500
     r = run_cli(args, "long-append", [sys.executable, os.path.join(WORKLOADS, "steps_and_leaks.py"), "append",
                                      str(steps), "{out}"], env={"CUDATRACE_MAX_SIZE": "8MiB"})
@@ -426,10 +429,10 @@ def scenario_long_run_folded(args):
     rate = at_line[0]["bytes_per_step"] if at_line else 0
     expected = r.data["leak_bytes_per_step"]
     found = (main["steps"] or {}).get("count", 0)
-    ok = (r.size <= 8 << 20 and len(growing) == 1 and len(at_line) == 1 and abs(rate - expected) <= 0.05 * expected
+    ok = (r.trace_bytes <= 8 << 20 and len(growing) == 1 and len(at_line) == 1 and abs(rate - expected) <= 0.05 * expected
           and abs(found - steps) <= 1)
     passed &= ok
-    details.append(f"append: {r.size} bytes; {found} steps of {steps}; growing "
+    details.append(f"append: {r.trace_bytes} bytes; {found} steps of {steps}; growing "
                    f"{[(g['call_site'], g['bytes_per_step']) for g in growing]}; rate {rate} vs {expected}"
                    f"{'' if ok else ' FAILED'}")
     return passed, " || ".join(details)
@@ -1190,7 +1193,7 @@ SCENARIOS = [
     ("U a child that cannot record is named, and why", scenario_unrecorded),
     ("P pause and resume a job started paused", scenario_pause_resume),
     ("S steps and growth: ResNet-50, GPT-2, seed 000, four leaks", scenario_steps_and_growth),
-    ("L long runs under a size cap: ResNet-50 for 4 minutes in 64 MiB, a leak in 8 MiB", scenario_long_run_folded),
+    ("L long runs under a size cap: ResNet-50 for over 4 minutes in 64 MiB, a leak in 8 MiB", scenario_long_run_folded),
     ("T2 tensors: ResNet-50 cost, caching allocator", scenario_resnet_tensors),
     ("T3 tensors: record_stream, empty_cache, OOM, graph pool, MemPool; expandable or not", scenario_tensor_cases),
 ]

@@ -180,7 +180,16 @@ fn collect_of_a_folded_trace_and_the_spools_left_returns_every_count() {
         json!({"complete": true, "lost_events": 0, "allocations": 100_000, "frees": 100_000,
                "live_bytes_at_exit": 0, "peak_bytes": 8192, "exit_status": 0})
     );
-    assert_eq!(report["folded"]["detail_from_s"], before["folded"]["detail_from_s"]);
+    // `collect` kept the run's cap, folding again where the spools' events
+    // took the trace past it: the detail starts where it did or later.
+    assert!(file_size(&trace) <= 256 << 10, "{} bytes", file_size(&trace));
+    let from = |r: &Value| r["folded"]["detail_from_s"].as_f64().unwrap();
+    assert!(
+        from(&report) >= from(&before),
+        "{} then {}",
+        from(&before),
+        from(&report)
+    );
 }
 
 #[test]
@@ -301,4 +310,50 @@ fn steps_and_growth_are_those_of_the_whole_run_after_folds() {
     assert_eq!((&whole_steps["count"], &steps["count"]), (&json!(3000), &json!(3000)));
     rows_merge(&whole_steps, &steps).unwrap();
     assert_eq!((growing, whole_growing), (json!([]), json!([])));
+}
+
+#[test]
+fn collect_by_hand_folds_to_the_cap_asked_else_to_the_runs() {
+    // Spools with no collector (200,000 events, some 2.6 MB of trace).
+    let traced = run_traced("fold-by-hand", program("scenarios", &["pairs", "100000"]));
+    assert_eq!(traced.output.status.code(), Some(0));
+    let dir = traced.spool_paths[0].parent().unwrap().to_owned();
+    let collect = |trace: &Path, options: &[&str]| {
+        let mut args = vec!["collect", "--keep-spools", "-o", trace.to_str().unwrap()];
+        args.extend_from_slice(options);
+        args.push(dir.to_str().unwrap());
+        let output = cudatrace(&args).output().unwrap();
+        assert_eq!(output.status.code(), Some(0), "{}", stderr(&output));
+        let (report, _) = report_json(trace);
+        (report, stderr(&output))
+    };
+    let whole_figures = json!({"complete": true, "lost_events": 0, "allocations": 100_000, "frees": 100_000,
+                               "live_bytes_at_exit": 0, "peak_bytes": 8192, "exit_status": 0});
+    // As asked.
+    let asked = dir.join("asked.trace");
+    let (report, said) = collect(&asked, &["--max-size", "256KiB"]);
+    assert!(file_size(&asked) <= 256 << 10, "{} bytes", file_size(&asked));
+    assert!(
+        report["folded"]["folded_events"].as_u64() > Some(100_000),
+        "{}",
+        report["folded"]
+    );
+    assert_eq!(whole_run_figures(&report), whole_figures);
+    assert!(
+        said.contains("records folded into summaries to keep it under its size cap"),
+        "{said}"
+    );
+    // The run's cap, which its collector left in the folder.
+    std::fs::write(dir.join("trace.max-size"), "262144").unwrap();
+    let runs = dir.join("runs.trace");
+    let (report, _) = collect(&runs, &[]);
+    assert!(file_size(&runs) <= 256 << 10, "{} bytes", file_size(&runs));
+    assert_eq!(whole_run_figures(&report), whole_figures);
+    // Unlimited, asked, over the run's cap: every event in detail.
+    let unlimited = dir.join("unlimited.trace");
+    let (report, _) = collect(&unlimited, &["--max-size", "unlimited"]);
+    assert!(file_size(&unlimited) > 2 << 20, "{} bytes", file_size(&unlimited));
+    assert_eq!(report["folded"], Value::Null);
+    assert_eq!(report["processes"][0]["events"], 200_000);
+    assert_eq!(whole_run_figures(&report), whole_figures);
 }

@@ -1,7 +1,7 @@
 //! The keys reports group memory by: the device, and the call stack.
 
+use foldhash::HashMap;
 use serde_json::{json, Value};
-use std::collections::HashMap;
 
 /// Bytes and allocations live per call stack (innermost node id).
 pub type ByStack = HashMap<u32, (u64, u64)>;

@@ -16,7 +16,8 @@ use super::device_stats::DeviceStats;
 use super::keys::{ByStack, DeviceKey};
 use super::tensor_summary::TensorSummary;
 use cudatrace_events::Event;
-use std::collections::{BTreeMap, HashMap};
+use foldhash::HashMap;
+use std::collections::BTreeMap;
 
 /// Parts of a process's span, each giving one low point.
 pub const LOW_POINTS: usize = 32;
@@ -76,7 +77,7 @@ impl LowPoints {
             last_ns,
             part: 0,
             lows: BTreeMap::new(),
-            live_at_points: HashMap::new(),
+            live_at_points: HashMap::default(),
             points: 0,
             done: false,
         }
@@ -173,7 +174,7 @@ impl LowPoints {
             *low = Low {
                 bytes,
                 pending: true,
-                at_low: ByStack::new(),
+                at_low: ByStack::default(),
             };
         }
         self.points += 1;

@@ -10,7 +10,8 @@
 //!   draw address ranges.
 
 use cudatrace_events::{Api, Event, Kind, Op};
-use std::collections::{BTreeMap, HashMap};
+use foldhash::HashMap;
+use std::collections::BTreeMap;
 
 /// Memory in use: one allocation, or one VMM physical handle.
 #[derive(Clone, Debug, PartialEq, Eq)]

@@ -26,7 +26,7 @@ use super::trace_index::TraceIndex;
 use cudatrace_events::tensors::{action_of, Action};
 use cudatrace_events::{Event, Kind, Op};
 use cudatrace_trace::FoldedSite;
-use std::collections::{HashMap, HashSet};
+use foldhash::{HashMap, HashSet};
 use std::convert::Infallible;
 
 /// What a fold keeps of one process image's events below its cut.

@@ -41,7 +41,8 @@ use crate::system::progress::Progress;
 use cudatrace_events::recording_switch::PAUSED_STACK;
 use cudatrace_events::Event;
 use cudatrace_trace::{FoldedSite, StepsState};
-use std::collections::{BTreeMap, HashMap};
+use foldhash::HashMap;
+use std::collections::BTreeMap;
 
 /// Fewest repetitions that make a loop.
 const FEWEST_STEPS: u64 = 3;
@@ -485,7 +486,7 @@ mod tests {
     /// allocation comes (a temporary).
     fn counted_with(stacks: &[u32], size: impl Fn(u32) -> u64, kept: impl Fn(u32) -> bool) -> Allocations {
         let mut allocations = Allocations::default();
-        let mut previous: HashMap<u32, u64> = HashMap::new();
+        let mut previous: HashMap<u32, u64> = HashMap::default();
         for (n, &stack) in stacks.iter().enumerate() {
             let address = 0x1000_0000 + n as u64 * 0x1000;
             let event = driver_event(

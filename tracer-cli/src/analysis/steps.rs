@@ -29,7 +29,8 @@ use super::step_finding::StepMarker;
 use super::tensor_summary::TensorSummary;
 use cudatrace_events::Event;
 use cudatrace_trace::{StepDeviceRow, StepRow, StepSeries, StepsState};
-use std::collections::{BTreeMap, HashMap, HashSet};
+use foldhash::{HashMap, HashSet};
+use std::collections::BTreeMap;
 
 /// Step records kept per process: between this and twice this.
 pub const STEPS_KEPT: usize = 4096;
@@ -144,9 +145,9 @@ impl Steps {
             open: None,
             ends: Vec::new(),
             stride: 1,
-            live_at_ends: HashMap::new(),
+            live_at_ends: HashMap::default(),
             started: 0,
-            last_step_made: HashSet::new(),
+            last_step_made: HashSet::default(),
         }
     }
 
@@ -397,7 +398,7 @@ impl Steps {
                 .map(|s| ((DeviceKey::of(s.device), s.stack), s.bytes.clone()))
                 .collect(),
             started: state.started,
-            last_step_made: HashSet::new(),
+            last_step_made: HashSet::default(),
         }
     }
 

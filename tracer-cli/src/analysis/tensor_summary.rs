@@ -14,7 +14,8 @@ use super::keys::{ByStack, DeviceKey};
 use super::ranges::cut_range;
 use cudatrace_events::tensors::{action_of, status, Action};
 use cudatrace_events::{Event, Op};
-use std::collections::{BTreeMap, HashMap};
+use foldhash::HashMap;
+use std::collections::BTreeMap;
 
 /// Segments up to this size are the small pool's (PyTorch's small blocks
 /// come from 2 MiB segments).

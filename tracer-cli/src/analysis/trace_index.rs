@@ -9,7 +9,7 @@ use cudatrace_trace::{
     Damage, DamagedSpool, Fold, Header, NvmlSample, NvmlStatus, ProcessEnd, ProcessStart, Record, Refusal, StepsState,
     SymbolFrame, TraceReader, UnrecordedProcess,
 };
-use std::collections::HashMap;
+use foldhash::HashMap;
 use std::fs::File;
 use std::path::{Path, PathBuf};
 
@@ -131,14 +131,14 @@ impl TraceIndex {
             damage: None,
             skipped: Vec::new(),
             records: 0,
-            strings: HashMap::new(),
+            strings: HashMap::default(),
             memory_events: 0,
             events: 0,
             nvml: Vec::new(),
             nvml_status: Vec::new(),
             switches: Vec::new(),
             origin: (0, 0),
-            index_of: HashMap::new(),
+            index_of: HashMap::default(),
         };
         let mut reader = reader;
         loop {
@@ -172,12 +172,12 @@ impl TraceIndex {
                     end: None,
                     blocks: Vec::new(),
                     memory_events: 0,
-                    stack_nodes: HashMap::new(),
-                    stack_symbols: HashMap::new(),
+                    stack_nodes: HashMap::default(),
+                    stack_symbols: HashMap::default(),
                     first_time_ns: None,
                     last_time_ns: None,
                     measurements: Vec::new(),
-                    devices: HashMap::new(),
+                    devices: HashMap::default(),
                     tensor_actions: 0,
                     tensor_status: Vec::new(),
                     forks: Vec::new(),

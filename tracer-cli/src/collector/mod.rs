@@ -14,6 +14,7 @@
 mod chunk_preparer;
 mod collection_summary;
 mod fold;
+pub mod fold_schedule;
 mod host;
 pub mod liveness;
 pub mod notice_file;
@@ -42,6 +43,7 @@ use chunk_preparer::{Gate, SpoolPlaces};
 use crossbeam_channel::{Receiver, RecvTimeoutError, Sender};
 use cudatrace_events::{naming, Pass};
 use cudatrace_trace::{Header, ProcessEnd, TraceWriter};
+use fold_schedule::FoldSchedule;
 use sink::{Message, Sink};
 use std::collections::{HashMap, HashSet};
 use std::io::BufWriter;
@@ -153,7 +155,7 @@ impl Collector {
         nvml: NvmlStart,
         cap: Option<u64>,
     ) -> Result<Collector, String> {
-        if let Err(reason) = point_to_trace(dir, &output.path) {
+        if let Err(reason) = point_to_trace(dir, &output.path).and_then(|()| spool_dir::write_cap(dir, cap)) {
             output.abandon();
             return Err(reason);
         }
@@ -182,8 +184,7 @@ impl Collector {
             trace,
             path: output.path,
             stacks: Default::default(),
-            cap,
-            folds: Default::default(),
+            schedule: FoldSchedule::new(cap),
         };
         let writer = std::thread::Builder::new()
             .name("cudatrace-writer".into())

@@ -9,6 +9,7 @@
 //! written once. What neither holds shows as gaps in the sequence numbers
 //! and is counted as lost.
 
+use crate::collector::fold_schedule::FoldSchedule;
 use crate::collector::liveness::Liveness;
 use crate::collector::notice_file::NoticeTail;
 use crate::collector::spool_tail::{check_spool_file, damaged_spool, SpoolTail};
@@ -55,12 +56,13 @@ impl Merge {
         }
     }
 
-    /// Spool events below sequence number `limit` not written yet.
-    fn spool_events_below(&mut self, limit: u64) -> Result<Vec<Event>, String> {
+    /// Spool events below sequence number `limit` not written yet, at most
+    /// `most` of them (more wait for the next call).
+    fn spool_events_below(&mut self, limit: u64, most: usize) -> Result<Vec<Event>, String> {
         let mut out = Vec::new();
         loop {
             while let Some(event) = self.ahead.front() {
-                if event.seq >= limit {
+                if event.seq >= limit || out.len() >= most {
                     return Ok(out);
                 }
                 let event = self.ahead.pop_front().expect("front exists");
@@ -84,7 +86,7 @@ impl Merge {
         let Some(first) = events.first().map(|e| e.seq) else {
             return Ok(Vec::new());
         };
-        let mut out = self.spool_events_below(first)?;
+        let mut out = self.spool_events_below(first, usize::MAX)?;
         for event in events {
             if event.seq >= self.next_seq {
                 self.next_seq = event.seq + 1;
@@ -95,9 +97,19 @@ impl Merge {
     }
 }
 
+/// Spool events written at a time once the old trace is merged, so that a
+/// large spool is never held in memory whole, and the trace can be folded
+/// between them.
+const SPOOL_EVENTS_AT_A_TIME: usize = 65_536;
+
 /// Where the merge writes.
 struct Output<'a> {
     trace: &'a mut TraceWriter<BufWriter<std::fs::File>>,
+    /// The file being written (a temporary one beside the destination),
+    /// which a fold rewrites.
+    writing: &'a Path,
+    /// The trace's cap, and the folds done to keep it.
+    schedule: FoldSchedule,
     destination: &'a Path,
     summary: Summary,
     next_index: u32,
@@ -126,7 +138,9 @@ impl Output<'_> {
             return Ok(());
         }
         self.stacks.observe(index, events);
-        self.trace.events(index, events).map_err(|e| self.io(e))
+        self.trace.events(index, events).map_err(|e| self.io(e))?;
+        self.schedule.fold_if_due(self.trace, self.writing, 0);
+        Ok(())
     }
 }
 
@@ -265,19 +279,32 @@ fn write_notices(
         out.summary.damaged_spools += 1;
         out.trace.damaged_spool(damage).map_err(|e| out.io(e))?;
     }
-    for record in std::mem::take(&mut out.stacks).into_records() {
-        out.trace.record(&record).map_err(|e| out.io(e))?;
+    let symbols = std::mem::take(&mut out.stacks).into_records();
+    // The symbols, the switch records and the footer must fit under the cap too.
+    let footer_bytes = 128;
+    let switches = crate::collector::switch_log::records(dir);
+    let reserve = footer_bytes
+        + symbols
+            .iter()
+            .chain(&switches)
+            .map(|r| out.trace.frame_len(r))
+            .sum::<u64>();
+    out.schedule.fold_if_due(out.trace, out.writing, reserve);
+    for record in symbols.iter().chain(&switches) {
+        out.trace.record(record).map_err(|e| out.io(e))?;
     }
     Ok(())
 }
 
 /// Writes the trace of `dir` (merging `old`, the trace its collector was
-/// writing, if any) to `file`, which becomes `destination`.
+/// writing, if any) to `file`, open at `writing`, which becomes
+/// `destination`; folded, like a live collection's, to stay under `cap`.
 pub fn recover(
     dir: &Path,
     old: Option<&Path>,
-    file: std::fs::File,
+    (file, writing): (std::fs::File, &Path),
     destination: &Path,
+    cap: Option<u64>,
 ) -> Result<(Recovered, std::fs::File), String> {
     let io = |e: std::io::Error| collector_lines::cannot_do(collector_lines::WRITE, destination, &e);
     let mut refusals = Vec::new();
@@ -298,6 +325,8 @@ pub fn recover(
         .collect();
     let mut out = Output {
         trace: &mut trace,
+        writing,
+        schedule: FoldSchedule::new(cap),
         destination,
         summary: Summary::default(),
         next_index: 0,
@@ -322,10 +351,8 @@ pub fn recover(
     }
     finish_processes(&mut merges, &mut out)?;
     write_notices(dir, &merges, &mut out, &refusals, unrecorded, &damaged)?;
-    for record in crate::collector::switch_log::records(dir) {
-        out.trace.record(&record).map_err(|e| out.io(e))?;
-    }
     let mut summary = out.summary;
+    summary.folds = out.schedule.folds;
     summary.events = trace.events_written();
     summary.lost_events = trace.lost_events();
     summary.folded_events = trace.folded_events();
@@ -453,8 +480,13 @@ fn finish_process(merge: &mut Merge, superseded: bool, out: &mut Output) -> Resu
         }
         (None, None) => return Ok(()),
     };
-    let rest = merge.spool_events_below(u64::MAX)?;
-    out.events(index, &rest)?;
+    loop {
+        let rest = merge.spool_events_below(u64::MAX, SPOOL_EVENTS_AT_A_TIME)?;
+        if rest.is_empty() {
+            break;
+        }
+        out.events(index, &rest)?;
+    }
     let end = match merge.spool.as_mut() {
         Some((tail, _)) => {
             let header = tail.header();

@@ -3,8 +3,8 @@
 //! durably in the trace, which the spool folder names, so that recovery
 //! after a crash can always find every event.
 
-use super::collection_summary::{Folds, Summary};
-use super::fold;
+use super::collection_summary::Summary;
+use super::fold_schedule::FoldSchedule;
 use super::host::realtime_ns;
 use crate::collector::spool_tail::Release;
 use crate::outputs::wording::collector_lines;
@@ -53,52 +53,8 @@ pub struct Sink {
     pub path: PathBuf,
     /// Stack nodes seen, symbolized when the run is over.
     pub stacks: StackCatalog,
-    /// The trace's size cap (`run --max-size`); `None`: unlimited.
-    pub cap: Option<u64>,
-    /// Folds done, and why the last one that failed failed.
-    pub folds: Folds,
-}
-
-impl Sink {
-    /// Folds the trace if it has reached its fold size, or, at the end,
-    /// when the last `reserve` bytes (the symbols and the footer) would take
-    /// it past its cap.
-    fn fold_if_due(&mut self, reserve: u64) {
-        let Some(cap) = self.cap else { return };
-        let written = self.trace.bytes_written();
-        let at = self.folds.next_at.max(cap / 10 * fold::FOLD_AT_PARTS);
-        let past_cap_at_end = reserve > 0 && written + reserve > cap && self.folds.state_too_large.is_none();
-        if written < at && !past_cap_at_end {
-            return;
-        }
-        let target = (cap / 10 * fold::REWRITE_PARTS).min(cap.saturating_sub(reserve));
-        let detail = (cap / 10 * fold::DETAIL_PARTS).min(target / 3 * 2);
-        match fold::fold(&mut self.trace, &self.path, target, detail) {
-            Ok(folded) => {
-                self.trace = folded.trace;
-                self.folds.done += 1;
-                self.folds.failure = None;
-                let kept = self.trace.bytes_written();
-                if kept <= target {
-                    self.folds.state_too_large = None;
-                    self.folds.next_at = kept + cap / 10;
-                } else {
-                    // What must stay exact (the memory live now, at the peaks
-                    // and at the OOMs) takes more than the cap allows: said
-                    // at the end, and folded again only once the trace has
-                    // doubled, so that folding never costs more than the
-                    // writing.
-                    self.folds.state_too_large = Some(folded.state_bytes);
-                    self.folds.next_at = kept.saturating_mul(2);
-                }
-            }
-            Err(reason) => {
-                // Tried again once a tenth of the cap more has come.
-                self.folds.failure = Some(reason);
-                self.folds.next_at = written + cap / 10;
-            }
-        }
-    }
+    /// The trace's size cap (`run --max-size`) and the folds done.
+    pub schedule: FoldSchedule,
 }
 
 impl Sink {
@@ -161,7 +117,7 @@ impl Sink {
             if let Err(error) = written {
                 return Err(self.fail(collector_lines::WRITE_THE_TRACE, error));
             }
-            self.fold_if_due(0);
+            self.schedule.fold_if_due(&mut self.trace, &self.path, 0);
             // Readers may follow the trace: flush whenever there is a pause.
             if inbox.is_empty() {
                 if let Err(error) = self.trace.flush() {
@@ -194,7 +150,7 @@ impl Sink {
         let symbols = std::mem::take(&mut self.stacks).into_records();
         let footer_bytes = 128;
         let reserve = footer_bytes + symbols.iter().map(|r| self.trace.frame_len(r)).sum::<u64>();
-        self.fold_if_due(reserve);
+        self.schedule.fold_if_due(&mut self.trace, &self.path, reserve);
         for record in symbols {
             if let Err(error) = self.trace.record(&record) {
                 return Err(self.fail(collector_lines::WRITE_THE_TRACE, error));
@@ -202,7 +158,7 @@ impl Sink {
         }
         summary.events = self.trace.events_written();
         summary.folded_events = self.trace.folded_events();
-        summary.folds = self.folds.clone();
+        summary.folds = self.schedule.folds.clone();
         summary.lost_events = self.trace.lost_events();
         let footer = Footer {
             processes: summary.processes,

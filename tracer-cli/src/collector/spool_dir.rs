@@ -75,13 +75,38 @@ pub fn check_owned(dir: &Path) -> Result<(), String> {
     Ok(())
 }
 
+/// The file in a spool folder that holds the trace's size cap (bytes, or
+/// `unlimited`), so that `collect` after a crash keeps the cap the run had.
+pub const CAP_FILE: &str = "trace.max-size";
+
 /// The files cudatrace keeps in a spool folder beside the spools.
-pub const KEPT_BESIDE_SPOOLS: [&str; 4] = [
+pub const KEPT_BESIDE_SPOOLS: [&str; 5] = [
     naming::COLLECTOR_LOCK,
     naming::TRACE_POINTER,
+    CAP_FILE,
     notices::NOTICE_FILE,
     recording_switch::FILE_NAME,
 ];
+
+/// Writes the trace's size cap (`None`: unlimited) into the spool folder.
+pub fn write_cap(dir: &Path, cap: Option<u64>) -> Result<(), String> {
+    let path = dir.join(CAP_FILE);
+    let staging = dir.join(format!("{CAP_FILE}.new"));
+    let text = cap.map_or_else(|| "unlimited".to_string(), |bytes| bytes.to_string());
+    std::fs::write(&staging, text)
+        .and_then(|()| std::fs::rename(&staging, &path))
+        .map_err(|e| collector_lines::cannot_do(collector_lines::WRITE, &path, &e))
+}
+
+/// The size cap the folder's run had (`Some(None)`: unlimited); `None` when
+/// the folder does not say, or says something that is not a cap.
+pub fn read_cap(dir: &Path) -> Option<Option<u64>> {
+    let text = std::fs::read_to_string(dir.join(CAP_FILE)).ok()?;
+    match text.trim() {
+        "unlimited" => Some(None),
+        bytes => bytes.parse().ok().map(Some),
+    }
+}
 
 /// Deletes the `collected` spools, whose records are all in a finished
 /// trace. Once no spool is left, also the files cudatrace keeps beside them

@@ -220,6 +220,12 @@ pub struct CollectArgs {
     /// Keep the spool files after the trace is written.
     #[arg(long)]
     pub keep_spools: bool,
+    /// Largest the trace may grow, such as 2GiB or unlimited: past it,
+    /// older events are folded into summaries, as `run --max-size` does
+    /// [default: the cap the folder's run had, else $CUDATRACE_MAX_SIZE,
+    /// else 2GiB].
+    #[arg(long, value_name = "SIZE", value_parser = super::max_size::parse_max_size)]
+    pub max_size: Option<super::max_size::MaxSize>,
     /// Collect while the tree of this process runs (used by libcudatrace.so).
     #[arg(long, value_name = "PID", hide = true)]
     pub root_pid: Option<u32>,

@@ -76,6 +76,14 @@ pub fn collect(args: CollectArgs) -> Result<u8, Failure> {
         }
         None => None,
     };
+    // The cap: as asked, else the one the folder's run had, else as `run`'s.
+    let cap = match args.max_size {
+        Some(size) => size.bytes(),
+        None => match spool_dir::read_cap(&args.dir) {
+            Some(cap) => cap,
+            None => super::max_size::trace_cap(None)?,
+        },
+    };
     let destination = args
         .output
         .clone()
@@ -86,13 +94,14 @@ pub fn collect(args: CollectArgs) -> Result<u8, Failure> {
     let private = old.as_deref().is_some_and(crate::system::output_file::is_private);
     let (staged, file) = trace_file::stage(&destination, args.force || completing_old, private)?;
     let kept = |reason: String| collect_lines::nothing_changed(&reason, &args.dir);
-    let (recovered, file) = match recover::recover(&args.dir, old.as_deref(), file, &destination) {
-        Ok(done) => done,
-        Err(reason) => {
-            staged.abandon();
-            return Err(kept(reason).into());
-        }
-    };
+    let (recovered, file) =
+        match recover::recover(&args.dir, old.as_deref(), (file, staged.writing()), &destination, cap) {
+            Ok(done) => done,
+            Err(reason) => {
+                staged.abandon();
+                return Err(kept(reason).into());
+            }
+        };
     staged
         .commit(file)
         .map_err(|failure| kept(write_failure_text(&failure)))?;

@@ -68,9 +68,8 @@ impl BesideFile {
         Ok(())
     }
 
-    /// Where the new file is until it is renamed into place (the tests
-    /// check that it is gone after a commit).
-    #[cfg(test)]
+    /// Where the new file is until it is renamed into place (a fold
+    /// rewrites it there; the tests check that it is gone after a commit).
     pub fn temporary(&self) -> &Path {
         &self.temporary
     }

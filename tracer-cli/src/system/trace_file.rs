@@ -190,6 +190,11 @@ impl Staged {
             })
     }
 
+    /// The temporary file being written, until it is committed.
+    pub fn writing(&self) -> &Path {
+        self.beside.temporary()
+    }
+
     /// Gives up: removes the temporary file.
     pub fn abandon(self) {
         self.beside.abandon();

@@ -8,7 +8,8 @@ use crate::analysis::owner::owner_of;
 use crate::analysis::replay::Change;
 use crate::analysis::trace_index::{ProcessIndex, TraceIndex};
 use cudatrace_events::{Api, Event, Op};
-use std::collections::{BTreeMap, HashMap};
+use foldhash::HashMap;
+use std::collections::BTreeMap;
 use std::rc::Rc;
 
 /// What the measured categories add up to on one device as the replay
