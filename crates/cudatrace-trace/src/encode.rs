@@ -212,7 +212,7 @@ fn encode_symbols(process: u32, nodes: &[NodeSymbols], out: &mut Vec<u8>) {
     }
 }
 
-fn encode_events(process: u32, events: &[Event], out: &mut Vec<u8>) {
+pub(crate) fn encode_events(process: u32, events: &[Event], out: &mut Vec<u8>) {
     put(out, u64::from(process));
     put(out, events.len() as u64);
     let Some(first) = events.first() else { return };

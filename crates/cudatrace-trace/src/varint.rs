@@ -36,13 +36,27 @@ impl<'a> Cursor<'a> {
         self.bytes.len().saturating_sub(self.at)
     }
 
+    #[inline]
     pub fn byte(&mut self) -> Result<u8, Malformed> {
         let b = *self.bytes.get(self.at).ok_or(Malformed::EndsEarly)?;
         self.at += 1;
         Ok(b)
     }
 
+    #[inline]
     pub fn get(&mut self) -> Result<u64, Malformed> {
+        // Most numbers of a trace (deltas, flags, small sizes) fit in one
+        // byte: read those without the loop.
+        if let Some(&b) = self.bytes.get(self.at) {
+            if b < 0x80 {
+                self.at += 1;
+                return Ok(u64::from(b));
+            }
+        }
+        self.get_long()
+    }
+
+    fn get_long(&mut self) -> Result<u64, Malformed> {
         let mut value = 0u64;
         for shift in (0..64).step_by(7) {
             let b = self.byte()?;

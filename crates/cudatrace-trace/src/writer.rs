@@ -1,8 +1,10 @@
 //! Appending records to a trace file.
 
 use crate::crc32;
-use crate::encode::encode;
-use crate::format::{DamagedSpool, Footer, Header, ProcessEnd, ProcessStart, Record, Refusal, EVENTS_PER_BLOCK, MAGIC};
+use crate::encode::{encode, encode_events};
+use crate::format::{
+    DamagedSpool, Footer, Header, ProcessEnd, ProcessStart, Record, Refusal, EVENTS_PER_BLOCK, MAGIC, TAG_EVENTS,
+};
 use cudatrace_events::Event;
 use std::collections::HashMap;
 use std::io::{self, Write};
@@ -53,17 +55,20 @@ impl<W: Write> TraceWriter<W> {
         }
         self.scratch.clear();
         let tag = encode(record, &mut self.scratch);
+        self.write_frame(tag)
+    }
+
+    /// Writes the frame of the record encoded in `scratch`, tagged `tag`.
+    fn write_frame(&mut self, tag: u8) -> io::Result<()> {
         let length = u32::try_from(self.scratch.len()).map_err(|_| io::Error::other("record too large"))?;
         let mut head = [0u8; 5];
         head[0] = tag;
         head[1..].copy_from_slice(&length.to_le_bytes());
         let crc = crc32::update(crc32::update(0, &head), &self.scratch);
-        let mut frame = Vec::with_capacity(self.scratch.len() + 9);
-        frame.extend_from_slice(&head);
-        frame.extend_from_slice(&self.scratch);
-        frame.extend_from_slice(&crc.to_le_bytes());
-        self.out.write_all(&frame)?;
-        self.bytes_written += frame.len() as u64;
+        self.out.write_all(&head)?;
+        self.out.write_all(&self.scratch)?;
+        self.out.write_all(&crc.to_le_bytes())?;
+        self.bytes_written += self.scratch.len() as u64 + 9;
         Ok(())
     }
 
@@ -80,10 +85,10 @@ impl<W: Write> TraceWriter<W> {
             *next = (*next).max(event.seq + 1);
         }
         for block in events.chunks(EVENTS_PER_BLOCK) {
-            self.record(&Record::Events {
-                process,
-                events: block.to_vec(),
-            })?;
+            // Encoded from the slice: no copy of the events into a record.
+            self.scratch.clear();
+            encode_events(process, block, &mut self.scratch);
+            self.write_frame(TAG_EVENTS)?;
             self.events_written += block.iter().filter(|e| e.op.is_memory_event()).count() as u64;
         }
         Ok(())

@@ -113,6 +113,9 @@ enum HeldKey {
 #[derive(Default)]
 struct ProcessRetention {
     cut: u64,
+    /// Events from here on are all written as they were, so the kept sets
+    /// need not hold them: the cut, or the older fold's end if later.
+    whole_from: u64,
     held: HashMap<HeldKey, Held>,
     peaks: HashMap<(Option<u8>, Measure), PeakTracker>,
     ooms_kept: HashMap<Option<u8>, usize>,
@@ -189,11 +192,17 @@ impl ProcessRetention {
     /// Keeps an allocation's events; tensor and segment records are not
     /// memory events, and are counted apart.
     fn keep(&mut self, measure: Measure, seqs: &[u64]) {
+        let whole_from = self.whole_from;
         let set = match measure {
             Measure::DeviceMemory | Measure::HostMemory => &mut self.kept,
             Measure::Tensors | Measure::Reserved => &mut self.kept_tensors,
         };
-        set.extend(seqs.iter().filter(|&&seq| seq != u64::MAX));
+        set.extend(seqs.iter().filter(|&&seq| seq < whole_from));
+    }
+
+    /// Keeps one event of `measure`'s kind.
+    fn keep_one(&mut self, measure: Measure, seq: u64) {
+        self.keep(measure, &[seq]);
     }
 
     fn out_of_memory(&mut self, device: Option<u8>) {
@@ -232,7 +241,7 @@ impl ProcessRetention {
                 // Releasing VMM memory still mapped changes nothing until it
                 // is unmapped, which then frees it only as released: keep it.
                 if event.op == Op::Free && event.kind == Kind::VmmPhysical {
-                    self.kept.insert(seq);
+                    self.keep_one(Measure::DeviceMemory, seq);
                 }
                 for change in changes {
                     match change {
@@ -244,20 +253,22 @@ impl ProcessRetention {
                     }
                 }
                 if matches!(event.op, Op::Map | Op::Unmap) {
-                    self.kept.insert(seq);
+                    self.keep_one(Measure::DeviceMemory, seq);
                 }
             }
             Op::Oom => {
-                self.kept.insert(seq);
+                self.keep_one(Measure::DeviceMemory, seq);
                 self.out_of_memory(event.device);
             }
             Op::Failed => {}
             Op::Tensor => self.tensor(event),
             op if op.is_memory_event() => {
-                self.kept.insert(seq);
+                self.keep_one(Measure::DeviceMemory, seq);
             }
             _ => {
-                self.kept_other.insert(seq);
+                if seq < self.whole_from {
+                    self.kept_other.insert(seq);
+                }
             }
         }
     }
@@ -338,24 +349,24 @@ impl ProcessRetention {
             ),
             Some(Action::SegmentFree) => self.end_key(HeldKey::Segment(event.address), seq),
             Some(Action::SegmentMap) => {
-                self.kept_tensors.insert(seq);
+                self.keep_one(Measure::Tensors, seq);
                 self.peaks
                     .entry((event.device, Measure::Reserved))
                     .or_default()
                     .add(event.size, seq);
             }
             Some(Action::SegmentUnmap) => {
-                self.kept_tensors.insert(seq);
+                self.keep_one(Measure::Tensors, seq);
                 let peak = self.peaks.entry((event.device, Measure::Reserved)).or_default();
                 peak.now = peak.now.saturating_sub(event.size);
             }
             // The driver's failure under it keeps what was live (and counts
             // against the states kept, as the summary counts them).
             Some(Action::Oom) => {
-                self.kept_tensors.insert(seq);
+                self.keep_one(Measure::Tensors, seq);
             }
             Some(Action::Snapshot) | None => {
-                self.kept_tensors.insert(seq);
+                self.keep_one(Measure::Tensors, seq);
             }
         }
     }
@@ -432,6 +443,7 @@ impl RetentionPass {
                 let old = info.fold.as_ref();
                 ProcessRetention {
                     cut: cut.unwrap_or(u64::MAX),
+                    whole_from: cut.map_or(u64::MAX, |cut| cut.max(old.map_or(0, |f| f.folded_to))),
                     next_seq: old.map_or(0, |f| f.folded_to),
                     lost_below: old.map_or(0, |f| f.lost_below),
                     counted_from: old.map_or(0, |f| f.folded_to),
