@@ -1,7 +1,7 @@
 //! What folding costs the collector: the same run of `scenarios pairs N`
 //! (N allocations of 8 KiB, each freed before the next) over the fake
-//! driver, under `cudatrace run --max-size unlimited` and under a cap, and
-//! twice as long under the cap. Prints, for docs/performance.md, each run's
+//! driver, under `cudatrace run --max-size unlimited` and under a cap, then
+//! twice as long, each way. Prints, for docs/performance.md, each run's
 //! CPU time (cudatrace and the program together, from `wait4`), the
 //! collector's peak anonymous memory, the trace's size, and the rate of folding: events folded per
 //! second of CPU the cap added. Checks that the capped trace is within its
@@ -24,6 +24,8 @@ fn deps_dir() -> PathBuf {
 
 struct Measured {
     cpu_s: f64,
+    /// CPU time of the collector's writer thread, which writes and folds.
+    writer_cpu_s: f64,
     wall_s: f64,
     max_rss_mib: f64,
     collector_anonymous_mib: f64,
@@ -59,6 +61,7 @@ fn measure(cli: &Path, library: &Path, work: &Path, pairs: u64, cap: &str) -> Me
     // every 20 ms (its RSS would count the spools' mapped pages too, and
     // wait4's the traced program's).
     let mut anonymous_kib = 0u64;
+    let mut writer_ticks = 0u64;
     loop {
         // SAFETY: waiting for our own child, without blocking.
         let waited = unsafe { libc::wait4(child.id() as i32, &mut status, libc::WNOHANG, &mut usage) };
@@ -73,6 +76,7 @@ fn measure(cli: &Path, library: &Path, work: &Path, pairs: u64, cap: &str) -> Me
             .and_then(|v| v.trim().trim_end_matches(" kB").trim().parse().ok())
             .unwrap_or(0);
         anonymous_kib = anonymous_kib.max(anonymous);
+        writer_ticks = writer_ticks.max(writer_thread_ticks(child.id()));
         std::thread::sleep(std::time::Duration::from_millis(20));
     }
     assert!(
@@ -89,6 +93,8 @@ fn measure(cli: &Path, library: &Path, work: &Path, pairs: u64, cap: &str) -> Me
     assert!(output.status.success(), "{}", String::from_utf8_lossy(&output.stderr));
     let measured = Measured {
         cpu_s: seconds(usage.ru_utime) + seconds(usage.ru_stime),
+        // SAFETY: sysconf has no preconditions.
+        writer_cpu_s: writer_ticks as f64 / unsafe { libc::sysconf(libc::_SC_CLK_TCK) } as f64,
         wall_s,
         max_rss_mib: usage.ru_maxrss as f64 / 1024.0,
         collector_anonymous_mib: anonymous_kib as f64 / 1024.0,
@@ -97,6 +103,31 @@ fn measure(cli: &Path, library: &Path, work: &Path, pairs: u64, cap: &str) -> Me
     };
     std::fs::remove_file(&trace).unwrap();
     measured
+}
+
+/// The user and system clock ticks of `cudatrace run`'s writer thread so
+/// far (0 before it starts).
+fn writer_thread_ticks(pid: u32) -> u64 {
+    let Ok(tasks) = std::fs::read_dir(format!("/proc/{pid}/task")) else {
+        return 0;
+    };
+    for task in tasks.flatten() {
+        let comm = std::fs::read_to_string(task.path().join("comm")).unwrap_or_default();
+        if comm.trim() != "cudatrace-write" {
+            continue;
+        }
+        let stat = std::fs::read_to_string(task.path().join("stat")).unwrap_or_default();
+        // The fields after the command's closing parenthesis: utime and
+        // stime are the 12th and 13th.
+        let fields: Vec<&str> = stat
+            .rsplit_once(')')
+            .map_or("", |(_, rest)| rest)
+            .split_whitespace()
+            .collect();
+        let tick = |i: usize| fields.get(i).and_then(|f| f.parse::<u64>().ok()).unwrap_or(0);
+        return tick(11) + tick(12);
+    }
+    0
 }
 
 /// The counts folding must leave whole.
@@ -141,8 +172,14 @@ fn main() {
 
     let whole = measure(&cli, &library, &work, pairs, "unlimited");
     let capped = measure(&cli, &library, &work, pairs, &cap);
+    let whole_longer = measure(&cli, &library, &work, 2 * pairs, "unlimited");
     let longer = measure(&cli, &library, &work, 2 * pairs, &cap);
     assert_eq!(counts(&capped.report), counts(&whole.report), "the capped run's counts");
+    assert_eq!(
+        counts(&longer.report),
+        counts(&whole_longer.report),
+        "the longer capped run's counts"
+    );
     for run in [&capped, &longer] {
         assert!(
             run.trace_bytes <= parse_cap(&cap),
@@ -150,20 +187,21 @@ fn main() {
             run.trace_bytes
         );
     }
-    let folded = capped.report["processes"][0]["folded_events"].as_u64().unwrap();
     println!("`scenarios pairs {pairs}` ({} events), cap {cap}\n", 2 * pairs);
     println!(
-        "| run | CPU (s) | wall (s) | collector's peak anonymous memory (MiB) | largest RSS in the tree (MiB) | trace bytes | events folded |"
+        "| run | CPU (s) | writer thread's CPU (s) | wall (s) | collector's peak anonymous memory (MiB) | largest RSS in the tree (MiB) | trace bytes | events folded |"
     );
-    println!("| --- | --- | --- | --- | --- | --- | --- |");
+    println!("| --- | --- | --- | --- | --- | --- | --- | --- |");
     for (name, run) in [
         ("unlimited", &whole),
         ("capped", &capped),
+        ("unlimited, twice as long", &whole_longer),
         ("capped, twice as long", &longer),
     ] {
         println!(
-            "| {name} | {:.2} | {:.2} | {:.0} | {:.0} | {} | {} |",
+            "| {name} | {:.2} | {:.2} | {:.2} | {:.0} | {:.0} | {} | {} |",
             run.cpu_s,
+            run.writer_cpu_s,
             run.wall_s,
             run.collector_anonymous_mib,
             run.max_rss_mib,
@@ -171,10 +209,17 @@ fn main() {
             run.report["processes"][0]["folded_events"]
         );
     }
-    let added = capped.cpu_s - whole.cpu_s;
-    println!(
-        "\nfolding added {added:.2} s of CPU for {folded} events folded: {:.1} million events a second",
-        folded as f64 / added.max(1e-9) / 1e6
-    );
+    println!();
+    for (name, capped, whole) in [("", &capped, &whole), (", twice as long", &longer, &whole_longer)] {
+        let folded = capped.report["processes"][0]["folded_events"].as_u64().unwrap();
+        let added = capped.cpu_s - whole.cpu_s;
+        let writer = capped.writer_cpu_s - whole.writer_cpu_s;
+        println!(
+            "folding{name} added {added:.2} s of CPU for {folded} events folded: {:.1} million events a second; \
+             in the writer thread, which folds, {writer:.2} s: {:.1} million a second",
+            folded as f64 / added.max(1e-9) / 1e6,
+            folded as f64 / writer.max(1e-9) / 1e6
+        );
+    }
     std::fs::remove_dir_all(&work).ok();
 }

@@ -61,7 +61,7 @@ pub use replay::{Allocation, Change, ProcessMemory};
 pub use retention::{Kept, RetentionPass};
 pub use silent_children::{silent_children, unnamed_children, unrecorded_count, SilentChild};
 pub use stack_frames::Frame;
-pub use step_finding::find_boundaries_so_far;
+pub use step_finding::{find_boundaries_so_far, StepCounts};
 pub use steps::{StepRecord, Steps};
 pub use summary::{largest_call_sites, ProcessSummary, Summary, OOM_STATES_KEPT};
 pub use tensor_status::tensors_stopped_midway;

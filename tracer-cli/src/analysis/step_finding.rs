@@ -174,6 +174,15 @@ struct Allocations {
 }
 
 impl Allocations {
+    /// Driver allocations and tensors, each cut at `cut` (`None`: no cut).
+    fn pair(cut: Option<u64>) -> [Allocations; 2] {
+        let with_cut = || Allocations {
+            cut: cut.unwrap_or(u64::MAX),
+            ..Default::default()
+        };
+        [with_cut(), with_cut()]
+    }
+
     fn add(&mut self, event: &Event) {
         let at = self.total;
         self.total += 1;
@@ -376,93 +385,158 @@ pub fn find_boundaries_so_far(index: &TraceIndex, cuts: &[Option<u64>], progress
 pub type Found = (Vec<Option<Boundaries>>, Vec<Option<(u64, u64)>>);
 
 fn boundaries(index: &TraceIndex, progress: &Progress, cuts: Option<&[Option<u64>]>) -> Found {
-    let cut_of = |process: usize| cuts.and_then(|c| c.get(process).copied().flatten()).unwrap_or(u64::MAX);
-    let mut counted: Vec<[Allocations; 2]> = (0..index.processes.len())
-        .map(|process| {
-            let with_cut = || Allocations {
-                cut: cut_of(process),
-                ..Default::default()
-            };
-            [with_cut(), with_cut()]
-        })
-        .collect();
-    // Below a fold, only the state it kept is left, not the steps' events;
-    // the steps there are those the fold kept, if any.
-    let counted_from: Vec<u64> = index
-        .processes
-        .iter()
-        .map(|p| p.fold.as_ref().map_or(0, |fold| fold.folded_to))
-        .collect();
+    let mut counts = StepCounts::with_cuts(index.processes.len(), cuts);
     let Ok(_) = Replay::new(index, progress).events_only().run(&mut |step: &Step| {
-        if step.event.seq < counted_from[step.process] {
+        let counted_from = index.processes[step.process]
+            .fold
+            .as_ref()
+            .map_or(0, |fold| fold.folded_to);
+        counts.count(step.process, counted_from, step.event);
+    });
+    counts.found(index)
+}
+
+/// The counts step finding works from, per process: fed by a replay, or by
+/// the reading of a trace's index, block by block (a fold's first pass, so
+/// that a fold reads the trace once less).
+pub struct StepCounts {
+    counted: Vec<[Allocations; 2]>,
+    /// Each process's cut, once known.
+    cuts: Vec<Option<u64>>,
+    /// Fed block by block: each process's cut is the first sequence number
+    /// of its first block at or after this offset.
+    cut_offset: Option<u64>,
+    /// A run still going: no step is known to be the last.
+    so_far: bool,
+}
+
+impl StepCounts {
+    fn with_cuts(processes: usize, cuts: Option<&[Option<u64>]>) -> StepCounts {
+        let cut_of = |process: usize| cuts.and_then(|c| c.get(process).copied().flatten());
+        StepCounts {
+            counted: (0..processes).map(|p| Allocations::pair(cut_of(p))).collect(),
+            cuts: (0..processes).map(cut_of).collect(),
+            cut_offset: None,
+            so_far: cuts.is_some(),
+        }
+    }
+
+    /// Counts for a fold whose cut is at the first event block at or after
+    /// `cut_offset`, fed with [`StepCounts::observe_block`].
+    pub fn for_fold_at(cut_offset: u64) -> StepCounts {
+        StepCounts {
+            counted: Vec::new(),
+            cuts: Vec::new(),
+            cut_offset: Some(cut_offset),
+            so_far: true,
+        }
+    }
+
+    /// One block of process `process`'s events, at `offset` in the trace
+    /// whose index is being read (`index` holds what came before it).
+    pub fn observe_block(&mut self, index: &TraceIndex, process: usize, offset: u64, events: &[Event]) {
+        while self.counted.len() <= process {
+            self.counted.push(Allocations::pair(None));
+            self.cuts.push(None);
+        }
+        if let (Some(cut_offset), None, Some(first)) = (self.cut_offset, self.cuts[process], events.first()) {
+            if offset >= cut_offset {
+                self.cuts[process] = Some(first.seq);
+                self.counted[process].iter_mut().for_each(|a| a.cut = first.seq);
+            }
+        }
+        let counted_from = index.processes[process].fold.as_ref().map_or(0, |fold| fold.folded_to);
+        for event in events {
+            self.count(process, counted_from, event);
+        }
+    }
+
+    /// Each process's cut: the first sequence number of its first block at
+    /// or after the fold's cut offset; `None` when it has none there.
+    pub fn cuts(&self, processes: usize) -> Vec<Option<u64>> {
+        (0..processes).map(|p| self.cuts.get(p).copied().flatten()).collect()
+    }
+
+    fn count(&mut self, process: usize, counted_from: u64, event: &Event) {
+        // Below a fold, only the state it kept is left, not the steps'
+        // events; the steps there are those the fold kept, if any.
+        if event.seq < counted_from {
             return;
         }
-        if let Some(tensor) = allocation_kind(step.event) {
-            counted[step.process][usize::from(tensor)].add(step.event);
-        } else if let Some(tensor) = free_kind(step.event) {
-            counted[step.process][usize::from(tensor)].free(step.event);
+        if let Some(tensor) = allocation_kind(event) {
+            self.counted[process][usize::from(tensor)].add(event);
+        } else if let Some(tensor) = free_kind(event) {
+            self.counted[process][usize::from(tensor)].free(event);
         }
-    });
-    let found: Vec<Option<Boundaries>> = counted
-        .iter()
-        .zip(&index.processes)
-        .map(|([driver, tensors], info)| {
-            let found = match &info.steps_state {
-                Some(state) => {
-                    let counted = if state.tensors { tensors } else { driver };
-                    let folded = info.fold.as_ref().map_or(&[][..], |f| &f.sites[..]);
-                    Some(Boundaries::Steps(counted.resumed_marker(state, folded)))
+    }
+
+    /// The boundaries, and where the step under way at each cut started.
+    pub fn found(mut self, index: &TraceIndex) -> Found {
+        while self.counted.len() < index.processes.len() {
+            self.counted.push(Allocations::pair(None));
+        }
+        let (counted, so_far) = (self.counted, self.so_far);
+        let found: Vec<Option<Boundaries>> = counted
+            .iter()
+            .zip(&index.processes)
+            .map(|([driver, tensors], info)| {
+                let found = match &info.steps_state {
+                    Some(state) => {
+                        let counted = if state.tensors { tensors } else { driver };
+                        let folded = info.fold.as_ref().map_or(&[][..], |f| &f.sites[..]);
+                        Some(Boundaries::Steps(counted.resumed_marker(state, folded)))
+                    }
+                    None => {
+                        let (counted, tensors) = if tensors.total > 0 {
+                            (tensors, true)
+                        } else {
+                            (driver, false)
+                        };
+                        let (first_ns, last_ns) = counted.span?;
+                        // After a fold, the events start anywhere in a step too.
+                        match counted.marker(tensors, so_far || info.fold.is_some()) {
+                            Some(marker) => Some(Boundaries::Steps(marker)),
+                            None if low_points_apply(counted, first_ns, last_ns) => Some(Boundaries::LowPoints {
+                                tensors,
+                                first_ns,
+                                last_ns,
+                            }),
+                            None => None,
+                        }
+                    }
+                };
+                match found {
+                    Some(Boundaries::Steps(marker)) if so_far => Some(Boundaries::Steps(StepMarker {
+                        steps: u64::MAX,
+                        loop_end_ns: u64::MAX,
+                        ..marker
+                    })),
+                    found => found,
                 }
-                None => {
-                    let (counted, tensors) = if tensors.total > 0 {
-                        (tensors, true)
+            })
+            .collect();
+        let step_starts = found
+            .iter()
+            .zip(&counted)
+            .zip(&index.processes)
+            .map(|((found, [driver, tensors]), info)| (found, [driver, tensors], info.steps_state.is_some()))
+            .map(|(found, [driver, tensors], resumed)| match found {
+                Some(Boundaries::Steps(marker)) if so_far => {
+                    let counted = if marker.tensors { tensors } else { driver };
+                    let stack = counted.stacks.get(&(marker.stack, marker.device));
+                    if !resumed && stack.map_or(0, |s| s.count) < STEPS_SEEN_BEFORE_FOLDING {
+                        // Too few steps yet to be sure of the marker: nothing
+                        // of this process is folded for now.
+                        Some((0, 0))
                     } else {
-                        (driver, false)
-                    };
-                    let (first_ns, last_ns) = counted.span?;
-                    // After a fold, the events start anywhere in a step too.
-                    match counted.marker(tensors, cuts.is_some() || info.fold.is_some()) {
-                        Some(marker) => Some(Boundaries::Steps(marker)),
-                        None if low_points_apply(counted, first_ns, last_ns) => Some(Boundaries::LowPoints {
-                            tensors,
-                            first_ns,
-                            last_ns,
-                        }),
-                        None => None,
+                        stack.and_then(|s| s.last_before_cut)
                     }
                 }
-            };
-            match found {
-                Some(Boundaries::Steps(marker)) if cuts.is_some() => Some(Boundaries::Steps(StepMarker {
-                    steps: u64::MAX,
-                    loop_end_ns: u64::MAX,
-                    ..marker
-                })),
-                found => found,
-            }
-        })
-        .collect();
-    let step_starts = found
-        .iter()
-        .zip(&counted)
-        .zip(&index.processes)
-        .map(|((found, [driver, tensors]), info)| (found, [driver, tensors], info.steps_state.is_some()))
-        .map(|(found, [driver, tensors], resumed)| match found {
-            Some(Boundaries::Steps(marker)) if cuts.is_some() => {
-                let counted = if marker.tensors { tensors } else { driver };
-                let stack = counted.stacks.get(&(marker.stack, marker.device));
-                if !resumed && stack.map_or(0, |s| s.count) < STEPS_SEEN_BEFORE_FOLDING {
-                    // Too few steps yet to be sure of the marker: nothing
-                    // of this process is folded for now.
-                    Some((0, 0))
-                } else {
-                    stack.and_then(|s| s.last_before_cut)
-                }
-            }
-            _ => None,
-        })
-        .collect();
-    (found, step_starts)
+                _ => None,
+            })
+            .collect();
+        (found, step_starts)
+    }
 }
 
 /// Whether a process without steps is measured at its low points: enough

@@ -98,10 +98,23 @@ pub struct TraceIndex {
     index_of: HashMap<u32, usize>,
 }
 
+/// What [`TraceIndex::read_observing`] hands each block of events to: the
+/// index so far, the process's place, the block's offset and its events.
+pub type BlockObserver<'a> = dyn FnMut(&TraceIndex, usize, u64, &[Event]) + 'a;
+
 impl TraceIndex {
     /// Reads the trace at `path`. Fails only when it cannot be opened or is
     /// not a trace; damage further on is kept in `damage` and `skipped`.
     pub fn read(path: &Path) -> Result<TraceIndex, UnreadableTrace> {
+        Self::read_observing(path, &mut |_, _, _, _| {})
+    }
+
+    /// [`TraceIndex::read`], handing each block of events to `observe` as it
+    /// is read: the index so far, the process's place in
+    /// [`TraceIndex::processes`], the block's offset and its events. A pass
+    /// that needs only the events in file order then needs no read of its
+    /// own.
+    pub fn read_observing(path: &Path, observe: &mut BlockObserver) -> Result<TraceIndex, UnreadableTrace> {
         super::input_path::check_regular_file(path).map_err(|what| UnreadableTrace::NotRegular {
             path: path.to_path_buf(),
             what,
@@ -156,6 +169,11 @@ impl TraceIndex {
                 }
             };
             index.records += 1;
+            if let Record::Events { process, events } = &record {
+                if let Some(&place) = index.index_of.get(process).filter(|_| !events.is_empty()) {
+                    observe(&index, place, offset, events);
+                }
+            }
             index.take(record, offset);
         }
         index.origin = index.first_instant();

@@ -13,7 +13,7 @@
 //! it still in the spools. The old and new files together stay within the
 //! cap plus a tenth: the rewrite aims at [`REWRITE_PARTS`] tenths.
 
-use crate::analysis::{find_boundaries_so_far, Kept, RetentionPass, Steps, Summary, TraceIndex};
+use crate::analysis::{find_boundaries_so_far, Kept, RetentionPass, StepCounts, Steps, Summary, TraceIndex};
 use crate::outputs::wording::trace_damage::{problem_text, unreadable_trace_text};
 use crate::system::progress::Progress;
 use cudatrace_events::Event;
@@ -82,22 +82,27 @@ fn folding_path(path: &Path) -> PathBuf {
 }
 
 fn rewrite(path: &Path, old: &std::fs::Metadata, length: u64, target: u64, detail: u64) -> Result<Folded, String> {
-    let index = TraceIndex::read(path).map_err(|e| unreadable_trace_text(&e))?;
+    // First try: the newest `detail` bytes stay whole. If the state kept
+    // from before them would not fit beside them, keep fewer. The steps of
+    // the first try are counted while the index is read.
+    let mut counts = StepCounts::for_fold_at(length.saturating_sub(detail));
+    let index = TraceIndex::read_observing(path, &mut |index, process, offset, events| {
+        counts.observe_block(index, process, offset, events)
+    })
+    .map_err(|e| unreadable_trace_text(&e))?;
     let header = index.header.clone().ok_or("the trace has no header")?;
     let progress = Progress::hidden();
-    // First try: the newest `detail` bytes stay whole. If the state kept
-    // from before them would not fit beside them, keep fewer.
     let mut cut_offset = cut_at(&index, length.saturating_sub(detail));
     let recent = cuts_at(&index, cut_at(&index, length / 2))?;
-    let mut cuts = cuts_at(&index, cut_offset)?;
-    let (mut kept, mut steps) = what_to_keep(&index, &mut cuts, &recent, &progress);
+    let mut cuts = counts.cuts(index.processes.len());
+    let (mut kept, mut steps) = what_to_keep(&index, &mut cuts, &recent, Some(counts), &progress);
     let state_bytes = estimate_state_bytes(&index, &kept, cut_offset, length);
     let tail_bytes = length.saturating_sub(cut_offset);
     if state_bytes + tail_bytes > target && tail_bytes > 0 {
         let room = target.saturating_sub(state_bytes);
         cut_offset = cut_at(&index, length.saturating_sub(room));
         cuts = cuts_at(&index, cut_offset)?;
-        (kept, steps) = what_to_keep(&index, &mut cuts, &recent, &progress);
+        (kept, steps) = what_to_keep(&index, &mut cuts, &recent, None, &progress);
     }
     // From here on every process is whole: after the last event any of
     // them folds.
@@ -160,9 +165,13 @@ fn what_to_keep(
     index: &TraceIndex,
     cuts: &mut [Option<u64>],
     recent: &[Option<u64>],
+    counted: Option<StepCounts>,
     progress: &Progress,
 ) -> (Vec<Kept>, Vec<Option<Steps>>) {
-    let (mut boundaries, step_starts) = find_boundaries_so_far(index, cuts, progress);
+    let (mut boundaries, step_starts) = match counted {
+        Some(counts) => counts.found(index),
+        None => find_boundaries_so_far(index, cuts, progress),
+    };
     for (process, start) in step_starts.into_iter().enumerate() {
         let info = &index.processes[process];
         match start {
@@ -782,6 +791,55 @@ mod tests {
         let summary = Summary::build(&index, &Progress::hidden());
         let steps = summary.processes[0].steps.as_ref().expect("steps");
         assert_eq!(steps.records.last().map(|r| r.last), Some(100));
+        let _ = std::fs::remove_dir_all(&dir);
+    }
+
+    #[test]
+    fn steps_counted_while_the_index_is_read_are_those_of_a_replay() {
+        // 1,000 steps of three tensors, one of them kept every step
+        // (growth), in blocks of 1,000 events; then cuts at a quarter, half
+        // and three quarters of the file.
+        let mut events = Vec::new();
+        let mut seq = 0;
+        for step in 0..1000u64 {
+            for (stack, address) in [(10, 0xC000_0000u64), (11, 0xC100_0000), (12, 0xD000_0000 + step * BIG)] {
+                events.push(tensor_event(seq, 1000 + seq * 10, Action::Alloc, address, BIG, stack));
+                seq += 1;
+                if stack != 12 {
+                    events.push(tensor_event(
+                        seq,
+                        1000 + seq * 10,
+                        Action::FreeCompleted,
+                        address,
+                        BIG,
+                        0,
+                    ));
+                    seq += 1;
+                }
+            }
+        }
+        let dir = std::env::temp_dir().join(format!("cudatrace-fold-counted-{}", std::process::id()));
+        std::fs::create_dir_all(&dir).unwrap();
+        let path = dir.join("run.trace");
+        let mut trace = write_trace(&path, &events);
+        trace.flush().unwrap();
+        let length = trace.bytes_written();
+        for quarter in 1..4 {
+            let offset = length / 4 * quarter;
+            let mut counts = StepCounts::for_fold_at(offset);
+            let index = TraceIndex::read_observing(&path, &mut |index, process, at, events| {
+                counts.observe_block(index, process, at, events)
+            })
+            .unwrap();
+            let cuts = cuts_at(&index, cut_at(&index, offset)).unwrap();
+            assert!(cuts[0].is_some());
+            assert_eq!(counts.cuts(1), cuts, "at {quarter} quarters");
+            let replayed = find_boundaries_so_far(&index, &cuts, &Progress::hidden());
+            let streamed = counts.found(&index);
+            // Steps found, and the start of the step under way at the cut.
+            assert!(streamed.0[0].is_some() && streamed.1[0].is_some(), "{streamed:?}");
+            assert_eq!(streamed, replayed, "at {quarter} quarters");
+        }
         let _ = std::fs::remove_dir_all(&dir);
     }
 }
