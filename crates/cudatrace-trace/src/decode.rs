@@ -183,6 +183,33 @@ fn decode_steps_state(c: &mut Cursor) -> Result<Record, Malformed> {
     Ok(Record::StepsState(state))
 }
 
+fn decode_low_points_state(c: &mut Cursor) -> Result<Record, Malformed> {
+    let mut state = LowPointsState {
+        process: c.get_u32()?,
+        tensors: c.get()? != 0,
+        points: Vec::new(),
+    };
+    for _ in 0..list_len(c)? {
+        let time_ns = c.get()?;
+        if state.points.last().is_some_and(|p| p.time_ns > time_ns) {
+            return Err(Malformed::LowPointsOutOfOrder);
+        }
+        let mut point = LowPoint {
+            time_ns,
+            sites: Vec::new(),
+        };
+        for _ in 0..list_len(c)? {
+            point.sites.push(LowPointSite {
+                device: get_device(c)?,
+                stack: c.get_u32()?,
+                bytes: c.get()?,
+            });
+        }
+        state.points.push(point);
+    }
+    Ok(Record::LowPointsState(state))
+}
+
 fn decode_fold(c: &mut Cursor) -> Result<Record, Malformed> {
     let mut fold = Fold {
         process: c.get_u32()?,
@@ -318,6 +345,7 @@ pub(crate) fn decode(tag: u8, payload: &[u8], pid_of: &dyn Fn(u32) -> Option<u32
         }),
         TAG_FOLD => decode_fold(&mut c)?,
         TAG_STEPS_STATE => decode_steps_state(&mut c)?,
+        TAG_LOW_POINTS_STATE => decode_low_points_state(&mut c)?,
         other => return Ok(Record::Unknown { tag: other }),
     };
     if !c.is_empty() {

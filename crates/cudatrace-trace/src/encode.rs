@@ -126,6 +126,21 @@ pub(crate) fn encode(record: &Record, out: &mut Vec<u8>) -> u8 {
             encode_steps_state(state, out);
             TAG_STEPS_STATE
         }
+        Record::LowPointsState(state) => {
+            put(out, u64::from(state.process));
+            put(out, u64::from(state.tensors));
+            put(out, state.points.len() as u64);
+            for point in &state.points {
+                put(out, point.time_ns);
+                put(out, point.sites.len() as u64);
+                for site in &point.sites {
+                    put_device(out, site.device);
+                    put(out, u64::from(site.stack));
+                    put(out, site.bytes);
+                }
+            }
+            TAG_LOW_POINTS_STATE
+        }
         Record::Unknown { tag } => *tag,
     }
 }

@@ -7,7 +7,7 @@ use cudatrace_events::Event;
 /// First eight bytes of a trace file.
 pub const MAGIC: [u8; 8] = *b"CUTRACE\0";
 /// Version of the record encodings; readers refuse other versions.
-pub const FORMAT_VERSION: u32 = 9;
+pub const FORMAT_VERSION: u32 = 10;
 /// Oldest version readers still accept (it has no call stacks).
 pub const OLDEST_READABLE_VERSION: u32 = 2;
 /// Largest payload a frame may declare; anything larger is damage.
@@ -33,6 +33,7 @@ pub(crate) const TAG_FOOTER: u8 = b'F';
 pub(crate) const TAG_RECORDING_SWITCH: u8 = b'W';
 pub(crate) const TAG_FOLD: u8 = b'O';
 pub(crate) const TAG_STEPS_STATE: u8 = b'Q';
+pub(crate) const TAG_LOW_POINTS_STATE: u8 = b'L';
 
 /// The first record: what wrote the trace, where and when.
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -213,6 +214,43 @@ pub struct StepSeries {
     pub bytes: Vec<u64>,
 }
 
+/// One call stack's live bytes on one device at a low point (see
+/// [`LowPointsState`]).
+#[derive(Clone, Debug, PartialEq, Eq, Default)]
+pub struct LowPointSite {
+    /// Device ordinal; `None` when unknown.
+    pub device: Option<u8>,
+    /// Call stack (innermost node id).
+    pub stack: u32,
+    /// Live bytes at the low point.
+    pub bytes: u64,
+}
+
+/// One low point of a process's memory curve: the lowest moment of a
+/// stretch of its run.
+#[derive(Clone, Debug, PartialEq, Eq, Default)]
+pub struct LowPoint {
+    /// The middle of the stretch it is the lowest moment of
+    /// (`CLOCK_MONOTONIC` ns).
+    pub time_ns: u64,
+    /// What was live then, per device and call stack (nothing listed: none).
+    pub sites: Vec<LowPointSite>,
+}
+
+/// A process without steps, measured at the low points of its memory
+/// curve: the low points of what folds took away, oldest first, so that
+/// growth is measured over the whole run. Written right after the
+/// process's [`Fold`].
+#[derive(Clone, Debug, PartialEq, Eq, Default)]
+pub struct LowPointsState {
+    /// Index from [`ProcessStart::process`].
+    pub process: u32,
+    /// Whether PyTorch's tensors are measured (else the driver's allocations).
+    pub tensors: bool,
+    /// The low points, in time order.
+    pub points: Vec<LowPoint>,
+}
+
 /// A process's training steps as they stood at a fold's cut, so that the
 /// steps and the growth measured before it survive the fold: written right
 /// after the process's [`Fold`].
@@ -360,6 +398,8 @@ pub enum Record {
     Fold(Fold),
     /// [`StepsState`]: written right after its process's [`Fold`].
     StepsState(StepsState),
+    /// [`LowPointsState`]: written right after its process's [`Fold`].
+    LowPointsState(LowPointsState),
     /// [`Footer`].
     Footer(Footer),
     /// A record type this reader does not know (written by a newer version); skipped.

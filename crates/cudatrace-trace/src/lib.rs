@@ -21,9 +21,9 @@ mod varint;
 pub mod writer;
 
 pub use format::{
-    DamagedSpool, Fold, FoldedSite, Footer, Header, NodeSymbols, NvmlSample, NvmlStatus, ProcessEnd, ProcessStart,
-    Record, Refusal, StepDeviceRow, StepRow, StepSeries, StepsState, SymbolFrame, UnrecordedProcess, FORMAT_VERSION,
-    MAGIC, OLDEST_READABLE_VERSION,
+    DamagedSpool, Fold, FoldedSite, Footer, Header, LowPoint, LowPointSite, LowPointsState, NodeSymbols, NvmlSample,
+    NvmlStatus, ProcessEnd, ProcessStart, Record, Refusal, StepDeviceRow, StepRow, StepSeries, StepsState, SymbolFrame,
+    UnrecordedProcess, FORMAT_VERSION, MAGIC, OLDEST_READABLE_VERSION,
 };
 pub use problem::{Malformed, Problem};
 pub use reader::{read_record_at, Damage, TraceReader};

@@ -87,4 +87,6 @@ pub enum Malformed {
     /// A steps record's numbers cannot be: a range that ends before it
     /// starts, a step 0, or more steps than a run could make.
     ImpossibleSteps,
+    /// A low points record's points are not in time order.
+    LowPointsOutOfOrder,
 }

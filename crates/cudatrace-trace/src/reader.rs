@@ -243,8 +243,8 @@ impl<R: Read> Iterator for TraceReader<R> {
 mod tests {
     use super::*;
     use crate::format::{
-        Fold, FoldedSite, Footer, Header, NvmlSample, NvmlStatus, ProcessEnd, ProcessStart, StepDeviceRow, StepRow,
-        StepSeries, StepsState, UnrecordedProcess,
+        Fold, FoldedSite, Footer, Header, LowPoint, LowPointSite, LowPointsState, NvmlSample, NvmlStatus, ProcessEnd,
+        ProcessStart, StepDeviceRow, StepRow, StepSeries, StepsState, UnrecordedProcess,
     };
     use crate::problem::Malformed;
     use crate::writer::TraceWriter;
@@ -426,6 +426,52 @@ mod tests {
         assert_eq!(
             crate::decode::decode(tag, &payload, &|_| Some(1)),
             Err(Malformed::ImpossibleSteps)
+        );
+    }
+
+    #[test]
+    fn a_low_points_record_round_trips_and_points_out_of_order_are_damage() {
+        let point = |time_ns, bytes| LowPoint {
+            time_ns,
+            sites: vec![
+                LowPointSite {
+                    device: Some(0),
+                    stack: 7,
+                    bytes,
+                },
+                LowPointSite {
+                    device: None,
+                    stack: 9,
+                    bytes: 1,
+                },
+            ],
+        };
+        let state = LowPointsState {
+            process: 2,
+            tensors: false,
+            points: vec![
+                point(1_000, 4096),
+                point(2_000, 8192),
+                LowPoint {
+                    time_ns: 3_000,
+                    sites: vec![],
+                },
+            ],
+        };
+        let mut payload = Vec::new();
+        let tag = crate::encode::encode(&Record::LowPointsState(state.clone()), &mut payload);
+        assert_eq!(tag, b'L');
+        let decoded = crate::decode::decode(tag, &payload, &|_| Some(1)).unwrap();
+        assert_eq!(decoded, Record::LowPointsState(state.clone()));
+        let backwards = LowPointsState {
+            points: vec![point(2_000, 1), point(1_000, 2)],
+            ..state
+        };
+        let mut payload = Vec::new();
+        let tag = crate::encode::encode(&Record::LowPointsState(backwards), &mut payload);
+        assert_eq!(
+            crate::decode::decode(tag, &payload, &|_| Some(1)),
+            Err(Malformed::LowPointsOutOfOrder)
         );
     }
 

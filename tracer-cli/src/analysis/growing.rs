@@ -154,12 +154,24 @@ pub fn growing_sites(index: &TraceIndex, info: &ProcessIndex, process: &ProcessS
     }
 }
 
+/// Units of time the span of a folded process's low points is cut into,
+/// to measure its growth by time.
+const TIME_UNITS: u64 = 1024;
+
 fn growing_at_low_points(index: &TraceIndex, info: &ProcessIndex, low_points: &LowPoints) -> Vec<GrowingSite> {
-    let ends: Vec<u64> = (1..=low_points.points() as u64).collect();
-    let series = sum_by_site(index, info, ends.len(), low_points.live_at_points());
-    let measured = Measured::LowPoints {
-        part_ns: low_points.part_ns(),
+    // The points are evenly spaced, one a part, unless folds kept older
+    // ones: then each is placed by its time, in units of a 1,024th of the
+    // span they cover.
+    let (ends, part_ns): (Vec<u64>, u64) = if low_points.has_older_points() {
+        let times = low_points.point_times();
+        let first = times.first().copied().unwrap_or(0);
+        let unit = (times.last().copied().unwrap_or(0).saturating_sub(first) / TIME_UNITS).max(1);
+        (times.iter().map(|t| (t - first) / unit + 1).collect(), unit)
+    } else {
+        ((1..=low_points.points() as u64).collect(), low_points.part_ns())
     };
+    let series = sum_by_site(index, info, ends.len(), low_points.live_at_points().into_iter());
+    let measured = Measured::LowPoints { part_ns };
     growing_of(index, info, &ends, series, measured)
 }
 

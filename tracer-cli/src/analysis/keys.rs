@@ -22,6 +22,14 @@ impl DeviceKey {
         device.map_or(DeviceKey::Unknown, DeviceKey::Gpu)
     }
 
+    /// The ordinal; `None` when unknown.
+    pub fn ordinal(self) -> Option<u8> {
+        match self {
+            DeviceKey::Gpu(ordinal) => Some(ordinal),
+            DeviceKey::Unknown => None,
+        }
+    }
+
     /// The ordinal, or null.
     pub fn json(self) -> Value {
         match self {

@@ -10,12 +10,17 @@
 //! a hundredth below the one before, so a curve that wanders down in small
 //! steps does not copy the live set at each: a low point is the lowest
 //! moment to within 1%.
+//!
+//! In a folded trace, the low points of what folds took away come first
+//! (see `cudatrace_trace::LowPointsState`): growth is measured over the
+//! whole run, from those older points to the detailed span's own.
 
 use super::allocation_kind::allocation_kind;
 use super::device_stats::DeviceStats;
 use super::keys::{ByStack, DeviceKey};
 use super::tensor_summary::TensorSummary;
 use cudatrace_events::Event;
+use cudatrace_trace::{LowPoint, LowPointSite, LowPointsState};
 use foldhash::HashMap;
 use std::collections::BTreeMap;
 
@@ -23,6 +28,12 @@ use std::collections::BTreeMap;
 pub const LOW_POINTS: usize = 32;
 /// A low is found to within this fraction (1/100) of its bytes.
 const LOW_RESOLUTION: u64 = 100;
+/// Most low points a fold keeps of what it took away: pairs of
+/// neighbours merge (the lower one stays) beyond it.
+pub const MOST_FOLDED_LOW_POINTS: usize = 64;
+/// About the bytes one low point's call stack takes in a
+/// [`LowPointsState`]: a device, a stack and a number.
+const BYTES_A_LOW_POINT_SITE: u64 = 8;
 
 /// One device's lowest moment so far in the current part.
 #[derive(Clone, Debug, Default)]
@@ -49,6 +60,8 @@ pub struct LowPoints {
     /// Low points taken.
     points: usize,
     done: bool,
+    /// The low points of what folds took away, before `first_ns`.
+    older: Vec<LowPoint>,
 }
 
 /// A device's allocated bytes and live set, as [`LowPoints::tensors`] says.
@@ -80,7 +93,32 @@ impl LowPoints {
             live_at_points: HashMap::default(),
             points: 0,
             done: false,
+            older: Vec::new(),
         }
+    }
+
+    /// The same, after the low points that folds kept of what came before
+    /// (those before `first_ns`).
+    pub fn after_folds(mut self, state: Option<&LowPointsState>) -> LowPoints {
+        if let Some(state) = state {
+            self.older = state
+                .points
+                .iter()
+                .filter(|p| p.time_ns < self.first_ns)
+                .cloned()
+                .collect();
+        }
+        self
+    }
+
+    /// Whether older low points, kept by folds, come first.
+    pub fn has_older_points(&self) -> bool {
+        !self.older.is_empty()
+    }
+
+    /// The older low points, kept by folds.
+    pub fn older_points(&self) -> usize {
+        self.older.len()
     }
 
     /// The length of a part.
@@ -180,18 +218,90 @@ impl LowPoints {
         self.points += 1;
     }
 
-    /// Low points taken.
+    /// Low points taken, the older ones kept by folds included.
     pub fn points(&self) -> usize {
-        self.points
+        self.older.len() + self.points
     }
 
-    /// Each device's call stacks' live bytes at every low point.
-    pub fn live_at_points(&self) -> impl Iterator<Item = (DeviceKey, u32, Vec<u64>)> + '_ {
-        self.live_at_points.iter().map(move |(&(device, stack), series)| {
-            let mut padded = series.clone();
-            padded.resize(self.points, 0);
-            (device, stack, padded)
-        })
+    /// When each low point was, oldest first: the middle of the stretch it
+    /// is the lowest moment of.
+    pub fn point_times(&self) -> Vec<u64> {
+        let part = self.part_ns();
+        let own = (0..self.points as u64).map(|i| self.first_ns.saturating_add(part * i + part / 2));
+        self.older.iter().map(|p| p.time_ns).chain(own).collect()
+    }
+
+    /// Each device's call stacks' live bytes at every low point, the older
+    /// ones first.
+    pub fn live_at_points(&self) -> Vec<(DeviceKey, u32, Vec<u64>)> {
+        let mut series: BTreeMap<(DeviceKey, u32), Vec<u64>> = BTreeMap::new();
+        for (i, point) in self.older.iter().enumerate() {
+            for site in &point.sites {
+                let bytes = series.entry((DeviceKey::of(site.device), site.stack)).or_default();
+                bytes.resize(i, 0);
+                bytes.push(site.bytes);
+            }
+        }
+        for (&key, own) in &self.live_at_points {
+            let bytes = series.entry(key).or_default();
+            bytes.resize(self.older.len(), 0);
+            bytes.extend_from_slice(own);
+        }
+        let points = self.points();
+        series
+            .into_iter()
+            .map(|((device, stack), mut bytes)| {
+                bytes.resize(points, 0);
+                (device, stack, bytes)
+            })
+            .collect()
+    }
+
+    /// What a fold keeps of these low points: all of them, older first,
+    /// neighbours merged (the lower of each pair stays) until at most
+    /// [`MOST_FOLDED_LOW_POINTS`] are left and they take about `budget`
+    /// bytes or fewer.
+    pub fn state(&self, process: u32, budget: u64) -> LowPointsState {
+        let times = self.point_times();
+        let mut points: Vec<LowPoint> = times
+            .iter()
+            .map(|&time_ns| LowPoint {
+                time_ns,
+                sites: Vec::new(),
+            })
+            .collect();
+        for (device, stack, bytes) in self.live_at_points() {
+            for (point, &bytes) in points.iter_mut().zip(&bytes).filter(|(_, &b)| b > 0) {
+                point.sites.push(LowPointSite {
+                    device: device.ordinal(),
+                    stack,
+                    bytes,
+                });
+            }
+        }
+        let size = |points: &[LowPoint]| -> u64 {
+            points
+                .iter()
+                .map(|p| 4 + p.sites.len() as u64 * BYTES_A_LOW_POINT_SITE)
+                .sum()
+        };
+        while points.len() > 1 && (points.len() > MOST_FOLDED_LOW_POINTS || size(&points) > budget) {
+            let total = |p: &LowPoint| p.sites.iter().map(|s| s.bytes).sum::<u64>();
+            points = points
+                .chunks(2)
+                .map(|pair| {
+                    pair.iter()
+                        .min_by_key(|p| total(p))
+                        .expect("a chunk is never empty")
+                        .clone()
+                })
+                .collect();
+        }
+        LowPointsState {
+            process,
+            tensors: self.tensors,
+            points,
+        }
     }
 }
 
@@ -242,7 +352,7 @@ mod tests {
         process.finish();
         let low = process.low_points.as_ref().unwrap();
         assert_eq!(low.points(), LOW_POINTS);
-        let mut series: Vec<_> = low.live_at_points().collect();
+        let mut series: Vec<_> = low.live_at_points();
         series.sort();
         series
     }
@@ -260,5 +370,38 @@ mod tests {
     #[test]
     fn a_program_that_frees_what_it_makes_has_nothing_at_its_low_points() {
         assert_eq!(run(false), vec![]);
+    }
+
+    #[test]
+    fn a_fold_keeps_older_points_first_merging_neighbours_into_the_lower() {
+        // 100 older points, before this span's first allocation at 1 ms:
+        // point i holds i bytes at stack 5, and 1 byte more at odd points.
+        let older = LowPointsState {
+            process: 0,
+            tensors: false,
+            points: (0..100u64)
+                .map(|i| LowPoint {
+                    time_ns: i * 10,
+                    sites: vec![LowPointSite {
+                        device: Some(0),
+                        stack: 5,
+                        bytes: 1000 + i % 2,
+                    }],
+                })
+                .collect(),
+        };
+        let low = LowPoints::new(false, 1_000_000, 2_000_000).after_folds(Some(&older));
+        assert_eq!((low.points(), low.older_points()), (100, 100));
+        let state = low.state(3, u64::MAX);
+        // 100 → 50: the even point of each pair, the lower.
+        assert_eq!(state.points.len(), 50);
+        assert_eq!(state.process, 3);
+        assert!(state
+            .points
+            .iter()
+            .enumerate()
+            .all(|(i, p)| p.time_ns == i as u64 * 20 && p.sites[0].bytes == 1000));
+        // A budget of 100 bytes, at 12 bytes a point: 50, 25, 13, then 7.
+        assert_eq!(low.state(3, 100).points.len(), 7);
     }
 }

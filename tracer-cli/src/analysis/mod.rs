@@ -63,7 +63,7 @@ pub use silent_children::{silent_children, unnamed_children, unrecorded_count, S
 pub use stack_frames::Frame;
 pub use step_finding::{find_boundaries_so_far, StepCounts};
 pub use steps::{StepRecord, Steps};
-pub use summary::{largest_call_sites, ProcessSummary, Summary, OOM_STATES_KEPT};
+pub use summary::{largest_call_sites, AtCut, ProcessSummary, Summary, OOM_STATES_KEPT};
 pub use tensor_status::tensors_stopped_midway;
 pub use tensor_summary::{TensorBytes, TensorStats};
 pub use trace_index::{ProcessIndex, TraceIndex};

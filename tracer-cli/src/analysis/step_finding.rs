@@ -487,21 +487,34 @@ impl StepCounts {
                         Some(Boundaries::Steps(counted.resumed_marker(state, folded)))
                     }
                     None => {
-                        let (counted, tensors) = if tensors.total > 0 {
-                            (tensors, true)
-                        } else {
-                            (driver, false)
+                        // Low points that folds kept go on with what they measured.
+                        let older = info.low_points_state.as_ref();
+                        let (counted, tensors) = match older.map(|state| state.tensors) {
+                            Some(true) => (tensors, true),
+                            Some(false) => (driver, false),
+                            None if tensors.total > 0 => (tensors, true),
+                            None => (driver, false),
                         };
-                        let (first_ns, last_ns) = counted.span?;
-                        // After a fold, the events start anywhere in a step too.
-                        match counted.marker(tensors, so_far || info.fold.is_some()) {
-                            Some(marker) => Some(Boundaries::Steps(marker)),
-                            None if low_points_apply(counted, first_ns, last_ns) => Some(Boundaries::LowPoints {
+                        match counted.span {
+                            // After a fold, the events start anywhere in a step too.
+                            Some((first_ns, last_ns)) => match counted.marker(tensors, so_far || info.fold.is_some()) {
+                                Some(marker) => Some(Boundaries::Steps(marker)),
+                                None if older.is_some() || low_points_apply(counted, first_ns, last_ns) => {
+                                    Some(Boundaries::LowPoints {
+                                        tensors,
+                                        first_ns,
+                                        last_ns,
+                                    })
+                                }
+                                None => None,
+                            },
+                            // Nothing allocated since the last fold: its low
+                            // points are all there is.
+                            None => older.map(|_| Boundaries::LowPoints {
                                 tensors,
-                                first_ns,
-                                last_ns,
+                                first_ns: u64::MAX,
+                                last_ns: u64::MAX,
                             }),
-                            None => None,
                         }
                     }
                 };

@@ -53,6 +53,17 @@ pub struct ProcessSummary {
     /// before this sequence number are kept in `steps_at_cut`.
     pub(super) steps_cut: Option<u64>,
     pub(super) steps_at_cut: Option<Steps>,
+    /// The low points as they stand before that cut.
+    pub(super) low_points_at_cut: Option<LowPoints>,
+}
+
+/// What a fold keeps of a process's steps, or of its low points where it
+/// has no steps, as they stood at its cut.
+pub struct AtCut {
+    /// Its steps.
+    pub steps: Option<Steps>,
+    /// Its low points.
+    pub low_points: Option<LowPoints>,
 }
 
 impl ProcessSummary {
@@ -74,11 +85,21 @@ impl ProcessSummary {
         self
     }
 
+    /// Its low points as they stand now, the stretch under way ending here.
+    fn low_points_finished(&self) -> Option<LowPoints> {
+        let mut low_points = self.low_points.clone()?;
+        low_points.finish(&self.tensors, &self.devices);
+        Some(low_points)
+    }
+
     /// Counts what one event, replayed elsewhere, changed.
     pub fn observe(&mut self, event: &Event, changes: &[Change]) {
         let counts_steps = event.seq >= self.steps_from;
         if self.steps_cut.is_some_and(|cut| event.seq >= cut) && self.steps_at_cut.is_none() {
             self.steps_at_cut = self.steps.clone();
+        }
+        if self.steps_cut.is_some_and(|cut| event.seq >= cut) && self.low_points_at_cut.is_none() {
+            self.low_points_at_cut = self.low_points_finished();
         }
         if let Some(steps) = self.steps.as_mut().filter(|_| counts_steps) {
             steps.before(event, &self.tensors, &self.devices);
@@ -310,9 +331,9 @@ impl Summary {
         building.finish(replayed)
     }
 
-    /// Each process's steps as they stand just before its cut `cuts[i]`
-    /// (`None`: at the end), in a run still going (no step is taken for the
-    /// last): what a fold keeps of them. `boundaries` are
+    /// Each process's steps (or low points) as they stand just before its
+    /// cut `cuts[i]` (`None`: at the end), in a run still going (no step is
+    /// taken for the last): what a fold keeps of them. `boundaries` are
     /// `find_boundaries_so_far`'s. One replay, handing each step to
     /// `alongside` too.
     pub fn steps_at_cuts<C: Consumer<Error = Infallible>>(
@@ -321,7 +342,7 @@ impl Summary {
         cuts: &[Option<u64>],
         progress: &Progress,
         alongside: &mut C,
-    ) -> Vec<Option<Steps>> {
+    ) -> Vec<AtCut> {
         let mut building = SummaryBuilder::new(index, boundaries);
         building.steps_only = true;
         for (process, cut) in building.processes.iter_mut().zip(cuts) {
@@ -331,7 +352,13 @@ impl Summary {
         building
             .processes
             .into_iter()
-            .map(|mut process| process.steps_at_cut.take().or(process.steps))
+            .map(|mut process| AtCut {
+                steps: process.steps_at_cut.take().or(process.steps.take()),
+                low_points: match process.low_points_at_cut.take() {
+                    Some(at_cut) => Some(at_cut),
+                    None => process.low_points_finished(),
+                },
+            })
             .collect()
     }
 
@@ -384,7 +411,9 @@ impl<'a> SummaryBuilder<'a> {
                             first_ns,
                             last_ns,
                         }) => ProcessSummary {
-                            low_points: Some(LowPoints::new(tensors, first_ns, last_ns)),
+                            low_points: Some(
+                                LowPoints::new(tensors, first_ns, last_ns).after_folds(info.low_points_state.as_ref()),
+                            ),
                             ..ProcessSummary::default()
                         },
                         None => ProcessSummary::default(),
@@ -429,7 +458,7 @@ impl Consumer for SummaryBuilder<'_> {
     fn step(&mut self, step: &Step) -> Result<(), Self::Error> {
         let process = &mut self.processes[step.process];
         if self.steps_only {
-            if process.steps.is_some() {
+            if process.steps.is_some() || process.low_points.is_some() {
                 process.observe(step.event, step.changes);
             }
             return Ok(());

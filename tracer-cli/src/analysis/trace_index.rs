@@ -6,8 +6,8 @@ use cudatrace_events::recording_switch::Switch;
 use cudatrace_events::stacks::{BlobAssembler, BlobPiece, StackNode};
 use cudatrace_events::{Event, Op};
 use cudatrace_trace::{
-    Damage, DamagedSpool, Fold, Header, NvmlSample, NvmlStatus, ProcessEnd, ProcessStart, Record, Refusal, StepsState,
-    SymbolFrame, TraceReader, UnrecordedProcess,
+    Damage, DamagedSpool, Fold, Header, LowPointsState, NvmlSample, NvmlStatus, ProcessEnd, ProcessStart, Record,
+    Refusal, StepsState, SymbolFrame, TraceReader, UnrecordedProcess,
 };
 use foldhash::HashMap;
 use std::fs::File;
@@ -54,6 +54,9 @@ pub struct ProcessIndex {
     pub fold: Option<Fold>,
     /// Its steps as they stood at the fold's cut, if it had steps then.
     pub steps_state: Option<StepsState>,
+    /// The low points that folds took away, where the process is measured
+    /// at low points (see [`LowPointsState`]).
+    pub low_points_state: Option<LowPointsState>,
     blobs: BlobAssembler,
 }
 
@@ -201,6 +204,7 @@ impl TraceIndex {
                     forks: Vec::new(),
                     fold: None,
                     steps_state: None,
+                    low_points_state: None,
                     blobs: BlobAssembler::default(),
                 });
             }
@@ -271,6 +275,11 @@ impl TraceIndex {
             Record::StepsState(state) => {
                 if let Some(process) = self.process_mut(state.process) {
                     process.steps_state = Some(state);
+                }
+            }
+            Record::LowPointsState(state) => {
+                if let Some(process) = self.process_mut(state.process) {
+                    process.low_points_state = Some(state);
                 }
             }
             Record::Unknown { .. } => {}

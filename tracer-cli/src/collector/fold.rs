@@ -13,7 +13,7 @@
 //! it still in the spools. The old and new files together stay within the
 //! cap plus a tenth: the rewrite aims at [`REWRITE_PARTS`] tenths.
 
-use crate::analysis::{find_boundaries_so_far, Kept, RetentionPass, StepCounts, Steps, Summary, TraceIndex};
+use crate::analysis::{find_boundaries_so_far, AtCut, Kept, RetentionPass, StepCounts, Summary, TraceIndex};
 use crate::outputs::wording::trace_damage::{problem_text, unreadable_trace_text};
 use crate::system::progress::Progress;
 use cudatrace_events::Event;
@@ -95,14 +95,14 @@ fn rewrite(path: &Path, old: &std::fs::Metadata, length: u64, target: u64, detai
     let mut cut_offset = cut_at(&index, length.saturating_sub(detail));
     let recent = cuts_at(&index, cut_at(&index, length / 2))?;
     let mut cuts = counts.cuts(index.processes.len());
-    let (mut kept, mut steps) = what_to_keep(&index, &mut cuts, &recent, Some(counts), &progress);
+    let (mut kept, mut at_cuts) = what_to_keep(&index, &mut cuts, &recent, Some(counts), &progress);
     let state_bytes = estimate_state_bytes(&index, &kept, cut_offset, length);
     let tail_bytes = length.saturating_sub(cut_offset);
     if state_bytes + tail_bytes > target && tail_bytes > 0 {
         let room = target.saturating_sub(state_bytes);
         cut_offset = cut_at(&index, length.saturating_sub(room));
         cuts = cuts_at(&index, cut_offset)?;
-        (kept, steps) = what_to_keep(&index, &mut cuts, &recent, None, &progress);
+        (kept, at_cuts) = what_to_keep(&index, &mut cuts, &recent, None, &progress);
     }
     // From here on every process is whole: after the last event any of
     // them folds.
@@ -112,7 +112,7 @@ fn rewrite(path: &Path, old: &std::fs::Metadata, length: u64, target: u64, detai
         .chain(index.detail_from_ns())
         .max()
         .unwrap_or_else(|| index.start_ns());
-    // The steps' records and series take at most half of what the state
+    // The steps' records and series (or the low points) take at most half of what the state
     // and summaries may: a twentieth of the cap.
     let steps_budget = target.saturating_sub(detail) / 2;
     let staging = folding_path(path);
@@ -121,7 +121,7 @@ fn rewrite(path: &Path, old: &std::fs::Metadata, length: u64, target: u64, detai
     let written = write_folded(
         &index,
         &header,
-        (&kept, &steps, steps_budget),
+        (&kept, &at_cuts, steps_budget),
         cut_offset,
         detail_from_ns,
         &staging,
@@ -152,8 +152,8 @@ fn rewrite(path: &Path, old: &std::fs::Metadata, length: u64, target: u64, detai
     }
 }
 
-/// What a fold at `cuts` keeps of each process's events, and its steps as
-/// they stand at its cut: a pass that finds the steps, then one replay for
+/// What a fold at `cuts` keeps of each process's events, and its steps (or
+/// low points) as they stand at its cut: a pass that finds the steps, then one replay for
 /// both. A cut inside a step moves back to that step's start (in `cuts`),
 /// so that the step is kept whole, unless the step began before both
 /// `recent[i]` (the process's first sequence number in the newer half of
@@ -167,7 +167,7 @@ fn what_to_keep(
     recent: &[Option<u64>],
     counted: Option<StepCounts>,
     progress: &Progress,
-) -> (Vec<Kept>, Vec<Option<Steps>>) {
+) -> (Vec<Kept>, Vec<AtCut>) {
     let (mut boundaries, step_starts) = match counted {
         Some(counts) => counts.found(index),
         None => find_boundaries_so_far(index, cuts, progress),
@@ -187,8 +187,8 @@ fn what_to_keep(
         }
     }
     let mut pass = RetentionPass::new(index, cuts);
-    let steps = Summary::steps_at_cuts(index, boundaries, cuts, progress, &mut pass);
-    (pass.finish(index, cuts), steps)
+    let at_cuts = Summary::steps_at_cuts(index, boundaries, cuts, progress, &mut pass);
+    (pass.finish(index, cuts), at_cuts)
 }
 
 /// The offset of the first event block at or after `offset` (the file's
@@ -264,7 +264,7 @@ fn nvml_kept(index: &TraceIndex, detail_from_ns: u64) -> Vec<bool> {
 fn write_folded(
     index: &TraceIndex,
     header: &cudatrace_trace::Header,
-    (kept, steps, steps_budget): (&[Kept], &[Option<Steps>], u64),
+    (kept, at_cuts, steps_budget): (&[Kept], &[AtCut], u64),
     cut_offset: u64,
     detail_from_ns: u64,
     staging: &Path,
@@ -301,7 +301,11 @@ fn write_folded(
         };
         let before_cut = offset < cut_offset;
         match record {
-            Record::Header(_) | Record::Fold(_) | Record::StepsState(_) | Record::Footer(_) => {}
+            Record::Header(_)
+            | Record::Fold(_)
+            | Record::StepsState(_)
+            | Record::LowPointsState(_)
+            | Record::Footer(_) => {}
             Record::Process(start) => {
                 trace.process_start(&start).map_err(io)?;
                 if let Some(&i) = by_process.get(&start.process) {
@@ -316,9 +320,13 @@ fn write_folded(
                     };
                     if fold.folded_to > 0 {
                         trace.record(&Record::Fold(fold)).map_err(io)?;
-                        if let Some(steps) = &steps[i] {
+                        if let Some(steps) = &at_cuts[i].steps {
                             trace
                                 .record(&Record::StepsState(steps.state(start.process, steps_budget)))
+                                .map_err(io)?;
+                        } else if let Some(low_points) = at_cuts[i].low_points.as_ref().filter(|l| l.points() > 0) {
+                            trace
+                                .record(&Record::LowPointsState(low_points.state(start.process, steps_budget)))
                                 .map_err(io)?;
                         }
                     }
@@ -791,6 +799,104 @@ mod tests {
         let summary = Summary::build(&index, &Progress::hidden());
         let steps = summary.processes[0].steps.as_ref().expect("steps");
         assert_eq!(steps.records.last().map(|r| r.last), Some(100));
+        let _ = std::fs::remove_dir_all(&dir);
+    }
+
+    /// A program with no loop (allocations at irregular times from 40
+    /// stacks, each freed soon after) that leaks 4 KiB from stack 7 at
+    /// irregular gaps: 30,000 events over some 30 s.
+    fn leak_without_a_loop() -> Vec<Event> {
+        let (mut events, mut seq, mut time, mut random) = (Vec::new(), 0u64, 1_000u64, 12345u64);
+        let mut next = |bound: u64| {
+            random = random
+                .wrapping_mul(6364136223846793005)
+                .wrapping_add(1442695040888963407);
+            (random >> 33) % bound
+        };
+        let mut leaks = 0u64;
+        while seq < 30_000 {
+            time += 500_000 + next(1_500_000);
+            if next(40) == 0 {
+                let address = 0xE000_0000 + leaks * 0x1000;
+                events.push(driver_event(seq, time, Op::Alloc, Kind::Device, address, 4096, 7));
+                leaks += 1;
+                seq += 1;
+                continue;
+            }
+            let (address, stack) = (0xA000_0000 + next(1 << 20) * 0x1000, 100 + next(40) as u32);
+            events.push(driver_event(
+                seq,
+                time,
+                Op::Alloc,
+                Kind::Device,
+                address,
+                1 << 20,
+                stack,
+            ));
+            events.push(driver_event(seq + 1, time + 100, Op::Free, Kind::Device, address, 0, 0));
+            seq += 2;
+        }
+        events
+    }
+
+    #[test]
+    fn growth_without_steps_is_measured_over_the_whole_run_after_folds() {
+        let dir = std::env::temp_dir().join(format!("cudatrace-fold-low-{}", std::process::id()));
+        std::fs::create_dir_all(&dir).unwrap();
+        let events = leak_without_a_loop();
+        let growing_of = |path: &Path| {
+            let index = TraceIndex::read(path).unwrap();
+            let summary = Summary::build(&index, &Progress::hidden());
+            let low_points = summary.processes[0]
+                .low_points
+                .as_ref()
+                .expect("measured at low points");
+            let folded_points = low_points.older_points();
+            let sites = crate::analysis::growing_sites(&index, &index.processes[0], &summary.processes[0]);
+            let site = sites.iter().find(|s| s.stack == 7).cloned();
+            (
+                sites.len(),
+                site,
+                folded_points,
+                index.processes[0].low_points_state.is_some(),
+            )
+        };
+        let whole_path = dir.join("whole.trace");
+        write_trace(&whole_path, &events).flush().unwrap();
+        let (count, whole, older, state) = growing_of(&whole_path);
+        assert_eq!((count, older, state), (1, 0, false));
+        let whole = whole.expect("the leak grows in the whole trace");
+        let path = dir.join("run.trace");
+        let mut trace = write_trace(&path, &events);
+        let length = trace.bytes_written();
+        // Three folds, each keeping a tenth of the trace in detail.
+        for _ in 0..3 {
+            trace = fold(&mut trace, &path, length / 3, length / 10).unwrap().trace;
+        }
+        let (count, folded, older, state) = growing_of(&path);
+        assert!(state && older > 0, "{older} older points, state {state}");
+        assert_eq!(count, 1);
+        let folded = folded.expect("the leak grows in the folded trace");
+        let rate = |g: &crate::analysis::GrowingSite| {
+            let crate::analysis::Measured::LowPoints { part_ns } = g.measured else {
+                panic!("not low points")
+            };
+            (
+                g.bytes_per_step as f64 * 1e9 / part_ns as f64,
+                part_ns as f64 * g.steps as f64 / 1e9,
+            )
+        };
+        let ((whole_rate, whole_span), (folded_rate, folded_span)) = (rate(&whole), rate(&folded));
+        // The same rate, within 10%, measured over most of the run, not
+        // only over its detailed tenth.
+        assert!(
+            (folded_rate - whole_rate).abs() <= whole_rate * 0.1,
+            "{folded_rate} against {whole_rate}"
+        );
+        assert!(
+            folded_span >= whole_span * 0.8,
+            "over {folded_span} s against {whole_span} s"
+        );
         let _ = std::fs::remove_dir_all(&dir);
     }
 

@@ -454,6 +454,15 @@ fn merge_old_trace(
                 state.process = merge.index.expect("started when its process record was read");
                 out.trace.record(&Record::StepsState(state)).map_err(|e| out.io(e))?;
             }
+            Record::LowPointsState(mut state) => {
+                let Some(merge) = keys.get(&state.process).and_then(|key| merges.get(key)) else {
+                    continue;
+                };
+                state.process = merge.index.expect("started when its process record was read");
+                out.trace
+                    .record(&Record::LowPointsState(state))
+                    .map_err(|e| out.io(e))?;
+            }
             record @ (Record::Nvml(_) | Record::NvmlStatus(_)) => {
                 out.trace.record(&record).map_err(|e| out.io(e))?;
             }

@@ -90,6 +90,14 @@ pub fn growth_heading(process_name: &str, process: &ProcessSummary, anything_gro
             "{}; growth measured at the ends of steps {first} to {last}{spaced} (the last step has no end)",
             steps_said(steps)
         )
+    } else if let Some(low_points) = process.low_points.as_ref().filter(|l| l.has_older_points()) {
+        format!(
+            "no repeating loop found; growth measured at {} low points of its memory curve over the whole run: {} kept by folds of its older part, then the lowest moment of each of {} equal slices of the detailed span ({} each)",
+            low_points.points(),
+            low_points.older_points(),
+            low_points.points() - low_points.older_points(),
+            duration(low_points.part_ns())
+        )
     } else if let Some(low_points) = &process.low_points {
         format!(
             "no repeating loop found; growth measured at the lowest moment of each of {} equal slices of its run ({} each)",

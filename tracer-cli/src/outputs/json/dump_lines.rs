@@ -144,6 +144,11 @@ pub fn record_lines(path: &Path, record: Record) -> Vec<Value> {
             "series_ends": state.ends.len(),
             "series": state.series.len(),
         }})],
+        Record::LowPointsState(state) => vec![json!({"low_points_state": {
+            "process": state.process,
+            "tensors": state.tensors,
+            "points": state.points.len(),
+        }})],
         Record::Footer(f) => vec![json!({"footer": {
             "processes": f.processes,
             "events": f.events,

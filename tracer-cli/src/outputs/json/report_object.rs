@@ -246,6 +246,7 @@ fn process_json(index: &TraceIndex, info: &ProcessIndex, process: &ProcessSummar
         "steps": steps,
         "low_points": process.low_points.as_ref().map(|low| json!({
             "points": low.points(),
+            "folded_points": low.older_points(),
             "part_s": low.part_ns() as f64 / 1e9,
         })),
         "devices": devices,

@@ -57,6 +57,7 @@ fn malformed_text(fault: Malformed) -> String {
         Malformed::MoreFramesThanBytes => "more frames than bytes",
         Malformed::TrailingBytes => "trailing bytes after the record",
         Malformed::ImpossibleSteps => "steps numbered as no run numbers them",
+        Malformed::LowPointsOutOfOrder => "low points out of time order",
     };
     text.to_string()
 }
