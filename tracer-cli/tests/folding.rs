@@ -357,3 +357,56 @@ fn collect_by_hand_folds_to_the_cap_asked_else_to_the_runs() {
     assert_eq!(report["processes"][0]["events"], 200_000);
     assert_eq!(whole_run_figures(&report), whole_figures);
 }
+
+#[test]
+fn a_fold_with_no_room_leaves_the_trace_whole_and_nothing_beside_it() {
+    // The trace's disk holds 512 KiB, its cap is 512 KiB: each fold's new
+    // file (some 150 KiB) finds no room beside the old one (410 KiB and
+    // more), until the trace itself fills the disk (a fold that worked
+    // would have kept it far under). The spools are kept, and collect,
+    // elsewhere, recovers every event.
+    let dir = scratch_dir("fold-no-room");
+    let (small, spools) = (dir.join("small"), dir.join("spools"));
+    std::fs::create_dir(&small).unwrap();
+    std::fs::create_dir(&spools).unwrap();
+    let recovered = dir.join("recovered.trace");
+    let script = r#"
+        cudatrace=$1 preload=$2 small=$3 spools=$4 recovered=$5; shift 5
+        "$cudatrace" run --max-size 512KiB --preload "$preload" -o "$small/run.trace" -- "$@"
+        echo "run-exit $?"
+        echo "beside $(ls -A "$small" | tr '\n' ' ')"
+        "$cudatrace" collect --max-size unlimited -o "$recovered" "$spools"/run-*
+        echo "collect-exit $?"
+    "#;
+    let mut command = std::process::Command::new("sh");
+    command
+        .args(["-c", script, "sh"])
+        .arg(cli())
+        .arg(tracer_library())
+        .args([&small, &spools, &recovered])
+        .args([fake_cuda::program("scenarios").to_str().unwrap(), "pairs", "100000"])
+        .env("LD_LIBRARY_PATH", fake_cuda::library_dir())
+        .env("CUDATRACE_DIR", &spools);
+    let output = on_small_disk(&small, "512k", &command).output().unwrap();
+    let text = String::from_utf8_lossy(&output.stdout);
+    let err = stderr(&output);
+    assert!(text.contains("run-exit 0\n"), "{text}\n{err}");
+    // Only the trace: no fold's file was left beside it.
+    assert!(text.contains("beside run.trace \n"), "{text}\n{err}");
+    assert!(text.contains("collect-exit 0\n"), "{text}\n{err}");
+    assert!(
+        err.contains(&format!(
+            "cudatrace: cannot write the trace {}: the disk holding {} is full",
+            small.join("run.trace").display(),
+            small.display()
+        )),
+        "{err}"
+    );
+    let (report, _) = report_json(&recovered);
+    assert_eq!(
+        whole_run_figures(&report),
+        json!({"complete": true, "lost_events": 0, "allocations": 100_000, "frees": 100_000,
+               "live_bytes_at_exit": 0, "peak_bytes": 8192, "exit_status": 0})
+    );
+    assert_eq!(report["processes"][0]["events"], 200_000);
+}
