@@ -360,11 +360,11 @@ fn collect_by_hand_folds_to_the_cap_asked_else_to_the_runs() {
 
 #[test]
 fn a_fold_with_no_room_leaves_the_trace_whole_and_nothing_beside_it() {
-    // The trace's disk holds 512 KiB, its cap is 512 KiB: each fold's new
-    // file (some 150 KiB) finds no room beside the old one (410 KiB and
-    // more), until the trace itself fills the disk (a fold that worked
-    // would have kept it far under). The spools are kept, and collect,
-    // elsewhere, recovers every event.
+    // The trace's disk holds 436 KiB, its cap is 512 KiB: the fold due at
+    // 410 KiB needs some 100 KiB for its new file beside the old one and
+    // finds 26 KiB, so it fails; the trace then fills the disk before
+    // the next fold is due. The spools are kept, and collect, elsewhere,
+    // recovers every event, all of them in detail.
     let dir = scratch_dir("fold-no-room");
     let (small, spools) = (dir.join("small"), dir.join("spools"));
     std::fs::create_dir(&small).unwrap();
@@ -387,7 +387,7 @@ fn a_fold_with_no_room_leaves_the_trace_whole_and_nothing_beside_it() {
         .args([fake_cuda::program("scenarios").to_str().unwrap(), "pairs", "100000"])
         .env("LD_LIBRARY_PATH", fake_cuda::library_dir())
         .env("CUDATRACE_DIR", &spools);
-    let output = on_small_disk(&small, "512k", &command).output().unwrap();
+    let output = on_small_disk(&small, "436k", &command).output().unwrap();
     let text = String::from_utf8_lossy(&output.stdout);
     let err = stderr(&output);
     assert!(text.contains("run-exit 0\n"), "{text}\n{err}");
