@@ -61,6 +61,8 @@ pub use replay::{Allocation, Change, ProcessMemory};
 pub use retention::{Kept, RetentionPass};
 pub use silent_children::{silent_children, unnamed_children, unrecorded_count, SilentChild};
 pub use stack_frames::Frame;
+#[cfg(test)]
+pub use step_finding::find_boundaries;
 pub use step_finding::{find_boundaries_so_far, StepCounts};
 pub use steps::{StepRecord, Steps};
 pub use summary::{largest_call_sites, AtCut, ProcessSummary, Summary, OOM_STATES_KEPT};

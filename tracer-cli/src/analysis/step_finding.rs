@@ -367,7 +367,9 @@ pub enum Boundaries {
 /// or `None` where it allocated too little to measure growth: one pass over
 /// the events. A process whose steps a fold kept (see
 /// `cudatrace_trace::StepsState`) goes on with the fold's marker, counted
-/// over the events after the fold.
+/// over the events after the fold. (The commands count while they read
+/// the index, with [`StepCounts::for_whole_trace`]; the tests compare.)
+#[cfg(test)]
 pub fn find_boundaries(index: &TraceIndex, progress: &Progress) -> Vec<Option<Boundaries>> {
     boundaries(index, progress, None).0
 }
@@ -418,6 +420,17 @@ impl StepCounts {
             cuts: (0..processes).map(cut_of).collect(),
             cut_offset: None,
             so_far: cuts.is_some(),
+        }
+    }
+
+    /// Counts for the whole trace, as [`find_boundaries`] counts, fed with
+    /// [`StepCounts::observe_block`] while the index is read.
+    pub fn for_whole_trace() -> StepCounts {
+        StepCounts {
+            counted: Vec::new(),
+            cuts: Vec::new(),
+            cut_offset: None,
+            so_far: false,
         }
     }
 

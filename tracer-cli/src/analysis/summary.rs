@@ -8,7 +8,7 @@ use super::footprint::{DeviceFootprint, FootprintTracker};
 use super::keys::{ByStack, DeviceKey};
 use super::low_points::LowPoints;
 use super::replay::{Allocation, Change, ProcessMemory};
-use super::step_finding::{find_boundaries, Boundaries};
+use super::step_finding::{Boundaries, StepCounts};
 use super::steps::Steps;
 use super::tensor_summary::TensorSummary;
 use super::trace_index::TraceIndex;
@@ -297,9 +297,13 @@ impl Summary {
     }
 
     /// Replays the whole trace, after a first pass that finds each
-    /// process's steps (or low points) for its growth.
+    /// process's steps (or low points) for its growth. The commands count
+    /// what the step finder needs while they read the index
+    /// ([`Summary::build_counted`]); the tests check the two agree.
+    #[cfg(test)]
     pub fn build(index: &TraceIndex, progress: &Progress) -> Summary {
-        Summary::build_alongside(index, progress, &mut |_: &Step| {})
+        let boundaries = super::step_finding::find_boundaries(index, &Progress::new("finding steps", index.events));
+        Summary::replay(index, progress, boundaries, &mut |_: &Step| {})
     }
 
     /// Replays the whole trace once, without steps or growth: for outputs
@@ -309,14 +313,17 @@ impl Summary {
         Summary::replay(index, progress, boundaries, &mut |_: &Step| {})
     }
 
-    /// Replays the whole trace, as [`Summary::build`] does, handing each
-    /// step to `alongside` too: one pass for the summary and another consumer.
-    pub fn build_alongside<C: Consumer<Error = Infallible>>(
+    /// Replays the whole trace, each process's steps (or low points) found
+    /// from `counts`, taken while the index was read
+    /// ([`StepCounts::for_whole_trace`]), and hands each step to
+    /// `alongside` too: one pass for the summary and another consumer.
+    pub fn build_counted<C: Consumer<Error = Infallible>>(
         index: &TraceIndex,
+        counts: StepCounts,
         progress: &Progress,
         alongside: &mut C,
     ) -> Summary {
-        let boundaries = find_boundaries(index, &Progress::new("finding steps", index.events));
+        let (boundaries, _) = counts.found(index);
         Summary::replay(index, progress, boundaries, alongside)
     }
 

@@ -946,6 +946,21 @@ mod tests {
             assert!(streamed.0[0].is_some() && streamed.1[0].is_some(), "{streamed:?}");
             assert_eq!(streamed, replayed, "at {quarter} quarters");
         }
+        // The whole trace, as report reads it, before and after a fold.
+        for folds in 0..2 {
+            if folds == 1 {
+                trace = fold(&mut trace, &path, length / 3, length / 10).unwrap().trace;
+            }
+            let mut counts = StepCounts::for_whole_trace();
+            let index = TraceIndex::read_observing(&path, &mut |index, process, at, events| {
+                counts.observe_block(index, process, at, events)
+            })
+            .unwrap();
+            assert_eq!(index.processes[0].steps_state.is_some(), folds == 1);
+            let replayed = crate::analysis::find_boundaries(&index, &Progress::hidden());
+            assert!(replayed[0].is_some());
+            assert_eq!(counts.found(&index).0, replayed, "after {folds} folds");
+        }
         let _ = std::fs::remove_dir_all(&dir);
     }
 }

@@ -1,7 +1,7 @@
 //! `cudatrace diff`: what grew between two runs or commits, by call site
 //! and by owner.
 
-use crate::analysis::{RunFigures, Summary};
+use crate::analysis::{RunFigures, Step, Summary};
 use crate::commands::arguments::DiffArgs;
 use crate::outputs;
 use crate::outputs::wording::{category_name, said, switch_lines};
@@ -14,8 +14,13 @@ pub fn command(args: DiffArgs) -> Result<u8, Failure> {
     let mut figures = Vec::new();
     let mut status = 0;
     for path in [&args.a, &args.b] {
-        let index = super::open_trace::read_trace(path)?;
-        let summary = Summary::build(&index, &Progress::new("reading", index.events));
+        let (index, counts) = super::open_trace::read_trace_counting_steps(path)?;
+        let summary = Summary::build_counted(
+            &index,
+            counts,
+            &Progress::new("reading", index.events),
+            &mut |_: &Step| {},
+        );
         figures.push(RunFigures::of(&index, &summary, &|c| category_name(c).to_string()));
         status = status.max(outputs::say_what_the_trace_lacks(&index, &summary.stream_errors));
         // A run paused for a while has part of its bytes at the paused

@@ -12,10 +12,10 @@ use std::io::Write;
 
 /// `cudatrace html`; 1 if the trace is damaged.
 pub fn command(args: HtmlArgs) -> Result<u8, Failure> {
-    let index = super::open_trace::read_trace(&args.trace)?;
+    let (index, counts) = super::open_trace::read_trace_counting_steps(&args.trace)?;
     let path = args.output.clone().unwrap_or_else(|| args.trace.with_extension("html"));
     let progress = Progress::new("html", index.events);
-    let (page, stream_errors) = html_page::page(&index, args.view.frames, &progress);
+    let (page, stream_errors) = html_page::page(&index, counts, args.view.frames, &progress);
     drop(progress);
     let mut output = OutputFile::create(&path, is_private(&args.trace), args.replace.force)?;
     if let Err(e) = output.file().write_all(page.as_bytes()) {

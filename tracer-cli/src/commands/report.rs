@@ -1,7 +1,7 @@
 //! `cudatrace report`: per process and device, what was allocated, the peak,
 //! what was still live at exit, and every out-of-memory failure.
 
-use crate::analysis::Summary;
+use crate::analysis::{Step, Summary};
 use crate::commands::arguments::ReportArgs;
 use crate::outputs;
 use crate::system::failure::Failure;
@@ -10,8 +10,13 @@ use crate::system::terminal::Stdout;
 
 /// `cudatrace report`; 1 if the trace is damaged.
 pub fn command(args: ReportArgs) -> Result<u8, Failure> {
-    let index = super::open_trace::read_trace(&args.trace)?;
-    let summary = Summary::build(&index, &Progress::new("reading", index.events));
+    let (index, counts) = super::open_trace::read_trace_counting_steps(&args.trace)?;
+    let summary = Summary::build_counted(
+        &index,
+        counts,
+        &Progress::new("reading", index.events),
+        &mut |_: &Step| {},
+    );
     let text = if args.json {
         format!("{}\n", outputs::json::report_object::report(&index, &summary))
     } else {

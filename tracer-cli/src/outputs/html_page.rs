@@ -17,8 +17,8 @@ mod html_text;
 mod owner_chart;
 
 use super::wording::{silent_children_line, unrecorded_line};
-use crate::analysis::UnreadBlock;
 use crate::analysis::{growing_sites, silent_children, FramesShown, ProcessIndex, ProcessSummary, Summary, TraceIndex};
+use crate::analysis::{StepCounts, UnreadBlock};
 use crate::outputs::steps_text;
 use crate::outputs::wording::device_label;
 use crate::outputs::wording::switch_lines;
@@ -32,9 +32,14 @@ use std::fmt::Write as _;
 
 /// The page for `index`, and the blocks of events that could not be read
 /// again; `frames` says how much of each stack its tables show.
-pub fn page(index: &TraceIndex, frames: FramesShown, progress: &Progress) -> (String, Vec<UnreadBlock>) {
+pub fn page(
+    index: &TraceIndex,
+    counts: StepCounts,
+    frames: FramesShown,
+    progress: &Progress,
+) -> (String, Vec<UnreadBlock>) {
     let mut charts = ChartsFilling::new(index);
-    let summary = Summary::build_alongside(index, progress, &mut charts);
+    let summary = Summary::build_counted(index, counts, progress, &mut charts);
     let charts = charts.finish(&summary);
     let title = index
         .header
