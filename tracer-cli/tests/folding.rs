@@ -349,6 +349,19 @@ fn collect_by_hand_folds_to_the_cap_asked_else_to_the_runs() {
     let (report, _) = collect(&runs, &[]);
     assert!(file_size(&runs) <= 256 << 10, "{} bytes", file_size(&runs));
     assert_eq!(whole_run_figures(&report), whole_figures);
+    // A note that is no cap (under 64 KiB) is said and left aside: the
+    // default cap, 2 GiB, folds nothing here.
+    std::fs::write(dir.join("trace.max-size"), "12").unwrap();
+    let noted = dir.join("noted.trace");
+    let (report, said) = collect(&noted, &[]);
+    assert!(
+        said.contains(&format!(
+            "cudatrace: {} does not hold a size cap (bytes, at least 64 KiB, or unlimited); collecting with --max-size, CUDATRACE_MAX_SIZE or 2 GiB",
+            dir.join("trace.max-size").display()
+        )),
+        "{said}"
+    );
+    assert_eq!(report["folded"], Value::Null);
     // Unlimited, asked, over the run's cap: every event in detail.
     let unlimited = dir.join("unlimited.trace");
     let (report, _) = collect(&unlimited, &["--max-size", "unlimited"]);

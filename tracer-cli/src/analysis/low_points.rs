@@ -59,6 +59,8 @@ pub struct LowPoints {
     live_at_points: HashMap<(DeviceKey, u32), Vec<u64>>,
     /// Low points taken.
     points: usize,
+    /// When each was: the middle of the stretch it is the lowest moment of.
+    times: Vec<u64>,
     done: bool,
     /// The low points of what folds took away, before `first_ns`.
     older: Vec<LowPoint>,
@@ -92,23 +94,33 @@ impl LowPoints {
             lows: BTreeMap::new(),
             live_at_points: HashMap::default(),
             points: 0,
+            times: Vec::new(),
             done: false,
             older: Vec::new(),
         }
     }
 
-    /// The same, after the low points that folds kept of what came before
-    /// (those before `first_ns`).
+    /// The same, after the low points that folds kept of what came before.
+    /// They come first: one dated at or after `first_ns` (a thread's clock
+    /// a little behind another's) is placed just before it.
     pub fn after_folds(mut self, state: Option<&LowPointsState>) -> LowPoints {
         if let Some(state) = state {
+            let before = self.first_ns.saturating_sub(1);
             self.older = state
                 .points
                 .iter()
-                .filter(|p| p.time_ns < self.first_ns)
-                .cloned()
+                .map(|p| LowPoint {
+                    time_ns: p.time_ns.min(before),
+                    sites: p.sites.clone(),
+                })
                 .collect();
         }
         self
+    }
+
+    /// The low points measured here, not kept by folds.
+    pub fn own_points(&self) -> usize {
+        self.points
     }
 
     /// Whether older low points, kept by folds, come first.
@@ -142,12 +154,12 @@ impl LowPoints {
             return;
         }
         if event.time_ns > self.last_ns {
-            self.end_part(tensors, devices);
+            self.end_part(tensors, devices, self.part_end());
             self.done = true;
             return;
         }
         while self.part + 1 < LOW_POINTS && event.time_ns >= self.part_end() {
-            self.end_part(tensors, devices);
+            self.end_part(tensors, devices, self.part_end());
             self.part += 1;
         }
         if allocation_kind(event) == Some(self.tensors) {
@@ -185,16 +197,32 @@ impl LowPoints {
 
     /// Ends the replay: the part under way gives its low point.
     pub fn finish(&mut self, tensors: &TensorSummary, devices: &BTreeMap<DeviceKey, DeviceStats>) {
+        self.finish_at(self.part_end(), tensors, devices);
+    }
+
+    /// Ends the replay at `at_ns` (a fold's cut): the part under way gives
+    /// its low point so far, dated in the middle of what it covers.
+    pub fn finish_at(&mut self, at_ns: u64, tensors: &TensorSummary, devices: &BTreeMap<DeviceKey, DeviceStats>) {
         if !self.done {
-            self.end_part(tensors, devices);
+            self.end_part(tensors, devices, at_ns);
             self.done = true;
         }
     }
 
-    fn end_part(&mut self, tensors: &TensorSummary, devices: &BTreeMap<DeviceKey, DeviceStats>) {
+    fn part_start(&self) -> u64 {
+        self.first_ns
+            .saturating_add(self.part_ns().saturating_mul(self.part as u64))
+    }
+
+    /// The part under way gives its low point, dated in the middle of its
+    /// start and `end_ns`.
+    fn end_part(&mut self, tensors: &TensorSummary, devices: &BTreeMap<DeviceKey, DeviceStats>, end_ns: u64) {
         if self.lows.is_empty() {
             return;
         }
+        let start = self.part_start();
+        self.times
+            .push(start + end_ns.clamp(start, self.part_end().max(start)).saturating_sub(start) / 2);
         let at = self.points;
         for (&key, low) in self.lows.iter_mut() {
             let Some((bytes, live)) = state(self.tensors, key, tensors, devices) else {
@@ -226,9 +254,11 @@ impl LowPoints {
     /// When each low point was, oldest first: the middle of the stretch it
     /// is the lowest moment of.
     pub fn point_times(&self) -> Vec<u64> {
-        let part = self.part_ns();
-        let own = (0..self.points as u64).map(|i| self.first_ns.saturating_add(part * i + part / 2));
-        self.older.iter().map(|p| p.time_ns).chain(own).collect()
+        self.older
+            .iter()
+            .map(|p| p.time_ns)
+            .chain(self.times.iter().copied())
+            .collect()
     }
 
     /// Each device's call stacks' live bytes at every low point, the older
@@ -403,5 +433,25 @@ mod tests {
             .all(|(i, p)| p.time_ns == i as u64 * 20 && p.sites[0].bytes == 1000));
         // A budget of 100 bytes, at 12 bytes a point: 50, 25, 13, then 7.
         assert_eq!(low.state(3, 100).points.len(), 7);
+    }
+
+    #[test]
+    fn a_stretch_ended_at_a_cut_is_dated_in_the_middle_of_what_it_covers() {
+        // Parts of 1,000 ns; the first holds allocations from 10 to 100 ns
+        // and is ended at a cut at 200 ns: its point is dated at 100, not
+        // at the middle of the whole part (500), which may lie after the cut.
+        let mut process = ProcessSummary {
+            low_points: Some(LowPoints::new(false, 0, 32_000)),
+            ..ProcessSummary::default()
+        };
+        let mut changes = Vec::new();
+        for (i, at) in [10u64, 50, 100].into_iter().enumerate() {
+            process.apply(&event(at, Op::Alloc, 0x1000 * (i as u64 + 1), 100, 1), &mut changes);
+        }
+        let (tensors, devices) = (process.tensors.clone(), process.devices.clone());
+        let low = process.low_points.as_mut().unwrap();
+        low.finish_at(200, &tensors, &devices);
+        assert_eq!(low.point_times(), vec![100]);
+        assert_eq!(low.own_points(), 1);
     }
 }

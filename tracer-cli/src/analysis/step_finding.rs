@@ -541,7 +541,7 @@ impl StepCounts {
                 }
             })
             .collect();
-        let step_starts = found
+        let step_starts: Vec<Option<(u64, u64)>> = found
             .iter()
             .zip(&counted)
             .zip(&index.processes)
@@ -561,6 +561,22 @@ impl StepCounts {
                 _ => None,
             })
             .collect();
+        let (mut found, mut step_starts) = (found, step_starts);
+        // A loop too young to fold by, in a process whose low points folds
+        // kept: it stays measured at low points until the loop has its 16
+        // steps, so that neither history is lost meanwhile.
+        for (process, info) in index.processes.iter().enumerate() {
+            if let (Some((0, _)), Some(state)) = (step_starts[process], &info.low_points_state) {
+                let span = counted[process][usize::from(state.tensors)].span;
+                let (first_ns, last_ns) = span.unwrap_or((u64::MAX, u64::MAX));
+                found[process] = Some(Boundaries::LowPoints {
+                    tensors: state.tensors,
+                    first_ns,
+                    last_ns,
+                });
+                step_starts[process] = None;
+            }
+        }
         (found, step_starts)
     }
 }

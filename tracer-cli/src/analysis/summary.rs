@@ -85,10 +85,11 @@ impl ProcessSummary {
         self
     }
 
-    /// Its low points as they stand now, the stretch under way ending here.
-    fn low_points_finished(&self) -> Option<LowPoints> {
+    /// Its low points as they stand now, the stretch under way ending at
+    /// `at_ns`.
+    fn low_points_finished(&self, at_ns: u64) -> Option<LowPoints> {
         let mut low_points = self.low_points.clone()?;
-        low_points.finish(&self.tensors, &self.devices);
+        low_points.finish_at(at_ns, &self.tensors, &self.devices);
         Some(low_points)
     }
 
@@ -99,7 +100,7 @@ impl ProcessSummary {
             self.steps_at_cut = self.steps.clone();
         }
         if self.steps_cut.is_some_and(|cut| event.seq >= cut) && self.low_points_at_cut.is_none() {
-            self.low_points_at_cut = self.low_points_finished();
+            self.low_points_at_cut = self.low_points_finished(event.time_ns);
         }
         if let Some(steps) = self.steps.as_mut().filter(|_| counts_steps) {
             steps.before(event, &self.tensors, &self.devices);
@@ -363,7 +364,7 @@ impl Summary {
                 steps: process.steps_at_cut.take().or(process.steps.take()),
                 low_points: match process.low_points_at_cut.take() {
                     Some(at_cut) => Some(at_cut),
-                    None => process.low_points_finished(),
+                    None => process.low_points_finished(u64::MAX),
                 },
             })
             .collect()

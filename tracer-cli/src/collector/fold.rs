@@ -852,6 +852,12 @@ mod tests {
                 .as_ref()
                 .expect("measured at low points");
             let folded_points = low_points.older_points();
+            // Every point a fold stored is read back.
+            let stored = index.processes[0]
+                .low_points_state
+                .as_ref()
+                .map_or(0, |l| l.points.len());
+            assert_eq!(folded_points, stored);
             let sites = crate::analysis::growing_sites(&index, &index.processes[0], &summary.processes[0]);
             let site = sites.iter().find(|s| s.stack == 7).cloned();
             (
@@ -897,6 +903,56 @@ mod tests {
             folded_span >= whole_span * 0.8,
             "over {folded_span} s against {whole_span} s"
         );
+        let _ = std::fs::remove_dir_all(&dir);
+    }
+
+    #[test]
+    fn low_points_kept_by_folds_are_all_read_back_and_a_young_loop_keeps_them() {
+        // The program without a loop, then a loop of 10 steps of 200
+        // allocations: too few steps for a fold to go by.
+        let mut events = leak_without_a_loop();
+        let (mut seq, mut time) = (events.len() as u64, events.last().unwrap().time_ns);
+        for _ in 0..10 {
+            for stack in 0..200u32 {
+                time += 1_000_000;
+                let address = 0xB000_0000 + u64::from(stack) * 0x10_0000;
+                events.push(driver_event(
+                    seq,
+                    time,
+                    Op::Alloc,
+                    Kind::Device,
+                    address,
+                    1 << 20,
+                    300 + stack,
+                ));
+                events.push(driver_event(seq + 1, time + 100, Op::Free, Kind::Device, address, 0, 0));
+                seq += 2;
+            }
+        }
+        let dir = std::env::temp_dir().join(format!("cudatrace-fold-young-{}", std::process::id()));
+        std::fs::create_dir_all(&dir).unwrap();
+        let path = dir.join("run.trace");
+        let mut trace = write_trace(&path, &events);
+        let length = trace.bytes_written();
+        for fold_number in 1..=2 {
+            trace = fold(&mut trace, &path, length / 3, length / 10).unwrap().trace;
+            let index = TraceIndex::read(&path).unwrap();
+            let stored = index.processes[0]
+                .low_points_state
+                .as_ref()
+                .expect("the low points are kept");
+            assert!(index.processes[0].steps_state.is_none(), "fold {fold_number}");
+            // Every stored point is dated before the detail starts: the
+            // first event kept whole (the last stretch folded ends there).
+            let folded_to = index.processes[0].fold.as_ref().unwrap().folded_to;
+            let cut_ns = events.iter().find(|e| e.seq >= folded_to).unwrap().time_ns;
+            let times: Vec<u64> = stored.points.iter().map(|p| p.time_ns).collect();
+            assert!(times.windows(2).all(|w| w[0] < w[1]), "fold {fold_number}: {times:?}");
+            assert!(
+                times.last() < Some(&cut_ns),
+                "fold {fold_number}: {times:?} against {cut_ns}"
+            );
+        }
         let _ = std::fs::remove_dir_all(&dir);
     }
 

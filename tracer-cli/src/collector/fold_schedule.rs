@@ -9,6 +9,10 @@ use std::fs::File;
 use std::io::BufWriter;
 use std::path::Path;
 
+/// The smallest cap a trace may have: a fold needs room for the state it
+/// keeps.
+pub const SMALLEST_CAP: u64 = 64 << 10;
+
 /// A trace's cap and what folding has done to it so far.
 #[derive(Default)]
 pub struct FoldSchedule {

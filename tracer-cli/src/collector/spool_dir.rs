@@ -98,13 +98,20 @@ pub fn write_cap(dir: &Path, cap: Option<u64>) -> Result<(), String> {
         .map_err(|e| collector_lines::cannot_do(collector_lines::WRITE, &path, &e))
 }
 
-/// The size cap the folder's run had (`Some(None)`: unlimited); `None` when
-/// the folder does not say, or says something that is not a cap.
-pub fn read_cap(dir: &Path) -> Option<Option<u64>> {
-    let text = std::fs::read_to_string(dir.join(CAP_FILE)).ok()?;
+/// The size cap the folder's run had (`Ok(None)`: unlimited);
+/// `Err(None)` when the folder does not say, `Err(Some(line))` when its
+/// file says something that is not a cap of at least 64 KiB.
+pub fn read_cap(dir: &Path) -> Result<Option<u64>, Option<String>> {
+    let path = dir.join(CAP_FILE);
+    let Ok(text) = std::fs::read_to_string(&path) else {
+        return Err(None);
+    };
     match text.trim() {
-        "unlimited" => Some(None),
-        bytes => bytes.parse().ok().map(Some),
+        "unlimited" => Ok(None),
+        bytes => match bytes.parse::<u64>() {
+            Ok(cap) if cap >= super::fold_schedule::SMALLEST_CAP => Ok(Some(cap)),
+            _ => Err(Some(collect_lines::cap_file_ignored(&path))),
+        },
     }
 }
 

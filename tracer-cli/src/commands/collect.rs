@@ -80,8 +80,13 @@ pub fn collect(args: CollectArgs) -> Result<u8, Failure> {
     let cap = match args.max_size {
         Some(size) => size.bytes(),
         None => match spool_dir::read_cap(&args.dir) {
-            Some(cap) => cap,
-            None => super::max_size::trace_cap(None)?,
+            Ok(cap) => cap,
+            Err(ignored) => {
+                if let Some(line) = ignored {
+                    say(&said(line));
+                }
+                super::max_size::trace_cap(None)?
+            }
         },
     };
     let destination = args
@@ -167,7 +172,7 @@ fn collect_tree(args: CollectArgs) -> Result<u8, Failure> {
     let nvml = crate::collector::start_nvml();
     // A bad CUDATRACE_MAX_SIZE never costs the tree its trace: said, and
     // the default cap is kept.
-    let cap = super::max_size::trace_cap(None).unwrap_or_else(|why| {
+    let cap = super::max_size::trace_cap(args.max_size).unwrap_or_else(|why| {
         say(&said(&why));
         Some(super::max_size::DEFAULT_MAX_SIZE)
     });

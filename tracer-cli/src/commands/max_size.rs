@@ -6,7 +6,7 @@ pub const DEFAULT_MAX_SIZE: u64 = 2 << 30;
 /// The variable that sets the cap where `--max-size` is not given.
 pub const MAX_SIZE_VARIABLE: &str = "CUDATRACE_MAX_SIZE";
 /// The smallest cap accepted.
-pub const SMALLEST_MAX_SIZE: u64 = 64 << 10;
+pub const SMALLEST_MAX_SIZE: u64 = crate::collector::fold_schedule::SMALLEST_CAP;
 
 /// A cap as written: bytes, or no cap at all.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]

@@ -247,7 +247,8 @@ fn process_json(index: &TraceIndex, info: &ProcessIndex, process: &ProcessSummar
         "low_points": process.low_points.as_ref().map(|low| json!({
             "points": low.points(),
             "folded_points": low.older_points(),
-            "part_s": low.part_ns() as f64 / 1e9,
+            // Null where every point was kept by folds: no part here.
+            "part_s": (low.own_points() > 0).then(|| low.part_ns() as f64 / 1e9),
         })),
         "devices": devices,
         "tensors": {

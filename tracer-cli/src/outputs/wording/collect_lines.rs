@@ -81,3 +81,11 @@ pub fn tree_spools_wait_for_room(message: &str, dir: &Path, trace: &Path) -> Str
         trace.display()
     )
 }
+
+/// The spool folder's note of the run's size cap could not be read as one.
+pub fn cap_file_ignored(path: &Path) -> String {
+    format!(
+        "{} does not hold a size cap (bytes, at least 64 KiB, or unlimited); collecting with --max-size, CUDATRACE_MAX_SIZE or 2 GiB",
+        path.display()
+    )
+}
