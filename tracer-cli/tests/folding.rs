@@ -423,3 +423,74 @@ fn a_fold_with_no_room_leaves_the_trace_whole_and_nothing_beside_it() {
     );
     assert_eq!(report["processes"][0]["events"], 200_000);
 }
+
+#[test]
+fn collect_folding_while_it_merges_several_processes_keeps_each_ones_figures() {
+    // Three processes of two threads, each leaving a spool of some 40,000
+    // events; collect merges them one after another and folds in between
+    // (under 256 KiB), against the same spools collected unlimited.
+    let logs = scratch_dir("fold-merge-logs");
+    let traced = run_traced(
+        "fold-merge",
+        program("scenarios", &["soak", "3", "2", "1", logs.to_str().unwrap(), "20000"]),
+    );
+    assert_eq!(traced.output.status.code(), Some(0));
+    assert_eq!(
+        traced.spool_paths.len(),
+        3,
+        "three children (the parent makes no CUDA call)"
+    );
+    let dir = traced.spool_paths[0].parent().unwrap().to_owned();
+    let collect = |name: &str, cap: &str| {
+        let trace = dir.join(name);
+        let output = cudatrace(&[
+            "collect",
+            "--keep-spools",
+            "--max-size",
+            cap,
+            "-o",
+            trace.to_str().unwrap(),
+        ])
+        .arg(&dir)
+        .output()
+        .unwrap();
+        assert_eq!(output.status.code(), Some(0), "{}", stderr(&output));
+        (report_json(&trace).0, file_size(&trace))
+    };
+    let (whole, _) = collect("whole.trace", "unlimited");
+    let (folded, bytes) = collect("folded.trace", "256KiB");
+    assert!(bytes <= 256 << 10, "{bytes} bytes");
+    assert!(
+        folded["folded"]["folded_events"].as_u64() > Some(0),
+        "{}",
+        folded["folded"]
+    );
+    let figures = |report: &Value| -> Vec<Value> {
+        let mut processes: Vec<Value> = report["processes"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .map(|p| {
+                let d = &p["devices"][0];
+                json!([
+                    p["pid"],
+                    p["exit_status"],
+                    d["allocations"],
+                    d["frees"],
+                    d["peak_bytes"],
+                    d["live_bytes_at_exit"]
+                ])
+            })
+            .collect();
+        processes.sort_by_key(|p| p[0].as_u64());
+        processes
+    };
+    assert_eq!(figures(&folded), figures(&whole));
+    assert_eq!(
+        (folded["complete"].clone(), folded["lost_events"].clone()),
+        (json!(true), json!(0))
+    );
+    // The three children allocated, each about 40,000 times.
+    let children = figures(&whole).iter().filter(|p| p[2].as_u64() > Some(10_000)).count();
+    assert_eq!(children, 3);
+}
