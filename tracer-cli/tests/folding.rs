@@ -378,11 +378,7 @@ fn a_fold_with_no_room_leaves_the_trace_whole_and_nothing_beside_it() {
     // finds 26 KiB, so it fails; the trace then fills the disk before
     // the next fold is due. The spools are kept, and collect, elsewhere,
     // recovers every event, all of them in detail.
-    let dir = scratch_dir("fold-no-room");
-    let (small, spools) = (dir.join("small"), dir.join("spools"));
-    std::fs::create_dir(&small).unwrap();
-    std::fs::create_dir(&spools).unwrap();
-    let recovered = dir.join("recovered.trace");
+    let (small, spools, recovered) = small_disk_folders("fold-no-room");
     let script = r#"
         cudatrace=$1 preload=$2 small=$3 spools=$4 recovered=$5; shift 5
         "$cudatrace" run --max-size 512KiB --preload "$preload" -o "$small/run.trace" -- "$@"

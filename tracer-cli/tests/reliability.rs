@@ -264,11 +264,7 @@ fn a_file_size_limit_drops_events_and_never_raises_sigxfsz_in_the_program() {
 
 #[test]
 fn a_full_trace_disk_keeps_the_spools_and_collect_recovers_every_event() {
-    let dir = scratch_dir("full-trace");
-    let (small, spools) = (dir.join("small"), dir.join("spools"));
-    std::fs::create_dir(&small).unwrap();
-    std::fs::create_dir(&spools).unwrap();
-    let recovered = dir.join("recovered.trace");
+    let (small, spools, recovered) = small_disk_folders("full-trace");
     // Inside one namespace: the run, whose trace fills a 256 KiB disk, then
     // the recovery, which reads what that trace holds and the kept spools.
     let script = r#"

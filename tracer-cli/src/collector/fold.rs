@@ -446,6 +446,26 @@ mod tests {
         trace
     }
 
+    /// One step's tensors, each (stack, address, freed within the step),
+    /// with sequence numbers from `seq` and times 10 ns apart.
+    fn push_step(events: &mut Vec<Event>, seq: &mut u64, tensors: &[(u32, u64, bool)]) {
+        for &(stack, address, freed) in tensors {
+            events.push(tensor_event(*seq, 1000 + *seq * 10, Action::Alloc, address, BIG, stack));
+            *seq += 1;
+            if freed {
+                events.push(tensor_event(
+                    *seq,
+                    1000 + *seq * 10,
+                    Action::FreeCompleted,
+                    address,
+                    BIG,
+                    0,
+                ));
+                *seq += 1;
+            }
+        }
+    }
+
     fn summary(path: &Path) -> (TraceIndex, Summary) {
         let index = TraceIndex::read(path).unwrap();
         let summary = Summary::build_without_steps(&index, &Progress::hidden());
@@ -763,18 +783,11 @@ mod tests {
         let mut events = Vec::new();
         let mut seq = 0;
         for _ in 0..100u64 {
-            for (stack, address) in [(10, 0xC000_0000u64), (11, 0xC100_0000)] {
-                events.push(tensor_event(seq, 1000 + seq * 10, Action::Alloc, address, BIG, stack));
-                events.push(tensor_event(
-                    seq + 1,
-                    1010 + seq * 10,
-                    Action::FreeCompleted,
-                    address,
-                    BIG,
-                    0,
-                ));
-                seq += 2;
-            }
+            push_step(
+                &mut events,
+                &mut seq,
+                &[(10, 0xC000_0000, true), (11, 0xC100_0000, true)],
+            );
         }
         for _ in 0..15000u64 {
             for op in [Op::Alloc, Op::Free] {
@@ -964,21 +977,12 @@ mod tests {
         let mut events = Vec::new();
         let mut seq = 0;
         for step in 0..1000u64 {
-            for (stack, address) in [(10, 0xC000_0000u64), (11, 0xC100_0000), (12, 0xD000_0000 + step * BIG)] {
-                events.push(tensor_event(seq, 1000 + seq * 10, Action::Alloc, address, BIG, stack));
-                seq += 1;
-                if stack != 12 {
-                    events.push(tensor_event(
-                        seq,
-                        1000 + seq * 10,
-                        Action::FreeCompleted,
-                        address,
-                        BIG,
-                        0,
-                    ));
-                    seq += 1;
-                }
-            }
+            let kept = 0xD000_0000 + step * BIG;
+            push_step(
+                &mut events,
+                &mut seq,
+                &[(10, 0xC000_0000, true), (11, 0xC100_0000, true), (12, kept, false)],
+            );
         }
         let dir = std::env::temp_dir().join(format!("cudatrace-fold-counted-{}", std::process::id()));
         std::fs::create_dir_all(&dir).unwrap();

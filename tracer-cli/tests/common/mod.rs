@@ -198,6 +198,17 @@ pub fn counts(report: &Value) -> Value {
     })
 }
 
+/// A fresh folder holding `small` (where a small disk is mounted, see
+/// [`on_small_disk`]) and `spools`, and the path of a trace recovered
+/// beside them: (small, spools, recovered).
+pub fn small_disk_folders(label: &str) -> (PathBuf, PathBuf, PathBuf) {
+    let dir = scratch_dir(label);
+    let (small, spools) = (dir.join("small"), dir.join("spools"));
+    std::fs::create_dir(&small).unwrap();
+    std::fs::create_dir(&spools).unwrap();
+    (small, spools, dir.join("recovered.trace"))
+}
+
 /// `command` in a mount namespace of its own, where a tmpfs of `size` is
 /// mounted on `dir`: a small disk that fills up, and vanishes afterwards.
 pub fn on_small_disk(dir: &Path, size: &str, command: &Command) -> Command {
