@@ -139,7 +139,7 @@ fn a_size_that_is_not_one_is_refused_in_one_line_before_anything_runs() {
     let said = stderr(&output);
     assert!(
         said.eq(
-            "cudatrace: invalid value 'lots' for '--max-size <SIZE>': 'lots' is not a size (such as 2GiB, 500MB or unlimited) (see --help)\n"
+            "cudatrace: invalid value 'lots' for '--max-size <SIZE>': 'lots' is not a size (a number of bytes, K, M, G or T, with iB or B, such as 2GiB, 500MB or unlimited) (see --help)\n"
         ),
         "{said}"
     );
@@ -489,4 +489,61 @@ fn collect_folding_while_it_merges_several_processes_keeps_each_ones_figures() {
     // The three children allocated, each about 40,000 times.
     let children = figures(&whole).iter().filter(|p| p[2].as_u64() > Some(10_000)).count();
     assert_eq!(children, 3);
+}
+
+#[test]
+fn a_small_cap_that_folds_often_still_measures_growth_without_steps() {
+    // 2 s of a program with no loop under 128 KiB: each fold's span is a
+    // fraction of a second, but the run's is 2 s, so it is measured at low
+    // points, those the folds kept first.
+    let logs = scratch_dir("fold-often-logs");
+    let (mut command, trace) = run_program(
+        "fold-often",
+        &fake_cuda::program("scenarios"),
+        &["--max-size", "128KiB"],
+    );
+    command.args(["soak", "1", "1", "2", logs.to_str().unwrap(), "20000"]);
+    let output = command.output().unwrap();
+    assert_eq!(output.status.code(), Some(0), "{}", stderr(&output));
+    assert!(file_size(&trace) <= 128 << 10);
+    let (report, _) = report_json(&trace);
+    let child = report["processes"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|p| p["devices"][0]["allocations"].as_u64() > Some(1000))
+        .expect("the soak child");
+    assert!(
+        child["low_points"]["folded_points"].as_u64() > Some(0),
+        "{}",
+        child["low_points"]
+    );
+    assert_eq!(child["steps"], Value::Null);
+}
+
+#[test]
+fn a_bad_cap_in_a_plain_preload_tree_is_said_with_the_cap_kept() {
+    let dir = scratch_dir("fold-bad-env");
+    let trace = dir.join("tree.trace");
+    let output = std::process::Command::new(fake_cuda::program("scenarios"))
+        .args(["pairs", "1000"])
+        .env("LD_LIBRARY_PATH", fake_cuda::library_dir())
+        .env("LD_PRELOAD", tracer_library())
+        .env_remove("CUDATRACE_DIR")
+        .env("CUDATRACE_OUT", &trace)
+        .env("CUDATRACE_CLI", cli())
+        .env("CUDATRACE_MAX_SIZE", "12")
+        .env("TMPDIR", &dir)
+        .output()
+        .unwrap();
+    assert_eq!(output.status.code(), Some(0), "{}", stderr(&output));
+    let report = finished_trace(&trace);
+    assert_eq!(report["processes"][0]["events"], 2000);
+    assert!(
+        stderr(&output).contains(
+            "cudatrace: CUDATRACE_MAX_SIZE: '12' is too small: a trace needs at least 64KiB; the trace keeps the default cap, 2 GiB\n"
+        ),
+        "{}",
+        stderr(&output)
+    );
 }

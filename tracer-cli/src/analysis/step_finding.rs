@@ -36,7 +36,7 @@
 use super::allocation_kind::{allocation_kind, free_kind};
 use super::engine::{Replay, Step};
 use super::low_points::LOW_POINTS;
-use super::trace_index::TraceIndex;
+use super::trace_index::{ProcessIndex, TraceIndex};
 use crate::system::progress::Progress;
 use cudatrace_events::recording_switch::PAUSED_STACK;
 use cudatrace_events::Event;
@@ -512,7 +512,9 @@ impl StepCounts {
                             // After a fold, the events start anywhere in a step too.
                             Some((first_ns, last_ns)) => match counted.marker(tensors, so_far || info.fold.is_some()) {
                                 Some(marker) => Some(Boundaries::Steps(marker)),
-                                None if older.is_some() || low_points_apply(counted, first_ns, last_ns) => {
+                                None if older.is_some()
+                                    || low_points_apply(counted, (first_ns, last_ns), info, tensors) =>
+                                {
                                     Some(Boundaries::LowPoints {
                                         tensors,
                                         first_ns,
@@ -584,11 +586,27 @@ impl StepCounts {
 /// Whether a process without steps is measured at its low points: enough
 /// allocations for each part to have its own lows, over a second at least,
 /// and a curve that comes down again (half as many frees as allocations),
-/// so that one-time loading is not taken for growth.
-fn low_points_apply(counted: &Allocations, first_ns: u64, last_ns: u64) -> bool {
-    counted.total >= FEWEST_FOR_LOW_POINTS
+/// so that one-time loading is not taken for growth. After a fold, the
+/// whole run counts: the fold's own counts, over the span from the
+/// process's start (a small cap folds often, and each span after a fold is
+/// short).
+fn low_points_apply(
+    counted: &Allocations,
+    (first_ns, last_ns): (u64, u64),
+    info: &ProcessIndex,
+    tensors: bool,
+) -> bool {
+    let (mut total, mut frees, mut first_ns) = (counted.total, counted.frees, first_ns);
+    if let Some(fold) = &info.fold {
+        for site in fold.sites.iter().filter(|s| s.tensors == tensors) {
+            total += site.allocations;
+            frees += site.frees;
+        }
+        first_ns = first_ns.min(info.start.start_monotonic_ns);
+    }
+    total >= FEWEST_FOR_LOW_POINTS
         && last_ns.saturating_sub(first_ns) >= SHORTEST_FOR_LOW_POINTS_NS
-        && counted.frees * 2 >= counted.total
+        && frees * 2 >= total
 }
 
 #[cfg(test)]

@@ -45,6 +45,8 @@ pub struct Folds {
     /// What the last fold that could not get under its target kept, in
     /// bytes: the state that must stay exact was larger than the cap allows.
     pub state_too_large: Option<u64>,
+    /// The cap folding kept the trace under; `None`: unlimited.
+    pub cap: Option<u64>,
     /// Size at which the next fold is due.
     pub(super) next_at: u64,
 }

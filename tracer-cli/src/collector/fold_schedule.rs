@@ -27,7 +27,10 @@ impl FoldSchedule {
     pub fn new(cap: Option<u64>) -> FoldSchedule {
         FoldSchedule {
             cap,
-            folds: Folds::default(),
+            folds: Folds {
+                cap,
+                ..Folds::default()
+            },
         }
     }
 

@@ -72,7 +72,9 @@ impl Summary {
         if let Some(why) = &self.folds.failure {
             lines.push(collector_lines::could_not_fold(why));
         }
-        if let (Some(kept), 0) = (self.folds.state_too_large, self.folds.failure.iter().count()) {
+        // Said only when the trace did end up over its cap.
+        let over_cap = self.folds.cap.is_some_and(|cap| self.bytes > cap);
+        if let (Some(kept), 0, true) = (self.folds.state_too_large, self.folds.failure.iter().count(), over_cap) {
             lines.push(collector_lines::state_larger_than_cap(kept));
         }
         if self.dropped_events > 0 {

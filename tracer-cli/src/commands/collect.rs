@@ -173,7 +173,7 @@ fn collect_tree(args: CollectArgs) -> Result<u8, Failure> {
     // A bad CUDATRACE_MAX_SIZE never costs the tree its trace: said, and
     // the default cap is kept.
     let cap = super::max_size::trace_cap(args.max_size).unwrap_or_else(|why| {
-        say(&said(&why));
+        say(&said(collect_lines::bad_cap_default_kept(&why)));
         Some(super::max_size::DEFAULT_MAX_SIZE)
     });
     let collector = Collector::start(&args.dir, claimed, &header_for(command), args.keep_spools, nvml, cap)?;

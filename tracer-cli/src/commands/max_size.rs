@@ -49,13 +49,13 @@ pub fn parse_max_size(text: &str) -> Result<MaxSize, String> {
         "mb" => 1_000_000,
         "gb" => 1_000_000_000,
         "tb" => 1_000_000_000_000,
-        _ => return Err(format!("'{text}' is not a size (such as 2GiB, 500MB or unlimited)")),
+        _ => return Err(not_a_size(text)),
     };
     let value: f64 = number
         .parse()
         .ok()
         .filter(|v: &f64| v.is_finite())
-        .ok_or_else(|| format!("'{text}' is not a size (such as 2GiB, 500MB or unlimited)"))?;
+        .ok_or_else(|| not_a_size(text))?;
     let bytes = value * unit_bytes as f64;
     if bytes >= u64::MAX as f64 {
         return Err(format!("'{text}' is too large; give unlimited for no cap"));
@@ -65,6 +65,11 @@ pub fn parse_max_size(text: &str) -> Result<MaxSize, String> {
         return Err(format!("'{text}' is too small: a trace needs at least 64KiB"));
     }
     Ok(MaxSize::Bytes(bytes))
+}
+
+/// Why `text` is no size, and what is one.
+fn not_a_size(text: &str) -> String {
+    format!("'{text}' is not a size (a number of bytes, K, M, G or T, with iB or B, such as 2GiB, 500MB or unlimited)")
 }
 
 /// The cap in bytes (`None`: unlimited): `--max-size` if given, else
@@ -102,15 +107,15 @@ mod tests {
     fn what_is_not_a_size_is_refused_in_one_line() {
         assert_eq!(
             parse_max_size("lots"),
-            Err("'lots' is not a size (such as 2GiB, 500MB or unlimited)".to_string())
+            Err("'lots' is not a size (a number of bytes, K, M, G or T, with iB or B, such as 2GiB, 500MB or unlimited)".to_string())
         );
         assert_eq!(
             parse_max_size("12XB"),
-            Err("'12XB' is not a size (such as 2GiB, 500MB or unlimited)".to_string())
+            Err("'12XB' is not a size (a number of bytes, K, M, G or T, with iB or B, such as 2GiB, 500MB or unlimited)".to_string())
         );
         assert_eq!(
             parse_max_size("1.2.3M"),
-            Err("'1.2.3M' is not a size (such as 2GiB, 500MB or unlimited)".to_string())
+            Err("'1.2.3M' is not a size (a number of bytes, K, M, G or T, with iB or B, such as 2GiB, 500MB or unlimited)".to_string())
         );
         assert_eq!(
             parse_max_size("1000"),

@@ -89,3 +89,9 @@ pub fn cap_file_ignored(path: &Path) -> String {
         path.display()
     )
 }
+
+/// A bad `CUDATRACE_MAX_SIZE` in a plain `LD_PRELOAD` tree, whose program
+/// runs on: why, and the cap kept.
+pub fn bad_cap_default_kept(why: &str) -> String {
+    format!("{why}; the trace keeps the default cap, 2 GiB")
+}
