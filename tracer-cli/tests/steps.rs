@@ -274,6 +274,31 @@ fn a_long_run_shows_its_first_and_last_steps_and_sums_up_the_rest() {
 }
 
 #[test]
+fn a_run_that_fails_every_step_shows_the_steps_around_its_first_ten_failures() {
+    // A leak that fills the fake device: 500 of the 1,500 steps fail.
+    let trace = run_training(
+        "steps-failing",
+        "training",
+        &[("FAKE_TORCH_STEPS", "1500"), ("FAKE_TORCH_LEAK", "1")],
+    );
+    let (report, _) = report_json_with_stacks(&trace);
+    let process = main_process(&report);
+    assert_eq!(process["steps"]["count"], 1500);
+    let text = stdout(&cudatrace(&["report", trace.to_str().unwrap()]).output().unwrap());
+    let rows: Vec<&str> = text
+        .lines()
+        .skip_while(|l| !l.starts_with("    steps on GPU 0:"))
+        .skip(2)
+        .take_while(|l| l.starts_with("    "))
+        .filter(|l| !l.starts_with("    ..."))
+        .collect();
+    // 5 first, 5 last, and at most 3 around the peak and around each of
+    // the first 10 failures: 45 at the most, not one a failing step.
+    assert!(rows.len() <= 45, "{} rows:\n{text}", rows.len());
+    assert!(rows.len() > 10, "{} rows:\n{text}", rows.len());
+}
+
+#[test]
 fn a_loop_too_short_to_tell_says_so_rather_than_nothing_grows() {
     let trace = run_training(
         "steps-short",

@@ -261,8 +261,9 @@ fn tensors_text(index: &TraceIndex, info: &ProcessIndex, process: &ProcessSummar
     out
 }
 
-/// Out-of-memory failures of a device shown with what held the memory.
-const OOMS_DETAILED: usize = 10;
+/// Out-of-memory failures of a device shown with what held the memory:
+/// as many as the step table shows the steps around.
+const OOMS_DETAILED: usize = steps_text::OOMS_WITH_STEPS_AROUND;
 
 /// What held the device's memory when an allocation failed: the bytes, and
 /// by call site the tensors (where PyTorch's are recorded) or else the

@@ -17,6 +17,9 @@ const STEPS_AT_EACH_END: usize = 5;
 const STEPS_AROUND: usize = 1;
 /// A table of at most this many steps is shown whole.
 const STEPS_SHOWN_WHOLE: usize = 20;
+/// A long table shows the steps around this many of a device's first
+/// out-of-memory failures (the report details as many).
+pub const OOMS_WITH_STEPS_AROUND: usize = 10;
 
 /// A growing call site's figures in words: its rate ("+8.0 MiB a step",
 /// or "+8.0 MiB a second" at low points), the points it was measured
@@ -195,7 +198,9 @@ fn shown_records(records: &[StepRecord], process: &ProcessSummary, device: Devic
         .get(&device)
         .map(|d| d.ooms.as_slice())
         .unwrap_or_default();
-    for oom in ooms {
+    // Around the first failures only, as many as the report details: a run
+    // that fails every step would otherwise list every step.
+    for oom in ooms.iter().take(OOMS_WITH_STEPS_AROUND) {
         if let Some(at) = records
             .iter()
             .position(|r| r.start_ns <= oom.time_ns && oom.time_ns <= r.end_ns)
