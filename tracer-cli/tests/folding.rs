@@ -143,6 +143,16 @@ fn a_size_that_is_not_one_is_refused_in_one_line_before_anything_runs() {
         ),
         "{said}"
     );
+    // A negative number is a value, not an option.
+    let output = cudatrace_run()
+        .args(["--max-size", "-5", "--", "true"])
+        .output()
+        .unwrap();
+    assert_eq!(output.status.code(), Some(2));
+    assert_eq!(
+        stderr(&output),
+        "cudatrace: invalid value '-5' for '--max-size <SIZE>': '-5' is not a size (a number of bytes, K, M, G or T, with iB or B, such as 2GiB, 500MB or unlimited) (see --help)\n"
+    );
     let output = cudatrace_run()
         .args(["--", "true"])
         .env("CUDATRACE_MAX_SIZE", "1KiB")

@@ -136,7 +136,7 @@ pub struct RunArgs {
     /// it, older events are folded into summaries, keeping the newest in
     /// full detail and the state at the peak and at each OOM exactly
     /// [default: $CUDATRACE_MAX_SIZE, else 2GiB].
-    #[arg(long, value_name = "SIZE", value_parser = super::max_size::parse_max_size)]
+    #[arg(long, value_name = "SIZE", value_parser = super::max_size::parse_max_size, allow_hyphen_values = true)]
     pub max_size: Option<super::max_size::MaxSize>,
     /// The command to run, and its arguments.
     #[arg(required = true, trailing_var_arg = true, value_name = "CMD")]
@@ -224,7 +224,7 @@ pub struct CollectArgs {
     /// older events are folded into summaries, as `run --max-size` does
     /// [default: the cap the folder's run had, else $CUDATRACE_MAX_SIZE,
     /// else 2GiB].
-    #[arg(long, value_name = "SIZE", value_parser = super::max_size::parse_max_size)]
+    #[arg(long, value_name = "SIZE", value_parser = super::max_size::parse_max_size, allow_hyphen_values = true)]
     pub max_size: Option<super::max_size::MaxSize>,
     /// Collect while the tree of this process runs (used by libcudatrace.so).
     #[arg(long, value_name = "PID", hide = true)]
