@@ -22,6 +22,16 @@ fn run_training(label: &str, scenario: &str, env: &[(&str, &str)]) -> PathBuf {
     trace
 }
 
+/// The lines of a text report's step table for GPU 0, summed-up runs of
+/// steps (`...`) included.
+fn step_table_rows(text: &str) -> Vec<&str> {
+    text.lines()
+        .skip_while(|l| !l.starts_with("    steps on GPU 0:"))
+        .skip(2)
+        .take_while(|l| l.starts_with("    "))
+        .collect()
+}
+
 /// Each step's (first, allocated peak, allocated at end, complete) on device 0.
 fn step_rows(process: &Value) -> Vec<(u64, u64, u64, bool)> {
     process["steps"]["steps"]
@@ -257,11 +267,8 @@ fn a_long_run_shows_its_first_and_last_steps_and_sums_up_the_rest() {
     let text = stdout(&cudatrace(&["report", trace.to_str().unwrap()]).output().unwrap());
     // The first five and the last five; the peak, first reached at step 2,
     // is among them; the steps between are one line.
-    let rows: Vec<&str> = text
-        .lines()
-        .skip_while(|l| !l.starts_with("    steps on GPU 0:"))
-        .skip(2)
-        .take_while(|l| l.starts_with("    "))
+    let rows: Vec<&str> = step_table_rows(&text)
+        .into_iter()
         .map(|l| l.split_whitespace().next().unwrap())
         .collect();
     assert_eq!(
@@ -285,11 +292,8 @@ fn a_run_that_fails_every_step_shows_the_steps_around_its_first_ten_failures() {
     let process = main_process(&report);
     assert_eq!(process["steps"]["count"], 1500);
     let text = stdout(&cudatrace(&["report", trace.to_str().unwrap()]).output().unwrap());
-    let rows: Vec<&str> = text
-        .lines()
-        .skip_while(|l| !l.starts_with("    steps on GPU 0:"))
-        .skip(2)
-        .take_while(|l| l.starts_with("    "))
+    let rows: Vec<&str> = step_table_rows(&text)
+        .into_iter()
         .filter(|l| !l.starts_with("    ..."))
         .collect();
     // 5 first, 5 last, and at most 3 around the peak and around each of

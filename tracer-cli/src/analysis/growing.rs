@@ -162,7 +162,7 @@ fn growing_at_low_points(index: &TraceIndex, info: &ProcessIndex, low_points: &L
     // The points are evenly spaced, one a part, unless folds kept older
     // ones: then each is placed by its time, in units of a 1,024th of the
     // span they cover.
-    let (ends, part_ns): (Vec<u64>, u64) = if low_points.has_older_points() {
+    let (ends, part_ns): (Vec<u64>, u64) = if low_points.older_points() > 0 {
         let times = low_points.point_times();
         let first = times.first().copied().unwrap_or(0);
         let unit = (times.last().copied().unwrap_or(0).saturating_sub(first) / TIME_UNITS).max(1);

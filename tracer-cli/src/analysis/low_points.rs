@@ -57,9 +57,8 @@ pub struct LowPoints {
     /// Per device and call stack, live bytes at each low point (shorter
     /// where a stack was not live at the later ones).
     live_at_points: HashMap<(DeviceKey, u32), Vec<u64>>,
-    /// Low points taken.
-    points: usize,
-    /// When each was: the middle of the stretch it is the lowest moment of.
+    /// When each low point taken was: the middle of the stretch it is the
+    /// lowest moment of.
     times: Vec<u64>,
     done: bool,
     /// The low points of what folds took away, before `first_ns`.
@@ -93,7 +92,6 @@ impl LowPoints {
             part: 0,
             lows: BTreeMap::new(),
             live_at_points: HashMap::default(),
-            points: 0,
             times: Vec::new(),
             done: false,
             older: Vec::new(),
@@ -120,12 +118,7 @@ impl LowPoints {
 
     /// The low points measured here, not kept by folds.
     pub fn own_points(&self) -> usize {
-        self.points
-    }
-
-    /// Whether older low points, kept by folds, come first.
-    pub fn has_older_points(&self) -> bool {
-        !self.older.is_empty()
+        self.times.len()
     }
 
     /// The older low points, kept by folds.
@@ -221,9 +214,9 @@ impl LowPoints {
             return;
         }
         let start = self.part_start();
+        let at = self.times.len();
         self.times
             .push(start + end_ns.clamp(start, self.part_end().max(start)).saturating_sub(start) / 2);
-        let at = self.points;
         for (&key, low) in self.lows.iter_mut() {
             let Some((bytes, live)) = state(self.tensors, key, tensors, devices) else {
                 continue;
@@ -243,12 +236,11 @@ impl LowPoints {
                 at_low: ByStack::default(),
             };
         }
-        self.points += 1;
     }
 
     /// Low points taken, the older ones kept by folds included.
     pub fn points(&self) -> usize {
-        self.older.len() + self.points
+        self.older.len() + self.times.len()
     }
 
     /// When each low point was, oldest first: the middle of the stretch it

@@ -488,98 +488,111 @@ impl StepCounts {
         while self.counted.len() < index.processes.len() {
             self.counted.push(Allocations::pair(None));
         }
-        let (counted, so_far) = (self.counted, self.so_far);
-        let found: Vec<Option<Boundaries>> = counted
+        let so_far = self.so_far;
+        self.counted
             .iter()
             .zip(&index.processes)
-            .map(|([driver, tensors], info)| {
-                let found = match &info.steps_state {
-                    Some(state) => {
-                        let counted = if state.tensors { tensors } else { driver };
-                        let folded = info.fold.as_ref().map_or(&[][..], |f| &f.sites[..]);
-                        Some(Boundaries::Steps(counted.resumed_marker(state, folded)))
-                    }
-                    None => {
-                        // Low points that folds kept go on with what they measured.
-                        let older = info.low_points_state.as_ref();
-                        let (counted, tensors) = match older.map(|state| state.tensors) {
-                            Some(true) => (tensors, true),
-                            Some(false) => (driver, false),
-                            None if tensors.total > 0 => (tensors, true),
-                            None => (driver, false),
+            .map(|(pair, info)| {
+                let found = boundaries_of(pair, info, so_far);
+                let start = step_start(&found, pair, info, so_far);
+                match (start, &info.low_points_state) {
+                    // A loop too young to fold by, in a process whose low
+                    // points folds kept: it stays measured at low points
+                    // until the loop has its 16 steps, so that neither
+                    // history is lost meanwhile.
+                    (Some((0, _)), Some(state)) => {
+                        let (first_ns, last_ns) = pair[usize::from(state.tensors)].span.unwrap_or((u64::MAX, u64::MAX));
+                        let low_points = Boundaries::LowPoints {
+                            tensors: state.tensors,
+                            first_ns,
+                            last_ns,
                         };
-                        match counted.span {
-                            // After a fold, the events start anywhere in a step too.
-                            Some((first_ns, last_ns)) => match counted.marker(tensors, so_far || info.fold.is_some()) {
-                                Some(marker) => Some(Boundaries::Steps(marker)),
-                                None if older.is_some()
-                                    || low_points_apply(counted, (first_ns, last_ns), info, tensors) =>
-                                {
-                                    Some(Boundaries::LowPoints {
-                                        tensors,
-                                        first_ns,
-                                        last_ns,
-                                    })
-                                }
-                                None => None,
-                            },
-                            // Nothing allocated since the last fold: its low
-                            // points are all there is.
-                            None => older.map(|_| Boundaries::LowPoints {
-                                tensors,
-                                first_ns: u64::MAX,
-                                last_ns: u64::MAX,
-                            }),
-                        }
+                        (Some(low_points), None)
                     }
-                };
-                match found {
-                    Some(Boundaries::Steps(marker)) if so_far => Some(Boundaries::Steps(StepMarker {
-                        steps: u64::MAX,
-                        loop_end_ns: u64::MAX,
-                        ..marker
-                    })),
-                    found => found,
+                    _ => (found, start),
                 }
             })
-            .collect();
-        let step_starts: Vec<Option<(u64, u64)>> = found
-            .iter()
-            .zip(&counted)
-            .zip(&index.processes)
-            .map(|((found, [driver, tensors]), info)| (found, [driver, tensors], info.steps_state.is_some()))
-            .map(|(found, [driver, tensors], resumed)| match found {
-                Some(Boundaries::Steps(marker)) if so_far => {
-                    let counted = if marker.tensors { tensors } else { driver };
-                    let stack = counted.stacks.get(&(marker.stack, marker.device));
-                    if !resumed && stack.map_or(0, |s| s.count) < STEPS_SEEN_BEFORE_FOLDING {
-                        // Too few steps yet to be sure of the marker: nothing
-                        // of this process is folded for now.
-                        Some((0, 0))
-                    } else {
-                        stack.and_then(|s| s.last_before_cut)
-                    }
-                }
-                _ => None,
-            })
-            .collect();
-        let (mut found, mut step_starts) = (found, step_starts);
-        // A loop too young to fold by, in a process whose low points folds
-        // kept: it stays measured at low points until the loop has its 16
-        // steps, so that neither history is lost meanwhile.
-        for (process, info) in index.processes.iter().enumerate() {
-            if let (Some((0, _)), Some(state)) = (step_starts[process], &info.low_points_state) {
-                let span = counted[process][usize::from(state.tensors)].span;
-                let (first_ns, last_ns) = span.unwrap_or((u64::MAX, u64::MAX));
-                found[process] = Some(Boundaries::LowPoints {
-                    tensors: state.tensors,
-                    first_ns,
-                    last_ns,
-                });
-                step_starts[process] = None;
-            }
+            .unzip()
+    }
+}
+
+/// How a process's growth is measured, from its counts: going on from the
+/// steps a fold kept, else by the marker of a loop its allocations repeat,
+/// else at low points (going on from those folds kept), else not at all.
+/// `so_far`: a run still going, whose last step is not known.
+fn boundaries_of(pair: &[Allocations; 2], info: &ProcessIndex, so_far: bool) -> Option<Boundaries> {
+    let [driver, tensors] = pair;
+    let found = match &info.steps_state {
+        Some(state) => {
+            let counted = if state.tensors { tensors } else { driver };
+            let folded = info.fold.as_ref().map_or(&[][..], |f| &f.sites[..]);
+            Some(Boundaries::Steps(counted.resumed_marker(state, folded)))
         }
-        (found, step_starts)
+        None => found_without_kept_steps(pair, info, so_far),
+    };
+    match found {
+        Some(Boundaries::Steps(marker)) if so_far => Some(Boundaries::Steps(StepMarker {
+            steps: u64::MAX,
+            loop_end_ns: u64::MAX,
+            ..marker
+        })),
+        found => found,
+    }
+}
+
+/// [`boundaries_of`] a process no fold kept steps of.
+fn found_without_kept_steps(pair: &[Allocations; 2], info: &ProcessIndex, so_far: bool) -> Option<Boundaries> {
+    let [driver, tensors] = pair;
+    // Low points that folds kept go on with what they measured.
+    let older = info.low_points_state.as_ref();
+    let (counted, tensors) = match older.map(|state| state.tensors) {
+        Some(true) => (tensors, true),
+        Some(false) => (driver, false),
+        None if tensors.total > 0 => (tensors, true),
+        None => (driver, false),
+    };
+    let Some((first_ns, last_ns)) = counted.span else {
+        // Nothing allocated since the last fold: its low points are all
+        // there is.
+        return older.map(|_| Boundaries::LowPoints {
+            tensors,
+            first_ns: u64::MAX,
+            last_ns: u64::MAX,
+        });
+    };
+    // After a fold, the events start anywhere in a step too.
+    if let Some(marker) = counted.marker(tensors, so_far || info.fold.is_some()) {
+        return Some(Boundaries::Steps(marker));
+    }
+    (older.is_some() || low_points_apply(counted, (first_ns, last_ns), info, tensors)).then_some(
+        Boundaries::LowPoints {
+            tensors,
+            first_ns,
+            last_ns,
+        },
+    )
+}
+
+/// For a fold (`so_far`), where the step under way at the process's cut
+/// started (sequence number, time); `(0, 0)` while its marker has too few
+/// steps to fold by.
+fn step_start(
+    found: &Option<Boundaries>,
+    [driver, tensors]: &[Allocations; 2],
+    info: &ProcessIndex,
+    so_far: bool,
+) -> Option<(u64, u64)> {
+    let Some(Boundaries::Steps(marker)) = found.as_ref().filter(|_| so_far) else {
+        return None;
+    };
+    let counted = if marker.tensors { tensors } else { driver };
+    let stack = counted.stacks.get(&(marker.stack, marker.device));
+    if info.steps_state.is_none() && stack.map_or(0, |s| s.count) < STEPS_SEEN_BEFORE_FOLDING {
+        // Too few steps yet to be sure of the marker: nothing of this
+        // process is folded for now.
+        Some((0, 0))
+    } else {
+        stack.and_then(|s| s.last_before_cut)
     }
 }
 

@@ -96,11 +96,13 @@ impl ProcessSummary {
     /// Counts what one event, replayed elsewhere, changed.
     pub fn observe(&mut self, event: &Event, changes: &[Change]) {
         let counts_steps = event.seq >= self.steps_from;
-        if self.steps_cut.is_some_and(|cut| event.seq >= cut) && self.steps_at_cut.is_none() {
-            self.steps_at_cut = self.steps.clone();
-        }
-        if self.steps_cut.is_some_and(|cut| event.seq >= cut) && self.low_points_at_cut.is_none() {
-            self.low_points_at_cut = self.low_points_finished(event.time_ns);
+        if self.steps_cut.is_some_and(|cut| event.seq >= cut) {
+            if self.steps_at_cut.is_none() {
+                self.steps_at_cut = self.steps.clone();
+            }
+            if self.low_points_at_cut.is_none() {
+                self.low_points_at_cut = self.low_points_finished(event.time_ns);
+            }
         }
         if let Some(steps) = self.steps.as_mut().filter(|_| counts_steps) {
             steps.before(event, &self.tensors, &self.devices);

@@ -153,14 +153,15 @@ fn rewrite(path: &Path, old: &std::fs::Metadata, length: u64, target: u64, detai
 }
 
 /// What a fold at `cuts` keeps of each process's events, and its steps (or
-/// low points) as they stand at its cut: a pass that finds the steps, then one replay for
-/// both. A cut inside a step moves back to that step's start (in `cuts`),
-/// so that the step is kept whole, unless the step began before both
-/// `recent[i]` (the process's first sequence number in the newer half of
-/// the trace) and the last fold's cut: a loop that has ended, or steps too
-/// long to keep whole, hold the fold back once at most. A process whose marker has too few steps yet is
-/// not folded at all, if it all lies in that newer half; otherwise it keeps
-/// no steps.
+/// low points) as they stand at its cut: the steps' counts (`counted`,
+/// taken while the index was read, or counted again here), then one replay
+/// for both. A cut inside a step moves back to that step's start (in
+/// `cuts`), so that the step is kept whole, unless the step began before
+/// both `recent[i]` (the process's first sequence number in the newer half
+/// of the trace) and the last fold's cut: a loop that has ended, or steps
+/// too long to keep whole, hold the fold back once at most. A process whose
+/// marker has too few steps yet is not folded at all, if it all lies in
+/// that newer half; otherwise it keeps no steps.
 fn what_to_keep(
     index: &TraceIndex,
     cuts: &mut [Option<u64>],

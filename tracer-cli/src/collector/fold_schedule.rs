@@ -4,7 +4,7 @@
 
 use super::collection_summary::Folds;
 use super::fold;
-use cudatrace_trace::TraceWriter;
+use cudatrace_trace::{Record, TraceWriter};
 use std::fs::File;
 use std::io::BufWriter;
 use std::path::Path;
@@ -13,12 +13,14 @@ use std::path::Path;
 /// keeps.
 pub const SMALLEST_CAP: u64 = 64 << 10;
 
+/// Room kept for the footer, the last record of a trace.
+const FOOTER_BYTES: u64 = 128;
+
 /// A trace's cap and what folding has done to it so far.
 #[derive(Default)]
 pub struct FoldSchedule {
-    /// The trace's size cap; `None`: unlimited.
-    pub cap: Option<u64>,
-    /// Folds done, and why the last one that failed failed.
+    /// The cap (`folds.cap`), folds done, and why the last one that failed
+    /// failed.
     pub folds: Folds,
 }
 
@@ -26,7 +28,6 @@ impl FoldSchedule {
     /// A schedule for a trace capped at `cap` bytes (`None`: never folded).
     pub fn new(cap: Option<u64>) -> FoldSchedule {
         FoldSchedule {
-            cap,
             folds: Folds {
                 cap,
                 ..Folds::default()
@@ -39,7 +40,7 @@ impl FoldSchedule {
     /// the footer) would take it past its cap. A fold that fails leaves
     /// `trace` as it was, to be written on.
     pub fn fold_if_due(&mut self, trace: &mut TraceWriter<BufWriter<File>>, path: &Path, reserve: u64) {
-        let Some(cap) = self.cap else { return };
+        let Some(cap) = self.folds.cap else { return };
         let written = trace.bytes_written();
         let at = self.folds.next_at.max(cap / 10 * fold::FOLD_AT_PARTS);
         let past_cap_at_end = reserve > 0 && written + reserve > cap && self.folds.state_too_large.is_none();
@@ -73,5 +74,12 @@ impl FoldSchedule {
                 self.folds.next_at = written + cap / 10;
             }
         }
+    }
+
+    /// Before the trace's last records (`last`, then the footer) are
+    /// written: folds if they would take it past its cap.
+    pub fn fold_before_the_end(&mut self, trace: &mut TraceWriter<BufWriter<File>>, path: &Path, last: &[Record]) {
+        let reserve = FOOTER_BYTES + last.iter().map(|r| trace.frame_len(r)).sum::<u64>();
+        self.fold_if_due(trace, path, reserve);
     }
 }

@@ -279,18 +279,11 @@ fn write_notices(
         out.summary.damaged_spools += 1;
         out.trace.damaged_spool(damage).map_err(|e| out.io(e))?;
     }
-    let symbols = std::mem::take(&mut out.stacks).into_records();
     // The symbols, the switch records and the footer must fit under the cap too.
-    let footer_bytes = 128;
-    let switches = crate::collector::switch_log::records(dir);
-    let reserve = footer_bytes
-        + symbols
-            .iter()
-            .chain(&switches)
-            .map(|r| out.trace.frame_len(r))
-            .sum::<u64>();
-    out.schedule.fold_if_due(out.trace, out.writing, reserve);
-    for record in symbols.iter().chain(&switches) {
+    let mut last = std::mem::take(&mut out.stacks).into_records();
+    last.extend(crate::collector::switch_log::records(dir));
+    out.schedule.fold_before_the_end(out.trace, out.writing, &last);
+    for record in &last {
         out.trace.record(record).map_err(|e| out.io(e))?;
     }
     Ok(())

@@ -148,9 +148,7 @@ impl Sink {
 
     fn finish(mut self, mut summary: Summary) -> Result<Summary, TraceFailure> {
         let symbols = std::mem::take(&mut self.stacks).into_records();
-        let footer_bytes = 128;
-        let reserve = footer_bytes + symbols.iter().map(|r| self.trace.frame_len(r)).sum::<u64>();
-        self.schedule.fold_if_due(&mut self.trace, &self.path, reserve);
+        self.schedule.fold_before_the_end(&mut self.trace, &self.path, &symbols);
         for record in symbols {
             if let Err(error) = self.trace.record(&record) {
                 return Err(self.fail(collector_lines::WRITE_THE_TRACE, error));

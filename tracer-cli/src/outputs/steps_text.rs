@@ -96,13 +96,13 @@ pub fn growth_heading(process_name: &str, process: &ProcessSummary, anything_gro
     } else if let Some(low_points) = process
         .low_points
         .as_ref()
-        .filter(|l| l.has_older_points() && l.own_points() == 0)
+        .filter(|l| l.older_points() > 0 && l.own_points() == 0)
     {
         format!(
             "no repeating loop found; growth measured at {} low points of its memory curve, all kept by folds of its older part (it allocated nothing in the detailed span)",
             low_points.points()
         )
-    } else if let Some(low_points) = process.low_points.as_ref().filter(|l| l.has_older_points()) {
+    } else if let Some(low_points) = process.low_points.as_ref().filter(|l| l.older_points() > 0) {
         format!(
             "no repeating loop found; growth measured at {} low points of its memory curve over the whole run: {} kept by folds of its older part, then the lowest moment of each of {} equal slices of the detailed span ({} each)",
             low_points.points(),
