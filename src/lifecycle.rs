@@ -3,7 +3,7 @@
 //! handlers; each layer only offers what these need.
 
 use crate::hooks::{dlopen_door, exec, fork, launch, streams, torch_allocator};
-use crate::record::{capture_state, devices, live_table, readings};
+use crate::record::{capture_state, devices, live_table, memory_limit, readings};
 use crate::spool::{notice, recording_switch, tree_root, writer as spool_writer};
 use crate::stacks::{call_stack, module_map, python_frames};
 use crate::sys::{clock, thread_block, tracing_switch};
@@ -27,6 +27,7 @@ extern "C" fn after_fork_in_child() {
     call_stack::forget_parent_stacks();
     module_map::after_fork_in_child();
     readings::forget_parent();
+    memory_limit::forget_parent();
     devices::forget_parent();
     capture_state::forget_parent();
     launch::forget_parent();
@@ -69,6 +70,7 @@ extern "C" fn on_load() {
         recording_switch::configure_from_environment();
         call_stack::configure_from_environment();
         torch_allocator::configure_from_environment();
+        memory_limit::configure_from_environment();
         let _ = std::panic::catch_unwind(|| {
             python_frames::resolve();
             module_map::rebuild();

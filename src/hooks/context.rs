@@ -6,6 +6,7 @@
 
 use crate::hooks::support::{read, real_or_fail};
 use crate::record::devices::{self, current_device};
+use crate::record::memory_limit::{self, Admission};
 use crate::record::readings::{self, Around};
 use crate::record::recorder::{self, Record};
 use crate::sys::cuda_ffi::*;
@@ -41,8 +42,28 @@ current_hooks! {
     cuCtxPushCurrent_v2 => CuCtxPushCurrentV2;
 }
 
+/// Under the memory limit, whether a context on `device` would not fit: a
+/// real card of the limit's size refuses it with `CUDA_ERROR_OUT_OF_MEMORY`.
+/// The refusal is recorded as one.
+#[inline]
+fn context_refused(api: Api, device: CUdevice) -> bool {
+    if !memory_limit::enabled() {
+        return false;
+    }
+    let Ok(device) = i8::try_from(device) else { return false };
+    let mut refused = false;
+    guarded(|| {
+        refused = !memory_limit::context_fits(device);
+        if refused {
+            let limit = memory_limit::limit().unwrap_or(0);
+            recorder::refused_by_limit(api, cudatrace_events::Kind::Device, device, 0, 0, 0, limit);
+        }
+    });
+    refused
+}
+
 macro_rules! create_hooks {
-    ($( $name:ident => $api:ident ( $( $arg:ident : $ty:ty ),* ); )*) => {$(
+    ($( $name:ident => $api:ident ( $( $arg:ident : $ty:ty ),* ) on $device:ident; )*) => {$(
         #[doc = concat!("Hook for `", stringify!($name), "`: the new context is current, and measured.")]
         ///
         /// # Safety
@@ -50,6 +71,9 @@ macro_rules! create_hooks {
         #[unsafe(no_mangle)]
         pub unsafe extern "C" fn $name(pctx: *mut CUcontext, $( $arg: $ty ),*) -> CUresult {
             let real = real_or_fail!($name, unsafe extern "C" fn(*mut CUcontext, $( $ty ),*) -> CUresult);
+            if context_refused(Api::$api, $device) {
+                return CUDA_ERROR_OUT_OF_MEMORY;
+            }
             // SAFETY: arguments forwarded unchanged.
             let result = unsafe { real(pctx, $( $arg ),*) };
             devices::thread_context_changed();
@@ -62,10 +86,10 @@ macro_rules! create_hooks {
 }
 
 create_hooks! {
-    cuCtxCreate => CuCtxCreate(flags: c_uint, device: CUdevice);
-    cuCtxCreate_v2 => CuCtxCreateV2(flags: c_uint, device: CUdevice);
-    cuCtxCreate_v3 => CuCtxCreateV3(params: *mut c_void, count: c_int, flags: c_uint, device: CUdevice);
-    cuCtxCreate_v4 => CuCtxCreateV4(params: *mut c_void, flags: c_uint, device: CUdevice);
+    cuCtxCreate => CuCtxCreate(flags: c_uint, device: CUdevice) on device;
+    cuCtxCreate_v2 => CuCtxCreateV2(flags: c_uint, device: CUdevice) on device;
+    cuCtxCreate_v3 => CuCtxCreateV3(params: *mut c_void, count: c_int, flags: c_uint, device: CUdevice) on device;
+    cuCtxCreate_v4 => CuCtxCreateV4(params: *mut c_void, flags: c_uint, device: CUdevice) on device;
 }
 
 /// Defines hooks that only forward, then clear the cached devices the call
@@ -92,11 +116,31 @@ context_change_hooks! {
     cuCtxPopCurrent_v2(pctx: *mut CUcontext) => devices::thread_context_changed;
     cuCtxDestroy(ctx: CUcontext) => devices::process_contexts_changed;
     cuCtxDestroy_v2(ctx: CUcontext) => devices::process_contexts_changed;
-    cuDevicePrimaryCtxRetain(pctx: *mut CUcontext, device: CUdevice) => devices::thread_context_changed;
     cuDevicePrimaryCtxRelease(device: CUdevice) => devices::process_contexts_changed;
     cuDevicePrimaryCtxRelease_v2(device: CUdevice) => devices::process_contexts_changed;
     cuDevicePrimaryCtxReset(device: CUdevice) => devices::process_contexts_changed;
     cuDevicePrimaryCtxReset_v2(device: CUdevice) => devices::process_contexts_changed;
+}
+
+/// Hook for `cuDevicePrimaryCtxRetain`: cached devices may be stale after
+/// it, and under the memory limit a primary context that would not fit is
+/// refused.
+///
+/// # Safety
+/// Same contract as the driver's function.
+#[unsafe(no_mangle)]
+pub unsafe extern "C" fn cuDevicePrimaryCtxRetain(pctx: *mut CUcontext, device: CUdevice) -> CUresult {
+    let real = real_or_fail!(
+        cuDevicePrimaryCtxRetain,
+        unsafe extern "C" fn(*mut CUcontext, CUdevice) -> CUresult
+    );
+    if context_refused(Api::CuDevicePrimaryCtxRetain, device) {
+        return CUDA_ERROR_OUT_OF_MEMORY;
+    }
+    // SAFETY: arguments forwarded unchanged.
+    let result = unsafe { real(pctx, device) };
+    devices::thread_context_changed();
+    result
 }
 
 /// Hook for `cuCtxSetLimit`: records the new value, and what it cost.
@@ -207,6 +251,9 @@ pub unsafe extern "C" fn cuGraphAddMemAllocNode(
             *mut CUDA_MEM_ALLOC_NODE_PARAMS,
         ) -> CUresult
     );
+    if memory_limit::enabled() && !params.is_null() && graph_memory_refused(params) {
+        return CUDA_ERROR_OUT_OF_MEMORY;
+    }
     // SAFETY: arguments forwarded unchanged.
     let result = unsafe { real(node, graph, dependencies, count, params) };
     if result == CUDA_SUCCESS && !params.is_null() {
@@ -215,6 +262,42 @@ pub unsafe extern "C" fn cuGraphAddMemAllocNode(
         graph_node_added(Api::CuGraphAddMemAllocNode, graph, address, bytes);
     }
     result
+}
+
+/// Under the memory limit, whether a graph allocation of `params` would
+/// not fit on its device now. Its memory is not counted here: the graph's
+/// memory is reserved when it is uploaded or launched, and the readings
+/// count it from then on.
+#[cold]
+fn graph_memory_refused(params: *const CUDA_MEM_ALLOC_NODE_PARAMS) -> bool {
+    let mut refused = false;
+    guarded(|| {
+        // SAFETY: the caller passed valid parameters (checked non-null).
+        let (location, bytes) = unsafe { ((*params).poolProps.location, (*params).bytesize as u64) };
+        let device = if location.type_ == CU_MEM_LOCATION_TYPE_DEVICE {
+            i8::try_from(location.id).ok()
+        } else {
+            current_device()
+        };
+        let Some(device) = device else { return };
+        match memory_limit::admit(device, bytes) {
+            Admission::Counted(reservation) => memory_limit::settle(reservation, false, 0),
+            Admission::Refused { left, limit } => {
+                refused = true;
+                recorder::refused_by_limit(
+                    Api::CuGraphAddMemAllocNode,
+                    cudatrace_events::Kind::GraphAllocation,
+                    device,
+                    bytes,
+                    0,
+                    left,
+                    limit,
+                );
+            }
+            Admission::NotCounted => {}
+        }
+    });
+    refused
 }
 
 /// Hook for `cuGraphAddMemFreeNode`.

@@ -9,6 +9,7 @@ use crate::hooks::array_bytes::{array_bytes, mipmapped_array_bytes};
 use crate::hooks::support::{prepare_driver_event, read, real_or_fail};
 use crate::hooks::{dlopen_door, torch_allocator};
 use crate::record::live_table::Namespace;
+use crate::record::memory_limit::{self, Admission};
 use crate::record::recorder::{self, free_starting, range_release_starting, range_returned, AddressRange, Allocation};
 use crate::record::{capture_state, devices, readings, tensors};
 use crate::spool::writer as spool_writer;
@@ -80,6 +81,48 @@ fn device_memory(api: Api, kind: Kind) -> Call {
     Call::new(api, kind, Namespace::Device)
 }
 
+/// What the memory limit says of `bytes` the call is about to allocate
+/// (see [`memory_limit`]). Managed memory is never refused, since a real
+/// card oversubscribes it too; host memory, imported memory and a capture's
+/// allocations (the graph's memory, counted once it is reserved) are not
+/// device memory of the process's own.
+#[cold]
+fn limit_admission(call: Call, bytes: u64) -> Admission {
+    let counted_kind = matches!(
+        call.kind,
+        Kind::Device | Kind::Pitch | Kind::Pool | Kind::VmmPhysical | Kind::Array
+    );
+    if !counted_kind || call.namespace == Namespace::Host {
+        return Admission::NotCounted;
+    }
+    let mut admission = Admission::NotCounted;
+    guarded(|| {
+        if call.kind == Kind::Pool && capture_state::any_active() && readings::stream_is_capturing(call.stream) {
+            return;
+        }
+        let device = call.device();
+        if device < 0 {
+            return;
+        }
+        admission = memory_limit::admit(device, bytes);
+        if let Admission::Refused { left, limit } = admission {
+            recorder::refused_by_limit(call.api, call.kind, device, bytes, call.stream, left, limit);
+        }
+    });
+    admission
+}
+
+/// The admission of an allocation call about to be made: nothing at all
+/// to do without a limit.
+#[inline(always)]
+fn admission_of(call: Call, bytes: u64) -> Admission {
+    if memory_limit::enabled() {
+        limit_admission(call, bytes)
+    } else {
+        Admission::NotCounted
+    }
+}
+
 /// Reports an allocation call that returned `result`. `address` and `size`
 /// read the out-parameters; they are only called on success. The readings
 /// the event may trigger come after the recorder has returned.
@@ -88,9 +131,19 @@ fn allocation_returned(
     result: CUresult,
     call: Call,
     requested: u64,
+    admission: Admission,
     address: impl FnOnce() -> u64,
     size: impl FnOnce() -> u64,
 ) {
+    let reservation = match admission {
+        Admission::Counted(reservation) => Some(reservation),
+        _ => None,
+    };
+    if result != CUDA_SUCCESS {
+        if let Some(reservation) = reservation {
+            memory_limit::settle(reservation, false, 0);
+        }
+    }
     if result == CUDA_SUCCESS {
         guarded(|| {
             let device = call.device();
@@ -108,8 +161,15 @@ fn allocation_returned(
                 size: size(),
                 stream: call.stream,
                 arg1: call.arg1,
+                limited: reservation.is_some(),
             };
-            if !recorder::allocated(allocation) {
+            let new = recorder::allocated(allocation);
+            if let Some(reservation) = reservation {
+                // Counted at its real size; one recorded already (a fault of
+                // the program or of the driver) is not counted twice.
+                memory_limit::settle(reservation, new, allocation.size);
+            }
+            if !new {
                 return;
             }
             if call.namespace == Namespace::Device {
@@ -231,10 +291,14 @@ macro_rules! alloc_hooks {
             let real = real_or_fail!($name, unsafe extern "C" fn($( $ty ),*) -> CUresult);
             let call = $call;
             prepare_driver_event(None, call.stream);
+            let bytes: u64 = $bytes;
+            let admission = admission_of(call, bytes);
+            if let Admission::Refused { .. } = admission {
+                return CUDA_ERROR_OUT_OF_MEMORY;
+            }
             // SAFETY: arguments forwarded unchanged.
             let result = unsafe { real($( $arg ),*) };
-            let bytes: u64 = $bytes;
-            allocation_returned(result, call, bytes, || $address, || bytes);
+            allocation_returned(result, call, bytes, admission, || $address, || bytes);
             result
         }
     )*};
@@ -320,6 +384,13 @@ alloc_hooks! {
 
 // ---- Pitched memory: the size is known only from the pitch the driver chose --------
 
+/// What a pitched allocation takes before the driver has chosen the pitch:
+/// rows padded to 512 bytes, the alignment current GPUs use. The real size
+/// replaces it once known.
+fn pitched_estimate(width: u64, height: u64) -> u64 {
+    width.div_ceil(512).saturating_mul(512).saturating_mul(height)
+}
+
 /// Hook for the 32-bit `cuMemAllocPitch`.
 ///
 /// # Safety
@@ -336,6 +407,12 @@ pub unsafe extern "C" fn cuMemAllocPitch(
         cuMemAllocPitch,
         unsafe extern "C" fn(*mut CUdeviceptr_v1, *mut c_uint, c_uint, c_uint, c_uint) -> CUresult
     );
+    let requested = u64::from(width_in_bytes) * u64::from(height);
+    let mut call = device_memory(Api::CuMemAllocPitch, Kind::Pitch);
+    let admission = admission_of(call, pitched_estimate(u64::from(width_in_bytes), u64::from(height)));
+    if let Admission::Refused { .. } = admission {
+        return CUDA_ERROR_OUT_OF_MEMORY;
+    }
     // SAFETY: arguments forwarded unchanged.
     let result = unsafe { real(dptr, pitch, width_in_bytes, height, element_size_bytes) };
     let pitch_bytes = if result == CUDA_SUCCESS {
@@ -343,13 +420,12 @@ pub unsafe extern "C" fn cuMemAllocPitch(
     } else {
         0
     };
-    let mut call = device_memory(Api::CuMemAllocPitch, Kind::Pitch);
     call.arg1 = pitch_bytes;
-    let requested = u64::from(width_in_bytes) * u64::from(height);
     allocation_returned(
         result,
         call,
         requested,
+        admission,
         || u64::from(read(dptr, 0)),
         || pitch_bytes * u64::from(height),
     );
@@ -372,6 +448,12 @@ pub unsafe extern "C" fn cuMemAllocPitch_v2(
         cuMemAllocPitch_v2,
         unsafe extern "C" fn(*mut CUdeviceptr, *mut usize, usize, usize, c_uint) -> CUresult
     );
+    let requested = (width_in_bytes as u64).saturating_mul(height as u64);
+    let mut call = device_memory(Api::CuMemAllocPitchV2, Kind::Pitch);
+    let admission = admission_of(call, pitched_estimate(width_in_bytes as u64, height as u64));
+    if let Admission::Refused { .. } = admission {
+        return CUDA_ERROR_OUT_OF_MEMORY;
+    }
     // SAFETY: arguments forwarded unchanged.
     let result = unsafe { real(dptr, pitch, width_in_bytes, height, element_size_bytes) };
     let pitch_bytes = if result == CUDA_SUCCESS {
@@ -379,13 +461,12 @@ pub unsafe extern "C" fn cuMemAllocPitch_v2(
     } else {
         0
     };
-    let mut call = device_memory(Api::CuMemAllocPitchV2, Kind::Pitch);
     call.arg1 = pitch_bytes;
-    let requested = (width_in_bytes as u64).saturating_mul(height as u64);
     allocation_returned(
         result,
         call,
         requested,
+        admission,
         || read(dptr, 0),
         || pitch_bytes.saturating_mul(height as u64),
     );

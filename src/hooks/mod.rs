@@ -11,6 +11,8 @@
 //! - the `exec` family ([`exec`]), so that an image that replaced itself is
 //!   not taken for one that exited;
 //! - `fork` ([`fork`]), so that a child that leaves no spool is still known;
+//! - the device's memory queries ([`limit_queries`]), answered for the
+//!   memory limit when there is one;
 //! - PyTorch's caching allocator ([`torch_allocator`]), through a trace
 //!   tracker attached from inside the process: one record per tensor.
 
@@ -23,6 +25,7 @@ pub mod exec;
 pub mod fork;
 pub mod graphs;
 pub mod launch;
+pub mod limit_queries;
 pub mod proc_address;
 pub mod runtime;
 pub mod streams;

@@ -21,10 +21,14 @@ macro_rules! define_hook_addresses {
 
 with_cuda_symbols!(define_hook_addresses);
 
-/// Our hook for `sym`, unless it is turned off (`--no-launch-hooks`): then
-/// the program is handed the real function and pays nothing at all.
+/// Our hook for `sym`, unless it is turned off (`--no-launch-hooks`, or
+/// no memory limit for the memory queries): then the program is handed the
+/// real function and pays nothing at all.
 pub fn active_hook(sym: Sym) -> Option<usize> {
     if sym.is_launch() && !crate::hooks::launch::enabled() {
+        return None;
+    }
+    if sym.is_limit_query() && !crate::record::memory_limit::enabled() {
         return None;
     }
     hook_address(sym)

@@ -6,6 +6,7 @@
 pub mod capture_state;
 pub mod devices;
 pub mod live_table;
+pub mod memory_limit;
 pub mod readings;
 pub mod recorder;
 pub mod tensors;

@@ -9,6 +9,7 @@
 //! the hook that asked for it, with that thread's current context.
 
 use crate::record::devices::{self, current_device};
+use crate::record::memory_limit;
 use crate::record::recorder::{self, Record};
 use crate::stacks::stack_table;
 use crate::sys::cuda_ffi::*;
@@ -179,9 +180,10 @@ impl Around {
     /// its growth, and a graph sample is taken.
     pub fn finish(self, mut record: Record, with_stack: bool) {
         guarded(|| {
-            let (Some(before), Some((after, _))) = (self.before, memory_info()) else {
+            let (Some(before), Some((after, total))) = (self.before, memory_info()) else {
                 return;
             };
+            memory_limit::note_reading(self.device, after, total);
             record.device = self.device;
             record.arg1 = before;
             record.arg2 = after;
@@ -218,6 +220,11 @@ pub fn note_device_in_use(device: i8, api: Api) {
     }
 }
 
+/// Whether a context of this process was seen on `device`.
+pub fn has_context(device: i8) -> bool {
+    slot(device).is_some_and(|d| DEVICE_HAS_CONTEXT[d].load(Ordering::Relaxed))
+}
+
 fn first_sight_of(context: u64) -> bool {
     for slot in &CONTEXTS {
         match slot.load(Ordering::Acquire) {
@@ -243,6 +250,7 @@ fn describe_context(device: i8, context: u64, api: Api) {
     if let Some(d) = slot(device) {
         DEVICE_HAS_CONTEXT[d].store(true, Ordering::Relaxed);
     }
+    memory_limit::note_first_context(device, free, total);
     describe_device(device);
     let mut record = measurement(Op::Context, api, device);
     (record.address, record.arg1, record.arg2) = (context, free, total);
@@ -406,6 +414,7 @@ fn sample_if_due(api: Api, now: u64) {
 
 fn sample(device: i8, api: Api, reason: u64) {
     let Some((free, total)) = memory_info() else { return };
+    memory_limit::note_reading(device, free, total);
     let mut record = measurement(Op::Sample, api, device);
     (record.stream, record.arg1, record.arg2) = (reason, free, total);
     recorder::write_measurement(record, false);

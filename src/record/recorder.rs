@@ -9,6 +9,7 @@
 //! the hooks' to trigger, after the recorder has returned.
 
 use crate::record::live_table::{self, Entry, Inserted, Namespace};
+use crate::record::memory_limit;
 use crate::spool::recording_switch;
 use crate::spool::writer::{self, Counter};
 use crate::stacks::call_stack;
@@ -17,6 +18,7 @@ use crate::sys::symbols::{real_fn, Sym};
 use crate::sys::thread::current_tid;
 use crate::sys::thread_block;
 use crate::sys::tracing_switch::{guarded, tracing_on};
+use cudatrace_events::event_args::REFUSED_BY_LIMIT;
 use cudatrace_events::recording_switch::PAUSED_STACK;
 use cudatrace_events::{Api, Kind, Op, RawRecord};
 use std::sync::atomic::{AtomicBool, Ordering};
@@ -200,6 +202,8 @@ pub struct Allocation {
     pub stream: u64,
     /// Pitch for pitched memory, pool for pool allocations, else 0.
     pub arg1: u64,
+    /// Whether the memory limit counted it (see [`memory_limit`]).
+    pub limited: bool,
 }
 
 /// Records an allocation the driver made, unless it was recorded already;
@@ -209,6 +213,7 @@ pub fn allocated(allocation: Allocation) -> bool {
         size: allocation.size,
         kind: allocation.kind,
         device: allocation.device,
+        limited: allocation.limited,
     };
     match live_table::insert(allocation.namespace, allocation.address, entry) {
         Inserted::AlreadyPresent => return false,
@@ -245,16 +250,33 @@ pub fn out_of_memory(api: Api, kind: Kind, device: i8, requested: u64, stream: u
             (free, total) = (0, 0);
         }
     }
+    write_out_of_memory(api, kind, device, requested, stream, (0, free as u64, total as u64));
+}
+
+/// Records an allocation the memory limit refused: what the limit had left
+/// on the device, and the limit. Call inside [`guarded`].
+pub fn refused_by_limit(api: Api, kind: Kind, device: i8, requested: u64, stream: u64, left: u64, limit: u64) {
+    write_out_of_memory(api, kind, device, requested, stream, (REFUSED_BY_LIMIT, left, limit));
+}
+
+fn write_out_of_memory(
+    api: Api,
+    kind: Kind,
+    device: i8,
+    requested: u64,
+    stream: u64,
+    (mark, free, total): (u64, u64, u64),
+) {
     let record = Record {
         op: Op::Oom,
         api,
         kind,
         device,
-        address: 0,
+        address: mark,
         size: requested,
         stream,
-        arg1: free as u64,
-        arg2: total as u64,
+        arg1: free,
+        arg2: total,
     };
     write(writer::reserve_seq(), record, true);
 }
@@ -313,6 +335,9 @@ pub fn free_returned(pending: Option<PendingFree>, result: CUresult, api: Api, s
                 record.device = entry.device;
                 record.size = entry.size;
                 write(seq, record, true);
+                if entry.limited {
+                    memory_limit::give_back(entry.device, entry.size);
+                }
                 freed_on = (entry.device >= 0).then_some(entry.device);
             }
             (Some(seq), None) if succeeded => {

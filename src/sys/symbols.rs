@@ -54,8 +54,8 @@ macro_rules! with_cuda_symbols {
                 cuLaunchKernel, cuLaunchKernel_ptsz, cuLaunchKernelEx, cuLaunchKernelEx_ptsz,
                 cuLaunchCooperativeKernel, cuLaunchCooperativeKernel_ptsz, cuFuncGetAttribute, cuFuncSetAttribute,
                 cuKernelGetAttribute, cuKernelSetAttribute, cuKernelGetFunction, cuModuleGetFunction;
-            support: cuMemGetInfo_v2, cuCtxGetDevice, cuCtxGetLimit, cuDeviceGetUuid_v2, cuDeviceGetName,
-                cuDeviceTotalMem_v2, cuDeviceGetMemPool, cuMemPoolGetAttribute, cuDeviceGetGraphMemAttribute,
+            hooked in limit_queries: cuMemGetInfo, cuMemGetInfo_v2, cuDeviceTotalMem, cuDeviceTotalMem_v2;
+            support: cuCtxGetDevice, cuCtxGetLimit, cuDeviceGetUuid_v2, cuDeviceGetName, cuDeviceGetMemPool, cuMemPoolGetAttribute, cuDeviceGetGraphMemAttribute,
                 cuThreadExchangeStreamCaptureMode, cuStreamIsCapturing, cuStreamGetDevice;
         }
     };
@@ -139,6 +139,13 @@ impl Sym {
             || name.starts_with(b"cuFunc")
             || name.starts_with(b"cuKernel")
             || name == b"cuModuleGetFunction"
+    }
+
+    /// Whether this is a query of the device's memory, which the memory
+    /// limit answers for (see `hooks::limit_queries`).
+    pub fn is_limit_query(self) -> bool {
+        let name = self.name().to_bytes();
+        name.starts_with(b"cuMemGetInfo") || name.starts_with(b"cuDeviceTotalMem")
     }
 
     /// The hooked symbol called `name`, if any.

@@ -43,6 +43,7 @@ fn main() {
         "device_switch.c",
         "context_reset.c",
         "held.c",
+        "limit.c",
         "cuda_types.h",
         "fake_torch.cpp",
         "fake_torch.map",
@@ -145,6 +146,7 @@ fn main() {
         "device_switch",
         "context_reset",
         "held",
+        "limit",
     ] {
         compile(
             &compiler,

@@ -61,7 +61,11 @@ code_enum! {
         Alloc = 1 => "alloc",
         /// Memory recorded by an earlier `Alloc` went away.
         Free = 2 => "free",
-        /// An allocation failed with `CUDA_ERROR_OUT_OF_MEMORY`.
+        /// An allocation failed with `CUDA_ERROR_OUT_OF_MEMORY`: `size` the
+        /// bytes asked for; `arg1` and `arg2` the device's free and total
+        /// bytes. `address` is [`crate::event_args::REFUSED_BY_LIMIT`] when
+        /// the memory limit refused it (then `arg1` is what the limit had
+        /// left and `arg2` the limit), 0 when the card did.
         Oom = 3 => "oom",
         /// A VMM physical handle was mapped at a virtual address (`cuMemMap`).
         Map = 4 => "map",
@@ -132,6 +136,10 @@ code_enum! {
         /// a process that has a spool, so that a child that leaves none is
         /// still known.
         Fork = 24 => "fork",
+        /// The process runs under a memory limit (`cudatrace run --limit`)
+        /// on `device`: `size` the limit's bytes. Written once per device,
+        /// when the process first uses it.
+        MemoryLimit = 25 => "memory-limit",
     }
 }
 
@@ -159,9 +167,10 @@ impl Op {
     }
 
     /// Whether the record measures the device rather than an allocation
-    /// (samples, contexts, limits, loads, pools and graphs).
+    /// (samples, contexts, limits, loads, pools and graphs), or says what
+    /// the device was limited to ([`Op::MemoryLimit`]).
     pub fn is_measurement(self) -> bool {
-        (Op::Sample as u8..=Op::DeviceMismatch as u8).contains(&(self as u8))
+        (Op::Sample as u8..=Op::DeviceMismatch as u8).contains(&(self as u8)) || self == Op::MemoryLimit
     }
 }
 
@@ -375,7 +384,8 @@ mod tests {
         assert!(!Kind::GraphAllocation.counts_as_device_memory());
         // Zero is never an op: it marks a slot not yet written.
         assert_eq!(Op::from_code(0), None);
-        assert_eq!(Op::from_code(25), None);
+        assert_eq!(Op::from_code(26), None);
+        assert!(Op::MemoryLimit.is_measurement() && !Op::MemoryLimit.is_memory_event());
         assert!(Op::Tensor.is_tensor_record() && !Op::Tensor.is_memory_event() && !Op::Tensor.is_measurement());
         assert!(Op::Free.is_memory_event() && !Op::Free.is_measurement());
         assert!(Op::Blob.is_stack_record() && !Op::Blob.is_memory_event());

@@ -5,7 +5,23 @@
 
 use crate::{Event, Kind, Op};
 
+/// The `address` of an [`Op::Oom`] record that the memory limit refused
+/// (`cudatrace run --limit`), rather than the card.
+pub const REFUSED_BY_LIMIT: u64 = 1;
+
 impl Event {
+    /// Whether this out-of-memory failure was the memory limit's refusal:
+    /// then [`Event::oom_device_free`] is what the limit had left and
+    /// [`Event::oom_device_total`] the limit.
+    pub fn refused_by_limit(&self) -> bool {
+        self.op == Op::Oom && self.address == REFUSED_BY_LIMIT
+    }
+
+    /// For a memory-limit record: the limit in bytes.
+    pub fn memory_limit(&self) -> Option<u64> {
+        (self.op == Op::MemoryLimit).then_some(self.size)
+    }
+
     /// For an out-of-memory failure: the device's free bytes at the time.
     pub fn oom_device_free(&self) -> Option<u64> {
         (self.op == Op::Oom).then_some(self.arg1)

@@ -11,6 +11,10 @@ pub const COLLECTOR_LOCK: &str = "collector.lock";
 /// so recovery reads it back from there.
 pub const TRACE_POINTER: &str = "trace.path";
 
+/// The memory limit's ledger (`cudatrace run --limit`): a file every
+/// process of the tree maps, with the bytes each device holds for it.
+pub const MEMORY_LIMIT_LEDGER: &str = "memory-limit.ledger";
+
 /// `cudatrace-<pid>-<image>.spool`: `image` counts the `exec`s of one pid.
 pub fn spool_file_name(pid: u32, image: u32) -> String {
     format!("cudatrace-{pid}-{image}.spool")

@@ -34,7 +34,10 @@
  * made on their stream's or pool's device, as on a real driver. Captures
  * are modelled: a stream-ordered allocation into a capture is the graph's.
  * With FAKE_NVML_DIR set, each process writes its usage per device to
- * FAKE_NVML_DIR/<pid>.<device>, which the fake NVML reports.
+ * FAKE_NVML_DIR/<pid>.<device>, which the fake NVML reports. With
+ * FAKE_CUDA_SHARED_CARD=1 too, the processes share each card, as on a real
+ * GPU: what the others (still alive) use is taken from its free memory and
+ * from its capacity.
  *
  * Driver calls cost time on a real driver, hundreds of nanoseconds each.
  * The cost model makes that visible:
@@ -45,7 +48,9 @@
  *    "<pid> <entry point> <calls>" lines to that file when it exits.
  */
 #define _GNU_SOURCE
+#include <dirent.h>
 #include <dlfcn.h>
+#include <signal.h>
 #include <pthread.h>
 #include <stdint.h>
 #include <stdlib.h>
@@ -219,6 +224,31 @@ __attribute__((destructor)) static void unpublish_usage(void) {
     }
 }
 
+/* FAKE_CUDA_SHARED_CARD: what the other live processes publish for `device`. */
+static uint64_t others_on_card(int device) {
+    const char *dir = getenv("FAKE_NVML_DIR");
+    const char *shared = getenv("FAKE_CUDA_SHARED_CARD");
+    if (!dir || !shared || strcmp(shared, "1") != 0) return 0;
+    DIR *listing = opendir(dir);
+    if (!listing) return 0;
+    uint64_t sum = 0;
+    struct dirent *file;
+    while ((file = readdir(listing))) {
+        int pid, on;
+        if (sscanf(file->d_name, "%d.%d", &pid, &on) != 2 || on != device || pid == (int)getpid()) continue;
+        if (strchr(file->d_name, 't') || kill(pid, 0) != 0) continue; /* a .tmp file, or a process gone */
+        char path[4200];
+        snprintf(path, sizeof path, "%s/%s", dir, file->d_name);
+        FILE *f = fopen(path, "r");
+        if (!f) continue;
+        unsigned long long bytes = 0;
+        if (fscanf(f, "%llu", &bytes) == 1) sum += bytes;
+        fclose(f);
+    }
+    closedir(listing);
+    return sum;
+}
+
 /* Makes a context on `device` if it has none. Called with the lock held. */
 static void ensure_context(int device) {
     if (has_context[device]) return;
@@ -274,7 +304,7 @@ static FreeList *free_list(uint64_t size, int device, int low) {
 static CUresult allocate(uint64_t size, int device, int low, uint64_t *address) {
     if (size == 0) return CUDA_ERROR_INVALID_VALUE;
     pthread_mutex_lock(&lock);
-    if (used_bytes[device] + size > capacity()) {
+    if (used_bytes[device] + others_on_card(device) + size > capacity()) {
         pthread_mutex_unlock(&lock);
         return CUDA_ERROR_OUT_OF_MEMORY;
     }
@@ -352,7 +382,7 @@ HIDDEN CUresult impl_cuMemGetInfo_v2(size_t *free_bytes, size_t *total) { ENTRY_
     if (context_dropped) return 201;
     pthread_mutex_lock(&lock);
     *total = capacity();
-    uint64_t taken = process_usage(current_device) + env_bytes("FAKE_CUDA_OTHERS_BYTES");
+    uint64_t taken = process_usage(current_device) + env_bytes("FAKE_CUDA_OTHERS_BYTES") + others_on_card(current_device);
     *free_bytes = taken < capacity() ? capacity() - taken : 0;
     pthread_mutex_unlock(&lock);
     return CUDA_SUCCESS;

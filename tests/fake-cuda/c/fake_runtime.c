@@ -37,6 +37,7 @@ static struct {
     CUresult (*init)(unsigned);
     CUresult (*ctx_set_current)(void *);
     CUresult (*mem_get_info)(size_t *, size_t *);
+    CUresult (*device_total_mem)(size_t *, int);
     CUresult (*mem_alloc)(CUdeviceptr *, size_t);
     CUresult (*mem_alloc_pitch)(CUdeviceptr *, size_t *, size_t, size_t, unsigned);
     CUresult (*mem_free)(CUdeviceptr);
@@ -99,6 +100,7 @@ static void load_driver(void) {
     driver.array_create = entry("cuArrayCreate", 3020, 0);
     driver.array_3d_create = entry("cuArray3DCreate", 3020, 0);
     driver.array_destroy = entry("cuArrayDestroy", 2000, 0);
+    driver.device_total_mem = entry("cuDeviceTotalMem", 3020, 0);
     driver.ipc_open = entry("cuIpcOpenMemHandle", 11000, 0);
     driver.ipc_close = entry("cuIpcCloseMemHandle", 4010, 0);
     driver.init(0);
@@ -111,6 +113,17 @@ static cudaError_t status(CUresult result) { return result; }
 
 cudaError_t cudaSetDevice(int device) { READY(); return status(driver.ctx_set_current((void *)(intptr_t)(device + 1))); }
 cudaError_t cudaMemGetInfo(size_t *free_bytes, size_t *total) { READY(); return status(driver.mem_get_info(free_bytes, total)); }
+
+/* The real cudaDeviceProp is over 1 KiB; the fake fills its name and, at
+ * the real offset (after name[256], uuid[16], luid[8] and one unsigned),
+ * totalGlobalMem, which the runtime asks the driver for. */
+cudaError_t cudaGetDeviceProperties_v2(void *prop, int device) {
+    READY();
+    memset(prop, 0, 1032);
+    snprintf((char *)prop, 256, "Fake GPU %d", device);
+    return status(driver.device_total_mem((size_t *)((char *)prop + 288), device));
+}
+cudaError_t cudaGetDeviceProperties(void *prop, int device) { return cudaGetDeviceProperties_v2(prop, device); }
 
 cudaError_t cudaMalloc(void **ptr, size_t size) {
     READY();

@@ -80,8 +80,9 @@ pub fn check_owned(dir: &Path) -> Result<(), String> {
 pub const CAP_FILE: &str = "trace.max-size";
 
 /// The files cudatrace keeps in a spool folder beside the spools.
-pub const KEPT_BESIDE_SPOOLS: [&str; 5] = [
+pub const KEPT_BESIDE_SPOOLS: [&str; 6] = [
     naming::COLLECTOR_LOCK,
+    naming::MEMORY_LIMIT_LEDGER,
     naming::TRACE_POINTER,
     CAP_FILE,
     notices::NOTICE_FILE,

@@ -1,6 +1,8 @@
 //! The trace's size cap: `run --max-size SIZE` and `CUDATRACE_MAX_SIZE`,
 //! which the collector of a plain `LD_PRELOAD` tree honours too.
 
+use cudatrace_events::sizes::SizeError;
+
 /// The cap when none is given: 2 GiB.
 pub const DEFAULT_MAX_SIZE: u64 = 2 << 30;
 /// The variable that sets the cap where `--max-size` is not given.
@@ -35,32 +37,10 @@ pub fn parse_max_size(text: &str) -> Result<MaxSize, String> {
     if trimmed.eq_ignore_ascii_case("unlimited") {
         return Ok(MaxSize::Unlimited);
     }
-    let split = trimmed
-        .find(|c: char| !(c.is_ascii_digit() || c == '.'))
-        .unwrap_or(trimmed.len());
-    let (number, unit) = trimmed.split_at(split);
-    let unit_bytes: u64 = match unit.trim().to_ascii_lowercase().as_str() {
-        "" | "b" => 1,
-        "k" | "kib" => 1 << 10,
-        "m" | "mib" => 1 << 20,
-        "g" | "gib" => 1 << 30,
-        "t" | "tib" => 1 << 40,
-        "kb" => 1_000,
-        "mb" => 1_000_000,
-        "gb" => 1_000_000_000,
-        "tb" => 1_000_000_000_000,
-        _ => return Err(not_a_size(text)),
-    };
-    let value: f64 = number
-        .parse()
-        .ok()
-        .filter(|v: &f64| v.is_finite())
-        .ok_or_else(|| not_a_size(text))?;
-    let bytes = value * unit_bytes as f64;
-    if bytes >= u64::MAX as f64 {
-        return Err(format!("'{text}' is too large; give unlimited for no cap"));
-    }
-    let bytes = bytes as u64;
+    let bytes = cudatrace_events::sizes::parse_bytes(trimmed).map_err(|error| match error {
+        SizeError::NotASize => not_a_size(text),
+        SizeError::TooLarge => format!("'{text}' is too large; give unlimited for no cap"),
+    })?;
     if bytes < SMALLEST_MAX_SIZE {
         return Err(format!("'{text}' is too small: a trace needs at least 64KiB"));
     }

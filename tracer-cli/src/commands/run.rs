@@ -208,6 +208,9 @@ fn trace_environment(command: &mut Command, preload: PathBuf, run_dir: &Path, ar
     if args.no_launch_hooks {
         command.env("CUDATRACE_LAUNCH_HOOKS", "0");
     }
+    if let Some(limit) = args.limit {
+        command.env("CUDATRACE_LIMIT", limit.to_string());
+    }
 }
 
 /// Runs the command; returns the exit code cudatrace should exit with.

@@ -1,0 +1,366 @@
+//! The memory limit (`cudatrace run --limit SIZE`, `CUDATRACE_LIMIT`): every
+//! device behaves like a card of SIZE bytes, shared by the whole traced
+//! tree as a smaller card would be.
+//!
+//! What the tree holds on a device is counted in the ledger
+//! ([`crate::sys::shared_ledger`]), without a driver call per allocation:
+//! the bytes of the allocations its processes made through our hooks, plus
+//! what the driver held beyond them when the device was last read (contexts,
+//! modules and kernels, pool and graph memory beyond their allocations).
+//! The readings already taken at contexts, loads, first launches and every
+//! 50 ms keep that second figure current; one more is taken before an
+//! allocation is refused, so that a refusal always stands on a fresh reading.
+//!
+//! Off (the default), every function here is one relaxed load and nothing
+//! else: the program's behaviour is unchanged.
+
+use crate::record::recorder::{self, Record};
+use crate::record::{devices, readings};
+use crate::spool::tree_root;
+use crate::sys::cuda_ffi::*;
+use crate::sys::shared_ledger::{self, Ledger};
+use crate::sys::symbols::{real_fn, Sym};
+use crate::sys::tracing_switch::{guarded, keeping_errno, tracing_on};
+use cudatrace_events::{naming, sizes, Op};
+use std::sync::atomic::{AtomicPtr, AtomicU64, AtomicU8, AtomicUsize, Ordering};
+
+/// The limit in bytes; 0 = no limit.
+#[unsafe(link_section = "cudatrace_hot")]
+static LIMIT: AtomicU64 = AtomicU64::new(0);
+static LEDGER: AtomicPtr<Ledger> = AtomicPtr::new(std::ptr::null_mut());
+/// This process's slot in the ledger; [`NO_SLOT`] until claimed.
+static MY_SLOT: AtomicUsize = AtomicUsize::new(NO_SLOT);
+const NO_SLOT: usize = usize::MAX;
+/// Device ordinals seen by the process (up to 64): 0 not looked up yet,
+/// [`NOT_LIMITED`] for one the ledger has no room or no UUID for, else the
+/// ledger's device index + 1.
+static DEVICE_INDEX: [AtomicU8; 64] = [const { AtomicU8::new(0) }; 64];
+const NOT_LIMITED: u8 = u8::MAX;
+/// Devices whose limit record this process has written, one bit each.
+static RECORDED: AtomicU64 = AtomicU64::new(0);
+
+/// Reads `CUDATRACE_LIMIT` (from the library constructor). A value that is
+/// no size is said once on stderr, and the program runs without a limit.
+pub fn configure_from_environment() {
+    let Some(value) = std::env::var_os("CUDATRACE_LIMIT").filter(|v| !v.is_empty()) else {
+        return;
+    };
+    let text = value.to_string_lossy();
+    if matches!(text.trim(), "0" | "off") {
+        return;
+    }
+    match sizes::parse_bytes(&text) {
+        Ok(bytes) if bytes > 0 => LIMIT.store(bytes, Ordering::Relaxed),
+        _ => {
+            if std::env::var_os("CUDATRACE_QUIET").is_none_or(|v| v != "1") {
+                eprintln!("cudatrace: CUDATRACE_LIMIT={text} is not a size (such as 24GiB); running without a limit");
+            }
+        }
+    }
+}
+
+/// Whether a limit applies: set, and the process still records (a process
+/// whose tracing turned itself off stops counting, so the limit with it).
+#[inline]
+pub fn enabled() -> bool {
+    LIMIT.load(Ordering::Relaxed) != 0 && tracing_on()
+}
+
+/// The limit in bytes, if one is set.
+pub fn limit() -> Option<u64> {
+    Some(LIMIT.load(Ordering::Relaxed)).filter(|&limit| limit != 0)
+}
+
+/// Bytes counted for an allocation being made, given back by [`settle`]
+/// if it fails.
+#[derive(Clone, Copy, Debug)]
+pub struct Reservation {
+    index: usize,
+    slot: usize,
+    bytes: u64,
+}
+
+/// What the limit says of an allocation about to be made.
+#[derive(Clone, Copy, Debug)]
+pub enum Admission {
+    /// The limit does not count it (no limit, managed or host memory, a
+    /// device the ledger cannot name).
+    NotCounted,
+    /// Counted; the allocation may go ahead.
+    Counted(Reservation),
+    /// It would take the device past the limit: refuse it.
+    Refused {
+        /// What the limit had left on the device.
+        left: u64,
+        /// The limit.
+        limit: u64,
+    },
+}
+
+fn ledger() -> Option<&'static Ledger> {
+    let existing = LEDGER.load(Ordering::Acquire);
+    if !existing.is_null() {
+        // SAFETY: published below from a mapping that is never unmapped.
+        return Some(unsafe { &*existing });
+    }
+    open_ledger()
+}
+
+#[cold]
+fn open_ledger() -> Option<&'static Ledger> {
+    let opened = keeping_errno(|| {
+        let shared = tree_root::spool_dir().and_then(|dir| {
+            let path = dir.join(naming::MEMORY_LIMIT_LEDGER);
+            let path = std::ffi::CString::new(std::os::unix::ffi::OsStrExt::as_bytes(path.as_os_str())).ok()?;
+            shared_ledger::open(&path)
+        });
+        shared.or_else(shared_ledger::private_ledger)
+    })?;
+    let pointer = std::ptr::from_ref(opened).cast_mut();
+    // Two threads may open it at once: the first to publish wins, and the
+    // other's mapping of the same file is simply left unused.
+    match LEDGER.compare_exchange(std::ptr::null_mut(), pointer, Ordering::AcqRel, Ordering::Acquire) {
+        Ok(_) => Some(opened),
+        // SAFETY: as in `ledger`.
+        Err(winner) => Some(unsafe { &*winner }),
+    }
+}
+
+fn my_slot(ledger: &Ledger) -> Option<usize> {
+    let slot = MY_SLOT.load(Ordering::Acquire);
+    if slot != NO_SLOT {
+        return Some(slot);
+    }
+    claim_slot(ledger)
+}
+
+#[cold]
+fn claim_slot(ledger: &Ledger) -> Option<usize> {
+    keeping_errno(|| {
+        let pid = std::process::id();
+        let slot = ledger.claim_slot(pid, shared_ledger::start_time_of(pid))?;
+        match MY_SLOT.compare_exchange(NO_SLOT, slot, Ordering::AcqRel, Ordering::Acquire) {
+            Ok(_) => Some(slot),
+            Err(claimed) => Some(claimed),
+        }
+    })
+}
+
+/// The ledger's index of device `ordinal`, looked up (one driver call for
+/// its UUID) the first time the process uses it.
+fn device_index(ledger: &Ledger, ordinal: i8) -> Option<usize> {
+    let cached = DEVICE_INDEX.get(usize::try_from(ordinal).ok()?)?;
+    match cached.load(Ordering::Acquire) {
+        0 => look_up_device(ledger, ordinal, cached),
+        NOT_LIMITED => None,
+        index => Some(usize::from(index - 1)),
+    }
+}
+
+#[cold]
+fn look_up_device(ledger: &Ledger, ordinal: i8, cached: &AtomicU8) -> Option<usize> {
+    let index = keeping_errno(|| {
+        // SAFETY: cuDeviceGetUuid_v2(CUuuid*, CUdevice) is the driver's signature.
+        let get_uuid =
+            unsafe { real_fn::<unsafe extern "C" fn(*mut CUuuid, CUdevice) -> CUresult>(Sym::cuDeviceGetUuid_v2) }?;
+        let mut uuid = CUuuid::default();
+        // SAFETY: a valid out-pointer.
+        if unsafe { get_uuid(&mut uuid, CUdevice::from(ordinal)) } != CUDA_SUCCESS {
+            return None;
+        }
+        ledger.device(uuid.bytes)
+    });
+    cached.store(index.map_or(NOT_LIMITED, |i| i as u8 + 1), Ordering::Release);
+    if index.is_some() {
+        record_limit(ordinal);
+    }
+    index
+}
+
+/// Writes, once per device, that the process runs under the limit there.
+fn record_limit(ordinal: i8) {
+    let bit = 1u64 << (ordinal as u32 % 64);
+    if RECORDED.fetch_or(bit, Ordering::AcqRel) & bit != 0 {
+        return;
+    }
+    guarded(|| {
+        let mut record = Record::new(Op::MemoryLimit, cudatrace_events::Api::Unknown);
+        record.device = ordinal;
+        record.size = LIMIT.load(Ordering::Relaxed);
+        recorder::write_measurement(record, false);
+    });
+}
+
+/// Counts `bytes` about to be allocated on `device`, or says that they
+/// would not fit. Call only when [`enabled`].
+pub fn admit(device: i8, bytes: u64) -> Admission {
+    let limit = LIMIT.load(Ordering::Relaxed);
+    let Some(ledger) = ledger() else {
+        return Admission::NotCounted;
+    };
+    let (Some(index), Some(slot)) = (device_index(ledger, device), my_slot(ledger)) else {
+        return Admission::NotCounted;
+    };
+    let entry = ledger.entry(index);
+    if try_count(ledger, index, slot, bytes, limit) {
+        return Admission::Counted(Reservation { index, slot, bytes });
+    }
+    // Over, by the figures at hand: take off the shares of processes that
+    // ended, read the device afresh, and try once more.
+    keeping_errno(|| {
+        ledger.take_off_dead(std::process::id());
+        if devices::current_device() == Some(device) {
+            if let Some((free, total)) = readings::memory_info() {
+                note_reading(device, free, total);
+            }
+        }
+    });
+    if try_count(ledger, index, slot, bytes, limit) {
+        return Admission::Counted(Reservation { index, slot, bytes });
+    }
+    let held = entry
+        .counted
+        .load(Ordering::Acquire)
+        .saturating_add(entry.beyond.load(Ordering::Acquire));
+    Admission::Refused {
+        left: limit.saturating_sub(held),
+        limit,
+    }
+}
+
+#[inline]
+fn try_count(ledger: &Ledger, index: usize, slot: usize, bytes: u64, limit: u64) -> bool {
+    let entry = ledger.entry(index);
+    let counted = entry.counted.fetch_add(bytes, Ordering::AcqRel).saturating_add(bytes);
+    if counted.saturating_add(entry.beyond.load(Ordering::Acquire)) <= limit {
+        ledger.slot(slot).counted[index].fetch_add(bytes, Ordering::AcqRel);
+        return true;
+    }
+    shared_ledger::subtract(&entry.counted, bytes);
+    false
+}
+
+/// After the allocation call: a failed one gives its bytes back; one whose
+/// real size differs from the bytes admitted (a pitch the driver chose) is
+/// counted at its real size.
+pub fn settle(reservation: Reservation, succeeded: bool, actual: u64) {
+    let Some(ledger) = ledger() else { return };
+    let entry = ledger.entry(reservation.index);
+    let share = &ledger.slot(reservation.slot).counted[reservation.index];
+    let kept = if succeeded { actual } else { 0 };
+    if kept > reservation.bytes {
+        entry.counted.fetch_add(kept - reservation.bytes, Ordering::AcqRel);
+        share.fetch_add(kept - reservation.bytes, Ordering::AcqRel);
+    } else if kept < reservation.bytes {
+        shared_ledger::subtract(share, reservation.bytes - kept);
+        shared_ledger::subtract(&entry.counted, reservation.bytes - kept);
+    }
+}
+
+/// Memory the limit counted was freed: its bytes are given back.
+pub fn give_back(device: i8, bytes: u64) {
+    let Some(ledger) = ledger() else { return };
+    let Some(index) = usize::try_from(device)
+        .ok()
+        .and_then(|d| DEVICE_INDEX.get(d))
+        .map(|cached| cached.load(Ordering::Acquire))
+        .filter(|&i| i != 0 && i != NOT_LIMITED)
+    else {
+        return;
+    };
+    let index = usize::from(index - 1);
+    let slot = MY_SLOT.load(Ordering::Acquire);
+    if slot != NO_SLOT {
+        shared_ledger::subtract(&ledger.slot(slot).counted[index], bytes);
+    }
+    shared_ledger::subtract(&ledger.entry(index).counted, bytes);
+}
+
+/// A reading of `device` (free and total bytes, as the driver gave them):
+/// what the driver holds beyond the counted allocations is updated.
+pub fn note_reading(device: i8, free: u64, total: u64) {
+    if !enabled() {
+        return;
+    }
+    let Some(ledger) = ledger() else { return };
+    let Some(index) = device_index(ledger, device) else {
+        return;
+    };
+    let entry = ledger.entry(index);
+    let used = total.saturating_sub(free);
+    entry.beyond.store(
+        used.saturating_sub(entry.counted.load(Ordering::Acquire)),
+        Ordering::Release,
+    );
+}
+
+/// A context of this process was first seen on `device`, with the device
+/// reading taken then: the tree learns what a context takes there (the
+/// first one measured), for [`context_fits`].
+pub fn note_first_context(device: i8, free: u64, total: u64) {
+    if !enabled() {
+        return;
+    }
+    let Some(ledger) = ledger() else { return };
+    let Some(index) = device_index(ledger, device) else {
+        return;
+    };
+    let entry = ledger.entry(index);
+    let before = entry
+        .counted
+        .load(Ordering::Acquire)
+        .saturating_add(entry.beyond.load(Ordering::Acquire));
+    let context = total.saturating_sub(free).saturating_sub(before);
+    if context > 0 {
+        let _ = entry
+            .context_bytes
+            .compare_exchange(0, context, Ordering::AcqRel, Ordering::Acquire);
+    }
+    note_reading(device, free, total);
+}
+
+/// Whether a new context on `device` fits under the limit, by what a
+/// context of the tree took there before (none measured yet: whether any
+/// byte is left). Asked before a context is created; a process that has a
+/// context on the device already always fits.
+pub fn context_fits(device: i8) -> bool {
+    if !enabled() || readings::has_context(device) {
+        return true;
+    }
+    let limit = LIMIT.load(Ordering::Relaxed);
+    let Some(ledger) = ledger() else { return true };
+    let Some(index) = device_index(ledger, device) else {
+        return true;
+    };
+    let entry = ledger.entry(index);
+    let held = entry
+        .counted
+        .load(Ordering::Acquire)
+        .saturating_add(entry.beyond.load(Ordering::Acquire));
+    let context = entry.context_bytes.load(Ordering::Acquire).max(1);
+    held.saturating_add(context) <= limit
+}
+
+/// What `cuMemGetInfo` reports on `device` under the limit, from the
+/// driver's (free, total): a card of the limit's size, with the device's
+/// used bytes taken from it. Updates the ledger with the reading.
+pub fn reported_memory_info(device: i8, free: u64, total: u64) -> (u64, u64) {
+    let limit = LIMIT.load(Ordering::Relaxed);
+    if device >= 0 {
+        note_reading(device, free, total);
+    }
+    let used = total.saturating_sub(free);
+    (free.min(limit.saturating_sub(used)), total.min(limit))
+}
+
+/// What `cuDeviceTotalMem` reports under the limit.
+pub fn reported_total(total: u64) -> u64 {
+    total.min(LIMIT.load(Ordering::Relaxed))
+}
+
+/// In a forked child: its allocations are its own, counted in a slot of
+/// its own; the parent's share stays the parent's.
+pub fn forget_parent() {
+    MY_SLOT.store(NO_SLOT, Ordering::Relaxed);
+    RECORDED.store(0, Ordering::Relaxed);
+}
