@@ -444,7 +444,10 @@ mod tests {
             Some(Sym::cudaMallocAsync_ptsz)
         );
         // Symbols we only call are not hooked, so lookups of them pass through.
-        assert_eq!(Sym::hooked_by_name(b"cuMemGetInfo_v2"), None);
+        assert_eq!(Sym::hooked_by_name(b"cuDeviceGetUuid_v2"), None);
+        // The memory queries are hooked, for the memory limit alone.
+        assert_eq!(Sym::hooked_by_name(b"cuMemGetInfo_v2"), Some(Sym::cuMemGetInfo_v2));
+        assert!(Sym::cuDeviceTotalMem.is_limit_query() && !Sym::cuMemAlloc_v2.is_limit_query());
         assert_eq!(Sym::hooked_by_name(b"cuMemcpy"), None);
         assert_eq!(Sym::cudaFree.library(), CudaLibrary::Runtime);
         assert_eq!(Sym::cuGetProcAddress_v2.library(), CudaLibrary::Driver);
@@ -471,7 +474,7 @@ mod tests {
     fn every_hooked_symbol_is_an_api_the_event_format_knows() {
         for &sym in Sym::ALL {
             let name = sym.name().to_str().unwrap();
-            let not_an_event = name.starts_with("cuGetProcAddress") || name == "cuInit";
+            let not_an_event = name.starts_with("cuGetProcAddress") || name == "cuInit" || sym.is_limit_query();
             if sym.is_hooked() && !not_an_event {
                 assert!(
                     cudatrace_events::Api::from_name(name).is_some(),

@@ -18,6 +18,9 @@ pub struct Oom {
     pub device_free: u64,
     /// The device's total bytes.
     pub device_total: u64,
+    /// Refused by the memory limit (`run --limit`), not the card: then
+    /// `device_free` is what the limit had left and `device_total` the limit.
+    pub by_limit: bool,
     /// Call stack.
     pub stack: u32,
     /// When (`CLOCK_MONOTONIC` ns).

@@ -113,6 +113,9 @@ pub enum Change {
         device_free: u64,
         /// The device's total bytes.
         device_total: u64,
+        /// Refused by the memory limit (`run --limit`), not the card: then
+        /// `device_free` is what the limit had left and `device_total` the limit.
+        by_limit: bool,
     },
 }
 
@@ -176,6 +179,7 @@ impl ProcessMemory {
                 requested: event.oom_requested().unwrap_or(event.size),
                 device_free: event.oom_device_free().unwrap_or(0),
                 device_total: event.oom_device_total().unwrap_or(0),
+                by_limit: event.refused_by_limit(),
             }),
             (Op::Alloc, Kind::VmmPhysical) => self.create_physical(event, changes),
             (Op::Free, Kind::VmmPhysical) => self.release_physical(event.address, changes),

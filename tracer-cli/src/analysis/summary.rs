@@ -37,6 +37,8 @@ pub struct ProcessSummary {
     pub steps: Option<Steps>,
     /// The low points of its memory curve, where it has no steps.
     pub low_points: Option<LowPoints>,
+    /// The memory limit it ran under (`run --limit`), per device it used.
+    pub memory_limits: BTreeMap<DeviceKey, u64>,
     /// Below this sequence number the trace was folded (see
     /// `cudatrace_trace::Fold`): allocations and frees there are counted
     /// by the fold, not by the events kept from them.
@@ -120,6 +122,9 @@ impl ProcessSummary {
             }
         }
         self.tensors.observe(event);
+        if let Some(limit) = event.memory_limit() {
+            self.memory_limits.insert(DeviceKey::of(event.device), limit);
+        }
         for change in changes {
             self.count(change, event);
         }
@@ -168,6 +173,7 @@ impl ProcessSummary {
                 requested,
                 device_free,
                 device_total,
+                by_limit,
             } => {
                 let key = DeviceKey::of(event.device);
                 let tracked = &self.tensors;
@@ -189,6 +195,7 @@ impl ProcessSummary {
                     api: event.api,
                     device_free: *device_free,
                     device_total: *device_total,
+                    by_limit: *by_limit,
                     stack: event.stack,
                     time_ns: event.time_ns,
                     held,

@@ -150,7 +150,7 @@ pub struct RunArgs {
 }
 
 /// Parses `--limit`: a size such as 24GiB, at least 1MiB.
-fn parse_limit(text: &str) -> Result<u64, String> {
+pub fn parse_limit(text: &str) -> Result<u64, String> {
     match cudatrace_events::sizes::parse_bytes(text) {
         Ok(bytes) if bytes >= 1 << 20 => Ok(bytes),
         Ok(_) => Err(format!("'{text}' is too small for a GPU: give at least 1MiB")),

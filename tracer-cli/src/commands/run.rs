@@ -217,6 +217,15 @@ fn trace_environment(command: &mut Command, preload: PathBuf, run_dir: &Path, ar
 pub fn run(args: RunArgs) -> Result<u8, Failure> {
     install_signal_forwarding();
     let cap = super::max_size::trace_cap(args.max_size)?;
+    if args.limit.is_none() {
+        // The library would say so in every process: say it once, here.
+        if let Some(value) = std::env::var("CUDATRACE_LIMIT")
+            .ok()
+            .filter(|v| !matches!(v.trim(), "" | "0" | "off"))
+        {
+            super::arguments::parse_limit(&value).map_err(|why| format!("CUDATRACE_LIMIT={value}: {why}"))?;
+        }
+    }
     let preload = preload_library(args.preload.clone())?;
     let claimed = claim_destination(&args)?;
     let program = args.command[0].clone();

@@ -459,12 +459,18 @@ fn write_change(
             requested,
             device_free,
             device_total,
+            by_limit,
         } => {
             let stack = track.stack_json(index, info, event.stack);
+            let what = if *by_limit {
+                "refused by the memory limit"
+            } else {
+                "out of memory"
+            };
             write!(
                 items.next()?,
-                "{{\"ph\":\"i\",\"s\":\"p\",\"cat\":\"oom\",\"name\":{},\"pid\":{},\"tid\":{},\"ts\":{ts:.3},\"args\":{{\"requested\":{requested},\"device_free\":{device_free},\"device_total\":{device_total},\"device\":{},\"api\":\"{}\",\"stack\":{}}}}}",
-                json_string(&format!("out of memory: {} asked for {}", event.api, bytes(*requested))),
+                "{{\"ph\":\"i\",\"s\":\"p\",\"cat\":\"oom\",\"name\":{},\"pid\":{},\"tid\":{},\"ts\":{ts:.3},\"args\":{{\"requested\":{requested},\"device_free\":{device_free},\"device_total\":{device_total},\"refused_by_limit\":{by_limit},\"device\":{},\"api\":\"{}\",\"stack\":{}}}}}",
+                json_string(&format!("{what}: {} asked for {}", event.api, bytes(*requested))),
                 track_pid(info),
                 event.tid,
                 event.device.map_or("null".to_string(), |d| d.to_string()),

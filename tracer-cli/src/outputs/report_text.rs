@@ -7,6 +7,7 @@ use crate::analysis::{
 use crate::outputs::steps_text;
 use crate::outputs::wording::device_label;
 use crate::outputs::wording::fold_lines;
+use crate::outputs::wording::limit_lines;
 use crate::outputs::wording::stack_texts;
 use crate::outputs::wording::switch_lines;
 use crate::outputs::wording::{bytes, count, tensor_status_line, torch_bytes_text, unrecorded_process_text};
@@ -37,7 +38,9 @@ pub fn report(index: &TraceIndex, summary: &Summary, frames: FramesShown) -> Str
     if let Some(line) = fold_lines::detail_span(index) {
         out += &format!("{line}\n");
     }
-    // What keeps growing opens the report: where a leak is.
+    // Whether the job fit under its memory limit opens the report, then
+    // what keeps growing: where a leak is.
+    out += &limit_lines::verdict_text(index, &crate::analysis::limit_verdicts(summary));
     out += &growth_text(index, summary, frames);
     for ((info, footprints), process) in index.processes.iter().zip(&summary.footprints).zip(&summary.processes) {
         for footprint in footprints {
@@ -148,13 +151,23 @@ fn process_text(index: &TraceIndex, info: &ProcessIndex, process: &ProcessSummar
                 );
                 break;
             }
-            out += &format!(
-                "    OUT OF MEMORY: {} asked for {} with {} free of {}\n",
-                oom.api,
-                bytes(oom.requested_bytes),
-                bytes(oom.device_free),
-                bytes(oom.device_total)
-            );
+            out += &if oom.by_limit {
+                format!(
+                    "    REFUSED BY THE MEMORY LIMIT: {} asked for {} with {} left of the {} limit\n",
+                    oom.api,
+                    bytes(oom.requested_bytes),
+                    bytes(oom.device_free),
+                    bytes(oom.device_total)
+                )
+            } else {
+                format!(
+                    "    OUT OF MEMORY: {} asked for {} with {} free of {}\n",
+                    oom.api,
+                    bytes(oom.requested_bytes),
+                    bytes(oom.device_free),
+                    bytes(oom.device_total)
+                )
+            };
             out += &stack_text(index, info, oom.stack, frames, "      ");
             if let Some(held) = &oom.held {
                 out += &held_at_oom_text(index, info, held, frames);

@@ -83,7 +83,7 @@ fn devices_json(index: &TraceIndex, info: &ProcessIndex, process: &ProcessSummar
                             })),
                         })
                     });
-                    json!({"requested_bytes": o.requested_bytes, "api": o.api.name(), "device_free": o.device_free, "device_total": o.device_total, "time_s": o.time_ns.saturating_sub(index.start_ns()) as f64 / 1e9, "stack": stack_json(index, info, o.stack), "held": held})
+                    json!({"requested_bytes": o.requested_bytes, "api": o.api.name(), "refused_by_limit": o.by_limit, "device_free": o.device_free, "device_total": o.device_total, "time_s": o.time_ns.saturating_sub(index.start_ns()) as f64 / 1e9, "stack": stack_json(index, info, o.stack), "held": held})
                 })
                 .collect();
             json!({
@@ -321,8 +321,39 @@ pub fn report(index: &TraceIndex, summary: &Summary) -> Value {
         "damaged_spools": damaged_spools,
         "unrecorded_processes": index.unrecorded.iter().map(unrecorded_json).collect::<Vec<_>>(),
         "forked_without_spool": crate::analysis::silent_children(index).iter().map(silent_child_json).collect::<Vec<_>>(),
+        "memory_limit": memory_limit_json(index, summary),
         "processes": processes,
     })
+}
+
+/// The memory limit's verdict per process and device (`run --limit`),
+/// with every refusal; an empty list when nothing ran under a limit.
+fn memory_limit_json(index: &TraceIndex, summary: &Summary) -> Value {
+    let seconds = |ns: u64| ns.saturating_sub(index.start_ns()) as f64 / 1e9;
+    crate::analysis::limit_verdicts(summary)
+        .iter()
+        .map(|verdict| {
+            let info = &index.processes[verdict.process];
+            json!({
+                "pid": info.start.pid,
+                "device": match verdict.device { crate::analysis::DeviceKey::Gpu(d) => Some(d), _ => None },
+                "limit_bytes": verdict.limit,
+                "fits": verdict.fits(),
+                "verdict": crate::outputs::wording::limit_lines::verdict_line(index, verdict),
+                "peak_bytes": verdict.peak_bytes,
+                "peak_s": seconds(verdict.peak_time_ns),
+                "peak_parts": verdict.peak_parts.iter().map(|(name, bytes)| json!({"name": name, "bytes": bytes})).collect::<Vec<_>>(),
+                "refusals": verdict.refused.iter().map(|o| json!({
+                    "time_s": seconds(o.time_ns),
+                    "api": o.api.name(),
+                    "requested_bytes": o.requested_bytes,
+                    "left_bytes": o.device_free,
+                    "site": crate::analysis::site_name(&index.frames(info, o.stack)),
+                    "stack": stack_json(index, info, o.stack),
+                })).collect::<Vec<_>>(),
+            })
+        })
+        .collect()
 }
 
 /// A silent child, as the JSON report shows it.

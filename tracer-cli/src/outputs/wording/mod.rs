@@ -19,7 +19,8 @@
 //! - [`stacks`]: a frame as one line, a stack's lines with framework runs folded;
 //! - [`processes`]: processes that could not record, children that left no spool;
 //! - [`tensors`]: what became of tensor tracking in a process;
-//! - [`footprint_notes`]: a context limit, and the caveats on a device's figures.
+//! - [`footprint_notes`]: a context limit, and the caveats on a device's figures;
+//! - [`limit_lines`]: the memory limit's verdict.
 //!
 //! Said on stderr, or why a command fails:
 //! - [`stderr`]: the shape of a line on stderr, a rejected command line;
@@ -37,6 +38,7 @@ pub mod collector_lines;
 pub mod devices;
 pub mod fold_lines;
 pub mod footprint_notes;
+pub mod limit_lines;
 pub mod numbers;
 pub mod output_lines;
 pub mod processes;

@@ -1,0 +1,100 @@
+//! The memory limit's verdict (`cudatrace run --limit SIZE`): per process
+//! and device it ran under the limit, whether the job fit, and if not,
+//! which allocations the limit refused.
+
+use super::device_stats::Oom;
+use super::footprint::{Breakdown, Category};
+use super::keys::DeviceKey;
+use super::summary::Summary;
+
+/// One process's verdict on one device.
+#[derive(Debug)]
+pub struct LimitVerdict<'a> {
+    /// Index of the process in the trace.
+    pub process: usize,
+    /// The device.
+    pub device: DeviceKey,
+    /// The limit in bytes.
+    pub limit: u64,
+    /// The allocations the limit refused, in time order.
+    pub refused: Vec<&'a Oom>,
+    /// The process's peak on the device: the driver's figure where it was
+    /// measured, else its allocations' peak.
+    pub peak_bytes: u64,
+    /// When the peak was (`CLOCK_MONOTONIC` ns).
+    pub peak_time_ns: u64,
+    /// What made up the peak, largest first: owners of allocations, the
+    /// context, modules and kernels, pools and graph memory beyond their
+    /// allocations (empty where the driver's figure was not measured).
+    pub peak_parts: Vec<(String, u64)>,
+}
+
+impl LimitVerdict<'_> {
+    /// Whether the job fit: nothing refused.
+    pub fn fits(&self) -> bool {
+        self.refused.is_empty()
+    }
+}
+
+/// The verdict of every process and device that ran under a limit, in
+/// trace order.
+pub fn limit_verdicts(summary: &Summary) -> Vec<LimitVerdict<'_>> {
+    let mut verdicts = Vec::new();
+    for (process, (figures, footprints)) in summary.processes.iter().zip(&summary.footprints).enumerate() {
+        for (&device, &limit) in &figures.memory_limits {
+            let stats = figures.devices.get(&device);
+            let mut refused: Vec<&Oom> = stats
+                .map(|s| s.ooms.iter().filter(|o| o.by_limit).collect())
+                .unwrap_or_default();
+            refused.sort_by_key(|o| o.time_ns);
+            let at_peak = match device {
+                DeviceKey::Gpu(ordinal) => footprints
+                    .iter()
+                    .find(|f| f.device == ordinal)
+                    .and_then(|f| f.at_peak.as_ref()),
+                DeviceKey::Unknown => None,
+            };
+            let (peak_bytes, peak_time_ns, peak_parts) = match at_peak {
+                Some(breakdown) => (
+                    breakdown.reference.bytes,
+                    breakdown.reference.time_ns,
+                    parts_of(breakdown),
+                ),
+                None => stats.map_or((0, 0, Vec::new()), |s| (s.peak, s.peak_time_ns, Vec::new())),
+            };
+            verdicts.push(LimitVerdict {
+                process,
+                device,
+                limit,
+                refused,
+                peak_bytes,
+                peak_time_ns,
+                peak_parts,
+            });
+        }
+    }
+    verdicts
+}
+
+/// The named parts of a peak's split, largest first; what no measurement
+/// covers is left out.
+fn parts_of(breakdown: &Breakdown) -> Vec<(String, u64)> {
+    let names = [
+        (Category::Context, "context"),
+        (Category::Modules, "modules and kernels"),
+        (Category::Pools, "pools beyond their allocations"),
+        (Category::Graphs, "graph memory"),
+        (Category::StreamsAndEvents, "streams and events"),
+        (Category::GraphExecutables, "executable graphs"),
+    ];
+    let mut parts: Vec<(String, u64)> = breakdown.owners.clone();
+    for (category, name) in names {
+        let bytes = breakdown.category(category).max(0) as u64;
+        if bytes > 0 {
+            parts.push((name.to_string(), bytes));
+        }
+    }
+    parts.retain(|(_, bytes)| *bytes > 0);
+    parts.sort_by(|a, b| b.1.cmp(&a.1).then_with(|| a.0.cmp(&b.0)));
+    parts
+}

@@ -1,0 +1,333 @@
+//! `cudatrace run --limit SIZE`: every device behaves like a card of SIZE
+//! for the whole process tree, and the report says whether the job fit.
+//! Checked over the fake driver, with `limit` (tests/fake-cuda/c/limit.c).
+
+mod common;
+
+use common::*;
+use serde_json::Value;
+use std::path::PathBuf;
+use std::process::{Command, Stdio};
+
+const LIMIT: &str = "256MiB";
+const LIMIT_BYTES: u64 = 256 << 20;
+/// 50,000,000-byte blocks: five fit under 256 MiB (268,435,456), six do not.
+const BLOCK: &str = "50000000";
+
+/// `cudatrace run [--limit LIMIT] -- limit ARGS`: (stdout, report, trace).
+fn run_limit(label: &str, options: &[&str], args: &[&str], env: &[(&str, &str)]) -> (String, Value, PathBuf) {
+    let (mut command, trace) = run_program(label, &fake_cuda::program("limit"), options);
+    command.args(args).envs(env.iter().copied());
+    let output = command.output().unwrap();
+    assert_eq!(output.status.code(), Some(0), "{}", stderr(&output));
+    let (report, _) = report_json(&trace);
+    (stdout(&output), report, trace)
+}
+
+/// The line of limit.c where `allocate` makes an allocation of `kind`.
+fn call_line(kind: &str) -> usize {
+    let call = match kind {
+        "plain" => "result = cuMemAlloc_v2(",
+        "runtime" => "result = cudaMalloc(",
+        "async" => "result = cuMemAllocAsync(",
+        "pool" => "result = cuMemAllocFromPoolAsync(",
+        "vmm" => "result = cuMemCreate(",
+        "pitch" => "result = cuMemAllocPitch_v2(",
+        "array" => "result = cuArrayCreate_v2(",
+        _ => unreachable!(),
+    };
+    let source = std::fs::read_to_string(concat!(env!("CARGO_MANIFEST_DIR"), "/../tests/fake-cuda/c/limit.c")).unwrap();
+    source.lines().position(|l| l.contains(call)).unwrap() + 1
+}
+
+fn line<'a>(out: &'a str, start: &str) -> &'a str {
+    out.lines()
+        .find(|l| l.starts_with(start))
+        .unwrap_or_else(|| panic!("no line starting {start:?} in:\n{out}"))
+}
+
+#[test]
+fn every_query_path_reports_the_limit_and_nothing_changes_without_it() {
+    let (limited, _, _) = run_limit("limit-queries", &["--limit", LIMIT], &["queries"], &[]);
+    let free_and_total = format!("{LIMIT_BYTES} {LIMIT_BYTES}");
+    for query in [
+        "cuMemGetInfo_v2",
+        "cuMemGetInfo",
+        "dlsym cuMemGetInfo_v2",
+        "cuGetProcAddress cuMemGetInfo",
+        "cudaMemGetInfo",
+    ] {
+        assert_eq!(
+            line(&limited, &format!("{query} ")),
+            format!("{query} {free_and_total}")
+        );
+    }
+    for query in [
+        "cuDeviceTotalMem_v2",
+        "dlsym cuDeviceTotalMem_v2",
+        "cuGetProcAddress cuDeviceTotalMem",
+        "cudaGetDeviceProperties totalGlobalMem",
+    ] {
+        assert_eq!(line(&limited, &format!("{query} ")), format!("{query} {LIMIT_BYTES}"));
+    }
+    // Without --limit the fake card's 1 GiB shows through every path.
+    let (plain, report, _) = run_limit("limit-queries-off", &[], &["queries"], &[]);
+    assert_eq!(line(&plain, "cudaMemGetInfo "), "cudaMemGetInfo 1073741824 1073741824");
+    assert_eq!(
+        line(&plain, "cudaGetDeviceProperties"),
+        "cudaGetDeviceProperties totalGlobalMem 1073741824"
+    );
+    assert_eq!(report["memory_limit"], serde_json::json!([]));
+}
+
+#[test]
+fn the_first_refused_allocation_is_the_one_past_the_limit_for_every_kind() {
+    for kind in ["plain", "runtime", "async", "pool", "vmm", "pitch", "array"] {
+        let (out, report, _) = run_limit(
+            &format!("limit-{kind}"),
+            &["--limit", LIMIT],
+            &["refuse", kind, BLOCK, "10"],
+            &[],
+        );
+        // The error a real card gives, errno and the out-parameter untouched.
+        assert_eq!(
+            line(&out, "refused"),
+            format!("refused {kind} at 5 error 2 errno 4321 out 0xdead"),
+            "{kind}"
+        );
+        assert_eq!(line(&out, "allocated"), "allocated 5", "{kind}");
+        // Freed, the memory is the limit's again.
+        assert_eq!(line(&out, "after freeing"), "after freeing 0", "{kind}");
+        let verdicts = report["memory_limit"].as_array().unwrap();
+        assert_eq!(verdicts.len(), 1, "{kind}");
+        let verdict = &verdicts[0];
+        assert_eq!(verdict["fits"], false, "{kind}");
+        assert_eq!(verdict["limit_bytes"], LIMIT_BYTES, "{kind}");
+        let refusals = verdict["refusals"].as_array().unwrap();
+        assert_eq!(refusals.len(), 1, "{kind}");
+        // Pitched rows are padded to 512 bytes: a block takes 50,000,384,
+        // and the refusal names what it would have taken.
+        let block = if kind == "pitch" { 50_000_384 } else { 50_000_000u64 };
+        assert_eq!(refusals[0]["requested_bytes"], block, "{kind}");
+        let held = 5 * block;
+        assert_eq!(refusals[0]["left_bytes"], LIMIT_BYTES - held, "{kind}");
+        assert_eq!(
+            refusals[0]["site"],
+            format!("allocate (limit.c:{})", call_line(kind)),
+            "{kind}"
+        );
+    }
+}
+
+#[test]
+fn managed_memory_is_never_refused() {
+    let (out, report, _) = run_limit(
+        "limit-managed",
+        &["--limit", LIMIT],
+        &["refuse", "managed", BLOCK, "10"],
+        &[],
+    );
+    assert_eq!(line(&out, "allocated"), "allocated 10");
+    assert!(!out.contains("refused"), "{out}");
+    assert_eq!(report["memory_limit"][0]["fits"], true);
+}
+
+#[test]
+fn below_the_limit_the_program_behaves_as_without_it() {
+    let (limited, limited_report, _) = run_limit(
+        "limit-below",
+        &["--limit", "1GiB"],
+        &["refuse", "plain", BLOCK, "5"],
+        &[],
+    );
+    let (plain, plain_report, _) = run_limit("limit-below-off", &[], &["refuse", "plain", BLOCK, "5"], &[]);
+    assert_eq!(limited, plain);
+    assert_eq!(limited, "allocated 5\nafter freeing 0\n");
+    let counts = |r: &Value| {
+        (
+            r["processes"][0]["devices"][0]["allocations"].clone(),
+            r["processes"][0]["devices"][0]["frees"].clone(),
+        )
+    };
+    assert_eq!(counts(&limited_report), counts(&plain_report));
+    let verdict = &limited_report["memory_limit"][0];
+    assert_eq!(verdict["fits"], true);
+    assert_eq!(
+        verdict["verdict"],
+        "fits: peak 238.4 MiB of the 1.0 GiB limit (limit 238.4 MiB)"
+    );
+}
+
+#[test]
+fn a_graph_allocation_and_a_context_that_would_not_fit_are_refused() {
+    let (out, _, _) = run_limit("limit-graph", &["--limit", LIMIT], &["graph", "300000000"], &[]);
+    assert_eq!(out, "cuGraphAddMemAllocNode 2\n");
+    let (out, _, _) = run_limit("limit-graph-fits", &["--limit", LIMIT], &["graph", "200000000"], &[]);
+    assert_eq!(out, "cuGraphAddMemAllocNode 0\n");
+
+    // A shared card: a process holds a 100,000,000-byte context and as
+    // much memory; a second context of that size no longer fits 256 MiB.
+    let nvml = scratch_dir("limit-context-nvml");
+    let env = [
+        ("FAKE_NVML_DIR", nvml.to_str().unwrap()),
+        ("FAKE_CUDA_SHARED_CARD", "1"),
+        ("FAKE_CUDA_CONTEXT_BYTES", "100000000"),
+    ];
+    let (mut command, trace) = run_program("limit-context", &PathBuf::from("/bin/sh"), &["--limit", LIMIT]);
+    let limit = fake_cuda::program("limit");
+    let limit = limit.to_str().unwrap();
+    command
+        .args([
+            "-c",
+            &format!("{limit} hold 100000000 1500 & sleep 0.5; {limit} context; wait"),
+        ])
+        .envs(env);
+    let output = command.output().unwrap();
+    assert_eq!(output.status.code(), Some(0), "{}", stderr(&output));
+    let said = stdout(&output);
+    assert_eq!(line(&said, "cuDevicePrimaryCtxRetain"), "cuDevicePrimaryCtxRetain 2");
+    let (report, _) = report_json(&trace);
+    let refused: Vec<&Value> = report["memory_limit"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .filter(|v| v["fits"] == false)
+        .collect();
+    assert_eq!(refused.len(), 1, "{report:#}");
+    assert_eq!(refused[0]["refusals"][0]["requested_bytes"], 0);
+    assert_eq!(refused[0]["refusals"][0]["api"], "cuDevicePrimaryCtxRetain");
+}
+
+#[test]
+fn processes_of_one_tree_share_the_limit_and_a_dead_one_gives_its_share_back() {
+    let dir = scratch_dir("limit-shared");
+    let mut command = cudatrace_run();
+    let trace = dir.join("run.trace");
+    let limit = fake_cuda::program("limit");
+    let limit = limit.to_str().unwrap();
+    // The holder keeps 200,000,000 bytes and exits without freeing them;
+    // the second process gets 6 blocks of 10,000,000 beside it; once the
+    // holder is gone, a third gets 26.
+    let script = format!(
+        "{limit} hold 200000000 1000 & sleep 0.4; {limit} refuse plain 10000000 40; wait; {limit} refuse plain 10000000 40"
+    );
+    command
+        .arg("-o")
+        .arg(&trace)
+        .args(["--limit", LIMIT, "--", "/bin/sh", "-c", &script])
+        .env("TMPDIR", &dir);
+    let output = command.output().unwrap();
+    assert_eq!(output.status.code(), Some(0), "{}", stderr(&output));
+    let out = stdout(&output);
+    let said: Vec<&str> = out.lines().filter(|l| l.starts_with("refused")).collect();
+    assert_eq!(
+        said,
+        [
+            "refused plain at 6 error 2 errno 4321 out 0xdead",
+            "refused plain at 26 error 2 errno 4321 out 0xdead"
+        ]
+    );
+}
+
+#[test]
+fn a_forked_child_shares_its_parents_limit() {
+    let (out, _, _) = run_limit("limit-fork", &["--limit", LIMIT], &["fork", "100000000"], &[]);
+    assert_eq!(out, "parent 0\nchild refused at 1\nchild exited 0\n");
+}
+
+#[test]
+fn each_device_has_the_whole_limit() {
+    let dir = scratch_dir("limit-devices");
+    let trace = dir.join("run.trace");
+    let limit = fake_cuda::program("limit");
+    let limit = limit.to_str().unwrap();
+    let script = format!("{limit} hold 200000000 800 & sleep 0.3; {limit} refuse plain 100000000@1 5; wait");
+    let output = cudatrace_run()
+        .arg("-o")
+        .arg(&trace)
+        .args(["--limit", LIMIT, "--", "/bin/sh", "-c", &script])
+        .env("TMPDIR", &dir)
+        .output()
+        .unwrap();
+    assert_eq!(output.status.code(), Some(0), "{}", stderr(&output));
+    assert_eq!(
+        line(&stdout(&output), "refused"),
+        "refused plain at 2 error 2 errno 4321 out 0xdead"
+    );
+    let (report, _) = report_json(&trace);
+    let mut devices: Vec<u64> = report["memory_limit"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|v| v["device"].as_u64().unwrap())
+        .collect();
+    devices.sort();
+    assert_eq!(devices, [0, 1]);
+}
+
+#[test]
+fn the_report_opens_with_the_verdict_and_marks_each_refusal() {
+    let (_, _, trace) = run_limit(
+        "limit-text",
+        &["--limit", LIMIT],
+        &["refuse", "plain", BLOCK, "10"],
+        &[],
+    );
+    let output = cudatrace(&["report"]).arg(&trace).output().unwrap();
+    assert_eq!(output.status.code(), Some(0), "{}", stderr(&output));
+    let text = stdout(&output);
+    let lines: Vec<&str> = text.lines().collect();
+    assert_eq!(lines[1], "memory limit:");
+    assert!(
+        lines[2].ends_with(
+            ", GPU 0: did not fit: 1 allocation refused, the first at allocate (limit.c:146) (asked 47.7 MiB with 17.6 MiB left of the 256.0 MiB limit)"
+        ),
+        "{}",
+        lines[2]
+    );
+    assert_eq!(
+        text.matches("    REFUSED BY THE MEMORY LIMIT: cuMemAlloc_v2 asked for 47.7 MiB with 17.6 MiB left of the 256.0 MiB limit\n")
+            .count(),
+        1,
+        "{text}"
+    );
+    assert!(!text.contains("OUT OF MEMORY"), "{text}");
+}
+
+#[test]
+fn a_limit_that_is_no_size_is_refused_in_one_line() {
+    for (args, env, said) in [
+        (vec!["--limit", "lots"], None, "'lots' is not a size"),
+        (vec!["--limit", "1000"], None, "'1000' is too small for a GPU"),
+        (vec![], Some("lots"), "CUDATRACE_LIMIT=lots: 'lots' is not a size"),
+    ] {
+        let mut command = cudatrace_run();
+        command.args(&args).args(["--", "/bin/true"]);
+        if let Some(value) = env {
+            command.env("CUDATRACE_LIMIT", value);
+        }
+        let output = command.stdin(Stdio::null()).output().unwrap();
+        assert_eq!(output.status.code(), Some(2), "{args:?}");
+        let text = stderr(&output);
+        assert_eq!(text.lines().count(), 1, "{text}");
+        assert!(text.contains(said), "{text}");
+    }
+    // The library, preloaded by hand with a bad value, says so and runs unlimited.
+    let child = Command::new(fake_cuda::program("limit"))
+        .arg("queries")
+        .env("LD_LIBRARY_PATH", fake_cuda::library_dir())
+        .env("LD_PRELOAD", tracer_library())
+        .env("CUDATRACE_LIMIT", "lots")
+        .env("CUDATRACE_DIR", scratch_dir("limit-bad-env"))
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    let output = child.wait_with_output().unwrap();
+    let out = stdout(&output);
+    assert_eq!(line(&out, "cudaMemGetInfo "), "cudaMemGetInfo 1073741824 1073741824");
+    assert_eq!(
+        stderr(&output),
+        "cudatrace: CUDATRACE_LIMIT=lots is not a size (such as 24GiB); running without a limit\n"
+    );
+}
