@@ -72,8 +72,8 @@ def report_of(args, trace):
     return json.loads(done.stdout) if done.stdout else None
 
 
-def run_cli(args, name, argv, env=None, plain_preload=False):
-    """Runs argv under `cudatrace run` (or plain LD_PRELOAD) and reads the report."""
+def run_cli(args, name, argv, env=None, plain_preload=False, options=()):
+    """Runs argv under `cudatrace run OPTIONS` (or plain LD_PRELOAD) and reads the report."""
     workdir = tempfile.mkdtemp(prefix=f"cudatrace-{name}-")
     trace = os.path.join(workdir, "run.trace")
     out_json = os.path.join(workdir, "out.json")
@@ -91,7 +91,7 @@ def run_cli(args, name, argv, env=None, plain_preload=False):
                 break
             time.sleep(0.2)
     else:
-        command = [args.cli, "run", "--force", "--preload", args.preload, "-o", trace, "--"] + argv
+        command = [args.cli, "run", "--force", "--preload", args.preload, "-o", trace, *options, "--"] + argv
         done = subprocess.run(command, env=environment, capture_output=True, text=True, timeout=args.timeout)
         report = report_of(args, trace) if os.path.exists(trace) else None
     data = json.load(open(out_json)) if os.path.exists(out_json) else None
@@ -1159,6 +1159,143 @@ def scenario_resnet_tensors(args):
                        {"tensors-all": 5.0, "tensors-python": 3.0}, steps=30, judge="median")
 
 
+GIB = 1 << 30
+
+
+def limit_refusals(report):
+    """Every refusal of the memory limit in a report, with its process's verdict."""
+    return [(v, r) for v in (report or {}).get("memory_limit", []) for r in v["refusals"]]
+
+
+def scenario_limit_queries(args):
+    """`run --limit`: PyTorch, a static runtime, ctypes, CuPy and JAX are
+    told of the smaller card, and refused past it as a real one refuses."""
+    problems, details = [], []
+    limit = 24 * GIB
+    r = run_cli(args, "limit-torch-queries", [sys.executable, os.path.join(WORKLOADS, "limit_torch.py"), "queries",
+                                              "{out}"], options=["--limit", "24GiB"])
+    if r.data is None:
+        return False, f"torch queries: exit {r.returncode}: {r.stderr.strip()[-300:]}"
+    details.append(f"torch: mem_get_info ({r.data['free']}, {r.data['total']}), total_memory {r.data['total_memory']}")
+    if r.data["total"] != limit or r.data["total_memory"] != limit or not 23 * GIB < r.data["free"] <= limit:
+        problems.append("torch was not told 24 GiB")
+
+    binary = nvcc("limit_static.cu", "-lcuda")
+    linked = subprocess.run(["ldd", binary], capture_output=True, text=True).stdout
+    real = subprocess.run([binary, str(1 << 40)], capture_output=True, text=True, timeout=120)
+    real_alloc = next(l for l in real.stdout.splitlines() if l.startswith("cuMemAlloc_v2"))
+    r = run_cli(args, "limit-static", [binary, str(5 * GIB)], options=["--limit", "4GiB"])
+    said = dict(l.split(" ", 1) for l in r.stdout.splitlines())
+    refused = limit_refusals(r.report)
+    details.append(f"static runtime under 4 GiB: cudaMemGetInfo {said.get('cudaMemGetInfo')}, totalGlobalMem "
+                   f"{said.get('totalGlobalMem')}, cudaMalloc(5 GiB) {said.get('cudaMalloc')}, cudaGetLastError "
+                   f"{said.get('cudaGetLastError')}, refused cuMemAlloc_v2: {said.get('cuMemAlloc_v2')} against the "
+                   f"card's own OOM (1 TiB, untraced): {real_alloc.split(' ', 1)[1]}; {len(refused)} refusals in the trace")
+    if (said.get("totalGlobalMem") != str(4 * GIB) or not said.get("cudaMemGetInfo", "").endswith(f" {4 * GIB}")
+            or said.get("cudaMalloc") != "2" or said.get("cudaGetLastError") != "2"
+            or "cuMemAlloc_v2 " + said.get("cuMemAlloc_v2", "") != real_alloc or len(refused) != 2
+            or "libcudart" in linked):
+        problems.append("static runtime")
+
+    r = run_cli(args, "limit-raw", [sys.executable, os.path.join(WORKLOADS, "limit_raw.py"), "{out}"],
+                options=["--limit", "4GiB"])
+    if r.data is None:
+        return False, f"ctypes/CuPy: exit {r.returncode}: {r.stderr.strip()[-300:]}"
+    refused = limit_refusals(r.report)
+    details.append(f"ctypes cudaMalloc 3 GiB {r.data['ctypes_within']}, then 2 GiB {r.data['ctypes_past']}; CuPy 3 GiB "
+                   f"{r.data['cupy_within']}, then 2 GiB: {r.data['cupy_past']}; cupy.empty 2 GiB: "
+                   f"{r.data['cupy_array_past']}; refusals in the trace: {[x['api'] for _, x in refused]}")
+    if (r.data["ctypes_within"] != 0 or r.data["ctypes_past"] != 2 or r.data["cupy_within"] != "ok"
+            or "cudaErrorMemoryAllocation" not in r.data["cupy_past"]
+            or r.data["cupy_array_past"] != "OutOfMemoryError" or len(refused) < 3):
+        problems.append("ctypes or CuPy")
+
+    r = run_cli(args, "limit-jax", [sys.executable, os.path.join(WORKLOADS, "limit_jax.py"), "{out}"],
+                options=["--limit", "24GiB"])
+    if r.data is None:
+        return False, f"JAX: exit {r.returncode}: {r.stderr.strip()[-300:]}"
+    share = (r.data["bytes_limit"] or 0) / limit
+    details.append(f"JAX preallocated {r.data['bytes_limit']} B = {100 * share:.2f}% of 24 GiB")
+    if not 0.74 <= share <= 0.76:
+        problems.append("JAX did not preallocate 75% of the limit")
+    return not problems, ("; ".join(details) + (f". FAILED: {', '.join(problems)}" if problems else ""))
+
+
+def scenario_limit_resnet(args):
+    """`run --limit 24GiB` and `40GiB`: ResNet-50's batch grows by 16 until
+    the limit refuses memory; NVML's per-process figure stays under the
+    limit, the refused request would have taken it past 98%, PyTorch's OOM
+    names the limit, the larger limit fits a larger batch, and each largest
+    batch fits again when run under its limit."""
+    workload = os.path.join(WORKLOADS, "limit_torch.py")
+    problems, details, largest = [], [], {}
+    for gib in (24, 40):
+        limit = gib * GIB
+        r = run_cli(args, f"limit-grow-{gib}", [sys.executable, workload, "grow", "{out}"],
+                    options=["--limit", f"{gib}GiB"])
+        if r.data is None or r.data.get("largest") is None:
+            return False, f"{gib} GiB: exit {r.returncode}: {r.stderr.strip()[-300:]}"
+        refused = limit_refusals(r.report)
+        last = refused[-1][1] if refused else None
+        verdict = next((v["verdict"] for v, _ in refused), None)
+        reached = (r.data["nvml_at_oom"] + last["requested_bytes"]) / limit if last else 0
+        largest[gib] = r.data["largest"]
+        message = r.data["oom_message"]
+        names_limit = f"total capacity of {gib}.00 GiB" in message
+        details.append(f"{gib} GiB: largest batch {r.data['largest']}, refused at {r.data['oom_batch']}; NVML peak "
+                       f"{r.data['nvml_peak'] / GIB:.2f} GiB, at the OOM {r.data['nvml_at_oom'] / GIB:.2f} GiB + the "
+                       f"refused {last['requested_bytes'] / GIB if last else 0:.2f} GiB = {100 * reached:.1f}% of the "
+                       f"limit; {len(refused)} refusals; OOM message names {gib}.00 GiB: {names_limit}; verdict: {verdict}")
+        if r.data["nvml_peak"] > limit or reached <= 0.98 or not names_limit or not verdict:
+            problems.append(f"{gib} GiB growth")
+    if largest[40] <= largest[24]:
+        problems.append("40 GiB fits no larger batch")
+    for gib in (24, 40):
+        r = run_cli(args, f"limit-fits-{gib}", [sys.executable, workload, "fits", str(largest[gib]), "{out}"],
+                    options=["--limit", f"{gib}GiB"])
+        trained = bool(r.data and r.data.get("trained"))
+        verdicts = [v["verdict"] for v in (r.report or {}).get("memory_limit", [])]
+        details.append(f"batch {largest[gib]} again under {gib} GiB: trained {trained}; {verdicts}")
+        if not trained or not verdicts or not all(v.startswith("fits") for v in verdicts):
+            problems.append(f"batch {largest[gib]} did not fit again under {gib} GiB")
+    return not problems, ("; ".join(details) + (f". FAILED: {', '.join(problems)}" if problems else ""))
+
+
+def scenario_limit_cost(args):
+    """What `--limit` adds to an allocation and a free on the real driver:
+    the C loop of cudaMallocAsync + cudaFreeAsync pairs (as scenario z),
+    stacks none, with and without a limit (70 GiB: nothing refused), 12
+    interleaved rounds of processes pinned to one core. Goal: at most 50 ns
+    a call, by the medians."""
+    binary = nvcc("hook_cost.cu", "-cudart", "shared")
+    variants = [("plain", None), ("none", []), ("limit", ["--limit", "70GiB"])]
+    figures = {name: {key: [] for key in hook_cost_table.DEPTHS} for name, _ in variants}
+    core = str(min(2, (os.cpu_count() or 1) - 1))
+    for _ in range(12):
+        for name, options in variants:
+            workdir = tempfile.mkdtemp(prefix="cudatrace-limit-cost-")
+            argv = ["taskset", "-c", core, binary, "20000", "5"]
+            if options is not None:
+                argv = [args.cli, "run", "--force", "--preload", args.preload, "--stacks", "none", *options, "-o",
+                        os.path.join(workdir, "t.trace"), "--"] + argv
+            done = subprocess.run(argv, env=dict(os.environ, TMPDIR=workdir), capture_output=True, text=True,
+                                  timeout=args.timeout)
+            shutil.rmtree(workdir, ignore_errors=True)
+            if done.returncode != 0:
+                return False, f"{name}: exit {done.returncode}: {done.stderr.strip()[-200:]}"
+            values = dict(line.split() for line in done.stdout.splitlines() if line.strip())
+            for key in figures[name]:
+                figures[name][key].append(float(values[key]))
+    median = {name: {k: statistics.median(v) for k, v in f.items()} for name, f in figures.items()}
+    # A pair is two program calls; each reaches the driver hook once.
+    added = {k: (median["limit"][k] - median["none"][k]) / 2 for k in hook_cost_table.DEPTHS}
+    MEASURED["limit_cost"] = added
+    rows = ", ".join(f"{name} {median[name]['depth1_ns']:.0f} / {median[name]['depth32_ns']:.0f}" for name, _ in variants)
+    return all(v <= 50 for v in added.values()), (
+        f"12 interleaved processes a variant on core {core}, median ns per pair at depth 1 / 32: {rows}; "
+        f"the limit adds {added['depth1_ns']:+.1f} / {added['depth32_ns']:+.1f} ns a call")
+
+
 SCENARIOS = [
     ("a torch caching allocator", scenario_torch_caching),
     ("b expandable segments", scenario_torch_expandable),
@@ -1196,6 +1333,9 @@ SCENARIOS = [
     ("L long runs under a size cap: ResNet-50 for over 4 minutes in 64 MiB, a leak in 8 MiB", scenario_long_run_folded),
     ("T2 tensors: ResNet-50 cost, caching allocator", scenario_resnet_tensors),
     ("T3 tensors: record_stream, empty_cache, OOM, graph pool, MemPool; expandable or not", scenario_tensor_cases),
+    ("M1 memory limit: PyTorch, static runtime, ctypes, CuPy and JAX told and refused", scenario_limit_queries),
+    ("M2 memory limit: ResNet-50's largest batch under 24 and 40 GiB", scenario_limit_resnet),
+    ("M3 memory limit: what it adds to a call, C loop", scenario_limit_cost),
 ]
 
 #: Parts of the suite that run separately, each within 5 minutes on an H100.
@@ -1210,6 +1350,7 @@ PARTS = {
     "8": "T2",
     "9": "S",
     "10": "L",
+    "11": "M1,M2,M3",
 }
 
 
