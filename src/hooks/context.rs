@@ -53,7 +53,7 @@ fn context_refused(api: Api, device: CUdevice) -> bool {
     let Ok(device) = i8::try_from(device) else { return false };
     let mut refused = false;
     guarded(|| {
-        refused = !memory_limit::context_fits(device);
+        refused = !memory_limit::context_fits(device, readings::has_context(device));
         if refused {
             let limit = memory_limit::limit().unwrap_or(0);
             recorder::refused_by_limit(api, cudatrace_events::Kind::Device, device, 0, 0, 0, limit);
@@ -280,7 +280,7 @@ fn graph_memory_refused(params: *const CUDA_MEM_ALLOC_NODE_PARAMS) -> bool {
             current_device()
         };
         let Some(device) = device else { return };
-        match memory_limit::admit(device, bytes) {
+        match memory_limit::admit(device, bytes, readings::memory_info) {
             Admission::Counted(reservation) => memory_limit::settle(reservation, false, 0),
             Admission::Refused { left, limit } => {
                 refused = true;

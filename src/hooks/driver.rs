@@ -104,12 +104,21 @@ fn limit_admission(call: Call, bytes: u64) -> Admission {
         if device < 0 {
             return;
         }
-        admission = memory_limit::admit(device, bytes);
+        admission = memory_limit::admit(device, bytes, readings::memory_info);
         if let Admission::Refused { left, limit } = admission {
             recorder::refused_by_limit(call.api, call.kind, device, bytes, call.stream, left, limit);
         }
     });
     admission
+}
+
+/// Writes zero to a refused call's out-parameter, as the driver does when
+/// it runs out of memory (checked on the GPU: `cuMemAlloc_v2` leaves 0).
+fn clear_out<T>(out: *mut T) {
+    if !out.is_null() {
+        // SAFETY: the program passed this out-parameter for the call to write.
+        unsafe { std::ptr::write_bytes(out, 0, 1) };
+    }
 }
 
 /// The admission of an allocation call about to be made: nothing at all
@@ -280,24 +289,25 @@ fn described<D: Copy>(desc: *const D, bytes: impl FnOnce(D) -> u64) -> u64 {
 macro_rules! alloc_hooks {
     ($(
         $(#[$doc:meta])*
-        $name:ident ( $( $arg:ident : $ty:ty ),* ) => $call:expr, bytes: $bytes:expr, address: $address:expr;
+        $name:ident ( $out:ident : $out_ty:ty $(, $arg:ident : $ty:ty )* ) => $call:expr, bytes: $bytes:expr, address: $address:expr;
     )*) => {$(
         $(#[$doc])*
         ///
         /// # Safety
         /// Same contract as the driver's function.
         #[unsafe(no_mangle)]
-        pub unsafe extern "C" fn $name($( $arg: $ty ),*) -> CUresult {
-            let real = real_or_fail!($name, unsafe extern "C" fn($( $ty ),*) -> CUresult);
+        pub unsafe extern "C" fn $name($out: $out_ty $(, $arg: $ty )*) -> CUresult {
+            let real = real_or_fail!($name, unsafe extern "C" fn($out_ty $(, $ty )*) -> CUresult);
             let call = $call;
             prepare_driver_event(None, call.stream);
             let bytes: u64 = $bytes;
             let admission = admission_of(call, bytes);
             if let Admission::Refused { .. } = admission {
+                clear_out($out);
                 return CUDA_ERROR_OUT_OF_MEMORY;
             }
             // SAFETY: arguments forwarded unchanged.
-            let result = unsafe { real($( $arg ),*) };
+            let result = unsafe { real($out $(, $arg )*) };
             allocation_returned(result, call, bytes, admission, || $address, || bytes);
             result
         }
@@ -411,6 +421,7 @@ pub unsafe extern "C" fn cuMemAllocPitch(
     let mut call = device_memory(Api::CuMemAllocPitch, Kind::Pitch);
     let admission = admission_of(call, pitched_estimate(u64::from(width_in_bytes), u64::from(height)));
     if let Admission::Refused { .. } = admission {
+        clear_out(dptr);
         return CUDA_ERROR_OUT_OF_MEMORY;
     }
     // SAFETY: arguments forwarded unchanged.
@@ -452,6 +463,7 @@ pub unsafe extern "C" fn cuMemAllocPitch_v2(
     let mut call = device_memory(Api::CuMemAllocPitchV2, Kind::Pitch);
     let admission = admission_of(call, pitched_estimate(width_in_bytes as u64, height as u64));
     if let Admission::Refused { .. } = admission {
+        clear_out(dptr);
         return CUDA_ERROR_OUT_OF_MEMORY;
     }
     // SAFETY: arguments forwarded unchanged.
@@ -599,8 +611,13 @@ macro_rules! free_hooks {
             let pending = free_starting(Namespace::$namespace, $address);
             // SAFETY: arguments forwarded unchanged.
             let result = unsafe { real($( $arg ),*) };
-            if recorder::free_returned(pending, result, Api::$api, $stream).is_some() {
-                readings::maybe_sample(Api::$api, clock::latest_record_ns());
+            if let Some(freed) = recorder::free_returned(pending, result, Api::$api, $stream) {
+                if freed.limited {
+                    memory_limit::give_back(freed.device, freed.size);
+                }
+                if freed.device >= 0 {
+                    readings::maybe_sample(Api::$api, clock::latest_record_ns());
+                }
             }
             result
         }

@@ -14,8 +14,8 @@
 //! Off (the default), every function here is one relaxed load and nothing
 //! else: the program's behaviour is unchanged.
 
+use crate::record::devices;
 use crate::record::recorder::{self, Record};
-use crate::record::{devices, readings};
 use crate::spool::tree_root;
 use crate::sys::cuda_ffi::*;
 use crate::sys::shared_ledger::{self, Ledger};
@@ -192,8 +192,9 @@ fn record_limit(ordinal: i8) {
 }
 
 /// Counts `bytes` about to be allocated on `device`, or says that they
-/// would not fit. Call only when [`enabled`].
-pub fn admit(device: i8, bytes: u64) -> Admission {
+/// would not fit. Call only when [`enabled`]. `read_device` reads the
+/// calling thread's device afresh (free, total), for a would-be refusal.
+pub fn admit(device: i8, bytes: u64, read_device: impl FnOnce() -> Option<(u64, u64)>) -> Admission {
     let limit = LIMIT.load(Ordering::Relaxed);
     let Some(ledger) = ledger() else {
         return Admission::NotCounted;
@@ -210,7 +211,7 @@ pub fn admit(device: i8, bytes: u64) -> Admission {
     keeping_errno(|| {
         ledger.take_off_dead(std::process::id());
         if devices::current_device() == Some(device) {
-            if let Some((free, total)) = readings::memory_info() {
+            if let Some((free, total)) = read_device() {
                 note_reading(device, free, total);
             }
         }
@@ -322,9 +323,9 @@ pub fn note_first_context(device: i8, free: u64, total: u64) {
 /// Whether a new context on `device` fits under the limit, by what a
 /// context of the tree took there before (none measured yet: whether any
 /// byte is left). Asked before a context is created; a process that has a
-/// context on the device already always fits.
-pub fn context_fits(device: i8) -> bool {
-    if !enabled() || readings::has_context(device) {
+/// context on the device already (`has_context`) always fits.
+pub fn context_fits(device: i8, has_context: bool) -> bool {
+    if !enabled() || has_context {
         return true;
     }
     let limit = LIMIT.load(Ordering::Relaxed);

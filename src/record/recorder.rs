@@ -9,7 +9,6 @@
 //! the hooks' to trigger, after the recorder has returned.
 
 use crate::record::live_table::{self, Entry, Inserted, Namespace};
-use crate::record::memory_limit;
 use crate::spool::recording_switch;
 use crate::spool::writer::{self, Counter};
 use crate::stacks::call_stack;
@@ -318,10 +317,10 @@ pub fn free_starting(namespace: Namespace, address: u64) -> Option<PendingFree> 
     })
 }
 
-/// Call after the real free returned `result`. Returns the device of the
-/// memory freed, when a free of known device memory was recorded.
+/// Call after the real free returned `result`. Returns what was freed,
+/// when a free of known memory was recorded.
 #[inline]
-pub fn free_returned(pending: Option<PendingFree>, result: CUresult, api: Api, stream: u64) -> Option<i8> {
+pub fn free_returned(pending: Option<PendingFree>, result: CUresult, api: Api, stream: u64) -> Option<Entry> {
     let pending = pending?;
     let mut freed_on = None;
     guarded(|| {
@@ -335,10 +334,7 @@ pub fn free_returned(pending: Option<PendingFree>, result: CUresult, api: Api, s
                 record.device = entry.device;
                 record.size = entry.size;
                 write(seq, record, true);
-                if entry.limited {
-                    memory_limit::give_back(entry.device, entry.size);
-                }
-                freed_on = (entry.device >= 0).then_some(entry.device);
+                freed_on = Some(entry);
             }
             (Some(seq), None) if succeeded => {
                 writer::bump(Counter::UnknownFree);

@@ -274,11 +274,15 @@ impl Ledger {
     }
 }
 
-/// `counter -= bytes`, stopping at 0.
+/// `counter -= bytes`, stopping at 0: one atomic subtraction, and a
+/// repair in the rare case that it went below zero (a free of bytes whose
+/// share was already taken off).
+#[inline]
 pub fn subtract(counter: &AtomicU64, bytes: u64) {
-    let _ = counter.fetch_update(Ordering::AcqRel, Ordering::Acquire, |now| {
-        Some(now.saturating_sub(bytes))
-    });
+    let before = counter.fetch_sub(bytes, Ordering::AcqRel);
+    if before < bytes {
+        counter.fetch_add(bytes - before, Ordering::AcqRel);
+    }
 }
 
 /// When the process started, in clock ticks after boot (field 22 of

@@ -49,7 +49,7 @@ fn a_single_process_run_reports_exactly_what_it_did() {
     ];
     live_at_exit.sort_by_key(|l| l["address"].as_u64());
     let expected = json!({
-        "format_version": 10,
+        "format_version": 11,
         "lost_events": 0,
         "dropped_events": 0,
         "complete": true,
@@ -61,6 +61,8 @@ fn a_single_process_run_reports_exactly_what_it_did() {
         "forked_without_spool": [],
         "refused_spools": [],
         "damaged_spools": [],
+        // No memory limit: no verdict.
+        "memory_limit": [],
         "processes": [{
             "pid": pid,
             "ppid": cudatrace_pid,
