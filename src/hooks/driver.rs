@@ -112,8 +112,25 @@ fn limit_admission(call: Call, bytes: u64) -> Admission {
     admission
 }
 
-/// Writes zero to a refused call's out-parameter, as the driver does when
-/// it runs out of memory (checked on the GPU: `cuMemAlloc_v2` leaves 0).
+/// Whether the driver writes 0 to the call's pointer when it runs out of
+/// memory. GPU run 111 compared each entry point's out-parameters after a
+/// real out-of-memory error: `cuMemAlloc_v2`, `cuMemAllocAsync` and
+/// `cuMemAllocPitch_v2` write 0 (and the pitch), `cuMemCreate` and
+/// `cuArray3DCreate_v2` leave theirs as they were.
+fn zeroes_its_pointer(api: Api) -> bool {
+    matches!(
+        api,
+        Api::CuMemAlloc
+            | Api::CuMemAllocV2
+            | Api::CuMemAllocAsync
+            | Api::CuMemAllocAsyncPtsz
+            | Api::CuMemAllocFromPoolAsync
+            | Api::CuMemAllocFromPoolAsyncPtsz
+    )
+}
+
+/// Writes zero to a refused call's pointer, as the driver does when it runs
+/// out of memory (see [`zeroes_its_pointer`]).
 fn clear_out<T>(out: *mut T) {
     if !out.is_null() {
         // SAFETY: the program passed this out-parameter for the call to write.
@@ -300,10 +317,15 @@ macro_rules! alloc_hooks {
             let real = real_or_fail!($name, unsafe extern "C" fn($out_ty $(, $ty )*) -> CUresult);
             let call = $call;
             prepare_driver_event(None, call.stream);
+            if memory_limit::enabled() {
+                memory_limit::prefetch();
+            }
             let bytes: u64 = $bytes;
             let admission = admission_of(call, bytes);
             if let Admission::Refused { .. } = admission {
-                clear_out($out);
+                if zeroes_its_pointer(call.api) {
+                    clear_out($out);
+                }
                 return CUDA_ERROR_OUT_OF_MEMORY;
             }
             // SAFETY: arguments forwarded unchanged.
@@ -398,7 +420,12 @@ alloc_hooks! {
 /// rows padded to 512 bytes, the alignment current GPUs use. The real size
 /// replaces it once known.
 fn pitched_estimate(width: u64, height: u64) -> u64 {
-    width.div_ceil(512).saturating_mul(512).saturating_mul(height)
+    pitched_row(width).saturating_mul(height)
+}
+
+/// A row of `width` bytes padded to 512.
+fn pitched_row(width: u64) -> u64 {
+    width.div_ceil(512).saturating_mul(512)
 }
 
 /// Hook for the 32-bit `cuMemAllocPitch`.
@@ -421,7 +448,12 @@ pub unsafe extern "C" fn cuMemAllocPitch(
     let mut call = device_memory(Api::CuMemAllocPitch, Kind::Pitch);
     let admission = admission_of(call, pitched_estimate(u64::from(width_in_bytes), u64::from(height)));
     if let Admission::Refused { .. } = admission {
+        // The driver writes the pitch it chose even when out of memory.
         clear_out(dptr);
+        if !pitch.is_null() {
+            // SAFETY: the program passed the pitch for the call to write.
+            unsafe { *pitch = pitched_row(u64::from(width_in_bytes)) as _ };
+        }
         return CUDA_ERROR_OUT_OF_MEMORY;
     }
     // SAFETY: arguments forwarded unchanged.
@@ -463,7 +495,12 @@ pub unsafe extern "C" fn cuMemAllocPitch_v2(
     let mut call = device_memory(Api::CuMemAllocPitchV2, Kind::Pitch);
     let admission = admission_of(call, pitched_estimate(width_in_bytes as u64, height as u64));
     if let Admission::Refused { .. } = admission {
+        // The driver writes the pitch it chose even when out of memory.
         clear_out(dptr);
+        if !pitch.is_null() {
+            // SAFETY: the program passed the pitch for the call to write.
+            unsafe { *pitch = pitched_row(width_in_bytes as u64) as _ };
+        }
         return CUDA_ERROR_OUT_OF_MEMORY;
     }
     // SAFETY: arguments forwarded unchanged.
@@ -608,6 +645,9 @@ macro_rules! free_hooks {
         pub unsafe extern "C" fn $name($( $arg: $ty ),*) -> CUresult {
             let real = real_or_fail!($name, unsafe extern "C" fn($( $ty ),*) -> CUresult);
             prepare_driver_event(Some((Namespace::$namespace, $address)), $stream);
+            if memory_limit::enabled() {
+                memory_limit::prefetch();
+            }
             let pending = free_starting(Namespace::$namespace, $address);
             // SAFETY: arguments forwarded unchanged.
             let result = unsafe { real($( $arg ),*) };

@@ -22,19 +22,26 @@ use crate::sys::shared_ledger::{self, Ledger};
 use crate::sys::symbols::{real_fn, Sym};
 use crate::sys::tracing_switch::{guarded, keeping_errno, tracing_on};
 use cudatrace_events::{naming, sizes, Op};
-use std::sync::atomic::{AtomicPtr, AtomicU64, AtomicU8, AtomicUsize, Ordering};
+use std::sync::atomic::{AtomicPtr, AtomicU32, AtomicU64, AtomicU8, Ordering};
 
 /// The limit in bytes; 0 = no limit.
 #[unsafe(link_section = "cudatrace_hot")]
 static LIMIT: AtomicU64 = AtomicU64::new(0);
+// The statics every allocation and free reads under a limit are hot
+// statics (see `sys::hot_statics`): after the driver's call they would
+// otherwise be cache misses of their own.
+#[unsafe(link_section = "cudatrace_hot")]
 static LEDGER: AtomicPtr<Ledger> = AtomicPtr::new(std::ptr::null_mut());
 /// This process's slot in the ledger; [`NO_SLOT`] until claimed.
-static MY_SLOT: AtomicUsize = AtomicUsize::new(NO_SLOT);
-const NO_SLOT: usize = usize::MAX;
-/// Device ordinals seen by the process (up to 64): 0 not looked up yet,
+#[unsafe(link_section = "cudatrace_hot")]
+static MY_SLOT: AtomicU32 = AtomicU32::new(NO_SLOT);
+const NO_SLOT: u32 = u32::MAX;
+/// Device ordinals seen by the process: 0 not looked up yet,
 /// [`NOT_LIMITED`] for one the ledger has no room or no UUID for, else the
-/// ledger's device index + 1.
-static DEVICE_INDEX: [AtomicU8; 64] = [const { AtomicU8::new(0) }; 64];
+/// ledger's device index + 1. Ordinals past these are not limited (a
+/// ledger keeps 16 devices too).
+#[unsafe(link_section = "cudatrace_hot")]
+static DEVICE_INDEX: [AtomicU8; shared_ledger::MAX_DEVICES] = [const { AtomicU8::new(0) }; shared_ledger::MAX_DEVICES];
 const NOT_LIMITED: u8 = u8::MAX;
 /// Devices whose limit record this process has written, one bit each.
 static RECORDED: AtomicU64 = AtomicU64::new(0);
@@ -129,7 +136,7 @@ fn open_ledger() -> Option<&'static Ledger> {
 fn my_slot(ledger: &Ledger) -> Option<usize> {
     let slot = MY_SLOT.load(Ordering::Acquire);
     if slot != NO_SLOT {
-        return Some(slot);
+        return Some(slot as usize);
     }
     claim_slot(ledger)
 }
@@ -139,9 +146,9 @@ fn claim_slot(ledger: &Ledger) -> Option<usize> {
     keeping_errno(|| {
         let pid = std::process::id();
         let slot = ledger.claim_slot(pid, shared_ledger::start_time_of(pid))?;
-        match MY_SLOT.compare_exchange(NO_SLOT, slot, Ordering::AcqRel, Ordering::Acquire) {
+        match MY_SLOT.compare_exchange(NO_SLOT, slot as u32, Ordering::AcqRel, Ordering::Acquire) {
             Ok(_) => Some(slot),
-            Err(claimed) => Some(claimed),
+            Err(claimed) => Some(claimed as usize),
         }
     })
 }
@@ -272,7 +279,7 @@ pub fn give_back(device: i8, bytes: u64) {
     let index = usize::from(index - 1);
     let slot = MY_SLOT.load(Ordering::Acquire);
     if slot != NO_SLOT {
-        shared_ledger::subtract(&ledger.slot(slot).counted[index], bytes);
+        shared_ledger::subtract(&ledger.slot(slot as usize).counted[index], bytes);
     }
     shared_ledger::subtract(&ledger.entry(index).counted, bytes);
 }
@@ -357,6 +364,22 @@ pub fn reported_memory_info(device: i8, free: u64, total: u64) -> (u64, u64) {
 /// What `cuDeviceTotalMem` reports under the limit.
 pub fn reported_total(total: u64) -> u64 {
     total.min(LIMIT.load(Ordering::Relaxed))
+}
+
+/// Asks for the ledger's lines an allocation or a free on the process's
+/// first device will touch: called on a hook's entry, so that they arrive
+/// while the driver works.
+#[inline(always)]
+pub fn prefetch() {
+    let ledger = LEDGER.load(Ordering::Relaxed);
+    let slot = MY_SLOT.load(Ordering::Relaxed);
+    if ledger.is_null() || slot == NO_SLOT {
+        return;
+    }
+    // SAFETY: published from a mapping that is never unmapped.
+    let ledger = unsafe { &*ledger };
+    crate::sys::prefetch::prefetch_line(std::ptr::from_ref(ledger.entry(0)));
+    crate::sys::prefetch::prefetch_line(std::ptr::from_ref(&ledger.slot(slot as usize).counted[0]));
 }
 
 /// In a forked child: its allocations are its own, counted in a slot of
