@@ -20,6 +20,7 @@ use crate::spool::tree_root;
 use crate::sys::cuda_ffi::*;
 use crate::sys::shared_ledger::{self, Ledger};
 use crate::sys::symbols::{real_fn, Sym};
+use crate::sys::thread_block::{self, LimitCredit};
 use crate::sys::tracing_switch::{guarded, keeping_errno, tracing_on};
 use cudatrace_events::{naming, sizes, Op};
 use std::sync::atomic::{AtomicPtr, AtomicU32, AtomicU64, AtomicU8, Ordering};
@@ -198,23 +199,114 @@ fn record_limit(ordinal: i8) {
     });
 }
 
+/// The bytes a thread takes ahead from the ledger: a 4096th of the limit,
+/// between 64 KiB and 8 MiB. A thread holds at most two of them unspent,
+/// which the limit counts as used.
+fn chunk(limit: u64) -> u64 {
+    (limit / 4096).clamp(64 << 10, 8 << 20)
+}
+
 /// Counts `bytes` about to be allocated on `device`, or says that they
 /// would not fit. Call only when [`enabled`]. `read_device` reads the
 /// calling thread's device afresh (free, total), for a would-be refusal.
+///
+/// Most calls are served from the thread's credit with plain loads and
+/// stores: an atomic read-modify-write after the driver's call waits for
+/// the driver's stores to drain, tens of nanoseconds each on the GPU.
+#[inline]
 pub fn admit(device: i8, bytes: u64, read_device: impl FnOnce() -> Option<(u64, u64)>) -> Admission {
-    let limit = LIMIT.load(Ordering::Relaxed);
     let Some(ledger) = ledger() else {
         return Admission::NotCounted;
     };
     let (Some(index), Some(slot)) = (device_index(ledger, device), my_slot(ledger)) else {
         return Admission::NotCounted;
     };
-    let entry = ledger.entry(index);
-    if try_count(ledger, index, slot, bytes, limit) {
+    let block = thread_block::current();
+    let credit = block.limit_credit.get();
+    if !credit.busy && usize::from(credit.device) == index + 1 && credit.bytes >= bytes {
+        block.limit_credit.set(LimitCredit {
+            bytes: credit.bytes - bytes,
+            ..credit
+        });
         return Admission::Counted(Reservation { index, slot, bytes });
     }
-    // Over, by the figures at hand: take off the shares of processes that
-    // ended, read the device afresh, and try once more.
+    admit_from_ledger(ledger, index, slot, device, bytes, read_device)
+}
+
+/// [`admit`] when the thread's credit does not cover the bytes: the rest is
+/// counted in the ledger, with a chunk ahead where it fits.
+#[cold]
+fn admit_from_ledger(
+    ledger: &Ledger,
+    index: usize,
+    slot: usize,
+    device: i8,
+    bytes: u64,
+    read_device: impl FnOnce() -> Option<(u64, u64)>,
+) -> Admission {
+    let limit = LIMIT.load(Ordering::Relaxed);
+    let block = thread_block::current();
+    let mut credit = block.limit_credit.get();
+    if credit.busy {
+        // A signal handler's hook, inside this thread's own change of its
+        // credit: the ledger alone, exactly.
+        return admit_exactly(ledger, index, slot, device, bytes, 0, limit, read_device);
+    }
+    block.limit_credit.set(LimitCredit { busy: true, ..credit });
+    if usize::from(credit.device) != index + 1 {
+        if credit.device != 0 {
+            return_to_ledger(ledger, usize::from(credit.device) - 1, slot, credit.bytes);
+        }
+        credit = LimitCredit {
+            bytes: 0,
+            device: index as u8 + 1,
+            ..credit
+        };
+    }
+    let have = credit.bytes.min(bytes);
+    let need = bytes - have;
+    let ahead = chunk(limit);
+    let admission = if try_count(ledger, index, slot, need + ahead, limit) {
+        credit.bytes = credit.bytes - have + ahead;
+        Admission::Counted(Reservation { index, slot, bytes })
+    } else {
+        let admission = admit_exactly(ledger, index, slot, device, need, have, limit, read_device);
+        if let Admission::Counted(_) = admission {
+            credit.bytes -= have;
+        }
+        match admission {
+            Admission::Counted(_) => Admission::Counted(Reservation { index, slot, bytes }),
+            other => other,
+        }
+    };
+    if !credit.registered {
+        credit.registered = give_back_at_thread_exit();
+    }
+    block.limit_credit.set(LimitCredit { busy: false, ..credit });
+    admission
+}
+
+/// Counts exactly `need` bytes in the ledger (`held` more are the thread's
+/// credit, already counted), after taking off the shares of processes that
+/// ended and reading the device afresh if the figures at hand say no.
+#[allow(clippy::too_many_arguments)]
+fn admit_exactly(
+    ledger: &Ledger,
+    index: usize,
+    slot: usize,
+    device: i8,
+    need: u64,
+    held: u64,
+    limit: u64,
+    read_device: impl FnOnce() -> Option<(u64, u64)>,
+) -> Admission {
+    if try_count(ledger, index, slot, need, limit) {
+        return Admission::Counted(Reservation {
+            index,
+            slot,
+            bytes: need,
+        });
+    }
     keeping_errno(|| {
         ledger.take_off_dead(std::process::id());
         if devices::current_device() == Some(device) {
@@ -223,21 +315,30 @@ pub fn admit(device: i8, bytes: u64, read_device: impl FnOnce() -> Option<(u64, 
             }
         }
     });
-    if try_count(ledger, index, slot, bytes, limit) {
-        return Admission::Counted(Reservation { index, slot, bytes });
+    if try_count(ledger, index, slot, need, limit) {
+        return Admission::Counted(Reservation {
+            index,
+            slot,
+            bytes: need,
+        });
     }
-    let held = entry
+    let entry = ledger.entry(index);
+    let held_by_others = entry
         .counted
         .load(Ordering::Acquire)
-        .saturating_add(entry.beyond.load(Ordering::Acquire));
+        .saturating_add(entry.beyond.load(Ordering::Acquire))
+        .saturating_sub(held);
     Admission::Refused {
-        left: limit.saturating_sub(held),
+        left: limit.saturating_sub(held_by_others),
         limit,
     }
 }
 
 #[inline]
 fn try_count(ledger: &Ledger, index: usize, slot: usize, bytes: u64, limit: u64) -> bool {
+    if bytes == 0 {
+        return true;
+    }
     let entry = ledger.entry(index);
     let counted = entry.counted.fetch_add(bytes, Ordering::AcqRel).saturating_add(bytes);
     if counted.saturating_add(entry.beyond.load(Ordering::Acquire)) <= limit {
@@ -248,24 +349,40 @@ fn try_count(ledger: &Ledger, index: usize, slot: usize, bytes: u64, limit: u64)
     false
 }
 
+/// Takes `bytes` off the ledger's figures for device `index`.
+fn return_to_ledger(ledger: &Ledger, index: usize, slot: usize, bytes: u64) {
+    if bytes == 0 {
+        return;
+    }
+    shared_ledger::subtract(&ledger.slot(slot).counted[index], bytes);
+    shared_ledger::subtract(&ledger.entry(index).counted, bytes);
+}
+
 /// After the allocation call: a failed one gives its bytes back; one whose
 /// real size differs from the bytes admitted (a pitch the driver chose) is
 /// counted at its real size.
+#[inline]
 pub fn settle(reservation: Reservation, succeeded: bool, actual: u64) {
-    let Some(ledger) = ledger() else { return };
-    let entry = ledger.entry(reservation.index);
-    let share = &ledger.slot(reservation.slot).counted[reservation.index];
     let kept = if succeeded { actual } else { 0 };
+    if kept == reservation.bytes {
+        return;
+    }
+    let Some(ledger) = ledger() else { return };
     if kept > reservation.bytes {
-        entry.counted.fetch_add(kept - reservation.bytes, Ordering::AcqRel);
-        share.fetch_add(kept - reservation.bytes, Ordering::AcqRel);
-    } else if kept < reservation.bytes {
-        shared_ledger::subtract(share, reservation.bytes - kept);
-        shared_ledger::subtract(&entry.counted, reservation.bytes - kept);
+        let more = kept - reservation.bytes;
+        ledger
+            .entry(reservation.index)
+            .counted
+            .fetch_add(more, Ordering::AcqRel);
+        ledger.slot(reservation.slot).counted[reservation.index].fetch_add(more, Ordering::AcqRel);
+    } else {
+        give_back_index(ledger, reservation.index, reservation.bytes - kept);
     }
 }
 
-/// Memory the limit counted was freed: its bytes are given back.
+/// Memory the limit counted was freed: its bytes are given back, to the
+/// thread's credit while that stays under two chunks, else to the ledger.
+#[inline]
 pub fn give_back(device: i8, bytes: u64) {
     let Some(ledger) = ledger() else { return };
     let Some(index) = usize::try_from(device)
@@ -276,12 +393,96 @@ pub fn give_back(device: i8, bytes: u64) {
     else {
         return;
     };
-    let index = usize::from(index - 1);
+    give_back_index(ledger, usize::from(index - 1), bytes);
+}
+
+#[inline]
+fn give_back_index(ledger: &Ledger, index: usize, bytes: u64) {
     let slot = MY_SLOT.load(Ordering::Acquire);
-    if slot != NO_SLOT {
-        shared_ledger::subtract(&ledger.slot(slot as usize).counted[index], bytes);
+    if slot == NO_SLOT {
+        return;
     }
-    shared_ledger::subtract(&ledger.entry(index).counted, bytes);
+    let block = thread_block::current();
+    let credit = block.limit_credit.get();
+    let kept = credit.bytes.saturating_add(bytes);
+    let limit = LIMIT.load(Ordering::Relaxed);
+    if !credit.busy && usize::from(credit.device) == index + 1 && kept <= 2 * chunk(limit) {
+        block.limit_credit.set(LimitCredit { bytes: kept, ..credit });
+        return;
+    }
+    give_back_to_ledger(ledger, index, slot as usize, bytes);
+}
+
+/// [`give_back_index`] past the thread's credit: the credit keeps one
+/// chunk of its device, the rest goes back to the ledger.
+#[cold]
+fn give_back_to_ledger(ledger: &Ledger, index: usize, slot: usize, bytes: u64) {
+    let block = thread_block::current();
+    let credit = block.limit_credit.get();
+    if credit.busy || usize::from(credit.device) != index + 1 {
+        return_to_ledger(ledger, index, slot, bytes);
+        return;
+    }
+    block.limit_credit.set(LimitCredit { busy: true, ..credit });
+    let ahead = chunk(LIMIT.load(Ordering::Relaxed));
+    let kept = credit.bytes.saturating_add(bytes);
+    return_to_ledger(ledger, index, slot, kept - ahead.min(kept));
+    block.limit_credit.set(LimitCredit {
+        bytes: ahead.min(kept),
+        busy: false,
+        ..credit
+    });
+}
+
+/// The thread-specific key whose destructor gives an exiting thread's
+/// credit back; 0 until made, [`NO_KEY`] if it could not be.
+static EXIT_KEY: AtomicU32 = AtomicU32::new(0);
+const NO_KEY: u32 = u32::MAX;
+
+/// Makes the calling thread's exit give its credit back; whether it will.
+#[cold]
+fn give_back_at_thread_exit() -> bool {
+    let mut key = EXIT_KEY.load(Ordering::Acquire);
+    if key == 0 {
+        let mut made: libc::pthread_key_t = 0;
+        // SAFETY: a valid out-pointer and a destructor of the right type.
+        let created = keeping_errno(|| unsafe { libc::pthread_key_create(&mut made, Some(thread_exiting)) }) == 0;
+        // Key 0 is a valid key: stored + 1.
+        let wanted = if created { made + 1 } else { NO_KEY };
+        key = match EXIT_KEY.compare_exchange(0, wanted, Ordering::AcqRel, Ordering::Acquire) {
+            Ok(_) => wanted,
+            Err(other) => {
+                if created {
+                    // SAFETY: the key made above, never used.
+                    unsafe { libc::pthread_key_delete(made) };
+                }
+                other
+            }
+        };
+    }
+    if key == NO_KEY {
+        return false;
+    }
+    // A value that is not null makes the destructor run at the thread's exit.
+    // SAFETY: a key of ours; glibc keeps the first 32 keys' values without allocating.
+    keeping_errno(|| unsafe { libc::pthread_setspecific(key - 1, std::ptr::dangling::<u8>().cast()) }) == 0
+}
+
+/// The destructor of [`EXIT_KEY`]: an exiting thread's credit goes back to
+/// the ledger.
+extern "C" fn thread_exiting(_: *mut libc::c_void) {
+    let _ = std::panic::catch_unwind(|| {
+        let block = thread_block::current();
+        let credit = block.limit_credit.get();
+        let slot = MY_SLOT.load(Ordering::Acquire);
+        if credit.busy || credit.device == 0 || slot == NO_SLOT {
+            return;
+        }
+        if let Some(ledger) = ledger() {
+            return_to_ledger(ledger, usize::from(credit.device) - 1, slot as usize, credit.bytes);
+        }
+        block.limit_credit.set(LimitCredit::default());
+    });
 }
 
 /// A reading of `device` (free and total bytes, as the driver gave them):

@@ -55,6 +55,27 @@ pub struct ThreadBlock {
     /// `spool::writer`: the sequence number and slot after this thread's
     /// last record, the guess of where its next one goes (slot 0: none).
     pub next_record: Cell<(u64, usize)>,
+    /// `record::memory_limit`: bytes of the memory limit this thread holds
+    /// ahead, so that most allocations and frees touch no shared counter.
+    pub limit_credit: Cell<LimitCredit>,
+}
+
+/// A thread's credit of the memory limit: bytes counted in the ledger for
+/// one device and not allocated yet.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+#[repr(C)]
+pub struct LimitCredit {
+    /// The bytes.
+    pub bytes: u64,
+    /// The ledger's index of their device + 1; 0 = none.
+    pub device: u8,
+    /// Set while the thread changes the credit through the shared
+    /// counters: a hook of a signal handler that interrupted it then goes
+    /// to the shared counters directly.
+    pub busy: bool,
+    /// Whether the thread's exit gives the credit back (a thread-specific
+    /// value with a destructor is set).
+    pub registered: bool,
 }
 
 /// A TSC reading and its `CLOCK_MONOTONIC` time, the rate to scale later
@@ -136,6 +157,7 @@ mod place {
                 clock: std::cell::Cell::new(super::ClockAnchor { tsc: 0, ns: 0, rate: 0, span_ticks: 0 }),
                 clock_latest: std::cell::Cell::new(0),
                 next_record: std::cell::Cell::new((0, 0)),
+                limit_credit: std::cell::Cell::new(super::LimitCredit { bytes: 0, device: 0, busy: false, registered: false }),
             }
         };
     }
@@ -167,6 +189,8 @@ pub fn forget_parent() {
     }
     block.clock.set(ClockAnchor::default());
     block.next_record.set((0, 0));
+    // The parent's credit was counted for the parent.
+    block.limit_credit.set(LimitCredit::default());
 }
 
 /// Asks for the calling thread's block, all of its lines.

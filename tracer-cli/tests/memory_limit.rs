@@ -243,6 +243,21 @@ fn a_forked_child_shares_its_parents_limit() {
 }
 
 #[test]
+fn threads_that_ended_leave_nothing_counted() {
+    // 256 MiB holds exactly 256 blocks of 1 MiB: the 257th is refused
+    // whether or not 64 threads allocated and freed before and exited.
+    let (out, _, _) = run_limit("limit-threads", &["--limit", LIMIT], &["threads", "64", "1048576"], &[]);
+    assert_eq!(line(&out, "refused"), "refused plain at 256 error 2 errno 4321 out 0x0");
+    let (out, _, _) = run_limit(
+        "limit-no-threads",
+        &["--limit", LIMIT],
+        &["threads", "0", "1048576"],
+        &[],
+    );
+    assert_eq!(line(&out, "refused"), "refused plain at 256 error 2 errno 4321 out 0x0");
+}
+
+#[test]
 fn each_device_has_the_whole_limit() {
     let dir = scratch_dir("limit-devices");
     let trace = dir.join("run.trace");

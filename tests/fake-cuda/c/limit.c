@@ -13,6 +13,8 @@
  *                                SIZE-sized blocks until refused
  *   limit context                retains the primary context of device 0
  *   limit graph SIZE             adds a graph allocation node of SIZE bytes
+ *   limit threads N SIZE         N threads each allocate SIZE, free it and
+ *                                exit; then SIZE blocks until refused
  *
  * KIND: plain, runtime, async, pool, vmm, pitch, array, managed. A SIZE or
  * DEVICE may be given as "SIZE@DEVICE" to allocate on another device.
@@ -20,6 +22,7 @@
 #define _GNU_SOURCE
 #include <dlfcn.h>
 #include <errno.h>
+#include <pthread.h>
 #include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -226,6 +229,16 @@ static void refuse(const char *kind, size_t size, int count) {
     release(kind, handle);
 }
 
+static size_t thread_bytes;
+
+static void *allocate_and_free(void *unused) {
+    (void)unused;
+    cuCtxSetCurrent((void *)(intptr_t)1);
+    CUdeviceptr ptr;
+    if (cuMemAlloc_v2(&ptr, thread_bytes) == 0) cuMemFree_v2(ptr);
+    return NULL;
+}
+
 int main(int argc, char **argv) {
     setvbuf(stdout, NULL, _IONBF, 0);
     if (argc < 2) return 2;
@@ -266,6 +279,15 @@ int main(int argc, char **argv) {
         void *context = (void *)0xdead;
         cuInit(0);
         printf("cuDevicePrimaryCtxRetain %d\n", cuDevicePrimaryCtxRetain(&context, 0));
+    } else if (!strcmp(command, "threads") && argc == 4) {
+        thread_bytes = size_on(argv[3]);
+        int count = atoi(argv[2]);
+        for (int i = 0; i < count; i++) {
+            pthread_t thread;
+            pthread_create(&thread, NULL, allocate_and_free, NULL);
+            pthread_join(thread, NULL);
+        }
+        refuse("plain", thread_bytes, 100000);
     } else if (!strcmp(command, "graph") && argc == 3) {
         size_t size = size_on(argv[2]);
         CUDA_MEM_ALLOC_NODE_PARAMS params = {0};
