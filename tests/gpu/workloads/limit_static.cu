@@ -35,9 +35,12 @@ int main(int argc, char **argv) {
     r = cuMemAllocAsync(&d, bytes, 0);
     printf("cuMemAllocAsync %d out 0x%llx\n", (int)r, (unsigned long long)d);
     d = 0xdead;
-    size_t pitch = 0xdead;
-    r = cuMemAllocPitch(&d, &pitch, bytes / 4096, 4096, 4);
-    printf("cuMemAllocPitch_v2 %d out 0x%llx pitch 0x%zx\n", (int)r, (unsigned long long)d, pitch);
+    size_t pitch = 0xdead, width = bytes / 4096;
+    r = cuMemAllocPitch(&d, &pitch, width, 4096, 4);
+    // The pitch against the width asked for (a multiple of 512 here), so that
+    // runs asking different sizes compare.
+    printf("cuMemAllocPitch_v2 %d out 0x%llx pitch %s%lld\n", (int)r, (unsigned long long)d,
+           pitch == 0xdead ? "untouched " : "width+", pitch == 0xdead ? 0 : (long long)(pitch - width));
     CUmemAllocationProp vmm = {};
     vmm.type = CU_MEM_ALLOCATION_TYPE_PINNED;
     vmm.location.type = CU_MEM_LOCATION_TYPE_DEVICE;
