@@ -353,3 +353,47 @@ fn a_limit_that_is_no_size_is_refused_in_one_line() {
         "cudatrace: CUDATRACE_LIMIT=lots is not a size (such as 24GiB); running without a limit\n"
     );
 }
+
+/// `torch_like` (PyTorch 2.11's layout) SCENARIO under `--limit LIMIT`: the
+/// program's output and the report's verdicts.
+fn torch_under_limit(label: &str, scenario: &str, limit: &str) -> (String, Value) {
+    let (mut command, trace) = run_program(label, &fake_cuda::program("torch_like"), &["--limit", limit]);
+    command.arg(fake_cuda::torch_library("211")).arg(scenario);
+    let output = command.output().unwrap();
+    assert_eq!(output.status.code(), Some(0), "{}", stderr(&output));
+    let (report, _) = report_json(&trace);
+    (stdout(&output), report["memory_limit"].clone())
+}
+
+#[test]
+fn refusals_pytorch_recovers_from_by_freeing_its_cache_still_fit() {
+    // 22 MiB held, 20 of them cached; 24 MiB more is refused under 40 MiB
+    // until PyTorch gives its cache back and asks again.
+    let (out, verdicts) = torch_under_limit("limit-torch-recover", "limit_recover", "40MiB");
+    assert_eq!(line(&out, "limit_recover"), "limit_recover granted=1");
+    let verdict = &verdicts[0];
+    assert_eq!(verdict["fits"], true);
+    assert_eq!(verdict["recovered_by_pytorch"], true);
+    assert_eq!(verdict["refusals"].as_array().unwrap().len(), 1);
+    assert_eq!(verdict["refusals"][0]["requested_bytes"], 24u64 << 20);
+    let text = verdict["verdict"].as_str().unwrap();
+    assert!(text.starts_with("fits: peak "), "{text}");
+    assert!(
+        text.contains(" of the 40.0 MiB limit")
+            && text.contains(", after PyTorch freed its cache when 1 allocation was refused (the first at "),
+        "{text}"
+    );
+
+    // Asked for more than the limit holds, PyTorch raises: it did not fit.
+    let (out, verdicts) = torch_under_limit("limit-torch-oom", "oom", "40MiB");
+    assert_eq!(line(&out, "oom"), "oom null=1");
+    let verdict = &verdicts[0];
+    assert_eq!(verdict["fits"], false);
+    assert_eq!(verdict["recovered_by_pytorch"], false);
+    // Asked once, and again after the cache was given back.
+    assert_eq!(verdict["refusals"].as_array().unwrap().len(), 2);
+    assert!(verdict["verdict"]
+        .as_str()
+        .unwrap()
+        .starts_with("did not fit: 2 allocations refused, the first at "));
+}

@@ -571,6 +571,18 @@ void oom() {
     release(a);
 }
 
+/* Under a memory limit of 40 MiB: 22 MiB held (2 MiB of a 1 MiB tensor's
+ * segment, 20 MiB cached), then 24 MiB asked: refused until the cache is
+ * given back, then granted, as on a card of that size. */
+void limit_recover() {
+    void *a = tensor(kMiB);
+    release(tensor(3 * kMiB));
+    void *big = api.malloc(24 * kMiB, 0, nullptr);
+    std::printf("limit_recover granted=%d\n", big != nullptr);
+    if (big) api.free(big);
+    release(a);
+}
+
 void snapshot() {
     void *a = tensor(4096);
     api.snapshot();
@@ -651,6 +663,7 @@ void the_dispatch(const std::string &scenario) {
         {"expandable", 1, expandable},
         {"pool", 1, pool},
         {"oom", 1, oom},
+        {"limit_recover", 1, limit_recover},
         {"snapshot", 1, snapshot},
         {"two_devices", 2, two_devices},
         {"late_attach", 1, late_attach},

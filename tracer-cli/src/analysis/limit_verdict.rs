@@ -27,12 +27,17 @@ pub struct LimitVerdict<'a> {
     /// context, modules and kernels, pools and graph memory beyond their
     /// allocations (empty where the driver's figure was not measured).
     pub peak_parts: Vec<(String, u64)>,
+    /// The refusals were PyTorch's caching allocator's to recover from: its
+    /// tensors were recorded on the device and it raised no out-of-memory
+    /// error (it frees its cache and asks again before it raises).
+    pub recovered_by_pytorch: bool,
 }
 
 impl LimitVerdict<'_> {
-    /// Whether the job fit: nothing refused.
+    /// Whether the job fit: nothing refused, or only what PyTorch's cache
+    /// recovered from, as it would on a card of the limit's size.
     pub fn fits(&self) -> bool {
-        self.refused.is_empty()
+        self.refused.is_empty() || self.recovered_by_pytorch
     }
 }
 
@@ -62,6 +67,12 @@ pub fn limit_verdicts(summary: &Summary) -> Vec<LimitVerdict<'_>> {
                 ),
                 None => stats.map_or((0, 0, Vec::new()), |s| (s.peak, s.peak_time_ns, Vec::new())),
             };
+            let tensors = figures
+                .tensors
+                .devices
+                .get(&device)
+                .filter(|t| t.allocations > 0 && !figures.tensors.stopped);
+            let recovered_by_pytorch = !refused.is_empty() && tensors.is_some_and(|t| t.ooms == 0);
             verdicts.push(LimitVerdict {
                 process,
                 device,
@@ -70,6 +81,7 @@ pub fn limit_verdicts(summary: &Summary) -> Vec<LimitVerdict<'_>> {
                 peak_bytes,
                 peak_time_ns,
                 peak_parts,
+                recovered_by_pytorch,
             });
         }
     }

@@ -45,7 +45,7 @@ pub use call_site::{
     call_sites, headline, headline_text, in_backward_pass, made_by_caching_allocator, site_key, site_name, stack_lines,
     FramesShown, Place, StackLine, BACKWARD_PASS, NO_STACK,
 };
-pub use device_stats::HeldAtOom;
+pub use device_stats::{HeldAtOom, Oom};
 pub use engine::{Consumer, Replay, Step};
 pub use footprint::{
     footprint_reading_times, Breakdown, Category, DeviceFootprint, FootprintNote, FootprintTracker, ReferenceSource,

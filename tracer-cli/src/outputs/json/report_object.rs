@@ -339,6 +339,7 @@ fn memory_limit_json(index: &TraceIndex, summary: &Summary) -> Value {
                 "device": match verdict.device { crate::analysis::DeviceKey::Gpu(d) => Some(d), _ => None },
                 "limit_bytes": verdict.limit,
                 "fits": verdict.fits(),
+                "recovered_by_pytorch": verdict.recovered_by_pytorch,
                 "verdict": crate::outputs::wording::limit_lines::verdict_line(index, verdict),
                 "peak_bytes": verdict.peak_bytes,
                 "peak_s": seconds(verdict.peak_time_ns),

@@ -29,27 +29,15 @@ pub fn verdict_text(index: &TraceIndex, verdicts: &[LimitVerdict]) -> String {
 /// "fits: peak 21.3 GiB of the 24.0 GiB limit (…)" or "did not fit: …".
 pub fn verdict_line(index: &TraceIndex, verdict: &LimitVerdict) -> String {
     let info = &index.processes[verdict.process];
+    let first_site = |first: &crate::analysis::Oom| site_name(&index.frames(info, first.stack));
     match verdict.refused.first() {
-        None => {
-            let mut line = format!(
-                "fits: peak {} of the {} limit",
-                bytes(verdict.peak_bytes),
-                bytes(verdict.limit)
-            );
-            if !verdict.peak_parts.is_empty() {
-                let mut parts: Vec<String> = verdict
-                    .peak_parts
-                    .iter()
-                    .take(PARTS_NAMED)
-                    .map(|(name, part)| format!("{name} {}", bytes(*part)))
-                    .collect();
-                if verdict.peak_parts.len() > PARTS_NAMED {
-                    parts.push("…".to_string());
-                }
-                line += &format!(" ({})", parts.join(", "));
-            }
-            line
-        }
+        Some(first) if verdict.recovered_by_pytorch => format!(
+            "{}, after PyTorch freed its cache when {} refused (the first at {})",
+            fits_line(verdict),
+            count(verdict.refused.len() as u64, "allocation was", "allocations were"),
+            first_site(first)
+        ),
+        None => fits_line(verdict),
         Some(first) => {
             let asked = if first.requested_bytes == 0 {
                 "a context".to_string()
@@ -59,10 +47,32 @@ pub fn verdict_line(index: &TraceIndex, verdict: &LimitVerdict) -> String {
             format!(
                 "did not fit: {} refused, the first at {} ({asked} with {} left of the {} limit)",
                 count(verdict.refused.len() as u64, "allocation", "allocations"),
-                site_name(&index.frames(info, first.stack)),
+                first_site(first),
                 bytes(first.device_free),
                 bytes(verdict.limit)
             )
         }
     }
+}
+
+/// "fits: peak 21.3 GiB of the 24.0 GiB limit (…)".
+fn fits_line(verdict: &LimitVerdict) -> String {
+    let mut line = format!(
+        "fits: peak {} of the {} limit",
+        bytes(verdict.peak_bytes),
+        bytes(verdict.limit)
+    );
+    if !verdict.peak_parts.is_empty() {
+        let mut parts: Vec<String> = verdict
+            .peak_parts
+            .iter()
+            .take(PARTS_NAMED)
+            .map(|(name, part)| format!("{name} {}", bytes(*part)))
+            .collect();
+        if verdict.peak_parts.len() > PARTS_NAMED {
+            parts.push("…".to_string());
+        }
+        line += &format!(" ({})", parts.join(", "));
+    }
+    line
 }
