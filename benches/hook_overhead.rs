@@ -4,6 +4,9 @@
 //! each stack setting, alternating, and reports median latencies and the
 //! driver calls the pairs made.
 //!
+//! The last variant runs under a memory limit (`CUDATRACE_LIMIT`, 70 GiB,
+//! which nothing here reaches): what `cudatrace run --limit` adds.
+//!
 //! The fake driver's cost model makes each of its entry points cost
 //! `FAKE_CUDA_CALL_NS` (300 ns here, about what a real driver call costs):
 //! a driver call the hook added would show as 300 ns more, and in the calls
@@ -31,8 +34,9 @@ struct Figures {
     calls_per_pair_milli: Vec<u64>,
 }
 
-/// Runs `bench_calls` once, traced with `stacks` unless it is `None`.
-fn measure(stacks: Option<&str>, spool_dir: &std::path::Path, into: &mut Figures) {
+/// Runs `bench_calls` once, traced with `stacks` unless it is `None`, and
+/// under the memory limit `limit` if one is given.
+fn measure(stacks: Option<&str>, limit: Option<&str>, spool_dir: &std::path::Path, into: &mut Figures) {
     let mut command = Command::new(fake_cuda::program("bench_calls"));
     command
         .arg(PAIRS)
@@ -43,6 +47,9 @@ fn measure(stacks: Option<&str>, spool_dir: &std::path::Path, into: &mut Figures
             .env("LD_PRELOAD", tracer_library())
             .env("CUDATRACE_DIR", spool_dir)
             .env("CUDATRACE_STACKS", stacks);
+    }
+    if let Some(limit) = limit {
+        command.env("CUDATRACE_LIMIT", limit);
     }
     let output = command.output().expect("run bench_calls");
     assert!(output.status.success(), "bench_calls failed");
@@ -76,16 +83,17 @@ fn main() {
     assert!(library.exists(), "{} missing", library.display());
     let spool_dir = std::env::temp_dir().join(format!("cudatrace-bench-{}", std::process::id()));
     std::fs::create_dir_all(&spool_dir).unwrap();
-    let variants: [(&str, Option<&str>); 4] = [
-        ("untraced", None),
-        ("stacks none", Some("none")),
-        ("stacks native", Some("native")),
-        ("stacks all", Some("all")),
+    let variants: [(&str, Option<&str>, Option<&str>); 5] = [
+        ("untraced", None, None),
+        ("stacks none", Some("none"), None),
+        ("stacks native", Some("native"), None),
+        ("stacks all", Some("all"), None),
+        ("stacks none, --limit 70GiB", Some("none"), Some("70GiB")),
     ];
     let mut figures: Vec<Figures> = variants.iter().map(|_| Figures::default()).collect();
     for _ in 0..ROUNDS {
-        for (i, (_, stacks)) in variants.iter().enumerate() {
-            measure(*stacks, &spool_dir, &mut figures[i]);
+        for (i, (_, stacks, limit)) in variants.iter().enumerate() {
+            measure(*stacks, *limit, &spool_dir, &mut figures[i]);
         }
     }
     std::fs::remove_dir_all(&spool_dir).ok();
@@ -98,7 +106,7 @@ fn main() {
     );
     println!("| --- | --- | --- | --- | --- |");
     let base = &figures[0];
-    for ((name, _), f) in variants.iter().zip(&figures) {
+    for ((name, _, _), f) in variants.iter().zip(&figures) {
         let show = |values: &[u64], of: &[u64]| {
             let (value, untraced) = (median(values), median(of));
             if *name == "untraced" {

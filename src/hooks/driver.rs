@@ -88,11 +88,7 @@ fn device_memory(api: Api, kind: Kind) -> Call {
 /// device memory of the process's own.
 #[cold]
 fn limit_admission(call: Call, bytes: u64) -> Admission {
-    let counted_kind = matches!(
-        call.kind,
-        Kind::Device | Kind::Pitch | Kind::Pool | Kind::VmmPhysical | Kind::Array
-    );
-    if !counted_kind || call.namespace == Namespace::Host {
+    if !memory_limit::counts(call.kind, 0) || call.namespace == Namespace::Host {
         return Admission::NotCounted;
     }
     let mut admission = Admission::NotCounted;
@@ -151,8 +147,10 @@ fn admission_of(call: Call, bytes: u64) -> Admission {
 
 /// Reports an allocation call that returned `result`. `address` and `size`
 /// read the out-parameters; they are only called on success. The readings
-/// the event may trigger come after the recorder has returned.
-#[inline]
+/// the event may trigger come after the recorder has returned. Inlined, so
+/// that a hook without a memory limit (`Admission::NotCounted`) keeps none
+/// of the limit's steps.
+#[inline(always)]
 fn allocation_returned(
     result: CUresult,
     call: Call,
@@ -187,7 +185,6 @@ fn allocation_returned(
                 size: size(),
                 stream: call.stream,
                 arg1: call.arg1,
-                limited: reservation.is_some(),
             };
             let new = recorder::allocated(allocation);
             if let Some(reservation) = reservation {
@@ -315,22 +312,40 @@ macro_rules! alloc_hooks {
         #[unsafe(no_mangle)]
         pub unsafe extern "C" fn $name($out: $out_ty $(, $arg: $ty )*) -> CUresult {
             let real = real_or_fail!($name, unsafe extern "C" fn($out_ty $(, $ty )*) -> CUresult);
+            // Under the memory limit, a path of its own, out of line:
+            // without one, the hook is what it was, and pays one test.
+            #[cold]
+            #[inline(never)]
+            unsafe fn limited(
+                real: unsafe extern "C" fn($out_ty $(, $ty )*) -> CUresult,
+                $out: $out_ty $(, $arg: $ty )*
+            ) -> CUresult {
+                let call = $call;
+                prepare_driver_event(None, call.stream);
+                memory_limit::prefetch();
+                let bytes: u64 = $bytes;
+                let admission = limit_admission(call, bytes);
+                if let Admission::Refused { .. } = admission {
+                    if zeroes_its_pointer(call.api) {
+                        clear_out($out);
+                    }
+                    return CUDA_ERROR_OUT_OF_MEMORY;
+                }
+                // SAFETY: arguments forwarded unchanged.
+                let result = unsafe { real($out $(, $arg )*) };
+                allocation_returned(result, call, bytes, admission, || $address, || bytes);
+                result
+            }
+            if memory_limit::enabled() {
+                // SAFETY: the caller's arguments, for the same function.
+                return unsafe { limited(real, $out $(, $arg )*) };
+            }
             let call = $call;
             prepare_driver_event(None, call.stream);
-            if memory_limit::enabled() {
-                memory_limit::prefetch();
-            }
-            let bytes: u64 = $bytes;
-            let admission = admission_of(call, bytes);
-            if let Admission::Refused { .. } = admission {
-                if zeroes_its_pointer(call.api) {
-                    clear_out($out);
-                }
-                return CUDA_ERROR_OUT_OF_MEMORY;
-            }
             // SAFETY: arguments forwarded unchanged.
             let result = unsafe { real($out $(, $arg )*) };
-            allocation_returned(result, call, bytes, admission, || $address, || bytes);
+            let bytes: u64 = $bytes;
+            allocation_returned(result, call, bytes, Admission::NotCounted, || $address, || bytes);
             result
         }
     )*};
@@ -644,20 +659,36 @@ macro_rules! free_hooks {
         #[unsafe(no_mangle)]
         pub unsafe extern "C" fn $name($( $arg: $ty ),*) -> CUresult {
             let real = real_or_fail!($name, unsafe extern "C" fn($( $ty ),*) -> CUresult);
-            prepare_driver_event(Some((Namespace::$namespace, $address)), $stream);
-            if memory_limit::enabled() {
+            // Under the memory limit, a path of its own, out of line (see
+            // the allocation hooks).
+            #[cold]
+            #[inline(never)]
+            unsafe fn limited(real: unsafe extern "C" fn($( $ty ),*) -> CUresult, $( $arg: $ty ),*) -> CUresult {
+                prepare_driver_event(Some((Namespace::$namespace, $address)), $stream);
                 memory_limit::prefetch();
+                let pending = free_starting(Namespace::$namespace, $address);
+                // SAFETY: arguments forwarded unchanged.
+                let result = unsafe { real($( $arg ),*) };
+                if let Some(freed) = recorder::free_returned(pending, result, Api::$api, $stream) {
+                    if memory_limit::counts(freed.kind, freed.device) {
+                        memory_limit::give_back(freed.device, freed.size);
+                    }
+                    if freed.device >= 0 {
+                        readings::maybe_sample(Api::$api, clock::latest_record_ns());
+                    }
+                }
+                result
             }
+            if memory_limit::enabled() {
+                // SAFETY: the caller's arguments, for the same function.
+                return unsafe { limited(real, $( $arg ),*) };
+            }
+            prepare_driver_event(Some((Namespace::$namespace, $address)), $stream);
             let pending = free_starting(Namespace::$namespace, $address);
             // SAFETY: arguments forwarded unchanged.
             let result = unsafe { real($( $arg ),*) };
-            if let Some(freed) = recorder::free_returned(pending, result, Api::$api, $stream) {
-                if freed.limited {
-                    memory_limit::give_back(freed.device, freed.size);
-                }
-                if freed.device >= 0 {
-                    readings::maybe_sample(Api::$api, clock::latest_record_ns());
-                }
+            if recorder::free_returned(pending, result, Api::$api, $stream).is_some_and(|freed| freed.device >= 0) {
+                readings::maybe_sample(Api::$api, clock::latest_record_ns());
             }
             result
         }

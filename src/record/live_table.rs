@@ -42,9 +42,6 @@ pub struct Entry {
     pub kind: Kind,
     /// Device ordinal or -1.
     pub device: i8,
-    /// Whether the memory limit counted these bytes (`cudatrace run
-    /// --limit`): only then does its free give them back to the limit.
-    pub limited: bool,
 }
 
 /// Result of [`insert`].
@@ -86,7 +83,7 @@ fn first_slot(key: u64) -> usize {
 }
 
 fn pack_meta(entry: Entry) -> u64 {
-    u64::from(entry.kind as u8) | (u64::from(entry.device as u8) << 8) | (u64::from(entry.limited) << 16)
+    u64::from(entry.kind as u8) | (u64::from(entry.device as u8) << 8)
 }
 
 fn unpack(size: u64, meta: u64) -> Entry {
@@ -94,7 +91,6 @@ fn unpack(size: u64, meta: u64) -> Entry {
         size,
         kind: Kind::from_code(meta as u8).unwrap_or(Kind::Device),
         device: (meta >> 8) as u8 as i8,
-        limited: meta & (1 << 16) != 0,
     }
 }
 
@@ -197,7 +193,6 @@ mod tests {
             size,
             kind: Kind::Pool,
             device: 3,
-            limited: size.is_multiple_of(2),
         }
     }
 
@@ -225,7 +220,6 @@ mod tests {
             size: 10,
             kind: Kind::HostPinned,
             device: -1,
-            limited: false,
         };
         assert_eq!(insert(Namespace::Host, 0x5555_0000, host), Inserted::New);
         assert_eq!(remove(Namespace::Host, 0x5555_0000), Some(host));

@@ -21,8 +21,8 @@ use crate::sys::cuda_ffi::*;
 use crate::sys::shared_ledger::{self, Ledger};
 use crate::sys::symbols::{real_fn, Sym};
 use crate::sys::thread_block::{self, LimitCredit};
-use crate::sys::tracing_switch::{guarded, keeping_errno, tracing_on};
-use cudatrace_events::{naming, sizes, Op};
+use crate::sys::tracing_switch::{guarded, keeping_errno};
+use cudatrace_events::{naming, sizes, Kind, Op};
 use std::sync::atomic::{AtomicPtr, AtomicU32, AtomicU64, AtomicU8, Ordering};
 
 /// The limit in bytes; 0 = no limit.
@@ -67,11 +67,24 @@ pub fn configure_from_environment() {
     }
 }
 
-/// Whether a limit applies: set, and the process still records (a process
-/// whose tracing turned itself off stops counting, so the limit with it).
-#[inline]
+/// Whether a limit is set. One load: the hooks' test of it is all a
+/// process without a limit pays. (A process whose tracing turned itself
+/// off stops counting: the bookkeeping runs under `guarded`.)
+#[inline(always)]
 pub fn enabled() -> bool {
-    LIMIT.load(Ordering::Relaxed) != 0 && tracing_on()
+    LIMIT.load(Ordering::Relaxed) != 0
+}
+
+/// Whether the limit counts memory of `kind` on `device`: device memory of
+/// the process's own, but managed memory (never refused) and a capture's
+/// allocations (the graph's memory). A free gives back exactly what this
+/// says was counted.
+pub fn counts(kind: Kind, device: i8) -> bool {
+    device >= 0
+        && matches!(
+            kind,
+            Kind::Device | Kind::Pitch | Kind::Pool | Kind::VmmPhysical | Kind::Array
+        )
 }
 
 /// The limit in bytes, if one is set.

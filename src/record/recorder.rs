@@ -201,8 +201,6 @@ pub struct Allocation {
     pub stream: u64,
     /// Pitch for pitched memory, pool for pool allocations, else 0.
     pub arg1: u64,
-    /// Whether the memory limit counted it (see [`memory_limit`]).
-    pub limited: bool,
 }
 
 /// Records an allocation the driver made, unless it was recorded already;
@@ -212,7 +210,6 @@ pub fn allocated(allocation: Allocation) -> bool {
         size: allocation.size,
         kind: allocation.kind,
         device: allocation.device,
-        limited: allocation.limited,
     };
     match live_table::insert(allocation.namespace, allocation.address, entry) {
         Inserted::AlreadyPresent => return false,
