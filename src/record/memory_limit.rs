@@ -374,12 +374,15 @@ fn return_to_ledger(ledger: &Ledger, index: usize, slot: usize, bytes: u64) {
 /// After the allocation call: a failed one gives its bytes back; one whose
 /// real size differs from the bytes admitted (a pitch the driver chose) is
 /// counted at its real size.
-#[inline]
+#[inline(always)]
 pub fn settle(reservation: Reservation, succeeded: bool, actual: u64) {
     let kept = if succeeded { actual } else { 0 };
-    if kept == reservation.bytes {
-        return;
+    if kept != reservation.bytes {
+        settle_difference(reservation, kept);
     }
+}
+
+fn settle_difference(reservation: Reservation, kept: u64) {
     let Some(ledger) = ledger() else { return };
     if kept > reservation.bytes {
         let more = kept - reservation.bytes;
