@@ -206,17 +206,17 @@ fn a_graph_allocation_and_a_context_that_would_not_fit_are_refused() {
 }
 
 #[test]
-fn processes_of_one_tree_share_the_limit_and_a_dead_one_gives_its_share_back() {
+fn processes_of_one_tree_share_the_limit_and_a_killed_one_gives_its_share_back() {
     let dir = scratch_dir("limit-shared");
     let mut command = cudatrace_run();
     let trace = dir.join("run.trace");
     let limit = fake_cuda::program("limit");
     let limit = limit.to_str().unwrap();
-    // The holder keeps 200,000,000 bytes and exits without freeing them;
-    // the second process gets 6 blocks of 10,000,000 beside it; once the
-    // holder is gone, a third gets 26.
+    // The holder keeps 200,000,000 bytes; the second process gets 6 blocks
+    // of 10,000,000 beside it; once the holder is killed (SIGKILL: nothing
+    // of ours runs in it), a third gets 26.
     let script = format!(
-        "{limit} hold 200000000 1000 & sleep 0.4; {limit} refuse plain 10000000 40; wait; {limit} refuse plain 10000000 40"
+        "{limit} hold 200000000 30000 & h=$!; sleep 0.4; {limit} refuse plain 10000000 40; kill -9 $h; wait; {limit} refuse plain 10000000 40"
     );
     command
         .arg("-o")
