@@ -501,17 +501,20 @@ extern "C" fn thread_exiting(_: *mut libc::c_void) {
     });
 }
 
+/// The ledger's figures of `device`, under a limit.
+fn entry_of(device: i8) -> Option<&'static shared_ledger::DeviceEntry> {
+    if !enabled() {
+        return None;
+    }
+    let ledger = ledger()?;
+    let index = device_index(ledger, device)?;
+    Some(ledger.entry(index))
+}
+
 /// A reading of `device` (free and total bytes, as the driver gave them):
 /// what the driver holds beyond the counted allocations is updated.
 pub fn note_reading(device: i8, free: u64, total: u64) {
-    if !enabled() {
-        return;
-    }
-    let Some(ledger) = ledger() else { return };
-    let Some(index) = device_index(ledger, device) else {
-        return;
-    };
-    let entry = ledger.entry(index);
+    let Some(entry) = entry_of(device) else { return };
     let used = total.saturating_sub(free);
     entry.beyond.store(
         used.saturating_sub(entry.counted.load(Ordering::Acquire)),
@@ -523,14 +526,7 @@ pub fn note_reading(device: i8, free: u64, total: u64) {
 /// reading taken then: the tree learns what a context takes there (the
 /// first one measured), for [`context_fits`].
 pub fn note_first_context(device: i8, free: u64, total: u64) {
-    if !enabled() {
-        return;
-    }
-    let Some(ledger) = ledger() else { return };
-    let Some(index) = device_index(ledger, device) else {
-        return;
-    };
-    let entry = ledger.entry(index);
+    let Some(entry) = entry_of(device) else { return };
     let before = entry
         .counted
         .load(Ordering::Acquire)

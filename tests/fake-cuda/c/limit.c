@@ -31,10 +31,10 @@
 #include <time.h>
 #include <unistd.h>
 
+#include "cuda_types.h"
+
 typedef int CUresult;
-typedef unsigned long long CUdeviceptr;
 typedef unsigned long long CUmemGenericAllocationHandle;
-typedef struct { int type; int id; } CUmemLocation;
 typedef struct {
     int type;
     int requestedHandleTypes;
@@ -42,22 +42,6 @@ typedef struct {
     void *win32HandleMetaData;
     unsigned char allocFlags[8];
 } CUmemAllocationProp;
-typedef struct {
-    int allocType;
-    int handleTypes;
-    CUmemLocation location;
-    void *win32SecurityAttributes;
-    size_t maxSize;
-    unsigned short usage;
-    unsigned char reserved[54];
-} CUmemPoolProps;
-typedef struct {
-    CUmemPoolProps poolProps;
-    const void *accessDescs;
-    size_t accessDescCount;
-    size_t bytesize;
-    CUdeviceptr dptr;
-} CUDA_MEM_ALLOC_NODE_PARAMS;
 typedef struct { size_t Width, Height; int Format; unsigned NumChannels; } CUDA_ARRAY_DESCRIPTOR;
 
 CUresult cuInit(unsigned);
