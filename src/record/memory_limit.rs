@@ -180,22 +180,32 @@ fn device_index(ledger: &Ledger, ordinal: i8) -> Option<usize> {
 
 #[cold]
 fn look_up_device(ledger: &Ledger, ordinal: i8, cached: &AtomicU8) -> Option<usize> {
-    let index = keeping_errno(|| {
-        // SAFETY: cuDeviceGetUuid_v2(CUuuid*, CUdevice) is the driver's signature.
-        let get_uuid =
-            unsafe { real_fn::<unsafe extern "C" fn(*mut CUuuid, CUdevice) -> CUresult>(Sym::cuDeviceGetUuid_v2) }?;
-        let mut uuid = CUuuid::default();
-        // SAFETY: a valid out-pointer.
-        if unsafe { get_uuid(&mut uuid, CUdevice::from(ordinal)) } != CUDA_SUCCESS {
-            return None;
-        }
-        ledger.device(uuid.bytes)
-    });
+    let index = keeping_errno(|| ledger.device(uuid_of(ordinal)));
     cached.store(index.map_or(NOT_LIMITED, |i| i as u8 + 1), Ordering::Release);
     if index.is_some() {
         record_limit(ordinal);
     }
     index
+}
+
+/// The UUID of device `ordinal`, which names it whatever a process's
+/// `CUDA_VISIBLE_DEVICES`. A driver that cannot tell it (no
+/// `cuDeviceGetUuid_v2`, or an error) gets a name made of the ordinal, so
+/// that the limit still holds: then processes share a device's limit only
+/// where they number the device alike.
+fn uuid_of(ordinal: i8) -> [u8; 16] {
+    // SAFETY: cuDeviceGetUuid_v2(CUuuid*, CUdevice) is the driver's signature.
+    let get_uuid =
+        unsafe { real_fn::<unsafe extern "C" fn(*mut CUuuid, CUdevice) -> CUresult>(Sym::cuDeviceGetUuid_v2) };
+    let mut uuid = CUuuid::default();
+    // SAFETY: a valid out-pointer.
+    let known = get_uuid.is_some_and(|get| unsafe { get(&mut uuid, CUdevice::from(ordinal)) } == CUDA_SUCCESS);
+    if known && uuid.bytes != [0; 16] {
+        return uuid.bytes;
+    }
+    let mut by_ordinal = *b"cudatrace-ordin\0";
+    by_ordinal[15] = ordinal as u8;
+    by_ordinal
 }
 
 /// Writes, once per device, that the process runs under the limit there.

@@ -127,6 +127,18 @@ fn the_first_refused_allocation_is_the_one_past_the_limit_for_every_kind() {
 }
 
 #[test]
+fn a_driver_that_cannot_tell_a_devices_uuid_is_limited_by_ordinal() {
+    let (out, report, _) = run_limit(
+        "limit-no-uuid",
+        &["--limit", LIMIT],
+        &["refuse", "plain", BLOCK, "10"],
+        &[("FAKE_CUDA_NO_UUID", "1")],
+    );
+    assert_eq!(line(&out, "refused"), "refused plain at 5 error 2 errno 4321 out 0x0");
+    assert_eq!(report["memory_limit"][0]["fits"], false);
+}
+
+#[test]
 fn managed_memory_is_never_refused() {
     let (out, report, _) = run_limit(
         "limit-managed",

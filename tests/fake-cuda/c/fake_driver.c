@@ -25,6 +25,7 @@
  *  - graph memory nodes reserve their bytes in the device's graph pool;
  *  - cuCtxSetLimit of the heap costs the growth of the heap;
  *  - FAKE_CUDA_OTHERS_BYTES: used on each device by processes not traced;
+ *  - FAKE_CUDA_NO_UUID: cuDeviceGetUuid_v2 fails, as on a driver that cannot tell;
  *  - FAKE_CUDA_STREAM_BYTES, FAKE_CUDA_EVENT_BYTES: each stream or event
  *    created; FAKE_CUDA_STREAM_USE_BYTES: each stream's first launch;
  *  - FAKE_CUDA_GRAPH_EXEC_BYTES: each executable graph instantiated; its
@@ -824,6 +825,8 @@ HIDDEN CUresult impl_cuGraphAddMemFreeNode(CUgraphNode *node, CUgraph graph, con
 }
 HIDDEN CUresult impl_cuDeviceGetUuid_v2(CUuuid *uuid, CUdevice device) { ENTRY_POINT();
     if (device < 0 || device >= device_count()) return CUDA_ERROR_INVALID_VALUE;
+    /* FAKE_CUDA_NO_UUID: a driver that cannot tell a device's UUID. */
+    if (getenv("FAKE_CUDA_NO_UUID")) return 801; /* CUDA_ERROR_NOT_SUPPORTED */
     for (int i = 0; i < 16; i++) uuid->bytes[i] = (unsigned char)(0xf0 + i);
     uuid->bytes[15] = (unsigned char)device;
     return CUDA_SUCCESS;
