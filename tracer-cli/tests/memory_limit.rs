@@ -139,6 +139,18 @@ fn a_driver_that_cannot_tell_a_devices_uuid_is_limited_by_ordinal() {
 }
 
 #[test]
+fn limit_off_runs_without_one_whatever_the_environment_says() {
+    let (out, report, _) = run_limit(
+        "limit-off",
+        &["--limit", "off"],
+        &["queries"],
+        &[("CUDATRACE_LIMIT", "256MiB")],
+    );
+    assert_eq!(line(&out, "cudaMemGetInfo "), "cudaMemGetInfo 1073741824 1073741824");
+    assert_eq!(report["memory_limit"], serde_json::json!([]));
+}
+
+#[test]
 fn managed_memory_is_never_refused() {
     let (out, report, _) = run_limit(
         "limit-managed",
@@ -149,6 +161,13 @@ fn managed_memory_is_never_refused() {
     assert_eq!(line(&out, "allocated"), "allocated 10");
     assert!(!out.contains("refused"), "{out}");
     assert_eq!(report["memory_limit"][0]["fits"], true);
+    // 476.8 MiB of managed memory under a 256 MiB limit: the verdict says
+    // why its peak is past the limit.
+    let text = report["memory_limit"][0]["verdict"].as_str().unwrap().to_string();
+    assert!(
+        text.ends_with("; the peak passed the limit by 220.8 MiB in memory the limit does not refuse (managed memory) or that the driver took after its last reading"),
+        "{text}"
+    );
 }
 
 #[test]
@@ -250,8 +269,56 @@ fn processes_of_one_tree_share_the_limit_and_a_killed_one_gives_its_share_back()
 
 #[test]
 fn a_forked_child_shares_its_parents_limit() {
-    let (out, _, _) = run_limit("limit-fork", &["--limit", LIMIT], &["fork", "100000000"], &[]);
+    let (out, report, _) = run_limit("limit-fork", &["--limit", LIMIT], &["fork", "100000000"], &[]);
     assert_eq!(out, "parent 0\nchild refused at 1\nchild exited 0\n");
+    // The child's refusal has its verdict, though the child wrote no limit
+    // record of its own: the limit is the one its refusal carries.
+    let verdicts = report["memory_limit"].as_array().unwrap();
+    let fits: Vec<bool> = verdicts.iter().map(|v| v["fits"].as_bool().unwrap()).collect();
+    assert_eq!(fits, [true, false], "{verdicts:#?}");
+    assert_eq!(verdicts[1]["limit_bytes"], LIMIT_BYTES);
+    // Left: the limit less both blocks and the parent's unspent credit
+    // (a 4096th of the limit, 65,536 bytes, counted as used).
+    assert_eq!(verdicts[1]["refusals"][0]["left_bytes"], LIMIT_BYTES - 200_065_536);
+}
+
+#[test]
+fn a_limit_larger_than_the_card_says_so_and_the_cards_own_refusal_does_not_fit() {
+    // The fake card has 1 GiB: the sixth 200,000,000-byte block is the
+    // card's to refuse, under a 4 GiB limit.
+    let (out, report, _) = run_limit(
+        "limit-above-card",
+        &["--limit", "4GiB"],
+        &["refuse", "plain", "200000000", "10"],
+        &[],
+    );
+    assert_eq!(
+        line(&out, "refused"),
+        "refused plain at 5 error 2 errno 4321 out 0xdead"
+    );
+    let verdict = &report["memory_limit"][0];
+    assert_eq!(verdict["fits"], false);
+    let expected = format!(
+        "did not fit: the card itself refused 1 allocation, at allocate (limit.c:{}) (asked 190.7 MiB with 70.3 MiB free of 1.0 GiB); the 4.0 GiB limit is larger than this card (1.0 GiB), which held the job to its own size",
+        call_line("plain")
+    );
+    assert_eq!(verdict["verdict"], expected);
+}
+
+#[test]
+fn figures_that_round_alike_are_given_exactly() {
+    // One byte more than the limit, refused with the whole limit left.
+    let (_, report, _) = run_limit(
+        "limit-exact",
+        &["--limit", LIMIT],
+        &["refuse", "plain", "268435457", "2"],
+        &[],
+    );
+    let text = report["memory_limit"][0]["verdict"].as_str().unwrap().to_string();
+    assert!(
+        text.ends_with("(asked 268435457 B with 268435456 B left of the 256.0 MiB limit)"),
+        "{text}"
+    );
 }
 
 #[test]
@@ -313,7 +380,7 @@ fn the_report_opens_with_the_verdict_and_marks_each_refusal() {
     let lines: Vec<&str> = text.lines().collect();
     assert_eq!(lines[1], "memory limit:");
     let verdict = format!(
-        ", GPU 0: did not fit: 1 allocation refused, the first at allocate (limit.c:{}) (asked 47.7 MiB with 17.6 MiB left of the 256.0 MiB limit)",
+        ", GPU 0: did not fit: 1 allocation refused, at allocate (limit.c:{}) (asked 47.7 MiB with 17.6 MiB left of the 256.0 MiB limit)",
         call_line("plain")
     );
     assert!(lines[2].ends_with(&verdict), "{}", lines[2]);
@@ -331,6 +398,7 @@ fn a_limit_that_is_no_size_is_refused_in_one_line() {
     for (args, env, said) in [
         (vec!["--limit", "lots"], None, "'lots' is not a size"),
         (vec!["--limit", "1000"], None, "'1000' is too small for a GPU"),
+        (vec!["--limit", "-5"], None, "'-5' is not a size"),
         (vec![], Some("lots"), "CUDATRACE_LIMIT=lots: 'lots' is not a size"),
     ] {
         let mut command = cudatrace_run();
@@ -390,7 +458,7 @@ fn refusals_pytorch_recovers_from_by_freeing_its_cache_still_fit() {
     assert!(text.starts_with("fits: peak "), "{text}");
     assert!(
         text.contains(" of the 40.0 MiB limit")
-            && text.contains(", after PyTorch freed its cache when 1 allocation was refused (the first at "),
+            && text.contains(", after PyTorch freed its cache when 1 allocation was refused by the limit (at "),
         "{text}"
     );
 

@@ -139,9 +139,11 @@ pub struct RunArgs {
     #[arg(long, value_name = "SIZE", value_parser = super::max_size::parse_max_size, allow_hyphen_values = true)]
     pub max_size: Option<super::max_size::MaxSize>,
     /// Make every GPU look and behave like a card with SIZE of memory, such
-    /// as 24GiB: memory queries report SIZE, and allocations past it fail
-    /// as out of memory, across the whole process tree. The report says
-    /// whether the job fit [default: $CUDATRACE_LIMIT, else no limit].
+    /// as 24GiB (K, M, G count in 1024s; KB, MB, GB in 1000s: 24GB is 22.4
+    /// GiB): memory queries report SIZE, and allocations past it fail as
+    /// out of memory, across the whole process tree. The report says
+    /// whether the job fit. `off` for none [default: $CUDATRACE_LIMIT, else
+    /// no limit].
     #[arg(long, value_name = "SIZE", value_parser = parse_limit, allow_hyphen_values = true)]
     pub limit: Option<u64>,
     /// The command to run, and its arguments.
@@ -149,13 +151,17 @@ pub struct RunArgs {
     pub command: Vec<OsString>,
 }
 
-/// Parses `--limit`: a size such as 24GiB, at least 1MiB.
+/// Parses `--limit`: a size such as 24GiB, at least 1MiB; `off` or `0`
+/// (returned as 0) for no limit.
 pub fn parse_limit(text: &str) -> Result<u64, String> {
+    if matches!(text.trim(), "off" | "0") {
+        return Ok(0);
+    }
     match cudatrace_events::sizes::parse_bytes(text) {
         Ok(bytes) if bytes >= 1 << 20 => Ok(bytes),
         Ok(_) => Err(format!("'{text}' is too small for a GPU: give at least 1MiB")),
         Err(_) => Err(format!(
-            "'{text}' is not a size (a number of bytes, K, M, G or T, with iB or B, such as 24GiB)"
+            "'{text}' is not a size (a number of bytes, K, M, G or T, with iB or B, such as 24GiB), nor off"
         )),
     }
 }

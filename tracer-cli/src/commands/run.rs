@@ -208,8 +208,14 @@ fn trace_environment(command: &mut Command, preload: PathBuf, run_dir: &Path, ar
     if args.no_launch_hooks {
         command.env("CUDATRACE_LAUNCH_HOOKS", "0");
     }
-    if let Some(limit) = args.limit {
-        command.env("CUDATRACE_LIMIT", limit.to_string());
+    match args.limit {
+        Some(0) => {
+            command.env_remove("CUDATRACE_LIMIT");
+        }
+        Some(limit) => {
+            command.env("CUDATRACE_LIMIT", limit.to_string());
+        }
+        None => {}
     }
 }
 
