@@ -475,3 +475,22 @@ fn refusals_pytorch_recovers_from_by_freeing_its_cache_still_fit() {
         .unwrap()
         .starts_with("did not fit: 2 allocations refused, the first at "));
 }
+
+#[test]
+fn the_html_page_opens_with_the_verdict_and_marks_the_refusal() {
+    let (_, report, trace) = run_limit(
+        "limit-html",
+        &["--limit", LIMIT],
+        &["refuse", "plain", BLOCK, "10"],
+        &[],
+    );
+    let page = html_page(&trace);
+    let verdict = report["memory_limit"][0]["verdict"].as_str().unwrap();
+    assert!(page.contains("<h2>Memory limit</h2>"), "no verdict section");
+    assert!(page.contains(&format!(", GPU 0: {verdict}</li>")), "{verdict}");
+    assert_eq!(
+        page.matches("cuMemAlloc_v2 (refused by the memory limit: free is what it had left, total the limit)")
+            .count(),
+        1
+    );
+}

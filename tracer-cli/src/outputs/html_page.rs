@@ -47,6 +47,7 @@ pub fn page(
         .map_or_else(|| index.path.display().to_string(), |h| h.command.join(" "));
     let mut page = head_html(index, &title);
     page += &incomplete_html(index, &summary);
+    page += &limit_html(index, &summary);
     page += &processes_html(index, &summary);
     page += &footprints_html(index, &summary, &charts);
     page += &devices_html(index, &summary, &charts, frames);
@@ -105,6 +106,27 @@ fn incomplete_html(index: &TraceIndex, summary: &Summary) -> String {
 }
 
 /// One row per process image: pid, parent, command, exit and events.
+/// The memory limit's verdict (`run --limit`), as the text report opens
+/// with it; nothing when the job ran without a limit.
+fn limit_html(index: &TraceIndex, summary: &Summary) -> String {
+    let verdicts = crate::analysis::limit_verdicts(summary);
+    if verdicts.is_empty() {
+        return String::new();
+    }
+    let mut out = String::from("<h2>Memory limit</h2>\n<ul class=\"limit\">\n");
+    for verdict in &verdicts {
+        let _ = writeln!(
+            out,
+            "<li>pid {}, {}: {}</li>",
+            index.processes[verdict.process].start.pid,
+            escape(&crate::outputs::wording::device_label(verdict.device)),
+            escape(&crate::outputs::wording::limit_lines::verdict_line(index, verdict))
+        );
+    }
+    out += "</ul>\n";
+    out
+}
+
 fn processes_html(index: &TraceIndex, summary: &Summary) -> String {
     let mut out = String::from("<h2>Processes</h2>\n<table><tr><th>pid</th><th>parent</th><th>image</th><th>command</th><th>exit</th><th>events</th></tr>\n");
     for (info, process) in index.processes.iter().zip(&summary.processes) {
@@ -219,7 +241,11 @@ fn devices_html(index: &TraceIndex, summary: &Summary, charts: &PageCharts, fram
                         bytes(oom.requested_bytes),
                         bytes(oom.device_free),
                         bytes(oom.device_total),
-                        oom.api,
+                        if oom.by_limit {
+                            format!("{} (refused by the memory limit: free is what it had left, total the limit)", oom.api)
+                        } else {
+                            oom.api.to_string()
+                        },
                         escape(&held),
                         stack_html(index, info, oom.stack, frames)
                     );
