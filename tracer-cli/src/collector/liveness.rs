@@ -8,6 +8,25 @@ use std::os::fd::{AsRawFd, FromRawFd, OwnedFd};
 pub struct Liveness {
     pidfd: Option<OwnedFd>,
     dead: bool,
+    /// Asked by pid when no pidfd could be had.
+    pid: u32,
+}
+
+/// Whether `pid` names no running process: none at all, or a zombie (which
+/// will write nothing more). Racy on pid reuse, so only the fallback where
+/// no pidfd can be had.
+fn gone_by_pid(pid: u32) -> bool {
+    // SAFETY: signal 0 only checks that the process exists.
+    if unsafe { libc::kill(pid as libc::pid_t, 0) } != 0 {
+        return std::io::Error::last_os_error().raw_os_error() == Some(libc::ESRCH);
+    }
+    std::fs::read_to_string(format!("/proc/{pid}/stat"))
+        .ok()
+        .and_then(|stat| {
+            stat.rsplit_once(')')
+                .map(|(_, rest)| rest.trim_start().starts_with(['Z', 'X']))
+        })
+        .unwrap_or(false)
 }
 
 impl Liveness {
@@ -16,15 +35,21 @@ impl Liveness {
         // SAFETY: pidfd_open takes a pid and flags and returns a new descriptor or -1.
         let fd = unsafe { libc::syscall(libc::SYS_pidfd_open, pid as libc::pid_t, 0) };
         if fd < 0 {
+            // Only "no such process" says it is gone. Out of descriptors (a
+            // collector following a thousand short-lived processes) or no
+            // pidfd in this kernel says nothing: it is asked by pid then.
+            let gone = std::io::Error::last_os_error().raw_os_error() == Some(libc::ESRCH);
             return Liveness {
                 pidfd: None,
-                dead: true,
+                dead: gone || gone_by_pid(pid),
+                pid,
             };
         }
         Liveness {
             // SAFETY: a descriptor we own from here on.
             pidfd: Some(unsafe { OwnedFd::from_raw_fd(fd as i32) }),
             dead: false,
+            pid,
         }
     }
 
@@ -45,6 +70,8 @@ impl Liveness {
                 self.dead = true;
                 self.pidfd = None;
             }
+        } else {
+            self.dead = gone_by_pid(self.pid);
         }
         self.dead
     }
@@ -62,5 +89,25 @@ mod tests {
         child.wait().unwrap();
         assert!(liveness.is_dead());
         assert!(Liveness::watch(child.id()).is_dead());
+    }
+
+    #[test]
+    fn without_a_pidfd_a_process_is_asked_by_pid_and_a_zombie_is_gone() {
+        // What `watch` falls back to when pidfd_open fails for want of a
+        // descriptor (a collector following a thousand short-lived
+        // processes): the process is asked by pid.
+        let mut child = std::process::Command::new("sleep").arg("0.3").spawn().unwrap();
+        let mut liveness = Liveness {
+            pidfd: None,
+            dead: false,
+            pid: child.id(),
+        };
+        assert!(!liveness.is_dead());
+        // Exited but not reaped yet: a zombie writes nothing more.
+        std::thread::sleep(std::time::Duration::from_millis(600));
+        assert!(gone_by_pid(child.id()));
+        assert!(liveness.is_dead());
+        child.wait().unwrap();
+        assert!(gone_by_pid(child.id()));
     }
 }
