@@ -24,6 +24,34 @@ fn run_limit(label: &str, options: &[&str], args: &[&str], env: &[(&str, &str)])
     (stdout(&output), report, trace)
 }
 
+/// `cudatrace run --limit 256MiB -- /bin/sh -c SCRIPT` with `env`, in a
+/// fresh folder: (output, trace). In SCRIPT, `{limit}` is the test program.
+fn run_script(label: &str, script: &str, env: &[(&str, &str)]) -> (std::process::Output, PathBuf) {
+    let dir = scratch_dir(label);
+    let trace = dir.join("run.trace");
+    let limit = fake_cuda::program("limit");
+    let output = cudatrace_run()
+        .arg("-o")
+        .arg(&trace)
+        .args(["--limit", LIMIT, "--", "/bin/sh", "-c"])
+        .arg(script.replace("{limit}", limit.to_str().unwrap()))
+        .envs(env.iter().copied())
+        .env("TMPDIR", &dir)
+        .output()
+        .unwrap();
+    assert_eq!(output.status.code(), Some(0), "{}", stderr(&output));
+    (output, trace)
+}
+
+/// Shell that starts `limit hold BYTES MS` in the background (its pid in
+/// `$h`) and goes on once it holds its memory: waiting for its word, not
+/// for a while, so that a slow machine cannot reorder the processes.
+fn hold_in_background(bytes: u64, ms: u64) -> String {
+    format!(
+        "f=$(mktemp); {{limit}} hold {bytes} {ms} > $f & h=$!; until grep -q held $f; do sleep 0.02; done; rm -f $f"
+    )
+}
+
 /// The line of limit.c where `allocate` makes an allocation of `kind`.
 fn call_line(kind: &str) -> usize {
     let call = match kind {
@@ -211,17 +239,8 @@ fn a_graph_allocation_and_a_context_that_would_not_fit_are_refused() {
         ("FAKE_CUDA_SHARED_CARD", "1"),
         ("FAKE_CUDA_CONTEXT_BYTES", "100000000"),
     ];
-    let (mut command, trace) = run_program("limit-context", &PathBuf::from("/bin/sh"), &["--limit", LIMIT]);
-    let limit = fake_cuda::program("limit");
-    let limit = limit.to_str().unwrap();
-    command
-        .args([
-            "-c",
-            &format!("{limit} hold 100000000 1500 & sleep 0.5; {limit} context; wait"),
-        ])
-        .envs(env);
-    let output = command.output().unwrap();
-    assert_eq!(output.status.code(), Some(0), "{}", stderr(&output));
+    let script = format!("{}; {{limit}} context; wait", hold_in_background(100_000_000, 1500));
+    let (output, trace) = run_script("limit-context", &script, &env);
     let said = stdout(&output);
     assert_eq!(line(&said, "cuDevicePrimaryCtxRetain"), "cuDevicePrimaryCtxRetain 2");
     let (report, _) = report_json(&trace);
@@ -238,24 +257,14 @@ fn a_graph_allocation_and_a_context_that_would_not_fit_are_refused() {
 
 #[test]
 fn processes_of_one_tree_share_the_limit_and_a_killed_one_gives_its_share_back() {
-    let dir = scratch_dir("limit-shared");
-    let mut command = cudatrace_run();
-    let trace = dir.join("run.trace");
-    let limit = fake_cuda::program("limit");
-    let limit = limit.to_str().unwrap();
     // The holder keeps 200,000,000 bytes; the second process gets 6 blocks
     // of 10,000,000 beside it; once the holder is killed (SIGKILL: nothing
     // of ours runs in it), a third gets 26.
     let script = format!(
-        "{limit} hold 200000000 30000 & h=$!; sleep 0.4; {limit} refuse plain 10000000 40; kill -9 $h; wait; {limit} refuse plain 10000000 40"
+        "{}; {{limit}} refuse plain 10000000 40; kill -9 $h; wait; {{limit}} refuse plain 10000000 40",
+        hold_in_background(200_000_000, 30_000)
     );
-    command
-        .arg("-o")
-        .arg(&trace)
-        .args(["--limit", LIMIT, "--", "/bin/sh", "-c", &script])
-        .env("TMPDIR", &dir);
-    let output = command.output().unwrap();
-    assert_eq!(output.status.code(), Some(0), "{}", stderr(&output));
+    let (output, _) = run_script("limit-shared", &script, &[]);
     let out = stdout(&output);
     let said: Vec<&str> = out.lines().filter(|l| l.starts_with("refused")).collect();
     assert_eq!(
@@ -338,19 +347,11 @@ fn threads_that_ended_leave_nothing_counted() {
 
 #[test]
 fn each_device_has_the_whole_limit() {
-    let dir = scratch_dir("limit-devices");
-    let trace = dir.join("run.trace");
-    let limit = fake_cuda::program("limit");
-    let limit = limit.to_str().unwrap();
-    let script = format!("{limit} hold 200000000 800 & sleep 0.3; {limit} refuse plain 100000000@1 5; wait");
-    let output = cudatrace_run()
-        .arg("-o")
-        .arg(&trace)
-        .args(["--limit", LIMIT, "--", "/bin/sh", "-c", &script])
-        .env("TMPDIR", &dir)
-        .output()
-        .unwrap();
-    assert_eq!(output.status.code(), Some(0), "{}", stderr(&output));
+    let script = format!(
+        "{}; {{limit}} refuse plain 100000000@1 5; wait",
+        hold_in_background(200_000_000, 800)
+    );
+    let (output, trace) = run_script("limit-devices", &script, &[]);
     assert_eq!(
         line(&stdout(&output), "refused"),
         "refused plain at 2 error 2 errno 4321 out 0x0"
