@@ -60,6 +60,7 @@ extern "C" fn on_load() {
     if std::env::var_os("CUDATRACE_SAMPLES").is_some_and(|v| v == "0") {
         readings::disable_samples();
     }
+    clock::configure_from_environment();
     spool_writer::set_callbacks(spool_opened, process_exiting);
     exec::resolve();
     fork::resolve();

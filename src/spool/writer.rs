@@ -26,6 +26,7 @@ use crate::spool::spool_file;
 use crate::spool::tree_root;
 use crate::sys::clock::{monotonic_ns, realtime_ns, record_ns};
 use crate::sys::prefetch::prefetch_line;
+use crate::sys::process_place;
 use crate::sys::thread::last_errno;
 use crate::sys::thread_block;
 use cudatrace_events::layout::{
@@ -448,6 +449,7 @@ fn try_create_spool() -> Result<(), NoSpoolWhy> {
         h.ppid = ppid;
         h.start_monotonic_ns = monotonic_ns();
         h.start_realtime_ns = realtime_ns();
+        process_place::fill(&mut h.identity);
         h.cmdline[..cmdline_len].copy_from_slice(&cmdline[..cmdline_len]);
         h.cmdline_len = cmdline_len as u32;
         AtomicU64::from_ptr((&raw mut h.magic).cast()).store(u64::from_le_bytes(SPOOL_MAGIC), Ordering::Release);
@@ -480,6 +482,7 @@ extern "C" fn record_exit(status: libc::c_int, _arg: *mut libc::c_void) {
     // SAFETY: the header stays mapped until the process is gone; the flag is
     // published after the values it guards.
     unsafe {
+        process_place::fill_missing_ranks(&raw mut (*header).identity);
         (*header).exit_time_ns = monotonic_ns();
         (*header).exit_status = status;
         AtomicU32::from_ptr(&raw mut (*header).exit_recorded).store(1, Ordering::Release);

@@ -31,17 +31,35 @@ fn now_ns(clock: libc::clockid_t) -> u64 {
         .wrapping_add(ts.tv_nsec as u64)
 }
 
+/// Added to every `CLOCK_MONOTONIC` reading: `CUDATRACE_TEST_CLOCK_OFFSET_NS`,
+/// 0 unless a test sets it. It makes this machine's monotonic clock read as
+/// another host's would (one booted at another time), so that a test can
+/// make the traces of two "hosts" on one machine and check that `cudatrace
+/// merge` lines them up by their wall clocks. The TSC-based record times
+/// are anchored to [`monotonic_ns`], so they carry it too.
+static MONOTONIC_OFFSET: AtomicU64 = AtomicU64::new(0);
+
+/// Reads `CUDATRACE_TEST_CLOCK_OFFSET_NS` (a signed decimal), from the
+/// library constructor, before any record.
+pub fn configure_from_environment() {
+    let offset = std::env::var("CUDATRACE_TEST_CLOCK_OFFSET_NS")
+        .ok()
+        .and_then(|v| v.trim().parse::<i64>().ok())
+        .unwrap_or(0);
+    MONOTONIC_OFFSET.store(offset as u64, Ordering::Relaxed);
+}
+
 /// `CLOCK_MONOTONIC` in nanoseconds, from the vDSO.
 #[inline]
 pub fn monotonic_ns() -> u64 {
-    now_ns(libc::CLOCK_MONOTONIC)
+    now_ns(libc::CLOCK_MONOTONIC).wrapping_add(MONOTONIC_OFFSET.load(Ordering::Relaxed))
 }
 
 /// `CLOCK_MONOTONIC_COARSE` in nanoseconds: a few nanoseconds to read, and
 /// fine enough for rate limits of milliseconds.
 #[inline]
 pub fn coarse_ns() -> u64 {
-    now_ns(libc::CLOCK_MONOTONIC_COARSE)
+    now_ns(libc::CLOCK_MONOTONIC_COARSE).wrapping_add(MONOTONIC_OFFSET.load(Ordering::Relaxed))
 }
 
 /// The time [`record_ns`] last gave the calling thread (0 before its first):

@@ -30,7 +30,7 @@
 /// First eight bytes of every spool file.
 pub const SPOOL_MAGIC: [u8; 8] = *b"CUTRSPL\0";
 /// Version of this layout; bumped on any incompatible change.
-pub const SPOOL_VERSION: u32 = 5;
+pub const SPOOL_VERSION: u32 = 6;
 /// Size of the header page; records start at this offset.
 pub const HEADER_SIZE: usize = 4096;
 /// Size of one record in bytes.
@@ -41,8 +41,10 @@ pub const CHUNK_RECORDS: usize = 16384;
 pub const CHUNK_BYTES: usize = CHUNK_RECORDS * RECORD_SIZE;
 /// Places in the header where forked children say they could not record.
 pub const CHILD_FAILURE_SLOTS: usize = 16;
+/// Offset of [`SpoolHeader::identity`] in the header.
+pub const IDENTITY_OFFSET: usize = 128 + CHILD_FAILURE_SLOTS * std::mem::size_of::<ChildFailure>();
 /// Offset of the command line in the header.
-pub const CMDLINE_OFFSET: usize = 128 + CHILD_FAILURE_SLOTS * std::mem::size_of::<ChildFailure>();
+pub const CMDLINE_OFFSET: usize = IDENTITY_OFFSET + std::mem::size_of::<ProcessIdentity>();
 /// Bytes of `/proc/self/cmdline` kept in the header.
 pub const CMDLINE_CAPACITY: usize = HEADER_SIZE - CMDLINE_OFFSET;
 /// Offset of [`SpoolHeader::released_chunks`], which the collector writes.
@@ -135,6 +137,8 @@ pub struct SpoolHeader {
     /// user it has become and whatever descriptors it has left. Claimed in
     /// order by an atomic exchange of `pid`.
     pub child_failures: [ChildFailure; CHILD_FAILURE_SLOTS],
+    /// Where the process ran and which rank of a distributed job it is.
+    pub identity: ProcessIdentity,
     /// The process's argv as in `/proc/self/cmdline`: NUL-separated, truncated.
     pub cmdline: [u8; CMDLINE_CAPACITY],
 }
@@ -145,6 +149,36 @@ const _: () = assert!(std::mem::offset_of!(SpoolHeader, reserved_seqs) == RESERV
 const _: () = assert!(std::mem::offset_of!(SpoolHeader, punched_chunks) == PUNCHED_CHUNKS_OFFSET as usize);
 const _: () = assert!(std::mem::offset_of!(SpoolHeader, cmdline) == CMDLINE_OFFSET);
 const _: () = assert!(std::mem::offset_of!(SpoolHeader, child_failures) == 128);
+const _: () = assert!(std::mem::offset_of!(SpoolHeader, identity) == IDENTITY_OFFSET);
+
+/// Bytes of the host name kept in a header: Linux's longest (`HOST_NAME_MAX`).
+pub const HOST_NAME_CAPACITY: usize = 64;
+
+/// Where a process ran and its place in a distributed job, as the process
+/// itself saw them: the host's name, and the `RANK`, `LOCAL_RANK` and
+/// `WORLD_SIZE` of its environment (which `torchrun`, `srun` wrappers and
+/// `mpirun` set for each worker).
+///
+/// The numbers are stored plus one, so that 0 means "not set". They are
+/// written when the spool is created and, for those not set then, again
+/// when the process exits (a program may set them itself once running);
+/// each is one aligned word, stored atomically.
+#[repr(C)]
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct ProcessIdentity {
+    /// `RANK` + 1, or 0.
+    pub rank: u32,
+    /// `LOCAL_RANK` + 1, or 0.
+    pub local_rank: u32,
+    /// `WORLD_SIZE` + 1, or 0.
+    pub world_size: u32,
+    /// Zero.
+    pub spare: u32,
+    /// The host name (`uname`'s node name), NUL-padded.
+    pub host: [u8; HOST_NAME_CAPACITY],
+}
+
+const _: () = assert!(std::mem::size_of::<ProcessIdentity>() == 80);
 
 /// A forked child that could not create its spool, as it wrote itself into
 /// its parent's header (see [`SpoolHeader::child_failures`]).

@@ -5,8 +5,8 @@
 
 use crate::codes::{Api, Kind, Op};
 use crate::layout::{
-    commit_matches, committed_seq, ChildFailure, RawRecord, SpoolHeader, CHILD_FAILURE_SLOTS, CHUNK_RECORDS,
-    CMDLINE_CAPACITY, CMDLINE_OFFSET, HEADER_SIZE, RECORD_SIZE, SPOOL_MAGIC, SPOOL_VERSION,
+    commit_matches, committed_seq, ChildFailure, ProcessIdentity, RawRecord, SpoolHeader, CHILD_FAILURE_SLOTS, CHUNK_RECORDS,
+    CMDLINE_CAPACITY, CMDLINE_OFFSET, HEADER_SIZE, HOST_NAME_CAPACITY, IDENTITY_OFFSET, RECORD_SIZE, SPOOL_MAGIC, SPOOL_VERSION,
 };
 
 /// The process a spool file belongs to.
@@ -27,6 +27,38 @@ pub struct ProcessInfo {
     /// The image was calling `exec` when last seen: with no exit recorded,
     /// it was replaced, and did not exit.
     pub exec_started: bool,
+    /// Its host, and its rank where its environment named one.
+    pub place: ProcessPlace,
+}
+
+/// Where a process ran and its place in a distributed job: its host's
+/// name, and the `RANK`, `LOCAL_RANK` and `WORLD_SIZE` of its environment,
+/// where set (never guessed from its arguments).
+#[derive(Clone, Debug, Default, PartialEq, Eq, Hash, PartialOrd, Ord)]
+pub struct ProcessPlace {
+    /// Host name; empty when unknown (then the trace's host).
+    pub host: String,
+    /// `RANK`.
+    pub rank: Option<u32>,
+    /// `LOCAL_RANK`.
+    pub local_rank: Option<u32>,
+    /// `WORLD_SIZE`.
+    pub world_size: Option<u32>,
+}
+
+impl ProcessPlace {
+    /// Decodes a header's [`ProcessIdentity`] (its words read atomically by
+    /// the caller).
+    pub fn from_identity(identity: &ProcessIdentity) -> Self {
+        let end = identity.host.iter().position(|&b| b == 0).unwrap_or(identity.host.len());
+        let number = |stored: u32| stored.checked_sub(1);
+        ProcessPlace {
+            host: String::from_utf8_lossy(&identity.host[..end]).into_owned(),
+            rank: number(identity.rank),
+            local_rank: number(identity.local_rank),
+            world_size: number(identity.world_size),
+        }
+    }
 }
 
 /// One decoded event.
@@ -277,6 +309,7 @@ pub fn parse_header(bytes: &[u8]) -> Result<SpoolHeaderInfo, SpoolError> {
                 )
             }),
             exec_started: u32_at(offset_of!(SpoolHeader, exec_started)) == 1,
+            place: ProcessPlace::from_identity(&identity(bytes)),
         },
         unknown_frees: u64_at(offset_of!(SpoolHeader, unknown_frees)),
         registry_overflows: u64_at(offset_of!(SpoolHeader, registry_overflows)),
@@ -289,6 +322,22 @@ pub fn parse_header(bytes: &[u8]) -> Result<SpoolHeaderInfo, SpoolError> {
         child_failures: child_failures(bytes),
         child_failures_lost: u32_at(offset_of!(SpoolHeader, child_failures_lost)),
     })
+}
+
+/// The header's [`ProcessIdentity`], copied out.
+fn identity(bytes: &[u8]) -> ProcessIdentity {
+    use std::mem::offset_of;
+    let word = |field: usize| le_u32(bytes, IDENTITY_OFFSET + field);
+    let mut host = [0u8; HOST_NAME_CAPACITY];
+    let at = IDENTITY_OFFSET + offset_of!(ProcessIdentity, host);
+    host.copy_from_slice(&bytes[at..at + HOST_NAME_CAPACITY]);
+    ProcessIdentity {
+        rank: word(offset_of!(ProcessIdentity, rank)),
+        local_rank: word(offset_of!(ProcessIdentity, local_rank)),
+        world_size: word(offset_of!(ProcessIdentity, world_size)),
+        spare: 0,
+        host,
+    }
 }
 
 /// Empty arguments at the end of a command line taken as arguments; a

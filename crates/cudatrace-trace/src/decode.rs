@@ -82,6 +82,33 @@ fn decode_events(cursor: &mut Cursor, pid_of: &dyn Fn(u32) -> Option<u32>, packe
     Ok(Record::Events { process, events })
 }
 
+fn decode_process(c: &mut Cursor) -> Result<Record, Malformed> {
+    let mut start = ProcessStart {
+        process: c.get_u32()?,
+        pid: c.get_u32()?,
+        ppid: c.get_u32()?,
+        image: c.get_u32()?,
+        start_monotonic_ns: c.get()?,
+        start_realtime_ns: c.get()?,
+        argv: get_strings(c)?,
+        place: Default::default(),
+    };
+    // Format 12 added the host and ranks after the command line.
+    if c.remaining() > 0 {
+        start.place.host = c.string()?;
+        let mut number = || -> Result<Option<u32>, Malformed> {
+            Ok(match c.get()? {
+                0 => None,
+                n => Some(u32::try_from(n - 1).map_err(|_| Malformed::RankOutOfRange)?),
+            })
+        };
+        start.place.rank = number()?;
+        start.place.local_rank = number()?;
+        start.place.world_size = number()?;
+    }
+    Ok(Record::Process(start))
+}
+
 fn decode_process_end(c: &mut Cursor) -> Result<Record, Malformed> {
     let process = c.get_u32()?;
     let status = c.get_signed()?;
@@ -275,15 +302,7 @@ pub(crate) fn decode(tag: u8, payload: &[u8], pid_of: &dyn Fn(u32) -> Option<u32
             start_monotonic_ns: c.get()?,
             command: get_strings(&mut c)?,
         }),
-        TAG_PROCESS => Record::Process(ProcessStart {
-            process: c.get_u32()?,
-            pid: c.get_u32()?,
-            ppid: c.get_u32()?,
-            image: c.get_u32()?,
-            start_monotonic_ns: c.get()?,
-            start_realtime_ns: c.get()?,
-            argv: get_strings(&mut c)?,
-        }),
+        TAG_PROCESS => decode_process(&mut c)?,
         TAG_EVENTS => decode_events(&mut c, pid_of, false)?,
         TAG_EVENTS_PACKED => decode_events(&mut c, pid_of, true)?,
         TAG_PROCESS_END => decode_process_end(&mut c)?,

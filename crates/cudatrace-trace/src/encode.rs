@@ -29,6 +29,10 @@ pub(crate) fn encode(record: &Record, out: &mut Vec<u8>) -> u8 {
             put(out, p.start_monotonic_ns);
             put(out, p.start_realtime_ns);
             put_strings(out, &p.argv);
+            put_string(out, &p.place.host);
+            for number in [p.place.rank, p.place.local_rank, p.place.world_size] {
+                put(out, number.map_or(0, |n| u64::from(n) + 1));
+            }
             TAG_PROCESS
         }
         Record::Events { process, events } => {

@@ -2,12 +2,12 @@
 //! payloads are written by `encode` and read by `decode`.
 
 use cudatrace_events::recording_switch::Switch;
-use cudatrace_events::Event;
+use cudatrace_events::{Event, ProcessPlace};
 
 /// First eight bytes of a trace file.
 pub const MAGIC: [u8; 8] = *b"CUTRACE\0";
 /// Version of the record encodings; readers refuse other versions.
-pub const FORMAT_VERSION: u32 = 11;
+pub const FORMAT_VERSION: u32 = 12;
 /// Oldest version readers still accept (it has no call stacks).
 pub const OLDEST_READABLE_VERSION: u32 = 2;
 /// Largest payload a frame may declare; anything larger is damage.
@@ -69,6 +69,9 @@ pub struct ProcessStart {
     pub start_monotonic_ns: u64,
     /// Wall clock at the same instant.
     pub start_realtime_ns: u64,
+    /// Its host and rank (format 12 and later; before, the host is empty:
+    /// the [`Header`]'s).
+    pub place: ProcessPlace,
 }
 
 /// A process image ended, or the run ended while it was still running.

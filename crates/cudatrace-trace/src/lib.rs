@@ -16,6 +16,7 @@ mod encode;
 pub mod format;
 mod problem;
 pub mod reader;
+pub mod relabel;
 pub mod synthetic;
 mod varint;
 pub mod writer;

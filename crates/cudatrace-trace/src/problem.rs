@@ -78,6 +78,8 @@ pub enum Malformed {
     ExitStatusOutOfRange,
     /// An errno does not fit 32 bits.
     ErrnoOutOfRange,
+    /// A rank or world size does not fit 32 bits.
+    RankOutOfRange,
     /// A symbols record declares more nodes than bytes.
     MoreNodesThanBytes,
     /// A node declares more frames than bytes.

@@ -290,6 +290,12 @@ mod tests {
             argv: vec!["python".into()],
             start_monotonic_ns: 1000,
             start_realtime_ns: 2000,
+            place: cudatrace_events::ProcessPlace {
+                host: "box".into(),
+                rank: Some(3),
+                local_rank: Some(1),
+                world_size: None,
+            },
         };
         let mut events: Vec<Event> = (0..10)
             .map(|s| event(s, Op::Alloc, 0x7f00_0000_0000 + s * 8192))

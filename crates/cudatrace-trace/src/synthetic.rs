@@ -85,6 +85,12 @@ pub fn write_synthetic<W: Write>(out: W, events: u64, processes: u32, seed: u64)
             argv: vec!["python".into(), "train.py".into(), format!("--rank={process}")],
             start_monotonic_ns: 1_000_000_000,
             start_realtime_ns: 1_800_000_000_000_000_000,
+            place: cudatrace_events::ProcessPlace {
+                host: "synthetic".into(),
+                rank: Some(process),
+                local_rank: Some(process),
+                world_size: Some(processes),
+            },
         })?;
     }
     // Processes run at once: interleave their blocks as a collector would.

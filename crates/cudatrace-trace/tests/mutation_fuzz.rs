@@ -28,6 +28,7 @@ fn seed_trace() -> Vec<u8> {
                 argv: vec!["p".into()],
                 start_monotonic_ns: 3,
                 start_realtime_ns: 4,
+                place: Default::default(),
             })
             .unwrap();
         let events: Vec<Event> = (0..50u64)

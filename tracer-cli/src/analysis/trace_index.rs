@@ -186,7 +186,11 @@ impl TraceIndex {
     fn take(&mut self, record: Record, offset: u64) {
         match record {
             Record::Header(header) => self.header = Some(header),
-            Record::Process(start) => {
+            Record::Process(mut start) => {
+                // Before format 12 a process's host was the trace's.
+                if start.place.host.is_empty() {
+                    start.place.host = self.header.as_ref().map(|h| h.host.clone()).unwrap_or_default();
+                }
                 self.index_of.insert(start.process, self.processes.len());
                 self.processes.push(ProcessIndex {
                     start,
@@ -294,6 +298,17 @@ impl TraceIndex {
     /// The pid of each process index, for decoding blocks again.
     pub fn pid_of(&self, process: u32) -> Option<u32> {
         self.index_of.get(&process).map(|&i| self.processes[i].start.pid)
+    }
+
+    /// The hosts of its processes, each once, in the order they appear.
+    pub fn hosts(&self) -> Vec<&str> {
+        let mut hosts: Vec<&str> = Vec::new();
+        for process in &self.processes {
+            if !hosts.contains(&process.start.place.host.as_str()) {
+                hosts.push(&process.start.place.host);
+            }
+        }
+        hosts
     }
 
     /// The run's first instant: the header's, or an earlier process start

@@ -439,6 +439,7 @@ mod tests {
             start_monotonic_ns: 0,
             start_realtime_ns: 0,
             argv: vec!["train".into()],
+            place: Default::default(),
         };
         trace.process_start(&start).unwrap();
         for block in events.chunks(1000) {
@@ -716,6 +717,7 @@ mod tests {
                 start_monotonic_ns: 0,
                 start_realtime_ns: 0,
                 argv: vec!["x".into()],
+                place: Default::default(),
             })
             .unwrap();
         // Allocations and frees of 4 KiB, one every `step` ns from `t0`.

@@ -268,6 +268,7 @@ impl SpoolTail {
             argv: header.process.argv.clone(),
             start_monotonic_ns: header.process.start_monotonic_ns,
             start_realtime_ns: header.process.start_realtime_ns,
+            place: header.process.place.clone(),
         }
     }
 

@@ -45,6 +45,10 @@ pub enum Command {
     /// owner, largest growth first. Call sites are matched by their
     /// symbolized frames.
     Diff(DiffArgs),
+    /// Join the traces of several nodes (one `cudatrace run` each) into one
+    /// trace: processes keep their host, and times are lined up on the
+    /// hosts' wall clocks. Every command reads the merged trace.
+    Merge(MergeArgs),
     /// Pause a running traced job's recording: its events are still
     /// recorded, so every byte stays accounted for, but without call
     /// stacks, until `cudatrace resume`. The trace says which spans were
@@ -75,6 +79,19 @@ pub struct ResumeArgs {
     /// The job, as for `cudatrace pause`.
     #[arg(value_name = "PID|FOLDER")]
     pub job: Option<String>,
+}
+
+/// `cudatrace merge`.
+#[derive(Args, Debug)]
+pub struct MergeArgs {
+    /// Write the merged trace here.
+    #[arg(short = 'o', long = "output", value_name = "TRACE", required = true)]
+    pub output: PathBuf,
+    #[command(flatten)]
+    pub replace: Replace,
+    /// The traces to merge, one per node (or any number of runs).
+    #[arg(value_name = "TRACE", required = true, num_args = 1..)]
+    pub traces: Vec<PathBuf>,
 }
 
 /// `cudatrace diff`.

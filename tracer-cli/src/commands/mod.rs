@@ -8,6 +8,7 @@ mod dump;
 mod flamegraph;
 mod html;
 pub mod max_size;
+mod merge;
 mod open_trace;
 pub mod parse_failure;
 mod perfetto;
@@ -31,6 +32,7 @@ pub fn dispatch(command: Command) -> Result<u8, Failure> {
         Command::Html(args) => html::command(args),
         Command::Flamegraph(args) => flamegraph::command(args),
         Command::Diff(args) => diff::command(args),
+        Command::Merge(args) => merge::command(args),
         Command::Pause(args) => switch::pause(args),
         Command::Resume(args) => switch::resume(args),
     }

@@ -39,6 +39,7 @@ pub mod devices;
 pub mod fold_lines;
 pub mod footprint_notes;
 pub mod limit_lines;
+pub mod merge_lines;
 pub mod numbers;
 pub mod output_lines;
 pub mod processes;

@@ -53,6 +53,7 @@ fn malformed_text(fault: Malformed) -> String {
         Malformed::StackOutOfRange => "stack id out of range",
         Malformed::ExitStatusOutOfRange => "exit status out of range",
         Malformed::ErrnoOutOfRange => "errno out of range",
+        Malformed::RankOutOfRange => "rank out of range",
         Malformed::MoreNodesThanBytes => "more nodes than bytes",
         Malformed::MoreFramesThanBytes => "more frames than bytes",
         Malformed::TrailingBytes => "trailing bytes after the record",

@@ -1,0 +1,200 @@
+//! `cudatrace merge`'s output: the traces of several hosts (one
+//! `cudatrace run` per node) as one trace.
+//!
+//! Each input's records are copied in their order, one input after the
+//! other, with three changes (see `cudatrace_trace::relabel`):
+//!
+//! - times move onto one clock. Every host's events are stamped with its
+//!   own `CLOCK_MONOTONIC`, which starts at its boot; each trace's header
+//!   holds a reading of that clock and of the wall clock at one instant.
+//!   An input's times move by the difference between its
+//!   wall-minus-monotonic offset and the earliest-starting input's, so
+//!   that two events that happened at the same wall-clock instant on two
+//!   hosts have the same time in the merged trace;
+//! - process images are numbered anew, in the order they come;
+//! - the ids of symbol texts move past those of the inputs before.
+//!
+//! Each process keeps its host: processes of traces written before the
+//! host was recorded per process get their trace's. The merged trace's
+//! footer is written only when every input was whole: a merged trace that
+//! lacks events says so the way its inputs did.
+
+use cudatrace_trace::relabel::{renumber, shift_times};
+use cudatrace_trace::{Damage, Footer, Header, Record, TraceReader, TraceWriter, FORMAT_VERSION};
+use std::collections::HashMap;
+use std::fs::File;
+use std::io::{self, BufReader, Write};
+use std::path::Path;
+
+/// One input trace, opened and its header read.
+pub struct MergeInput {
+    /// Its header.
+    pub header: Header,
+    reader: TraceReader<BufReader<File>>,
+}
+
+/// Why an input cannot be merged at all.
+pub enum InputFault {
+    /// It could not be opened.
+    CannotOpen(io::Error),
+    /// It is not a trace, or its start is damaged.
+    Damaged(Damage),
+    /// It has no header record.
+    NoHeader,
+}
+
+impl MergeInput {
+    /// Opens `path` and reads its header.
+    pub fn open(path: &Path) -> Result<MergeInput, InputFault> {
+        let file = File::open(path).map_err(InputFault::CannotOpen)?;
+        let mut reader = TraceReader::new(BufReader::with_capacity(1 << 20, file)).map_err(InputFault::Damaged)?;
+        match reader.next_record() {
+            Ok(Some(Record::Header(header))) => Ok(MergeInput {
+                header,
+                reader,
+            }),
+            Ok(_) => Err(InputFault::NoHeader),
+            Err(damage) => Err(InputFault::Damaged(damage)),
+        }
+    }
+
+    /// Its wall clock minus its monotonic clock, at its start.
+    fn clock_offset(&self) -> i128 {
+        i128::from(self.header.start_realtime_ns) - i128::from(self.header.start_monotonic_ns)
+    }
+}
+
+/// What merging found, per input and in all.
+#[derive(Debug, Default)]
+pub struct MergeSummary {
+    /// Per input, in order: nanoseconds its times moved by.
+    pub shifts_ns: Vec<i64>,
+    /// Per input: process images.
+    pub processes: Vec<u64>,
+    /// Per input: damage met while reading it (each skipped frame, or where it stopped).
+    pub damage: Vec<Vec<Damage>>,
+    /// Per input: whether it ended with its footer.
+    pub complete: Vec<bool>,
+    /// The hosts of the merged processes, each once.
+    pub hosts: Vec<String>,
+    /// Whether the merged trace got its footer.
+    pub footer_written: bool,
+}
+
+/// The merged trace's header: the earliest-starting input's clocks, every
+/// host named, and that input's command.
+fn merged_header(inputs: &[MergeInput], reference: usize) -> Header {
+    let mut hosts: Vec<&str> = Vec::new();
+    for input in inputs {
+        if !hosts.contains(&input.header.host.as_str()) {
+            hosts.push(&input.header.host);
+        }
+    }
+    let first = &inputs[reference].header;
+    Header {
+        format_version: FORMAT_VERSION,
+        tracer_version: env!("CARGO_PKG_VERSION").to_string(),
+        host: hosts.join(", "),
+        start_realtime_ns: first.start_realtime_ns,
+        start_monotonic_ns: first.start_monotonic_ns,
+        command: first.command.clone(),
+    }
+}
+
+/// The nanoseconds that move times of a clock with `offset` onto the
+/// reference's, as an `i64` (hosts' clocks are centuries closer than that).
+fn shift_between(offset: i128, reference: i128) -> i64 {
+    i64::try_from(offset - reference).unwrap_or(if offset > reference { i64::MAX } else { i64::MIN })
+}
+
+/// Merges `inputs` (at least one) into `out`.
+pub fn write<W: Write>(mut inputs: Vec<MergeInput>, out: W) -> io::Result<MergeSummary> {
+    let reference = (0..inputs.len())
+        .min_by_key(|&i| inputs[i].header.start_realtime_ns)
+        .expect("at least one input");
+    let reference_offset = inputs[reference].clock_offset();
+    let mut writer = TraceWriter::new(out, &merged_header(&inputs, reference))?;
+    let mut summary = MergeSummary::default();
+    let mut footer = Footer::default();
+    let (mut next_process, mut string_base) = (0u32, 0u64);
+    for input in &mut inputs {
+        let shift = shift_between(input.clock_offset(), reference_offset);
+        let mut numbers: HashMap<u32, u32> = HashMap::new();
+        let (mut damage, mut complete, mut highest_string) = (Vec::new(), false, 0u64);
+        loop {
+            let mut record = match input.reader.next_record() {
+                Ok(Some(record)) => record,
+                Ok(None) => break,
+                Err(found) => {
+                    let stopped = !found.skipped;
+                    damage.push(found);
+                    if stopped {
+                        break;
+                    }
+                    continue;
+                }
+            };
+            if let Record::Process(start) = &mut record {
+                numbers.entry(start.process).or_insert_with(|| {
+                    next_process += 1;
+                    next_process - 1
+                });
+                if start.place.host.is_empty() {
+                    start.place.host.clone_from(&input.header.host);
+                }
+                if !summary.hosts.contains(&start.place.host) {
+                    summary.hosts.push(start.place.host.clone());
+                }
+            }
+            // A record of a process with no start record before it cannot be
+            // placed (the reader refuses such event blocks already).
+            let own = |process: u32| numbers.get(&process).copied();
+            let known = match &record {
+                Record::Events { process, .. } => own(*process).is_some(),
+                Record::ProcessEnd(end) => own(end.process).is_some(),
+                Record::Symbols { process, .. } => own(*process).is_some(),
+                Record::Fold(fold) => own(fold.process).is_some(),
+                Record::StepsState(steps) => own(steps.process).is_some(),
+                Record::LowPointsState(low) => own(low.process).is_some(),
+                _ => true,
+            };
+            if !known {
+                continue;
+            }
+            renumber(&mut record, |p| numbers[&p], string_base);
+            shift_times(&mut record, shift);
+            match &record {
+                Record::Header(_) | Record::Unknown { .. } => continue,
+                Record::Footer(input_footer) => {
+                    complete = true;
+                    footer.dropped_events += input_footer.dropped_events;
+                    footer.end_realtime_ns = footer.end_realtime_ns.max(input_footer.end_realtime_ns);
+                    continue;
+                }
+                Record::String { id, .. } => highest_string = highest_string.max(*id),
+                Record::Refused(_) => footer.refused_spools += 1,
+                Record::DamagedSpool(_) => footer.damaged_spools += 1,
+                _ => {}
+            }
+            match &record {
+                Record::Events { process, events } => writer.events(*process, events)?,
+                Record::ProcessEnd(end) => writer.process_end(end)?,
+                other => writer.record(other)?,
+            }
+        }
+        string_base = string_base.max(highest_string);
+        summary.shifts_ns.push(shift);
+        summary.processes.push(numbers.len() as u64);
+        summary.damage.push(damage);
+        summary.complete.push(complete);
+    }
+    summary.footer_written = summary.complete.iter().all(|&c| c);
+    if summary.footer_written {
+        footer.processes = u64::from(next_process);
+        footer.events = writer.events_written();
+        footer.lost_events = writer.lost_events();
+        writer.footer(&footer)?;
+    }
+    writer.flush()?;
+    Ok(summary)
+}

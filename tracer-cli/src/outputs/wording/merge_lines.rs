@@ -1,0 +1,64 @@
+//! What `cudatrace merge` says: each input's place on the merged clock, and
+//! what any input lacked.
+
+use super::numbers::{count, duration};
+use super::trace_damage::damage_text;
+use crate::outputs::merged_trace::MergeSummary;
+use std::path::{Path, PathBuf};
+
+/// The same file given as an input and as the output.
+pub fn output_is_an_input(path: &Path) -> String {
+    format!(
+        "{} is one of the traces to merge: write the merged trace elsewhere",
+        path.display()
+    )
+}
+
+/// An input without a header record.
+pub fn no_header(path: &Path) -> String {
+    format!("{}: no header record: not a whole cudatrace trace", path.display())
+}
+
+/// One line per input: its processes and how far its clock moved; then
+/// what each input lacked, and what that makes of the merged trace.
+pub fn summary_lines(paths: &[PathBuf], summary: &MergeSummary) -> Vec<String> {
+    let mut lines = Vec::new();
+    for (i, path) in paths.iter().enumerate() {
+        let shift = summary.shifts_ns[i];
+        let clock = if shift == 0 {
+            "on the merged clock as it is".to_string()
+        } else {
+            let direction = if shift > 0 { "later" } else { "earlier" };
+            format!(
+                "its times moved {} {direction} onto the merged clock",
+                duration(shift.unsigned_abs())
+            )
+        };
+        lines.push(format!(
+            "cudatrace: {}: {}, {clock}",
+            path.display(),
+            count(summary.processes[i], "process image", "process images")
+        ));
+        for damage in &summary.damage[i] {
+            let what = if damage.skipped {
+                "a damaged record skipped"
+            } else {
+                "reading stopped"
+            };
+            lines.push(format!("cudatrace: {}: {what} {}", path.display(), damage_text(damage)));
+        }
+        if !summary.complete[i] {
+            lines.push(format!(
+                "cudatrace: {}: the trace has no footer: its run was still going or was stopped",
+                path.display()
+            ));
+        }
+    }
+    if !summary.footer_written {
+        lines.push(
+            "cudatrace: the merged trace is written without a footer, so that readers call it incomplete, as an input was"
+                .to_string(),
+        );
+    }
+    lines
+}
