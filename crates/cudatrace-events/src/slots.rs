@@ -5,8 +5,9 @@
 
 use crate::codes::{Api, Kind, Op};
 use crate::layout::{
-    commit_matches, committed_seq, ChildFailure, ProcessIdentity, RawRecord, SpoolHeader, CHILD_FAILURE_SLOTS, CHUNK_RECORDS,
-    CMDLINE_CAPACITY, CMDLINE_OFFSET, HEADER_SIZE, HOST_NAME_CAPACITY, IDENTITY_OFFSET, RECORD_SIZE, SPOOL_MAGIC, SPOOL_VERSION,
+    commit_matches, committed_seq, ChildFailure, ProcessIdentity, RawRecord, SpoolHeader, CHILD_FAILURE_SLOTS,
+    CHUNK_RECORDS, CMDLINE_CAPACITY, CMDLINE_OFFSET, HEADER_SIZE, HOST_NAME_CAPACITY, IDENTITY_OFFSET, RECORD_SIZE,
+    SPOOL_MAGIC, SPOOL_VERSION,
 };
 
 /// The process a spool file belongs to.
@@ -50,7 +51,11 @@ impl ProcessPlace {
     /// Decodes a header's [`ProcessIdentity`] (its words read atomically by
     /// the caller).
     pub fn from_identity(identity: &ProcessIdentity) -> Self {
-        let end = identity.host.iter().position(|&b| b == 0).unwrap_or(identity.host.len());
+        let end = identity
+            .host
+            .iter()
+            .position(|&b| b == 0)
+            .unwrap_or(identity.host.len());
         let number = |stored: u32| stored.checked_sub(1);
         ProcessPlace {
             host: String::from_utf8_lossy(&identity.host[..end]).into_owned(),

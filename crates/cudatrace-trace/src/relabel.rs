@@ -116,7 +116,9 @@ mod tests {
             events: vec![event(1_000), event(5)],
         };
         shift_times(&mut events, -10);
-        let Record::Events { events, .. } = events else { unreachable!() };
+        let Record::Events { events, .. } = events else {
+            unreachable!()
+        };
         assert_eq!(events.iter().map(|e| e.time_ns).collect::<Vec<_>>(), [990, 0]);
 
         let mut end = Record::ProcessEnd(ProcessEnd {
@@ -124,7 +126,13 @@ mod tests {
             ..Default::default()
         });
         shift_times(&mut end, 1_000_000);
-        assert!(matches!(end, Record::ProcessEnd(ProcessEnd { exit_time_ns: Some(1_000_100), .. })));
+        assert!(matches!(
+            end,
+            Record::ProcessEnd(ProcessEnd {
+                exit_time_ns: Some(1_000_100),
+                ..
+            })
+        ));
 
         let mut steps = Record::StepsState(StepsState {
             records: vec![StepRow {
@@ -144,7 +152,9 @@ mod tests {
             ..Default::default()
         });
         shift_times(&mut steps, 5);
-        let Record::StepsState(steps) = steps else { unreachable!() };
+        let Record::StepsState(steps) = steps else {
+            unreachable!()
+        };
         assert_eq!((steps.records[0].start_ns, steps.records[0].end_ns), (15, 25));
         assert_eq!(steps.open.map(|o| (o.start_ns, o.end_ns)), Some((25, 30)));
     }

@@ -38,14 +38,22 @@ pub fn command(args: SnapshotArgs) -> Result<u8, Failure> {
     let stem = output_stem(&args.trace, args.output.as_deref());
     let passes = torch_snapshot::passes(&index, &selected, args.window.max_events);
     let progress = Progress::new("snapshot", index.events * passes);
+    // A merged trace's hosts may reuse each other's pids (containers
+    // number theirs from 1): each pickle then names its host too.
+    let several_hosts = index.hosts().len() > 1;
     let targets = selected
         .iter()
         .map(|&process| {
             let start = &index.processes[process].start;
-            let name = if start.image == 0 {
-                format!("{}.{}.pickle", stem.display(), start.pid)
+            let host = if several_hosts {
+                format!(".{}", start.place.host)
             } else {
-                format!("{}.{}-{}.pickle", stem.display(), start.pid, start.image)
+                String::new()
+            };
+            let name = if start.image == 0 {
+                format!("{}{host}.{}.pickle", stem.display(), start.pid)
+            } else {
+                format!("{}{host}.{}-{}.pickle", stem.display(), start.pid, start.image)
             };
             (process, PathBuf::from(name))
         })

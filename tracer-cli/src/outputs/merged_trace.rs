@@ -49,10 +49,7 @@ impl MergeInput {
         let file = File::open(path).map_err(InputFault::CannotOpen)?;
         let mut reader = TraceReader::new(BufReader::with_capacity(1 << 20, file)).map_err(InputFault::Damaged)?;
         match reader.next_record() {
-            Ok(Some(Record::Header(header))) => Ok(MergeInput {
-                header,
-                reader,
-            }),
+            Ok(Some(Record::Header(header))) => Ok(MergeInput { header, reader }),
             Ok(_) => Err(InputFault::NoHeader),
             Err(damage) => Err(InputFault::Damaged(damage)),
         }

@@ -2,12 +2,13 @@
 
 use crate::analysis::{
     call_sites, growing_sites, headline, headline_text, site_name, tensors_stopped_midway, ByStack, DeviceKey, Frame,
-    FramesShown, HeldAtOom, ProcessIndex, ProcessSummary, Summary, TraceIndex, NO_STACK,
+    FramesShown, HeldAtOom, ProcessIndex, ProcessSummary, RankTable, Summary, TraceIndex, NO_STACK,
 };
 use crate::outputs::steps_text;
 use crate::outputs::wording::device_label;
 use crate::outputs::wording::fold_lines;
 use crate::outputs::wording::limit_lines;
+use crate::outputs::wording::rank_lines;
 use crate::outputs::wording::stack_texts;
 use crate::outputs::wording::switch_lines;
 use crate::outputs::wording::{bytes, count, tensor_status_line, torch_bytes_text, unrecorded_process_text};
@@ -41,6 +42,9 @@ pub fn report(index: &TraceIndex, summary: &Summary, frames: FramesShown) -> Str
     // Whether the job fit under its memory limit opens the report, then
     // what keeps growing: where a leak is.
     out += &limit_lines::verdict_text(index, &crate::analysis::limit_verdicts(summary));
+    if let Some(table) = RankTable::of(index, summary) {
+        out += &rank_lines::table_text(&table, index.start_ns());
+    }
     out += &growth_text(index, summary, frames);
     for ((info, footprints), process) in index.processes.iter().zip(&summary.footprints).zip(&summary.processes) {
         for footprint in footprints {
@@ -97,9 +101,10 @@ fn process_text(index: &TraceIndex, info: &ProcessIndex, process: &ProcessSummar
         (None, _) => "exit status unknown".to_string(),
     };
     let mut out = format!(
-        "\npid {} (parent {}) {} — {exit}\n",
+        "\npid {} (parent {}){} {} — {exit}\n",
         start.pid,
         start.ppid,
+        rank_lines::place_text(&start.place),
         start.argv.join(" ")
     );
     out += &step_tables_text(index, info, process);

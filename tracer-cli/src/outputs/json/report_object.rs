@@ -3,7 +3,7 @@
 
 use crate::analysis::{
     growing_sites, largest_call_sites, tensors_stopped_midway, ByStack, Frame, Measured, ProcessIndex, ProcessSummary,
-    Summary, TraceIndex,
+    RankTable, Summary, TraceIndex,
 };
 use crate::outputs::wording::damage_text;
 use crate::outputs::wording::tensor_status_line;
@@ -226,6 +226,10 @@ fn process_json(index: &TraceIndex, info: &ProcessIndex, process: &ProcessSummar
         .map(|t| start.start_realtime_ns + (t - start.start_monotonic_ns));
     json!({
         "pid": start.pid,
+        "host": start.place.host,
+        "rank": start.place.rank,
+        "local_rank": start.place.local_rank,
+        "world_size": start.place.world_size,
         "start_time_ns": start.start_realtime_ns,
         "exit_time_ns": exit_time,
         "ppid": start.ppid,
@@ -322,8 +326,52 @@ pub fn report(index: &TraceIndex, summary: &Summary) -> Value {
         "unrecorded_processes": index.unrecorded.iter().map(unrecorded_json).collect::<Vec<_>>(),
         "forked_without_spool": crate::analysis::silent_children(index).iter().map(silent_child_json).collect::<Vec<_>>(),
         "memory_limit": memory_limit_json(index, summary),
+        "ranks": ranks_json(index, summary),
         "processes": processes,
     })
+}
+
+/// Every rank in one view (see [`RankTable`]): `null` when the trace holds
+/// only one process and device that used a GPU.
+fn ranks_json(index: &TraceIndex, summary: &Summary) -> Value {
+    let Some(table) = RankTable::of(index, summary) else {
+        return Value::Null;
+    };
+    let seconds = |ns: u64| ns.saturating_sub(index.start_ns()) as f64 / 1e9;
+    let rows: Vec<Value> = table
+        .rows
+        .iter()
+        .map(|row| {
+            json!({
+                "host": row.place.host,
+                "rank": row.place.rank,
+                "local_rank": row.place.local_rank,
+                "world_size": row.place.world_size,
+                "pid": row.pid,
+                "device": row.device,
+                "peak_bytes": row.peak_bytes,
+                "peak_s": seconds(row.peak_time_ns),
+                "peak_is_footprint": row.peak_is_footprint,
+                "allocated_peak_bytes": row.allocated_peak,
+                "reserved_peak_bytes": row.reserved_peak,
+                "live_at_exit_bytes": row.live_at_exit,
+                "ooms": row.ooms,
+                "explained_percent": row.explained_percent,
+            })
+        })
+        .collect();
+    let outlier = table.outlier.as_ref().map(|o| {
+        json!({
+            "row": o.row,
+            "median_row": o.median_row,
+            "above_median_bytes": o.above_median,
+            "percent": o.percent,
+            "steps": o.step.map(|(first, last)| json!([first, last])),
+            "call_site": o.site.as_ref().map(|(name, _)| name),
+            "call_site_more_bytes": o.site.as_ref().map(|(_, more)| more),
+        })
+    });
+    json!({"rows": rows, "outlier": outlier})
 }
 
 /// The memory limit's verdict per process and device (`run --limit`),

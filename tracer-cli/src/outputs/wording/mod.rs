@@ -43,6 +43,7 @@ pub mod merge_lines;
 pub mod numbers;
 pub mod output_lines;
 pub mod processes;
+pub mod rank_lines;
 pub mod run_lines;
 pub mod spool_faults;
 pub mod stacks;

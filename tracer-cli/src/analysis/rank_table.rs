@@ -1,0 +1,194 @@
+//! Every rank in one view: one row per process and device of a trace that
+//! holds several, and the rank that stands out named, with the step it
+//! peaked in and the call site that makes the difference.
+//!
+//! The question it answers is the one a large job asks ("why does rank 5
+//! run out of memory when the others don't?"): each row's peak against the
+//! median row's, and where the highest row's memory differs most from it.
+
+use super::call_site::call_sites;
+use super::keys::{ByStack, DeviceKey};
+use super::summary::Summary;
+use super::trace_index::TraceIndex;
+use cudatrace_events::ProcessPlace;
+use std::collections::HashMap;
+
+/// One process on one device.
+#[derive(Clone, Debug, PartialEq)]
+pub struct RankRow {
+    /// The process's place in [`TraceIndex::processes`].
+    pub process: usize,
+    /// Its host and rank.
+    pub place: ProcessPlace,
+    /// Its pid.
+    pub pid: u32,
+    /// The device's ordinal in the process.
+    pub device: u8,
+    /// The peak: the footprint's (what the driver held for the process,
+    /// every byte) where the device was read, else its allocations'.
+    pub peak_bytes: u64,
+    /// When (`CLOCK_MONOTONIC` ns).
+    pub peak_time_ns: u64,
+    /// Whether `peak_bytes` is the footprint's (else the allocations').
+    pub peak_is_footprint: bool,
+    /// PyTorch's allocated peak, where its tensors were recorded.
+    pub allocated_peak: Option<u64>,
+    /// PyTorch's reserved peak, likewise.
+    pub reserved_peak: Option<u64>,
+    /// Allocations live at exit, in bytes.
+    pub live_at_exit: u64,
+    /// Out-of-memory failures.
+    pub ooms: u64,
+    /// The share of the footprint's peak that is explained, where measured.
+    pub explained_percent: Option<f64>,
+}
+
+/// The row that peaks highest, against the median row.
+#[derive(Clone, Debug, PartialEq)]
+pub struct Outlier {
+    /// Its place in [`RankTable::rows`].
+    pub row: usize,
+    /// The median row's place (the lower median).
+    pub median_row: usize,
+    /// Bytes its peak is above the median row's.
+    pub above_median: u64,
+    /// That difference as a share of the median row's peak, in percent.
+    pub percent: f64,
+    /// The steps its peak fell in, where the process had steps.
+    pub step: Option<(u64, u64)>,
+    /// The call site whose bytes at the peak differ most from the median
+    /// row's (its short name), and by how much.
+    pub site: Option<(String, u64)>,
+}
+
+/// One row per process and device, and the outlier.
+#[derive(Clone, Debug, Default, PartialEq)]
+pub struct RankTable {
+    /// In process order, then device order.
+    pub rows: Vec<RankRow>,
+    /// The highest row, when it peaks [`OUTLIER_PERCENT`] and
+    /// [`OUTLIER_BYTES`] above the median row.
+    pub outlier: Option<Outlier>,
+}
+
+/// A row stands out when it peaks at least this many percent above the median row...
+pub const OUTLIER_PERCENT: f64 = 5.0;
+/// ...and at least this many bytes.
+pub const OUTLIER_BYTES: u64 = 1 << 20;
+
+impl RankTable {
+    /// The table of a trace, when it holds more than one process or device
+    /// that used a GPU; else `None`.
+    pub fn of(index: &TraceIndex, summary: &Summary) -> Option<RankTable> {
+        let mut rows = Vec::new();
+        for (process, (info, figures)) in index.processes.iter().zip(&summary.processes).enumerate() {
+            for (&key, stats) in &figures.devices {
+                let DeviceKey::Gpu(device) = key else { continue };
+                let footprint = summary.footprints[process].iter().find(|f| f.device == device);
+                let at_peak = footprint.and_then(|f| f.at_peak.as_ref());
+                let tensors = figures.tensors.devices.get(&key);
+                let (peak_bytes, peak_time_ns) = match at_peak {
+                    Some(breakdown) => (breakdown.reference.bytes, breakdown.reference.time_ns),
+                    None => (stats.peak, stats.peak_time_ns),
+                };
+                rows.push(RankRow {
+                    process,
+                    place: info.start.place.clone(),
+                    pid: info.start.pid,
+                    device,
+                    peak_bytes,
+                    peak_time_ns,
+                    peak_is_footprint: at_peak.is_some(),
+                    allocated_peak: tensors.map(|t| t.allocated_peak.allocated),
+                    reserved_peak: tensors.map(|t| t.reserved_peak),
+                    live_at_exit: stats.current,
+                    ooms: stats.ooms.len() as u64,
+                    explained_percent: at_peak.map(|b| b.explained_percent()),
+                });
+            }
+        }
+        if rows.len() < 2 {
+            return None;
+        }
+        let outlier = outlier(index, summary, &rows);
+        Some(RankTable { rows, outlier })
+    }
+}
+
+/// The highest row against the median row, when it stands out.
+fn outlier(index: &TraceIndex, summary: &Summary, rows: &[RankRow]) -> Option<Outlier> {
+    let mut order: Vec<usize> = (0..rows.len()).collect();
+    order.sort_by_key(|&i| (rows[i].peak_bytes, i));
+    let median_row = order[(order.len() - 1) / 2];
+    let row = *order.last()?;
+    let (high, median) = (&rows[row], &rows[median_row]);
+    let above_median = high.peak_bytes.saturating_sub(median.peak_bytes);
+    let percent = if median.peak_bytes == 0 {
+        100.0
+    } else {
+        above_median as f64 * 100.0 / median.peak_bytes as f64
+    };
+    if row == median_row || above_median < OUTLIER_BYTES || percent < OUTLIER_PERCENT {
+        return None;
+    }
+    let step = summary.processes[high.process].steps.as_ref().and_then(|steps| {
+        steps
+            .records
+            .iter()
+            .find(|r| r.start_ns <= high.peak_time_ns && high.peak_time_ns <= r.end_ns)
+            .map(|r| (r.first, r.last))
+    });
+    Some(Outlier {
+        row,
+        median_row,
+        above_median,
+        percent,
+        step,
+        site: largest_difference(index, summary, high, median),
+    })
+}
+
+/// What each row held at its peak, by call stack: PyTorch's tensors at
+/// their allocated peak where both rows recorded them (the program's own
+/// lines), else the driver's allocations at their peak.
+fn held_at_peak<'a>(summary: &'a Summary, row: &RankRow, tensors: bool) -> &'a ByStack {
+    let figures = &summary.processes[row.process];
+    let key = DeviceKey::Gpu(row.device);
+    match (tensors, figures.tensors.devices.get(&key)) {
+        (true, Some(stats)) => &stats.peak_by_stack,
+        _ => &figures.devices[&key].peak_by_stack,
+    }
+}
+
+/// The call site (matched by its headline frame, as `cudatrace diff`
+/// matches them) whose bytes at the peak are most above the median row's.
+fn largest_difference(
+    index: &TraceIndex,
+    summary: &Summary,
+    high: &RankRow,
+    median: &RankRow,
+) -> Option<(String, u64)> {
+    let has_tensors = |row: &RankRow| {
+        summary.processes[row.process]
+            .tensors
+            .devices
+            .contains_key(&DeviceKey::Gpu(row.device))
+    };
+    let tensors = has_tensors(high) && has_tensors(median);
+    let sites = |row: &RankRow| {
+        call_sites(
+            index,
+            &index.processes[row.process],
+            held_at_peak(summary, row, tensors),
+        )
+    };
+    let baseline: HashMap<String, u64> = sites(median).into_iter().map(|s| (s.key, s.bytes)).collect();
+    sites(high)
+        .into_iter()
+        .map(|site| {
+            let more = site.bytes.saturating_sub(baseline.get(&site.key).copied().unwrap_or(0));
+            (site.name, more)
+        })
+        .filter(|&(_, more)| more > 0)
+        .max_by_key(|&(_, more)| more)
+}
