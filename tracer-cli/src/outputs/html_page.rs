@@ -15,6 +15,7 @@ mod chart_filling;
 mod chart_tally;
 mod html_text;
 mod owner_chart;
+mod rank_charts;
 
 use super::wording::{silent_children_line, unrecorded_line};
 use crate::analysis::{growing_sites, silent_children, FramesShown, ProcessIndex, ProcessSummary, Summary, TraceIndex};
@@ -48,6 +49,7 @@ pub fn page(
     let mut page = head_html(index, &title);
     page += &incomplete_html(index, &summary);
     page += &limit_html(index, &summary);
+    page += &rank_charts::ranks_html(index, &summary, &charts);
     page += &processes_html(index, &summary);
     page += &footprints_html(index, &summary, &charts);
     page += &devices_html(index, &summary, &charts, frames);

@@ -33,8 +33,8 @@ pub fn place_text(place: &ProcessPlace) -> String {
     text
 }
 
-/// The row's peak, its time since the trace's start, and the outlier's sentence.
-fn outlier_text(table: &RankTable, start_ns: u64) -> String {
+/// The sentence that names the rank that stands out (or says none does).
+pub fn outlier_text(table: &RankTable, start_ns: u64) -> String {
     let Some(outlier) = &table.outlier else {
         let highest = table.rows.iter().map(|r| r.peak_bytes).max().unwrap_or(0);
         let lowest = table.rows.iter().map(|r| r.peak_bytes).min().unwrap_or(0);
@@ -74,56 +74,79 @@ fn row_name(table: &RankTable, row: &RankRow) -> String {
     }
 }
 
+/// The table's column names.
+pub const COLUMNS: [&str; 11] = [
+    "host",
+    "rank",
+    "pid",
+    "device",
+    "peak",
+    "at",
+    "allocated peak",
+    "reserved peak",
+    "live at exit",
+    "OOMs",
+    "explained",
+];
+
+/// Each row's cells, in the order of [`COLUMNS`]; a peak of allocations
+/// only (the device was not read) is marked `*`.
+pub fn row_cells(table: &RankTable, start_ns: u64) -> Vec<Vec<String>> {
+    let optional = |value: Option<u64>| value.map_or("-".to_string(), bytes);
+    table
+        .rows
+        .iter()
+        .map(|row| {
+            vec![
+                row.place.host.clone(),
+                row.place.rank.map_or("-".to_string(), |r| r.to_string()),
+                row.pid.to_string(),
+                row.device.to_string(),
+                format!(
+                    "{}{}",
+                    bytes(row.peak_bytes),
+                    if row.peak_is_footprint { "" } else { "*" }
+                ),
+                duration(row.peak_time_ns.saturating_sub(start_ns)),
+                optional(row.allocated_peak),
+                optional(row.reserved_peak),
+                bytes(row.live_at_exit),
+                row.ooms.to_string(),
+                row.explained_percent.map_or("-".to_string(), |p| format!("{p:.1}%")),
+            ]
+        })
+        .collect()
+}
+
+/// What the table's `*` means, where a row has one.
+pub fn allocations_peak_note(table: &RankTable) -> Option<&'static str> {
+    table
+        .rows
+        .iter()
+        .any(|r| !r.peak_is_footprint)
+        .then_some("* the peak of allocations: the device was not read, so the footprint is not known")
+}
+
+/// The table's title: rows and hosts.
+pub fn title(table: &RankTable) -> String {
+    let mut hosts: Vec<&str> = table.rows.iter().map(|r| r.place.host.as_str()).collect();
+    hosts.sort_unstable();
+    hosts.dedup();
+    format!(
+        "every rank: {} on {}, one row per process and device",
+        super::numbers::count(table.rows.len() as u64, "row", "rows"),
+        super::numbers::count(hosts.len() as u64, "host", "hosts")
+    )
+}
+
 /// The table and the outlier's sentence, as the report prints them.
 pub fn table_text(table: &RankTable, start_ns: u64) -> String {
-    let hosts = {
-        let mut hosts: Vec<&str> = table.rows.iter().map(|r| r.place.host.as_str()).collect();
-        hosts.sort_unstable();
-        hosts.dedup();
-        hosts.len()
-    };
-    let header = [
-        "host",
-        "rank",
-        "pid",
-        "device",
-        "peak",
-        "at",
-        "allocated peak",
-        "reserved peak",
-        "live at exit",
-        "OOMs",
-        "explained",
-    ];
-    let optional = |value: Option<u64>| value.map_or("-".to_string(), bytes);
-    let mut cells: Vec<Vec<String>> = vec![header.iter().map(|s| s.to_string()).collect()];
-    for row in &table.rows {
-        cells.push(vec![
-            row.place.host.clone(),
-            row.place.rank.map_or("-".to_string(), |r| r.to_string()),
-            row.pid.to_string(),
-            row.device.to_string(),
-            format!(
-                "{}{}",
-                bytes(row.peak_bytes),
-                if row.peak_is_footprint { "" } else { "*" }
-            ),
-            duration(row.peak_time_ns.saturating_sub(start_ns)),
-            optional(row.allocated_peak),
-            optional(row.reserved_peak),
-            bytes(row.live_at_exit),
-            row.ooms.to_string(),
-            row.explained_percent.map_or("-".to_string(), |p| format!("{p:.1}%")),
-        ]);
-    }
-    let widths: Vec<usize> = (0..header.len())
+    let mut cells: Vec<Vec<String>> = vec![COLUMNS.iter().map(|s| s.to_string()).collect()];
+    cells.extend(row_cells(table, start_ns));
+    let widths: Vec<usize> = (0..COLUMNS.len())
         .map(|c| cells.iter().map(|r| r[c].chars().count()).max().unwrap_or(0))
         .collect();
-    let mut out = format!(
-        "\nevery rank: {} on {}, one row per process and device\n",
-        super::numbers::count(table.rows.len() as u64, "row", "rows"),
-        super::numbers::count(hosts as u64, "host", "hosts")
-    );
+    let mut out = format!("\n{}\n", title(table));
     for row in &cells {
         let line: Vec<String> = row
             .iter()
@@ -140,8 +163,8 @@ pub fn table_text(table: &RankTable, start_ns: u64) -> String {
             .collect();
         out += &format!("  {}\n", line.join("  ").trim_end());
     }
-    if table.rows.iter().any(|r| !r.peak_is_footprint) {
-        out += "  * the peak of allocations: the device was not read, so the footprint is not known\n";
+    if let Some(note) = allocations_peak_note(table) {
+        out += &format!("  {note}\n");
     }
     out += &format!("  {}\n", outlier_text(table, start_ns));
     out
