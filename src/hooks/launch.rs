@@ -15,6 +15,7 @@
 //! same way, the first time each handle is seen.
 
 use crate::hooks::support::real_or_fail;
+use crate::record::devices::current_device;
 use crate::record::readings::{self, Around};
 use crate::record::recorder::Record;
 use crate::sys::clock;
@@ -160,7 +161,7 @@ fn launched(api: Api, function: u64, stream: u64, launch: impl FnOnce() -> CUres
     if !enabled() || !tracing_on() {
         return launch();
     }
-    if first_launch(function) {
+    if first_launch(on_device(function)) {
         first_use_of_stream(stream);
         return first_of_its_kind(api, function, launch);
     }
@@ -225,10 +226,26 @@ fn first_of_its_kind(api: Api, function: u64, launch: impl FnOnce() -> CUresult)
 /// measuring it the first time `handle` is seen.
 #[inline]
 fn first_use(api: Api, handle: u64, _stream: u64, call: impl FnOnce() -> CUresult) -> CUresult {
-    if !enabled() || !tracing_on() || !first_launch(handle) {
+    if !enabled() || !tracing_on() || !first_launch(on_device(handle)) {
         return call();
     }
     first_of_its_kind(api, handle, call)
+}
+
+/// A kernel's handle, told apart by the device it runs on. A `CUkernel`
+/// (what the runtime launches since CUDA 12) is one handle for every
+/// device, but its module loads into each device's context at its first
+/// use there: a process that runs the same kernels on two devices (a
+/// model replicated by `DataParallel`) loads them twice, and the second
+/// device's load is measured only if its first launch there counts as a
+/// first. The device is the calling thread's (what the load is measured
+/// on), kept in the top byte, above any user-space address.
+#[inline]
+fn on_device(handle: u64) -> u64 {
+    match current_device() {
+        Some(device) if handle != 0 => handle ^ ((u64::from(device as u8) + 1) << 56),
+        _ => handle,
+    }
 }
 
 /// Defines hooks that forward the call unchanged through `$via` (`launched`

@@ -699,7 +699,11 @@ def explained(process, own, label, at_least=95.0):
     rows = [f for f in process.get("footprint", []) if f.get("at_exit")]
     if not rows:
         return False, f"{label}: no footprint"
-    f = max(rows, key=lambda f: f["at_peak"]["reference_bytes"])
+    return explained_row(max(rows, key=lambda f: f["at_peak"]["reference_bytes"]), own, label, at_least)
+
+
+def explained_row(f, own, label, at_least=95.0):
+    """`explained` for one footprint row (one device of a process)."""
     own_nvml = own.get("nvml", {}).get(f["uuid"]) if isinstance(own.get("nvml"), dict) else own.get("nvml_total")
     # The workload read its memory before its exit path ran: compare with the
     # report's table at exit or at the peak, whichever that reading matches.
@@ -781,6 +785,69 @@ def scenario_explain_ddp(args):
         results.append((False, f"rank {rank['rank']} not in the trace") if process is None
                        else explained(process, rank, f"rank {rank['rank']}"))
     return all(p for p, _ in results), "; ".join(d for _, d in results)
+
+
+def scenario_data_parallel(args):
+    """Seed 001's shape: one process, ResNet-50 replicated on two GPUs by
+    nn.DataParallel. Every device at least 97% explained: the second
+    device's lazily loaded kernels are measured there too."""
+    if gpu_count() < 2:
+        return None, "skipped: needs 2 GPUs (run on nvidia-h200-x2)"
+    r = run_cli(args, "data-parallel", [sys.executable, os.path.join(WORKLOADS, "data_parallel.py"), "{out}"])
+    if r.returncode != 0 or not r.report or not r.data:
+        return False, f"exit {r.returncode}: {r.stderr.strip()[-300:]}"
+    process = r.process(r.data["pid"])
+    rows = sorted((f for f in (process or {}).get("footprint", []) if f.get("at_exit")), key=lambda f: f["device"])
+    if len(rows) != 2:
+        return False, f"{len(rows)} devices in the footprint, not 2"
+    results = [explained_row(f, r.data, f"device {f['device']}", at_least=97.0) for f in rows]
+    ranks = r.report.get("ranks") or {}
+    table_rows = len(ranks.get("rows", []))
+    return all(p for p, _ in results) and table_rows == 2, "; ".join(d for _, d in results) + f"; rank table rows {table_rows}"
+
+
+def scenario_ddp_parity(args):
+    """DDP, 2 ranks on 2 GPUs, each with PyTorch's recorder on: per rank,
+    our snapshot against the rank's own (segments, live blocks, alloc and
+    free counts within 1%), through _memory_viz, and every byte explained
+    (at least 97%); the report's rank table has both ranks, each with its
+    RANK and host."""
+    if gpu_count() < 2:
+        return None, "skipped: needs 2 GPUs (run on nvidia-h200-x2)"
+    workdir = tempfile.mkdtemp(prefix="cudatrace-ddp-parity-")
+    prefix = os.path.join(workdir, "rank")
+    trace = os.path.join(workdir, "run.trace")
+    done = subprocess.run([args.cli, "run", "--force", "--preload", args.preload, "-o", trace, "--",
+                           sys.executable, "-m", "torch.distributed.run", "--nproc_per_node=2", "--master_port=29555",
+                           os.path.join(WORKLOADS, "ddp_parity.py"), prefix],
+                          env=dict(os.environ, **NO_MULTICAST), capture_output=True, text=True, timeout=args.timeout)
+    if done.returncode != 0:
+        shutil.rmtree(workdir, ignore_errors=True)
+        return False, f"exit {done.returncode}: {done.stderr.strip()[-400:]}"
+    report = report_of(args, trace)
+    snap = subprocess.run([args.cli, "snapshot", "--force", trace, "-o", os.path.join(workdir, "ours")],
+                          capture_output=True, text=True)
+    ours = {int(p.rsplit(".", 2)[-2]): p for p in snap.stdout.split()}
+    passed, details = True, []
+    for rank in range(2):
+        own = json.load(open(f"{prefix}.rank{rank}.json"))
+        process = next((p for p in report["processes"] if p["pid"] == own["pid"]), None)
+        if process is None or own["pid"] not in ours:
+            passed = False
+            details.append(f"rank {rank}: pid {own['pid']} has no process or no pickle")
+            continue
+        ok, parity, _ = compare_snapshots(args, f"{prefix}.rank{rank}.pickle", ours[own["pid"]])
+        rows = [f for f in process.get("footprint", []) if f.get("at_exit") and f["device"] == rank]
+        byte_ok, byte_text = explained_row(rows[0], own, f"rank {rank}", at_least=97.0) if rows else (False, "no footprint")
+        named = process.get("rank") == rank and process.get("world_size") == 2 and bool(process.get("host"))
+        passed &= ok and byte_ok and named
+        details.append(f"rank {rank} (RANK {process.get('rank')}, host {process.get('host')}): {'; '.join(parity)}; {byte_text}")
+    table = report.get("ranks") or {}
+    ranked = sorted(r["rank"] for r in table.get("rows", []) if r["rank"] is not None)
+    passed &= ranked == [0, 1]
+    details.append(f"rank table: ranks {ranked}, outlier {table.get('outlier')}")
+    shutil.rmtree(workdir, ignore_errors=True)
+    return passed, " || ".join(details)
 
 
 def scenario_launch_cost(args):
@@ -1050,26 +1117,12 @@ def snapshot_contents(pickle_path):
     return snap, segments, live, actions
 
 
-def tensor_parity(args, name, argv, env=None):
-    """Runs argv (which writes PyTorch's own snapshot to {torch}) under
-    `cudatrace run`, snapshots the trace and compares the two pickles."""
-    workdir = tempfile.mkdtemp(prefix=f"cudatrace-{name}-")
-    torch_pickle = os.path.join(workdir, "torch.pickle")
-    facts = os.path.join(workdir, "facts.json")
-    trace = os.path.join(workdir, "run.trace")
-    argv = [a.replace("{torch}", torch_pickle).replace("{facts}", facts) for a in argv]
-    done = subprocess.run([args.cli, "run", "--force", "--preload", args.preload, "-o", trace, "--"] + argv,
-                          env=dict(os.environ, **(env or {})), capture_output=True, text=True, timeout=args.timeout)
-    if done.returncode != 0:
-        return False, f"exit {done.returncode}: {done.stderr.strip().splitlines()[-3:]}", None
-    snap = subprocess.run([args.cli, "snapshot", "--force", trace, "-o", os.path.join(workdir, "ours")],
-                          capture_output=True, text=True)
-    pickles = snap.stdout.split()
-    if snap.returncode != 0 or not pickles:
-        return False, f"snapshot exit {snap.returncode}: {snap.stderr.strip()}", None
+def compare_snapshots(args, torch_pickle, our_pickle):
+    """PyTorch's own snapshot against ours of the same process: the same
+    segments and live blocks, alloc and free counts within 1%, and ours
+    through every `_memory_viz` command. Returns (passed, details, ours)."""
     theirs, their_segments, their_live, their_actions = snapshot_contents(torch_pickle)
-    ours, our_segments, our_live, our_actions = snapshot_contents(pickles[0])
-    report = report_of(args, trace)
+    ours, our_segments, our_live, our_actions = snapshot_contents(our_pickle)
     details, passed = [], True
     missing = their_segments - our_segments
     passed &= not missing
@@ -1096,10 +1149,32 @@ def tensor_parity(args, name, argv, env=None):
         details.append(f"{action}: PyTorch {a}, ours {b}")
     place_flamegraph_standin()
     for command in ("stats", "trace", "segments", "memory"):
-        ok, _, tail = viz(args, command, pickles[0])
+        ok, _, tail = viz(args, command, our_pickle)
         passed &= ok
         if not ok:
             details.append(f"_memory_viz {command}: {tail}")
+    return passed, details, ours
+
+
+def tensor_parity(args, name, argv, env=None):
+    """Runs argv (which writes PyTorch's own snapshot to {torch}) under
+    `cudatrace run`, snapshots the trace and compares the two pickles."""
+    workdir = tempfile.mkdtemp(prefix=f"cudatrace-{name}-")
+    torch_pickle = os.path.join(workdir, "torch.pickle")
+    facts = os.path.join(workdir, "facts.json")
+    trace = os.path.join(workdir, "run.trace")
+    argv = [a.replace("{torch}", torch_pickle).replace("{facts}", facts) for a in argv]
+    done = subprocess.run([args.cli, "run", "--force", "--preload", args.preload, "-o", trace, "--"] + argv,
+                          env=dict(os.environ, **(env or {})), capture_output=True, text=True, timeout=args.timeout)
+    if done.returncode != 0:
+        return False, f"exit {done.returncode}: {done.stderr.strip().splitlines()[-3:]}", None
+    snap = subprocess.run([args.cli, "snapshot", "--force", trace, "-o", os.path.join(workdir, "ours")],
+                          capture_output=True, text=True)
+    pickles = snap.stdout.split()
+    if snap.returncode != 0 or not pickles:
+        return False, f"snapshot exit {snap.returncode}: {snap.stderr.strip()}", None
+    passed, details, ours = compare_snapshots(args, torch_pickle, pickles[0])
+    report = report_of(args, trace)
     notes = ours.get("allocator_settings", {}).get("cudatrace_notes", [])
     details.append("; ".join(n for n in notes if n.startswith("tensors") or "PyTorch's default" in n))
     facts_data = json.load(open(facts)) if os.path.exists(facts) else None
@@ -1353,6 +1428,8 @@ SCENARIOS = [
     ("M1 memory limit: PyTorch, static runtime, ctypes, CuPy and JAX told and refused", scenario_limit_queries),
     ("M2 memory limit: ResNet-50's largest batch under 24 and 40 GiB", scenario_limit_resnet),
     ("M3 memory limit: what it adds to a call, C loop", scenario_limit_cost),
+    ("D1 every byte explained: DataParallel on 2 GPUs, each device (needs 2 GPUs)", scenario_data_parallel),
+    ("D2 DDP on 2 GPUs: tensor parity per rank, _memory_viz, every byte, the rank table (needs 2 GPUs)", scenario_ddp_parity),
 ]
 
 #: Parts of the suite that run separately, each within 5 minutes on an H100.
@@ -1368,6 +1445,7 @@ PARTS = {
     "9": "S",
     "10": "L",
     "11": "M1,M2,M3",
+    "12": "D1,D2,w",
 }
 
 

@@ -35,6 +35,9 @@ Configurations:
   async-none, no-caching-none, gpt2-all
                paused and one setting only, more blocks of it, pooled with
                the configuration above in the table
+  ddp          ResNet-50 bs32 a rank under DistributedDataParallel, 2 ranks on
+               2 GPUs (torch.distributed.run; each rank is a process of the
+               table): paused, all, recorder
   tracker      PyTorch's allocator with a tracker that does nothing attached,
                against none (workloads/tracker_cost.cpp, no cudatrace)
 """
@@ -63,6 +66,8 @@ CONFIGS = {
     "async-none": ("resnet50", "off,none", [], {"PYTORCH_CUDA_ALLOC_CONF": "backend:cudaMallocAsync"}, 24, 4),
     "no-caching-none": ("resnet50", "off,none", [], {"PYTORCH_NO_CUDA_MEMORY_CACHING": "1"}, 12, 4),
     "gpt2-all": ("gpt2", "off,all", [], {}, 10, 4),
+    "ddp": ("ddp-resnet50", "off,all,recorder", [],
+            {"NCCL_NVLS_ENABLE": "0", "TORCH_SYMM_MEM_DISABLE_MULTICAST": "1", "NVSHMEM_DISABLE_NVLS": "1"}, 8, 4),
 }
 
 # With --unrecorded: the diagnostic build, whose blocks with nothing
@@ -74,6 +79,7 @@ UNRECORDED = {
     "no-caching": ("unrecorded,all,none", 8),
     "gpt2": ("unrecorded,off,all,recorder", 8),
     "no-caching-none": ("unrecorded,none", 10),
+    "ddp": ("unrecorded,off,all,recorder", 8),
 }
 LIBRARY_UNRECORDED = os.path.join(ROOT, "target", "release", "libcudatrace-unrecorded.so")
 
@@ -90,6 +96,7 @@ ROWS = [
     ("ResNet-50 bs32, no caching", "--stacks all", ["no-caching"], "all", "recorder"),
     ("", "--stacks none", ["no-caching", "no-caching-none"], "none", None),
     ("GPT-2 small, bf16, AdamW", "defaults (tensors, --stacks all)", ["gpt2", "gpt2-all"], "all", "recorder"),
+    ("ResNet-50 bs32 a rank, DDP on 2 GPUs", "defaults (tensors, --stacks all)", ["ddp"], "all", "recorder"),
 ]
 
 
@@ -136,13 +143,22 @@ def run_config(name, index, results, unrecorded):
     if unrecorded:
         states, cycles = UNRECORDED[name]
         library = LIBRARY_UNRECORDED
+    distributed = model.startswith("ddp-")
+    # Each rank of a distributed run is a process of the table.
+    launcher = [sys.executable, "-m", "torch.distributed.run", "--nproc_per_node=2", "--master_port=29566"] \
+        if distributed else [sys.executable]
+    blocks_out = out + ".ranks" if distributed else out
     command = [CLI, "run", "--preload", library, "--start-paused", "-o", os.path.join(results, f"{name}-{index}.trace"),
-               "--force", *options, "--", sys.executable, os.path.join(WORKLOADS, "step_blocks.py"),
+               "--force", *options, "--", *launcher, os.path.join(WORKLOADS, "step_blocks.py"),
                "--model", model, "--states", states, "--cycles", str(cycles), "--steps", str(steps),
-               "--cli", CLI, "--out", out]
+               "--cli", CLI, "--out", blocks_out]
     done = subprocess.run(command, env={**os.environ, **env}, capture_output=True, text=True, timeout=480)
-    if done.returncode != 0 or not os.path.exists(out):
+    outs = [f"{blocks_out}.rank{r}" for r in range(2)] if distributed else [out]
+    if done.returncode != 0 or not all(os.path.exists(o) for o in outs):
         raise SystemExit(f"{name} process {index} failed ({done.returncode}): {done.stderr.strip()[-2000:]}")
+    if distributed:
+        for rank, path in enumerate(outs):
+            os.rename(path, out.replace(f"-{index}.json", f"-{index}r{rank}.json"))
     os.remove(os.path.join(results, f"{name}-{index}.trace"))
 
 

@@ -19,7 +19,11 @@ that no state always follows the same one. A block is --steps steps after
 the switch; its figure is their median time (each step synchronised).
 Switching runs the `cudatrace` command between blocks, outside the timed
 steps. The model comes from --model: ResNet-50 (batch 32, SGD) or GPT-2
-small (transformers, batch 8 of 512 tokens, bf16 autocast, AdamW)."""
+small (transformers, batch 8 of 512 tokens, bf16 autocast, AdamW), or
+ResNet-50 under DistributedDataParallel (`ddp-resnet50`, run by `python -m
+torch.distributed.run`, batch 32 a rank): there rank 0 switches the job's
+recording for every rank, between barriers, and each rank writes its own
+--out with `.rankN` added."""
 import argparse
 import json
 import os
@@ -32,7 +36,7 @@ import torch
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 
 parser = argparse.ArgumentParser()
-parser.add_argument("--model", choices=["resnet50", "gpt2"], required=True)
+parser.add_argument("--model", choices=["resnet50", "gpt2", "ddp-resnet50"], required=True)
 parser.add_argument("--states", required=True)
 parser.add_argument("--cycles", type=int, default=10)
 parser.add_argument("--steps", type=int, default=4)
@@ -43,10 +47,30 @@ args = parser.parse_args()
 states = args.states.split(",")
 
 torch.manual_seed(0)
+distributed = args.model == "ddp-resnet50"
+rank = 0
 if args.model == "resnet50":
     from resnet_model import training_step
 
     step = training_step()
+elif distributed:
+    import torch.distributed as dist
+    import torch.nn as nn
+    from resnet_model import resnet50
+
+    dist.init_process_group("nccl")
+    rank = dist.get_rank()
+    torch.cuda.set_device(rank)
+    model = nn.parallel.DistributedDataParallel(resnet50().cuda(), device_ids=[rank])
+    optimizer = torch.optim.SGD(model.parameters(), lr=0.1, momentum=0.9)
+    images = torch.randn(32, 3, 224, 224, device="cuda")
+    labels = torch.randint(0, 1000, (32,), device="cuda")
+
+    def step():
+        loss = nn.functional.cross_entropy(model(images), labels)
+        optimizer.zero_grad(set_to_none=True)
+        loss.backward()
+        optimizer.step()
 else:
     from transformers import GPT2Config, GPT2LMHeadModel
 
@@ -66,7 +90,15 @@ cli_env = {k: v for k, v in os.environ.items() if k != "LD_PRELOAD"}
 
 
 def cudatrace(*words):
-    subprocess.run([args.cli, *words], env=cli_env, check=True, stderr=subprocess.DEVNULL)
+    """Switches the job's recording: in a distributed run, rank 0 does it
+    for every rank while the others wait at the barriers around it."""
+    if distributed:
+        torch.cuda.synchronize()
+        dist.barrier()
+    if rank == 0:
+        subprocess.run([args.cli, *words], env=cli_env, check=True, stderr=subprocess.DEVNULL)
+    if distributed:
+        dist.barrier()
 
 
 recorder_on = False
@@ -150,6 +182,10 @@ result = {
     "segment_allocations_per_step": per_step("segment.all.allocated"),
     "gpu": torch.cuda.get_device_name(),
     "torch": torch.__version__,
+    "rank": rank,
 }
-with open(args.out, "w") as f:
+with open(f"{args.out}.rank{rank}" if distributed else args.out, "w") as f:
     json.dump(result, f)
+if distributed:
+    dist.barrier()
+    dist.destroy_process_group()
