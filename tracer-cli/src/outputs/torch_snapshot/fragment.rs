@@ -20,8 +20,11 @@ pub(super) struct Fragment {
 /// Memo indices handed out across a snapshot and its fragments.
 pub struct Memo {
     pub(super) next: u32,
-    /// Frame lists memoized by any fragment (all precede the segments).
-    pub(super) frames: HashMap<u32, u32>,
+    /// Frame lists memoized by any fragment (all precede the segments), by
+    /// process image and stack: each process's pickle is a file of its own,
+    /// whose memo holds only what its own fragments put there, and stack
+    /// ids are numbered per process.
+    pub(super) frames: HashMap<(u32, u32), u32>,
 }
 
 impl Fragment {
@@ -138,7 +141,7 @@ pub(super) fn write_frames<W: Write>(
     memo.next += 1;
     pickler.put(id)?;
     local.insert(stack, id);
-    memo.frames.insert(stack, id);
+    memo.frames.insert((info.start.process, stack), id);
     Ok(())
 }
 

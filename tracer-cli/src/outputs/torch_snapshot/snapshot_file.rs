@@ -131,7 +131,7 @@ pub(super) fn write_segment<W: Write>(
         .map(|b| b.requested)
         .sum();
     let mut frames = |p: &mut Pickler<W>, stack: u32| -> io::Result<()> {
-        match memo.frames.get(&stack) {
+        match memo.frames.get(&(info.start.process, stack)) {
             Some(&id) => p.get(id),
             None => write_frames(p, index, info, stack, &mut HashMap::new(), memo),
         }
