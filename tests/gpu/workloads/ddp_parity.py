@@ -2,7 +2,7 @@
 ResNet-50 under DistributedDataParallel, a few steps, with PyTorch's own
 recorder on in each rank; each rank then dumps its own snapshot to
 PREFIX.rankN.pickle and its own readings to PREFIX.rankN.json
-(PREFIX = argv[1])."""
+(PREFIX = argv[1]), and ends at once."""
 import json
 import os
 import sys
@@ -31,11 +31,13 @@ for _ in range(5):
     optimizer.step()
 torch.cuda.synchronize()
 dist.barrier()
-torch.cuda.memory._dump_snapshot(f"{sys.argv[1]}.rank{rank}.pickle")
-torch.cuda.memory._record_memory_history(enabled=None)
+torch.cuda.synchronize()
 time.sleep(0.5)
 out = readings(rank)
 out.update(rank=rank, loss=float(loss), reserved=torch.cuda.memory_reserved())
 json.dump(out, open(f"{sys.argv[1]}.rank{rank}.json", "w"))
-dist.barrier()
-dist.destroy_process_group()
+# PyTorch's snapshot is the last thing the rank does: the process then ends
+# at once, with no teardown freeing tensors, so that the trace's end (where
+# cudatrace's snapshot stands) is the moment of PyTorch's.
+torch.cuda.memory._dump_snapshot(f"{sys.argv[1]}.rank{rank}.pickle")
+os._exit(0)
