@@ -67,7 +67,7 @@ CONFIGS = {
     "no-caching-none": ("resnet50", "off,none", [], {"PYTORCH_NO_CUDA_MEMORY_CACHING": "1"}, 12, 4),
     "gpt2-all": ("gpt2", "off,all", [], {}, 10, 4),
     "ddp": ("ddp-resnet50", "off,all,recorder", [],
-            {"NCCL_NVLS_ENABLE": "0", "TORCH_SYMM_MEM_DISABLE_MULTICAST": "1", "NVSHMEM_DISABLE_NVLS": "1"}, 8, 4),
+            {"NCCL_NVLS_ENABLE": "0", "TORCH_SYMM_MEM_DISABLE_MULTICAST": "1", "NVSHMEM_DISABLE_NVLS": "1"}, 8, 6),
 }
 
 # With --unrecorded: the diagnostic build, whose blocks with nothing
@@ -79,7 +79,7 @@ UNRECORDED = {
     "no-caching": ("unrecorded,all,none", 8),
     "gpt2": ("unrecorded,off,all,recorder", 8),
     "no-caching-none": ("unrecorded,none", 10),
-    "ddp": ("unrecorded,off,all,recorder", 8),
+    "ddp": ("unrecorded,off,all,recorder", 10),
 }
 LIBRARY_UNRECORDED = os.path.join(ROOT, "target", "release", "libcudatrace-unrecorded.so")
 
