@@ -6,6 +6,7 @@ pub mod footprint_table;
 pub mod growth_tables;
 pub mod html_page;
 pub mod json;
+pub mod parquet_export;
 pub mod perfetto_json;
 pub mod pickle;
 pub mod report_text;
