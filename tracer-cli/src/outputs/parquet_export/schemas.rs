@@ -4,11 +4,11 @@
 //! (addresses, call site ids) are unsigned; the rest are signed, so that a
 //! query can negate a size (`-size`) or subtract two times.
 
-use parquet::basic::Compression;
+use parquet::basic::{Compression, Encoding};
 use parquet::errors::Result;
 use parquet::file::properties::{WriterProperties, WriterPropertiesPtr};
 use parquet::schema::parser::parse_message_type;
-use parquet::schema::types::TypePtr;
+use parquet::schema::types::{ColumnPath, TypePtr};
 use std::sync::Arc;
 
 /// `events.parquet`'s columns, in order: name and Parquet type.
@@ -76,10 +76,23 @@ pub fn call_sites_schema() -> Result<TypePtr> {
     schema("call_sites", &CALL_SITE_COLUMNS)
 }
 
+/// Columns stored as deltas from one row to the next: times and sequence
+/// numbers, which rise a little from row to row and so take a few bits a
+/// row instead of 64 (10 million synthetic events: 209 MiB → 130 MiB).
+const DELTA_COLUMNS: [&str; 3] = ["time_ns", "wall_time_ns", "seq"];
+
 /// Both files' settings: Snappy pages, dictionaries for the repeated
-/// texts (the parquet crate's default), statistics for every column.
+/// values (the parquet crate's default) but deltas for times, statistics
+/// for every column.
 pub fn properties() -> WriterPropertiesPtr {
-    Arc::new(WriterProperties::builder().set_compression(Compression::SNAPPY).build())
+    let mut builder = WriterProperties::builder().set_compression(Compression::SNAPPY);
+    for column in DELTA_COLUMNS {
+        let path = ColumnPath::from(column);
+        builder = builder
+            .set_column_dictionary_enabled(path.clone(), false)
+            .set_column_encoding(path, Encoding::DELTA_BINARY_PACKED);
+    }
+    Arc::new(builder.build())
 }
 
 #[cfg(test)]
