@@ -1,10 +1,11 @@
 //! Reads a 10-million-event synthetic trace with `cudatrace report --json`,
-//! and converts it with `snapshot`, `perfetto` and `html`, each pinned to one
-//! core, and reports wall time, peak memory and output size. The goals:
-//! report under 10 s, each conversion under 20 s, all under 1 GiB.
+//! and converts it with `snapshot`, `perfetto`, `html` and `export`, each
+//! pinned to one core, and reports wall time, peak memory and output size.
+//! The goals: report under 10 s, each conversion under 20 s, all under 1 GiB.
 //!
 //! `cargo bench -p cudatrace-cli --bench report_large` — results go in docs/performance.md.
-//! `CUDATRACE_BENCH_EVENTS` changes the event count.
+//! `CUDATRACE_BENCH_EVENTS` changes the event count; `CUDATRACE_BENCH_ONLY`
+//! (such as `export,html`) runs only the commands it names.
 
 use std::os::unix::process::CommandExt;
 use std::process::{Command, Stdio};
@@ -26,7 +27,7 @@ fn main() {
 
     let out_dir = std::env::temp_dir().join(format!("cudatrace-bench-out-{}", std::process::id()));
     std::fs::create_dir_all(&out_dir).expect("output folder");
-    let jobs: [(&str, Vec<std::ffi::OsString>); 4] = [
+    let jobs: [(&str, Vec<std::ffi::OsString>); 5] = [
         (
             "report --json",
             vec!["report".into(), "--json".into(), path.clone().into()],
@@ -58,7 +59,21 @@ fn main() {
                 out_dir.join("bench.html").into(),
             ],
         ),
+        (
+            "export",
+            vec![
+                "export".into(),
+                path.clone().into(),
+                "-o".into(),
+                out_dir.clone().into(),
+            ],
+        ),
     ];
+    let only = std::env::var("CUDATRACE_BENCH_ONLY").ok();
+    let wanted = |name: &str| {
+        only.as_deref()
+            .is_none_or(|only| only.split(',').any(|w| name.starts_with(w.trim())))
+    };
     println!(
         "{events} events, trace {bytes} bytes ({:.1} bytes/event), generated in {:.2} s",
         bytes as f64 / events as f64,
@@ -67,7 +82,7 @@ fn main() {
     println!();
     println!("| command | wall (s) | peak RSS (MiB) | output (MiB) |");
     println!("| --- | --- | --- | --- |");
-    for (name, args) in jobs {
+    for (name, args) in jobs.into_iter().filter(|(name, _)| wanted(name)) {
         let (seconds, rss) = timed(&args);
         let output: u64 = std::fs::read_dir(&out_dir)
             .expect("output folder")

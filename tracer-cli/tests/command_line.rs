@@ -478,6 +478,7 @@ fn every_subcommand_has_its_own_help() {
         ("snapshot", "Usage: cudatrace snapshot [OPTIONS] <TRACE>"),
         ("perfetto", "Usage: cudatrace perfetto [OPTIONS] <TRACE>"),
         ("html", "Usage: cudatrace html [OPTIONS] <TRACE>"),
+        ("export", "Usage: cudatrace export [OPTIONS] --output <DIR> <TRACE>..."),
     ] {
         let output = cudatrace(&[command, "--help"]).output().unwrap();
         assert_eq!(output.status.code(), Some(0), "{command}");

@@ -337,7 +337,13 @@ pub fn site_name(frames: &[Frame]) -> String {
 /// What a stack's call site is known by: its headline frame in full (file
 /// or module path, line and function), or "(no call stack recorded)".
 pub fn site_key(index: &TraceIndex, info: &ProcessIndex, stack: u32) -> String {
-    site_of(&index.frames(info, stack)).0
+    site_key_of(&index.frames(info, stack))
+}
+
+/// [`site_key`] of a stack already resolved to its `frames` (innermost
+/// first): what `diff` matches call sites of two runs by.
+pub fn site_key_of(frames: &[Frame]) -> String {
+    site_of(frames).0
 }
 
 /// What every output says in place of a stack that has no frames.

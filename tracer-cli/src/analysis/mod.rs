@@ -30,6 +30,7 @@ mod rank_table;
 mod replay;
 mod retention;
 mod silent_children;
+mod site_id;
 mod stack_frames;
 mod step_finding;
 mod steps;
@@ -43,8 +44,8 @@ mod unreadable;
 mod window;
 
 pub use call_site::{
-    call_sites, headline, headline_text, in_backward_pass, made_by_caching_allocator, site_key, site_name, stack_lines,
-    FramesShown, Place, StackLine, BACKWARD_PASS, NO_STACK,
+    call_sites, headline, headline_text, in_backward_pass, made_by_caching_allocator, site_key, site_key_of, site_name,
+    stack_lines, FramesShown, Place, StackLine, BACKWARD_PASS, NO_STACK,
 };
 pub use device_stats::{HeldAtOom, Oom};
 pub use engine::{Consumer, Replay, Step};
@@ -64,6 +65,7 @@ pub use rank_table::{RankRow, RankTable};
 pub use replay::{Allocation, Change, ProcessMemory};
 pub use retention::{Kept, RetentionPass};
 pub use silent_children::{silent_children, unnamed_children, unrecorded_count, SilentChild};
+pub use site_id::call_site_id;
 pub use stack_frames::Frame;
 #[cfg(test)]
 pub use step_finding::find_boundaries;

@@ -49,6 +49,11 @@ pub enum Command {
     /// trace: processes keep their host, and times are lined up on the
     /// hosts' wall clocks. Every command reads the merged trace.
     Merge(MergeArgs),
+    /// Write traces as Parquet for DuckDB, Polars or Spark: events.parquet
+    /// (every allocation, free, tensor action and out-of-memory failure of
+    /// every trace, one row each) and call_sites.parquet (each call site
+    /// once, its id the same in every trace) in DIR.
+    Export(ExportArgs),
     /// Pause a running traced job's recording: its events are still
     /// recorded, so every byte stays accounted for, but without call
     /// stacks, until `cudatrace resume`. The trace says which spans were
@@ -109,6 +114,21 @@ pub struct DiffArgs {
     /// The second run's trace.
     #[arg(value_name = "B")]
     pub b: PathBuf,
+}
+
+/// `cudatrace export`.
+#[derive(Args, Debug)]
+pub struct ExportArgs {
+    /// Write events.parquet and call_sites.parquet into this folder
+    /// (created if missing). Refused if either file is there already
+    /// (unless --force).
+    #[arg(short = 'o', long = "output", value_name = "DIR", required = true)]
+    pub output: PathBuf,
+    #[command(flatten)]
+    pub replace: Replace,
+    /// The traces to export: one per rank, say.
+    #[arg(value_name = "TRACE", required = true)]
+    pub traces: Vec<PathBuf>,
 }
 
 /// `cudatrace run`.

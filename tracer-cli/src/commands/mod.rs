@@ -5,6 +5,7 @@ pub mod arguments;
 mod collect;
 mod diff;
 mod dump;
+mod export;
 mod flamegraph;
 mod html;
 pub mod max_size;
@@ -33,6 +34,7 @@ pub fn dispatch(command: Command) -> Result<u8, Failure> {
         Command::Flamegraph(args) => flamegraph::command(args),
         Command::Diff(args) => diff::command(args),
         Command::Merge(args) => merge::command(args),
+        Command::Export(args) => export::command(args),
         Command::Pause(args) => switch::pause(args),
         Command::Resume(args) => switch::resume(args),
     }

@@ -7,6 +7,7 @@ pub mod growth_tables;
 pub mod html_page;
 pub mod json;
 pub mod merged_trace;
+pub mod parquet_export;
 pub mod perfetto_json;
 pub mod pickle;
 pub mod report_text;

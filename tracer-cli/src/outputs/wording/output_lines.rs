@@ -1,7 +1,7 @@
 //! What the commands that write an output (`html`, `perfetto`, `snapshot`,
-//! `flamegraph`, `dump`) say on stderr, and why they fail.
+//! `flamegraph`, `dump`, `export`) say on stderr, and why they fail.
 
-use super::numbers::bytes;
+use super::numbers::{bytes, count};
 use crate::analysis::DeviceKey;
 use std::fmt::Display;
 use std::path::Path;
@@ -32,6 +32,21 @@ pub const OPEN_PERFETTO: &str = "cudatrace: open it at ui.perfetto.dev with \"Op
 
 /// How to look at the pickles.
 pub const OPEN_SNAPSHOT: &str = "cudatrace: drop a pickle onto pytorch.org/memory_viz, or run `python -m torch.cuda._memory_viz trace_plot PICKLE -o PAGE.html`";
+
+/// `export -o DIR` where DIR is something other than a folder.
+pub fn not_a_folder(path: &Path) -> String {
+    format!("cannot export into {}: it is not a folder", path.display())
+}
+
+/// What `export` wrote, and how to read it.
+pub fn exported(events: u64, call_sites: u64, traces: u64) -> String {
+    format!(
+        "cudatrace: {} and {} from {}; query them with DuckDB, Polars or Spark (docs/usage.md has examples)",
+        count(events, "event", "events"),
+        count(call_sites, "call site", "call sites"),
+        count(traces, "trace", "traces")
+    )
+}
 
 /// A Perfetto file larger than its UI opens.
 pub fn perfetto_too_large(path: &Path, written: u64) -> String {
