@@ -895,6 +895,15 @@ int main(int argc, char **argv) {
         }
     }
     else if (!strcmp(name, "leak") && argc > 2) scenario_leak(atoi(argv[2]));
+    else if (!strcmp(name, "rank-set-late") && argc > 2) {
+        /* A program that learns its rank once running (as some launchers'
+           workers do) and puts it in its own environment. */
+        void *p;
+        check("cudaMalloc", cudaMalloc(&p, 1 << 20));
+        setenv("RANK", argv[2], 1);
+        setenv("WORLD_SIZE", "8", 1);
+        check("cudaFree", cudaFree(p));
+    }
     else if (!strcmp(name, "soak") && argc > 5) scenario_soak(atoi(argv[2]), atoi(argv[3]), atof(argv[4]), argv[5], argc > 6 ? atof(argv[6]) : 0);
     else if (!strcmp(name, "space-back") && argc > 2) scenario_space_back(atoi(argv[2]));
     else if (!strcmp(name, "close-fds") && argc > 2) scenario_close_fds(argv[2]);

@@ -1,0 +1,379 @@
+//! Many ranks and many nodes: each process's host and rank, the report's
+//! table of every rank, and `cudatrace merge` of two "hosts" made on one
+//! machine with the test overrides of the host name and the clock.
+
+mod common;
+
+use common::*;
+use serde_json::Value;
+use std::path::{Path, PathBuf};
+use std::time::{SystemTime, UNIX_EPOCH};
+
+/// Every JSON line `cudatrace dump` prints of a trace.
+fn dump(trace: &Path) -> Vec<Value> {
+    let output = cudatrace(&["dump", trace.to_str().unwrap()]).output().unwrap();
+    assert!(output.status.success(), "{}", stderr(&output));
+    stdout(&output)
+        .lines()
+        .map(|line| serde_json::from_str(line).unwrap())
+        .collect()
+}
+
+/// The `process` records of a dump.
+fn processes(lines: &[Value]) -> Vec<&Value> {
+    lines
+        .iter()
+        .filter_map(|l| l.get("process"))
+        .filter(|p| p.is_object())
+        .collect()
+}
+
+/// The `header` record of a dump.
+fn header(lines: &[Value]) -> &Value {
+    lines.iter().find_map(|l| l.get("header")).unwrap()
+}
+
+fn wall_now() -> u64 {
+    SystemTime::now().duration_since(UNIX_EPOCH).unwrap().as_nanos() as u64
+}
+
+/// One "host"'s run of fake PyTorch's eight training steps: (trace, wall
+/// clock before, wall clock after).
+fn host_run(label: &str, env: &[(&str, &str)]) -> (PathBuf, u64, u64) {
+    let (mut command, trace) = run_program(label, &fake_cuda::program("torch_like"), &[]);
+    command
+        .arg(fake_cuda::torch_library("211"))
+        .arg("training")
+        .env_remove("RANK")
+        .env_remove("LOCAL_RANK")
+        .env_remove("WORLD_SIZE")
+        .envs(env.iter().copied());
+    let before = wall_now();
+    let out = command.output().unwrap();
+    let after = wall_now();
+    assert!(out.status.success(), "{}", stderr(&out));
+    (trace, before, after)
+}
+
+/// A monotonic time of a trace on the wall clock, by the trace's header.
+fn wall_of(header: &Value, time_ns: u64) -> u64 {
+    let realtime = header["start_realtime_ns"].as_u64().unwrap();
+    let monotonic = header["start_monotonic_ns"].as_u64().unwrap();
+    (i128::from(realtime) + i128::from(time_ns) - i128::from(monotonic)) as u64
+}
+
+/// Host B's clock reads this much more than host A's: a host booted
+/// 1,000 s earlier.
+const CLOCK_OFFSET_NS: u64 = 1_000_000_000_000;
+
+/// Two runs, as on two nodes: rank 0 on "nodeA", then rank 1 on "nodeB"
+/// (whose clock is [`CLOCK_OFFSET_NS`] ahead), which leaks a MiB a step.
+fn two_hosts(label: &str) -> [(PathBuf, u64, u64); 2] {
+    let a = host_run(
+        &format!("{label}-a"),
+        &[
+            ("CUDATRACE_TEST_HOST", "nodeA"),
+            ("RANK", "0"),
+            ("LOCAL_RANK", "0"),
+            ("WORLD_SIZE", "2"),
+        ],
+    );
+    let offset = CLOCK_OFFSET_NS.to_string();
+    let b = host_run(
+        &format!("{label}-b"),
+        &[
+            ("CUDATRACE_TEST_HOST", "nodeB"),
+            ("CUDATRACE_TEST_CLOCK_OFFSET_NS", offset.as_str()),
+            ("RANK", "1"),
+            ("LOCAL_RANK", "0"),
+            ("WORLD_SIZE", "2"),
+            ("FAKE_TORCH_LEAK", "1"),
+        ],
+    );
+    [a, b]
+}
+
+fn merge(inputs: &[&Path], output: &Path) -> std::process::Output {
+    let mut command = cudatrace(&["merge", "-o", output.to_str().unwrap()]);
+    command.args(inputs);
+    command.output().unwrap()
+}
+
+#[test]
+fn each_process_records_its_host_and_the_ranks_its_environment_set() {
+    let (trace, _, _) = host_run(
+        "ranks-env",
+        &[
+            ("CUDATRACE_TEST_HOST", "node7"),
+            ("RANK", "3"),
+            ("LOCAL_RANK", "1"),
+            ("WORLD_SIZE", "4"),
+        ],
+    );
+    let lines = dump(&trace);
+    let process = processes(&lines)[0];
+    assert_eq!(
+        (
+            &process["host"],
+            &process["rank"],
+            &process["local_rank"],
+            &process["world_size"]
+        ),
+        (&Value::from("node7"), &Value::from(3), &Value::from(1), &Value::from(4))
+    );
+    assert_eq!(header(&lines)["host"], "node7");
+
+    // Unset or not a number: no rank, never a guess.
+    let (trace, _, _) = host_run("ranks-none", &[("RANK", "first"), ("WORLD_SIZE", "-2")]);
+    let lines = dump(&trace);
+    let process = processes(&lines)[0];
+    assert!(process["rank"].is_null() && process["local_rank"].is_null() && process["world_size"].is_null());
+    let host = std::fs::read_to_string("/proc/sys/kernel/hostname").unwrap();
+    assert_eq!(process["host"], host.trim());
+}
+
+#[test]
+fn a_rank_the_program_sets_itself_is_recorded_at_its_exit() {
+    let (mut command, trace) = run_command("ranks-late", "rank-set-late", &[]);
+    let out = command
+        .arg("5")
+        .env_remove("RANK")
+        .env_remove("WORLD_SIZE")
+        .output()
+        .unwrap();
+    assert!(out.status.success(), "{}", stderr(&out));
+    let lines = dump(&trace);
+    let process = processes(&lines)[0];
+    assert_eq!(
+        (&process["rank"], &process["world_size"]),
+        (&Value::from(5), &Value::from(8))
+    );
+    assert!(process["local_rank"].is_null());
+}
+
+#[test]
+fn merge_lines_two_hosts_up_by_their_wall_clocks() {
+    let [(a, a_before, a_after), (b, b_before, b_after)] = two_hosts("merge-clocks");
+    let merged = a.with_file_name("job.trace");
+    let out = merge(&[&a, &b], &merged);
+    assert_eq!(out.status.code(), Some(0), "{}", stderr(&out));
+    assert_eq!(stdout(&out).trim(), merged.to_str().unwrap());
+
+    let (lines_a, lines_b, lines_m) = (dump(&a), dump(&b), dump(&merged));
+    let (header_a, header_b, header_m) = (header(&lines_a), header(&lines_b), header(&lines_m));
+    assert_eq!(header_m["host"], "nodeA, nodeB");
+    assert_eq!(
+        header_m["start_monotonic_ns"], header_a["start_monotonic_ns"],
+        "A started first"
+    );
+
+    // B's monotonic clock reads 1,000 s ahead of A's: unmerged, its events
+    // stand 1,000 s away from A's on the same machine.
+    let shift = |h: &Value| {
+        i128::from(h["start_realtime_ns"].as_u64().unwrap()) - i128::from(h["start_monotonic_ns"].as_u64().unwrap())
+    };
+    let shift_b = shift(header_b) - shift(header_a);
+    assert!(
+        (-(CLOCK_OFFSET_NS as i128) - 1_000_000_000..-(CLOCK_OFFSET_NS as i128) + 1_000_000_000).contains(&shift_b),
+        "{shift_b}"
+    );
+    assert!(
+        stderr(&out).contains(&format!("{}: 1 process image, its times moved 16 min", b.display())),
+        "{}",
+        stderr(&out)
+    );
+
+    // Every event moved by exactly the shift; the processes are 0 and 1,
+    // with their hosts and ranks.
+    let events = |lines: &[Value], process: u64| -> Vec<u64> {
+        lines
+            .iter()
+            .filter(|l| l.get("op").is_some() && l["process"] == process)
+            .map(|l| l["time_ns"].as_u64().unwrap())
+            .collect()
+    };
+    let (a_times, b_times) = (events(&lines_a, 0), events(&lines_b, 0));
+    assert!(!a_times.is_empty() && !b_times.is_empty());
+    assert_eq!(events(&lines_m, 0), a_times);
+    let moved: Vec<u64> = b_times.iter().map(|&t| (i128::from(t) + shift_b) as u64).collect();
+    assert_eq!(events(&lines_m, 1), moved);
+    let merged_processes = processes(&lines_m);
+    assert_eq!(merged_processes.len(), 2);
+    for (process, (host, rank)) in merged_processes.iter().zip([("nodeA", 0), ("nodeB", 1)]) {
+        assert_eq!(
+            (&process["host"], &process["rank"]),
+            (&Value::from(host), &Value::from(rank))
+        );
+    }
+
+    // On the merged clock each host's events lie within the wall-clock span
+    // its run took: lined up as they happened.
+    for (times, before, after) in [(&a_times, a_before, a_after), (&moved, b_before, b_after)] {
+        for &time in times.iter() {
+            let wall = wall_of(header_m, time);
+            assert!(before <= wall && wall <= after, "{before} <= {wall} <= {after}");
+        }
+    }
+    // The merged trace is whole, and every command reads it.
+    let (report, _) = report_json(&merged);
+    assert_eq!(report["complete"], true);
+    assert_eq!(report["lost_events"], 0);
+    for command in ["perfetto", "html"] {
+        let out = cudatrace(&[command, merged.to_str().unwrap(), "--force"])
+            .output()
+            .unwrap();
+        assert!(out.status.success(), "{command}: {}", stderr(&out));
+    }
+}
+
+#[test]
+fn the_report_opens_with_every_rank_and_names_the_one_that_stands_out() {
+    let [(a, ..), (b, ..)] = two_hosts("rank-table");
+    let merged = a.with_file_name("job.trace");
+    assert!(merge(&[&a, &b], &merged).status.success());
+    let (report, _) = report_json(&merged);
+    let ranks = &report["ranks"];
+    let rows = ranks["rows"].as_array().unwrap();
+    let row = |i: usize, key: &str| rows[i][key].clone();
+    assert_eq!(rows.len(), 2);
+    for (i, (host, rank, peak, allocated)) in [("nodeA", 0, 26u64 << 20, 11u64 << 20), ("nodeB", 1, 32 << 20, 17 << 20)]
+        .into_iter()
+        .enumerate()
+    {
+        assert_eq!(row(i, "host"), host);
+        assert_eq!(row(i, "rank"), rank);
+        assert_eq!(row(i, "world_size"), 2);
+        assert_eq!(row(i, "device"), 0);
+        assert_eq!(row(i, "peak_bytes"), peak);
+        assert_eq!(row(i, "peak_is_footprint"), true);
+        assert_eq!(row(i, "allocated_peak_bytes"), allocated);
+        assert_eq!(row(i, "reserved_peak_bytes"), peak);
+        assert_eq!(row(i, "live_at_exit_bytes"), peak);
+        assert_eq!(row(i, "ooms"), 0);
+        assert_eq!(row(i, "explained_percent"), 100.0);
+    }
+    let outlier = &ranks["outlier"];
+    assert_eq!(outlier["row"], 1);
+    assert_eq!(outlier["median_row"], 0);
+    assert_eq!(outlier["above_median_bytes"], 6u64 << 20);
+    assert_eq!(outlier["steps"], serde_json::json!([7, 7]));
+    assert_eq!(outlier["call_site"], "forward_pass (torch_like.cpp:332)");
+    assert_eq!(outlier["call_site_more_bytes"], 6u64 << 20);
+
+    let text = stdout(&cudatrace(&["report", merged.to_str().unwrap()]).output().unwrap());
+    let table: Vec<&str> = text
+        .lines()
+        .skip_while(|l| !l.starts_with("every rank"))
+        .take(5)
+        .collect();
+    assert_eq!(
+        table[0],
+        "every rank: 2 rows on 2 hosts, one row per process and device"
+    );
+    assert!(
+        table[1].starts_with("  host   rank    pid  device      peak"),
+        "{}",
+        table[1]
+    );
+    assert!(table[2].starts_with("  nodeA     0"), "{}", table[2]);
+    assert!(table[3].starts_with("  nodeB     1"), "{}", table[3]);
+    assert_eq!(
+        table[4],
+        "  rank 1 peaks 6.0 MiB (23%) above the median rank (rank 0), at step 7; the difference is at forward_pass (torch_like.cpp:332) (6.0 MiB more)"
+    );
+    // The process headings name host and rank.
+    assert!(
+        text.contains(" on nodeB, rank 1 (local rank 0, world size 2) "),
+        "{text}"
+    );
+
+    // The page: the table, the outlier's row marked, one small chart a row.
+    let page = html_page(&merged);
+    assert_eq!(page.matches("<div class=\"small-chart\">").count(), 2);
+    assert_eq!(page.matches("<tr class=\"outlier\">").count(), 1);
+    assert!(page.contains("<span class=\"small-name\">rank 1 on nodeB, device 0</span>"));
+
+    // Each pickle names its host (the hosts' pids may be the same), and
+    // each reads on its own.
+    let stem = merged.with_file_name("pickles");
+    let out = cudatrace(&["snapshot", merged.to_str().unwrap(), "-o", stem.to_str().unwrap()])
+        .output()
+        .unwrap();
+    assert!(out.status.success(), "{}", stderr(&out));
+    let pickles: Vec<String> = stdout(&out).lines().map(|p| p.trim().to_string()).collect();
+    assert_eq!(pickles.len(), 2);
+    assert!(pickles[0].contains("pickles.nodeA.") && pickles[1].contains("pickles.nodeB."));
+    let script = "import pickle, sys\nfor p in sys.argv[1:]:\n    s = pickle.load(open(p, 'rb'))\n    print(len(s['segments']), sum(len(t) for t in s['device_traces']))";
+    let read = std::process::Command::new("python3")
+        .arg("-c")
+        .arg(script)
+        .args(&pickles)
+        .output()
+        .unwrap();
+    assert!(read.status.success(), "{}", stderr(&read));
+    assert_eq!(stdout(&read), "4 142\n7 145\n");
+}
+
+#[test]
+fn a_trace_of_one_process_on_one_device_has_no_rank_table() {
+    let (trace, _, _) = host_run("ranks-single", &[("RANK", "0")]);
+    let (report, _) = report_json(&trace);
+    assert!(report["ranks"].is_null());
+    let text = stdout(&cudatrace(&["report", trace.to_str().unwrap()]).output().unwrap());
+    assert!(!text.contains("every rank"));
+}
+
+#[test]
+fn merge_says_in_one_line_what_it_cannot_merge() {
+    let (a, _, _) = host_run("merge-bad", &[]);
+    let dir = a.parent().unwrap();
+    let say = |out: &std::process::Output| {
+        let text = stderr(out);
+        assert_eq!(text.trim_end().lines().count(), 1, "{text}");
+        text.trim_end().to_string()
+    };
+    let out = merge(&[&a, &a], &a);
+    assert_eq!(out.status.code(), Some(2));
+    assert_eq!(
+        say(&out),
+        format!(
+            "cudatrace: {} is one of the traces to merge: write the merged trace elsewhere",
+            a.display()
+        )
+    );
+    let missing = dir.join("missing.trace");
+    let out = merge(&[&a, &missing], &dir.join("m.trace"));
+    assert_eq!(out.status.code(), Some(2));
+    assert!(say(&out).starts_with(&format!("cudatrace: cannot open {}", missing.display())));
+    let text = dir.join("notes.txt");
+    std::fs::write(&text, "not a trace at all\n").unwrap();
+    let out = merge(&[&a, &text], &dir.join("m.trace"));
+    assert_eq!(out.status.code(), Some(2));
+    assert_eq!(
+        say(&out),
+        format!("cudatrace: {}: not a cudatrace trace (bad magic)", text.display())
+    );
+    assert!(!dir.join("m.trace").exists(), "nothing written");
+
+    // An input cut short: merged without a footer, so that readers say it
+    // is incomplete, and the command says which input lacked what.
+    let bytes = std::fs::read(&a).unwrap();
+    let cut = dir.join("cut.trace");
+    std::fs::write(&cut, &bytes[..bytes.len() - 20]).unwrap();
+    let merged = dir.join("merged.trace");
+    let out = merge(&[&a, &cut], &merged);
+    assert_eq!(out.status.code(), Some(1), "{}", stderr(&out));
+    let said = stderr(&out);
+    assert!(
+        said.contains(&format!("cudatrace: {}: reading stopped at byte", cut.display())),
+        "{said}"
+    );
+    assert!(
+        said.contains(&format!("cudatrace: {}: the trace has no footer", cut.display())),
+        "{said}"
+    );
+    assert!(said.contains("the merged trace is written without a footer"), "{said}");
+    let (report, _) = report_json(&merged);
+    assert_eq!(report["complete"], false);
+    assert_eq!(report["processes"].as_array().unwrap().len(), 2);
+}
