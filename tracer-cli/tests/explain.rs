@@ -508,3 +508,30 @@ fn the_peak_column_is_the_footprints_peak_between_readings_and_the_exit_column_w
         "{exit_line}"
     );
 }
+
+#[test]
+fn a_kernel_run_on_a_second_device_is_measured_loading_there_too() {
+    let costs: Vec<(&str, String)> = vec![
+        ("FAKE_CUDA_CONTEXT_BYTES", (300 * MIB).to_string()),
+        ("FAKE_CUDA_MODULE_BYTES", (20 * MIB).to_string()),
+        ("FAKE_CUDA_KERNEL_BYTES", (5 * MIB).to_string()),
+    ];
+    let program = fake_cuda::program("explain").to_string_lossy().into_owned();
+    let trace = run_with_costs("explain-replicated", &[program, "replicated".into()], &[], true, &costs);
+    let (report, _) = report_json_with_stacks(&trace);
+    let footprint = report["processes"][0]["footprint"].as_array().unwrap();
+    let by_device: Vec<(u64, u64, u64)> = footprint
+        .iter()
+        .map(|f| {
+            let at_exit = &f["at_exit"];
+            (
+                f["device"].as_u64().unwrap(),
+                at_exit["modules_and_kernels_bytes"].as_u64().unwrap(),
+                at_exit["unexplained_bytes"].as_i64().unwrap() as u64,
+            )
+        })
+        .collect();
+    // Device 0: the module (20 MiB) and the kernel's first load (5 MiB);
+    // device 1: the same kernel's load there, through the same handle.
+    assert_eq!(by_device, vec![(0, 25 * MIB, 0), (1, 5 * MIB, 0)]);
+}

@@ -10,6 +10,10 @@
  * then 64 MiB allocated and freed between two readings, and the 8 MiB
  * freed after the last one: the footprint's peak falls between readings,
  * and nothing is live at exit.
+ *
+ * `explain replicated`: one kernel launched on device 0, then, by the same
+ * handle, on device 1 (as a model replicated on two GPUs runs the same
+ * kernels on both): it loads into each device, and each load is measured.
  */
 #include <stdint.h>
 #include <stdio.h>
@@ -60,6 +64,23 @@ static int spike(void) {
     return 0;
 }
 
+static int replicated(void) {
+    CUmodule module;
+    CUfunction kernel;
+    CUcontext second;
+    check("cuModuleLoadData", cuModuleLoadData(&module, "fatbin"));
+    check("cuModuleGetFunction", cuModuleGetFunction(&kernel, module, "shared"));
+    launch(kernel);
+    check("cuDevicePrimaryCtxRetain", cuDevicePrimaryCtxRetain(&second, 1));
+    check("cuCtxSetCurrent", cuCtxSetCurrent(second));
+    usleep(250000);
+    launch(kernel);
+    launch(kernel);
+    usleep(450000);
+    printf("launched %p on devices 0 and 1\n", kernel);
+    return 0;
+}
+
 int main(int argc, char **argv) {
     setvbuf(stdout, NULL, _IOLBF, 0);
     CUcontext ctx;
@@ -69,6 +90,7 @@ int main(int argc, char **argv) {
     /* NVML reads the process with its context alone, to check the context's figure. */
     usleep(250000);
     if (argc > 1 && !strcmp(argv[1], "spike")) return spike();
+    if (argc > 1 && !strcmp(argv[1], "replicated")) return replicated();
     check("cuCtxSetLimit", cuCtxSetLimit(2, 16 << 20));
     CUmodule module;
     check("cuModuleLoadData", cuModuleLoadData(&module, "fatbin"));
