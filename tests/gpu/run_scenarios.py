@@ -843,6 +843,11 @@ def scenario_ddp_parity(args):
         passed &= ok and byte_ok and named
         details.append(f"rank {rank} (RANK {process.get('rank')}, host {process.get('host')}): {'; '.join(parity)}; {byte_text}")
     table = report.get("ranks") or {}
+    text = subprocess.run([args.cli, "report", trace], capture_output=True, text=True).stdout
+    opening = [line for line in text.splitlines() if line.startswith(("every rank", "  "))][:5]
+    if os.environ.get("OUT"):
+        with open(os.path.join(os.environ["OUT"], "ddp_rank_table.txt"), "w") as f:
+            f.write("\n".join(opening) + "\n")
     ranked = sorted(r["rank"] for r in table.get("rows", []) if r["rank"] is not None)
     passed &= ranked == [0, 1]
     details.append(f"rank table: ranks {ranked}, outlier {table.get('outlier')}")
