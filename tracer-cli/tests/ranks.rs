@@ -142,13 +142,17 @@ fn a_rank_the_program_sets_itself_is_recorded_at_its_exit() {
         .output()
         .unwrap();
     assert!(out.status.success(), "{}", stderr(&out));
+    // Its end has them (its start may or may not, as the collector read
+    // its header before or after), and the report takes them.
     let lines = dump(&trace);
-    let process = processes(&lines)[0];
+    let end = lines.iter().find_map(|l| l.get("process_end")).unwrap();
+    assert_eq!(end["ranks_at_end"], serde_json::json!([5, null, 8]));
+    let (report, _) = report_json(&trace);
+    let process = &report["processes"][0];
     assert_eq!(
-        (&process["rank"], &process["world_size"]),
-        (&Value::from(5), &Value::from(8))
+        (&process["rank"], &process["local_rank"], &process["world_size"]),
+        (&Value::from(5), &Value::Null, &Value::from(8))
     );
-    assert!(process["local_rank"].is_null());
 }
 
 #[test]
@@ -270,13 +274,41 @@ fn the_report_opens_with_every_rank_and_names_the_one_that_stands_out() {
         table[0],
         "every rank: 2 rows on 2 hosts, one row per process and device"
     );
-    assert!(
-        table[1].starts_with("  host   rank    pid  device      peak"),
-        "{}",
-        table[1]
+    let words = |line: &str| line.split_whitespace().map(str::to_string).collect::<Vec<_>>();
+    assert_eq!(
+        words(table[1]),
+        [
+            "host",
+            "rank",
+            "pid",
+            "device",
+            "peak",
+            "at",
+            "allocated",
+            "peak",
+            "reserved",
+            "peak",
+            "live",
+            "at",
+            "exit",
+            "OOMs",
+            "explained"
+        ]
     );
-    assert!(table[2].starts_with("  nodeA     0"), "{}", table[2]);
-    assert!(table[3].starts_with("  nodeB     1"), "{}", table[3]);
+    for (line, (host, rank, peak, allocated)) in table[2..4]
+        .iter()
+        .zip([("nodeA", "0", "26.0", "11.0"), ("nodeB", "1", "32.0", "17.0")])
+    {
+        let cells = words(line);
+        assert_eq!(
+            (cells[0].as_str(), cells[1].as_str(), cells[3].as_str()),
+            (host, rank, "0"),
+            "{line}"
+        );
+        assert_eq!(&cells[4..6], [peak, "MiB"], "{line}");
+        assert_eq!(&cells[8..10], [allocated, "MiB"], "{line}");
+        assert_eq!(&cells[14..], ["0", "100.0%"], "{line}");
+    }
     assert_eq!(
         table[4],
         "  rank 1 peaks 6.0 MiB (23%) above the median rank (rank 0), at step 7; the difference is at forward_pass (torch_like.cpp:332) (6.0 MiB more)"

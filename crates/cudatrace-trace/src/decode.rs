@@ -82,6 +82,14 @@ fn decode_events(cursor: &mut Cursor, pid_of: &dyn Fn(u32) -> Option<u32>, packe
     Ok(Record::Events { process, events })
 }
 
+/// A rank (or world size) stored plus one; 0 is none.
+fn get_rank(c: &mut Cursor) -> Result<Option<u32>, Malformed> {
+    Ok(match c.get()? {
+        0 => None,
+        n => Some(u32::try_from(n - 1).map_err(|_| Malformed::RankOutOfRange)?),
+    })
+}
+
 fn decode_process(c: &mut Cursor) -> Result<Record, Malformed> {
     let mut start = ProcessStart {
         process: c.get_u32()?,
@@ -96,15 +104,9 @@ fn decode_process(c: &mut Cursor) -> Result<Record, Malformed> {
     // Format 12 added the host and ranks after the command line.
     if c.remaining() > 0 {
         start.place.host = c.string()?;
-        let mut number = || -> Result<Option<u32>, Malformed> {
-            Ok(match c.get()? {
-                0 => None,
-                n => Some(u32::try_from(n - 1).map_err(|_| Malformed::RankOutOfRange)?),
-            })
-        };
-        start.place.rank = number()?;
-        start.place.local_rank = number()?;
-        start.place.world_size = number()?;
+        start.place.rank = get_rank(c)?;
+        start.place.local_rank = get_rank(c)?;
+        start.place.world_size = get_rank(c)?;
     }
     Ok(Record::Process(start))
 }
@@ -118,7 +120,7 @@ fn decode_process_end(c: &mut Cursor) -> Result<Record, Malformed> {
         Some(i32::try_from(status).map_err(|_| Malformed::ExitStatusOutOfRange)?)
     };
     let exit_time_ns = c.get()?.checked_sub(1);
-    Ok(Record::ProcessEnd(ProcessEnd {
+    let mut end = ProcessEnd {
         process,
         exit_status,
         exit_time_ns,
@@ -133,7 +135,15 @@ fn decode_process_end(c: &mut Cursor) -> Result<Record, Malformed> {
         },
         reserved_events: c.get()?,
         damaged_records: c.get()?,
-    }))
+        ranks_at_end: [None; 3],
+    };
+    // Format 12 added the ranks as the process ended.
+    if c.remaining() > 0 {
+        for number in &mut end.ranks_at_end {
+            *number = get_rank(c)?;
+        }
+    }
+    Ok(Record::ProcessEnd(end))
 }
 
 /// A list's length, refused when the payload cannot hold that many items.

@@ -214,6 +214,9 @@ fn encode_process_end(e: &ProcessEnd, out: &mut Vec<u8>) {
     put_signed(out, e.drop_errno.map_or(0, i64::from));
     put(out, e.reserved_events);
     put(out, e.damaged_records);
+    for number in e.ranks_at_end {
+        put(out, number.map_or(0, |n| u64::from(n) + 1));
+    }
 }
 
 fn encode_symbols(process: u32, nodes: &[NodeSymbols], out: &mut Vec<u8>) {

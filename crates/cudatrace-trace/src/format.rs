@@ -100,6 +100,10 @@ pub struct ProcessEnd {
     pub reserved_events: u64,
     /// Records found damaged in the spool.
     pub damaged_records: u64,
+    /// `RANK`, `LOCAL_RANK` and `WORLD_SIZE` as the process's header said
+    /// when it ended (format 12): a program may set them in its own
+    /// environment once running, after its [`ProcessStart`] was written.
+    pub ranks_at_end: [Option<u32>; 3],
 }
 
 /// A spool that could not be read at all: its process is in the trace only

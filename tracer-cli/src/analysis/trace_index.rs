@@ -251,6 +251,12 @@ impl TraceIndex {
             }
             Record::ProcessEnd(end) => {
                 if let Some(process) = self.process_mut(end.process) {
+                    // A rank the program set once running is known only at its end.
+                    let place = &mut process.start.place;
+                    let [rank, local_rank, world_size] = end.ranks_at_end;
+                    place.rank = place.rank.or(rank);
+                    place.local_rank = place.local_rank.or(local_rank);
+                    place.world_size = place.world_size.or(world_size);
                     process.end = Some(end);
                 }
             }

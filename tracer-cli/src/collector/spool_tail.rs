@@ -292,6 +292,11 @@ impl SpoolTail {
             drop_errno: header.drop_errno,
             reserved_events: header.reserved_seqs,
             damaged_records: self.cursor.damaged,
+            ranks_at_end: [
+                header.process.place.rank,
+                header.process.place.local_rank,
+                header.process.place.world_size,
+            ],
         }
     }
 }

@@ -111,6 +111,7 @@ pub fn record_lines(path: &Path, record: Record) -> Vec<Value> {
             "dropped_records": e.dropped_records,
             "drop_errno": e.drop_errno,
             "damaged_records": e.damaged_records,
+            "ranks_at_end": e.ranks_at_end,
         }})],
         Record::Refused(r) => vec![json!({"refused": {"path": r.path, "uid": r.uid, "reason": r.reason}})],
         Record::DamagedSpool(d) => {

@@ -15,22 +15,28 @@ pub fn process_name(place: &ProcessPlace, pid: u32) -> String {
     }
 }
 
-/// A process's host and rank for a heading: ` on HOST, rank R (local L of W)`.
-pub fn place_text(place: &ProcessPlace) -> String {
-    let mut text = String::new();
-    if !place.host.is_empty() {
-        text += &format!(" on {}", place.host);
+/// A process's host and rank for a heading: ` on HOST, rank R (local
+/// rank L, world size W)`; the host only where the trace has several
+/// (its header names the one host otherwise).
+pub fn place_text(place: &ProcessPlace, several_hosts: bool) -> String {
+    let mut parts = Vec::new();
+    if several_hosts && !place.host.is_empty() {
+        parts.push(format!("on {}", place.host));
     }
     if let Some(rank) = place.rank {
-        text += &format!(", rank {rank}");
-        match (place.local_rank, place.world_size) {
-            (Some(local), Some(world)) => text += &format!(" (local rank {local}, world size {world})"),
-            (Some(local), None) => text += &format!(" (local rank {local})"),
-            (None, Some(world)) => text += &format!(" (world size {world})"),
-            (None, None) => {}
-        }
+        let detail = match (place.local_rank, place.world_size) {
+            (Some(local), Some(world)) => format!(" (local rank {local}, world size {world})"),
+            (Some(local), None) => format!(" (local rank {local})"),
+            (None, Some(world)) => format!(" (world size {world})"),
+            (None, None) => String::new(),
+        };
+        parts.push(format!("rank {rank}{detail}"));
     }
-    text
+    if parts.is_empty() {
+        String::new()
+    } else {
+        format!(" {}", parts.join(", "))
+    }
 }
 
 /// The sentence that names the rank that stands out (or says none does).
