@@ -10,6 +10,11 @@ use serde_json::{json, Value};
 use std::process::{Command, Stdio};
 use std::time::{Duration, Instant};
 
+/// The rank table's rows of the `runtime` scenario: (device, peak, peak is
+/// the footprint's, live at exit).
+/// Device 0 was read by the process itself (a footprint); device 1 never.
+const ROWS_EXPECTED: [(u64, u64, bool, u64); 2] = [(0, 3 << 20, true, 2_115_584), (1, 4096, false, 0)];
+
 #[test]
 fn a_single_process_run_reports_exactly_what_it_did() {
     let wall_clock_ns = || {
@@ -32,6 +37,32 @@ fn a_single_process_run_reports_exactly_what_it_did() {
     let live_blocks: Vec<u64> = (0..4).map(|i| hex(field(&text, "live", i))).collect();
     let (mut report, report_output) = report_json(&trace);
     assert!(report_output.status.success());
+    // One process on two devices: the table of every rank has a row for
+    // each, by the peaks of its allocations (no NVML here); its times are
+    // the test's clock's, left out.
+    let ranks = report.as_object_mut().unwrap().remove("ranks").unwrap();
+    let rows: Vec<(u64, u64, bool, u64)> = ranks["rows"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|r| {
+            (
+                r["device"].as_u64().unwrap(),
+                r["peak_bytes"].as_u64().unwrap(),
+                r["peak_is_footprint"].as_bool().unwrap(),
+                r["live_at_exit_bytes"].as_u64().unwrap(),
+            )
+        })
+        .collect();
+    assert_eq!(rows, ROWS_EXPECTED);
+    assert_eq!(
+        (
+            &ranks["outlier"]["row"],
+            &ranks["outlier"]["median_row"],
+            &ranks["outlier"]["above_median_bytes"]
+        ),
+        (&json!(0), &json!(1), &json!((3 << 20) - 4096))
+    );
     // Times are checked against the test's clock, then left out of the exact comparison.
     let times = report["processes"][0].as_object_mut().unwrap();
     let started = times.remove("start_time_ns").unwrap().as_u64().unwrap();
@@ -49,7 +80,7 @@ fn a_single_process_run_reports_exactly_what_it_did() {
     ];
     live_at_exit.sort_by_key(|l| l["address"].as_u64());
     let expected = json!({
-        "format_version": 11,
+        "format_version": 12,
         "lost_events": 0,
         "dropped_events": 0,
         "complete": true,
@@ -68,6 +99,10 @@ fn a_single_process_run_reports_exactly_what_it_did() {
             "ppid": cudatrace_pid,
             "image": 0,
             "argv": [program, "runtime"],
+            "host": std::fs::read_to_string("/proc/sys/kernel/hostname").unwrap().trim(),
+            "rank": null,
+            "local_rank": null,
+            "world_size": null,
             "exit_status": 0,
             "folded_events": 0,
             "still_running": false,
@@ -327,7 +362,7 @@ fn bad_input_gets_one_line_and_a_non_zero_exit() {
         (vec!["launch".into()], "unrecognized subcommand 'launch' (see --help)"),
         (
             vec!["reprot".into()],
-            "unrecognized subcommand 'reprot'; a similar subcommand exists: 'report' (see --help)",
+            "unrecognized subcommand 'reprot'; some similar subcommands exist: 'export', 'report' (see --help)",
         ),
         (
             vec!["report".into(), "--jsn".into(), "t.trace".into()],

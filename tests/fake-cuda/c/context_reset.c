@@ -60,7 +60,10 @@ int main(int argc, char **argv) {
     CUdeviceptr a, b;
     if (cuModuleLoadData(&module, "image") || cuModuleGetFunction(&kernel, module, "kernel")) return 1;
     if (cuCtxSetCurrent((void *)1) || cuLaunchKernel(kernel, 1, 1, 1, 1, 1, 1, 0, NULL, NULL, NULL)) return 1;
-    if (cuCtxSetCurrent((void *)2) || cuStreamCreate(&first, 0)) return 1;
+    /* The kernel's first launch on device 1 loads it there (measured as a
+       load); the stream's first launch after it is the stream's own. */
+    if (cuCtxSetCurrent((void *)2) || cuLaunchKernel(kernel, 1, 1, 1, 1, 1, 1, 0, NULL, NULL, NULL)) return 1;
+    if (cuStreamCreate(&first, 0)) return 1;
     if (cuLaunchKernel(kernel, 1, 1, 1, 1, 1, 1, 0, first, NULL, NULL)) return 1;
     if (cuMemAllocAsync(&a, 4096, first) || cuStreamDestroy_v2(first)) return 1;
     if (cuCtxSetCurrent((void *)1) || cuStreamCreate(&second, 0)) return 1;
