@@ -4,7 +4,7 @@
 use crate::analysis::Window;
 use crate::commands::arguments::PerfettoArgs;
 use crate::outputs::wording::output_lines;
-use crate::outputs::{perfetto_json, say_what_the_trace_lacks};
+use crate::outputs::{perfetto_json, perfetto_scene, say_what_the_trace_lacks};
 use crate::system::failure::Failure;
 use crate::system::output_file::{is_private, OutputFile};
 use crate::system::progress::Progress;
@@ -40,7 +40,7 @@ pub fn command(args: PerfettoArgs) -> Result<u8, Failure> {
         .clone()
         .unwrap_or_else(|| args.trace.with_extension("perfetto.json"));
     let window = Window::seconds(index.start_ns(), args.window.from, args.window.to);
-    let passes = perfetto_json::passes(args.window.max_events);
+    let passes = perfetto_scene::passes(args.window.max_events);
     let progress = Progress::new("perfetto", index.events * passes);
     let mut output = OutputFile::create(&path, is_private(&args.trace), args.replace.force)?;
     let mut out = Counting {
