@@ -249,7 +249,14 @@ fn no_launch_hooks_leaves_first_launches_unmeasured() {
 fn perfetto_and_html_draw_each_owner_and_category() {
     let (_, _, trace) = explain_run("explain-viewers", true, &[], &[]);
     let json_path = trace.with_extension("json");
-    let output = cudatrace(&["perfetto", trace.to_str().unwrap(), "-o", json_path.to_str().unwrap()])
+    let output = cudatrace(&[
+        "perfetto",
+        trace.to_str().unwrap(),
+        "--format",
+        "json",
+        "-o",
+        json_path.to_str().unwrap(),
+    ])
         .output()
         .unwrap();
     assert_eq!(

@@ -7,6 +7,7 @@ pub mod growth_tables;
 pub mod html_page;
 pub mod json;
 pub mod perfetto_json;
+pub mod perfetto_proto;
 pub mod perfetto_scene;
 pub mod pickle;
 pub mod report_text;
