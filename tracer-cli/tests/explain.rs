@@ -257,8 +257,8 @@ fn perfetto_and_html_draw_each_owner_and_category() {
         "-o",
         json_path.to_str().unwrap(),
     ])
-        .output()
-        .unwrap();
+    .output()
+    .unwrap();
     assert_eq!(
         output.status.code(),
         Some(0),
@@ -298,6 +298,10 @@ fn perfetto_and_html_draw_each_owner_and_category() {
     .map(|(name, bytes)| (name.to_string(), *bytes))
     .collect();
     assert_eq!(last, expected);
+
+    // The protobuf draws the same counters, the context and NVML's readings
+    // (known only at the end, so written after later ones) included.
+    common::perfetto::assert_same_drawing(&trace, "explain-viewers", &[]);
 
     let page = html_page(&trace);
     assert!(page.contains("<h2>Where the memory went: pid "), "no footprint section");
