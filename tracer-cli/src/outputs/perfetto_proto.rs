@@ -22,7 +22,7 @@
 //! strings interned.
 
 mod interning;
-pub mod messages;
+mod messages;
 mod moment;
 mod sequence;
 mod tracks;
