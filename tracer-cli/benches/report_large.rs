@@ -1,7 +1,9 @@
 //! Reads a 10-million-event synthetic trace with `cudatrace report --json`,
-//! and converts it with `snapshot`, `perfetto` and `html`, each pinned to one
-//! core, and reports wall time, peak memory and output size. The goals:
-//! report under 10 s, each conversion under 20 s, all under 1 GiB.
+//! and converts it with `snapshot`, `perfetto` (its protobuf, compressed and
+//! not, and its JSON) and `html`, each pinned to one core, and reports wall
+//! time, peak memory, output size and output bytes per event. The goals:
+//! report under 10 s, each conversion under 20 s, all under 1 GiB; the
+//! protobuf Perfetto trace under 600 MB, at most a fifth of the JSON's bytes.
 //!
 //! `cargo bench -p cudatrace-cli --bench report_large` — results go in docs/performance.md.
 //! `CUDATRACE_BENCH_EVENTS` changes the event count.
@@ -26,7 +28,17 @@ fn main() {
 
     let out_dir = std::env::temp_dir().join(format!("cudatrace-bench-out-{}", std::process::id()));
     std::fs::create_dir_all(&out_dir).expect("output folder");
-    let jobs: [(&str, Vec<std::ffi::OsString>); 4] = [
+    let perfetto = |name: &str, extra: &[&str]| {
+        let mut args: Vec<std::ffi::OsString> = vec![
+            "perfetto".into(),
+            path.clone().into(),
+            "-o".into(),
+            out_dir.join(name).into(),
+        ];
+        args.extend(extra.iter().map(Into::into));
+        args
+    };
+    let jobs: [(&str, Vec<std::ffi::OsString>); 6] = [
         (
             "report --json",
             vec!["report".into(), "--json".into(), path.clone().into()],
@@ -40,15 +52,12 @@ fn main() {
                 out_dir.join("bench").into(),
             ],
         ),
+        ("perfetto (protobuf)", perfetto("bench.pftrace", &[])),
         (
-            "perfetto",
-            vec![
-                "perfetto".into(),
-                path.clone().into(),
-                "-o".into(),
-                out_dir.join("bench.json").into(),
-            ],
+            "perfetto --uncompressed",
+            perfetto("bench-uncompressed.pftrace", &["--uncompressed"]),
         ),
+        ("perfetto --format json", perfetto("bench.json", &["--format", "json"])),
         (
             "html",
             vec![
@@ -65,8 +74,8 @@ fn main() {
         generated.as_secs_f64()
     );
     println!();
-    println!("| command | wall (s) | peak RSS (MiB) | output (MiB) |");
-    println!("| --- | --- | --- | --- |");
+    println!("| command | wall (s) | peak RSS (MiB) | output (MiB) | output (bytes) | bytes/event |");
+    println!("| --- | --- | --- | --- | --- | --- |");
     for (name, args) in jobs {
         let (seconds, rss) = timed(&args);
         let output: u64 = std::fs::read_dir(&out_dir)
@@ -75,8 +84,9 @@ fn main() {
             .map(|m| m.len())
             .sum();
         println!(
-            "| {name} | {seconds:.2} | {rss:.0} | {:.0} |",
-            output as f64 / (1 << 20) as f64
+            "| {name} | {seconds:.2} | {rss:.0} | {:.0} | {output} | {:.1} |",
+            output as f64 / (1 << 20) as f64,
+            output as f64 / events as f64
         );
         for entry in std::fs::read_dir(&out_dir).expect("output folder").flatten() {
             std::fs::remove_file(entry.path()).ok();
