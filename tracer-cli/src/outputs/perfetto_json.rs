@@ -158,18 +158,19 @@ impl<W: Write> Canvas for JsonCanvas<W> {
 
     fn slice_end(&mut self, process: Process, slice: &SliceEnd) -> io::Result<()> {
         let ts = self.us(slice.time_ns);
-        let args = match slice.ending {
-            Ending::Freed { by, inferred } => format!("\"freed_by\":\"{by}\",\"free_inferred\":{inferred}"),
-            Ending::LiveAtEnd => "\"live_at_end\":true".to_string(),
-        };
+        let out = self.next()?;
         write!(
-            self.next()?,
-            "{{\"ph\":\"e\",\"cat\":\"memory\",\"name\":{},\"id\":\"{}-{}\",\"pid\":{},\"tid\":0,\"ts\":{ts:.3},\"args\":{{{args}}}}}",
+            out,
+            "{{\"ph\":\"e\",\"cat\":\"memory\",\"name\":{},\"id\":\"{}-{}\",\"pid\":{},\"tid\":0,\"ts\":{ts:.3},\"args\":{{",
             json_string(&slice_name(slice.allocation)),
             process.info.start.process,
             slice.id,
             process.track_pid(),
-        )
+        )?;
+        match slice.ending {
+            Ending::Freed { by, inferred } => write!(out, "\"freed_by\":\"{by}\",\"free_inferred\":{inferred}}}}}"),
+            Ending::LiveAtEnd => out.write_all(b"\"live_at_end\":true}}"),
+        }
     }
 
     fn refusal(&mut self, process: Process, refusal: &Refusal) -> io::Result<()> {
