@@ -347,7 +347,7 @@ pub struct PerfettoArgs {
 pub enum PerfettoFormat {
     /// Perfetto's protobuf trace format: compact, for large traces.
     Protobuf,
-    /// Chrome trace-event JSON: readable, but about six times larger.
+    /// Chrome trace-event JSON: readable, but about 14 times larger.
     Json,
 }
 

@@ -18,8 +18,8 @@
 //! on the event of their moment ([`moment`]), times are incremental and
 //! packets carry the sequence's flags ([`sequence`]); tracks are described
 //! before their first use ([`tracks`]). Packets are written as they are
-//! made: memory stays proportional to the allocations live at once and the
-//! strings interned.
+//! made, deflated in batches unless asked not to be: memory stays
+//! proportional to the allocations live at once and the strings interned.
 
 mod interning;
 mod messages;
