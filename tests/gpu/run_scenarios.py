@@ -642,7 +642,8 @@ def scenario_viewer_outputs(args):
             results[command] = ok
             if not ok:
                 details.append(f"{name} {command}: {tail}")
-        perfetto = subprocess.run([args.cli, "perfetto", "--force", trace, "-o", os.path.join(workdir, f"{name}.json")],
+        perfetto = subprocess.run([args.cli, "perfetto", "--force", "--format", "json", trace,
+                                   "-o", os.path.join(workdir, f"{name}.json")],
                                   capture_output=True, text=True)
         html = subprocess.run([args.cli, "html", "--force", trace, "-o", os.path.join(workdir, f"{name}.html")],
                               capture_output=True, text=True)

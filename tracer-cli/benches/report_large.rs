@@ -1,7 +1,10 @@
 //! Reads a 10-million-event synthetic trace with `cudatrace report --json`,
-//! and converts it with `snapshot`, `perfetto`, `html` and `export`, each
-//! pinned to one core, and reports wall time, peak memory and output size.
-//! The goals: report under 10 s, each conversion under 20 s, all under 1 GiB.
+//! and converts it with `snapshot`, `perfetto` (its protobuf, compressed and
+//! not, and its JSON), `html` and `export`, each pinned to one core, and
+//! reports wall time, peak memory, output size and output bytes per event.
+//! The goals: report under 10 s, each conversion under 20 s, all under
+//! 1 GiB; the protobuf Perfetto trace under 600 MB, at most a fifth of the
+//! JSON's bytes.
 //!
 //! `cargo bench -p cudatrace-cli --bench report_large` — results go in docs/performance.md.
 //! `CUDATRACE_BENCH_EVENTS` changes the event count; `CUDATRACE_BENCH_ONLY`
@@ -27,7 +30,17 @@ fn main() {
 
     let out_dir = std::env::temp_dir().join(format!("cudatrace-bench-out-{}", std::process::id()));
     std::fs::create_dir_all(&out_dir).expect("output folder");
-    let jobs: [(&str, Vec<std::ffi::OsString>); 5] = [
+    let perfetto = |name: &str, extra: &[&str]| {
+        let mut args: Vec<std::ffi::OsString> = vec![
+            "perfetto".into(),
+            path.clone().into(),
+            "-o".into(),
+            out_dir.join(name).into(),
+        ];
+        args.extend(extra.iter().map(Into::into));
+        args
+    };
+    let jobs: [(&str, Vec<std::ffi::OsString>); 7] = [
         (
             "report --json",
             vec!["report".into(), "--json".into(), path.clone().into()],
@@ -41,15 +54,12 @@ fn main() {
                 out_dir.join("bench").into(),
             ],
         ),
+        ("perfetto (protobuf)", perfetto("bench.pftrace", &[])),
         (
-            "perfetto",
-            vec![
-                "perfetto".into(),
-                path.clone().into(),
-                "-o".into(),
-                out_dir.join("bench.json").into(),
-            ],
+            "perfetto --uncompressed",
+            perfetto("bench-uncompressed.pftrace", &["--uncompressed"]),
         ),
+        ("perfetto --format json", perfetto("bench.json", &["--format", "json"])),
         (
             "html",
             vec![
@@ -80,8 +90,8 @@ fn main() {
         generated.as_secs_f64()
     );
     println!();
-    println!("| command | wall (s) | peak RSS (MiB) | output (MiB) |");
-    println!("| --- | --- | --- | --- |");
+    println!("| command | wall (s) | peak RSS (MiB) | output (MiB) | output (bytes) | bytes/event |");
+    println!("| --- | --- | --- | --- | --- | --- |");
     for (name, args) in jobs.into_iter().filter(|(name, _)| wanted(name)) {
         let (seconds, rss) = timed(&args);
         let output: u64 = std::fs::read_dir(&out_dir)
@@ -90,8 +100,9 @@ fn main() {
             .map(|m| m.len())
             .sum();
         println!(
-            "| {name} | {seconds:.2} | {rss:.0} | {:.0} |",
-            output as f64 / (1 << 20) as f64
+            "| {name} | {seconds:.2} | {rss:.0} | {:.0} | {output} | {:.1} |",
+            output as f64 / (1 << 20) as f64,
+            output as f64 / events as f64
         );
         for entry in std::fs::read_dir(&out_dir).expect("output folder").flatten() {
             std::fs::remove_file(entry.path()).ok();

@@ -7,7 +7,7 @@
 //! | --- | --- |
 //! | [`commands`] | one module per subcommand: its arguments, the calls below, what it says on stderr |
 //! | [`collector`] | following live spools into a trace while a tree runs, and merging what a stopped collector left |
-//! | [`outputs`] | one writer per format (report text and JSON, snapshot pickles, Perfetto JSON, the HTML page, folded stacks, diff tables, Parquet) and the words every sentence is made of |
+//! | [`outputs`] | one writer per format (report text and JSON, snapshot pickles, Perfetto protobuf and JSON, the HTML page, folded stacks, diff tables, Parquet) and the words every sentence is made of |
 //! | [`analysis`] | the trace model and the one replay engine every output and analysis is a consumer of |
 //! | [`symbolize`] | native symbols and Python line tables, once a run is collected |
 //! | [`system`] | the terminal, progress bars, files written safely, failures and their exit codes, system error names |

@@ -199,6 +199,8 @@ fn an_output_through_a_link_keeps_the_link_and_a_failed_one_keeps_the_old_file()
     let output = cudatrace(&[
         "perfetto",
         trace.to_str().unwrap(),
+        "--format",
+        "json",
         "-o",
         link.to_str().unwrap(),
         "--force",
@@ -217,7 +219,7 @@ fn an_output_through_a_link_keeps_the_link_and_a_failed_one_keeps_the_old_file()
     script
         .arg("-c")
         .arg(
-            r#"printf old > "$1/out.json" && "$2" perfetto "$3" -o "$1/out.json" --force; echo "status $?"; cat "$1/out.json"; echo; ls -A "$1""#,
+            r#"printf old > "$1/out.json" && "$2" perfetto "$3" --format json -o "$1/out.json" --force; echo "status $?"; cat "$1/out.json"; echo; ls -A "$1""#,
         )
         .arg("sh")
         .arg(&disk)

@@ -249,9 +249,16 @@ fn no_launch_hooks_leaves_first_launches_unmeasured() {
 fn perfetto_and_html_draw_each_owner_and_category() {
     let (_, _, trace) = explain_run("explain-viewers", true, &[], &[]);
     let json_path = trace.with_extension("json");
-    let output = cudatrace(&["perfetto", trace.to_str().unwrap(), "-o", json_path.to_str().unwrap()])
-        .output()
-        .unwrap();
+    let output = cudatrace(&[
+        "perfetto",
+        trace.to_str().unwrap(),
+        "--format",
+        "json",
+        "-o",
+        json_path.to_str().unwrap(),
+    ])
+    .output()
+    .unwrap();
     assert_eq!(
         output.status.code(),
         Some(0),
@@ -291,6 +298,10 @@ fn perfetto_and_html_draw_each_owner_and_category() {
     .map(|(name, bytes)| (name.to_string(), *bytes))
     .collect();
     assert_eq!(last, expected);
+
+    // The protobuf draws the same counters, the context and NVML's readings
+    // (known only at the end, so written after later ones) included.
+    common::perfetto::assert_same_drawing(&trace, "explain-viewers", &[]);
 
     let page = html_page(&trace);
     assert!(page.contains("<h2>Where the memory went: pid "), "no footprint section");

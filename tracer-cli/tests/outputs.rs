@@ -334,7 +334,14 @@ fn perfetto_json_has_a_process_per_image_slices_for_allocations_and_the_reports_
     let (trace, report) = traced("perfetto-tree", "tree", &[]);
     let out = trace.with_file_name("tree.json");
     assert_eq!(
-        convert(&["perfetto", trace.to_str().unwrap(), "-o", out.to_str().unwrap()]),
+        convert(&[
+            "perfetto",
+            trace.to_str().unwrap(),
+            "--format",
+            "json",
+            "-o",
+            out.to_str().unwrap()
+        ]),
         vec![out.display().to_string()]
     );
     let json: Value = serde_json::from_slice(&std::fs::read(&out).unwrap()).unwrap();

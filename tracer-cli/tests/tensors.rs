@@ -174,6 +174,16 @@ fn every_action_of_the_known_layout_is_recorded_and_the_layout_confirmed() {
         (93, Some(&"oom")),
         "nothing after the failure: {actions:?}"
     );
+    // Perfetto's two formats draw PyTorch's allocated and reserved bytes alike.
+    let read = common::perfetto::assert_same_drawing(&trace, "tensors-all", &[]);
+    let names: Vec<&str> = read["counters"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .filter_map(|c| c["name"].as_str())
+        .filter(|name| name.contains("PyTorch"))
+        .collect();
+    assert!(names.contains(&"GPU 0 PyTorch allocated") && names.contains(&"GPU 0 PyTorch reserved"));
 }
 
 #[test]

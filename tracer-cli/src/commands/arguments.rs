@@ -34,7 +34,8 @@ pub enum Command {
     /// Write one pickle per process in the format of PyTorch's memory
     /// snapshots, for its memory visualizer and `torch.cuda._memory_viz`.
     Snapshot(SnapshotArgs),
-    /// Write Chrome trace-event JSON, for Perfetto's UI.
+    /// Write a Perfetto trace (protobuf, or Chrome trace-event JSON), for
+    /// Perfetto's UI.
     Perfetto(PerfettoArgs),
     /// Write one self-contained HTML report with charts and tables.
     Html(HtmlArgs),
@@ -361,13 +362,30 @@ pub struct PerfettoArgs {
     /// The trace to read.
     #[arg(value_name = "TRACE")]
     pub trace: PathBuf,
-    /// Write the JSON here [default: the trace's path with .perfetto.json].
+    /// Write it here [default: the trace's path with .pftrace, or with
+    /// .perfetto.json for --format json].
     #[arg(short = 'o', long = "output", value_name = "PATH")]
     pub output: Option<PathBuf>,
+    /// The file format.
+    #[arg(long = "format", value_name = "FORMAT", value_enum, default_value_t = PerfettoFormat::Protobuf)]
+    pub format: PerfettoFormat,
+    /// Write the protobuf's packets as they are, not deflated in batches:
+    /// a larger file, for tools that read the packets themselves.
+    #[arg(long = "uncompressed")]
+    pub uncompressed: bool,
     #[command(flatten)]
     pub replace: Replace,
     #[command(flatten)]
     pub window: WindowArgs,
+}
+
+/// The file format of `cudatrace perfetto`.
+#[derive(clap::ValueEnum, Clone, Copy, Debug, PartialEq, Eq)]
+pub enum PerfettoFormat {
+    /// Perfetto's protobuf trace format: compact, for large traces.
+    Protobuf,
+    /// Chrome trace-event JSON: readable, but about 14 times larger.
+    Json,
 }
 
 /// `cudatrace html`.

@@ -1,10 +1,11 @@
-//! `cudatrace perfetto`: the trace as Perfetto JSON (see
+//! `cudatrace perfetto`: the trace as a Perfetto trace, in its protobuf
+//! format (see [`crate::outputs::perfetto_proto`]) or as JSON (see
 //! [`crate::outputs::perfetto_json`]).
 
 use crate::analysis::Window;
-use crate::commands::arguments::PerfettoArgs;
+use crate::commands::arguments::{PerfettoArgs, PerfettoFormat};
 use crate::outputs::wording::output_lines;
-use crate::outputs::{perfetto_json, say_what_the_trace_lacks};
+use crate::outputs::{perfetto_json, perfetto_proto, perfetto_scene, say_what_the_trace_lacks};
 use crate::system::failure::Failure;
 use crate::system::output_file::{is_private, OutputFile};
 use crate::system::progress::Progress;
@@ -12,7 +13,10 @@ use crate::system::terminal::say;
 use std::io::{self, BufWriter, Write};
 
 /// Past this size Perfetto's UI struggles to open a JSON trace.
-const WARN_BYTES: u64 = 500 << 20;
+const WARN_JSON_BYTES: u64 = 500 << 20;
+
+/// Past this size Perfetto's UI may run out of memory for a protobuf trace.
+const WARN_PROTOBUF_BYTES: u64 = 2 << 30;
 
 /// Counts what it writes.
 struct Counting<W: Write> {
@@ -34,21 +38,31 @@ impl<W: Write> Write for Counting<W> {
 
 /// `cudatrace perfetto`; 1 if the trace is damaged.
 pub fn command(args: PerfettoArgs) -> Result<u8, Failure> {
+    if args.uncompressed && args.format == PerfettoFormat::Json {
+        return Err(output_lines::JSON_UNCOMPRESSED.into());
+    }
     let index = super::open_trace::read_trace(&args.trace)?;
-    let path = args
-        .output
-        .clone()
-        .unwrap_or_else(|| args.trace.with_extension("perfetto.json"));
+    let path = args.output.clone().unwrap_or_else(|| match args.format {
+        PerfettoFormat::Protobuf => args.trace.with_extension("pftrace"),
+        PerfettoFormat::Json => args.trace.with_extension("perfetto.json"),
+    });
     let window = Window::seconds(index.start_ns(), args.window.from, args.window.to);
-    let passes = perfetto_json::passes(args.window.max_events);
+    let passes = perfetto_scene::passes(args.window.max_events);
     let progress = Progress::new("perfetto", index.events * passes);
     let mut output = OutputFile::create(&path, is_private(&args.trace), args.replace.force)?;
     let mut out = Counting {
         out: BufWriter::with_capacity(1 << 20, output.file()),
         written: 0,
     };
-    let written = perfetto_json::write(&index, window, args.window.max_events, &mut out, &progress)
-        .and_then(|errors| out.flush().map(|()| errors));
+    let max_events = args.window.max_events;
+    let written = match args.format {
+        PerfettoFormat::Protobuf => {
+            let compress = !args.uncompressed;
+            perfetto_proto::write(&index, window, max_events, compress, &mut out, &progress)
+        }
+        PerfettoFormat::Json => perfetto_json::write(&index, window, max_events, &mut out, &progress),
+    }
+    .and_then(|errors| out.flush().map(|()| errors));
     let errors = match written {
         Ok(errors) => errors,
         Err(e) => {
@@ -63,8 +77,12 @@ pub fn command(args: PerfettoArgs) -> Result<u8, Failure> {
     drop(progress);
     println!("{}", path.display());
     say(output_lines::OPEN_PERFETTO);
-    if written > WARN_BYTES {
-        say(&output_lines::perfetto_too_large(&path, written));
+    match args.format {
+        PerfettoFormat::Protobuf if written > WARN_PROTOBUF_BYTES => {
+            say(&output_lines::perfetto_protobuf_too_large(&path, written))
+        }
+        PerfettoFormat::Json if written > WARN_JSON_BYTES => say(&output_lines::perfetto_too_large(&path, written)),
+        _ => {}
     }
     Ok(say_what_the_trace_lacks(&index, &errors))
 }

@@ -9,6 +9,8 @@ pub mod json;
 pub mod merged_trace;
 pub mod parquet_export;
 pub mod perfetto_json;
+pub mod perfetto_proto;
+pub mod perfetto_scene;
 pub mod pickle;
 pub mod report_text;
 pub mod steps_text;

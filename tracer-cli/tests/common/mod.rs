@@ -2,6 +2,7 @@
 //! fake driver and reading its reports.
 #![allow(dead_code)]
 
+pub mod perfetto;
 #[path = "../../../tests/support/mod.rs"]
 mod support;
 pub mod viewer;

@@ -6,7 +6,7 @@
 //! - [`diff_object`]: `cudatrace diff --json`;
 //! - [`dump_lines`]: `cudatrace dump`'s lines.
 //!
-//! The Perfetto file and the HTML page's chart data are JSON in formats
+//! The Perfetto JSON file and the HTML page's chart data are JSON in formats
 //! their viewers define; their writers ([`super::perfetto_json`],
 //! [`super::html_page`]) keep those names.
 

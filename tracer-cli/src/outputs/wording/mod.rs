@@ -58,7 +58,7 @@ pub use footprint_notes::{limit_text, note_text};
 pub use numbers::{bytes, count, duration, signed_bytes};
 pub use processes::{silent_children_line, unrecorded_line, unrecorded_process_text};
 pub use spool_faults::{not_private_text, spool_error_text};
-pub use stacks::{frame_text, stack_names, stack_texts};
+pub use stacks::{frame_function_text, frame_text, stack_names, stack_texts};
 pub use stderr::said;
 pub use tensors::{oom_state_not_kept, tensor_status_line, torch_bytes_text};
 pub use trace_damage::{damage_text, not_regular_text, problem_text, unread_block_text, unreadable_trace_text};

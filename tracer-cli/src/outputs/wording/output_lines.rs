@@ -48,10 +48,22 @@ pub fn exported(events: u64, call_sites: u64, traces: u64) -> String {
     )
 }
 
-/// A Perfetto file larger than its UI opens.
+/// `--uncompressed` given for JSON, which is never compressed.
+pub const JSON_UNCOMPRESSED: &str = "--uncompressed is for the protobuf format: JSON is never compressed";
+
+/// A Perfetto JSON file larger than its UI opens.
 pub fn perfetto_too_large(path: &Path, written: u64) -> String {
     format!(
-        "cudatrace: {} is {}: Perfetto's UI may fail to open JSON this large; narrow it with --from/--to or --max-events",
+        "cudatrace: {} is {}: Perfetto's UI may fail to open JSON this large; narrow it with --from/--to or --max-events, or leave out --format json",
+        path.display(),
+        bytes(written)
+    )
+}
+
+/// A Perfetto protobuf file larger than its UI opens in a browser's memory.
+pub fn perfetto_protobuf_too_large(path: &Path, written: u64) -> String {
+    format!(
+        "cudatrace: {} is {}: Perfetto's UI may run out of memory on a trace this large; narrow it with --from/--to or --max-events",
         path.display(),
         bytes(written)
     )

@@ -82,7 +82,7 @@ pub fn nothing_to_record(disabled: bool, kept_empty: Option<&Path>) -> String {
 /// What to do with the trace.
 pub fn open_it(trace: &Path) -> String {
     format!(
-        "cudatrace: open it with `cudatrace report {}` (text), or turn it into a page, an SVG, pickles for pytorch.org/memory_viz or JSON for ui.perfetto.dev with `cudatrace html`, `flamegraph`, `snapshot` or `perfetto`",
+        "cudatrace: open it with `cudatrace report {}` (text), or turn it into a page, an SVG, pickles for pytorch.org/memory_viz or a trace for ui.perfetto.dev with `cudatrace html`, `flamegraph`, `snapshot` or `perfetto`",
         shell_quoted(trace)
     )
 }

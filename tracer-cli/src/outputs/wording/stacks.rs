@@ -7,6 +7,25 @@ use crate::symbolize::PYTHON_MODULE;
 /// A frame as one line: `function (file:line) [library]`, the library left
 /// out for Python frames and where the rest already names it.
 pub fn frame_text(frame: &Frame) -> String {
+    let mut out = function_and_place(frame);
+    if let Some(name) = library_shown(frame, &out) {
+        out += &format!(" [{name}]");
+    }
+    out
+}
+
+/// A frame's function as [`frame_text`] names it, without its place in the
+/// source: `function [library]`, for formats that keep the file and line
+/// apart.
+pub fn frame_function_text(frame: &Frame) -> String {
+    match library_shown(frame, &function_and_place(frame)) {
+        Some(name) => format!("{} [{name}]", frame.function),
+        None => frame.function.clone(),
+    }
+}
+
+/// `function (file:line)`: the function, and its place in the source where known.
+fn function_and_place(frame: &Frame) -> String {
     let mut out = frame.function.clone();
     if let Some(file) = &frame.file {
         out += &format!(" ({file}");
@@ -15,12 +34,14 @@ pub fn frame_text(frame: &Frame) -> String {
         }
         out += ")";
     }
-    if let Some(name) = frame.module_name() {
-        if name != PYTHON_MODULE && !out.contains(name) {
-            out += &format!(" [{name}]");
-        }
-    }
     out
+}
+
+/// The library [`frame_text`] names after `text` (the frame's function and
+/// place): none for Python frames, nor where `text` already names it.
+fn library_shown<'a>(frame: &'a Frame, text: &str) -> Option<&'a str> {
+    let name = frame.module_name()?;
+    (name != PYTHON_MODULE && !text.contains(name)).then_some(name)
 }
 
 /// Where a folded frame lives.
