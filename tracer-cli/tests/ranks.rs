@@ -387,6 +387,46 @@ fn merge_says_in_one_line_what_it_cannot_merge() {
     );
     assert!(!dir.join("m.trace").exists(), "nothing written");
 
+    let out = merge(&[&a, &a], &dir.join("twice.trace"));
+    assert_eq!(out.status.code(), Some(2));
+    assert_eq!(
+        say(&out),
+        format!("cudatrace: {} is given twice: each run is merged once", a.display())
+    );
+
+    // An input whose process record is damaged: the process's records
+    // cannot be placed, so they are left out, said, and the merged trace
+    // has no footer.
+    let mut bytes = std::fs::read(&a).unwrap();
+    let mut at = 8;
+    while bytes[at] != b'P' {
+        let length = u32::from_le_bytes(bytes[at + 1..at + 5].try_into().unwrap()) as usize;
+        at += 5 + length + 4;
+    }
+    bytes[at + 5] ^= 0x55;
+    let damaged = dir.join("damaged-process.trace");
+    std::fs::write(&damaged, &bytes).unwrap();
+    let merged = dir.join("merged-damaged.trace");
+    let (b, _, _) = host_run("merge-bad-b", &[]);
+    let out = merge(&[&b, &damaged], &merged);
+    assert_eq!(out.status.code(), Some(1), "{}", stderr(&out));
+    let said = stderr(&out);
+    assert!(
+        said.contains(&format!(
+            "cudatrace: {}: a damaged record skipped at byte {at}",
+            damaged.display()
+        )),
+        "{said}"
+    );
+    assert!(
+        said.contains(&format!("cudatrace: {}: ", damaged.display()))
+            && said.contains("left out: their process's start record was damaged"),
+        "{said}"
+    );
+    let (report, _) = report_json(&merged);
+    assert_eq!(report["complete"], false);
+    assert_eq!(report["processes"].as_array().unwrap().len(), 1);
+
     // An input cut short: merged without a footer, so that readers say it
     // is incomplete, and the command says which input lacked what.
     let bytes = std::fs::read(&a).unwrap();

@@ -49,9 +49,29 @@ pub fn shift_times(record: &mut Record, shift_ns: i64) {
     }
 }
 
+/// A string id that does not fit once moved past the ids before it.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct IdOverflow;
+
+/// The highest string id `record` defines or refers to (0: none).
+pub fn highest_string_id(record: &Record) -> u64 {
+    match record {
+        Record::String { id, .. } => *id,
+        Record::Symbols { nodes, .. } => nodes
+            .iter()
+            .flat_map(|n| &n.frames)
+            .flat_map(|f| [f.function, f.file, f.module])
+            .max()
+            .unwrap_or(0),
+        _ => 0,
+    }
+}
+
 /// Gives `record` the process number `process` maps its own to, and adds
-/// `string_base` to the string ids it defines or refers to.
-pub fn renumber(record: &mut Record, process: impl Fn(u32) -> u32, string_base: u64) {
+/// `string_base` to the string ids it defines or refers to (0, "unknown",
+/// stays 0). Fails, changing nothing, when an id would not fit.
+pub fn renumber(record: &mut Record, process: impl Fn(u32) -> u32, string_base: u64) -> Result<(), IdOverflow> {
+    highest_string_id(record).checked_add(string_base).ok_or(IdOverflow)?;
     let text = |id: &mut u64| {
         if *id != 0 {
             *id += string_base;
@@ -64,7 +84,7 @@ pub fn renumber(record: &mut Record, process: impl Fn(u32) -> u32, string_base: 
         Record::Fold(fold) => fold.process = process(fold.process),
         Record::StepsState(steps) => steps.process = process(steps.process),
         Record::LowPointsState(low) => low.process = process(low.process),
-        Record::String { id, .. } => *id += string_base,
+        Record::String { id, .. } => text(id),
         Record::Symbols { process: p, nodes } => {
             *p = process(*p);
             for frame in nodes.iter_mut().flat_map(|n| n.frames.iter_mut()) {
@@ -83,6 +103,7 @@ pub fn renumber(record: &mut Record, process: impl Fn(u32) -> u32, string_base: 
         | Record::Footer(_)
         | Record::Unknown { .. } => {}
     }
+    Ok(())
 }
 
 #[cfg(test)]
@@ -173,7 +194,7 @@ mod tests {
                 }],
             }],
         };
-        renumber(&mut symbols, |p| p + 10, 100);
+        renumber(&mut symbols, |p| p + 10, 100).unwrap();
         assert_eq!(
             symbols,
             Record::Symbols {
@@ -194,7 +215,7 @@ mod tests {
             id: 4,
             text: "main".into(),
         };
-        renumber(&mut text, |p| p, 100);
+        renumber(&mut text, |p| p, 100).unwrap();
         assert_eq!(
             text,
             Record::String {
@@ -202,5 +223,11 @@ mod tests {
                 text: "main".into()
             }
         );
+        let mut huge = Record::String {
+            id: u64::MAX - 5,
+            text: "x".into(),
+        };
+        assert_eq!(renumber(&mut huge, |p| p, 100), Err(IdOverflow));
+        assert_eq!(highest_string_id(&huge), u64::MAX - 5, "unchanged");
     }
 }

@@ -16,21 +16,24 @@
 //!
 //! Each process keeps its host: processes of traces written before the
 //! host was recorded per process get their trace's. The merged trace's
-//! footer is written only when every input was whole: a merged trace that
-//! lacks events says so the way its inputs did.
+//! footer is written only when every input was whole, undamaged and placed
+//! in full: a merged trace that lacks events says so.
 
-use cudatrace_trace::relabel::{renumber, shift_times};
+use cudatrace_trace::relabel::{highest_string_id, renumber, shift_times};
 use cudatrace_trace::{Damage, Footer, Header, Record, TraceReader, TraceWriter, FORMAT_VERSION};
 use std::collections::HashMap;
 use std::fs::File;
 use std::io::{self, BufReader, Write};
-use std::path::Path;
+use std::path::{Path, PathBuf};
 
-/// One input trace, opened and its header read.
+/// One input trace: its path and header. Inputs are read one after the
+/// other, each opened only while it is copied, so that a job of thousands
+/// of ranks' traces needs no more descriptors or memory than one.
 pub struct MergeInput {
+    /// Its path.
+    pub path: PathBuf,
     /// Its header.
     pub header: Header,
-    reader: TraceReader<BufReader<File>>,
 }
 
 /// Why an input cannot be merged at all.
@@ -43,16 +46,25 @@ pub enum InputFault {
     NoHeader,
 }
 
+/// Opens `path` and reads past its header.
+fn open(path: &Path) -> Result<(Header, TraceReader<BufReader<File>>), InputFault> {
+    let file = File::open(path).map_err(InputFault::CannotOpen)?;
+    let mut reader = TraceReader::new(BufReader::with_capacity(1 << 20, file)).map_err(InputFault::Damaged)?;
+    match reader.next_record() {
+        Ok(Some(Record::Header(header))) => Ok((header, reader)),
+        Ok(_) => Err(InputFault::NoHeader),
+        Err(damage) => Err(InputFault::Damaged(damage)),
+    }
+}
+
 impl MergeInput {
-    /// Opens `path` and reads its header.
+    /// Reads `path`'s header (the file is closed again).
     pub fn open(path: &Path) -> Result<MergeInput, InputFault> {
-        let file = File::open(path).map_err(InputFault::CannotOpen)?;
-        let mut reader = TraceReader::new(BufReader::with_capacity(1 << 20, file)).map_err(InputFault::Damaged)?;
-        match reader.next_record() {
-            Ok(Some(Record::Header(header))) => Ok(MergeInput { header, reader }),
-            Ok(_) => Err(InputFault::NoHeader),
-            Err(damage) => Err(InputFault::Damaged(damage)),
-        }
+        let (header, _) = open(path)?;
+        Ok(MergeInput {
+            path: path.to_path_buf(),
+            header,
+        })
     }
 
     /// Its wall clock minus its monotonic clock, at its start.
@@ -70,21 +82,41 @@ pub struct MergeSummary {
     pub processes: Vec<u64>,
     /// Per input: damage met while reading it (each skipped frame, or where it stopped).
     pub damage: Vec<Vec<Damage>>,
+    /// Per input: records left out because they belong to no process the
+    /// input started (its process record was damaged), or name texts whose
+    /// ids do not fit past the inputs' before.
+    pub left_out: Vec<u64>,
     /// Per input: whether it ended with its footer.
     pub complete: Vec<bool>,
     /// The hosts of the merged processes, each once.
     pub hosts: Vec<String>,
-    /// Whether the merged trace got its footer.
+    /// Whether the merged trace got its footer: every input whole, with
+    /// nothing damaged or left out.
     pub footer_written: bool,
 }
 
+/// Why merging stopped.
+pub enum MergeFailure {
+    /// An input that could be read at first could not be opened again.
+    Input(PathBuf, InputFault),
+    /// The output could not be written.
+    Output(io::Error),
+}
+
+impl From<io::Error> for MergeFailure {
+    fn from(error: io::Error) -> Self {
+        MergeFailure::Output(error)
+    }
+}
+
 /// The merged trace's header: the earliest-starting input's clocks, every
-/// host named, and that input's command.
+/// host named once (an input that is itself merged names several), and
+/// that input's command.
 fn merged_header(inputs: &[MergeInput], reference: usize) -> Header {
     let mut hosts: Vec<&str> = Vec::new();
-    for input in inputs {
-        if !hosts.contains(&input.header.host.as_str()) {
-            hosts.push(&input.header.host);
+    for host in inputs.iter().flat_map(|input| input.header.host.split(", ")) {
+        if !hosts.contains(&host) {
+            hosts.push(host);
         }
     }
     let first = &inputs[reference].header;
@@ -104,22 +136,35 @@ fn shift_between(offset: i128, reference: i128) -> i64 {
     i64::try_from(offset - reference).unwrap_or(if offset > reference { i64::MAX } else { i64::MIN })
 }
 
+/// The process a record belongs to, for those that belong to one.
+fn process_of(record: &Record) -> Option<u32> {
+    match record {
+        Record::Events { process, .. } | Record::Symbols { process, .. } => Some(*process),
+        Record::ProcessEnd(end) => Some(end.process),
+        Record::Fold(fold) => Some(fold.process),
+        Record::StepsState(steps) => Some(steps.process),
+        Record::LowPointsState(low) => Some(low.process),
+        _ => None,
+    }
+}
+
 /// Merges `inputs` (at least one) into `out`.
-pub fn write<W: Write>(mut inputs: Vec<MergeInput>, out: W) -> io::Result<MergeSummary> {
+pub fn write<W: Write>(inputs: &[MergeInput], out: W) -> Result<MergeSummary, MergeFailure> {
     let reference = (0..inputs.len())
         .min_by_key(|&i| inputs[i].header.start_realtime_ns)
         .expect("at least one input");
     let reference_offset = inputs[reference].clock_offset();
-    let mut writer = TraceWriter::new(out, &merged_header(&inputs, reference))?;
+    let mut writer = TraceWriter::new(out, &merged_header(inputs, reference))?;
     let mut summary = MergeSummary::default();
     let mut footer = Footer::default();
     let (mut next_process, mut string_base) = (0u32, 0u64);
-    for input in &mut inputs {
+    for input in inputs {
+        let (_, mut reader) = open(&input.path).map_err(|fault| MergeFailure::Input(input.path.clone(), fault))?;
         let shift = shift_between(input.clock_offset(), reference_offset);
         let mut numbers: HashMap<u32, u32> = HashMap::new();
-        let (mut damage, mut complete, mut highest_string) = (Vec::new(), false, 0u64);
+        let (mut damage, mut complete, mut highest_string, mut left_out) = (Vec::new(), false, 0u64, 0u64);
         loop {
-            let mut record = match input.reader.next_record() {
+            let mut record = match reader.next_record() {
                 Ok(Some(record)) => record,
                 Ok(None) => break,
                 Err(found) => {
@@ -143,22 +188,15 @@ pub fn write<W: Write>(mut inputs: Vec<MergeInput>, out: W) -> io::Result<MergeS
                     summary.hosts.push(start.place.host.clone());
                 }
             }
-            // A record of a process with no start record before it cannot be
-            // placed (the reader refuses such event blocks already).
-            let own = |process: u32| numbers.get(&process).copied();
-            let known = match &record {
-                Record::Events { process, .. } => own(*process).is_some(),
-                Record::ProcessEnd(end) => own(end.process).is_some(),
-                Record::Symbols { process, .. } => own(*process).is_some(),
-                Record::Fold(fold) => own(fold.process).is_some(),
-                Record::StepsState(steps) => own(steps.process).is_some(),
-                Record::LowPointsState(low) => own(low.process).is_some(),
-                _ => true,
-            };
-            if !known {
+            // A record of a process whose start record was damaged cannot be
+            // placed; a text id 0 is "unknown", never a text.
+            let orphan = process_of(&record).is_some_and(|p| !numbers.contains_key(&p));
+            let empty_text = matches!(record, Record::String { id: 0, .. });
+            highest_string = highest_string.max(highest_string_id(&record));
+            if orphan || empty_text || renumber(&mut record, |p| numbers[&p], string_base).is_err() {
+                left_out += 1;
                 continue;
             }
-            renumber(&mut record, |p| numbers[&p], string_base);
             shift_times(&mut record, shift);
             match &record {
                 Record::Header(_) | Record::Unknown { .. } => continue,
@@ -168,7 +206,6 @@ pub fn write<W: Write>(mut inputs: Vec<MergeInput>, out: W) -> io::Result<MergeS
                     footer.end_realtime_ns = footer.end_realtime_ns.max(input_footer.end_realtime_ns);
                     continue;
                 }
-                Record::String { id, .. } => highest_string = highest_string.max(*id),
                 Record::Refused(_) => footer.refused_spools += 1,
                 Record::DamagedSpool(_) => footer.damaged_spools += 1,
                 _ => {}
@@ -179,13 +216,18 @@ pub fn write<W: Write>(mut inputs: Vec<MergeInput>, out: W) -> io::Result<MergeS
                 other => writer.record(other)?,
             }
         }
-        string_base = string_base.max(highest_string);
+        // The next input's texts come after every id this one defined or
+        // referred to (an id whose text was lost stays this input's).
+        string_base = string_base.saturating_add(highest_string);
         summary.shifts_ns.push(shift);
         summary.processes.push(numbers.len() as u64);
         summary.damage.push(damage);
+        summary.left_out.push(left_out);
         summary.complete.push(complete);
     }
-    summary.footer_written = summary.complete.iter().all(|&c| c);
+    summary.footer_written = summary.complete.iter().all(|&c| c)
+        && summary.damage.iter().all(Vec::is_empty)
+        && summary.left_out.iter().all(|&n| n == 0);
     if summary.footer_written {
         footer.processes = u64::from(next_process);
         footer.events = writer.events_written();

@@ -14,6 +14,19 @@ pub fn output_is_an_input(path: &Path) -> String {
     )
 }
 
+/// One trace given twice.
+pub fn given_twice(first: &Path, again: &Path) -> String {
+    if first == again {
+        format!("{} is given twice: each run is merged once", first.display())
+    } else {
+        format!(
+            "{} and {} are the same file: each run is merged once",
+            first.display(),
+            again.display()
+        )
+    }
+}
+
 /// An input without a header record.
 pub fn no_header(path: &Path) -> String {
     format!("{}: no header record: not a whole cudatrace trace", path.display())
@@ -25,7 +38,8 @@ pub fn summary_lines(paths: &[PathBuf], summary: &MergeSummary) -> Vec<String> {
     let mut lines = Vec::new();
     for (i, path) in paths.iter().enumerate() {
         let shift = summary.shifts_ns[i];
-        let clock = if shift == 0 {
+        // Under a microsecond is the two clock readings' own spread.
+        let clock = if shift.unsigned_abs() < 1000 {
             "on the merged clock as it is".to_string()
         } else {
             let direction = if shift > 0 { "later" } else { "earlier" };
@@ -47,6 +61,13 @@ pub fn summary_lines(paths: &[PathBuf], summary: &MergeSummary) -> Vec<String> {
             };
             lines.push(format!("cudatrace: {}: {what} {}", path.display(), damage_text(damage)));
         }
+        if summary.left_out[i] > 0 {
+            lines.push(format!(
+                "cudatrace: {}: {} left out: their process's start record was damaged, or their texts' ids do not fit",
+                path.display(),
+                count(summary.left_out[i], "record", "records")
+            ));
+        }
         if !summary.complete[i] {
             lines.push(format!(
                 "cudatrace: {}: the trace has no footer: its run was still going or was stopped",
@@ -56,7 +77,7 @@ pub fn summary_lines(paths: &[PathBuf], summary: &MergeSummary) -> Vec<String> {
     }
     if !summary.footer_written {
         lines.push(
-            "cudatrace: the merged trace is written without a footer, so that readers call it incomplete, as an input was"
+            "cudatrace: the merged trace is written without a footer, so that readers call it incomplete: an input lacked events"
                 .to_string(),
         );
     }
