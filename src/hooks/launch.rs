@@ -1,8 +1,8 @@
 //! Hooks for the kernel launch entry points. Since CUDA 11.7 the driver
 //! loads a module's kernels lazily, at their first launch, so that is where
-//! their memory appears: the first launch of each function is measured,
-//! and every later one costs a lookup in a lock-free set and a look at a
-//! coarse clock (the launch hooks are also where rate-limited samples come
+//! their memory appears: the first launch of each function on each device
+//! is measured, and every later one costs the calling thread's cached
+//! device, a lookup in a lock-free set and a look at a coarse clock (the launch hooks are also where rate-limited samples come
 //! from once a caching allocator has stopped calling the allocation hooks).
 //!
 //! `CUkernel` handles from `cuLibraryGetKernel` (what the runtime launches
@@ -239,7 +239,11 @@ fn first_use(api: Api, handle: u64, _stream: u64, call: impl FnOnce() -> CUresul
 /// model replicated by `DataParallel`) loads them twice, and the second
 /// device's load is measured only if its first launch there counts as a
 /// first. The device is the calling thread's (what the load is measured
-/// on), kept in the top byte, above any user-space address.
+/// on), kept in the top byte: above any user-space address for a function
+/// or kernel handle (a module's key, already a hash, only mixes further).
+/// `cuKernelGetAttribute` and `cuKernelSetAttribute` name a device of their
+/// own; they are keyed and measured by the calling thread's, which is the
+/// one the frameworks pass.
 #[inline]
 fn on_device(handle: u64) -> u64 {
     match current_device() {
