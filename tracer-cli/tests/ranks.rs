@@ -449,3 +449,48 @@ fn merge_says_in_one_line_what_it_cannot_merge() {
     assert_eq!(report["complete"], false);
     assert_eq!(report["processes"].as_array().unwrap().len(), 2);
 }
+
+/// The trace actions of each pickle `snapshot` writes of `trace`, in the
+/// order it names them.
+fn snapshot_entries(trace: &Path, stem: &str) -> Vec<u64> {
+    let stem = trace.with_file_name(stem);
+    let out = cudatrace(&["snapshot", trace.to_str().unwrap(), "-o", stem.to_str().unwrap()])
+        .output()
+        .unwrap();
+    assert!(out.status.success(), "{}", stderr(&out));
+    let pickles: Vec<String> = stdout(&out).lines().map(|p| p.trim().to_string()).collect();
+    let script = "import pickle, sys\nfor p in sys.argv[1:]:\n    s = pickle.load(open(p, 'rb'))\n    print(sum(len(t) for t in s['device_traces']))";
+    let read = std::process::Command::new("python3")
+        .arg("-c")
+        .arg(script)
+        .args(&pickles)
+        .output()
+        .unwrap();
+    assert!(read.status.success(), "{}", stderr(&read));
+    stdout(&read).lines().map(|l| l.parse().unwrap()).collect()
+}
+
+#[test]
+fn a_merge_of_folded_traces_keeps_each_host_s_detail_in_its_snapshots() {
+    let folded = |label: &str, host: &str, offset: &str| {
+        let (mut command, trace) = run_program(label, &fake_cuda::program("torch_like"), &["--max-size", "64KiB"]);
+        let out = command
+            .arg(fake_cuda::torch_library("211"))
+            .arg("training")
+            .env("FAKE_TORCH_STEPS", "300")
+            .env("CUDATRACE_TEST_HOST", host)
+            .env("CUDATRACE_TEST_CLOCK_OFFSET_NS", offset)
+            .output()
+            .unwrap();
+        assert!(out.status.success(), "{}", stderr(&out));
+        trace
+    };
+    let a = folded("merge-folded-a", "nodeA", "0");
+    let b = folded("merge-folded-b", "nodeB", &CLOCK_OFFSET_NS.to_string());
+    let alone: Vec<u64> = [&a, &b].iter().flat_map(|t| snapshot_entries(t, "alone")).collect();
+    assert!(alone.iter().all(|&n| n > 100), "{alone:?}");
+    let merged = a.with_file_name("folded-job.trace");
+    assert!(merge(&[&a, &b], &merged).status.success());
+    // Each host's pickle holds its own detailed span, as its trace alone did.
+    assert_eq!(snapshot_entries(&merged, "merged"), alone);
+}

@@ -12,6 +12,7 @@ use crate::system::output_file::{is_private, OutputFile};
 use crate::system::progress::Progress;
 use crate::system::terminal::say;
 use crate::system::write_failure::WriteFailure;
+use std::collections::{HashMap, HashSet};
 use std::path::{Path, PathBuf};
 
 /// Past this size a snapshot lags or crashes the viewer's browser tab.
@@ -32,46 +33,90 @@ pub fn command(args: SnapshotArgs) -> Result<u8, Failure> {
         window.to_ns = Some(end_ns);
         say(&said);
     }
-    if let Some(detail_from_ns) = index.detail_from_ns() {
-        say(&folded_span(&index, &mut window, detail_from_ns));
+    // Each process's detail starts at its own fold's cut: one cut in a
+    // trace of one collector, one a host in a merged trace. The processes
+    // of each cut are snapshot together, with that cut's window.
+    let mut by_cut: Vec<(Option<u64>, Vec<usize>)> = Vec::new();
+    for &process in &selected {
+        let cut = index.processes[process].fold.as_ref().map(|f| f.detail_from_ns);
+        match by_cut.iter_mut().find(|(c, _)| *c == cut) {
+            Some((_, group)) => group.push(process),
+            None => by_cut.push((cut, vec![process])),
+        }
     }
     let stem = output_stem(&args.trace, args.output.as_deref());
-    let passes = torch_snapshot::passes(&index, &selected, args.window.max_events);
-    let progress = Progress::new("snapshot", index.events * passes);
-    // A merged trace's hosts may reuse each other's pids (containers
-    // number theirs from 1): each pickle then names its host too.
-    let several_hosts = index.hosts().len() > 1;
-    let targets = selected
-        .iter()
-        .map(|&process| {
-            let start = &index.processes[process].start;
-            let host = if several_hosts {
-                format!(".{}", start.place.host)
-            } else {
-                String::new()
-            };
-            let name = if start.image == 0 {
-                format!("{}{host}.{}.pickle", stem.display(), start.pid)
-            } else {
-                format!("{}{host}.{}-{}.pickle", stem.display(), start.pid, start.image)
-            };
-            (process, PathBuf::from(name))
-        })
-        .collect();
+    let names = pickle_names(&index, &selected, &stem);
     let folder = stem
         .parent()
         .filter(|p| !p.as_os_str().is_empty())
         .unwrap_or(Path::new("."));
-    let made = torch_snapshot::make(&index, targets, window, args.window.max_events, folder, &progress)
-        .map_err(|e| output_lines::cannot_write_snapshot_in(folder, e))?;
-    drop(progress);
+    let mut made = Vec::new();
+    for (cut, group) in by_cut {
+        let mut window = window;
+        if let Some(detail_from_ns) = cut {
+            say(&folded_span(&index, &mut window, detail_from_ns));
+        }
+        let passes = torch_snapshot::passes(&index, &group, args.window.max_events);
+        let progress = Progress::new("snapshot", index.events * passes);
+        let targets = group.iter().map(|&p| (p, names[&p].clone())).collect();
+        made.push(
+            torch_snapshot::make(&index, targets, window, args.window.max_events, folder, &progress)
+                .map_err(|e| output_lines::cannot_write_snapshot_in(folder, e))?,
+        );
+    }
     // Nothing is written if any pickle would replace a file.
     if !args.replace.force {
-        if let Some(existing) = made.pickles.iter().find(|s| s.path().is_file()) {
+        if let Some(existing) = made.iter().flat_map(|m| &m.pickles).find(|s| s.path().is_file()) {
             return Err(WriteFailure::Exists(existing.path().to_owned()).into());
         }
     }
-    write_pickles(&index, made, is_private(&args.trace))
+    let mut status = 0;
+    for made in made {
+        status = status.max(write_pickles(&index, made, is_private(&args.trace))?);
+    }
+    Ok(status)
+}
+
+/// Each selected process's pickle: `STEM.PID.pickle` (`STEM.PID-IMAGE` after
+/// an `exec`). A merged trace's hosts may reuse each other's pids
+/// (containers number theirs from 1), so where a trace has several hosts
+/// the name has the host too; a name that would still repeat (one host's
+/// trace merged with a copy of itself) gets the process's index.
+fn pickle_names(index: &TraceIndex, selected: &[usize], stem: &Path) -> HashMap<usize, PathBuf> {
+    let several_hosts = index.hosts().len() > 1;
+    let mut names: HashMap<usize, PathBuf> = HashMap::new();
+    let mut taken: HashSet<PathBuf> = HashSet::new();
+    for &process in selected {
+        let start = &index.processes[process].start;
+        let host = if several_hosts {
+            // A host name is the recorder's word, not a path: no separators.
+            let safe: String = start
+                .place
+                .host
+                .chars()
+                .map(|c| if c == '/' || c.is_control() { '_' } else { c })
+                .collect();
+            format!(".{}", safe.trim_start_matches('.'))
+        } else {
+            String::new()
+        };
+        let image = if start.image == 0 {
+            String::new()
+        } else {
+            format!("-{}", start.image)
+        };
+        let mut name = PathBuf::from(format!("{}{host}.{}{image}.pickle", stem.display(), start.pid));
+        if taken.contains(&name) {
+            name = PathBuf::from(format!(
+                "{}{host}.{}{image}.p{process}.pickle",
+                stem.display(),
+                start.pid
+            ));
+        }
+        taken.insert(name.clone());
+        names.insert(process, name);
+    }
+    names
 }
 
 /// A folded trace's snapshot covers its detailed span unless a window or
