@@ -493,4 +493,7 @@ fn a_merge_of_folded_traces_keeps_each_host_s_detail_in_its_snapshots() {
     assert!(merge(&[&a, &b], &merged).status.success());
     // Each host's pickle holds its own detailed span, as its trace alone did.
     assert_eq!(snapshot_entries(&merged, "merged"), alone);
+    let text = stdout(&cudatrace(&["report", merged.to_str().unwrap()]).output().unwrap());
+    let detail = text.lines().find(|l| l.starts_with("detail ")).unwrap();
+    assert!(detail.contains(" on nodeA, from ") && detail.contains(" on nodeB to the end"), "{detail}");
 }

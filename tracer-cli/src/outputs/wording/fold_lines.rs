@@ -9,6 +9,27 @@ use crate::analysis::TraceIndex;
 pub fn detail_span(index: &TraceIndex) -> Option<String> {
     let from = index.detail_from_ns()?;
     let since_start = |ns: u64| duration(ns.saturating_sub(index.start_ns()));
+    // A merged trace has a cut of each host's: each said.
+    let mut cuts: Vec<(u64, &str)> = index
+        .processes
+        .iter()
+        .filter_map(|p| p.fold.as_ref().map(|f| (f.detail_from_ns, p.start.place.host.as_str())))
+        .collect();
+    cuts.sort_unstable();
+    cuts.dedup();
+    if cuts.len() > 1 {
+        let each: Vec<String> = cuts
+            .iter()
+            .map(|&(cut, host)| format!("from {} on {host}", since_start(cut)))
+            .collect();
+        return Some(format!(
+            "detail {} to the end ({}); before that, summaries: {} folded to keep each trace under its size cap, \
+             with the peaks, the OOMs, every count and what was live at each cut kept exact",
+            each.join(", "),
+            since_start(index.end_ns().max(from)),
+            count(index.folded_events(), "record", "records"),
+        ));
+    }
     Some(format!(
         "detail from {} to the end ({}); before that, summaries: {} folded to keep the trace under its size cap, \
          with the peaks, the OOMs, every count and what was live at {} kept exact",
