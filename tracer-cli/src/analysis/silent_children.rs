@@ -36,6 +36,8 @@ pub struct SilentChild {
     pub ppid: u32,
     /// When it was forked (`CLOCK_MONOTONIC`).
     pub time_ns: u64,
+    /// Its parent's place in [`TraceIndex::processes`] (whose host it ran on).
+    pub parent: usize,
 }
 
 /// The forked children that left no spool: neither an image of theirs is
@@ -43,25 +45,31 @@ pub struct SilentChild {
 /// call (a DataLoader worker, a shell); the rest exec'd an image that could
 /// not record, outside `cudatrace run`, with no way to say so.
 pub fn silent_children(index: &TraceIndex) -> Vec<SilentChild> {
-    let known: HashSet<u32> = index
+    // Pids are a host's: in a merged trace two hosts may use the same one.
+    // A child runs on its parent's host. Processes that could not record
+    // do not say their host; they are taken to be any host's.
+    let known: HashSet<(&str, u32)> = index
         .processes
         .iter()
-        .map(|p| p.start.pid)
-        .chain(index.unrecorded.iter().map(|p| p.pid))
+        .map(|p| (p.start.place.host.as_str(), p.start.pid))
         .collect();
+    let unrecorded: HashSet<u32> = index.unrecorded.iter().map(|p| p.pid).collect();
+    let host_of = |child: &SilentChild| index.processes[child.parent].start.place.host.as_str();
     let mut children: Vec<SilentChild> = index
         .processes
         .iter()
-        .flat_map(|parent| {
-            parent.forks.iter().map(|&(time_ns, pid)| SilentChild {
+        .enumerate()
+        .flat_map(|(parent, info)| {
+            info.forks.iter().map(move |&(time_ns, pid)| SilentChild {
                 pid,
-                ppid: parent.start.pid,
+                ppid: info.start.pid,
                 time_ns,
+                parent,
             })
         })
-        .filter(|child| !known.contains(&child.pid))
+        .filter(|child| !known.contains(&(host_of(child), child.pid)) && !unrecorded.contains(&child.pid))
         .collect();
-    children.sort_by_key(|child| (child.time_ns, child.pid));
-    children.dedup_by_key(|child| child.pid);
+    children.sort_by(|a, b| (a.time_ns, host_of(a), a.pid).cmp(&(b.time_ns, host_of(b), b.pid)));
+    children.dedup_by(|a, b| a.pid == b.pid && host_of(a) == host_of(b));
     children
 }

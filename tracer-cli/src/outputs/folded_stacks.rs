@@ -58,8 +58,9 @@ pub fn folded_stacks(
             .map(|(process, device, oom)| (process, device, oom.held.as_deref())),
         _ => None,
     };
+    let several_hosts = index.hosts().len() > 1;
     for (number, (info, process)) in index.processes.iter().zip(&summary.processes).enumerate() {
-        let root = process_frame(info);
+        let root = process_frame(info, several_hosts);
         for (device, stats) in &process.devices {
             let (by_stack, tensor_stacks) = match (at, failure) {
                 (Moment::Oom(_), Some((p, d, Some(held)))) if p == number && d == *device => {
@@ -149,15 +150,24 @@ fn add(
     *merged.entry(names).or_default() += bytes;
 }
 
-/// The root frame of a process: its pid and program.
-fn process_frame(info: &ProcessIndex) -> String {
+/// The root frame of a process: its pid and program, after its rank where
+/// it has one, and its host where the trace has several (two hosts' pids
+/// may be the same).
+fn process_frame(info: &ProcessIndex, several_hosts: bool) -> String {
     let program = info
         .start
         .argv
         .first()
         .map(|arg| arg.rsplit('/').next().unwrap_or(arg).to_string())
         .unwrap_or_default();
-    format!("pid {} {program}", info.start.pid)
+    let place = &info.start.place;
+    let rank = place.rank.map(|r| format!("rank {r} ")).unwrap_or_default();
+    let host = if several_hosts {
+        format!(" on {}", place.host)
+    } else {
+        String::new()
+    };
+    format!("{rank}pid {} {program}{host}", info.start.pid)
 }
 
 /// The folded lines: `frame;frame;... bytes`, frames escaped (spaces too).

@@ -46,13 +46,21 @@ pub struct Process<'a> {
     pub number: usize,
     /// The process.
     pub info: &'a ProcessIndex,
+    /// Whether the trace holds processes of several hosts.
+    pub several_hosts: bool,
 }
 
 impl Process<'_> {
     /// The pid its tracks use: its pid, with the image number above the
     /// highest pid Linux hands out (2^22), so that each image after an exec
-    /// is a process of its own.
+    /// is a process of its own. Where the trace holds several hosts (a
+    /// merged trace), whose pids may be the same, it is the process's
+    /// number in the trace instead (from 1); the label names the real pid
+    /// and the host.
     pub fn track_pid(&self) -> u64 {
+        if self.several_hosts {
+            return self.number as u64 + 1;
+        }
         u64::from(self.info.start.pid) | (u64::from(self.info.start.image) << 22)
     }
 
@@ -61,14 +69,21 @@ impl Process<'_> {
         self.info.start.argv.join(" ")
     }
 
-    /// Its label: pid, parent and image.
+    /// Its label: pid, parent and image; the host and rank where known.
     pub fn label(&self) -> String {
         let s = &self.info.start;
-        if s.image > 0 {
+        let mut label = if s.image > 0 {
             format!("pid {}, parent {}, image {} (after exec)", s.pid, s.ppid, s.image)
         } else {
             format!("pid {}, parent {}", s.pid, s.ppid)
+        };
+        if self.several_hosts {
+            label += &format!(", on {}", s.place.host);
         }
+        if let Some(rank) = s.place.rank {
+            label += &format!(", rank {rank}");
+        }
+        label
     }
 }
 
@@ -236,6 +251,7 @@ pub fn draw(
     };
     let mut scene = Scene {
         index,
+        several_hosts: index.hosts().len() > 1,
         window,
         canvas,
         tracks: index
@@ -297,6 +313,8 @@ struct ProcessTrack {
 /// The drawing, as a consumer of the replay.
 struct Scene<'a, 'c, C: Canvas> {
     index: &'a TraceIndex,
+    /// Whether the trace holds processes of several hosts (see [`Process::track_pid`]).
+    several_hosts: bool,
     window: Window,
     canvas: &'c mut C,
     tracks: Vec<ProcessTrack>,
@@ -312,6 +330,7 @@ impl<'a, C: Canvas> Scene<'a, '_, C> {
         Process {
             number,
             info: &index.processes[number],
+            several_hosts: self.several_hosts,
         }
     }
 
@@ -327,7 +346,11 @@ impl<'a, C: Canvas> Scene<'a, '_, C> {
     fn processes(&mut self) -> io::Result<()> {
         let index = self.index;
         for (number, info) in index.processes.iter().enumerate() {
-            let process = Process { number, info };
+            let process = Process {
+                number,
+                info,
+                several_hosts: self.several_hosts,
+            };
             self.canvas.process(process)?;
             let s = &info.start;
             if self.window.contains(s.start_monotonic_ns) {
@@ -512,7 +535,11 @@ impl<'a, C: Canvas> Scene<'a, '_, C> {
         let end_ns = self.last_ns.max(index.end_ns());
         let end_ns = self.window.to_ns.map_or(end_ns, |to| end_ns.min(to));
         for (number, info) in index.processes.iter().enumerate() {
-            let process = Process { number, info };
+            let process = Process {
+                number,
+                info,
+                several_hosts: self.several_hosts,
+            };
             let owners = std::mem::replace(&mut self.tracks[number].owners, OwnerTracks::new(index, info));
             for c in owners.finish(index, info, &self.window) {
                 self.canvas.counter(process, &c)?;
@@ -550,7 +577,11 @@ impl<C: Canvas> Consumer for Scene<'_, '_, C> {
         if step.before_window {
             return Ok(());
         }
-        let process = Process { number, info };
+        let process = Process {
+                number,
+                info,
+                several_hosts: self.several_hosts,
+            };
         for c in &counters {
             self.canvas.counter(process, c)?;
         }

@@ -98,7 +98,12 @@ mod tests {
 
     #[test]
     fn silent_children_are_named_by_parent_and_counted_past_five() {
-        let child = |pid, ppid| SilentChild { pid, ppid, time_ns: 0 };
+        let child = |pid, ppid| SilentChild {
+            pid,
+            ppid,
+            time_ns: 0,
+            parent: 0,
+        };
         let none = BTreeMap::new();
         assert_eq!(silent_children_line(&[], &none), None);
         let many: Vec<SilentChild> = (11..18).map(|pid| child(pid, 10)).chain([child(30, 20)]).collect();
