@@ -495,5 +495,115 @@ fn a_merge_of_folded_traces_keeps_each_host_s_detail_in_its_snapshots() {
     assert_eq!(snapshot_entries(&merged, "merged"), alone);
     let text = stdout(&cudatrace(&["report", merged.to_str().unwrap()]).output().unwrap());
     let detail = text.lines().find(|l| l.starts_with("detail ")).unwrap();
-    assert!(detail.contains(" on nodeA, from ") && detail.contains(" on nodeB to the end"), "{detail}");
+    assert!(
+        detail.contains(" on nodeA, from ") && detail.contains(" on nodeB to the end"),
+        "{detail}"
+    );
+}
+
+/// A copy of `trace` as if recorded on `host`: the same pids, another host
+/// (what two containers' pid namespaces give two nodes).
+fn as_host(trace: &Path, host: &str, copy: &Path) {
+    use cudatrace_trace::{Record, TraceReader, TraceWriter};
+    let mut reader = TraceReader::new(std::io::BufReader::new(std::fs::File::open(trace).unwrap())).unwrap();
+    let Some(Record::Header(mut header)) = reader.next_record().unwrap() else {
+        panic!("no header")
+    };
+    header.host = host.to_string();
+    let mut writer = TraceWriter::new(std::fs::File::create(copy).unwrap(), &header).unwrap();
+    while let Some(mut record) = reader.next_record().unwrap() {
+        if let Record::Process(start) = &mut record {
+            start.place.host = host.to_string();
+        }
+        match &record {
+            Record::Events { process, events } => writer.events(*process, events).unwrap(),
+            Record::ProcessEnd(end) => writer.process_end(end).unwrap(),
+            other => writer.record(other).unwrap(),
+        }
+    }
+    writer.flush().unwrap();
+}
+
+#[test]
+fn two_hosts_with_the_same_pids_stay_two_sets_of_processes() {
+    let (output, a) = run_scenario("same-pids", "idle-children", &[]);
+    assert!(output.status.success(), "{}", stderr(&output));
+    let b = a.with_file_name("other-host.trace");
+    as_host(&a, "nodeB", &b);
+    let merged = a.with_file_name("same-pids.trace");
+    let out = merge(&[&a, &b], &merged);
+    assert!(out.status.success(), "{}", stderr(&out));
+    let (alone, _) = report_json(&a);
+    let (report, _) = report_json(&merged);
+    // Each host's idle children are its own: twice as many, none hidden by
+    // the other host's processes of the same pid.
+    let children = |report: &Value| report["forked_without_spool"].as_array().unwrap().len();
+    assert_eq!(children(&alone), 3);
+    assert_eq!(children(&report), 6);
+    assert_eq!(report["processes"].as_array().unwrap().len(), 2);
+
+    // Perfetto: a process track each, each labelled with its host.
+    let json_path = merged.with_extension("json");
+    let out = cudatrace(&[
+        "perfetto",
+        merged.to_str().unwrap(),
+        "--format",
+        "json",
+        "-o",
+        json_path.to_str().unwrap(),
+    ])
+    .output()
+    .unwrap();
+    assert!(out.status.success(), "{}", stderr(&out));
+    let perfetto: Value = serde_json::from_slice(&std::fs::read(&json_path).unwrap()).unwrap();
+    let mut labels: Vec<(u64, String)> = perfetto["traceEvents"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .filter(|e| e["name"] == "process_labels")
+        .map(|e| {
+            (
+                e["pid"].as_u64().unwrap(),
+                e["args"]["labels"].as_str().unwrap().to_string(),
+            )
+        })
+        .collect();
+    labels.sort();
+    let pid = report["processes"][0]["pid"].as_u64().unwrap();
+    let ppid = report["processes"][0]["ppid"].as_u64().unwrap();
+    let host = std::fs::read_to_string("/proc/sys/kernel/hostname").unwrap();
+    assert_eq!(
+        labels,
+        vec![
+            (1, format!("pid {pid}, parent {ppid}, on {}", host.trim())),
+            (2, format!("pid {pid}, parent {ppid}, on nodeB")),
+        ]
+    );
+
+    // The flame graph's roots name the host.
+    let folded = merged.with_extension("folded");
+    let out = cudatrace(&[
+        "flamegraph",
+        merged.to_str().unwrap(),
+        "--folded",
+        "-o",
+        folded.to_str().unwrap(),
+    ])
+    .output()
+    .unwrap();
+    assert!(out.status.success(), "{}", stderr(&out));
+    let text = std::fs::read_to_string(&folded).unwrap();
+    // (Folded stacks escape a frame's spaces.)
+    let mut roots: Vec<String> = text
+        .lines()
+        .map(|l| l.split(';').next().unwrap().replace("%20", " "))
+        .collect();
+    roots.sort_unstable();
+    roots.dedup();
+    let mut expected = vec![
+        format!("pid {pid} scenarios on {}", host.trim()),
+        format!("pid {pid} scenarios on nodeB"),
+    ];
+    expected.sort_unstable();
+    assert_eq!(roots, expected);
 }

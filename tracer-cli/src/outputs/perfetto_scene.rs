@@ -578,10 +578,10 @@ impl<C: Canvas> Consumer for Scene<'_, '_, C> {
             return Ok(());
         }
         let process = Process {
-                number,
-                info,
-                several_hosts: self.several_hosts,
-            };
+            number,
+            info,
+            several_hosts: self.several_hosts,
+        };
         for c in &counters {
             self.canvas.counter(process, c)?;
         }
