@@ -61,7 +61,7 @@ pub use moment::Moment;
 pub use owner::owner_of;
 pub use paused_spans::{paused_spans, PAUSED_SITE};
 pub use ranges::cut_range;
-pub use rank_table::{RankRow, RankTable};
+pub use rank_table::{RankRow, RankTable, OUTLIER_BYTES, OUTLIER_PERCENT};
 pub use replay::{Allocation, Change, ProcessMemory};
 pub use retention::{Kept, RetentionPass};
 pub use silent_children::{silent_children, unnamed_children, unrecorded_count, SilentChild};

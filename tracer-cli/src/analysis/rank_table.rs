@@ -115,9 +115,15 @@ impl RankTable {
     }
 }
 
-/// The highest row against the median row, when it stands out.
+/// The highest row against the median row, when it stands out. Where some
+/// rows have a rank, only those are compared: a launcher or a helper
+/// process that touched a GPU is not a rank, and its small peak would pull
+/// the median down.
 fn outlier(index: &TraceIndex, summary: &Summary, rows: &[RankRow]) -> Option<Outlier> {
-    let mut order: Vec<usize> = (0..rows.len()).collect();
+    let ranked = rows.iter().any(|r| r.place.rank.is_some());
+    let mut order: Vec<usize> = (0..rows.len())
+        .filter(|&i| !ranked || rows[i].place.rank.is_some())
+        .collect();
     order.sort_by_key(|&i| (rows[i].peak_bytes, i));
     let median_row = order[(order.len() - 1) / 2];
     let row = *order.last()?;

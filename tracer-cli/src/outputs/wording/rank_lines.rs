@@ -3,7 +3,7 @@
 //! rank that stands out.
 
 use super::numbers::{bytes, duration};
-use crate::analysis::{RankRow, RankTable};
+use crate::analysis::{RankRow, RankTable, OUTLIER_BYTES, OUTLIER_PERCENT};
 use cudatrace_events::ProcessPlace;
 
 /// What a process is called in the table: its rank where it has one,
@@ -45,8 +45,10 @@ pub fn outlier_text(table: &RankTable, start_ns: u64) -> String {
         let highest = table.rows.iter().map(|r| r.peak_bytes).max().unwrap_or(0);
         let lowest = table.rows.iter().map(|r| r.peak_bytes).min().unwrap_or(0);
         return format!(
-            "no rank stands out: the peaks lie within {} of each other",
-            bytes(highest - lowest)
+            "no rank peaks {OUTLIER_PERCENT}% and {} above the median rank; the peaks lie between {} and {}",
+            bytes(OUTLIER_BYTES),
+            bytes(lowest),
+            bytes(highest)
         );
     };
     let row = &table.rows[outlier.row];
@@ -69,15 +71,19 @@ pub fn outlier_text(table: &RankTable, start_ns: u64) -> String {
     text
 }
 
-/// A row's name: its process's, with the device where a process has several rows.
+/// A row's name: its process's (a pid, with its host where the table has
+/// several: pids are a host's; a rank is the job's), and the device where
+/// a process has several rows.
 fn row_name(table: &RankTable, row: &RankRow) -> String {
-    let name = process_name(&row.place, row.pid);
+    let mut name = process_name(&row.place, row.pid);
+    if row.place.rank.is_none() && table.rows.iter().any(|r| r.place.host != row.place.host) {
+        name += &format!(" on {}", row.place.host);
+    }
     let rows_of_process = table.rows.iter().filter(|r| r.process == row.process).count();
     if rows_of_process > 1 {
-        format!("{name} device {}", row.device)
-    } else {
-        name
+        name += &format!(" device {}", row.device);
     }
+    name
 }
 
 /// The table's column names.
