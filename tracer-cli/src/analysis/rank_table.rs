@@ -64,7 +64,7 @@ pub struct Outlier {
 /// One row per process and device, and the outlier.
 #[derive(Clone, Debug, Default, PartialEq)]
 pub struct RankTable {
-    /// In process order, then device order.
+    /// By host, rank (processes without one last), pid and device.
     pub rows: Vec<RankRow>,
     /// The highest row, when it peaks [`OUTLIER_PERCENT`] and
     /// [`OUTLIER_BYTES`] above the median row.
@@ -110,6 +110,17 @@ impl RankTable {
         if rows.len() < 2 {
             return None;
         }
+        // By host, then rank (processes without one last), pid and device:
+        // the order a reader looks for a rank in.
+        rows.sort_by(|a, b| {
+            (&a.place.host, a.place.rank.is_none(), a.place.rank, a.pid, a.device).cmp(&(
+                &b.place.host,
+                b.place.rank.is_none(),
+                b.place.rank,
+                b.pid,
+                b.device,
+            ))
+        });
         let outlier = outlier(index, summary, &rows);
         Some(RankTable { rows, outlier })
     }
