@@ -487,3 +487,41 @@ fn frame_at(bytes: &[u8], tag: u8) -> usize {
     }
     at
 }
+
+#[test]
+fn each_row_carries_its_process_s_host_and_rank() {
+    let run = |label: &str, host: &str, rank: &str| {
+        let (mut command, trace) = run_program(label, &fake_cuda::program("torch_like"), &[]);
+        let output = command
+            .arg(fake_cuda::torch_library("211"))
+            .arg("all")
+            .env("CUDATRACE_TEST_HOST", host)
+            .env("RANK", rank)
+            .env("WORLD_SIZE", "2")
+            .output()
+            .unwrap();
+        assert_eq!(output.status.code(), Some(0), "{}", stderr(&output));
+        trace
+    };
+    let (a, b) = (run("export-rank-a", "nodeA", "0"), run("export-rank-b", "nodeB", "1"));
+    let merged = a.with_file_name("job.trace");
+    let out = cudatrace(&["merge", text(&a), text(&b), "-o", text(&merged)])
+        .output()
+        .unwrap();
+    assert!(out.status.success(), "{}", stderr(&out));
+    let dir = a.with_file_name("fleet");
+    let out = export(&[&merged], &dir, &[]);
+    assert!(out.status.success(), "{}", stderr(&out));
+    let [rows] = <[_; 1]>::try_from(duckdb(
+        &dir,
+        &["SELECT host, rank, count(DISTINCT pid) FROM 'events.parquet' GROUP BY ALL ORDER BY host"],
+    ))
+    .unwrap();
+    assert_eq!(
+        rows,
+        vec![
+            vec![json!("nodeA"), json!(0), json!(1)],
+            vec![json!("nodeB"), json!(1), json!(1)]
+        ]
+    );
+}
