@@ -23,7 +23,7 @@
 
 mod interning;
 mod messages;
-mod moment;
+mod riding_counters;
 mod sequence;
 mod tracks;
 
@@ -36,7 +36,7 @@ use interning::Interner;
 use messages::{
     DebugAnnotation, TracePacket, TrackDescriptor, TrackEvent, TYPE_INSTANT, TYPE_SLICE_BEGIN, TYPE_SLICE_END,
 };
-use moment::Moment;
+use riding_counters::Moment;
 use sequence::Sequence;
 use std::io::{self, Write};
 use tracks::{Tracks, RECORDING_TRACK};
