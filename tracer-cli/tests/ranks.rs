@@ -501,6 +501,17 @@ fn a_merge_of_folded_traces_keeps_each_host_s_detail_in_its_snapshots() {
     );
 }
 
+/// What `cudatrace COMMAND TRACE OPTIONS -o TRACE.EXTENSION` wrote.
+fn written_by(command: &str, trace: &Path, options: &[&str], extension: &str) -> String {
+    let output = trace.with_extension(extension);
+    let mut args = vec![command, trace.to_str().unwrap()];
+    args.extend(options);
+    args.extend(["-o", output.to_str().unwrap()]);
+    let out = cudatrace(&args).output().unwrap();
+    assert!(out.status.success(), "{command}: {}", stderr(&out));
+    std::fs::read_to_string(&output).unwrap()
+}
+
 /// A copy of `trace` as if recorded on `host`: the same pids, another host
 /// (what two containers' pid namespaces give two nodes).
 fn as_host(trace: &Path, host: &str, copy: &Path) {
@@ -543,19 +554,8 @@ fn two_hosts_with_the_same_pids_stay_two_sets_of_processes() {
     assert_eq!(report["processes"].as_array().unwrap().len(), 2);
 
     // Perfetto: a process track each, each labelled with its host.
-    let json_path = merged.with_extension("json");
-    let out = cudatrace(&[
-        "perfetto",
-        merged.to_str().unwrap(),
-        "--format",
-        "json",
-        "-o",
-        json_path.to_str().unwrap(),
-    ])
-    .output()
-    .unwrap();
-    assert!(out.status.success(), "{}", stderr(&out));
-    let perfetto: Value = serde_json::from_slice(&std::fs::read(&json_path).unwrap()).unwrap();
+    let perfetto: Value =
+        serde_json::from_str(&written_by("perfetto", &merged, &["--format", "json"], "json")).unwrap();
     let mut labels: Vec<(u64, String)> = perfetto["traceEvents"]
         .as_array()
         .unwrap()
@@ -581,18 +581,7 @@ fn two_hosts_with_the_same_pids_stay_two_sets_of_processes() {
     );
 
     // The flame graph's roots name the host.
-    let folded = merged.with_extension("folded");
-    let out = cudatrace(&[
-        "flamegraph",
-        merged.to_str().unwrap(),
-        "--folded",
-        "-o",
-        folded.to_str().unwrap(),
-    ])
-    .output()
-    .unwrap();
-    assert!(out.status.success(), "{}", stderr(&out));
-    let text = std::fs::read_to_string(&folded).unwrap();
+    let text = written_by("flamegraph", &merged, &["--folded"], "folded");
     // (Folded stacks escape a frame's spaces.)
     let mut roots: Vec<String> = text
         .lines()

@@ -35,7 +35,8 @@ pub struct Allocation {
 }
 
 impl Allocation {
-    fn of(event: &Event) -> Allocation {
+    /// The allocation an event names, from the event's own fields.
+    pub fn of(event: &Event) -> Allocation {
         Allocation {
             address: event.address,
             size: event.size,

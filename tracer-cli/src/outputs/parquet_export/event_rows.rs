@@ -122,7 +122,7 @@ impl<'a, W: Write + Send> TraceRows<'a, W> {
         let what = |size: u64, stack: u32| Allocation {
             size,
             stack,
-            ..allocation_of(event)
+            ..Allocation::of(event)
         };
         match action {
             Action::Alloc => {
@@ -130,7 +130,7 @@ impl<'a, W: Write + Send> TraceRows<'a, W> {
                 if let Some((size, stack)) = self.tensors.insert(key, (event.size, event.stack)) {
                     self.row(process, event, RowAction::TensorFree, what(size, stack))?;
                 }
-                self.row(process, event, RowAction::TensorAlloc, allocation_of(event))
+                self.row(process, event, RowAction::TensorAlloc, Allocation::of(event))
             }
             Action::FreeCompleted => match self.tensors.remove(&key) {
                 Some((size, stack)) => self.row(process, event, RowAction::TensorFree, what(size, stack)),
@@ -161,20 +161,6 @@ impl<'a, W: Write + Send> TraceRows<'a, W> {
     }
 }
 
-/// The allocation an event names (its own fields).
-fn allocation_of(event: &Event) -> Allocation {
-    Allocation {
-        address: event.address,
-        size: event.size,
-        api: event.api,
-        kind: event.kind,
-        device: event.device,
-        stream: event.stream,
-        stack: event.stack,
-        time_ns: event.time_ns,
-    }
-}
-
 impl<W: Write + Send> Consumer for TraceRows<'_, W> {
     type Error = ParquetError;
 
@@ -194,7 +180,7 @@ impl<W: Write + Send> Consumer for TraceRows<'_, W> {
                     let what = Allocation {
                         address: 0,
                         size: *requested,
-                        ..allocation_of(event)
+                        ..Allocation::of(event)
                     };
                     self.row(process, event, RowAction::Oom, what)?
                 }
