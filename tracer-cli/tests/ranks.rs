@@ -327,23 +327,11 @@ fn the_report_opens_with_every_rank_and_names_the_one_that_stands_out() {
 
     // Each pickle names its host (the hosts' pids may be the same), and
     // each reads on its own.
-    let stem = merged.with_file_name("pickles");
-    let out = cudatrace(&["snapshot", merged.to_str().unwrap(), "-o", stem.to_str().unwrap()])
-        .output()
-        .unwrap();
-    assert!(out.status.success(), "{}", stderr(&out));
-    let pickles: Vec<String> = stdout(&out).lines().map(|p| p.trim().to_string()).collect();
+    let pickles = snapshot_pickles(&merged, "pickles");
     assert_eq!(pickles.len(), 2);
-    assert!(pickles[0].contains("pickles.nodeA.") && pickles[1].contains("pickles.nodeB."));
-    let script = "import pickle, sys\nfor p in sys.argv[1:]:\n    s = pickle.load(open(p, 'rb'))\n    print(len(s['segments']), sum(len(t) for t in s['device_traces']))";
-    let read = std::process::Command::new("python3")
-        .arg("-c")
-        .arg(script)
-        .args(&pickles)
-        .output()
-        .unwrap();
-    assert!(read.status.success(), "{}", stderr(&read));
-    assert_eq!(stdout(&read), "4 142\n7 145\n");
+    assert!(pickles[0].0.contains("pickles.nodeA.") && pickles[1].0.contains("pickles.nodeB."));
+    let figures: Vec<(u64, u64)> = pickles.iter().map(|p| (p.1, p.2)).collect();
+    assert_eq!(figures, [(4, 142), (7, 145)]);
 }
 
 #[test]
@@ -450,16 +438,16 @@ fn merge_says_in_one_line_what_it_cannot_merge() {
     assert_eq!(report["processes"].as_array().unwrap().len(), 2);
 }
 
-/// The trace actions of each pickle `snapshot` writes of `trace`, in the
-/// order it names them.
-fn snapshot_entries(trace: &Path, stem: &str) -> Vec<u64> {
+/// Each pickle `snapshot -o STEM` writes of `trace`, in the order it names
+/// them: its path, its segments and its trace actions, as Python reads it.
+fn snapshot_pickles(trace: &Path, stem: &str) -> Vec<(String, u64, u64)> {
     let stem = trace.with_file_name(stem);
     let out = cudatrace(&["snapshot", trace.to_str().unwrap(), "-o", stem.to_str().unwrap()])
         .output()
         .unwrap();
     assert!(out.status.success(), "{}", stderr(&out));
     let pickles: Vec<String> = stdout(&out).lines().map(|p| p.trim().to_string()).collect();
-    let script = "import pickle, sys\nfor p in sys.argv[1:]:\n    s = pickle.load(open(p, 'rb'))\n    print(sum(len(t) for t in s['device_traces']))";
+    let script = "import pickle, sys\nfor p in sys.argv[1:]:\n    s = pickle.load(open(p, 'rb'))\n    print(len(s['segments']), sum(len(t) for t in s['device_traces']))";
     let read = std::process::Command::new("python3")
         .arg("-c")
         .arg(script)
@@ -467,7 +455,19 @@ fn snapshot_entries(trace: &Path, stem: &str) -> Vec<u64> {
         .output()
         .unwrap();
     assert!(read.status.success(), "{}", stderr(&read));
-    stdout(&read).lines().map(|l| l.parse().unwrap()).collect()
+    pickles
+        .into_iter()
+        .zip(stdout(&read).lines())
+        .map(|(path, line)| {
+            let (segments, entries) = line.split_once(' ').unwrap();
+            (path, segments.parse().unwrap(), entries.parse().unwrap())
+        })
+        .collect()
+}
+
+/// The trace actions of each pickle `snapshot -o STEM` writes of `trace`.
+fn snapshot_entries(trace: &Path, stem: &str) -> Vec<u64> {
+    snapshot_pickles(trace, stem).into_iter().map(|p| p.2).collect()
 }
 
 #[test]
