@@ -379,3 +379,23 @@ fn a_bad_format_is_one_line_and_json_is_never_uncompressed() {
     );
     assert!(!trace.with_extension("perfetto.json").exists());
 }
+
+#[test]
+fn an_output_named_json_gets_json_unless_a_format_is_asked_for() {
+    let (trace, _) = traced("perfetto-by-name", "runtime", &[]);
+    let path = trace.to_str().unwrap();
+    let named = trace.with_file_name("named.json");
+    let out = cudatrace(&["perfetto", path, "-o", named.to_str().unwrap()])
+        .output()
+        .unwrap();
+    assert!(out.status.success(), "{}", stderr(&out));
+    let read: Value = serde_json::from_slice(&std::fs::read(&named).unwrap()).unwrap();
+    assert!(!read["traceEvents"].as_array().unwrap().is_empty());
+    // Asked for, the protobuf goes into a .json name too.
+    let forced = trace.with_file_name("forced.json");
+    let out = cudatrace(&["perfetto", path, "--format", "protobuf", "-o", forced.to_str().unwrap()])
+        .output()
+        .unwrap();
+    assert!(out.status.success(), "{}", stderr(&out));
+    assert!(serde_json::from_slice::<Value>(&std::fs::read(&forced).unwrap()).is_err());
+}

@@ -366,9 +366,10 @@ pub struct PerfettoArgs {
     /// .perfetto.json for --format json].
     #[arg(short = 'o', long = "output", value_name = "PATH")]
     pub output: Option<PathBuf>,
-    /// The file format.
-    #[arg(long = "format", value_name = "FORMAT", value_enum, default_value_t = PerfettoFormat::Protobuf)]
-    pub format: PerfettoFormat,
+    /// The file format [default: json where -o names a .json file, else
+    /// protobuf].
+    #[arg(long = "format", value_name = "FORMAT", value_enum)]
+    pub format: Option<PerfettoFormat>,
     /// Write the protobuf's packets as they are, not deflated in batches:
     /// a larger file, for tools that read the packets themselves.
     #[arg(long = "uncompressed")]
@@ -377,6 +378,23 @@ pub struct PerfettoArgs {
     pub replace: Replace,
     #[command(flatten)]
     pub window: WindowArgs,
+}
+
+impl PerfettoArgs {
+    /// The format to write: the one asked for, else JSON where the output
+    /// is named `.json` (a user who names a JSON file wants JSON), else
+    /// protobuf.
+    pub fn chosen_format(&self) -> PerfettoFormat {
+        let json_name = self
+            .output
+            .as_ref()
+            .is_some_and(|path| path.extension().is_some_and(|e| e.eq_ignore_ascii_case("json")));
+        self.format.unwrap_or(if json_name {
+            PerfettoFormat::Json
+        } else {
+            PerfettoFormat::Protobuf
+        })
+    }
 }
 
 /// The file format of `cudatrace perfetto`.

@@ -38,11 +38,12 @@ impl<W: Write> Write for Counting<W> {
 
 /// `cudatrace perfetto`; 1 if the trace is damaged.
 pub fn command(args: PerfettoArgs) -> Result<u8, Failure> {
-    if args.uncompressed && args.format == PerfettoFormat::Json {
+    let format = args.chosen_format();
+    if args.uncompressed && format == PerfettoFormat::Json {
         return Err(output_lines::JSON_UNCOMPRESSED.into());
     }
     let index = super::open_trace::read_trace(&args.trace)?;
-    let path = args.output.clone().unwrap_or_else(|| match args.format {
+    let path = args.output.clone().unwrap_or_else(|| match format {
         PerfettoFormat::Protobuf => args.trace.with_extension("pftrace"),
         PerfettoFormat::Json => args.trace.with_extension("perfetto.json"),
     });
@@ -55,7 +56,7 @@ pub fn command(args: PerfettoArgs) -> Result<u8, Failure> {
         written: 0,
     };
     let max_events = args.window.max_events;
-    let written = match args.format {
+    let written = match format {
         PerfettoFormat::Protobuf => {
             let compress = !args.uncompressed;
             perfetto_proto::write(&index, window, max_events, compress, &mut out, &progress)
@@ -77,7 +78,7 @@ pub fn command(args: PerfettoArgs) -> Result<u8, Failure> {
     drop(progress);
     println!("{}", path.display());
     say(output_lines::OPEN_PERFETTO);
-    match args.format {
+    match format {
         PerfettoFormat::Protobuf if written > WARN_PROTOBUF_BYTES => {
             say(&output_lines::perfetto_protobuf_too_large(&path, written))
         }
