@@ -102,8 +102,10 @@ fn limit_admission(call: Call, bytes: u64) -> Admission {
             return Admission::NotCounted;
         }
     }
-    // Nothing here can panic, and only a device not cached yet calls the
-    // driver: the caller's errno is kept around that alone.
+    // Nothing here may panic (sums on the program's `bytes` saturate). The
+    // driver is called by a device not cached yet (here) and inside `admit`
+    // (a device reading, a device's UUID, the ledger's slot): each of those
+    // keeps the caller's errno itself.
     let device = keeping_errno(|| call.device());
     if device < 0 {
         return Admission::NotCounted;

@@ -289,7 +289,8 @@ fn admit_from_ledger(
     let have = credit.bytes.min(bytes);
     let need = bytes - have;
     let ahead = chunk(limit);
-    let admission = if try_count(ledger, index, slot, need + ahead, limit) {
+    // Saturating: `bytes` is the program's, as large as it likes.
+    let admission = if try_count(ledger, index, slot, need.saturating_add(ahead), limit) {
         credit.bytes = credit.bytes - have + ahead;
         Admission::Counted(Reservation { index, slot, bytes })
     } else {
@@ -361,6 +362,11 @@ fn admit_exactly(
 fn try_count(ledger: &Ledger, index: usize, slot: usize, bytes: u64, limit: u64) -> bool {
     if bytes == 0 {
         return true;
+    }
+    // More than the whole limit never fits: refused without touching the
+    // shared figure, which another process may read meanwhile.
+    if bytes > limit {
+        return false;
     }
     let entry = ledger.entry(index);
     let counted = entry.counted.fetch_add(bytes, Ordering::AcqRel).saturating_add(bytes);

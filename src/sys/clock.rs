@@ -37,6 +37,7 @@ fn now_ns(clock: libc::clockid_t) -> u64 {
 /// make the traces of two "hosts" on one machine and check that `cudatrace
 /// merge` lines them up by their wall clocks. The TSC-based record times
 /// are anchored to [`monotonic_ns`], so they carry it too.
+#[unsafe(link_section = "cudatrace_hot")]
 static MONOTONIC_OFFSET: AtomicU64 = AtomicU64::new(0);
 
 /// Reads `CUDATRACE_TEST_CLOCK_OFFSET_NS` (a signed decimal), from the
