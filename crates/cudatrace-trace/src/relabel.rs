@@ -49,6 +49,19 @@ pub fn shift_times(record: &mut Record, shift_ns: i64) {
     }
 }
 
+/// The process image a record belongs to, for the records that belong to
+/// one (besides its own [`Record::Process`]).
+pub fn process_of(record: &Record) -> Option<u32> {
+    match record {
+        Record::Events { process, .. } | Record::Symbols { process, .. } => Some(*process),
+        Record::ProcessEnd(end) => Some(end.process),
+        Record::Fold(fold) => Some(fold.process),
+        Record::StepsState(steps) => Some(steps.process),
+        Record::LowPointsState(low) => Some(low.process),
+        _ => None,
+    }
+}
+
 /// A string id that does not fit once moved past the ids before it.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct IdOverflow;

@@ -306,15 +306,11 @@ impl TraceIndex {
         self.index_of.get(&process).map(|&i| self.processes[i].start.pid)
     }
 
-    /// The hosts of its processes, each once, in the order they appear.
-    pub fn hosts(&self) -> Vec<&str> {
-        let mut hosts: Vec<&str> = Vec::new();
-        for process in &self.processes {
-            if !hosts.contains(&process.start.place.host.as_str()) {
-                hosts.push(&process.start.place.host);
-            }
-        }
-        hosts
+    /// Whether its processes ran on more than one host (a merged trace):
+    /// a pid is then a host's, not the trace's.
+    pub fn several_hosts(&self) -> bool {
+        let mut hosts = self.processes.iter().map(|p| &p.start.place.host);
+        hosts.next().is_some_and(|first| hosts.any(|host| host != first))
     }
 
     /// The run's first instant: the header's, or an earlier process start

@@ -43,7 +43,12 @@ pub fn command(args: ExportArgs) -> Result<u8, Failure> {
     };
     match write(&args, &mut events, &mut sites) {
         Ok((status, said)) => {
-            events.finish()?;
+            // The two files go into place one after the other: a failure
+            // of the first leaves neither, of the second the first alone.
+            if let Err(failure) = events.finish() {
+                sites.abandon();
+                return Err(failure.into());
+            }
             sites.finish()?;
             println!("{}", events_path.display());
             println!("{}", sites_path.display());

@@ -83,7 +83,7 @@ pub fn command(args: SnapshotArgs) -> Result<u8, Failure> {
 /// the name has the host too; a name that would still repeat (one host's
 /// trace merged with a copy of itself) gets the process's index.
 fn pickle_names(index: &TraceIndex, selected: &[usize], stem: &Path) -> HashMap<usize, PathBuf> {
-    let several_hosts = index.hosts().len() > 1;
+    let several_hosts = index.several_hosts();
     let mut names: HashMap<usize, PathBuf> = HashMap::new();
     let mut taken: HashSet<PathBuf> = HashSet::new();
     for &process in selected {

@@ -58,7 +58,7 @@ pub fn folded_stacks(
             .map(|(process, device, oom)| (process, device, oom.held.as_deref())),
         _ => None,
     };
-    let several_hosts = index.hosts().len() > 1;
+    let several_hosts = index.several_hosts();
     for (number, (info, process)) in index.processes.iter().zip(&summary.processes).enumerate() {
         let root = process_frame(info, several_hosts);
         for (device, stats) in &process.devices {

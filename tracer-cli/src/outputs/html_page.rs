@@ -107,7 +107,6 @@ fn incomplete_html(index: &TraceIndex, summary: &Summary) -> String {
     out
 }
 
-/// One row per process image: pid, parent, command, exit and events.
 /// The memory limit's verdict (`run --limit`), as the text report opens
 /// with it; nothing when the job ran without a limit.
 fn limit_html(index: &TraceIndex, summary: &Summary) -> String {
@@ -129,6 +128,7 @@ fn limit_html(index: &TraceIndex, summary: &Summary) -> String {
     out
 }
 
+/// One row per process image: pid, parent, command, exit and events.
 fn processes_html(index: &TraceIndex, summary: &Summary) -> String {
     let mut out = String::from("<h2>Processes</h2>\n<table><tr><th>pid</th><th>parent</th><th>image</th><th>command</th><th>exit</th><th>events</th></tr>\n");
     for (info, process) in index.processes.iter().zip(&summary.processes) {

@@ -19,7 +19,7 @@
 //! footer is written only when every input was whole, undamaged and placed
 //! in full: a merged trace that lacks events says so.
 
-use cudatrace_trace::relabel::{highest_string_id, renumber, shift_times};
+use cudatrace_trace::relabel::{highest_string_id, process_of, renumber, shift_times};
 use cudatrace_trace::{Damage, Footer, Header, Record, TraceReader, TraceWriter, FORMAT_VERSION};
 use std::collections::HashMap;
 use std::fs::File;
@@ -88,8 +88,6 @@ pub struct MergeSummary {
     pub left_out: Vec<u64>,
     /// Per input: whether it ended with its footer.
     pub complete: Vec<bool>,
-    /// The hosts of the merged processes, each once.
-    pub hosts: Vec<String>,
     /// Whether the merged trace got its footer: every input whole, with
     /// nothing damaged or left out.
     pub footer_written: bool,
@@ -136,18 +134,6 @@ fn shift_between(offset: i128, reference: i128) -> i64 {
     i64::try_from(offset - reference).unwrap_or(if offset > reference { i64::MAX } else { i64::MIN })
 }
 
-/// The process a record belongs to, for those that belong to one.
-fn process_of(record: &Record) -> Option<u32> {
-    match record {
-        Record::Events { process, .. } | Record::Symbols { process, .. } => Some(*process),
-        Record::ProcessEnd(end) => Some(end.process),
-        Record::Fold(fold) => Some(fold.process),
-        Record::StepsState(steps) => Some(steps.process),
-        Record::LowPointsState(low) => Some(low.process),
-        _ => None,
-    }
-}
-
 /// Merges `inputs` (at least one) into `out`.
 pub fn write<W: Write>(inputs: &[MergeInput], out: W) -> Result<MergeSummary, MergeFailure> {
     let reference = (0..inputs.len())
@@ -183,9 +169,6 @@ pub fn write<W: Write>(inputs: &[MergeInput], out: W) -> Result<MergeSummary, Me
                 });
                 if start.place.host.is_empty() {
                     start.place.host.clone_from(&input.header.host);
-                }
-                if !summary.hosts.contains(&start.place.host) {
-                    summary.hosts.push(start.place.host.clone());
                 }
             }
             // A record of a process whose start record was damaged cannot be

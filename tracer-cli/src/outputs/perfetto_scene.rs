@@ -251,7 +251,7 @@ pub fn draw(
     };
     let mut scene = Scene {
         index,
-        several_hosts: index.hosts().len() > 1,
+        several_hosts: index.several_hosts(),
         window,
         canvas,
         tracks: index
@@ -346,11 +346,7 @@ impl<'a, C: Canvas> Scene<'a, '_, C> {
     fn processes(&mut self) -> io::Result<()> {
         let index = self.index;
         for (number, info) in index.processes.iter().enumerate() {
-            let process = Process {
-                number,
-                info,
-                several_hosts: self.several_hosts,
-            };
+            let process = self.process(number);
             self.canvas.process(process)?;
             let s = &info.start;
             if self.window.contains(s.start_monotonic_ns) {
@@ -535,11 +531,7 @@ impl<'a, C: Canvas> Scene<'a, '_, C> {
         let end_ns = self.last_ns.max(index.end_ns());
         let end_ns = self.window.to_ns.map_or(end_ns, |to| end_ns.min(to));
         for (number, info) in index.processes.iter().enumerate() {
-            let process = Process {
-                number,
-                info,
-                several_hosts: self.several_hosts,
-            };
+            let process = self.process(number);
             let owners = std::mem::replace(&mut self.tracks[number].owners, OwnerTracks::new(index, info));
             for c in owners.finish(index, info, &self.window) {
                 self.canvas.counter(process, &c)?;
@@ -577,11 +569,7 @@ impl<C: Canvas> Consumer for Scene<'_, '_, C> {
         if step.before_window {
             return Ok(());
         }
-        let process = Process {
-            number,
-            info,
-            several_hosts: self.several_hosts,
-        };
+        let process = self.process(number);
         for c in &counters {
             self.canvas.counter(process, c)?;
         }

@@ -104,7 +104,7 @@ fn process_text(index: &TraceIndex, info: &ProcessIndex, process: &ProcessSummar
         "\npid {} (parent {}){} {} — {exit}\n",
         start.pid,
         start.ppid,
-        rank_lines::place_text(&start.place, index.hosts().len() > 1),
+        rank_lines::place_text(&start.place, index.several_hosts()),
         start.argv.join(" ")
     );
     out += &step_tables_text(index, info, process);

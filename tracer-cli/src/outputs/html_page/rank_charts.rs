@@ -28,8 +28,8 @@ pub(super) fn ranks_html(index: &TraceIndex, summary: &Summary, charts: &PageCha
         let _ = write!(out, "<th>{}</th>", escape(column));
     }
     out += "</tr>\n";
-    for (row, cells) in table.rows.iter().zip(rank_lines::row_cells(&table, start_ns)) {
-        let outlier = table.outlier.as_ref().is_some_and(|o| table.rows[o.row] == *row);
+    for (number, cells) in rank_lines::row_cells(&table, start_ns).into_iter().enumerate() {
+        let outlier = table.outlier.as_ref().is_some_and(|o| o.row == number);
         out += if outlier { "<tr class=\"outlier\">" } else { "<tr>" };
         for cell in cells {
             let _ = write!(out, "<td>{}</td>", escape(&cell));

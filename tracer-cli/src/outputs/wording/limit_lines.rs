@@ -92,7 +92,7 @@ pub fn verdict_line(index: &TraceIndex, verdict: &LimitVerdict) -> String {
 /// stack was recorded (`--stacks none`, a paused job), it says so.
 fn at_site(site: &str, failures: usize) -> String {
     let which = if failures == 1 { "" } else { "the first " };
-    if site.starts_with('(') {
+    if site == crate::analysis::NO_STACK || site == crate::analysis::PAUSED_SITE {
         format!("{which}with no call stack recorded")
     } else {
         format!("{which}at {site}")
