@@ -5,8 +5,8 @@
 use crate::hooks::{dlopen_door, exec, fork, launch, streams, torch_allocator};
 use crate::record::{capture_state, devices, live_table, memory_limit, readings};
 use crate::spool::{notice, recording_switch, tree_root, writer as spool_writer};
-use crate::stacks::{call_stack, module_map, python_frames};
-use crate::sys::{clock, thread_block, tracing_switch};
+use crate::stacks::{call_stack, module_map, native_unwind, python_frames};
+use crate::sys::{clock, spare_stack, thread_block, tracing_switch};
 
 extern "C" fn before_fork() {
     module_map::before_fork();
@@ -21,6 +21,7 @@ extern "C" fn after_fork_in_parent() {
 /// and must not inherit locks held by parent threads that no longer exist.
 extern "C" fn after_fork_in_child() {
     thread_block::forget_parent();
+    spare_stack::after_fork_in_child();
     clock::forget_parent();
     spool_writer::forget_parent_spool();
     live_table::forget_parent_table();
@@ -61,6 +62,7 @@ extern "C" fn on_load() {
         readings::disable_samples();
     }
     clock::configure_from_environment();
+    native_unwind::note_loading_thread();
     spool_writer::set_callbacks(spool_opened, process_exiting);
     exec::resolve();
     fork::resolve();

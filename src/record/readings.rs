@@ -13,6 +13,7 @@ use crate::record::memory_limit;
 use crate::record::recorder::{self, Record};
 use crate::stacks::stack_table;
 use crate::sys::cuda_ffi::*;
+use crate::sys::spare_stack;
 use crate::sys::symbols::{real_fn, Sym};
 use crate::sys::tracing_switch::{guarded, tracing_on};
 use cudatrace_events::measures::{limit, sample_reason, DeviceInfo, DEVICE_BLOB};
@@ -244,6 +245,13 @@ fn first_sight_of(context: u64) -> bool {
 }
 
 fn describe_context(device: i8, context: u64, api: Api) {
+    // Once a device, and deep (the driver's symbols may be looked up and
+    // bound here, through the loader): on a spare stack, so that it fits
+    // beside a program running on a small one.
+    spare_stack::deep(|| describe_context_here(device, context, api));
+}
+
+fn describe_context_here(device: i8, context: u64, api: Api) {
     // Without a reading there is nothing to record: the next event on the
     // device tries again.
     let Some((free, total)) = memory_info() else { return };

@@ -27,6 +27,7 @@ use crate::spool::tree_root;
 use crate::sys::clock::{monotonic_ns, realtime_ns, record_ns};
 use crate::sys::prefetch::prefetch_line;
 use crate::sys::process_place;
+use crate::sys::spare_stack;
 use crate::sys::thread::last_errno;
 use crate::sys::thread_block;
 use cudatrace_events::layout::{
@@ -311,14 +312,16 @@ fn open_or_wait() -> bool {
             .compare_exchange(CLOSED, OPENING, Ordering::AcqRel, Ordering::Acquire)
             .is_ok()
         {
-            let created = create_spool();
+            // Deep (paths, the helper's start, the identity block): on a
+            // spare stack, so that it fits beside a program on a small one.
+            let created = spare_stack::deep(create_spool);
             STATE.store(if created { OPEN } else { FAILED }, Ordering::Release);
             opened = Some(created);
         }
         OPENER.store(0, Ordering::Release);
         if let Some(created) = opened {
             if created {
-                run_callback(&ON_OPEN);
+                spare_stack::deep(|| run_callback(&ON_OPEN));
                 mark_lost_while_opening();
             }
             return created;

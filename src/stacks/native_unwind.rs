@@ -25,6 +25,7 @@ use crate::stacks::walk_memo::{Start, WalkMemo, WalkRecorder};
 use crate::stacks::{module_map, stack_cache};
 use crate::sys::lazy_mapping::{LazyMapping, ZeroIsEmpty};
 use crate::sys::prefetch::prefetch_line;
+use crate::sys::spare_stack;
 use crate::sys::thread_box::ThreadBox;
 use crate::sys::tracing_switch::guarded;
 use framehop::x86_64::{CacheX86_64, UnwindRegsX86_64};
@@ -148,6 +149,11 @@ fn learnt_set(slots: &[LearntSlot], address: u64) -> &[LearntSlot] {
 /// the next one.
 const RECENT_SETS: usize = 64;
 
+/// The stack a walk may need below its start: framehop's first reading of
+/// a frame's rule takes about 8 KiB in an optimised build. With less room
+/// left, the walk runs on a spare stack.
+const ROOM_FOR_A_WALK: u64 = 32 << 10;
+
 /// The step kept for `key`, the return address `address`'s.
 #[cfg(test)]
 fn recall(slots: &[LearntSlot], key: u64, address: u64) -> Option<Learnt> {
@@ -230,7 +236,39 @@ thread_local! {
     };
 }
 
-/// The calling thread's stack bounds.
+/// The thread that loaded the library (the main thread, for a preloaded
+/// library) and its stack's bounds, read when it loaded.
+static LOADING_THREAD: AtomicU64 = AtomicU64::new(0);
+static LOADING_THREAD_STACK: [AtomicU64; 2] = [AtomicU64::new(0), AtomicU64::new(0)];
+
+/// Reads the calling thread's stack bounds, as the library loads. For the
+/// main thread the C library finds them by reading `/proc/self/maps` (with
+/// `malloc` and `sscanf`): a hook must never do that, since it may run in a
+/// signal handler that interrupted `malloc`, on a stack of a few KiB.
+pub fn note_loading_thread() {
+    let (low, high) = stack_bounds();
+    LOADING_THREAD_STACK[0].store(low, Ordering::Relaxed);
+    LOADING_THREAD_STACK[1].store(high, Ordering::Relaxed);
+    // SAFETY: pthread_self has no preconditions.
+    LOADING_THREAD.store(unsafe { libc::pthread_self() } as u64, Ordering::Release);
+}
+
+/// The calling thread's stack bounds: read when the library loaded for the
+/// thread that loaded it, else asked of the C library (which reads them
+/// from the thread's own descriptor for a thread it started).
+fn thread_stack_bounds() -> (u64, u64) {
+    // SAFETY: pthread_self has no preconditions.
+    let me = unsafe { libc::pthread_self() } as u64;
+    if LOADING_THREAD.load(Ordering::Acquire) == me {
+        return (
+            LOADING_THREAD_STACK[0].load(Ordering::Relaxed),
+            LOADING_THREAD_STACK[1].load(Ordering::Relaxed),
+        );
+    }
+    stack_bounds()
+}
+
+/// The calling thread's stack bounds, from the C library.
 fn stack_bounds() -> (u64, u64) {
     // SAFETY: attr is initialised by pthread_getattr_np before use and destroyed after.
     unsafe {
@@ -303,7 +341,7 @@ pub fn capture(out: &mut [u64]) -> NativeWalk {
             // on a thread (the caller guards against that).
             let thread = unsafe { &mut *thread.get() };
             if thread.stack == (0, 0) {
-                thread.stack = stack_bounds();
+                thread.stack = thread_stack_bounds();
             }
             if !(thread.stack.0..thread.stack.1).contains(&sp) {
                 return NO_WALK;
@@ -334,16 +372,24 @@ pub fn capture(out: &mut [u64]) -> NativeWalk {
                 }
                 None => None,
             };
-            let cache = cache.get_or_insert_with(new_rule_cache);
-            let walker = Walker {
-                map,
-                high: stack.1,
-                sp,
-                recent_sets,
-                recent_count,
-                cache,
+            let (low, high) = *stack;
+            // Reading a frame's unwinding rule the first time takes several
+            // KiB of stack: on a nearly full stack the walk runs on a spare
+            // one (it reads this stack as before, from `sp` up).
+            let walked = spare_stack::with_room(ROOM_FOR_A_WALK, sp, low, || {
+                let walker = Walker {
+                    map,
+                    high,
+                    sp,
+                    recent_sets,
+                    recent_count,
+                    cache: cache.get_or_insert_with(new_rule_cache),
+                };
+                walker.walk(ip, bp, out, recorder.as_mut())
+            });
+            let Some((count, cut)) = walked else {
+                return NO_WALK;
             };
-            let (count, cut) = walker.walk(ip, bp, out, recorder.as_mut());
             let hash = stack_cache::hash_frames(out[..count].iter().map(|&address| (0, address, 0)));
             if let Some(recorder) = recorder {
                 recorder.finish(count, cut, hash);
@@ -676,7 +722,7 @@ impl ReturnSlot {
     #[inline(never)]
     fn learn(&self, ip: u64, sp: u64, bp: u64) -> u64 {
         let Some(map) = module_map::current() else { return 0 };
-        let (low, high) = stack_bounds();
+        let (low, high) = thread_stack_bounds();
         if !(low..high).contains(&sp) {
             // Not on the thread's own stack (a signal stack): try again later.
             return 0;
@@ -695,14 +741,20 @@ impl ReturnSlot {
                 .then(|| unsafe { (address as *const u64).read() })
                 .ok_or(())
         };
-        let mut cache = RuleCache::new_in();
         let mut regs = UnwindRegsX86_64::new(ip, sp, bp);
-        let found = map.unwinder.unwind_frame(
-            FrameAddress::InstructionPointer(ip),
-            &mut regs,
-            &mut cache,
-            &mut read_stack,
-        );
+        // The rule cache and the rule's evaluation are large: on a nearly
+        // full stack they go on a spare one; without one, try again later.
+        let Some(found) = spare_stack::with_room(ROOM_FOR_A_WALK, sp, low, || {
+            let mut cache = new_rule_cache();
+            map.unwinder.unwind_frame(
+                FrameAddress::InstructionPointer(ip),
+                &mut regs,
+                &mut cache,
+                &mut read_stack,
+            )
+        }) else {
+            return 0;
+        };
         let slot = regs.sp().wrapping_sub(8);
         // A return address into this library means the place was not in the
         // hook's own frame (a helper not inlined): never use it.

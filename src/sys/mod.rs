@@ -2,7 +2,7 @@
 //! of ours. The real CUDA functions and their C types, the clock, the
 //! calling thread and its block of hot state, the switch that turns recording off, the loader's
 //! `dlopen` count, the lazily mapped tables and the per-thread ones made on
-//! first use.
+//! first use, and spare stacks for deep work on a nearly full stack.
 
 pub mod clock;
 pub mod cuda_ffi;
@@ -14,6 +14,7 @@ pub mod loader;
 pub mod prefetch;
 pub mod process_place;
 pub mod shared_ledger;
+pub mod spare_stack;
 pub mod symbols;
 pub mod thread;
 pub mod thread_block;

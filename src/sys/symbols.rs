@@ -5,6 +5,7 @@
 //! cached in atomics: the steady-state hook path costs one atomic load.
 
 use crate::sys::loader;
+use crate::sys::spare_stack;
 use std::ffi::{c_char, c_void, CStr};
 use std::sync::atomic::{AtomicPtr, AtomicU64, AtomicUsize, Ordering};
 
@@ -228,8 +229,16 @@ pub unsafe fn real_fn<F: Copy>(sym: Sym) -> Option<F> {
     real(sym).map(|address| unsafe { std::mem::transmute_copy::<usize, F>(&address) })
 }
 
+/// Looks `sym` up, on a spare stack: the loader's `dlopen` and `dlsym` are
+/// deep, and a hook's first call may run on a small stack (a signal
+/// handler's alternate stack, or a thread's of a few KiB).
 #[cold]
+#[inline(never)]
 fn resolve(sym: Sym) -> Option<usize> {
+    spare_stack::deep(|| resolve_here(sym))
+}
+
+fn resolve_here(sym: Sym) -> Option<usize> {
     let searched_at = loader::dlopen_count() + 1;
     if MISSING_SINCE[sym as usize].load(Ordering::Acquire) == searched_at {
         return None;

@@ -879,27 +879,73 @@ fn thread_local_storage_bytes(path: &Path) -> u64 {
         .map_or(0, |header| word(header + 0x28, 8))
 }
 
+/// The bytes of its 20 KiB stack that `scenarios small-stack`'s thread
+/// used, from its `stack used N of 20480` line.
+fn thread_stack_used(stdout: &str) -> u64 {
+    let line = stdout
+        .lines()
+        .find(|line| line.starts_with("stack used "))
+        .unwrap_or_else(|| panic!("no stack line in {stdout}"));
+    line.split(' ').nth(2).unwrap().parse().unwrap()
+}
+
 /// A preloaded library's thread-local storage is carved out of every
 /// thread's stack, before the thread runs a line: ours must stay small. It
 /// held a 5 KiB cache of the thread's last stack, and a thread with a
-/// 20 KiB stack crashed traced. A thread on a 20 KiB stack that allocates
-/// and frees ends well traced (with Python stacks, which this build's first
-/// native walk of a thread does not yet fit beside).
+/// 20 KiB stack crashed traced.
+///
+/// A thread on a 20 KiB stack that allocates and frees then ends well at
+/// every `--stacks`, whether its calls are the process's first or only the
+/// thread's, and uses at most 4 KiB more of its stack traced than untraced.
+/// Native walks crashed it: the unwinder's first reading of a frame's
+/// rules takes several KiB, and now runs on a spare stack of the library's
+/// when the thread's has little room left.
 #[test]
 fn thread_local_storage_stays_small_and_a_thread_with_a_20_kib_stack_records() {
     let tls = thread_local_storage_bytes(&tracer_library());
     assert!(tls <= 1024, "{tls} bytes of thread-local storage");
-    let untraced = Command::new(fake_cuda::program("scenarios"))
-        .args(["small-stack", "20"])
-        .env("LD_LIBRARY_PATH", fake_cuda::library_dir())
-        .output()
-        .unwrap();
-    assert!(untraced.status.success(), "{}", stderr(&untraced));
-    let (mut command, trace) = run_command("small-stack", "small-stack", &["--stacks", "python"]);
-    let output = command.arg("20").output().unwrap();
-    assert!(output.status.success(), "{}", stderr(&output));
-    let report = finished_trace(&trace);
-    assert_eq!(report["processes"][0]["events"], 4, "{report}");
+    for (mode, events) in [("warm", 4), ("first", 2)] {
+        let untraced = Command::new(fake_cuda::program("scenarios"))
+            .args(["small-stack", "20", mode])
+            .env("LD_LIBRARY_PATH", fake_cuda::library_dir())
+            .output()
+            .unwrap();
+        assert!(untraced.status.success(), "{}", stderr(&untraced));
+        let untraced_used = thread_stack_used(&stdout(&untraced));
+        for stacks in ["none", "python", "native", "all"] {
+            let (mut command, trace) = run_command(
+                &format!("small-stack-{mode}-{stacks}"),
+                "small-stack",
+                &["--stacks", stacks],
+            );
+            let output = command.args(["20", mode]).output().unwrap();
+            assert!(output.status.success(), "{mode} {stacks}: {}", stderr(&output));
+            let used = thread_stack_used(&stdout(&output));
+            assert!(
+                used <= untraced_used + 4096,
+                "{mode} {stacks}: {used} bytes of the thread's stack used traced, {untraced_used} untraced"
+            );
+            let report = finished_trace(&trace);
+            assert_eq!(report["processes"][0]["events"], events, "{mode} {stacks}: {report}");
+            assert_eq!(report["processes"][0]["lost_events"], 0, "{mode} {stacks}");
+            if stacks == "native" || stacks == "all" {
+                // The walk was made (on the spare stack), from the thread's frames.
+                let (report, _) = report_json_with_stacks(&trace);
+                let sites = &report["processes"][0]["devices"][0]["peak_by_call_site"];
+                let frames: Vec<&str> = sites[0]["stack"]
+                    .as_array()
+                    .unwrap()
+                    .iter()
+                    .map(|frame| frame["function"].as_str().unwrap())
+                    .collect();
+                assert_eq!(
+                    frames[..2],
+                    ["small_stack_body", "start_thread"],
+                    "{mode} {stacks}: {sites}"
+                );
+            }
+        }
+    }
 }
 
 /// Under plain `LD_PRELOAD` the first CUDA call creates the spool and

@@ -14,7 +14,8 @@
  *                        memory and an array of 2048 bytes; `first`: the
  *                        process's first CUDA call is the handler's, else
  *                        256 pinned bytes are allocated and freed first;
- *                        prints `handled K failed 0`
+ *                        prints `altstack used N of 8192` (the deepest
+ *                        byte the handlers touched) and `handled K failed 0`
  *   execveat-a           allocates 1000, execveat()s (the C library's
  *                        function, a path) `held execveat-b`, which
  *                        allocates 2000 and execveat()s (the raw system
@@ -169,6 +170,8 @@ static int scenario_altstack(int times, int first) {
     /* A guard page below the stack: an overflow faults at once. */
     unsigned char *region = mmap(NULL, size + page, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
     if (region == MAP_FAILED || mprotect(region, page, PROT_NONE) != 0) return 20;
+    /* Painted, to measure how deep the handlers reach. */
+    memset(region + page, 0xa5, size);
     stack_t stack = { .ss_sp = region + page, .ss_size = size, .ss_flags = 0 };
     if (sigaltstack(&stack, NULL) != 0) {
         printf("status sigaltstack %s\n", strerror(errno));
@@ -185,6 +188,9 @@ static int scenario_altstack(int times, int first) {
         check("cuMemFreeHost", cuMemFreeHost(host));
     }
     for (int i = 0; i < times; i++) raise(SIGUSR1);
+    size_t untouched = 0;
+    while (untouched < size && region[page + untouched] == 0xa5) untouched++;
+    printf("altstack used %zu of %zu\n", size - untouched, size);
     printf("handled %d failed %d\n", (int)handled, (int)handler_failed);
     return 0;
 }

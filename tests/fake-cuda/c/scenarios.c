@@ -769,11 +769,12 @@ static void *small_stack_body(void *arg) {
     return NULL;
 }
 
-static int scenario_small_stack(size_t size) {
-    /* The first call of the process is made here, so that the thread's is
-     * only its own first call, not the library's start as well. */
-    void *warm;
-    check("cudaMalloc", cudaMalloc(&warm, 256));
+static int scenario_small_stack(size_t size, int process_first) {
+    /* Unless `process_first`, the first call of the process is made here,
+     * so that the thread's is only its own first call, not the library's
+     * start (the spool, the collector, the module map) as well. */
+    void *warm = NULL;
+    if (!process_first) check("cudaMalloc", cudaMalloc(&warm, 256));
     unsigned char *stack = mmap(NULL, size, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
     if (stack == MAP_FAILED) return 40;
     memset(stack, PAINT, size);
@@ -786,7 +787,7 @@ static int scenario_small_stack(size_t size) {
     size_t untouched = 0;
     while (untouched < size && stack[untouched] == PAINT) untouched++;
     printf("stack used %zu of %zu\n", size - untouched, size);
-    check("cudaFree", cudaFree(warm));
+    if (warm) check("cudaFree", cudaFree(warm));
     return 0;
 }
 
@@ -1041,7 +1042,7 @@ int main(int argc, char **argv) {
         printf("execvpe failed: %s\n", strerror(errno));
         return 15;
     } else if (!strcmp(name, "small-stack") && argc > 2) {
-        return scenario_small_stack((size_t)atol(argv[2]) << 10);
+        return scenario_small_stack((size_t)atol(argv[2]) << 10, argc > 3 && !strcmp(argv[3], "first"));
     } else if (!strcmp(name, "exec-child")) {
         void *p;
         check("cudaMalloc", cudaMalloc(&p, 4000));
