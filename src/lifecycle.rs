@@ -6,7 +6,7 @@ use crate::hooks::{dlopen_door, exec, fork, launch, streams, torch_allocator};
 use crate::record::{capture_state, devices, live_table, memory_limit, readings};
 use crate::spool::{notice, recording_switch, tree_root, writer as spool_writer};
 use crate::stacks::{call_stack, module_map, native_unwind, python_frames};
-use crate::sys::{clock, spare_stack, thread_block, tracing_switch};
+use crate::sys::{clock, process_mark, spare_stack, thread_block, tracing_switch};
 
 extern "C" fn before_fork() {
     module_map::before_fork();
@@ -20,6 +20,14 @@ extern "C" fn after_fork_in_parent() {
 /// memory, and the parent's spool mapped shared. It must write its own spool
 /// and must not inherit locks held by parent threads that no longer exist.
 extern "C" fn after_fork_in_child() {
+    start_as_child();
+    process_mark::mark();
+}
+
+/// The work of a new process that inherited the parent's state: run by the
+/// fork handler, or at the first event of a child made without one
+/// (`_Fork`, `clone`), which the process mark notices.
+fn start_as_child() {
     thread_block::forget_parent();
     spare_stack::after_fork_in_child();
     clock::forget_parent();
@@ -62,6 +70,7 @@ extern "C" fn on_load() {
         readings::disable_samples();
     }
     clock::configure_from_environment();
+    process_mark::set_up(start_as_child);
     native_unwind::note_loading_thread();
     spool_writer::set_callbacks(spool_opened, process_exiting);
     exec::resolve();

@@ -5,7 +5,9 @@
 //! - exported symbols ([`driver`], [`runtime`], [`context`], [`streams`],
 //!   [`graphs`], [`launch`]), for programs linked against `libcuda` or
 //!   `libcudart`;
-//! - `dlsym` ([`dlsym_door`]), for programs that `dlopen` the driver;
+//! - `dlsym` ([`dlsym_door`]), for programs that `dlopen` the driver, and
+//!   `dlclose` ([`dlclose_door`]), for those that unload it and load it
+//!   again;
 //! - `cuGetProcAddress` ([`proc_address`]), through which the runtime and
 //!   PyTorch obtain driver entry points;
 //! - the `exec` family ([`exec`]), so that an image that replaced itself is
@@ -18,6 +20,7 @@
 
 pub mod array_bytes;
 pub mod context;
+pub mod dlclose_door;
 pub mod dlopen_door;
 pub mod dlsym_door;
 pub mod driver;

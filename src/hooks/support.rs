@@ -5,7 +5,7 @@ use crate::record::devices;
 use crate::record::live_table::{self, Namespace};
 use crate::record::recorder;
 use crate::spool::writer as spool_writer;
-use crate::sys::{hot_statics, thread_block};
+use crate::sys::{hot_statics, process_mark, thread_block};
 
 /// The real driver function `$sym` with C signature `$ty`, or an early
 /// `return CUDA_ERROR_NOT_INITIALIZED` from the hook when it cannot be found.
@@ -40,6 +40,7 @@ pub fn read<T: Copy>(ptr: *const T, or: T) -> T {
 pub fn prepare_event(freeing: Option<(Namespace, u64)>, stream: u64) {
     thread_block::prefetch();
     hot_statics::prefetch();
+    process_mark::prefetch();
     spool_writer::prefetch_next_record();
     prepare_call_lines(freeing, stream);
 }

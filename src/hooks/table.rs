@@ -2,7 +2,7 @@
 //! out (`dlsym`, `cuGetProcAddress`).
 
 use crate::sys::symbols::{self, with_cuda_symbols, CudaLibrary, Sym};
-use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::atomic::{AtomicU64, Ordering};
 
 macro_rules! define_hook_addresses {
     (
@@ -39,16 +39,19 @@ pub fn actively_hooked_by_name(name: &[u8]) -> Option<Sym> {
     Sym::hooked_by_name(name).filter(|&sym| active_hook(sym).is_some())
 }
 
-static DRIVER_TABLE_COMPLETE: AtomicBool = AtomicBool::new(false);
+/// 1 + the driver generation whose every real address was looked up
+/// (0 = never): a driver loaded again elsewhere is looked up again.
+static DRIVER_TABLE_COMPLETE: AtomicU64 = AtomicU64::new(0);
 
 /// Our hook for the driver export at `address`, if `address` is the real
 /// version of a driver symbol we hook. The driver's `cuGetProcAddress` returns
 /// export addresses exactly, so an address identifies the versioned export,
 /// and with it the ABI the caller expects.
 pub fn hook_for_real_driver_address(address: usize) -> Option<usize> {
-    if !DRIVER_TABLE_COMPLETE.load(Ordering::Acquire) {
+    let generation = symbols::driver_generation() + 1;
+    if DRIVER_TABLE_COMPLETE.load(Ordering::Acquire) != generation {
         symbols::resolve_all_driver_symbols();
-        DRIVER_TABLE_COMPLETE.store(true, Ordering::Release);
+        DRIVER_TABLE_COMPLETE.store(generation, Ordering::Release);
     }
     Sym::ALL
         .iter()

@@ -26,6 +26,7 @@ use crate::spool::spool_file;
 use crate::spool::tree_root;
 use crate::sys::clock::{monotonic_ns, realtime_ns, record_ns};
 use crate::sys::prefetch::prefetch_line;
+use crate::sys::process_mark;
 use crate::sys::process_place;
 use crate::sys::spare_stack;
 use crate::sys::thread::last_errno;
@@ -281,6 +282,9 @@ pub fn is_open() -> bool {
 
 #[inline]
 fn ensure_open() -> bool {
+    // Never the parent's spool: a child that no fork handler ran in (made
+    // by `_Fork` or `clone`) starts over first.
+    process_mark::notice_new_process();
     match STATE.load(Ordering::Acquire) {
         OPEN => true,
         FAILED => false,

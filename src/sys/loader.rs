@@ -64,6 +64,55 @@ pub fn next_function(name: &std::ffi::CStr, cache: &AtomicUsize) -> usize {
     found
 }
 
+static REAL_DLCLOSE: AtomicUsize = AtomicUsize::new(0);
+
+/// Address of the C library's `dlclose`, past this library's own (the
+/// door that notices unloaded libraries); 0 if none is found.
+pub fn real_dlclose_address() -> usize {
+    glibc_function(c"dlclose", &REAL_DLCLOSE)
+}
+
+/// Gives back a reference this library took with `dlopen`, through the C
+/// library's `dlclose` (not the door).
+///
+/// # Safety
+/// `handle` must come from a `dlopen` of ours, released once.
+pub unsafe fn release_handle(handle: *mut std::ffi::c_void) {
+    type DlcloseFn = unsafe extern "C" fn(*mut std::ffi::c_void) -> std::ffi::c_int;
+    let address = real_dlclose_address();
+    if address != 0 {
+        // SAFETY: `address` is glibc's dlclose, whose signature DlcloseFn is.
+        let dlclose: DlcloseFn = unsafe { std::mem::transmute::<usize, DlcloseFn>(address) };
+        // SAFETY: the caller's handle, from dlopen.
+        unsafe { dlclose(handle) };
+    }
+}
+
+/// Objects unloaded since the process started, as the loader counts them
+/// (`dlpi_subs`), read under the loader's lock.
+pub fn unloads_so_far() -> u64 {
+    unsafe extern "C" fn first(info: *mut libc::dl_phdr_info, _size: usize, data: *mut std::ffi::c_void) -> i32 {
+        // SAFETY: the loader passes a valid info; data is our u64.
+        unsafe { *data.cast::<u64>() = (*info).dlpi_subs };
+        1
+    }
+    let mut subs = 0u64;
+    // SAFETY: the callback writes one u64 that outlives the call.
+    unsafe { libc::dl_iterate_phdr(Some(first), (&raw mut subs).cast()) };
+    subs
+}
+
+/// Whether an object is loaded at load address `base`.
+pub fn object_loaded_at(base: usize) -> bool {
+    unsafe extern "C" fn visit(info: *mut libc::dl_phdr_info, _size: usize, data: *mut std::ffi::c_void) -> i32 {
+        // SAFETY: the loader passes a valid info; data is our usize.
+        unsafe { i32::from((*info).dlpi_addr as usize == *data.cast::<usize>()) }
+    }
+    let mut wanted = base;
+    // SAFETY: the callback only reads what it is handed.
+    unsafe { libc::dl_iterate_phdr(Some(visit), (&raw mut wanted).cast()) != 0 }
+}
+
 /// The handle of `file` if it is loaded already, from the C library's
 /// `dlopen` with `RTLD_NOLOAD`: our own lookups are not the program's
 /// `dlopen` calls, and must not count as one.

@@ -12,6 +12,7 @@ pub mod hot_statics;
 pub mod lazy_mapping;
 pub mod loader;
 pub mod prefetch;
+pub mod process_mark;
 pub mod process_place;
 pub mod shared_ledger;
 pub mod spare_stack;

@@ -175,7 +175,10 @@ mod tests {
     fn work_runs_in_place_or_on_a_free_spare_stack_and_gives_it_back() {
         let here = stack_pointer();
         let in_place = with_room(4096, here, here - 8192, stack_pointer).unwrap();
-        assert!(in_place <= here && here - in_place < 64 << 10, "{here:#x} {in_place:#x}");
+        assert!(
+            in_place <= here && here - in_place < 64 << 10,
+            "{here:#x} {in_place:#x}"
+        );
         let spare = with_room(16384, here, here - 8192, stack_pointer).unwrap();
         let region = REGION.load(Ordering::Acquire) as u64;
         let end = region + (STACKS * (GUARD_BYTES + STACK_BYTES)) as u64;

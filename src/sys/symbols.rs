@@ -168,6 +168,13 @@ static REAL: [AtomicUsize; SYM_COUNT] = [const { AtomicUsize::new(0) }; SYM_COUN
 static MISSING_SINCE: [AtomicU64; SYM_COUNT] = [const { AtomicU64::new(0) }; SYM_COUNT];
 static DRIVER_HANDLE: AtomicPtr<c_void> = AtomicPtr::new(std::ptr::null_mut());
 static RUNTIME_HANDLE: AtomicPtr<c_void> = AtomicPtr::new(std::ptr::null_mut());
+/// Load addresses of the libraries behind those handles (0 = not known):
+/// a program may unload a CUDA library and load it again, elsewhere.
+static DRIVER_BASE: AtomicUsize = AtomicUsize::new(0);
+static RUNTIME_BASE: AtomicUsize = AtomicUsize::new(0);
+/// How many times the driver's addresses were forgotten (it was unloaded,
+/// or loaded again at another address).
+static DRIVER_GENERATION: AtomicU64 = AtomicU64::new(0);
 static REAL_DLSYM: AtomicUsize = AtomicUsize::new(0);
 /// Searches made for real functions so far (each takes the loader lock).
 static SEARCHES: AtomicU64 = AtomicU64::new(0);
@@ -281,6 +288,10 @@ fn look_up_real(sym: Sym) -> Option<usize> {
         unsafe { remember_handle(sym.library(), handle) };
         // SAFETY: a handle from dlopen.
         let address = unsafe { real_dlsym(handle, name) };
+        // The library was loaded already; our `dlopen` added a reference,
+        // which would keep it loaded after the program unloads it.
+        // SAFETY: the handle our own dlopen returned, released once.
+        unsafe { loader::release_handle(handle) };
         if usable(address) {
             return Some(address);
         }
@@ -334,17 +345,64 @@ pub fn driver_handle_known() -> bool {
 /// # Safety
 /// `handle` must be a handle from `dlopen` (a glibc link map).
 pub unsafe fn remember_handle(library: CudaLibrary, handle: *mut c_void) {
-    let slot = match library {
-        CudaLibrary::Driver => &DRIVER_HANDLE,
-        CudaLibrary::Runtime => &RUNTIME_HANDLE,
-    };
+    let (slot, base_slot) = slots_of(library);
+    // SAFETY: a link map's first field is the object's load base.
+    let base = unsafe { *handle.cast::<usize>() };
+    let known_base = base_slot.load(Ordering::Acquire);
+    if known_base != 0 && known_base != base {
+        // Unloaded and loaded again elsewhere: what was found in the old
+        // image points nowhere now.
+        forget_library(library);
+    }
     let _ = slot.compare_exchange(std::ptr::null_mut(), handle, Ordering::AcqRel, Ordering::Acquire);
+    let _ = base_slot.compare_exchange(0, base, Ordering::AcqRel, Ordering::Acquire);
     if library == CudaLibrary::Driver && !DRIVER_RANGE.known() {
         // SAFETY: a link map's first field is the object's load base.
         let base = unsafe { *handle.cast::<usize>() };
         // SAFETY: the driver is loaded at that base.
         unsafe { DRIVER_RANGE.learn(base) };
     }
+}
+
+fn slots_of(library: CudaLibrary) -> (&'static AtomicPtr<c_void>, &'static AtomicUsize) {
+    match library {
+        CudaLibrary::Driver => (&DRIVER_HANDLE, &DRIVER_BASE),
+        CudaLibrary::Runtime => (&RUNTIME_HANDLE, &RUNTIME_BASE),
+    }
+}
+
+/// Forgets everything found in `library` (its handle, its address range,
+/// the real addresses of its functions): it was unloaded, or loaded again
+/// elsewhere. Its functions are looked up again on their next use.
+pub fn forget_library(library: CudaLibrary) {
+    let (slot, base_slot) = slots_of(library);
+    slot.store(std::ptr::null_mut(), Ordering::Release);
+    base_slot.store(0, Ordering::Release);
+    for &sym in Sym::ALL.iter().filter(|sym| sym.library() == library) {
+        REAL[sym as usize].store(0, Ordering::Release);
+        MISSING_SINCE[sym as usize].store(0, Ordering::Release);
+    }
+    if library == CudaLibrary::Driver {
+        DRIVER_RANGE.forget();
+        DRIVER_GENERATION.fetch_add(1, Ordering::AcqRel);
+    }
+}
+
+/// After the program unloaded a library: forgets each CUDA library of ours
+/// that is no longer loaded where it was.
+pub fn forget_unloaded_libraries() {
+    for library in [CudaLibrary::Driver, CudaLibrary::Runtime] {
+        let base = slots_of(library).1.load(Ordering::Acquire);
+        if base != 0 && !loader::object_loaded_at(base) {
+            forget_library(library);
+        }
+    }
+}
+
+/// How many times the driver's addresses were forgotten: tables built from
+/// them are built again when it moves.
+pub fn driver_generation() -> u64 {
+    DRIVER_GENERATION.load(Ordering::Acquire)
 }
 
 /// Whether `address` lies in the driver's image (once its handle is known).
@@ -402,6 +460,11 @@ impl ImageRange {
 
     fn known(&self) -> bool {
         self.start.load(Ordering::Acquire) != 0
+    }
+
+    fn forget(&self) {
+        self.start.store(0, Ordering::Release);
+        self.end.store(0, Ordering::Release);
     }
 
     fn contains(&self, address: usize) -> bool {

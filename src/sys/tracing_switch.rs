@@ -2,6 +2,7 @@
 //! bookkeeping runs under, so that none of it can unwind into the traced
 //! program or change its `errno`.
 
+use crate::sys::process_mark;
 use std::sync::atomic::{AtomicBool, Ordering};
 
 /// Set when tracing has turned itself off (internal failure, or `CUDATRACE_DISABLE`).
@@ -47,6 +48,8 @@ pub fn guarded(record: impl FnOnce()) {
     if !tracing_on() {
         return;
     }
+    // A child that no fork handler ran in starts over before it records.
+    process_mark::notice_new_process();
     // SAFETY: __errno_location always returns the calling thread's errno,
     // at one place for the thread's life: asked once, read and written back.
     let location = unsafe { libc::__errno_location() };

@@ -32,6 +32,7 @@ fn main() {
         "scenarios.c",
         "bench_calls.c",
         "deny_syscall.c",
+        "driver_reload.c",
         "stack_names.c",
         "stack_plugin.c",
         "deep_library.c",
@@ -166,6 +167,17 @@ fn main() {
     compile(
         &compiler,
         &[&s(&c.join("deny_syscall.c")), "-o", &s(&bin.join("deny_syscall"))],
+    );
+    // Loads the driver itself (found through LD_LIBRARY_PATH), so that
+    // unloading it unloads it.
+    compile(
+        &compiler,
+        &[
+            &s(&c.join("driver_reload.c")),
+            "-o",
+            &s(&bin.join("driver_reload")),
+            "-ldl",
+        ],
     );
     // Known frame names, with and without frame pointers.
     for (name, frame_pointers) in [

@@ -1035,3 +1035,154 @@ fn a_hundred_mib_of_random_bytes_is_a_damaged_trace_to_every_command() {
     // Not kept with the other tests' traces: it is large.
     std::fs::remove_file(&trace).unwrap();
 }
+
+/// (op, api, size) of a trace's allocations and frees, in order.
+fn memory_events(trace: &Path) -> Vec<(String, String, u64)> {
+    let output = cudatrace(&["dump", trace.to_str().unwrap()]).output().unwrap();
+    assert!(output.status.success(), "{}", stderr(&output));
+    stdout(&output)
+        .lines()
+        .map(|line| serde_json::from_str::<serde_json::Value>(line).unwrap())
+        .filter(|record| record["op"] == "alloc" || record["op"] == "free")
+        .map(|record| {
+            (
+                record["op"].as_str().unwrap().to_owned(),
+                record["api"].as_str().unwrap().to_owned(),
+                record["size"].as_u64().unwrap(),
+            )
+        })
+        .collect()
+}
+
+/// Launchers and health checks load the driver, probe the GPU and unload
+/// it; the program may load it again, elsewhere. The library remembered
+/// the old driver's handle and functions: it handed out the new driver's
+/// functions unhooked (a trace of 0 events, "complete"), or crashed
+/// calling into the unloaded one. Now every allocation through the driver
+/// loaded again is recorded, whether the first load only looked entry
+/// points up, called `cuInit`, or allocated; and the library's own lookups
+/// no longer keep the driver loaded after the program unloads it.
+#[test]
+fn a_driver_unloaded_and_loaded_again_elsewhere_is_recorded_after_it_comes_back() {
+    let first = ("alloc", "cuMemAlloc_v2", 1 << 20);
+    let first_free = ("free", "cuMemFree_v2", 1 << 20);
+    let after = [
+        ("alloc", "cuMemAlloc_v2", 2 << 20),
+        ("alloc", "cuMemAlloc_v2", 3 << 20),
+        ("free", "cuMemFree_v2", 2 << 20),
+    ];
+    for mode in ["lookup", "init", "alloc"] {
+        let mut expected: Vec<(String, String, u64)> = Vec::new();
+        if mode == "alloc" {
+            expected.extend([first, first_free].map(|(op, api, size)| (op.into(), api.into(), size)));
+        }
+        expected.extend(after.map(|(op, api, size)| (op.to_owned(), api.to_owned(), size)));
+        let dir = scratch_dir(&format!("driver-reload-{mode}"));
+        for plain in [false, true] {
+            let trace = dir.join(format!("{}.trace", if plain { "plain" } else { "run" }));
+            let output = if plain {
+                // Plain LD_PRELOAD: the library's own helper writes the trace.
+                let output = Command::new(fake_cuda::program("driver_reload"))
+                    .arg(mode)
+                    .env("LD_LIBRARY_PATH", fake_cuda::library_dir())
+                    .env("LD_PRELOAD", tracer_library())
+                    .env("CUDATRACE_OUT", &trace)
+                    .env("CUDATRACE_CLI", cli())
+                    .env("TMPDIR", &dir)
+                    .env_remove("CUDATRACE_DIR")
+                    .output()
+                    .unwrap();
+                output
+            } else {
+                let mut command = cudatrace_run();
+                command
+                    .arg("-o")
+                    .arg(&trace)
+                    .arg("--")
+                    .arg(fake_cuda::program("driver_reload"))
+                    .arg(mode)
+                    .env("TMPDIR", &dir);
+                command.output().unwrap()
+            };
+            assert_eq!(
+                output.status.code(),
+                Some(0),
+                "{mode} plain {plain}: {}",
+                stderr(&output)
+            );
+            assert_eq!(stdout(&output), "unloaded 1\nmoved 1\ndone\n", "{mode} plain {plain}");
+            let report = finished_trace(&trace);
+            assert_eq!(report["complete"], true, "{mode} plain {plain}");
+            let p = &report["processes"][0];
+            assert_eq!(
+                (
+                    &p["events"],
+                    &p["lost_events"],
+                    &p["exit_status"],
+                    &p["reused_without_free"]
+                ),
+                (
+                    &serde_json::json!(expected.len()),
+                    &serde_json::json!(0),
+                    &serde_json::json!(0),
+                    &serde_json::json!(0)
+                ),
+                "{mode} plain {plain}"
+            );
+            assert_eq!(p["devices"][0]["live_bytes_at_exit"], 3 << 20, "{mode} plain {plain}");
+            assert_eq!(memory_events(&trace), expected, "{mode} plain {plain}");
+        }
+    }
+}
+
+/// A child made by `_Fork()`, `clone()` or the raw clone system call runs
+/// none of the fork handlers, and wrote into its parent's spool: the trace
+/// showed one process with the sum of both's allocations and a free that
+/// never happened ("reused without free"), and said complete. Each child is
+/// now a process of its own, noticed at its first event.
+#[test]
+fn a_child_made_by_fork_without_handlers_or_by_clone_is_a_process_of_its_own() {
+    for how in ["_Fork", "clone", "syscall"] {
+        let (mut command, trace) = run_command(&format!("raw-child-{how}"), "raw-child", &[]);
+        let output = command.arg(how).output().unwrap();
+        assert_eq!(output.status.code(), Some(0), "{how}: {}", stderr(&output));
+        let out = stdout(&output);
+        let line = out
+            .lines()
+            .find(|line| line.starts_with("child "))
+            .unwrap_or_else(|| panic!("{how}: {out}"));
+        let words: Vec<&str> = line.split(' ').collect();
+        assert_eq!(words[2..], ["exit", "5"], "{how}: {line}");
+        let child: u64 = words[1].parse().unwrap();
+        let report = finished_trace(&trace);
+        let processes = report["processes"].as_array().unwrap();
+        assert_eq!(processes.len(), 2, "{how}: {report}");
+        let parent = processes.iter().find(|p| p["pid"] != child).unwrap();
+        let forked = processes.iter().find(|p| p["pid"] == child).unwrap();
+        assert_eq!(forked["ppid"], parent["pid"], "{how}");
+        for (p, events, live, exit) in [
+            (parent, 3, 3u64 << 20, serde_json::json!(0)),
+            (forked, 1, 2 << 20, serde_json::Value::Null),
+        ] {
+            assert_eq!(
+                (
+                    &p["events"],
+                    &p["lost_events"],
+                    &p["reused_without_free"],
+                    &p["unknown_frees"],
+                    &p["exit_status"]
+                ),
+                (
+                    &serde_json::json!(events),
+                    &serde_json::json!(0),
+                    &serde_json::json!(0),
+                    &serde_json::json!(0),
+                    &exit
+                ),
+                "{how} pid {}",
+                p["pid"]
+            );
+            assert_eq!(p["devices"][0]["live_bytes_at_exit"], live, "{how} pid {}", p["pid"]);
+        }
+    }
+}

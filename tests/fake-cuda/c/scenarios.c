@@ -791,6 +791,48 @@ static int scenario_small_stack(size_t size, int process_first) {
     return 0;
 }
 
+/* A child made without `fork` (so without the C library's fork handlers):
+ * `_Fork()`, `clone()` with SIGCHLD, or the raw clone system call. The
+ * parent allocates 1 MiB and keeps it, the child allocates 2 MiB and exits
+ * 5, then the parent allocates 3 MiB and frees the 1 MiB. Prints
+ * `child PID exit 5`. */
+#include <sched.h>
+#include <sys/syscall.h>
+static int raw_child_body(void *arg) {
+    (void)arg;
+    void *p;
+    check("cudaMalloc", cudaMalloc(&p, 2 << 20));
+    fflush(stdout);
+    _exit(5);
+}
+
+static int scenario_raw_child(const char *how) {
+    void *first, *last;
+    check("cudaMalloc", cudaMalloc(&first, 1 << 20));
+    fflush(stdout);
+    pid_t child;
+    static char clone_stack[256 << 10] __attribute__((aligned(16)));
+    if (!strcmp(how, "_Fork")) {
+        child = _Fork();
+        if (child == 0) raw_child_body(NULL);
+    } else if (!strcmp(how, "clone")) {
+        child = clone(raw_child_body, clone_stack + sizeof clone_stack, SIGCHLD, NULL);
+    } else if (!strcmp(how, "syscall")) {
+        child = (pid_t)syscall(SYS_clone, SIGCHLD, 0, 0, 0, 0);
+        if (child == 0) raw_child_body(NULL);
+    } else {
+        printf("status unknown-way %s\n", how);
+        return 2;
+    }
+    if (child < 0) return 40;
+    int status;
+    if (waitpid(child, &status, 0) != child || !WIFEXITED(status)) return 41;
+    printf("child %d exit %d\n", (int)child, WEXITSTATUS(status));
+    check("cudaMalloc", cudaMalloc(&last, 3 << 20));
+    check("cudaFree", cudaFree(first));
+    return 0;
+}
+
 static void *allocate_and_print(const char *label, size_t size) {
     void *p;
     check("cudaMalloc", cudaMalloc(&p, size));
@@ -1043,6 +1085,8 @@ int main(int argc, char **argv) {
         return 15;
     } else if (!strcmp(name, "small-stack") && argc > 2) {
         return scenario_small_stack((size_t)atol(argv[2]) << 10, argc > 3 && !strcmp(argv[3], "first"));
+    } else if (!strcmp(name, "raw-child") && argc > 2) {
+        return scenario_raw_child(argv[2]);
     } else if (!strcmp(name, "exec-child")) {
         void *p;
         check("cudaMalloc", cudaMalloc(&p, 4000));

@@ -1,0 +1,75 @@
+/* A program that loads the driver itself, unloads it and loads it again, as
+ * launchers' GPU probes and health checks do. It is linked with neither
+ * the driver nor the runtime, so `dlclose` really unloads the driver.
+ *
+ *   driver_reload MODE
+ *
+ * First load, by MODE:
+ *   lookup  looks up cuInit and cuMemAlloc_v2, and calls nothing;
+ *   init    calls cuInit(0) too;
+ *   alloc   calls cuInit(0), allocates 1 MiB and frees it.
+ * Then it unloads the driver (printing `unloaded 1` when it is gone),
+ * holds the driver's old address with a mapping of its own so that the
+ * driver loads again elsewhere (printing `moved 1`), loads it, calls
+ * cuInit(0), allocates 2 MiB and 3 MiB, frees the 2 MiB and exits 0 with
+ * the 3 MiB live. Prints `done`.
+ */
+#define _GNU_SOURCE
+#include <dlfcn.h>
+#include <link.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <string.h>
+#include <sys/mman.h>
+
+typedef int CUresult;
+typedef unsigned long long CUdeviceptr;
+
+struct driver {
+    void *handle;
+    CUresult (*init)(unsigned);
+    CUresult (*alloc)(CUdeviceptr *, size_t);
+    CUresult (*free)(CUdeviceptr);
+    uintptr_t base;
+};
+
+static int load(struct driver *d) {
+    d->handle = dlopen("libcuda.so.1", RTLD_NOW | RTLD_LOCAL);
+    if (!d->handle) {
+        printf("dlopen failed: %s\n", dlerror());
+        return 0;
+    }
+    d->init = (CUresult(*)(unsigned))dlsym(d->handle, "cuInit");
+    d->alloc = (CUresult(*)(CUdeviceptr *, size_t))dlsym(d->handle, "cuMemAlloc_v2");
+    d->free = (CUresult(*)(CUdeviceptr))dlsym(d->handle, "cuMemFree_v2");
+    /* The driver's own load address, whatever the lookups returned. */
+    struct link_map *map = NULL;
+    d->base = dlinfo(d->handle, RTLD_DI_LINKMAP, &map) == 0 && map ? (uintptr_t)map->l_addr : 0;
+    return d->init && d->alloc && d->free && d->base;
+}
+
+int main(int argc, char **argv) {
+    const char *mode = argc > 1 ? argv[1] : "alloc";
+    struct driver first, second;
+    if (!load(&first)) return 10;
+    if (strcmp(mode, "lookup") != 0 && first.init(0) != 0) return 11;
+    if (!strcmp(mode, "alloc")) {
+        CUdeviceptr p;
+        if (first.alloc(&p, 1 << 20) != 0 || first.free(p) != 0) return 12;
+    }
+    if (dlclose(first.handle) != 0) return 13;
+    void *still = dlopen("libcuda.so.1", RTLD_NOW | RTLD_NOLOAD);
+    printf("unloaded %d\n", still == NULL);
+    if (still) dlclose(still);
+    /* Hold the old place, so that the driver comes back elsewhere. */
+    mmap((void *)first.base, 1 << 20, PROT_NONE, MAP_PRIVATE | MAP_ANONYMOUS | MAP_FIXED_NOREPLACE, -1, 0);
+    if (!load(&second)) return 14;
+    printf("moved %d\n", second.base != first.base);
+    if (second.init(0) != 0) return 15;
+    CUdeviceptr a, b;
+    if (second.alloc(&a, 2 << 20) != 0 || second.alloc(&b, 3 << 20) != 0) return 16;
+    if (second.free(a) != 0) return 17;
+    printf("done\n");
+    fflush(stdout);
+    return 0;
+}
