@@ -73,6 +73,7 @@ extern "C" fn on_load() {
     process_mark::set_up(start_as_child);
     native_unwind::note_loading_thread();
     spool_writer::set_callbacks(spool_opened, process_exiting);
+    spool_writer::configure_test_signal();
     exec::resolve();
     fork::resolve();
     if tracing_switch::tracing_on() {

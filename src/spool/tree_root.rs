@@ -17,6 +17,7 @@
 //! | `spawn` | set by a tree root: the first writer starts a collector |
 //! | unset | spools only, into `CUDATRACE_DIR` (collect them by hand) |
 
+use crate::sys::unseen_child;
 use cudatrace_events::naming;
 use std::ffi::{CString, OsString};
 use std::os::unix::ffi::{OsStrExt, OsStringExt};
@@ -168,7 +169,8 @@ pub fn prepare_spool_dir(dir: &Path) -> bool {
 
 /// Starts `cudatrace collect` for the tree, if this is the first process of
 /// the tree to write a spool. The helper it starts forks the collector and
-/// exits at once; we reap it here, so the program never sees a child of ours.
+/// exits at once; it is an unseen child (no SIGCHLD, invisible to the
+/// program's waits), reaped here.
 pub fn start_collector_if_first(dir: &Path) {
     if !spawn_mode() {
         return;
@@ -217,23 +219,10 @@ pub fn start_collector_if_first(dir: &Path) {
     let Ok(program) = CString::new(cli.as_os_str().as_bytes()) else {
         return;
     };
-    let mut child: libc::pid_t = 0;
+    // Started through a child the program can neither wait for nor hear
+    // end; the helper forks the collector and exits.
     // SAFETY: NUL-terminated argument and environment arrays that outlive the call.
-    let spawned = unsafe {
-        libc::posix_spawn(
-            &mut child,
-            program.as_ptr(),
-            std::ptr::null(),
-            std::ptr::null(),
-            argv.as_ptr(),
-            envp.as_ptr(),
-        )
-    };
-    if spawned == 0 {
-        let mut status = 0;
-        // SAFETY: reaping the helper we just started; it exits right after forking.
-        unsafe { libc::waitpid(child, &mut status, 0) };
-    }
+    unsafe { unseen_child::start(program.as_ptr(), argv.as_ptr().cast(), envp.as_ptr().cast()) };
 }
 
 /// `$CUDATRACE_CLI`, or the `cudatrace` that sits next to this library.

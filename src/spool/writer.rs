@@ -316,6 +316,7 @@ fn open_or_wait() -> bool {
             .compare_exchange(CLOSED, OPENING, Ordering::AcqRel, Ordering::Acquire)
             .is_ok()
         {
+            raise_test_signal();
             // Deep (paths, the helper's start, the identity block): on a
             // spare stack, so that it fits beside a program on a small one.
             let created = spare_stack::deep(create_spool);
@@ -339,6 +340,29 @@ fn open_or_wait() -> bool {
             _ if OPENER.load(Ordering::Acquire) == me => return false,
             _ => std::thread::yield_now(),
         }
+    }
+}
+
+/// A signal to raise in the thread creating the spool, while it does (0 =
+/// none): `CUDATRACE_TEST_SIGNAL_WHILE_OPENING`, for the tests only, so
+/// that a handler's hooks meet the spool half made, at will.
+static TEST_SIGNAL: std::sync::atomic::AtomicI32 = std::sync::atomic::AtomicI32::new(0);
+
+/// Reads `CUDATRACE_TEST_SIGNAL_WHILE_OPENING` (a signal number; tests
+/// only). Called once, when the library loads.
+pub fn configure_test_signal() {
+    let signal = std::env::var("CUDATRACE_TEST_SIGNAL_WHILE_OPENING")
+        .ok()
+        .and_then(|value| value.parse::<i32>().ok())
+        .filter(|signal| (1..=64).contains(signal));
+    TEST_SIGNAL.store(signal.unwrap_or(0), Ordering::Relaxed);
+}
+
+fn raise_test_signal() {
+    let signal = TEST_SIGNAL.load(Ordering::Relaxed);
+    if signal != 0 {
+        // SAFETY: raising a signal in this thread; the test installs its handler.
+        unsafe { libc::raise(signal) };
     }
 }
 

@@ -21,3 +21,4 @@ pub mod thread;
 pub mod thread_block;
 pub mod thread_box;
 pub mod tracing_switch;
+pub mod unseen_child;

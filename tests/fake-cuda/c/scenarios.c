@@ -696,10 +696,11 @@ static int scenario_switching(const char *first, const char *second) {
     return 0;
 }
 
-/* A SIGCHLD handler that calls CUDA, allocates and frees. Under plain
- * LD_PRELOAD the program's first CUDA call creates the spool and starts
- * the collector helper, whose SIGCHLD can arrive inside that call: the
- * handler's hooks run on the thread creating the spool. */
+/* A SIGCHLD handler that calls CUDA, allocates and frees. The program's
+ * first CUDA call creates the spool; a signal that arrives inside that
+ * call runs the handler's hooks on the thread creating the spool (the
+ * test raises one there, with CUDATRACE_TEST_SIGNAL_WHILE_OPENING; the
+ * collector helper's SIGCHLD did, before the helper became unseen). */
 static volatile int sigchld_handled;
 static void sigchld_calls_cuda(int sig) {
     (void)sig;
@@ -830,6 +831,66 @@ static int scenario_raw_child(const char *how) {
     printf("child %d exit %d\n", (int)child, WEXITSTATUS(status));
     check("cudaMalloc", cudaMalloc(&last, 3 << 20));
     check("cudaFree", cudaFree(first));
+    return 0;
+}
+
+/* A program with a supervisor thread that waits for any child (`waitpid(-1)`)
+ * and counts SIGCHLDs. Its one child, a worker, exits 3 after 300 ms; the
+ * main thread makes the process's first CUDA call meanwhile (under plain
+ * LD_PRELOAD, the library starts its collector helper then). Prints
+ * `sigchld N reaped W status S others K` once the supervisor is done: the
+ * library's helper must never be reaped by it, nor be heard. `alone`: no
+ * worker and no supervisor; prints `sigchld N children C` after the call
+ * and 200 ms, C the children a `waitpid(-1, WNOHANG | __WALL)` found. */
+static volatile sig_atomic_t sigchld_count;
+static pid_t supervised_worker;
+static int supervisor_status = -1, supervisor_others;
+static void count_sigchld(int sig) { (void)sig; sigchld_count++; }
+static void *supervise(void *arg) {
+    (void)arg;
+    for (;;) {
+        int status;
+        pid_t pid = waitpid(-1, &status, 0);
+        if (pid < 0 && errno == EINTR) continue;
+        if (pid < 0) break;
+        if (pid == supervised_worker) {
+            supervisor_status = WIFEXITED(status) ? WEXITSTATUS(status) : -2;
+            break;
+        }
+        supervisor_others++;
+    }
+    return NULL;
+}
+
+static int scenario_supervisor(int alone) {
+    struct sigaction action;
+    memset(&action, 0, sizeof action);
+    action.sa_handler = count_sigchld;
+    action.sa_flags = SA_RESTART;
+    sigaction(SIGCHLD, &action, NULL);
+    fflush(stdout);
+    if (alone) {
+        void *p;
+        check("cudaMalloc", cudaMalloc(&p, 4096));
+        usleep(200000);
+        int children = 0, status;
+        while (waitpid(-1, &status, WNOHANG | __WALL) > 0) children++;
+        printf("sigchld %d children %d\n", (int)sigchld_count, children);
+        return 0;
+    }
+    supervised_worker = fork();
+    if (supervised_worker == 0) {
+        usleep(300000);
+        _exit(3);
+    }
+    pthread_t thread;
+    pthread_create(&thread, NULL, supervise, NULL);
+    void *p;
+    check("cudaMalloc", cudaMalloc(&p, 4096));
+    pthread_join(thread, NULL);
+    usleep(100000);
+    printf("sigchld %d reaped %d status %d others %d\n", (int)sigchld_count,
+           supervisor_status >= 0 ? 1 : 0, supervisor_status, supervisor_others);
     return 0;
 }
 
@@ -1085,6 +1146,8 @@ int main(int argc, char **argv) {
         return 15;
     } else if (!strcmp(name, "small-stack") && argc > 2) {
         return scenario_small_stack((size_t)atol(argv[2]) << 10, argc > 3 && !strcmp(argv[3], "first"));
+    } else if (!strcmp(name, "supervisor")) {
+        return scenario_supervisor(argc > 2 && !strcmp(argv[2], "alone"));
     } else if (!strcmp(name, "raw-child") && argc > 2) {
         return scenario_raw_child(argv[2]);
     } else if (!strcmp(name, "exec-child")) {
