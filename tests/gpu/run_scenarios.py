@@ -1411,6 +1411,85 @@ def scenario_limit_cost(args):
         f"call: {state_text or 'no state with 3 processes of each'}")
 
 
+def _used(stdout, prefix):
+    """N of a `PREFIX used N of M` line."""
+    for line in stdout.splitlines():
+        if line.startswith(prefix + " used "):
+            return int(line.split()[2])
+    return None
+
+
+def scenario_small_stacks(args):
+    """Issue 37, item 2: threads with small stacks, and handlers on small
+    alternate stacks, that allocate: traced they end as untraced and use at
+    most 4 KiB more of the stack, at --stacks none and all."""
+    build = tempfile.mkdtemp(prefix="cudatrace-nvcc-")
+    binary = os.path.join(build, "small_stack")
+    compiled = subprocess.run(
+        ["nvcc", "-o", binary, os.path.join(WORKLOADS, "small_stack.cu"), "-lcuda", "-lpthread"],
+        capture_output=True, text=True)
+    if compiled.returncode != 0:
+        return False, "nvcc failed: " + compiled.stderr.strip()[-200:]
+    cases = [
+        ("thread", "20", "warm"), ("thread", "24", "warm"), ("thread", "20", "first"), ("thread", "64", "first"),
+        ("altstack", "8", "warm"), ("altstack", "16", "warm"), ("altstack", "32", "warm"), ("altstack", "32", "first"),
+        ("altstack", "64", "first"),
+    ]
+    passed, parts, checked = True, [], 0
+    for case in cases:
+        prefix = "stack" if case[0] == "thread" else "altstack"
+        untraced = subprocess.run([binary, *case], capture_output=True, text=True, timeout=args.timeout)
+        base = _used(untraced.stdout, prefix)
+        label = " ".join(case)
+        if untraced.returncode != 0 or base is None:
+            parts.append(f"{label}: untraced exit {untraced.returncode}, not compared")
+            continue
+        figures = []
+        for stacks in ("none", "all"):
+            r = run_cli(args, f"small-stack-{stacks}", [binary, *case], options=("--stacks", stacks))
+            used = _used(r.stdout, prefix)
+            p = (r.report or {}).get("processes", [{}])[0] if r.report else {}
+            if case[0] == "thread":
+                d = (p.get("devices") or [{}])[0]
+                recorded = d.get("allocations", 0) >= 1 and d.get("frees", 0) >= 1
+            else:
+                recorded = p.get("host_pinned", {}).get("allocations", 0) >= 3 and "failed 0" in r.stdout
+            ok = r.returncode == 0 and used is not None and used - base <= 4096 and recorded
+            passed &= ok
+            checked += 1
+            extra = "?" if used is None else f"{used - base:+d}"
+            figures.append(f"{stacks} {extra} B{'' if ok else ' FAIL (exit %d, recorded %s)' % (r.returncode, recorded)}")
+        parts.append(f"{label}: untraced {base} B, traced " + ", ".join(figures))
+    return passed and checked > 0, "; ".join(parts)
+
+
+def scenario_driver_reload(args):
+    """Issue 37, item 3: a program loads the driver, unloads it and loads it
+    again elsewhere; every allocation through the driver loaded again is
+    recorded, and nothing crashes."""
+    build = tempfile.mkdtemp(prefix="cudatrace-gcc-")
+    binary = os.path.join(build, "driver_reload")
+    source = os.path.join(HERE, "..", "fake-cuda", "c", "driver_reload.c")
+    compiled = subprocess.run(["gcc", "-o", binary, source, "-ldl"], capture_output=True, text=True)
+    if compiled.returncode != 0:
+        return False, "gcc failed: " + compiled.stderr.strip()[-200:]
+    passed, parts = True, []
+    for mode, allocations in (("lookup", 2), ("init", 2), ("alloc", 3)):
+        for plain in (False, True):
+            r = run_cli(args, f"reload-{mode}", [binary, mode], plain_preload=plain)
+            p = (r.report or {}).get("processes", [{}])[0] if r.report else {}
+            d = (p.get("devices") or [{}])[0]
+            flags = " ".join(l for l in r.stdout.splitlines() if l.split()[0] in ("unloaded", "moved"))
+            ok = (
+                r.returncode == 0 and "done" in r.stdout and (r.report or {}).get("complete") is True
+                and d.get("allocations") == allocations and d.get("live_bytes_at_exit") == 3 << 20
+            )
+            passed &= ok
+            parts.append(f"{mode}{' plain' if plain else ''}: exit {r.returncode}, {flags}, "
+                         f"{d.get('allocations')} allocations, live {d.get('live_bytes_at_exit')}{'' if ok else ' FAIL'}")
+    return passed, "; ".join(parts)
+
+
 SCENARIOS = [
     ("a torch caching allocator", scenario_torch_caching),
     ("b expandable segments", scenario_torch_expandable),
@@ -1453,6 +1532,8 @@ SCENARIOS = [
     ("M3 memory limit: what it adds to a call, C loop", scenario_limit_cost),
     ("D1 every byte explained: DataParallel on 2 GPUs, each device (needs 2 GPUs)", scenario_data_parallel),
     ("D2 DDP on 2 GPUs: tensor parity per rank, _memory_viz, every byte, the rank table (needs 2 GPUs)", scenario_ddp_parity),
+    ("F1 small stacks: 20-64 KiB threads and 8-16 KiB sigaltstacks that allocate", scenario_small_stacks),
+    ("F2 the driver unloaded and loaded again elsewhere", scenario_driver_reload),
 ]
 
 #: Parts of the suite that run separately, each within 5 minutes on an H100.
@@ -1469,6 +1550,7 @@ PARTS = {
     "10": "L",
     "11": "M1,M2,M3",
     "12": "D1,D2,w",
+    "13": "F1,F2",
 }
 
 

@@ -7,12 +7,14 @@
  * First load, by MODE:
  *   lookup  looks up cuInit and cuMemAlloc_v2, and calls nothing;
  *   init    calls cuInit(0) too;
- *   alloc   calls cuInit(0), allocates 1 MiB and frees it.
+ *   alloc   calls cuInit(0), makes device 0's primary context current,
+ *           allocates 1 MiB, frees it and releases the context.
  * Then it unloads the driver (printing `unloaded 1` when it is gone),
  * holds the driver's old address with a mapping of its own so that the
  * driver loads again elsewhere (printing `moved 1`), loads it, calls
- * cuInit(0), allocates 2 MiB and 3 MiB, frees the 2 MiB and exits 0 with
- * the 3 MiB live. Prints `done`.
+ * cuInit(0), makes device 0's primary context current, allocates 2 MiB and
+ * 3 MiB, frees the 2 MiB and exits 0 with the 3 MiB live. Prints `done`.
+ * Over the real driver too (tests/gpu).
  */
 #define _GNU_SOURCE
 #include <dlfcn.h>
@@ -24,12 +26,16 @@
 
 typedef int CUresult;
 typedef unsigned long long CUdeviceptr;
+typedef void *CUcontext;
 
 struct driver {
     void *handle;
     CUresult (*init)(unsigned);
     CUresult (*alloc)(CUdeviceptr *, size_t);
     CUresult (*free)(CUdeviceptr);
+    CUresult (*retain)(CUcontext *, int);
+    CUresult (*release)(int);
+    CUresult (*set_current)(CUcontext);
     uintptr_t base;
 };
 
@@ -42,20 +48,32 @@ static int load(struct driver *d) {
     d->init = (CUresult(*)(unsigned))dlsym(d->handle, "cuInit");
     d->alloc = (CUresult(*)(CUdeviceptr *, size_t))dlsym(d->handle, "cuMemAlloc_v2");
     d->free = (CUresult(*)(CUdeviceptr))dlsym(d->handle, "cuMemFree_v2");
+    d->retain = (CUresult(*)(CUcontext *, int))dlsym(d->handle, "cuDevicePrimaryCtxRetain");
+    d->release = (CUresult(*)(int))dlsym(d->handle, "cuDevicePrimaryCtxRelease_v2");
+    d->set_current = (CUresult(*)(CUcontext))dlsym(d->handle, "cuCtxSetCurrent");
     /* The driver's own load address, whatever the lookups returned. */
     struct link_map *map = NULL;
     d->base = dlinfo(d->handle, RTLD_DI_LINKMAP, &map) == 0 && map ? (uintptr_t)map->l_addr : 0;
-    return d->init && d->alloc && d->free && d->base;
+    return d->init && d->alloc && d->free && d->retain && d->set_current && d->base;
+}
+
+/* cuInit, and device 0's primary context made current. */
+static int start(struct driver *d) {
+    CUcontext context = NULL;
+    return d->init(0) == 0 && d->retain(&context, 0) == 0 && d->set_current(context) == 0;
 }
 
 int main(int argc, char **argv) {
     const char *mode = argc > 1 ? argv[1] : "alloc";
     struct driver first, second;
     if (!load(&first)) return 10;
-    if (strcmp(mode, "lookup") != 0 && first.init(0) != 0) return 11;
+    if (!strcmp(mode, "init") && first.init(0) != 0) return 11;
     if (!strcmp(mode, "alloc")) {
         CUdeviceptr p;
+        if (!start(&first)) return 11;
         if (first.alloc(&p, 1 << 20) != 0 || first.free(p) != 0) return 12;
+        first.set_current(NULL);
+        if (first.release) first.release(0);
     }
     if (dlclose(first.handle) != 0) return 13;
     void *still = dlopen("libcuda.so.1", RTLD_NOW | RTLD_NOLOAD);
@@ -65,7 +83,7 @@ int main(int argc, char **argv) {
     mmap((void *)first.base, 1 << 20, PROT_NONE, MAP_PRIVATE | MAP_ANONYMOUS | MAP_FIXED_NOREPLACE, -1, 0);
     if (!load(&second)) return 14;
     printf("moved %d\n", second.base != first.base);
-    if (second.init(0) != 0) return 15;
+    if (!start(&second)) return 15;
     CUdeviceptr a, b;
     if (second.alloc(&a, 2 << 20) != 0 || second.alloc(&b, 3 << 20) != 0) return 16;
     if (second.free(a) != 0) return 17;
