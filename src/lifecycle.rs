@@ -4,7 +4,7 @@
 
 use crate::hooks::{dlopen_door, exec, fork, launch, streams, torch_allocator};
 use crate::record::{capture_state, devices, live_table, memory_limit, readings};
-use crate::spool::{notice, recording_switch, tree_root, writer as spool_writer};
+use crate::spool::{notice, recording_switch, replaced_image, tree_root, writer as spool_writer};
 use crate::stacks::{call_stack, module_map, native_unwind, python_frames};
 use crate::sys::{clock, process_mark, spare_stack, thread_block, tracing_switch};
 
@@ -79,6 +79,7 @@ extern "C" fn on_load() {
     if tracing_switch::tracing_on() {
         tree_root::adopt_tree_if_root();
         tree_root::settle_spool_dir();
+        replaced_image::mark_the_image_replaced();
         notice::settle_from_environment();
         recording_switch::configure_from_environment();
         call_stack::configure_from_environment();

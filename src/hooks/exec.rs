@@ -41,16 +41,22 @@ pub fn resolve() {
 
 /// Runs the real call between the mark and its withdrawal (each guarded,
 /// like every hook's bookkeeping), keeping the call's `errno`. With no real function, fails as the C library would.
-fn marked(real: usize, call: impl FnOnce(usize) -> c_int) -> c_int {
+/// `path` is the file the call names (null for `fexecve`): the header keeps
+/// it as what the image exec'd.
+fn marked(real: usize, path: *const c_char, call: impl FnOnce(usize) -> c_int) -> c_int {
     if real == 0 {
         // SAFETY: the thread's errno.
         unsafe { *libc::__errno_location() = libc::ENOSYS };
         return -1;
     }
-    guarded(|| writer::note_exec(true));
+    guarded(|| {
+        // SAFETY: the exec family's contract: a NUL-terminated path, or null.
+        let into = (!path.is_null()).then(|| unsafe { std::ffi::CStr::from_ptr(path) });
+        writer::note_exec(true, into)
+    });
     let result = call(real);
     // `guarded` keeps the call's errno across the withdrawal.
-    guarded(|| writer::note_exec(false));
+    guarded(|| writer::note_exec(false, None));
     result
 }
 
@@ -60,7 +66,7 @@ fn marked(real: usize, call: impl FnOnce(usize) -> c_int) -> c_int {
 /// As the C library's `execve`.
 #[unsafe(no_mangle)]
 pub unsafe extern "C" fn execve(path: *const c_char, argv: *const *const c_char, envp: *const *const c_char) -> c_int {
-    marked(next_function(c"execve", &REAL_EXECVE), |real| {
+    marked(next_function(c"execve", &REAL_EXECVE), path, |real| {
         // SAFETY: the C library's execve, with the caller's arguments.
         unsafe { std::mem::transmute::<usize, ExecveFn>(real)(path, argv, envp) }
     })
@@ -72,7 +78,7 @@ pub unsafe extern "C" fn execve(path: *const c_char, argv: *const *const c_char,
 /// As the C library's `execv`.
 #[unsafe(no_mangle)]
 pub unsafe extern "C" fn execv(path: *const c_char, argv: *const *const c_char) -> c_int {
-    marked(next_function(c"execv", &REAL_EXECV), |real| {
+    marked(next_function(c"execv", &REAL_EXECV), path, |real| {
         // SAFETY: the C library's execv, with the caller's arguments.
         unsafe { std::mem::transmute::<usize, ExecvFn>(real)(path, argv) }
     })
@@ -84,7 +90,7 @@ pub unsafe extern "C" fn execv(path: *const c_char, argv: *const *const c_char) 
 /// As the C library's `execvp`.
 #[unsafe(no_mangle)]
 pub unsafe extern "C" fn execvp(file: *const c_char, argv: *const *const c_char) -> c_int {
-    marked(next_function(c"execvp", &REAL_EXECVP), |real| {
+    marked(next_function(c"execvp", &REAL_EXECVP), file, |real| {
         // SAFETY: the C library's execvp, with the caller's arguments.
         unsafe { std::mem::transmute::<usize, ExecvFn>(real)(file, argv) }
     })
@@ -96,7 +102,7 @@ pub unsafe extern "C" fn execvp(file: *const c_char, argv: *const *const c_char)
 /// As the C library's `execvpe`.
 #[unsafe(no_mangle)]
 pub unsafe extern "C" fn execvpe(file: *const c_char, argv: *const *const c_char, envp: *const *const c_char) -> c_int {
-    marked(next_function(c"execvpe", &REAL_EXECVPE), |real| {
+    marked(next_function(c"execvpe", &REAL_EXECVPE), file, |real| {
         // SAFETY: the C library's execvpe, with the caller's arguments.
         unsafe { std::mem::transmute::<usize, ExecveFn>(real)(file, argv, envp) }
     })
@@ -108,7 +114,7 @@ pub unsafe extern "C" fn execvpe(file: *const c_char, argv: *const *const c_char
 /// As the C library's `fexecve`.
 #[unsafe(no_mangle)]
 pub unsafe extern "C" fn fexecve(fd: c_int, argv: *const *const c_char, envp: *const *const c_char) -> c_int {
-    marked(next_function(c"fexecve", &REAL_FEXECVE), |real| {
+    marked(next_function(c"fexecve", &REAL_FEXECVE), std::ptr::null(), |real| {
         // SAFETY: the C library's fexecve, with the caller's arguments.
         unsafe { std::mem::transmute::<usize, FexecveFn>(real)(fd, argv, envp) }
     })

@@ -5,6 +5,7 @@
 pub mod chunks;
 pub mod notice;
 pub mod recording_switch;
+pub mod replaced_image;
 pub mod spool_file;
 pub mod tree_root;
 pub mod writer;

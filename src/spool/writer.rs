@@ -28,11 +28,13 @@ use crate::sys::clock::{monotonic_ns, realtime_ns, record_ns};
 use crate::sys::prefetch::prefetch_line;
 use crate::sys::process_mark;
 use crate::sys::process_place;
+use crate::sys::process_start;
 use crate::sys::spare_stack;
 use crate::sys::thread::last_errno;
 use crate::sys::thread_block;
 use cudatrace_events::layout::{
-    commit_word, CHUNK_RECORDS, CMDLINE_CAPACITY, HEADER_SIZE, RECORD_SIZE, SPOOL_MAGIC, SPOOL_VERSION,
+    commit_word, CHUNK_RECORDS, CMDLINE_CAPACITY, EXEC_INTO_CAPACITY, HEADER_SIZE, RECORD_SIZE, SPOOL_MAGIC,
+    SPOOL_VERSION,
 };
 use cudatrace_events::notices::NoSpool;
 use cudatrace_events::{naming, RawRecord, SpoolHeader};
@@ -250,20 +252,28 @@ fn open_header() -> Option<*mut SpoolHeader> {
     (!header.is_null()).then_some(header)
 }
 
-/// Marks (or unmarks) the spool header "exec under way", around a call of
-/// the `exec` family. Only the spool's own process marks it: a child made by
-/// `vfork` shares the parent's memory, and must not mark the parent's spool.
-pub fn note_exec(starting: bool) {
+/// Marks the spool header "exec under way" (`starting`) with the path the
+/// call names (`into`, where it names one), or takes the mark back when
+/// the call returned (it failed). Only the spool's own process marks it: a
+/// child made by `vfork` shares the parent's memory, and must not mark the
+/// parent's spool.
+pub fn note_exec(starting: bool, into: Option<&std::ffi::CStr>) {
     let header = HEADER.load(Ordering::Acquire);
     if header.is_null() {
         return;
     }
     // SAFETY: getpid has no preconditions; the header stays mapped while
-    // the process runs, and the field is 4-byte aligned.
+    // the process runs, and the fields are aligned.
     unsafe {
         if libc::getpid() as u32 != (*header).pid {
             return;
         }
+        let path = into.filter(|_| starting).map_or(&[][..], |path| path.to_bytes());
+        let len = path.len().min(EXEC_INTO_CAPACITY);
+        (&raw mut (*header).exec_into)
+            .cast::<u8>()
+            .copy_from_nonoverlapping(path.as_ptr(), len);
+        AtomicU32::from_ptr(&raw mut (*header).exec_into_len).store(len as u32, Ordering::Release);
         AtomicU32::from_ptr(&raw mut (*header).exec_started).store(u32::from(starting), Ordering::Release);
     }
 }
@@ -481,6 +491,7 @@ fn try_create_spool() -> Result<(), NoSpoolWhy> {
         h.start_monotonic_ns = monotonic_ns();
         h.start_realtime_ns = realtime_ns();
         process_place::fill(&mut h.identity);
+        h.process_start_ticks = process_start::process_start_ticks();
         h.cmdline[..cmdline_len].copy_from_slice(&cmdline[..cmdline_len]);
         h.cmdline_len = cmdline_len as u32;
         AtomicU64::from_ptr((&raw mut h.magic).cast()).store(u64::from_le_bytes(SPOOL_MAGIC), Ordering::Release);

@@ -14,6 +14,7 @@ pub mod loader;
 pub mod prefetch;
 pub mod process_mark;
 pub mod process_place;
+pub mod process_start;
 pub mod shared_ledger;
 pub mod spare_stack;
 pub mod symbols;

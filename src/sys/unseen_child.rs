@@ -46,11 +46,7 @@ const CHILD_STACK_BYTES: usize = 64 << 10;
 ///
 /// # Safety
 /// `program`, `argv` and `envp` must be valid as `execve`'s arguments.
-pub unsafe fn start(
-    program: *const c_char,
-    argv: *const *const c_char,
-    envp: *const *const c_char,
-) -> Option<c_int> {
+pub unsafe fn start(program: *const c_char, argv: *const *const c_char, envp: *const *const c_char) -> Option<c_int> {
     // SAFETY: a fresh private anonymous mapping for the children's stacks.
     let stack = unsafe {
         libc::mmap(
@@ -65,13 +61,14 @@ pub unsafe fn start(
     if stack == libc::MAP_FAILED {
         return None;
     }
-    // SAFETY: zeroed sigset_t values are valid, filled below.
     let mut args = ChildArgs {
         program,
         argv,
         envp,
+        // SAFETY: a zeroed sigset_t is valid; filled below.
         mask: unsafe { std::mem::zeroed() },
-        // SAFETY: the second half of the mapping.
+        // SAFETY: the top of the mapping: the second half is the program's
+        // process's stack, the first the unseen child's.
         program_stack: unsafe { stack.cast::<u8>().add(2 * CHILD_STACK_BYTES) }.cast(),
         started: 0,
     };

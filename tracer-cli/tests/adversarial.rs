@@ -380,24 +380,67 @@ fn a_program_that_closes_every_descriptor_and_reuses_the_spool_s_number_keeps_it
     assert_eq!(report["complete"], true);
 }
 
+/// A -> B -> sh -c 'exit 7': A and B replaced themselves; only sh, which
+/// used no CUDA and has no spool, exited with 7. Each traced image says
+/// what it exec'd, and the last one how its process ended, which `run`
+/// saw: "exec'd sh; the process exited 7". With the raw exec system call
+/// (which no hook sees) A was given its successor's exit status; each new
+/// image now marks the spool of the image it replaced as it loads, with
+/// its own `/proc/self/exe`.
 #[test]
 fn in_an_exec_chain_only_the_last_image_exits_the_others_exec_d() {
-    // A -> B -> sh -c 'exit 7': A and B replaced themselves; only sh, which
-    // used no CUDA and has no spool, exited with 7.
-    for round in 0..3 {
-        let (output, trace) = run_scenario(&format!("exec-chain-{round}"), "exec-chain", &[]);
-        assert_eq!(output.status.code(), Some(7), "{}", stderr(&output));
-        let (report, _) = report_json(&trace);
-        let processes = report["processes"].as_array().unwrap();
-        assert_eq!(processes.len(), 2, "{report}");
-        for process in processes {
+    let scenarios = std::fs::canonicalize(fake_cuda::program("scenarios")).unwrap();
+    let shell = std::fs::canonicalize("/bin/sh").unwrap();
+    for (way, a_into, b_into) in [
+        ("execl", "/proc/self/exe".to_owned(), "sh".to_owned()),
+        (
+            "raw",
+            scenarios.to_str().unwrap().to_owned(),
+            shell.to_str().unwrap().to_owned(),
+        ),
+    ] {
+        for round in 0..3 {
+            let (mut command, trace) = run_command(&format!("exec-chain-{way}-{round}"), "exec-chain", &[]);
+            if way == "raw" {
+                command.arg("raw");
+            }
+            let output = command.output().unwrap();
+            assert_eq!(output.status.code(), Some(7), "{}", stderr(&output));
+            let (report, _) = report_json(&trace);
+            let processes = report["processes"].as_array().unwrap();
+            assert_eq!(processes.len(), 2, "{report}");
+            let ends: Vec<_> = processes
+                .iter()
+                .map(|p| (&p["exit_status"], &p["exec_into"], &p["process_exit_status"]))
+                .collect();
+            let null = serde_json::Value::Null;
+            let (a_into, b_into, seven) = (
+                serde_json::json!(a_into),
+                serde_json::json!(b_into),
+                serde_json::json!(7),
+            );
             assert_eq!(
-                process["exit_status"],
-                serde_json::Value::Null,
-                "round {round}: {process}"
+                ends,
+                [(&null, &a_into, &null), (&null, &b_into, &seven)],
+                "{way} round {round}: {report}"
+            );
+            assert_eq!(report["complete"], true);
+            let text = stdout(&cudatrace(&["report", trace.to_str().unwrap()]).output().unwrap());
+            let pid = processes[0]["pid"].as_u64().unwrap();
+            let headings: Vec<&str> = text
+                .lines()
+                .filter(|line| line.starts_with(&format!("pid {pid} ")))
+                .collect();
+            assert_eq!(headings.len(), 2, "{text}");
+            assert!(
+                headings[0].ends_with(&format!(" — exec'd {}", a_into.as_str().unwrap())),
+                "{text}"
+            );
+            assert!(
+                headings[1].ends_with(&format!(" — exec'd {}; the process exited 7", b_into.as_str().unwrap())),
+                "{text}"
             );
         }
-        assert_eq!(report["complete"], true);
     }
 }
 

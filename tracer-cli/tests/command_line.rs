@@ -570,7 +570,7 @@ fn dump_without_files_says_what_to_do_and_dumps_traces_record_by_record() {
         .lines()
         .map(|l| serde_json::from_str(l).unwrap())
         .collect();
-    assert_eq!(lines[0]["header"]["format_version"], 12);
+    assert_eq!(lines[0]["header"]["format_version"], 13);
     let process = lines.iter().find(|l| l.get("process").is_some()).unwrap();
     assert_eq!(process["process"]["pid"], report["processes"][0]["pid"]);
     // Without NVML (no GPU here), the collector says so once.

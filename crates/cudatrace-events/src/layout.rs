@@ -30,7 +30,7 @@
 /// First eight bytes of every spool file.
 pub const SPOOL_MAGIC: [u8; 8] = *b"CUTRSPL\0";
 /// Version of this layout; bumped on any incompatible change.
-pub const SPOOL_VERSION: u32 = 6;
+pub const SPOOL_VERSION: u32 = 7;
 /// Size of the header page; records start at this offset.
 pub const HEADER_SIZE: usize = 4096;
 /// Size of one record in bytes.
@@ -43,8 +43,14 @@ pub const CHUNK_BYTES: usize = CHUNK_RECORDS * RECORD_SIZE;
 pub const CHILD_FAILURE_SLOTS: usize = 16;
 /// Offset of [`SpoolHeader::identity`] in the header.
 pub const IDENTITY_OFFSET: usize = 128 + CHILD_FAILURE_SLOTS * std::mem::size_of::<ChildFailure>();
+/// Bytes of an `exec`'d path kept in the header ([`SpoolHeader::exec_into`]).
+pub const EXEC_INTO_CAPACITY: usize = 256;
+/// Offset of [`SpoolHeader::process_start_ticks`] in the header.
+pub const PROCESS_START_TICKS_OFFSET: usize = IDENTITY_OFFSET + std::mem::size_of::<ProcessIdentity>();
+/// Offset of [`SpoolHeader::exec_into`] in the header.
+pub const EXEC_INTO_OFFSET: usize = PROCESS_START_TICKS_OFFSET + 16;
 /// Offset of the command line in the header.
-pub const CMDLINE_OFFSET: usize = IDENTITY_OFFSET + std::mem::size_of::<ProcessIdentity>();
+pub const CMDLINE_OFFSET: usize = EXEC_INTO_OFFSET + EXEC_INTO_CAPACITY;
 /// Bytes of `/proc/self/cmdline` kept in the header.
 pub const CMDLINE_CAPACITY: usize = HEADER_SIZE - CMDLINE_OFFSET;
 /// Offset of [`SpoolHeader::released_chunks`], which the collector writes.
@@ -139,6 +145,19 @@ pub struct SpoolHeader {
     pub child_failures: [ChildFailure; CHILD_FAILURE_SLOTS],
     /// Where the process ran and which rank of a distributed job it is.
     pub identity: ProcessIdentity,
+    /// When the process started, in clock ticks after boot (the 22nd field
+    /// of `/proc/self/stat`): the same for every image of one process, so
+    /// that a new image tells a spool of an earlier image of its own process
+    /// from one a dead process with the same pid left. 0 if unknown.
+    pub process_start_ticks: u64,
+    /// Bytes of [`Self::exec_into`] in use; written after them.
+    pub exec_into_len: u32,
+    /// Zero.
+    pub exec_spare: u32,
+    /// What the image `exec`'d: the path its `exec` call named, or, for an
+    /// `exec` no hook saw (the raw system call), the new image's
+    /// `/proc/self/exe`, written here by the new image as it loads.
+    pub exec_into: [u8; EXEC_INTO_CAPACITY],
     /// The process's argv as in `/proc/self/cmdline`: NUL-separated, truncated.
     pub cmdline: [u8; CMDLINE_CAPACITY],
 }
@@ -150,6 +169,8 @@ const _: () = assert!(std::mem::offset_of!(SpoolHeader, punched_chunks) == PUNCH
 const _: () = assert!(std::mem::offset_of!(SpoolHeader, cmdline) == CMDLINE_OFFSET);
 const _: () = assert!(std::mem::offset_of!(SpoolHeader, child_failures) == 128);
 const _: () = assert!(std::mem::offset_of!(SpoolHeader, identity) == IDENTITY_OFFSET);
+const _: () = assert!(std::mem::offset_of!(SpoolHeader, process_start_ticks) == PROCESS_START_TICKS_OFFSET);
+const _: () = assert!(std::mem::offset_of!(SpoolHeader, exec_into) == EXEC_INTO_OFFSET);
 
 /// Bytes of the host name kept in a header: Linux's longest (`HOST_NAME_MAX`).
 pub const HOST_NAME_CAPACITY: usize = 64;

@@ -6,8 +6,8 @@
 use crate::codes::{Api, Kind, Op};
 use crate::layout::{
     commit_matches, committed_seq, ChildFailure, ProcessIdentity, RawRecord, SpoolHeader, CHILD_FAILURE_SLOTS,
-    CHUNK_RECORDS, CMDLINE_CAPACITY, CMDLINE_OFFSET, HEADER_SIZE, HOST_NAME_CAPACITY, IDENTITY_OFFSET, RECORD_SIZE,
-    SPOOL_MAGIC, SPOOL_VERSION,
+    CHUNK_RECORDS, CMDLINE_CAPACITY, CMDLINE_OFFSET, EXEC_INTO_CAPACITY, EXEC_INTO_OFFSET, HEADER_SIZE,
+    HOST_NAME_CAPACITY, IDENTITY_OFFSET, PROCESS_START_TICKS_OFFSET, RECORD_SIZE, SPOOL_MAGIC, SPOOL_VERSION,
 };
 
 /// The process a spool file belongs to.
@@ -25,9 +25,14 @@ pub struct ProcessInfo {
     pub start_realtime_ns: u64,
     /// (status, `CLOCK_MONOTONIC` time) if the process ended by calling `exit`.
     pub exit: Option<(i32, u64)>,
-    /// The image was calling `exec` when last seen: with no exit recorded,
-    /// it was replaced, and did not exit.
+    /// The image was calling `exec` when last seen, or a later image of its
+    /// process said it replaced it: with no exit recorded, it was replaced,
+    /// and did not exit.
     pub exec_started: bool,
+    /// What it `exec`'d (a path), where known.
+    pub exec_into: Option<String>,
+    /// When its process started, in clock ticks after boot; 0 if unknown.
+    pub process_start_ticks: u64,
     /// Its host, and its rank where its environment named one.
     pub place: ProcessPlace,
 }
@@ -314,6 +319,12 @@ pub fn parse_header(bytes: &[u8]) -> Result<SpoolHeaderInfo, SpoolError> {
                 )
             }),
             exec_started: u32_at(offset_of!(SpoolHeader, exec_started)) == 1,
+            exec_into: {
+                let len = (u32_at(offset_of!(SpoolHeader, exec_into_len)) as usize).min(EXEC_INTO_CAPACITY);
+                (len > 0)
+                    .then(|| String::from_utf8_lossy(&bytes[EXEC_INTO_OFFSET..EXEC_INTO_OFFSET + len]).into_owned())
+            },
+            process_start_ticks: u64_at(PROCESS_START_TICKS_OFFSET),
             place: ProcessPlace::from_identity(&identity(bytes)),
         },
         unknown_frees: u64_at(offset_of!(SpoolHeader, unknown_frees)),

@@ -136,12 +136,22 @@ fn decode_process_end(c: &mut Cursor) -> Result<Record, Malformed> {
         reserved_events: c.get()?,
         damaged_records: c.get()?,
         ranks_at_end: [None; 3],
+        exec_into: None,
+        process_exit_status: None,
     };
     // Format 12 added the ranks as the process ended.
     if c.remaining() > 0 {
         for number in &mut end.ranks_at_end {
             *number = get_rank(c)?;
         }
+    }
+    // Format 13 added what an image exec'd, and its process's status.
+    if c.remaining() > 0 {
+        end.exec_into = Some(c.string()?).filter(|path| !path.is_empty());
+        end.process_exit_status = match c.get_signed()? {
+            i64::MIN => None,
+            status => Some(i32::try_from(status).map_err(|_| Malformed::ExitStatusOutOfRange)?),
+        };
     }
     Ok(Record::ProcessEnd(end))
 }

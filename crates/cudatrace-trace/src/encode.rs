@@ -217,6 +217,8 @@ fn encode_process_end(e: &ProcessEnd, out: &mut Vec<u8>) {
     for number in e.ranks_at_end {
         put(out, number.map_or(0, |n| u64::from(n) + 1));
     }
+    put_string(out, e.exec_into.as_deref().unwrap_or(""));
+    put_signed(out, e.process_exit_status.map_or(i64::MIN, i64::from));
 }
 
 fn encode_symbols(process: u32, nodes: &[NodeSymbols], out: &mut Vec<u8>) {

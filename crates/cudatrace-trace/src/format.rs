@@ -7,7 +7,7 @@ use cudatrace_events::{Event, ProcessPlace};
 /// First eight bytes of a trace file.
 pub const MAGIC: [u8; 8] = *b"CUTRACE\0";
 /// Version of the record encodings; readers refuse other versions.
-pub const FORMAT_VERSION: u32 = 12;
+pub const FORMAT_VERSION: u32 = 13;
 /// Oldest version readers still accept (it has no call stacks).
 pub const OLDEST_READABLE_VERSION: u32 = 2;
 /// Largest payload a frame may declare; anything larger is damage.
@@ -104,6 +104,13 @@ pub struct ProcessEnd {
     /// when it ended (format 12): a program may set them in its own
     /// environment once running, after its [`ProcessStart`] was written.
     pub ranks_at_end: [Option<u32>; 3],
+    /// What the image `exec`'d (a path), for an image that replaced itself
+    /// (format 13).
+    pub exec_into: Option<String>,
+    /// For the last traced image of a process that `exec`'d into images
+    /// that did not record: the status the process itself ended with, as
+    /// `cudatrace run` saw it (format 13).
+    pub process_exit_status: Option<i32>,
 }
 
 /// A spool that could not be read at all: its process is in the trace only

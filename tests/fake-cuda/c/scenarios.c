@@ -1129,19 +1129,30 @@ int main(int argc, char **argv) {
         }
         waitpid(child, NULL, 0);
     } else if (!strcmp(name, "exec-chain")) {
-        /* A -> B -> sh -c 'exit 7': only sh exits (untraced, no CUDA). */
+        /* A -> B -> sh -c 'exit 7': only sh exits (untraced, no CUDA).
+         * `exec-chain raw`: both execs are the raw system call, which no
+         * hook sees (B then execs /bin/sh). */
+        int raw = argc > 2 && !strcmp(argv[2], "raw");
         void *p;
         check("cudaMalloc", cudaMalloc(&p, 1000));
         fflush(stdout);
-        execl("/proc/self/exe", argv[0], "exec-chain-b", (char *)NULL);
+        if (raw) {
+            extern char **environ;
+            char *const b_argv[] = {argv[0], "exec-chain-b", "raw", NULL};
+            syscall(SYS_execve, "/proc/self/exe", b_argv, environ);
+        } else {
+            execl("/proc/self/exe", argv[0], "exec-chain-b", (char *)NULL);
+        }
         return 15;
     } else if (!strcmp(name, "exec-chain-b")) {
+        int raw = argc > 2 && !strcmp(argv[2], "raw");
         void *p;
         check("cudaMalloc", cudaMalloc(&p, 2000));
         fflush(stdout);
         char *const sh_argv[] = {"sh", "-c", "exit 7", NULL};
         extern char **environ;
-        execvpe("sh", sh_argv, environ); /* found on PATH */
+        if (raw) syscall(SYS_execve, "/bin/sh", sh_argv, environ);
+        else execvpe("sh", sh_argv, environ); /* found on PATH */
         printf("execvpe failed: %s\n", strerror(errno));
         return 15;
     } else if (!strcmp(name, "small-stack") && argc > 2) {

@@ -498,6 +498,22 @@ fn follow(shared: &Shared, to_writer: &Sender<Message>, tail: &mut SpoolTail) ->
     true
 }
 
+/// Whether a later image of `tail`'s process has a spool: one the scanner
+/// took already, or one it has yet to find (its file is there before the
+/// process ends, and removed only once collected, after the scanner took
+/// it).
+fn later_image_recorded(shared: &Shared, tail: &SpoolTail) -> bool {
+    let taken = shared
+        .latest_image
+        .lock()
+        .unwrap()
+        .get(&tail.pid)
+        .is_some_and(|&latest| latest > tail.image);
+    taken
+        || (tail.image + 1..=tail.image + 4)
+            .any(|image| shared.dir.join(naming::spool_file_name(tail.pid, image)).exists())
+}
+
 /// How a process image ended: the status its parent saw if cudatrace is
 /// that parent, else what it recorded when it called `exit`.
 fn end_of(
@@ -523,5 +539,15 @@ fn end_of(
         (None, None) if gone => (None, Some(monotonic_ns())),
         (None, None) => (None, None),
     };
-    tail.end_record(header, exit_status, exit_time_ns, !gone)
+    let mut end = tail.end_record(header, exit_status, exit_time_ns, !gone);
+    if replaced {
+        end.exec_into.clone_from(&header.process.exec_into);
+        // The last traced image of its process (no later image recorded):
+        // the status the process ended with, where run saw it, is told
+        // with it, as the process's and not the image's.
+        if !superseded && !later_image_recorded(shared, tail) {
+            end.process_exit_status = shared.exits.lock().unwrap().get(&tail.pid).map(|&(status, _)| status);
+        }
+    }
+    end
 }

@@ -297,6 +297,8 @@ impl SpoolTail {
                 header.process.place.local_rank,
                 header.process.place.world_size,
             ],
+            exec_into: None,
+            process_exit_status: None,
         }
     }
 }

@@ -133,14 +133,7 @@ fn processes_html(index: &TraceIndex, summary: &Summary) -> String {
     let mut out = String::from("<h2>Processes</h2>\n<table><tr><th>pid</th><th>parent</th><th>image</th><th>command</th><th>exit</th><th>events</th></tr>\n");
     for (info, process) in index.processes.iter().zip(&summary.processes) {
         let s = &info.start;
-        let exit = info
-            .end
-            .as_ref()
-            .map_or("unknown".to_string(), |e| match (e.exit_status, e.still_running) {
-                (_, true) => "still running".to_string(),
-                (Some(status), _) => status.to_string(),
-                (None, _) => "unknown".to_string(),
-            });
+        let exit = escape(&crate::outputs::wording::image_end_text(info.end.as_ref()));
         let _ = writeln!(
             out,
             "<tr><td>{}</td><td>{}</td><td>{}</td><td><code>{}</code></td><td>{}</td><td class=\"num\">{}</td></tr>",

@@ -94,12 +94,7 @@ pub fn report(index: &TraceIndex, summary: &Summary, frames: FramesShown) -> Str
 fn process_text(index: &TraceIndex, info: &ProcessIndex, process: &ProcessSummary, frames: FramesShown) -> String {
     let start = &info.start;
     let end = info.end.clone().unwrap_or_default();
-    let exit = match (end.exit_status, end.still_running) {
-        (_, true) => "still running at the end".to_string(),
-        (Some(status), _) if status > 128 => format!("killed by signal {} (status {status})", status - 128),
-        (Some(status), _) => format!("exit {status}"),
-        (None, _) => "exit status unknown".to_string(),
-    };
+    let exit = crate::outputs::wording::image_end_text(info.end.as_ref());
     let mut out = format!(
         "\npid {} (parent {}){} {} — {exit}\n",
         start.pid,

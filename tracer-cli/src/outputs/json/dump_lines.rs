@@ -112,6 +112,8 @@ pub fn record_lines(path: &Path, record: Record) -> Vec<Value> {
             "drop_errno": e.drop_errno,
             "damaged_records": e.damaged_records,
             "ranks_at_end": e.ranks_at_end,
+            "exec_into": e.exec_into,
+            "process_exit_status": e.process_exit_status,
         }})],
         Record::Refused(r) => vec![json!({"refused": {"path": r.path, "uid": r.uid, "reason": r.reason}})],
         Record::DamagedSpool(d) => {

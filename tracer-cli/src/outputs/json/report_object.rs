@@ -236,6 +236,8 @@ fn process_json(index: &TraceIndex, info: &ProcessIndex, process: &ProcessSummar
         "image": start.image,
         "argv": start.argv,
         "exit_status": end.exit_status,
+        "exec_into": end.exec_into,
+        "process_exit_status": end.process_exit_status,
         "still_running": end.still_running,
         "events": process.memory.events,
         "folded_events": info.fold.as_ref().map_or(0, |f| f.folded_events),

@@ -38,6 +38,7 @@ pub mod collector_lines;
 pub mod devices;
 pub mod fold_lines;
 pub mod footprint_notes;
+pub mod image_end;
 pub mod limit_lines;
 pub mod merge_lines;
 pub mod numbers;
@@ -55,6 +56,7 @@ pub mod write_failures;
 
 pub use devices::{category_chart_name, category_name, device_label};
 pub use footprint_notes::{limit_text, note_text};
+pub use image_end::image_end_text;
 pub use numbers::{bytes, count, duration, signed_bytes};
 pub use processes::{silent_children_line, unrecorded_line, unrecorded_process_text};
 pub use spool_faults::{not_private_text, spool_error_text};
