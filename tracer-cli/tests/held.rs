@@ -882,7 +882,7 @@ fn crafted_spool_headers_get_one_line_from_dump_and_a_damaged_spool_entry_from_c
         if label == "version" {
             assert_eq!(
                 said,
-                format!("{prefix}spool format version 99 is not supported (this build reads 6)\n"),
+                format!("{prefix}spool format version 99 is not supported (this build reads 7)\n"),
                 "{label}"
             );
         }

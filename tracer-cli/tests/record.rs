@@ -80,7 +80,7 @@ fn a_single_process_run_reports_exactly_what_it_did() {
     ];
     live_at_exit.sort_by_key(|l| l["address"].as_u64());
     let expected = json!({
-        "format_version": 12,
+        "format_version": 13,
         "lost_events": 0,
         "dropped_events": 0,
         "complete": true,
@@ -104,6 +104,9 @@ fn a_single_process_run_reports_exactly_what_it_did() {
             "local_rank": null,
             "world_size": null,
             "exit_status": 0,
+            // It exited: it exec'd nothing, and its own status is the process's.
+            "exec_into": null,
+            "process_exit_status": null,
             "folded_events": 0,
             "still_running": false,
             "events": 24,

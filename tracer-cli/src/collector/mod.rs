@@ -356,6 +356,10 @@ fn scan(
                     continue;
                 }
             }
+            // Whether its process was gone before the header is read: a
+            // process that ends between the read and the look would have
+            // its header, unfinished when read, taken as never finished.
+            let gone_before = Liveness::watch(pid).is_dead();
             match SpoolTail::open(&path, next_process, image, true) {
                 Ok((tail, header)) => {
                     seen.insert(path);
@@ -380,7 +384,7 @@ fn scan(
                     seen.insert(path);
                 }
                 // The header is still being written: look again later.
-                Err(error) if may_become_readable(&error) && !last_pass && !Liveness::watch(pid).is_dead() => {}
+                Err(error) if may_become_readable(&error) && !last_pass && !gone_before => {}
                 Err(error) => {
                     let _ = to_writer.send(Message::Damaged(damaged_spool(&path, pid, image, &error)));
                     seen.insert(path);
