@@ -6,7 +6,7 @@ use crate::hooks::{dlopen_door, exec, fork, launch, streams, torch_allocator};
 use crate::record::{capture_state, devices, live_table, memory_limit, readings};
 use crate::spool::{notice, recording_switch, replaced_image, tree_root, writer as spool_writer};
 use crate::stacks::{call_stack, module_map, native_unwind, python_frames};
-use crate::sys::{clock, process_mark, spare_stack, thread_block, tracing_switch};
+use crate::sys::{address_budget, clock, process_mark, spare_stack, thread_block, tracing_switch};
 
 extern "C" fn before_fork() {
     module_map::before_fork();
@@ -60,6 +60,8 @@ fn process_exiting() {
 /// Library constructor. It does no CUDA work; it reads the environment and,
 /// in the root of a traced tree, adds the tree's spool folder to it.
 extern "C" fn on_load() {
+    // First: every table mapped from here on is sized by it.
+    address_budget::configure();
     if std::env::var_os("CUDATRACE_DISABLE").is_some_and(|v| v != "0" && !v.is_empty()) {
         tracing_switch::turn_tracing_off();
     }

@@ -65,8 +65,12 @@ struct Slot {
 // SAFETY: zeroed, a slot is EMPTY.
 unsafe impl ZeroIsEmpty for Slot {}
 
+/// Slots under an address-space limit (1.5 MiB): allocations past what it
+/// holds are counted as the live table's overflows.
+const LEAN_SLOT_COUNT: usize = 1 << 16;
+
 #[unsafe(link_section = "cudatrace_hot")]
-static TABLE: LazyMapping<Slot> = LazyMapping::new(SLOT_COUNT);
+static TABLE: LazyMapping<Slot> = LazyMapping::with_lean_len(SLOT_COUNT, LEAN_SLOT_COUNT);
 
 fn table() -> Option<&'static [Slot]> {
     TABLE.get()
@@ -112,7 +116,7 @@ pub fn insert(namespace: Namespace, address: u64, entry: Entry) -> Inserted {
     for _attempt in 0..8 {
         let mut free_slot = None;
         for step in 0..MAX_PROBE {
-            let index = (start + step) & (SLOT_COUNT - 1);
+            let index = (start + step) & (slots.len() - 1);
             let current = slots[index].key.load(Ordering::Acquire);
             if current == key {
                 return Inserted::AlreadyPresent;
@@ -145,7 +149,7 @@ pub fn insert(namespace: Namespace, address: u64, entry: Entry) -> Inserted {
 fn find(slots: &[Slot], key: u64) -> Option<usize> {
     let start = first_slot(key);
     (0..MAX_PROBE)
-        .map(|step| (start + step) & (SLOT_COUNT - 1))
+        .map(|step| (start + step) & (slots.len() - 1))
         .take_while(|&index| slots[index].key.load(Ordering::Acquire) != EMPTY)
         .find(|&index| slots[index].key.load(Ordering::Acquire) == key)
 }

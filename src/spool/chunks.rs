@@ -21,6 +21,7 @@
 //!   being written" and move on.
 
 use crate::spool::spool_file;
+use crate::sys::address_budget;
 use crate::sys::clock::monotonic_ns;
 use crate::sys::lazy_mapping::LazyMapping;
 use crate::sys::prefetch::prefetch_line;
@@ -29,7 +30,6 @@ use cudatrace_events::layout::{
     chunk_offset, commit_word, CHUNK_BYTES, CHUNK_RECORDS, DROPPED_OP, HEADER_SIZE, MAX_RING_CHUNKS,
 };
 use cudatrace_events::RawRecord;
-use std::ptr::NonNull;
 use std::sync::atomic::{AtomicI32, AtomicPtr, AtomicU32, AtomicU64, AtomicUsize, Ordering};
 
 /// Chunks mapped at one time (their places in memory and in the table of
@@ -37,15 +37,23 @@ use std::sync::atomic::{AtomicI32, AtomicPtr, AtomicU32, AtomicU64, AtomicUsize,
 /// every ring, so that chunks sharing a place in memory share one in the file.
 pub const MAX_CHUNKS: usize = 1 << 18;
 const _: () = assert!(MAX_CHUNKS.is_multiple_of(MAX_RING_CHUNKS as usize));
-/// Chunks per reserved segment of address space (4 GiB).
-const SEGMENT_CHUNKS: usize = 4096;
-const SEGMENTS: usize = MAX_CHUNKS / SEGMENT_CHUNKS;
-const SEGMENT_BYTES: usize = SEGMENT_CHUNKS * CHUNK_BYTES;
+/// Chunk places per reserved segment of address space (18 MiB): address
+/// space is reserved as the ring's places come into use, a segment at a
+/// time, never for places the process has not reached.
+const SEGMENT_CHUNKS: usize = 16;
+const SEGMENTS: usize = MAX_RING_CHUNKS as usize / SEGMENT_CHUNKS;
+/// Chunk places under an address-space limit (see `address_budget`): the
+/// collector must keep up within 9 MiB, or records are dropped, counted.
+const LEAN_RING_CHUNKS: u32 = 8;
 /// After a chunk could not be reserved, records are dropped without trying
 /// again for this long.
 const RETRY_PAUSE_NS: u64 = 50_000_000;
-/// One bit per possible sequence number.
+/// One bit per sequence number of `MAX_CHUNKS` chunks (32 MiB, mapped on
+/// the first drop), or of `LEAN_RING_CHUNKS` chunks' worth under an
+/// address-space limit (sequence numbers that far apart share a bit: one
+/// of two such drops may then be counted as unfinished, not dropped).
 const DROPPED_BITMAP_BYTES: usize = MAX_CHUNKS * CHUNK_RECORDS / 8;
+const LEAN_DROPPED_BITMAP_BYTES: usize = LEAN_RING_CHUNKS as usize * CHUNK_RECORDS / 8;
 const WORDS_PER_CHUNK: usize = CHUNK_RECORDS / 64;
 
 static CHUNKS: [AtomicPtr<RawRecord>; MAX_CHUNKS] = [const { AtomicPtr::new(std::ptr::null_mut()) }; MAX_CHUNKS];
@@ -64,7 +72,8 @@ static RETRY_AFTER_NS: AtomicU64 = AtomicU64::new(0);
 /// The `errno` of the last failed growth, for the records dropped meanwhile.
 static LAST_GROW_ERRNO: AtomicI32 = AtomicI32::new(libc::EIO);
 /// Sequence numbers whose record was dropped and has no tombstone yet.
-static DROPPED: LazyMapping<AtomicU64> = LazyMapping::new(DROPPED_BITMAP_BYTES / 8);
+static DROPPED: LazyMapping<AtomicU64> =
+    LazyMapping::with_lean_len(DROPPED_BITMAP_BYTES / 8, LEAN_DROPPED_BITMAP_BYTES / 8);
 /// Chunk places of this spool's ring; 0 until the spool is created.
 static RING: AtomicU32 = AtomicU32::new(0);
 /// Why a chunk waits for its place: `EFBIG` when `ulimit -f` made the ring
@@ -84,10 +93,15 @@ pub fn ring_chunks() -> u32 {
     // SAFETY: a valid out-pointer.
     let limited =
         unsafe { libc::getrlimit(libc::RLIMIT_FSIZE, &mut limit) } == 0 && limit.rlim_cur != libc::RLIM_INFINITY;
-    let places = if limited {
-        (limit.rlim_cur.saturating_sub(HEADER_SIZE as u64) / CHUNK_BYTES as u64).min(u64::from(MAX_RING_CHUNKS)) as u32
+    let most = if address_budget::lean() {
+        LEAN_RING_CHUNKS
     } else {
         MAX_RING_CHUNKS
+    };
+    let places = if limited {
+        (limit.rlim_cur.saturating_sub(HEADER_SIZE as u64) / CHUNK_BYTES as u64).min(u64::from(most)) as u32
+    } else {
+        most
     };
     let ring = if places == 0 {
         1
@@ -218,18 +232,26 @@ fn grow_locked(target: usize) -> Result<*mut RawRecord, i32> {
     Ok(CHUNKS[target % MAX_CHUNKS].load(Ordering::Acquire))
 }
 
-/// Where chunk `chunk` goes: its place in its segment of address space,
-/// reserved on first use, or `None` if address space cannot be reserved.
-fn segment_address(chunk: usize) -> Option<*mut u8> {
-    let chunk = chunk % MAX_CHUNKS;
-    let segment = chunk / SEGMENT_CHUNKS;
+/// Bytes of address space segment `segment` reserves: its places of a
+/// ring of `ring` places.
+fn segment_bytes(segment: usize, ring: usize) -> usize {
+    SEGMENT_CHUNKS.min(ring.saturating_sub(segment * SEGMENT_CHUNKS)).max(1) * CHUNK_BYTES
+}
+
+/// Where the chunk of place `place` goes: its place in its segment of
+/// address space, reserved on first use, or `None` if address space cannot
+/// be reserved.
+fn segment_address(place: usize) -> Option<*mut u8> {
+    let ring = RING.load(Ordering::Acquire).max(1) as usize;
+    let place = place % ring;
+    let segment = place / SEGMENT_CHUNKS;
     let mut base = SEGMENT_BASES[segment].load(Ordering::Acquire);
     if base.is_null() {
         // SAFETY: reserving address space only: no access, no memory committed.
         let reserved = unsafe {
             libc::mmap(
                 std::ptr::null_mut(),
-                SEGMENT_BYTES,
+                segment_bytes(segment, ring),
                 libc::PROT_NONE,
                 libc::MAP_PRIVATE | libc::MAP_ANONYMOUS | libc::MAP_NORESERVE,
                 -1,
@@ -242,8 +264,9 @@ fn segment_address(chunk: usize) -> Option<*mut u8> {
         base = reserved.cast();
         SEGMENT_BASES[segment].store(base, Ordering::Release);
     }
-    // SAFETY: inside the segment, which holds SEGMENT_CHUNKS chunks.
-    Some(unsafe { base.add((chunk % SEGMENT_CHUNKS) * CHUNK_BYTES) })
+    // SAFETY: inside the segment, which holds the ring's places from
+    // `segment * SEGMENT_CHUNKS` on, this one among them.
+    Some(unsafe { base.add((place % SEGMENT_CHUNKS) * CHUNK_BYTES) })
 }
 
 fn map(fd: i32, place: usize, offset: usize, populate: bool) -> Result<*mut RawRecord, i32> {
@@ -326,15 +349,13 @@ fn reserve_by_writing(fd: i32, offset: u64, length: u64) -> Result<(), i32> {
 }
 
 /// The bitmap of dropped sequence numbers, made on the first drop.
-fn dropped_bitmap() -> Option<*mut AtomicU64> {
-    DROPPED.get().map(|words| words.as_ptr().cast_mut())
+fn dropped_bitmap() -> Option<&'static [AtomicU64]> {
+    DROPPED.get()
 }
 
-fn bitmap_word(bitmap: *mut AtomicU64, seq: u64) -> &'static AtomicU64 {
-    let bits = (MAX_CHUNKS * CHUNK_RECORDS) as u64;
-    // SAFETY: the word of seq modulo the bitmap's bits lies inside the
-    // bitmap, which is never unmapped but by fork.
-    unsafe { &*bitmap.add(((seq % bits) / 64) as usize) }
+fn bitmap_word(bitmap: &'static [AtomicU64], seq: u64) -> &'static AtomicU64 {
+    let bits = bitmap.len() as u64 * 64;
+    &bitmap[((seq % bits) / 64) as usize]
 }
 
 /// Remembers that `seq`'s record was dropped, for a tombstone once its
@@ -354,15 +375,12 @@ pub fn note_dropped_seq(seq: u64) {
 
 /// Stores tombstones for the dropped records of a chunk just mapped.
 fn tombstone_chunk(chunk: usize) {
-    let Some(bitmap) = DROPPED
-        .get_if_mapped()
-        .and_then(|words| NonNull::new(words.as_ptr().cast_mut()))
-    else {
+    let Some(bitmap) = DROPPED.get_if_mapped().filter(|words| !words.is_empty()) else {
         return;
     };
     let first = (chunk * CHUNK_RECORDS) as u64;
     for w in 0..WORDS_PER_CHUNK as u64 {
-        let word = bitmap_word(bitmap.as_ptr(), first + w * 64);
+        let word = bitmap_word(bitmap, first + w * 64);
         if word.load(Ordering::SeqCst) == 0 {
             continue;
         }
@@ -402,19 +420,21 @@ fn store_tombstone(seq: u64) {
 /// the parent's record of drops, and any lock a parent thread held.
 pub fn forget_parent() {
     let mapped = MAPPED.swap(0, Ordering::Relaxed).min(MAX_CHUNKS);
+    let ring = RING.load(Ordering::Acquire).max(1) as usize;
     for (chunk, slot) in CHUNKS[..mapped].iter().enumerate() {
         let base = slot.swap(std::ptr::null_mut(), Ordering::AcqRel);
-        let in_segment = !SEGMENT_BASES[chunk / SEGMENT_CHUNKS].load(Ordering::Relaxed).is_null();
+        let segment = (chunk % ring) / SEGMENT_CHUNKS;
+        let in_segment = !SEGMENT_BASES[segment].load(Ordering::Relaxed).is_null();
         if !base.is_null() && !in_segment {
             // SAFETY: the child's inherited view of the parent's chunk, no longer used.
             unsafe { libc::munmap(base.cast(), CHUNK_BYTES) };
         }
     }
-    for segment in &SEGMENT_BASES {
-        let base = segment.swap(std::ptr::null_mut(), Ordering::AcqRel);
+    for (segment, base) in SEGMENT_BASES.iter().enumerate() {
+        let base = base.swap(std::ptr::null_mut(), Ordering::AcqRel);
         if !base.is_null() {
             // SAFETY: the parent's chunks and reserved address space, as inherited.
-            unsafe { libc::munmap(base.cast(), SEGMENT_BYTES) };
+            unsafe { libc::munmap(base.cast(), segment_bytes(segment, ring)) };
         }
     }
     DROPPED.forget();

@@ -120,7 +120,7 @@ unsafe impl ZeroIsEmpty for LastStack {}
 thread_local! {
     static SCRATCH: UnsafeCell<ThreadBox<Scratch>> = const { UnsafeCell::new(ThreadBox::new()) };
     static STACK_CACHE: UnsafeCell<ThreadBox<StackCache>> = const { UnsafeCell::new(ThreadBox::new()) };
-    // On the heap too (5 KiB): thread-local storage is carved out of every
+    // In a mapping too (5 KiB): thread-local storage is carved out of every
     // thread's stack.
     static LAST: UnsafeCell<ThreadBox<LastStack>> = const { UnsafeCell::new(ThreadBox::new()) };
 }

@@ -23,10 +23,11 @@
 
 use crate::stacks::walk_memo::{Start, WalkMemo, WalkRecorder};
 use crate::stacks::{module_map, stack_cache};
+use crate::sys::address_budget;
 use crate::sys::lazy_mapping::{LazyMapping, ZeroIsEmpty};
 use crate::sys::prefetch::prefetch_line;
 use crate::sys::spare_stack;
-use crate::sys::thread_box::ThreadBox;
+use crate::sys::thread_box::{MappedBox, ThreadBox};
 use crate::sys::tracing_switch::guarded;
 use framehop::x86_64::{CacheX86_64, UnwindRegsX86_64};
 use framehop::{FrameAddress, MustNotAllocateDuringUnwind, Unwinder};
@@ -206,7 +207,7 @@ fn write_slot(slot: &LearntSlot, key: u64, word: u64) {
 }
 
 struct ThreadUnwind {
-    cache: Option<Box<RuleCache>>,
+    cache: ThreadBox<RuleCache>,
     /// The thread's stack, [low, high); (0, 0) until asked.
     stack: (u64, u64),
     /// The learnt sets the thread's last walk looked in, and how many.
@@ -227,7 +228,7 @@ struct ThreadUnwind {
 thread_local! {
     static THREAD: UnsafeCell<ThreadUnwind> = const {
         UnsafeCell::new(ThreadUnwind {
-            cache: None,
+            cache: ThreadBox::new(),
             stack: (0, 0),
             recent_sets: [0; RECENT_SETS],
             recent_count: 0,
@@ -255,7 +256,11 @@ pub fn note_loading_thread() {
 
 /// The calling thread's stack bounds: read when the library loaded for the
 /// thread that loaded it, else asked of the C library (which reads them
-/// from the thread's own descriptor for a thread it started).
+/// from the thread's own descriptor for a thread it started). (0, 0) for
+/// another thread in a process with a limit on its address space: the C
+/// library allocates there, and a thread's first `malloc` reserves 64 MiB
+/// of address space (see `address_budget`); its events take no native
+/// frames.
 fn thread_stack_bounds() -> (u64, u64) {
     // SAFETY: pthread_self has no preconditions.
     let me = unsafe { libc::pthread_self() } as u64;
@@ -264,6 +269,9 @@ fn thread_stack_bounds() -> (u64, u64) {
             LOADING_THREAD_STACK[0].load(Ordering::Relaxed),
             LOADING_THREAD_STACK[1].load(Ordering::Relaxed),
         );
+    }
+    if address_budget::lean() {
+        return (0, 0);
     }
     stack_bounds()
 }
@@ -383,11 +391,11 @@ pub fn capture(out: &mut [u64]) -> NativeWalk {
                     sp,
                     recent_sets,
                     recent_count,
-                    cache: cache.get_or_insert_with(new_rule_cache),
+                    cache: cache.get_or_make_with(RuleCache::new_in)?,
                 };
-                walker.walk(ip, bp, out, recorder.as_mut())
+                Some(walker.walk(ip, bp, out, recorder.as_mut()))
             });
-            let Some((count, cut)) = walked else {
+            let Some((count, cut)) = walked.flatten() else {
                 return NO_WALK;
             };
             let hash = stack_cache::hash_frames(out[..count].iter().map(|&address| (0, address, 0)));
@@ -524,11 +532,12 @@ fn learn(slots: &[LearntSlot], key: u64, address: u64, seen: Option<Learnt>, obs
     }
 }
 
-/// framehop's rule cache, built on the heap.
+/// framehop's rule cache, in a mapping of its own (not `malloc`'s: see
+/// `thread_box`); `None` when it cannot be mapped.
 #[cold]
 #[inline(never)]
-fn new_rule_cache() -> Box<RuleCache> {
-    Box::new(RuleCache::new_in())
+fn new_rule_cache() -> Option<MappedBox<RuleCache>> {
+    MappedBox::new_with(RuleCache::new_in)
 }
 
 /// Takes a remembered step; `None` where a read leaves the stack.
@@ -745,14 +754,15 @@ impl ReturnSlot {
         // The rule cache and the rule's evaluation are large: on a nearly
         // full stack they go on a spare one; without one, try again later.
         let Some(found) = spare_stack::with_room(ROOM_FOR_A_WALK, sp, low, || {
-            let mut cache = new_rule_cache();
-            map.unwinder.unwind_frame(
+            let mut cache = new_rule_cache()?;
+            Some(map.unwinder.unwind_frame(
                 FrameAddress::InstructionPointer(ip),
                 &mut regs,
                 &mut cache,
                 &mut read_stack,
-            )
-        }) else {
+            ))
+        })
+        .flatten() else {
             return 0;
         };
         let slot = regs.sp().wrapping_sub(8);

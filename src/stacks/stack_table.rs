@@ -14,7 +14,8 @@ use cudatrace_events::stacks::{BlobPiece, BLOB_PIECE_BYTES};
 use cudatrace_events::{Api, Kind, Op, RawRecord};
 use std::sync::atomic::{AtomicU32, AtomicU64, Ordering};
 
-/// Slots in the table; ids run from 1 to this.
+/// Slots in the table (fewer under an address-space limit); ids run from 1
+/// to this.
 const SLOTS: usize = 1 << 20;
 /// Slots probed before giving up on a full neighbourhood.
 const MAX_PROBES: usize = 4096;
@@ -40,7 +41,11 @@ struct Slot {
 unsafe impl ZeroIsEmpty for Slot {}
 
 #[unsafe(link_section = "cudatrace_hot")]
-static TABLE: LazyMapping<Slot> = LazyMapping::new(SLOTS);
+static TABLE: LazyMapping<Slot> = LazyMapping::with_lean_len(SLOTS, LEAN_SLOTS);
+
+/// Slots under an address-space limit (2 MiB): frames past what it holds
+/// are not stored, and their events take the stack so far.
+const LEAN_SLOTS: usize = 1 << 16;
 
 /// Kind given to the keys that mark a Python code object as described
 /// (never a frame kind).
@@ -60,9 +65,10 @@ pub fn intern(kind: u8, value: u64, parent: u32, offset: u32) -> Option<(u32, bo
     let table = TABLE.get()?;
     let claim = hash(kind, value, parent, offset);
     let parent_offset = u64::from(parent) | u64::from(offset) << 32;
-    let start = (claim >> 12) as usize % SLOTS;
+    let slots = table.len();
+    let start = (claim >> 12) as usize % slots;
     for probe in 0..MAX_PROBES {
-        let index = (start + probe) % SLOTS;
+        let index = (start + probe) % slots;
         let slot = &table[index];
         let mut seen = slot.claim.load(Ordering::Acquire);
         if seen == 0 {

@@ -4,9 +4,10 @@
 //! of their pages. The mapping is reserved without swap, so only the pages
 //! written cost memory.
 
+use crate::sys::address_budget;
 use crate::sys::prefetch::prefetch_line;
 use std::marker::PhantomData;
-use std::sync::atomic::{AtomicPtr, Ordering};
+use std::sync::atomic::{AtomicPtr, AtomicU32, Ordering};
 
 /// A type whose all-zero bytes are a valid, empty value (atomics and
 /// structs of atomics), so that a fresh anonymous mapping is a table of them.
@@ -22,22 +23,40 @@ unsafe impl ZeroIsEmpty for std::sync::atomic::AtomicU64 {}
 /// [`LazyMapping::forget`] in a forked child.
 pub struct LazyMapping<T: ZeroIsEmpty> {
     base: AtomicPtr<T>,
-    len: usize,
+    len: u32,
+    /// The length under an address-space limit (see `address_budget`).
+    lean_len: u32,
+    /// The length of the mapping made (0 until made): stored before `base`
+    /// is published.
+    mapped_len: AtomicU32,
     _values: PhantomData<T>,
 }
 
 impl<T: ZeroIsEmpty> LazyMapping<T> {
     /// A table of `len` values, not mapped yet.
     pub const fn new(len: usize) -> LazyMapping<T> {
+        LazyMapping::with_lean_len(len, len)
+    }
+
+    /// A table of `len` values, or of `lean_len` in a process with a limit
+    /// on its address space; both powers of two where the caller masks
+    /// indices with the length. Users take the length from the table.
+    pub const fn with_lean_len(len: usize, lean_len: usize) -> LazyMapping<T> {
+        assert!(
+            len <= u32::MAX as usize && lean_len <= len,
+            "a table's length fits 32 bits"
+        );
         LazyMapping {
             base: AtomicPtr::new(std::ptr::null_mut()),
-            len,
+            len: len as u32,
+            lean_len: lean_len as u32,
+            mapped_len: AtomicU32::new(0),
             _values: PhantomData,
         }
     }
 
-    fn bytes(&self) -> usize {
-        self.len * std::mem::size_of::<T>()
+    fn bytes(len: usize) -> usize {
+        len * std::mem::size_of::<T>()
     }
 
     /// The table, mapping it if this is the first use; `None` when no
@@ -48,9 +67,10 @@ impl<T: ZeroIsEmpty> LazyMapping<T> {
         if base.is_null() {
             base = self.map()?;
         }
-        // SAFETY: the mapping holds `len` values and lives until `forget`,
-        // which only a forked child calls, before any other thread exists.
-        Some(unsafe { std::slice::from_raw_parts(base, self.len) })
+        // SAFETY: the mapping holds `mapped_len` values (stored before the
+        // base was published) and lives until `forget`, which only a forked
+        // child calls, before any other thread exists.
+        Some(unsafe { std::slice::from_raw_parts(base, self.mapped_len.load(Ordering::Relaxed) as usize) })
     }
 
     /// The table if it was mapped already, without mapping it.
@@ -58,7 +78,8 @@ impl<T: ZeroIsEmpty> LazyMapping<T> {
     pub fn get_if_mapped(&self) -> Option<&'static [T]> {
         let base = self.base.load(Ordering::Acquire);
         // SAFETY: as in `get`.
-        (!base.is_null()).then(|| unsafe { std::slice::from_raw_parts(base, self.len) })
+        (!base.is_null())
+            .then(|| unsafe { std::slice::from_raw_parts(base, self.mapped_len.load(Ordering::Relaxed) as usize) })
     }
 
     /// Asks for the cache line of value `index` (modulo the table's length,
@@ -67,18 +88,26 @@ impl<T: ZeroIsEmpty> LazyMapping<T> {
     pub fn prefetch(&self, index: usize) {
         let base = self.base.load(Ordering::Relaxed);
         if !base.is_null() {
-            prefetch_line(base.wrapping_add(index & (self.len - 1)));
+            // A length not seen yet reads 0: the address is then wild, and a
+            // prefetch never faults.
+            let mask = (self.mapped_len.load(Ordering::Relaxed) as usize).wrapping_sub(1);
+            prefetch_line(base.wrapping_add(index & mask));
         }
     }
 
     #[cold]
     fn map(&self) -> Option<*mut T> {
+        let len = if address_budget::lean() {
+            self.lean_len
+        } else {
+            self.len
+        } as usize;
         // SAFETY: a fresh private anonymous mapping; zeroed pages are empty
         // values of `T` (ZeroIsEmpty).
         let fresh = unsafe {
             libc::mmap(
                 std::ptr::null_mut(),
-                self.bytes(),
+                Self::bytes(len),
                 libc::PROT_READ | libc::PROT_WRITE,
                 libc::MAP_PRIVATE | libc::MAP_ANONYMOUS | libc::MAP_NORESERVE,
                 -1,
@@ -89,6 +118,8 @@ impl<T: ZeroIsEmpty> LazyMapping<T> {
             return None;
         }
         let fresh = fresh.cast::<T>();
+        // Every thread that maps it chooses the same length.
+        self.mapped_len.store(len as u32, Ordering::Relaxed);
         match self
             .base
             .compare_exchange(std::ptr::null_mut(), fresh, Ordering::AcqRel, Ordering::Acquire)
@@ -96,7 +127,7 @@ impl<T: ZeroIsEmpty> LazyMapping<T> {
             Ok(_) => Some(fresh),
             Err(winner) => {
                 // SAFETY: our own mapping, never published.
-                unsafe { libc::munmap(fresh.cast(), self.bytes()) };
+                unsafe { libc::munmap(fresh.cast(), Self::bytes(len)) };
                 Some(winner)
             }
         }
@@ -108,7 +139,12 @@ impl<T: ZeroIsEmpty> LazyMapping<T> {
         let old = self.base.swap(std::ptr::null_mut(), Ordering::AcqRel);
         if !old.is_null() {
             // SAFETY: the child's private copy, which nothing uses any more.
-            unsafe { libc::munmap(old.cast(), self.bytes()) };
+            unsafe {
+                libc::munmap(
+                    old.cast(),
+                    Self::bytes(self.mapped_len.load(Ordering::Relaxed) as usize),
+                )
+            };
         }
     }
 }

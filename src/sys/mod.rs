@@ -4,6 +4,7 @@
 //! `dlopen` count, the lazily mapped tables and the per-thread ones made on
 //! first use, and spare stacks for deep work on a nearly full stack.
 
+pub mod address_budget;
 pub mod clock;
 pub mod cuda_ffi;
 pub mod cxx_function;
@@ -21,5 +22,6 @@ pub mod symbols;
 pub mod thread;
 pub mod thread_block;
 pub mod thread_box;
+pub mod thread_exit;
 pub mod tracing_switch;
 pub mod unseen_child;

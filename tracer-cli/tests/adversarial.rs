@@ -1270,3 +1270,64 @@ fn the_collector_helper_is_never_the_programs_child_in_any_way_a_wait_or_sigchld
         );
     }
 }
+
+/// The `vm peak` line of `scenarios address-limit`, in kB.
+fn vm_peak_kb(stdout: &str) -> u64 {
+    stdout
+        .lines()
+        .find_map(|line| line.strip_prefix("vm peak "))
+        .unwrap_or_else(|| panic!("no vm peak in {stdout}"))
+        .parse()
+        .unwrap()
+}
+
+/// A small program's address space grew from 48 MB to 4.8 GB traced (the
+/// spool's ring reserved whole, tables sized for the largest jobs, a
+/// `malloc` arena for every thread), and under `ulimit -v` its own
+/// `malloc(32 MiB)` failed. Under any address-space limit the untraced
+/// program runs under, plus 64 MiB, the traced one now runs as untraced,
+/// at every `--stacks`, with everything recorded.
+#[test]
+fn a_program_runs_traced_under_its_own_address_space_limit_plus_64_mib() {
+    let untraced = program("scenarios", &["address-limit"]).output().unwrap();
+    assert!(untraced.status.success(), "{}", stderr(&untraced));
+    let peak = vm_peak_kb(&stdout(&untraced));
+    let limit = format!("--as={}", (peak + (64 << 10)) * 1024);
+    let limited = Command::new("prlimit")
+        .arg(&limit)
+        .arg(fake_cuda::program("scenarios"))
+        .arg("address-limit")
+        .env("LD_LIBRARY_PATH", fake_cuda::library_dir())
+        .output()
+        .unwrap();
+    assert!(stdout(&limited).contains("malloc ok\n"), "{}", stdout(&limited));
+    for stacks in ["none", "python", "all"] {
+        let (mut command, trace) = run_program(
+            &format!("address-limit-{stacks}"),
+            Path::new("prlimit"),
+            &["--stacks", stacks],
+        );
+        let output = command
+            .arg(&limit)
+            .arg(fake_cuda::program("scenarios"))
+            .arg("address-limit")
+            .output()
+            .unwrap();
+        let out = stdout(&output);
+        assert!(out.contains("malloc ok\n"), "{stacks}: {out} {}", stderr(&output));
+        assert_eq!(output.status.code(), Some(0), "{stacks}: {}", stderr(&output));
+        let traced_peak = vm_peak_kb(&out);
+        assert!(
+            traced_peak <= peak + (64 << 10),
+            "{stacks}: {traced_peak} kB against {peak} kB"
+        );
+        let report = finished_trace(&trace);
+        let p = &report["processes"][0];
+        assert_eq!(
+            (&p["events"], &p["lost_events"], &p["exit_status"]),
+            (&serde_json::json!(12), &serde_json::json!(0), &serde_json::json!(0)),
+            "{stacks}: {report}"
+        );
+        assert_eq!(p["devices"][0]["live_bytes_at_exit"], 4 << 20, "{stacks}");
+    }
+}

@@ -894,6 +894,40 @@ static int scenario_supervisor(int alone) {
     return 0;
 }
 
+/* A small program under an address-space limit (run it under `prlimit
+ * --as=N`): 3 allocations of which 1 is freed, 4 threads that allocate 4096
+ * bytes and free them, then `malloc(32 MiB)`, touched. Prints `malloc ok`
+ * or `malloc failed`, then `vm peak N` (kB, from /proc/self/status). */
+static void *address_limit_thread(void *arg) {
+    (void)arg;
+    void *p;
+    check("cudaMalloc", cudaMalloc(&p, 4096));
+    check("cudaFree", cudaFree(p));
+    return NULL;
+}
+
+static int scenario_address_limit(void) {
+    void *a, *b, *c;
+    check("cudaMalloc", cudaMalloc(&a, 1 << 20));
+    check("cudaMalloc", cudaMalloc(&b, 2 << 20));
+    check("cudaMalloc", cudaMalloc(&c, 3 << 20));
+    check("cudaFree", cudaFree(b));
+    pthread_t threads[4];
+    for (int i = 0; i < 4; i++) pthread_create(&threads[i], NULL, address_limit_thread, NULL);
+    for (int i = 0; i < 4; i++) pthread_join(threads[i], NULL);
+    char *big = malloc(32 << 20);
+    if (big) memset(big, 1, 32 << 20);
+    printf("malloc %s\n", big ? "ok" : "failed");
+    FILE *status = fopen("/proc/self/status", "r");
+    char line[256];
+    while (status && fgets(line, sizeof line, status)) {
+        if (!strncmp(line, "VmPeak:", 7)) printf("vm peak %ld\n", atol(line + 7));
+    }
+    if (status) fclose(status);
+    free(big);
+    return big ? 0 : 3;
+}
+
 static void *allocate_and_print(const char *label, size_t size) {
     void *p;
     check("cudaMalloc", cudaMalloc(&p, size));
@@ -1157,6 +1191,8 @@ int main(int argc, char **argv) {
         return 15;
     } else if (!strcmp(name, "small-stack") && argc > 2) {
         return scenario_small_stack((size_t)atol(argv[2]) << 10, argc > 3 && !strcmp(argv[3], "first"));
+    } else if (!strcmp(name, "address-limit")) {
+        return scenario_address_limit();
     } else if (!strcmp(name, "supervisor")) {
         return scenario_supervisor(argc > 2 && !strcmp(argv[2], "alone"));
     } else if (!strcmp(name, "raw-child") && argc > 2) {
