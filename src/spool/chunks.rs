@@ -37,11 +37,13 @@ use std::sync::atomic::{AtomicI32, AtomicPtr, AtomicU32, AtomicU64, AtomicUsize,
 /// every ring, so that chunks sharing a place in memory share one in the file.
 pub const MAX_CHUNKS: usize = 1 << 18;
 const _: () = assert!(MAX_CHUNKS.is_multiple_of(MAX_RING_CHUNKS as usize));
-/// Chunk places per reserved segment of address space (18 MiB): address
-/// space is reserved as the ring's places come into use, a segment at a
-/// time, never for places the process has not reached.
+/// Chunk places of the first reserved segment of address space (18 MiB).
+/// Address space is reserved as the ring's places come into use, a segment
+/// at a time, each after the first as large as all before it together: in
+/// proportion to use (at most twice it), in a few mappings (one a segment,
+/// 11 for the largest ring).
 const SEGMENT_CHUNKS: usize = 16;
-const SEGMENTS: usize = MAX_RING_CHUNKS as usize / SEGMENT_CHUNKS;
+const SEGMENTS: usize = 1 + (MAX_RING_CHUNKS as usize / SEGMENT_CHUNKS).trailing_zeros() as usize;
 /// Chunk places under an address-space limit (see `address_budget`): the
 /// collector must keep up within 9 MiB, or records are dropped, counted.
 const LEAN_RING_CHUNKS: u32 = 8;
@@ -232,10 +234,23 @@ fn grow_locked(target: usize) -> Result<*mut RawRecord, i32> {
     Ok(CHUNKS[target % MAX_CHUNKS].load(Ordering::Acquire))
 }
 
+/// The segment holding place `place`, and its first place.
+fn segment_of(place: usize) -> (usize, usize) {
+    if place < SEGMENT_CHUNKS {
+        return (0, 0);
+    }
+    let segment = (place / SEGMENT_CHUNKS).ilog2() as usize + 1;
+    (segment, SEGMENT_CHUNKS << (segment - 1))
+}
+
 /// Bytes of address space segment `segment` reserves: its places of a
 /// ring of `ring` places.
 fn segment_bytes(segment: usize, ring: usize) -> usize {
-    SEGMENT_CHUNKS.min(ring.saturating_sub(segment * SEGMENT_CHUNKS)).max(1) * CHUNK_BYTES
+    let (first, places) = match segment {
+        0 => (0, SEGMENT_CHUNKS),
+        _ => (SEGMENT_CHUNKS << (segment - 1), SEGMENT_CHUNKS << (segment - 1)),
+    };
+    places.min(ring.saturating_sub(first)).max(1) * CHUNK_BYTES
 }
 
 /// Where the chunk of place `place` goes: its place in its segment of
@@ -244,7 +259,7 @@ fn segment_bytes(segment: usize, ring: usize) -> usize {
 fn segment_address(place: usize) -> Option<*mut u8> {
     let ring = RING.load(Ordering::Acquire).max(1) as usize;
     let place = place % ring;
-    let segment = place / SEGMENT_CHUNKS;
+    let (segment, first) = segment_of(place);
     let mut base = SEGMENT_BASES[segment].load(Ordering::Acquire);
     if base.is_null() {
         // SAFETY: reserving address space only: no access, no memory committed.
@@ -265,8 +280,8 @@ fn segment_address(place: usize) -> Option<*mut u8> {
         SEGMENT_BASES[segment].store(base, Ordering::Release);
     }
     // SAFETY: inside the segment, which holds the ring's places from
-    // `segment * SEGMENT_CHUNKS` on, this one among them.
-    Some(unsafe { base.add((place % SEGMENT_CHUNKS) * CHUNK_BYTES) })
+    // `first` on, this one among them.
+    Some(unsafe { base.add((place - first) * CHUNK_BYTES) })
 }
 
 fn map(fd: i32, place: usize, offset: usize, populate: bool) -> Result<*mut RawRecord, i32> {
@@ -423,7 +438,7 @@ pub fn forget_parent() {
     let ring = RING.load(Ordering::Acquire).max(1) as usize;
     for (chunk, slot) in CHUNKS[..mapped].iter().enumerate() {
         let base = slot.swap(std::ptr::null_mut(), Ordering::AcqRel);
-        let segment = (chunk % ring) / SEGMENT_CHUNKS;
+        let (segment, _) = segment_of(chunk % ring);
         let in_segment = !SEGMENT_BASES[segment].load(Ordering::Relaxed).is_null();
         if !base.is_null() && !in_segment {
             // SAFETY: the child's inherited view of the parent's chunk, no longer used.
@@ -447,6 +462,22 @@ pub fn forget_parent() {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn segments_double_and_hold_every_place_of_the_largest_ring() {
+        assert_eq!(SEGMENTS, 11);
+        assert_eq!(segment_of(0), (0, 0));
+        assert_eq!(segment_of(15), (0, 0));
+        assert_eq!(segment_of(16), (1, 16));
+        assert_eq!(segment_of(31), (1, 16));
+        assert_eq!(segment_of(32), (2, 32));
+        assert_eq!(segment_of(16383), (10, 8192));
+        let ring = MAX_RING_CHUNKS as usize;
+        let total: usize = (0..SEGMENTS).map(|segment| segment_bytes(segment, ring)).sum();
+        assert_eq!(total, ring * CHUNK_BYTES);
+        // A ring of 8 places (under an address-space limit) reserves 8.
+        assert_eq!(segment_bytes(0, 8), 8 * CHUNK_BYTES);
+    }
     use std::sync::atomic::AtomicBool;
 
     #[test]
