@@ -48,8 +48,14 @@ pub fn user_folder_name(uid: u32) -> String {
 /// one that others may write to.
 pub fn ensure_private_folder(folder: &Path, uid: u32) -> Result<(), NotPrivate> {
     use std::os::unix::fs::{DirBuilderExt, MetadataExt};
-    let _ = std::fs::DirBuilder::new().mode(0o700).create(folder);
-    let meta = std::fs::symlink_metadata(folder).map_err(NotPrivate::CannotCreate)?;
+    let created = std::fs::DirBuilder::new().mode(0o700).create(folder);
+    // A folder that is not there after a failed creation: the creation's
+    // error says why (a read-only file system, no permission), not the
+    // look that followed it ("No such file or directory").
+    let meta = std::fs::symlink_metadata(folder).map_err(|looked| match created {
+        Err(creating) if creating.kind() != std::io::ErrorKind::AlreadyExists => NotPrivate::CannotCreate(creating),
+        _ => NotPrivate::CannotCreate(looked),
+    })?;
     if !meta.is_dir() || meta.uid() != uid || meta.mode() & 0o022 != 0 {
         return Err(NotPrivate::Refused);
     }
