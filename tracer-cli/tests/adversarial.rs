@@ -1331,3 +1331,50 @@ fn a_program_runs_traced_under_its_own_address_space_limit_plus_64_mib() {
         assert_eq!(p["devices"][0]["live_bytes_at_exit"], 4 << 20, "{stacks}");
     }
 }
+
+/// Signals at random points of steady-state hooks: a timer raises SIGALRM
+/// every 50 µs while the program makes 20,000 allocation and free pairs,
+/// and the handler allocates and frees too, re-entering the library
+/// wherever the main thread was in it. (The fake driver holds its lock
+/// with signals blocked here, so that only the library could hang.) The
+/// process ends as untraced; every event of both is in the trace or
+/// counted as lost, and no free goes unmatched.
+#[test]
+fn signals_at_random_points_of_steady_state_hooks_neither_hang_nor_lose_events_uncounted() {
+    for round in 0..2 {
+        let (command, trace) = run_command(&format!("signal-storm-{round}"), "signal-storm", &[]);
+        let output = Command::new("timeout")
+            .arg("120")
+            .arg(command.get_program())
+            .args(command.get_args())
+            .arg("20000")
+            .envs(
+                command
+                    .get_envs()
+                    .filter_map(|(key, value)| value.map(|value| (key, value))),
+            )
+            .env("FAKE_CUDA_SIGNAL_SAFE", "1")
+            .output()
+            .unwrap();
+        assert_eq!(output.status.code(), Some(0), "round {round}: {}", stderr(&output));
+        let out = lines_after_pid(&stdout(&output));
+        let words: Vec<&str> = out.split_whitespace().collect();
+        assert_eq!(
+            (words[0], words[1], words[2], words[4], words[5]),
+            ("main", "20000", "handler", "failed", "0"),
+            "round {round}: {out}"
+        );
+        let handled: u64 = words[3].parse().unwrap();
+        assert!(handled > 0, "round {round}: no signal arrived");
+        let report = finished_trace(&trace);
+        let p = &report["processes"][0];
+        let (events, lost) = (p["events"].as_u64().unwrap(), p["lost_events"].as_u64().unwrap());
+        assert_eq!(events + lost, 2 + 2 * (20_000 + handled), "round {round}: {report}");
+        assert_eq!(
+            (&p["unknown_frees"], &p["reused_without_free"], &p["exit_status"]),
+            (&serde_json::json!(0), &serde_json::json!(0), &serde_json::json!(0)),
+            "round {round}"
+        );
+        assert_eq!(p["devices"][0]["live_bytes_at_exit"], 0, "round {round}");
+    }
+}

@@ -174,6 +174,26 @@ static pthread_mutex_t lock = PTHREAD_MUTEX_INITIALIZER;
 /* Unlike the real driver, usable in a child forked while another thread held
  * the lock, so that tests can have forked children allocate. */
 static void reset_lock_in_child(void) { pthread_mutex_init(&lock, NULL); }
+
+/* FAKE_CUDA_SIGNAL_SAFE set: the lock is held with every signal blocked, so
+ * that a signal handler may call the driver whatever the code it interrupted
+ * was doing (the real driver promises no such thing: only the tests of the
+ * tracer's own re-entry from signal handlers need it). */
+static int signal_safe = -1;
+static __thread sigset_t mask_outside_lock;
+static void lock_driver(void) {
+    if (signal_safe < 0) signal_safe = getenv("FAKE_CUDA_SIGNAL_SAFE") != NULL;
+    if (signal_safe) {
+        sigset_t all;
+        sigfillset(&all);
+        pthread_sigmask(SIG_BLOCK, &all, &mask_outside_lock);
+    }
+    pthread_mutex_lock(&lock);
+}
+static void unlock_driver(void) {
+    pthread_mutex_unlock(&lock);
+    if (signal_safe) pthread_sigmask(SIG_SETMASK, &mask_outside_lock, NULL);
+}
 __attribute__((constructor)) static void fork_safe(void) { pthread_atfork(NULL, NULL, reset_lock_in_child); }
 static Block blocks[MAX_BLOCKS];
 static int block_count;
@@ -310,9 +330,9 @@ static FreeList *free_list(uint64_t size, int device, int low) {
 /* Reuses the most recently freed block of the same size, else takes new space. */
 static CUresult allocate(uint64_t size, int device, int low, uint64_t *address) {
     if (size == 0) return CUDA_ERROR_INVALID_VALUE;
-    pthread_mutex_lock(&lock);
+    lock_driver();
     if (used_bytes[device] + others_on_card(device) + size > capacity()) {
-        pthread_mutex_unlock(&lock);
+        unlock_driver();
         return CUDA_ERROR_OUT_OF_MEMORY;
     }
     FreeList *list = free_list(size, device, low);
@@ -321,7 +341,7 @@ static CUresult allocate(uint64_t size, int device, int low, uint64_t *address) 
         list->head = blocks[reuse].next_free;
     } else {
         if (block_count == MAX_BLOCKS) {
-            pthread_mutex_unlock(&lock);
+            unlock_driver();
             return CUDA_ERROR_OUT_OF_MEMORY;
         }
         reuse = block_count++;
@@ -339,15 +359,15 @@ static CUresult allocate(uint64_t size, int device, int low, uint64_t *address) 
     ensure_context(device);
     publish_usage(device);
     *address = blocks[reuse].address;
-    pthread_mutex_unlock(&lock);
+    unlock_driver();
     return CUDA_SUCCESS;
 }
 
 static CUresult release(uint64_t address) {
-    pthread_mutex_lock(&lock);
+    lock_driver();
     int *slot = address_slot(address, 0);
     if (!slot) {
-        pthread_mutex_unlock(&lock);
+        unlock_driver();
         return CUDA_ERROR_INVALID_VALUE;
     }
     Block *block = &blocks[*slot - 1];
@@ -361,7 +381,7 @@ static CUresult release(uint64_t address) {
     FreeList *list = free_list(block->size, block->device, block->address < 0x100000000ull);
     block->next_free = list->head;
     list->head = (int)(block - blocks);
-    pthread_mutex_unlock(&lock);
+    unlock_driver();
     return CUDA_SUCCESS;
 }
 
@@ -387,11 +407,11 @@ HIDDEN CUresult impl_cuCtxSetCurrent(CUcontext ctx) { ENTRY_POINT();
 }
 HIDDEN CUresult impl_cuMemGetInfo_v2(size_t *free_bytes, size_t *total) { ENTRY_POINT();
     if (context_dropped) return 201;
-    pthread_mutex_lock(&lock);
+    lock_driver();
     *total = capacity();
     uint64_t taken = process_usage(current_device) + env_bytes("FAKE_CUDA_OTHERS_BYTES") + others_on_card(current_device);
     *free_bytes = taken < capacity() ? capacity() - taken : 0;
-    pthread_mutex_unlock(&lock);
+    unlock_driver();
     return CUDA_SUCCESS;
 }
 HIDDEN CUresult impl_cuMemGetInfo(unsigned *free_bytes, unsigned *total) { ENTRY_POINT();
@@ -454,7 +474,7 @@ static CUresult allocate_on(CUdeviceptr *dptr, size_t size, int device, CUstream
     current_device = saved;
     uint64_t granule = env_bytes("FAKE_CUDA_POOL_GRANULE");
     if (result != CUDA_SUCCESS || !granule) return result;
-    pthread_mutex_lock(&lock);
+    lock_driver();
     Block *block = &blocks[*address_slot(*dptr, 0) - 1];
     block->pool = 1;
     used_bytes[block->device] -= size;
@@ -462,7 +482,7 @@ static CUresult allocate_on(CUdeviceptr *dptr, size_t size, int device, CUstream
     uint64_t needed = (pool_used[block->device] + granule - 1) / granule * granule;
     if (needed > pool_reserved[block->device]) pool_reserved[block->device] = needed;
     publish_usage(block->device);
-    pthread_mutex_unlock(&lock);
+    unlock_driver();
     return result;
 }
 HIDDEN CUresult impl_cuMemAllocAsync(CUdeviceptr *dptr, size_t size, CUstream stream) { ENTRY_POINT();
@@ -500,13 +520,13 @@ HIDDEN CUresult impl_cuMemCreate(CUmemGenericAllocationHandle *handle, size_t si
     (void)flags;
     int device = prop->location.id;
     if (prop->location.type != 1 || device < 0 || device >= device_count()) return CUDA_ERROR_INVALID_VALUE;
-    pthread_mutex_lock(&lock);
-    if (used_bytes[device] + size > capacity()) { pthread_mutex_unlock(&lock); return CUDA_ERROR_OUT_OF_MEMORY; }
-    if (physical_count == 4096) { pthread_mutex_unlock(&lock); return CUDA_ERROR_OUT_OF_MEMORY; }
+    lock_driver();
+    if (used_bytes[device] + size > capacity()) { unlock_driver(); return CUDA_ERROR_OUT_OF_MEMORY; }
+    if (physical_count == 4096) { unlock_driver(); return CUDA_ERROR_OUT_OF_MEMORY; }
     int index = physical_count++;
     physical[index] = (Physical){ size, device, 0, 0, 1 };
     used_bytes[device] += size;
-    pthread_mutex_unlock(&lock);
+    unlock_driver();
     *handle = ((CUmemGenericAllocationHandle)(index + 1)) << 4;
     return CUDA_SUCCESS;
 }
@@ -519,12 +539,12 @@ static void drop_if_unused(Physical *p) {
     if (p->released && p->mappings == 0) { p->live = 0; used_bytes[p->device] -= p->size; }
 }
 HIDDEN CUresult impl_cuMemRelease(CUmemGenericAllocationHandle handle) { ENTRY_POINT();
-    pthread_mutex_lock(&lock);
+    lock_driver();
     Physical *p = physical_of(handle);
-    if (!p || p->released) { pthread_mutex_unlock(&lock); return CUDA_ERROR_INVALID_VALUE; }
+    if (!p || p->released) { unlock_driver(); return CUDA_ERROR_INVALID_VALUE; }
     p->released = 1;
     drop_if_unused(p);
-    pthread_mutex_unlock(&lock);
+    unlock_driver();
     return CUDA_SUCCESS;
 }
 typedef struct { uint64_t address, size; CUmemGenericAllocationHandle handle; } Mapping;
@@ -532,25 +552,25 @@ static Mapping mappings[4096];
 static int mapping_count;
 HIDDEN CUresult impl_cuMemAddressReserve(CUdeviceptr *ptr, size_t size, size_t alignment, CUdeviceptr addr, unsigned long long flags) { ENTRY_POINT();
     (void)alignment; (void)addr; (void)flags;
-    pthread_mutex_lock(&lock);
+    lock_driver();
     *ptr = next_reservation;
     next_reservation += (size + 0x1fffff) & ~0x1fffffull;
-    pthread_mutex_unlock(&lock);
+    unlock_driver();
     return CUDA_SUCCESS;
 }
 HIDDEN CUresult impl_cuMemAddressFree(CUdeviceptr ptr, size_t size) { ENTRY_POINT(); (void)ptr; (void)size; return CUDA_SUCCESS; }
 HIDDEN CUresult impl_cuMemMap(CUdeviceptr ptr, size_t size, size_t offset, CUmemGenericAllocationHandle handle, unsigned long long flags) { ENTRY_POINT();
     (void)offset; (void)flags;
-    pthread_mutex_lock(&lock);
+    lock_driver();
     Physical *p = physical_of(handle);
-    if (!p || mapping_count == 4096) { pthread_mutex_unlock(&lock); return CUDA_ERROR_INVALID_VALUE; }
+    if (!p || mapping_count == 4096) { unlock_driver(); return CUDA_ERROR_INVALID_VALUE; }
     mappings[mapping_count++] = (Mapping){ ptr, size, handle };
     p->mappings++;
-    pthread_mutex_unlock(&lock);
+    unlock_driver();
     return CUDA_SUCCESS;
 }
 HIDDEN CUresult impl_cuMemUnmap(CUdeviceptr ptr, size_t size) { ENTRY_POINT();
-    pthread_mutex_lock(&lock);
+    lock_driver();
     int removed = 0;
     for (int i = 0; i < mapping_count;) {
         if (mappings[i].address >= ptr && mappings[i].address + mappings[i].size <= ptr + size) {
@@ -562,7 +582,7 @@ HIDDEN CUresult impl_cuMemUnmap(CUdeviceptr ptr, size_t size) { ENTRY_POINT();
             i++;
         }
     }
-    pthread_mutex_unlock(&lock);
+    unlock_driver();
     return removed ? CUDA_SUCCESS : CUDA_ERROR_INVALID_VALUE;
 }
 
@@ -571,22 +591,22 @@ HIDDEN CUresult impl_cuMemUnmap(CUdeviceptr ptr, size_t size) { ENTRY_POINT();
 static void *host_blocks[4096];
 static int host_count;
 static CUresult host_remember(void *p) {
-    pthread_mutex_lock(&lock);
-    if (host_count == 4096) { pthread_mutex_unlock(&lock); return CUDA_ERROR_OUT_OF_MEMORY; }
+    lock_driver();
+    if (host_count == 4096) { unlock_driver(); return CUDA_ERROR_OUT_OF_MEMORY; }
     host_blocks[host_count++] = p;
-    pthread_mutex_unlock(&lock);
+    unlock_driver();
     return CUDA_SUCCESS;
 }
 static int host_forget(void *p) {
-    pthread_mutex_lock(&lock);
+    lock_driver();
     for (int i = 0; i < host_count; i++) {
         if (host_blocks[i] == p) {
             host_blocks[i] = host_blocks[--host_count];
-            pthread_mutex_unlock(&lock);
+            unlock_driver();
             return 1;
         }
     }
-    pthread_mutex_unlock(&lock);
+    unlock_driver();
     return 0;
 }
 HIDDEN CUresult impl_cuMemHostAlloc(void **pp, size_t size, unsigned flags) { ENTRY_POINT();
@@ -670,9 +690,9 @@ static int launched_count;
 
 HIDDEN CUresult impl_cuDevicePrimaryCtxRetain(CUcontext *ctx, CUdevice device) { ENTRY_POINT();
     if (device < 0 || device >= device_count()) return CUDA_ERROR_INVALID_VALUE;
-    pthread_mutex_lock(&lock);
+    lock_driver();
     ensure_context(device);
-    pthread_mutex_unlock(&lock);
+    unlock_driver();
     *ctx = (CUcontext)(intptr_t)(device + 1);
     return CUDA_SUCCESS;
 }
@@ -695,32 +715,32 @@ static size_t *limit_slot(int limit) {
     return &limits[current_device][limit];
 }
 HIDDEN CUresult impl_cuCtxGetLimit(size_t *value, int limit) { ENTRY_POINT();
-    pthread_mutex_lock(&lock);
+    lock_driver();
     size_t *slot = limit_slot(limit);
     if (slot) *value = *slot;
-    pthread_mutex_unlock(&lock);
+    unlock_driver();
     return slot ? CUDA_SUCCESS : CUDA_ERROR_INVALID_VALUE;
 }
 /* A bigger device heap costs its growth. */
 HIDDEN CUresult impl_cuCtxSetLimit(int limit, size_t value) { ENTRY_POINT();
-    pthread_mutex_lock(&lock);
+    lock_driver();
     size_t *slot = limit_slot(limit);
     if (slot) {
         if (limit == 2 && value > *slot) limit_bytes[current_device] += value - *slot;
         *slot = value;
         publish_usage(current_device);
     }
-    pthread_mutex_unlock(&lock);
+    unlock_driver();
     return slot ? CUDA_SUCCESS : CUDA_ERROR_INVALID_VALUE;
 }
 
 static CUresult load(void **handle) {
-    pthread_mutex_lock(&lock);
+    lock_driver();
     ensure_context(current_device);
     module_bytes[current_device] += env_bytes("FAKE_CUDA_MODULE_BYTES");
     *handle = (void *)(next_module += 0x100);
     publish_usage(current_device);
-    pthread_mutex_unlock(&lock);
+    unlock_driver();
     return CUDA_SUCCESS;
 }
 HIDDEN CUresult impl_cuModuleLoadData(CUmodule *module, const void *image) { ENTRY_POINT(); (void)image; return load(module); }
@@ -740,7 +760,7 @@ HIDDEN CUresult impl_cuModuleGetFunction(CUfunction *function, CUmodule module, 
  * question about it (cuFuncGetAttribute). */
 static CUresult launch(CUfunction f) {
     if (!f) return CUDA_ERROR_INVALID_VALUE;
-    pthread_mutex_lock(&lock);
+    lock_driver();
     int seen = 0;
     for (int i = 0; i < launched_count && !seen; i++)
         seen = launched[i][0] == (uintptr_t)f && launched[i][1] == (uintptr_t)current_device;
@@ -751,7 +771,7 @@ static CUresult launch(CUfunction f) {
         module_bytes[current_device] += env_bytes("FAKE_CUDA_KERNEL_BYTES");
         publish_usage(current_device);
     }
-    pthread_mutex_unlock(&lock);
+    unlock_driver();
     return CUDA_SUCCESS;
 }
 HIDDEN CUresult impl_cuFuncGetAttribute(int *value, int attribute, CUfunction f) { ENTRY_POINT();
@@ -786,18 +806,18 @@ HIDDEN CUresult impl_cuDeviceGetMemPool(CUmemoryPool *pool, CUdevice device) { E
 HIDDEN CUresult impl_cuMemPoolGetAttribute(CUmemoryPool pool, int attribute, void *value) { ENTRY_POINT();
     uintptr_t device = (uintptr_t)pool - 0x9000;
     if (device >= MAX_DEVICES) device = 0;
-    pthread_mutex_lock(&lock);
+    lock_driver();
     uint64_t result = attribute == 5 ? pool_reserved[device] : attribute == 7 ? pool_used[device] : 0;
-    pthread_mutex_unlock(&lock);
+    unlock_driver();
     *(uint64_t *)value = result;
     return attribute == 5 || attribute == 7 ? CUDA_SUCCESS : CUDA_ERROR_INVALID_VALUE;
 }
 HIDDEN CUresult impl_cuDeviceGetGraphMemAttribute(CUdevice device, int attribute, void *value) { ENTRY_POINT();
     if (context_dropped) return 201;
     if (device < 0 || device >= device_count()) return CUDA_ERROR_INVALID_VALUE;
-    pthread_mutex_lock(&lock);
+    lock_driver();
     uint64_t result = attribute == 2 ? graph_reserved[device] : attribute == 0 ? graph_used[device] : 0;
-    pthread_mutex_unlock(&lock);
+    unlock_driver();
     *(uint64_t *)value = result;
     return CUDA_SUCCESS;
 }
@@ -805,7 +825,7 @@ static uint64_t next_graph_address = 0x700000000000ull;
 HIDDEN CUresult impl_cuGraphAddMemAllocNode(CUgraphNode *node, CUgraph graph, const CUgraphNode *deps, size_t count,
                                             CUDA_MEM_ALLOC_NODE_PARAMS *params) { ENTRY_POINT();
     if (!params || !params->bytesize) return CUDA_ERROR_INVALID_VALUE;
-    pthread_mutex_lock(&lock);
+    lock_driver();
     int device = params->poolProps.location.id;
     if (device < 0 || device >= device_count()) device = current_device;
     ensure_context(device);
@@ -815,7 +835,7 @@ HIDDEN CUresult impl_cuGraphAddMemAllocNode(CUgraphNode *node, CUgraph graph, co
     next_graph_address += (params->bytesize + 0xfff) & ~0xfffull;
     *node = (CUgraphNode)(uintptr_t)params->dptr;
     publish_usage(device);
-    pthread_mutex_unlock(&lock);
+    unlock_driver();
     return CUDA_SUCCESS;
 }
 HIDDEN CUresult impl_cuGraphAddMemFreeNode(CUgraphNode *node, CUgraph graph, const CUgraphNode *deps, size_t count,
@@ -891,35 +911,35 @@ static unsigned char stream_launched[MAX_OBJECTS];
 static void first_launch_into(CUstream stream) {
     int index = stream_index(stream);
     if (index < 0) return;
-    pthread_mutex_lock(&lock);
+    lock_driver();
     if (!stream_launched[index]) {
         stream_launched[index] = 1;
         object_bytes[stream_devices[index]] += env_bytes("FAKE_CUDA_STREAM_USE_BYTES");
         publish_usage(stream_devices[index]);
     }
-    pthread_mutex_unlock(&lock);
+    unlock_driver();
 }
 static uint64_t capture_graph_allocation(CUstream stream, size_t size) {
-    pthread_mutex_lock(&lock);
+    lock_driver();
     Capture *capture = capture_of(stream);
     capture->graph_bytes += size;
     uint64_t address = next_graph_address;
     next_graph_address += (size + 0xfff) & ~0xfffull;
-    pthread_mutex_unlock(&lock);
+    unlock_driver();
     return address;
 }
 
 static CUresult create_object(int *count, uintptr_t base, uint64_t bytes, int device, void **handle) {
-    pthread_mutex_lock(&lock);
+    lock_driver();
     if (*count >= MAX_OBJECTS) {
-        pthread_mutex_unlock(&lock);
+        unlock_driver();
         return CUDA_ERROR_OUT_OF_MEMORY;
     }
     int index = (*count)++;
     ensure_context(device);
     object_bytes[device] += bytes;
     publish_usage(device);
-    pthread_mutex_unlock(&lock);
+    unlock_driver();
     *handle = (void *)(base + 16u * (uintptr_t)index);
     return CUDA_SUCCESS;
 }
@@ -928,12 +948,12 @@ static CUresult create_object(int *count, uintptr_t base, uint64_t bytes, int de
 static int recycled_stream = -1;
 HIDDEN CUresult impl_cuStreamCreate(CUstream *stream, unsigned flags) { ENTRY_POINT();
     if (recycled_stream >= 0) {
-        pthread_mutex_lock(&lock);
+        lock_driver();
         int index = recycled_stream;
         recycled_stream = -1;
         stream_devices[index] = current_device;
         stream_launched[index] = 0;
-        pthread_mutex_unlock(&lock);
+        unlock_driver();
         *stream = (CUstream)(uintptr_t)(0x50000000u + 16u * (unsigned)index);
         return CUDA_SUCCESS;
     }
@@ -998,11 +1018,11 @@ HIDDEN CUresult impl_cuGraphInstantiateWithFlags(CUgraphExec *exec, CUgraph grap
     uintptr_t g = (uintptr_t)graph;
     int index = (int)((g - 0x70000000u) / 16);
     if (g < 0x70000000u || index >= graph_count || exec_count >= MAX_OBJECTS) return CUDA_ERROR_INVALID_VALUE;
-    pthread_mutex_lock(&lock);
+    lock_driver();
     execs[exec_count] = (Exec){ graph_bytes_of[index], current_device, 0, 1 };
     object_bytes[current_device] += env_bytes("FAKE_CUDA_GRAPH_EXEC_BYTES");
     publish_usage(current_device);
-    pthread_mutex_unlock(&lock);
+    unlock_driver();
     *exec = (CUgraphExec)(uintptr_t)(0x78000000u + 16u * (unsigned)exec_count++);
     return CUDA_SUCCESS;
 }
@@ -1015,14 +1035,14 @@ static Exec *exec_of(CUgraphExec exec) {
 HIDDEN CUresult impl_cuGraphLaunch(CUgraphExec exec, CUstream stream) { ENTRY_POINT();
     Exec *e = exec_of(exec);
     if (!e) return CUDA_ERROR_INVALID_VALUE;
-    pthread_mutex_lock(&lock);
+    lock_driver();
     if (!e->launched) {
         e->launched = 1;
         graph_reserved[e->device] += e->graph_bytes;
         graph_used[e->device] += e->graph_bytes;
         publish_usage(e->device);
     }
-    pthread_mutex_unlock(&lock);
+    unlock_driver();
     return CUDA_SUCCESS;
 }
 HIDDEN CUresult impl_cuGraphExecDestroy(CUgraphExec exec) { ENTRY_POINT();

@@ -928,6 +928,47 @@ static int scenario_address_limit(void) {
     return big ? 0 : 3;
 }
 
+/* Signals at random points of steady-state hooks (run with
+ * FAKE_CUDA_SIGNAL_SAFE=1, so that the fake driver itself never deadlocks
+ * under a handler): after a first allocation, a timer raises SIGALRM every
+ * 50 microseconds while the main thread makes N cudaMalloc/cudaFree pairs;
+ * the handler allocates 4096 bytes with cuMemAlloc_v2 and frees them.
+ * Prints `main N handler H failed F`. */
+#ifndef STATIC_RUNTIME
+#include <sys/time.h>
+static volatile sig_atomic_t storm_pairs, storm_failed;
+static void storm_handler(int sig) {
+    (void)sig;
+    int saved = errno;
+    CUdeviceptr p;
+    if (cuMemAlloc_v2(&p, 4096) == 0 && cuMemFree_v2(p) == 0) storm_pairs++;
+    else storm_failed++;
+    errno = saved;
+}
+
+static int scenario_signal_storm(int pairs) {
+    void *warm;
+    check("cudaMalloc", cudaMalloc(&warm, 256));
+    struct sigaction action;
+    memset(&action, 0, sizeof action);
+    action.sa_handler = storm_handler;
+    action.sa_flags = SA_RESTART;
+    sigaction(SIGALRM, &action, NULL);
+    struct itimerval every = { { 0, 50 }, { 0, 50 } };
+    setitimer(ITIMER_REAL, &every, NULL);
+    int made = 0;
+    for (int i = 0; i < pairs; i++) {
+        void *p;
+        if (cudaMalloc(&p, 8192) == 0 && cudaFree(p) == 0) made++;
+    }
+    struct itimerval off = { { 0, 0 }, { 0, 0 } };
+    setitimer(ITIMER_REAL, &off, NULL);
+    check("cudaFree", cudaFree(warm));
+    printf("main %d handler %d failed %d\n", made, (int)storm_pairs, (int)storm_failed);
+    return 0;
+}
+#endif
+
 static void *allocate_and_print(const char *label, size_t size) {
     void *p;
     check("cudaMalloc", cudaMalloc(&p, size));
@@ -1209,6 +1250,7 @@ int main(int argc, char **argv) {
     else if (!strcmp(name, "vmm-release-mapped")) scenario_vmm_release_mapped();
     else if (!strcmp(name, "errno-in-forked-child")) return scenario_errno_in_forked_child();
     else if (!strcmp(name, "sigchld-first-call")) return scenario_sigchld_first_call();
+    else if (!strcmp(name, "signal-storm") && argc > 2) return scenario_signal_storm(atoi(argv[2]));
     else if (!strcmp(name, "switching") && argc > 3) return scenario_switching(argv[2], argv[3]);
     else if (!strcmp(name, "ptsz")) scenario_ptsz();
     else if (!strcmp(name, "driver-oom")) scenario_driver_oom();
