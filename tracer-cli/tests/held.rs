@@ -1070,3 +1070,62 @@ fn the_report_counts_every_child_that_could_not_record() {
         stdout(&text)
     );
 }
+
+/// A forked child that could not record claims a slot of its parent's
+/// header (by its pid), fills it and publishes it last. One killed between
+/// the claim and the publication leaves a slot that is never read; the
+/// trace still names it, as a forked child that left no spool (its parent
+/// noted the fork). The other children are named as they said.
+#[test]
+fn a_child_killed_between_claiming_a_failure_slot_and_publishing_it_is_still_named() {
+    assert_eq!(effective_uid(), 0, "this test changes user: run it as root, as CI does");
+    let dir = scratch_dir("killed-mid-claim");
+    let output = spools_only(&["fork-fail", "3"], &dir);
+    assert_eq!(output.status.code(), Some(0), "{}{}", stdout(&output), stderr(&output));
+    let text = stdout(&output);
+    let parent: u64 = text
+        .lines()
+        .next()
+        .unwrap()
+        .strip_prefix("pid ")
+        .unwrap()
+        .parse()
+        .unwrap();
+    let children: Vec<u64> = text
+        .lines()
+        .filter_map(|l| l.strip_prefix("failed-child ")?.parse().ok())
+        .collect();
+    assert_eq!(children.len(), 3);
+    // The second child's slot as a kill after its claim leaves it: its pid
+    // there, the rest unpublished.
+    let spool = &spool_files(&dir)[0];
+    let slot = 128 + std::mem::size_of::<cudatrace_events::layout::ChildFailure>() as u64;
+    let published = slot + std::mem::offset_of!(cudatrace_events::layout::ChildFailure, published) as u64;
+    let file = std::fs::OpenOptions::new().read(true).write(true).open(spool).unwrap();
+    let mut word = [0u8; 4];
+    std::os::unix::fs::FileExt::read_exact_at(&file, &mut word, slot).unwrap();
+    assert_eq!(u64::from(u32::from_le_bytes(word)), children[1]);
+    std::os::unix::fs::FileExt::write_all_at(&file, &0u32.to_le_bytes(), published).unwrap();
+    drop(file);
+    let trace = dir.with_extension("trace");
+    let collected = cudatrace(&["collect", "-o", trace.to_str().unwrap(), dir.to_str().unwrap()])
+        .output()
+        .unwrap();
+    assert_eq!(collected.status.code(), Some(0), "{}", stderr(&collected));
+    let (report, _) = report_json(&trace);
+    let unrecorded: Vec<(&Value, &Value)> = report["unrecorded_processes"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|p| (&p["pid"], &p["ppid"]))
+        .collect();
+    let (first, third, parent) = (json!(children[0]), json!(children[2]), json!(parent));
+    assert_eq!(unrecorded, [(&first, &parent), (&third, &parent)], "{report}");
+    let silent: Vec<(&Value, &Value)> = report["forked_without_spool"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|p| (&p["pid"], &p["ppid"]))
+        .collect();
+    assert_eq!(silent, [(&json!(children[1]), &parent)], "{report}");
+}
