@@ -11,12 +11,13 @@
 use crate::spool::writer as spool_writer;
 use crate::stacks::stack_table;
 use crate::sys::loader;
+use crate::sys::thread::current_tid;
 use cudatrace_events::naming;
 use cudatrace_events::stacks::{blob_kind, ModuleInfo};
 use framehop::x86_64::UnwinderX86_64;
 use framehop::{ExplicitModuleSectionInfo, Module, MustNotAllocateDuringUnwind, Unwinder};
 use std::ffi::CStr;
-use std::sync::atomic::{AtomicBool, AtomicPtr, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicPtr, AtomicU32, Ordering};
 
 /// The unwinder hooks use: section data borrowed from the loaded images, and
 /// no allocation while unwinding.
@@ -38,7 +39,11 @@ pub struct ModuleMap {
 
 #[unsafe(link_section = "cudatrace_hot")]
 static CURRENT: AtomicPtr<ModuleMap> = AtomicPtr::new(std::ptr::null_mut());
-static REBUILDING: AtomicBool = AtomicBool::new(false);
+/// The kernel thread id of the thread rebuilding the map (or holding
+/// rebuilds off for a `fork`), or 0.
+static REBUILDING: AtomicU32 = AtomicU32::new(0);
+/// Whether `before_fork` took `REBUILDING` (and the parent gives it back).
+static HELD_FOR_FORK: AtomicBool = AtomicBool::new(false);
 
 /// The current map, if one was built.
 #[inline]
@@ -61,7 +66,10 @@ pub fn refresh_if_stale() -> bool {
 /// Builds a new map now and writes the modules the previous one lacked to
 /// the spool. Not for allocation hooks: it reads every module's headers.
 pub fn rebuild() {
-    if REBUILDING.swap(true, Ordering::Acquire) {
+    if REBUILDING
+        .compare_exchange(0, current_tid(), Ordering::Acquire, Ordering::Relaxed)
+        .is_err()
+    {
         return;
     }
     let dlopen_count = loader::dlopen_count();
@@ -76,7 +84,7 @@ pub fn rebuild() {
             }
         }
     }
-    REBUILDING.store(false, Ordering::Release);
+    REBUILDING.store(0, Ordering::Release);
 }
 
 /// Writes every module of the current map to a spool that was just created.
@@ -87,23 +95,36 @@ pub fn write_all_to_spool() {
 }
 
 /// Before `fork`: waits for a rebuild in progress and holds off new ones,
-/// so that the child does not inherit the guard held.
+/// so that the child does not inherit the guard held. A `fork` from a
+/// signal handler that interrupted this very thread's rebuild never waits
+/// for itself (the child starts with the guard free anyway).
 pub fn before_fork() {
-    while REBUILDING.swap(true, Ordering::Acquire) {
-        std::thread::yield_now();
+    let me = current_tid();
+    loop {
+        match REBUILDING.compare_exchange(0, me, Ordering::Acquire, Ordering::Relaxed) {
+            Ok(_) => {
+                HELD_FOR_FORK.store(true, Ordering::Relaxed);
+                return;
+            }
+            Err(holder) if holder == me => return,
+            Err(_) => std::thread::yield_now(),
+        }
     }
 }
 
 /// After `fork`, in the parent: rebuilds may run again.
 pub fn after_fork_in_parent() {
-    REBUILDING.store(false, Ordering::Release);
+    if HELD_FOR_FORK.swap(false, Ordering::Relaxed) {
+        REBUILDING.store(0, Ordering::Release);
+    }
 }
 
 /// After `fork`, in the child: the parent's map is the child's, until the
 /// child's own next `dlopen`. The `dlopen` count is left as it is: a
 /// count that went back could meet a value a search was memoised at.
 pub fn after_fork_in_child() {
-    REBUILDING.store(false, Ordering::Release);
+    HELD_FOR_FORK.store(false, Ordering::Relaxed);
+    REBUILDING.store(0, Ordering::Release);
 }
 
 fn same_module(a: &ModuleInfo, b: &ModuleInfo) -> bool {
@@ -386,6 +407,36 @@ impl ModuleMap {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// A `fork` from a signal handler that interrupted this thread's own
+    /// rebuild: the fork's preparation must not wait for itself (it waited
+    /// for good). One from another thread waits for the rebuild to end.
+    #[test]
+    fn a_fork_never_waits_for_a_rebuild_of_its_own_thread_and_waits_for_another_s() {
+        let me = current_tid();
+        REBUILDING.store(me, Ordering::Release);
+        before_fork();
+        after_fork_in_parent();
+        assert_eq!(REBUILDING.load(Ordering::Acquire), me, "the interrupted rebuild still holds it");
+        REBUILDING.store(0, Ordering::Release);
+
+        let (taken, release) = (std::sync::Barrier::new(2), std::sync::Barrier::new(2));
+        std::thread::scope(|scope| {
+            scope.spawn(|| {
+                REBUILDING.store(current_tid(), Ordering::Release);
+                taken.wait();
+                release.wait();
+                std::thread::sleep(std::time::Duration::from_millis(50));
+                REBUILDING.store(0, Ordering::Release);
+            });
+            taken.wait();
+            release.wait();
+            before_fork();
+            assert_eq!(REBUILDING.load(Ordering::Acquire), me, "taken once the other thread let go");
+            after_fork_in_parent();
+        });
+        assert_eq!(REBUILDING.load(Ordering::Acquire), 0);
+    }
 
     #[test]
     fn the_map_holds_this_test_binary_libc_and_their_build_ids() {
