@@ -20,6 +20,11 @@ extern "C" fn after_fork_in_parent() {
 /// memory, and the parent's spool mapped shared. It must write its own spool
 /// and must not inherit locks held by parent threads that no longer exist.
 extern "C" fn after_fork_in_child() {
+    // Another library's fork handler, run before ours, may have called CUDA
+    // already: that hook found the mark clear and started over itself.
+    if process_mark::started_over_already() {
+        return;
+    }
     start_as_child();
     process_mark::mark();
 }

@@ -55,4 +55,9 @@ fn after_dlclose() {
     // tables), and symbols missing before are looked up again.
     loader::note_dlopen();
     dlopen_door::catch_up();
+    // Lookups that failed in there (Python's functions, in a program
+    // without Python) left a message the program's next `dlerror` would
+    // read: the program's successful `dlclose` left none.
+    // SAFETY: dlerror has no preconditions.
+    unsafe { libc::dlerror() };
 }

@@ -51,11 +51,9 @@ const LEAN_RING_CHUNKS: u32 = 8;
 /// again for this long.
 const RETRY_PAUSE_NS: u64 = 50_000_000;
 /// One bit per sequence number of `MAX_CHUNKS` chunks (32 MiB, mapped on
-/// the first drop), or of `LEAN_RING_CHUNKS` chunks' worth under an
-/// address-space limit (sequence numbers that far apart share a bit: one
-/// of two such drops may then be counted as unfinished, not dropped).
+/// the first drop; none under an address-space limit, see
+/// `dropped_bitmap`).
 const DROPPED_BITMAP_BYTES: usize = MAX_CHUNKS * CHUNK_RECORDS / 8;
-const LEAN_DROPPED_BITMAP_BYTES: usize = LEAN_RING_CHUNKS as usize * CHUNK_RECORDS / 8;
 const WORDS_PER_CHUNK: usize = CHUNK_RECORDS / 64;
 
 static CHUNKS: [AtomicPtr<RawRecord>; MAX_CHUNKS] = [const { AtomicPtr::new(std::ptr::null_mut()) }; MAX_CHUNKS];
@@ -74,8 +72,7 @@ static RETRY_AFTER_NS: AtomicU64 = AtomicU64::new(0);
 /// The `errno` of the last failed growth, for the records dropped meanwhile.
 static LAST_GROW_ERRNO: AtomicI32 = AtomicI32::new(libc::EIO);
 /// Sequence numbers whose record was dropped and has no tombstone yet.
-static DROPPED: LazyMapping<AtomicU64> =
-    LazyMapping::with_lean_len(DROPPED_BITMAP_BYTES / 8, LEAN_DROPPED_BITMAP_BYTES / 8);
+static DROPPED: LazyMapping<AtomicU64> = LazyMapping::new(DROPPED_BITMAP_BYTES / 8);
 /// Chunk places of this spool's ring; 0 until the spool is created.
 static RING: AtomicU32 = AtomicU32::new(0);
 /// Why a chunk waits for its place: `EFBIG` when `ulimit -f` made the ring
@@ -363,8 +360,15 @@ fn reserve_by_writing(fd: i32, offset: u64, length: u64) -> Result<(), i32> {
     Ok(())
 }
 
-/// The bitmap of dropped sequence numbers, made on the first drop.
+/// The bitmap of dropped sequence numbers, made on the first drop. None
+/// under an address-space limit: a bitmap that small would have sequence
+/// numbers share bits, and a tombstone could land on a record still being
+/// written; a drop is then a gap with no tombstone (counted as lost all
+/// the same, as unfinished rather than dropped).
 fn dropped_bitmap() -> Option<&'static [AtomicU64]> {
+    if address_budget::lean() {
+        return None;
+    }
     DROPPED.get()
 }
 

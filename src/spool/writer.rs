@@ -293,8 +293,11 @@ pub fn is_open() -> bool {
 #[inline]
 fn ensure_open() -> bool {
     // Never the parent's spool: a child that no fork handler ran in (made
-    // by `_Fork` or `clone`) starts over first.
-    process_mark::notice_new_process();
+    // by `_Fork` or `clone`) starts over first, and has no spool while it
+    // does.
+    if !process_mark::notice_new_process() {
+        return false;
+    }
     match STATE.load(Ordering::Acquire) {
         OPEN => true,
         FAILED => false,

@@ -417,7 +417,11 @@ mod tests {
         REBUILDING.store(me, Ordering::Release);
         before_fork();
         after_fork_in_parent();
-        assert_eq!(REBUILDING.load(Ordering::Acquire), me, "the interrupted rebuild still holds it");
+        assert_eq!(
+            REBUILDING.load(Ordering::Acquire),
+            me,
+            "the interrupted rebuild still holds it"
+        );
         REBUILDING.store(0, Ordering::Release);
 
         let (taken, release) = (std::sync::Barrier::new(2), std::sync::Barrier::new(2));
@@ -432,7 +436,11 @@ mod tests {
             taken.wait();
             release.wait();
             before_fork();
-            assert_eq!(REBUILDING.load(Ordering::Acquire), me, "taken once the other thread let go");
+            assert_eq!(
+                REBUILDING.load(Ordering::Acquire),
+                me,
+                "taken once the other thread let go"
+            );
             after_fork_in_parent();
         });
         assert_eq!(REBUILDING.load(Ordering::Acquire), 0);

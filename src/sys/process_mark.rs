@@ -71,14 +71,27 @@ pub fn mark() {
 }
 
 /// Runs the fork child's work if this is a new process that no fork
-/// handler saw. One load and a compare.
+/// handler saw; false while that work is under way elsewhere (a signal
+/// handler on the thread doing it, another thread of the child): the
+/// caller then records nothing, since the parent's state is half undone.
+/// One load and a compare.
 #[inline(always)]
-pub fn notice_new_process() {
+pub fn notice_new_process() -> bool {
     let word = MARK.load(Ordering::Relaxed);
     // SAFETY: the page lives as long as the process.
     if !word.is_null() && unsafe { (*word).load(Ordering::Relaxed) } == 0 {
-        start_over();
+        return start_over();
     }
+    true
+}
+
+/// In a forked child, before its fork handler's work: whether a hook has
+/// done that work already (the word, zero in any child, is set again).
+/// False where there is no page.
+pub fn started_over_already() -> bool {
+    let word = MARK.load(Ordering::Acquire);
+    // SAFETY: the page lives as long as the process.
+    !word.is_null() && unsafe { (*word).load(Ordering::Acquire) } != 0
 }
 
 /// Asks for the word's line (a hook's entry does, with its other lines).
@@ -92,10 +105,14 @@ pub fn prefetch() {
 
 #[cold]
 #[inline(never)]
-fn start_over() {
+fn start_over() -> bool {
     if STARTING_OVER.swap(true, Ordering::AcqRel) {
-        return;
+        return false;
     }
+    // The work makes system calls (unmapping, closing): the program's
+    // errno is put back.
+    // SAFETY: __errno_location always returns the calling thread's errno.
+    let errno = unsafe { *libc::__errno_location() };
     let address = ON_NEW_PROCESS.load(Ordering::Acquire);
     if address != 0 {
         // SAFETY: only `set_up` stores here, and it stores a `fn()`.
@@ -104,6 +121,9 @@ fn start_over() {
     }
     mark();
     STARTING_OVER.store(false, Ordering::Release);
+    // SAFETY: as above.
+    unsafe { *libc::__errno_location() = errno };
+    true
 }
 
 #[cfg(test)]
@@ -122,15 +142,14 @@ mod tests {
     fn a_child_made_without_fork_starts_over_once_and_the_parent_never() {
         set_up(count);
         assert!(!MARK.load(Ordering::Acquire).is_null(), "MADV_WIPEONFORK is missing");
-        notice_new_process();
+        assert!(notice_new_process());
         assert_eq!(STARTED_OVER.load(Ordering::Relaxed), 0);
         // SAFETY: a fork-like clone; the child only reads and writes its own
         // copy of memory and leaves with _exit.
         let child = unsafe { libc::syscall(libc::SYS_clone, libc::SIGCHLD, 0, 0, 0, 0) };
         if child == 0 {
-            notice_new_process();
-            notice_new_process();
-            let started = STARTED_OVER.load(Ordering::Relaxed);
+            let proceeded = notice_new_process() && notice_new_process();
+            let started = STARTED_OVER.load(Ordering::Relaxed) + u64::from(!proceeded) * 100;
             // SAFETY: leaves the child at once.
             unsafe { libc::_exit(if started == 1 { 0 } else { 10 + started as i32 }) };
         }
@@ -140,7 +159,7 @@ mod tests {
         assert_eq!(unsafe { libc::waitpid(child as i32, &mut status, 0) }, child as i32);
         assert!(libc::WIFEXITED(status));
         assert_eq!(libc::WEXITSTATUS(status), 0);
-        notice_new_process();
+        assert!(notice_new_process());
         assert_eq!(STARTED_OVER.load(Ordering::Relaxed), 0);
     }
 }

@@ -156,9 +156,19 @@ fn region() -> Option<*mut u8> {
 }
 
 /// In a forked child: every stack is free again (the threads that held
-/// them do not exist there). The mapping is inherited and kept.
+/// them do not exist there), but the one this thread runs on, if it forked
+/// from deep work or from a signal handler that interrupted some. The
+/// mapping is inherited and kept.
 pub fn after_fork_in_child() {
-    IN_USE.store(0, Ordering::Relaxed);
+    let region = REGION.load(Ordering::Acquire) as usize;
+    let sp = psm::stack_pointer() as usize;
+    let span = GUARD_BYTES + STACK_BYTES;
+    let mine = if region != 0 && (region..region + STACKS * span).contains(&sp) {
+        1 << ((sp - region) / span)
+    } else {
+        0
+    };
+    IN_USE.store(mine, Ordering::Relaxed);
 }
 
 #[cfg(test)]

@@ -13,6 +13,7 @@
 //! for the thread's life (asked for once), and the capture does without it.
 
 use crate::sys::lazy_mapping::ZeroIsEmpty;
+use crate::sys::thread_exit;
 use std::ptr::NonNull;
 
 /// A `T` in an anonymous mapping of its own, unmapped when dropped.
@@ -110,6 +111,9 @@ impl<T> ThreadBox<T> {
     #[inline]
     pub fn get_or_make_with(&mut self, make: impl FnOnce() -> T) -> Option<&mut T> {
         if let ThreadBox::NotYet = self {
+            if thread_exit::released() {
+                return None;
+            }
             *self = Self::kept(MappedBox::new_with(make));
         }
         self.made()
@@ -118,6 +122,10 @@ impl<T> ThreadBox<T> {
     /// The value, if it was made.
     #[inline]
     pub fn made(&mut self) -> Option<&mut T> {
+        // Released with the thread's other objects, at its end.
+        if thread_exit::released() {
+            return None;
+        }
         match self {
             // SAFETY: a valid T, reached only through this box, until the
             // thread ends.
@@ -133,7 +141,7 @@ impl<T> ThreadBox<T> {
             return ThreadBox::Unavailable;
         };
         let value = made.value;
-        if !crate::sys::thread_exit::release_at_exit(value.as_ptr().cast(), release::<T>) {
+        if !thread_exit::release_at_exit(value.as_ptr().cast(), release::<T>) {
             // Nothing would give it back: it goes now.
             drop(made);
             return ThreadBox::Unavailable;
@@ -161,6 +169,9 @@ impl<T: ZeroIsEmpty> ThreadBox<T> {
     #[inline]
     pub fn get_or_make(&mut self) -> Option<&mut T> {
         if let ThreadBox::NotYet = self {
+            if thread_exit::released() {
+                return None;
+            }
             *self = Self::kept(MappedBox::zeroed());
         }
         self.made()

@@ -26,11 +26,24 @@ type Release = (unsafe fn(*mut u8), *mut u8);
 thread_local! {
     static PENDING: UnsafeCell<[Option<Release>; MOST]> = const { UnsafeCell::new([None; MOST]) };
     static COUNT: Cell<usize> = const { Cell::new(0) };
+    /// Set once the thread's objects were released: the thread is ending,
+    /// and code that still runs on it (another library's key destructor
+    /// calling CUDA, a signal handler) must not use them.
+    static RELEASED: Cell<bool> = const { Cell::new(false) };
+}
+
+/// Whether the calling thread's objects were released (it is ending).
+#[inline]
+pub fn released() -> bool {
+    RELEASED.try_with(Cell::get).unwrap_or(true)
 }
 
 /// Has `release(object)` called when the calling thread ends; false when
 /// it cannot be (the caller then releases the object itself, now).
 pub fn release_at_exit(object: *mut u8, release: unsafe fn(*mut u8)) -> bool {
+    if released() {
+        return false;
+    }
     let Some(key) = key() else { return false };
     let count = COUNT.try_with(Cell::get).unwrap_or(MOST);
     if count >= MOST {
@@ -77,6 +90,8 @@ fn key() -> Option<libc::pthread_key_t> {
 
 /// The key's destructor: releases what the ending thread left.
 unsafe extern "C" fn release_thread(_value: *mut c_void) {
+    // First: whatever runs on this thread from here on makes do without.
+    let _ = RELEASED.try_with(|released| released.set(true));
     let count = COUNT.try_with(|c| c.replace(0)).unwrap_or(0);
     let _ = PENDING.try_with(|pending| {
         for entry in 0..count.min(MOST) {
@@ -94,10 +109,10 @@ mod tests {
     use super::*;
     use std::sync::atomic::AtomicUsize;
 
-    static RELEASED: AtomicUsize = AtomicUsize::new(0);
+    static ADDED: AtomicUsize = AtomicUsize::new(0);
 
     unsafe fn count(object: *mut u8) {
-        RELEASED.fetch_add(object as usize, Ordering::Relaxed);
+        ADDED.fetch_add(object as usize, Ordering::Relaxed);
     }
 
     #[test]
@@ -111,10 +126,11 @@ mod tests {
                 assert!(release_at_exit(object(100), count));
             }
             assert!(!release_at_exit(object(1000), count), "the list is full");
-            assert_eq!(RELEASED.load(Ordering::Relaxed), 0);
+            assert_eq!(ADDED.load(Ordering::Relaxed), 0);
+            assert!(!released());
         })
         .join()
         .unwrap();
-        assert_eq!(RELEASED.load(Ordering::Relaxed), 11 + 100 * (MOST - 2));
+        assert_eq!(ADDED.load(Ordering::Relaxed), 11 + 100 * (MOST - 2));
     }
 }

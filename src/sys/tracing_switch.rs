@@ -48,8 +48,12 @@ pub fn guarded(record: impl FnOnce()) {
     if !tracing_on() {
         return;
     }
-    // A child that no fork handler ran in starts over before it records.
-    process_mark::notice_new_process();
+    // A child that no fork handler ran in starts over before it records;
+    // while it does (on another thread, or in the frame this handler
+    // interrupted), nothing is recorded.
+    if !process_mark::notice_new_process() {
+        return;
+    }
     // SAFETY: __errno_location always returns the calling thread's errno,
     // at one place for the thread's life: asked once, read and written back.
     let location = unsafe { libc::__errno_location() };

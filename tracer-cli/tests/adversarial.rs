@@ -1378,3 +1378,29 @@ fn signals_at_random_points_of_steady_state_hooks_neither_hang_nor_lose_events_u
         assert_eq!(p["devices"][0]["live_bytes_at_exit"], 0, "round {round}");
     }
 }
+
+/// A thread's tables are given back at its end, through a key destructor
+/// of the library's. A program's key destructor that runs after it (made
+/// later) and calls CUDA found the library using the freed tables. Its
+/// calls are now recorded without them, at every `--stacks`.
+#[test]
+fn cuda_calls_from_a_later_key_destructor_of_the_thread_are_recorded_after_its_tables_are_gone() {
+    for stacks in ["none", "all"] {
+        let (mut command, trace) = run_command(
+            &format!("key-destructor-{stacks}"),
+            "key-destructor",
+            &["--stacks", stacks],
+        );
+        let output = command.output().unwrap();
+        assert_eq!(output.status.code(), Some(0), "{stacks}: {}", stderr(&output));
+        assert_eq!(lines_after_pid(&stdout(&output)), "destructor ran 1\n", "{stacks}");
+        let report = finished_trace(&trace);
+        let p = &report["processes"][0];
+        assert_eq!(
+            (&p["events"], &p["lost_events"], &p["unknown_frees"]),
+            (&serde_json::json!(5), &serde_json::json!(0), &serde_json::json!(0)),
+            "{stacks}: {report}"
+        );
+        assert_eq!(p["devices"][0]["live_bytes_at_exit"], 1 << 20, "{stacks}");
+    }
+}

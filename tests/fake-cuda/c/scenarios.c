@@ -969,6 +969,39 @@ static int scenario_signal_storm(int pairs) {
 }
 #endif
 
+/* A thread's last CUDA calls made from a pthread key destructor of the
+ * program's, which runs after every key made before it (the tracer's
+ * among them): main allocates 1 MiB first, then makes the key; a thread
+ * allocates and frees 4096 bytes, and at its end the destructor allocates
+ * and frees 8192. Prints `destructor ran 1`. */
+static pthread_key_t late_key;
+static volatile int destructor_ran;
+static void late_destructor(void *value) {
+    (void)value;
+    void *p;
+    check("cudaMalloc", cudaMalloc(&p, 8192));
+    check("cudaFree", cudaFree(p));
+    destructor_ran = 1;
+}
+static void *key_thread(void *arg) {
+    (void)arg;
+    pthread_setspecific(late_key, (void *)1);
+    void *p;
+    check("cudaMalloc", cudaMalloc(&p, 4096));
+    check("cudaFree", cudaFree(p));
+    return NULL;
+}
+static int scenario_key_destructor(void) {
+    void *first;
+    check("cudaMalloc", cudaMalloc(&first, 1 << 20));
+    pthread_key_create(&late_key, late_destructor);
+    pthread_t thread;
+    pthread_create(&thread, NULL, key_thread, NULL);
+    pthread_join(thread, NULL);
+    printf("destructor ran %d\n", destructor_ran);
+    return 0;
+}
+
 static void *allocate_and_print(const char *label, size_t size) {
     void *p;
     check("cudaMalloc", cudaMalloc(&p, size));
@@ -1232,6 +1265,8 @@ int main(int argc, char **argv) {
         return 15;
     } else if (!strcmp(name, "small-stack") && argc > 2) {
         return scenario_small_stack((size_t)atol(argv[2]) << 10, argc > 3 && !strcmp(argv[3], "first"));
+    } else if (!strcmp(name, "key-destructor")) {
+        return scenario_key_destructor();
     } else if (!strcmp(name, "address-limit")) {
         return scenario_address_limit();
     } else if (!strcmp(name, "supervisor")) {
