@@ -19,11 +19,29 @@ use cudatrace_events::layout::{EXEC_INTO_CAPACITY, HEADER_SIZE, SPOOL_MAGIC, SPO
 use cudatrace_events::{naming, SpoolHeader};
 use std::ffi::CString;
 use std::os::unix::ffi::OsStrExt;
-use std::sync::atomic::{AtomicU32, Ordering};
+use std::sync::atomic::{AtomicU32, AtomicU64, Ordering};
 
 /// Image numbers looked for past the last one found: spools of earlier
 /// images may already be collected and gone.
 const MISSES_BEFORE_GIVING_UP: u32 = 4;
+
+/// This image's pid (high half) and the image number after the last spool
+/// of its pid found when it loaded (low half): its own spool's number is
+/// never below, so that image numbers of one process only grow, even once
+/// the spools of its earlier images are collected and gone.
+static FIRST_FREE_IMAGE: AtomicU64 = AtomicU64::new(0);
+
+/// The lowest image number a spool of process `pid` may take (0 unless
+/// this image found spools of its pid when it loaded; a forked child,
+/// another pid, starts from 0).
+pub fn first_free_image(pid: u32) -> u32 {
+    let packed = FIRST_FREE_IMAGE.load(Ordering::Acquire);
+    if (packed >> 32) as u32 == pid {
+        packed as u32
+    } else {
+        0
+    }
+}
 
 /// Marks the spool of the image this process replaced, if there is one
 /// that does not say so yet. Called once, as the library loads.
@@ -43,14 +61,15 @@ pub fn mark_the_image_replaced() {
         };
         // SAFETY: a NUL-terminated path.
         if unsafe { libc::access(c_path.as_ptr(), libc::F_OK) } == 0 {
-            latest = Some(c_path);
+            latest = Some((image, c_path));
             misses = 0;
         } else {
             misses += 1;
         }
         image += 1;
     }
-    if let Some(path) = latest {
+    if let Some((image, path)) = latest {
+        FIRST_FREE_IMAGE.store(u64::from(pid) << 32 | u64::from(image + 1), Ordering::Release);
         mark(&path, pid);
     }
 }

@@ -22,6 +22,7 @@
 use crate::spool::chunks as spool_chunks;
 use crate::spool::notice;
 use crate::spool::recording_switch;
+use crate::spool::replaced_image;
 use crate::spool::spool_file;
 use crate::spool::tree_root;
 use crate::sys::clock::{monotonic_ns, realtime_ns, record_ns};
@@ -392,7 +393,8 @@ fn mark_lost_while_opening() {
 /// Opens a new spool file for this pid, numbering images of the same pid;
 /// returns it with its path.
 fn create_file(directory: &std::path::Path, pid: u32) -> Option<(i32, std::ffi::CString)> {
-    for image in 0..1000 {
+    let first = replaced_image::first_free_image(pid);
+    for image in first..first + 1000 {
         let path = directory.join(naming::spool_file_name(pid, image));
         let c_path = std::ffi::CString::new(path.as_os_str().as_bytes()).ok()?;
         // SAFETY: a NUL-terminated path.
