@@ -13,7 +13,7 @@
 //! The look costs a few failed `access` calls in a process whose pid has
 //! no spool, which is nearly every process.
 
-use crate::spool::tree_root;
+use crate::spool::{spool_file, tree_root};
 use crate::sys::process_start::process_start_ticks;
 use cudatrace_events::layout::{EXEC_INTO_CAPACITY, HEADER_SIZE, SPOOL_MAGIC, SPOOL_VERSION};
 use cudatrace_events::{naming, SpoolHeader};
@@ -88,25 +88,12 @@ fn mark(path: &std::ffi::CStr, pid: u32) {
         // SAFETY: no preconditions.
         && status.st_uid == unsafe { libc::geteuid() }
         && status.st_size >= HEADER_SIZE as i64;
-    if whole {
-        // SAFETY: a shared mapping of the file's header page, unmapped below.
-        let page = unsafe {
-            libc::mmap(
-                std::ptr::null_mut(),
-                HEADER_SIZE,
-                libc::PROT_READ | libc::PROT_WRITE,
-                libc::MAP_SHARED,
-                fd,
-                0,
-            )
-        };
-        if page != libc::MAP_FAILED {
-            // SAFETY: a header page of HEADER_SIZE bytes, mapped; the fields
-            // another process writes are read and written atomically.
-            unsafe { mark_header(page.cast(), pid) };
-            // SAFETY: our own mapping.
-            unsafe { libc::munmap(page, HEADER_SIZE) };
-        }
+    if let Some(header) = whole.then(|| spool_file::map_header(fd)).flatten() {
+        // SAFETY: a header page of HEADER_SIZE bytes, mapped; the fields
+        // another process writes are read and written atomically.
+        unsafe { mark_header(header, pid) };
+        // SAFETY: our own mapping.
+        unsafe { libc::munmap(header.cast(), HEADER_SIZE) };
     }
     // SAFETY: our own descriptor.
     unsafe { libc::close(fd) };

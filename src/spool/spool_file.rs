@@ -29,6 +29,25 @@ fn identity(fd: i32) -> Option<(u64, u64)> {
     (unsafe { libc::fstat(fd, &mut stat) } == 0).then_some((stat.st_dev, stat.st_ino))
 }
 
+/// Maps the header page of the spool file open on `fd`, shared and
+/// writable; `None` when it cannot be mapped. The caller unmaps it (or
+/// keeps it for the process's life).
+pub fn map_header(fd: i32) -> Option<*mut cudatrace_events::SpoolHeader> {
+    // SAFETY: a shared mapping of the file's first page, through a
+    // descriptor the caller holds; nothing of anyone else's is touched.
+    let page = unsafe {
+        libc::mmap(
+            std::ptr::null_mut(),
+            cudatrace_events::layout::HEADER_SIZE,
+            libc::PROT_READ | libc::PROT_WRITE,
+            libc::MAP_SHARED,
+            fd,
+            0,
+        )
+    };
+    (page != libc::MAP_FAILED).then(|| page.cast())
+}
+
 /// Takes `fd`, just created at `path`, as the spool. `false` if it cannot
 /// be identified (then it is not used).
 pub fn adopt(fd: i32, path: CString) -> bool {

@@ -461,24 +461,13 @@ fn try_create_spool() -> Result<(), NoSpoolWhy> {
         unsafe { libc::close(fd) };
         return Err((errno, NoSpool::NoRoom));
     }
-    // SAFETY: fd is ours; the header page is mapped shared like the records.
-    let header = unsafe {
-        libc::mmap(
-            std::ptr::null_mut(),
-            HEADER_SIZE,
-            libc::PROT_READ | libc::PROT_WRITE,
-            libc::MAP_SHARED,
-            fd,
-            0,
-        )
-    };
-    if header == libc::MAP_FAILED {
+    // Mapped shared like the records, for the process's life.
+    let Some(header) = spool_file::map_header(fd) else {
         let failure = failed(NoSpool::CannotMap);
         // SAFETY: closing our own descriptor.
         unsafe { libc::close(fd) };
         return Err(failure);
-    }
-    let header = header.cast::<SpoolHeader>();
+    };
     let cmdline = std::fs::read("/proc/self/cmdline").unwrap_or_default();
     let cmdline_len = cmdline.len().min(CMDLINE_CAPACITY);
     // SAFETY: the mapping is HEADER_SIZE bytes, the size of SpoolHeader, and

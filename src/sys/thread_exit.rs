@@ -24,8 +24,8 @@ static KEY: AtomicU32 = AtomicU32::new(0);
 type Release = (unsafe fn(*mut u8), *mut u8);
 
 thread_local! {
+    /// What the thread leaves to be released, in order; the rest `None`.
     static PENDING: UnsafeCell<[Option<Release>; MOST]> = const { UnsafeCell::new([None; MOST]) };
-    static COUNT: Cell<usize> = const { Cell::new(0) };
     /// Set once the thread's objects were released: the thread is ending,
     /// and code that still runs on it (another library's key destructor
     /// calling CUDA, a signal handler) must not use them.
@@ -45,23 +45,22 @@ pub fn release_at_exit(object: *mut u8, release: unsafe fn(*mut u8)) -> bool {
         return false;
     }
     let Some(key) = key() else { return false };
-    let count = COUNT.try_with(Cell::get).unwrap_or(MOST);
-    if count >= MOST {
-        return false;
-    }
-    // SAFETY: a key of ours; any non-null value makes its destructor run.
-    if count == 0 && unsafe { libc::pthread_setspecific(key, std::ptr::dangling::<c_void>()) } != 0 {
-        return false;
-    }
-    let stored = PENDING.try_with(|pending| {
-        // SAFETY: only this thread touches its list.
-        unsafe { (*pending.get())[count] = Some((release, object)) };
-    });
-    if stored.is_err() {
-        return false;
-    }
-    COUNT.with(|c| c.set(count + 1));
-    true
+    PENDING
+        .try_with(|pending| {
+            // SAFETY: only this thread touches its list.
+            let pending = unsafe { &mut *pending.get() };
+            let Some(free) = pending.iter().position(Option::is_none) else {
+                return false;
+            };
+            // The first object: the key's value makes its destructor run.
+            // SAFETY: a key of ours; any non-null value does.
+            if free == 0 && unsafe { libc::pthread_setspecific(key, std::ptr::dangling::<c_void>()) } != 0 {
+                return false;
+            }
+            pending[free] = Some((release, object));
+            true
+        })
+        .unwrap_or(false)
 }
 
 /// The key, made on first use.
@@ -92,10 +91,10 @@ fn key() -> Option<libc::pthread_key_t> {
 unsafe extern "C" fn release_thread(_value: *mut c_void) {
     // First: whatever runs on this thread from here on makes do without.
     let _ = RELEASED.try_with(|released| released.set(true));
-    let count = COUNT.try_with(|c| c.replace(0)).unwrap_or(0);
     let _ = PENDING.try_with(|pending| {
-        for entry in 0..count.min(MOST) {
-            // SAFETY: only this thread touches its list.
+        for entry in 0..MOST {
+            // SAFETY: only this thread touches its list (a release never
+            // adds to it: the thread is marked released first).
             if let Some((release, object)) = unsafe { (*pending.get())[entry].take() } {
                 // SAFETY: registered with this object, released once.
                 unsafe { release(object) };
