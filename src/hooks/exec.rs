@@ -9,6 +9,7 @@
 //! `execv`, `execvp` and `execve` here. `posix_spawn` and `vfork` do not
 //! replace the calling image and are left alone.
 
+use crate::record::memory_limit;
 use crate::spool::writer;
 use crate::sys::loader::next_function;
 use crate::sys::tracing_switch::guarded;
@@ -52,11 +53,15 @@ fn marked(real: usize, path: *const c_char, call: impl FnOnce(usize) -> c_int) -
     guarded(|| {
         // SAFETY: the exec family's contract: a NUL-terminated path, or null.
         let into = (!path.is_null()).then(|| unsafe { std::ffi::CStr::from_ptr(path) });
-        writer::note_exec(true, into)
+        writer::note_exec(true, into);
+        memory_limit::retire_for_exec();
     });
     let result = call(real);
     // `guarded` keeps the call's errno across the withdrawal.
-    guarded(|| writer::note_exec(false, None));
+    guarded(|| {
+        memory_limit::restore_after_failed_exec();
+        writer::note_exec(false, None)
+    });
     result
 }
 

@@ -18,9 +18,12 @@ use crate::record::devices;
 use crate::record::recorder::{self, Record};
 use crate::spool::tree_root;
 use crate::sys::cuda_ffi::*;
-use crate::sys::shared_ledger::{self, Ledger};
+use crate::sys::no_cancel::without_cancellation;
+use crate::sys::shared_ledger::{self, Ledger, Unshared};
 use crate::sys::symbols::{real_fn, Sym};
+use crate::sys::thread::current_tid;
 use crate::sys::thread_block::{self, LimitCredit};
+use crate::sys::thread_exit;
 use crate::sys::tracing_switch::{guarded, keeping_errno};
 use cudatrace_events::{naming, sizes, Kind, Op};
 use std::sync::atomic::{AtomicPtr, AtomicU32, AtomicU64, AtomicU8, Ordering};
@@ -46,6 +49,9 @@ static DEVICE_INDEX: [AtomicU8; shared_ledger::MAX_DEVICES] = [const { AtomicU8:
 const NOT_LIMITED: u8 = u8::MAX;
 /// Devices whose limit record this process has written, one bit each.
 static RECORDED: AtomicU64 = AtomicU64::new(0);
+/// Why this process keeps a ledger of its own ([`Unshared`] as a number);
+/// 0 while it uses the tree's. Said in every limit record it writes.
+static UNSHARED: AtomicU64 = AtomicU64::new(0);
 
 /// Reads `CUDATRACE_LIMIT` (from the library constructor). A value that is
 /// no size is said once on stderr, and the program runs without a limit.
@@ -58,7 +64,13 @@ pub fn configure_from_environment() {
         return;
     }
     match sizes::parse_bytes(&text) {
-        Ok(bytes) if bytes > 0 => LIMIT.store(bytes, Ordering::Relaxed),
+        Ok(bytes) if bytes > 0 => {
+            // The key that gives a thread's credit back at its exit is made
+            // now, before the program can have taken every key: a thread
+            // with no way to give its credit back gets none ahead.
+            thread_exit::prepare();
+            LIMIT.store(bytes, Ordering::Relaxed)
+        }
         _ => {
             if std::env::var_os("CUDATRACE_QUIET").is_none_or(|v| v != "1") {
                 eprintln!("cudatrace: CUDATRACE_LIMIT={text} is not a size (such as 24GiB); running without a limit");
@@ -99,6 +111,9 @@ pub struct Reservation {
     index: usize,
     slot: usize,
     bytes: u64,
+    /// Admitted on a fresh device reading: its bytes are pending until the
+    /// call returns.
+    on_reading: bool,
 }
 
 /// What the limit says of an allocation about to be made.
@@ -130,13 +145,23 @@ fn ledger() -> Option<&'static Ledger> {
 #[cold]
 fn open_ledger() -> Option<&'static Ledger> {
     let opened = keeping_errno(|| {
-        let shared = tree_root::spool_dir().and_then(|dir| {
-            let path = dir.join(naming::MEMORY_LIMIT_LEDGER);
-            let path = std::ffi::CString::new(std::os::unix::ffi::OsStrExt::as_bytes(path.as_os_str())).ok()?;
-            shared_ledger::open(&path)
-        });
-        shared.or_else(shared_ledger::private_ledger)
-    })?;
+        without_cancellation(|| {
+            let shared = match tree_root::spool_dir() {
+                None => Err(Unshared::NoFolder),
+                Some(dir) => {
+                    let path = dir.join(naming::MEMORY_LIMIT_LEDGER);
+                    std::ffi::CString::new(std::os::unix::ffi::OsStrExt::as_bytes(path.as_os_str()))
+                        .map_err(|_| Unshared::CannotOpen)
+                        .and_then(|path| shared_ledger::open(&path))
+                }
+            };
+            shared.or_else(|why| {
+                UNSHARED.store(why as u64, Ordering::Relaxed);
+                shared_ledger::private_ledger().ok_or(why)
+            })
+        })
+    })
+    .ok()?;
     let pointer = std::ptr::from_ref(opened).cast_mut();
     // Two threads may open it at once: the first to publish wins, and the
     // other's mapping of the same file is simply left unused.
@@ -158,6 +183,7 @@ fn my_slot(ledger: &Ledger) -> Option<usize> {
 #[cold]
 fn claim_slot(ledger: &Ledger) -> Option<usize> {
     keeping_errno(|| {
+        let _held = crate::sys::no_cancel::NoCancel::hold();
         let pid = std::process::id();
         let slot = ledger.claim_slot(pid, shared_ledger::start_time_of(pid))?;
         match MY_SLOT.compare_exchange(NO_SLOT, slot as u32, Ordering::AcqRel, Ordering::Acquire) {
@@ -180,12 +206,54 @@ fn device_index(ledger: &Ledger, ordinal: i8) -> Option<usize> {
 
 #[cold]
 fn look_up_device(ledger: &Ledger, ordinal: i8, cached: &AtomicU8) -> Option<usize> {
-    let index = keeping_errno(|| ledger.device(uuid_of(ordinal)));
+    let uuid = keeping_errno(|| uuid_of(ordinal));
+    let mut index = ledger.device(uuid);
+    if index.is_none() && UNSHARED.load(Ordering::Relaxed) == 0 {
+        // Every entry of the tree's ledger names another device: this
+        // process keeps the limit to itself, in a ledger of its own, and
+        // says so.
+        if let Some(own) = switch_to_own_ledger(Unshared::NoDeviceRoom) {
+            index = own.device(uuid);
+        }
+    }
     cached.store(index.map_or(NOT_LIMITED, |i| i as u8 + 1), Ordering::Release);
     if index.is_some() {
         record_limit(ordinal);
     }
     index
+}
+
+/// Moves this process from the tree's ledger to one of its own, for `why`.
+/// What it counted in the tree's ledger stays there until it ends (its
+/// frees are then given back to its own ledger, which stops at zero), and
+/// the devices it looked up are looked up again.
+#[cold]
+fn switch_to_own_ledger(why: Unshared) -> Option<&'static Ledger> {
+    let own = keeping_errno(shared_ledger::private_ledger)?;
+    // Credit given under the tree's ledger is void in this one: its epochs
+    // start where the tree's never get to.
+    for index in 0..shared_ledger::MAX_DEVICES {
+        own.epoch(index).store(OWN_LEDGER_EPOCH, Ordering::Relaxed);
+    }
+    UNSHARED.store(why as u64, Ordering::Relaxed);
+    MY_SLOT.store(NO_SLOT, Ordering::Release);
+    for cached in &DEVICE_INDEX {
+        cached.store(0, Ordering::Release);
+    }
+    RECORDED.store(0, Ordering::Relaxed);
+    LEDGER.store(std::ptr::from_ref(own).cast_mut(), Ordering::Release);
+    Some(own)
+}
+
+/// The first credit epoch of a ledger a process moved to on its own.
+const OWN_LEDGER_EPOCH: u32 = 1 << 31;
+
+/// The ledger in use: after [`ledger`] returned one, never null.
+#[inline(always)]
+fn ledger_in_use() -> Option<&'static Ledger> {
+    let pointer = LEDGER.load(Ordering::Acquire);
+    // SAFETY: published from a mapping that is never unmapped.
+    (!pointer.is_null()).then(|| unsafe { &*pointer })
 }
 
 /// The UUID of device `ordinal`, which names it whatever a process's
@@ -218,6 +286,8 @@ fn record_limit(ordinal: i8) {
         let mut record = Record::new(Op::MemoryLimit, cudatrace_events::Api::Unknown);
         record.device = ordinal;
         record.size = LIMIT.load(Ordering::Relaxed);
+        // Why the process keeps the limit to itself, if it does.
+        record.arg1 = UNSHARED.load(Ordering::Relaxed);
         recorder::write_measurement(record, false);
     });
 }
@@ -229,6 +299,14 @@ fn chunk(limit: u64) -> u64 {
     (limit / 4096).clamp(64 << 10, 8 << 20)
 }
 
+/// Whether the thread's credit is for device `index` and still valid.
+#[inline(always)]
+fn credit_is_live(ledger: &Ledger, credit: LimitCredit, index: usize) -> bool {
+    !credit.busy
+        && usize::from(credit.device) == index + 1
+        && credit.epoch == ledger.epoch(index).load(Ordering::Relaxed)
+}
+
 /// Counts `bytes` about to be allocated on `device`, or says that they
 /// would not fit. Call only when [`enabled`]. `read_device` reads the
 /// calling thread's device afresh (free, total), for a would-be refusal.
@@ -238,26 +316,39 @@ fn chunk(limit: u64) -> u64 {
 /// the driver's stores to drain, tens of nanoseconds each on the GPU.
 #[inline]
 pub fn admit(device: i8, bytes: u64, read_device: impl FnOnce() -> Option<(u64, u64)>) -> Admission {
-    let Some(ledger) = ledger() else {
+    let Some(first) = ledger() else {
         return Admission::NotCounted;
     };
-    let (Some(index), Some(slot)) = (device_index(ledger, device), my_slot(ledger)) else {
+    let Some(index) = device_index(first, device) else {
+        return Admission::NotCounted;
+    };
+    // The lookup may have moved the process to a ledger of its own.
+    let Some(ledger) = ledger_in_use() else {
+        return Admission::NotCounted;
+    };
+    let Some(slot) = my_slot(ledger) else {
         return Admission::NotCounted;
     };
     let block = thread_block::current();
     let credit = block.limit_credit.get();
-    if !credit.busy && usize::from(credit.device) == index + 1 && credit.bytes >= bytes {
+    if credit.bytes >= bytes && credit_is_live(ledger, credit, index) {
         block.limit_credit.set(LimitCredit {
             bytes: credit.bytes - bytes,
             ..credit
         });
-        return Admission::Counted(Reservation { index, slot, bytes });
+        return Admission::Counted(Reservation {
+            index,
+            slot,
+            bytes,
+            on_reading: false,
+        });
     }
     admit_from_ledger(ledger, index, slot, device, bytes, read_device)
 }
 
 /// [`admit`] when the thread's credit does not cover the bytes: the rest is
-/// counted in the ledger, with a chunk ahead where it fits.
+/// counted in the ledger, with a chunk ahead where the limit has room for
+/// every holder's.
 #[cold]
 fn admit_from_ledger(
     ledger: &Ledger,
@@ -273,46 +364,106 @@ fn admit_from_ledger(
     if credit.busy {
         // A signal handler's hook, inside this thread's own change of its
         // credit: the ledger alone, exactly.
-        return admit_exactly(ledger, index, slot, device, bytes, 0, limit, read_device);
+        return admit_exactly(ledger, index, slot, device, bytes, 0, 0, limit, read_device);
     }
     block.limit_credit.set(LimitCredit { busy: true, ..credit });
-    if usize::from(credit.device) != index + 1 {
-        if credit.device != 0 {
-            return_to_ledger(ledger, usize::from(credit.device) - 1, slot, credit.bytes);
-        }
-        credit = LimitCredit {
-            bytes: 0,
-            device: index as u8 + 1,
-            ..credit
-        };
+    if !credit_is_live(ledger, credit, index) {
+        credit = drop_credit(ledger, slot, credit);
+    }
+    if !credit.registered {
+        credit.registered = thread_exit::release_at_exit(std::ptr::null_mut(), credit_at_thread_exit);
     }
     let have = credit.bytes.min(bytes);
     let need = bytes - have;
-    let ahead = chunk(limit);
+    let ahead = credit_ahead(ledger, index, need, limit, credit);
+    let epoch = ledger.epoch(index).load(Ordering::Acquire);
     // Saturating: `bytes` is the program's, as large as it likes.
-    let admission = if try_count(ledger, index, slot, need.saturating_add(ahead), limit) {
-        credit.bytes = credit.bytes - have + ahead;
-        Admission::Counted(Reservation { index, slot, bytes })
-    } else {
-        let admission = admit_exactly(ledger, index, slot, device, need, have, limit, read_device);
-        if let Admission::Counted(_) = admission {
-            credit.bytes -= have;
+    let admission = if ahead > 0 && try_count(ledger, index, slot, need.saturating_add(ahead), limit) {
+        if credit.device == 0 {
+            ledger
+                .entry(index)
+                .ceiling
+                .fetch_add(2 * chunk(limit), Ordering::AcqRel);
+            credit.device = index as u8 + 1;
+            credit.epoch = epoch;
         }
-        match admission {
-            Admission::Counted(_) => Admission::Counted(Reservation { index, slot, bytes }),
+        credit.bytes = credit.bytes - have + ahead;
+        Admission::Counted(Reservation {
+            index,
+            slot,
+            bytes,
+            on_reading: false,
+        })
+    } else {
+        // All of this thread's credit goes into this allocation: its part
+        // of the ceiling holds nothing unspent.
+        let own_ceiling = if credit.device == 0 { 0 } else { 2 * chunk(limit) };
+        match admit_exactly(ledger, index, slot, device, need, have, own_ceiling, limit, read_device) {
+            Admission::Counted(reservation) => {
+                credit.bytes -= have;
+                if reservation.on_reading {
+                    // Admitted by voiding every thread's credit: this
+                    // thread's too.
+                    credit = drop_credit(ledger, slot, credit);
+                }
+                Admission::Counted(Reservation {
+                    bytes: reservation.bytes + have,
+                    ..reservation
+                })
+            }
             other => other,
         }
     };
-    if !credit.registered {
-        credit.registered = give_back_at_thread_exit();
-    }
     block.limit_credit.set(LimitCredit { busy: false, ..credit });
     admission
 }
 
+/// The chunk a thread may take ahead with `need`: none for a thread with
+/// no way to give it back at its exit, and none when the room left after
+/// `need` could not hold two chunks more than the most every thread
+/// holding credit may keep, so that credit never stands in the way of an
+/// allocation.
+fn credit_ahead(ledger: &Ledger, index: usize, need: u64, limit: u64, credit: LimitCredit) -> u64 {
+    if !credit.registered {
+        return 0;
+    }
+    let ahead = chunk(limit);
+    let entry = ledger.entry(index);
+    let used = entry
+        .counted
+        .load(Ordering::Acquire)
+        .saturating_add(entry.beyond.load(Ordering::Acquire))
+        .saturating_add(need);
+    let room = limit.saturating_sub(used);
+    if room >= entry.ceiling.load(Ordering::Acquire).saturating_add(2 * ahead) {
+        ahead
+    } else {
+        0
+    }
+}
+
+/// Gives a thread's credit back to the ledger: it holds none after.
+fn drop_credit(ledger: &Ledger, slot: usize, credit: LimitCredit) -> LimitCredit {
+    if credit.device != 0 {
+        let index = usize::from(credit.device) - 1;
+        return_to_ledger(ledger, index, slot, credit.bytes);
+        shared_ledger::subtract(&ledger.entry(index).ceiling, 2 * chunk(LIMIT.load(Ordering::Relaxed)));
+    }
+    LimitCredit {
+        bytes: 0,
+        device: 0,
+        epoch: 0,
+        ..credit
+    }
+}
+
 /// Counts exactly `need` bytes in the ledger (`held` more are the thread's
 /// credit, already counted), after taking off the shares of processes that
-/// ended and reading the device afresh if the figures at hand say no.
+/// ended and reading the device afresh if the figures at hand say no
+/// (`own_ceiling` is this thread's part of the credit ceiling, which holds
+/// nothing unspent). Before a refusal, the device is read once more under the admission lock:
+/// the ledger counts credit that idle threads hold and may never spend,
+/// and the device's own figure holds none.
 #[allow(clippy::too_many_arguments)]
 fn admit_exactly(
     ledger: &Ledger,
@@ -321,30 +472,35 @@ fn admit_exactly(
     device: i8,
     need: u64,
     held: u64,
+    own_ceiling: u64,
     limit: u64,
     read_device: impl FnOnce() -> Option<(u64, u64)>,
 ) -> Admission {
-    if try_count(ledger, index, slot, need, limit) {
-        return Admission::Counted(Reservation {
-            index,
-            slot,
-            bytes: need,
-        });
-    }
-    keeping_errno(|| {
-        ledger.take_off_dead(std::process::id());
-        if devices::current_device() == Some(device) {
-            if let Some((free, total)) = read_device() {
-                note_reading(device, free, total);
-            }
-        }
+    let exact = Admission::Counted(Reservation {
+        index,
+        slot,
+        bytes: need,
+        on_reading: false,
     });
     if try_count(ledger, index, slot, need, limit) {
-        return Admission::Counted(Reservation {
-            index,
-            slot,
-            bytes: need,
+        return exact;
+    }
+    let here = devices::current_device() == Some(device);
+    keeping_errno(|| without_cancellation(|| ledger.take_off_dead(std::process::id())));
+    if try_count(ledger, index, slot, need, limit) {
+        return exact;
+    }
+    let mut used_on_device = None;
+    if here && need <= limit {
+        let admitted = keeping_errno(|| {
+            without_cancellation(|| {
+                admit_on_reading(ledger, index, slot, device, need, held, own_ceiling, limit, read_device)
+            })
         });
+        match admitted {
+            Ok(reservation) => return Admission::Counted(reservation),
+            Err(used) => used_on_device = used,
+        }
     }
     let entry = ledger.entry(index);
     let held_by_others = entry
@@ -352,10 +508,71 @@ fn admit_exactly(
         .load(Ordering::Acquire)
         .saturating_add(entry.beyond.load(Ordering::Acquire))
         .saturating_sub(held);
+    // What is left is what the figure the refusal stood on leaves: the
+    // device's reading where it was read (the ledger's own figure counts
+    // idle credit as used).
+    let taken = used_on_device.unwrap_or(held_by_others);
     Admission::Refused {
-        left: limit.saturating_sub(held_by_others),
+        left: limit.saturating_sub(taken),
         limit,
     }
+}
+
+/// Admits `need` bytes if a fresh reading of the device, plus the bytes
+/// admitted this way whose allocations have not returned, leaves room for
+/// them, and so does the ledger's floor of what the tree uses (its figure
+/// less the most the threads may hold as credit: where a driver's reading
+/// covers this process alone, the other processes' memory is still seen).
+/// Admissions of the tree are serialised by the device's lock, and the
+/// threads' credit is voided (the epoch moves on): what the reading
+/// allowed may not be spent again by an idle thread waking up. Otherwise
+/// the bytes the device had in use, if it could be read.
+#[allow(clippy::too_many_arguments)]
+fn admit_on_reading(
+    ledger: &Ledger,
+    index: usize,
+    slot: usize,
+    device: i8,
+    need: u64,
+    held: u64,
+    own_ceiling: u64,
+    limit: u64,
+    read_device: impl FnOnce() -> Option<(u64, u64)>,
+) -> Result<Reservation, Option<u64>> {
+    let Some(_lock) = ledger.lock_admissions(index, std::process::id(), current_tid()) else {
+        return Err(None);
+    };
+    let Some((free, total)) = read_device() else {
+        return Err(None);
+    };
+    note_reading(device, free, total);
+    let entry = ledger.entry(index);
+    let read = total
+        .saturating_sub(free)
+        .saturating_add(entry.pending.load(Ordering::Acquire));
+    // The allocation is `need` and the `held` credit (counted already,
+    // not in use yet).
+    let others_ceiling = entry.ceiling.load(Ordering::Acquire).saturating_sub(own_ceiling);
+    let floor = entry
+        .counted
+        .load(Ordering::Acquire)
+        .saturating_sub(held)
+        .saturating_sub(others_ceiling);
+    let used = read.max(floor);
+    if used.saturating_add(need).saturating_add(held) > limit {
+        return Err(Some(used));
+    }
+    ledger.epoch(index).fetch_add(1, Ordering::AcqRel);
+    entry.pending.fetch_add(need + held, Ordering::AcqRel);
+    entry.counted.fetch_add(need, Ordering::AcqRel);
+    ledger.slot(slot).counted[index].fetch_add(need, Ordering::AcqRel);
+    // The reservation is of `need`; the caller widens it by `held`.
+    Ok(Reservation {
+        index,
+        slot,
+        bytes: need,
+        on_reading: true,
+    })
 }
 
 #[inline]
@@ -393,13 +610,17 @@ fn return_to_ledger(ledger: &Ledger, index: usize, slot: usize, bytes: u64) {
 #[inline(always)]
 pub fn settle(reservation: Reservation, succeeded: bool, actual: u64) {
     let kept = if succeeded { actual } else { 0 };
-    if kept != reservation.bytes {
+    if kept != reservation.bytes || reservation.on_reading {
         settle_difference(reservation, kept);
     }
 }
 
 fn settle_difference(reservation: Reservation, kept: u64) {
-    let Some(ledger) = ledger() else { return };
+    let Some(ledger) = ledger_in_use() else { return };
+    if reservation.on_reading {
+        // The call has returned: a reading from now on shows its memory.
+        shared_ledger::subtract(&ledger.entry(reservation.index).pending, reservation.bytes);
+    }
     if kept > reservation.bytes {
         let more = kept - reservation.bytes;
         ledger
@@ -407,7 +628,7 @@ fn settle_difference(reservation: Reservation, kept: u64) {
             .counted
             .fetch_add(more, Ordering::AcqRel);
         ledger.slot(reservation.slot).counted[reservation.index].fetch_add(more, Ordering::AcqRel);
-    } else {
+    } else if kept < reservation.bytes {
         give_back_index(ledger, reservation.index, reservation.bytes - kept);
     }
 }
@@ -416,7 +637,7 @@ fn settle_difference(reservation: Reservation, kept: u64) {
 /// thread's credit while that stays under two chunks, else to the ledger.
 #[inline]
 pub fn give_back(device: i8, bytes: u64) {
-    let Some(ledger) = ledger() else { return };
+    let Some(ledger) = ledger_in_use() else { return };
     let Some(index) = usize::try_from(device)
         .ok()
         .and_then(|d| DEVICE_INDEX.get(d))
@@ -438,7 +659,7 @@ fn give_back_index(ledger: &Ledger, index: usize, bytes: u64) {
     let credit = block.limit_credit.get();
     let kept = credit.bytes.saturating_add(bytes);
     let limit = LIMIT.load(Ordering::Relaxed);
-    if !credit.busy && usize::from(credit.device) == index + 1 && kept <= 2 * chunk(limit) {
+    if kept <= 2 * chunk(limit) && credit_is_live(ledger, credit, index) {
         block.limit_credit.set(LimitCredit { bytes: kept, ..credit });
         return;
     }
@@ -451,8 +672,14 @@ fn give_back_index(ledger: &Ledger, index: usize, bytes: u64) {
 fn give_back_to_ledger(ledger: &Ledger, index: usize, slot: usize, bytes: u64) {
     let block = thread_block::current();
     let credit = block.limit_credit.get();
-    if credit.busy || usize::from(credit.device) != index + 1 {
+    if !credit_is_live(ledger, credit, index) {
         return_to_ledger(ledger, index, slot, bytes);
+        if !credit.busy && credit.device != 0 && usize::from(credit.device) == index + 1 {
+            // Void credit of this device: back to the ledger too.
+            block.limit_credit.set(LimitCredit { busy: true, ..credit });
+            let dropped = drop_credit(ledger, slot, credit);
+            block.limit_credit.set(LimitCredit { busy: false, ..dropped });
+        }
         return;
     }
     block.limit_credit.set(LimitCredit { busy: true, ..credit });
@@ -466,55 +693,19 @@ fn give_back_to_ledger(ledger: &Ledger, index: usize, slot: usize, bytes: u64) {
     });
 }
 
-/// The thread-specific key whose destructor gives an exiting thread's
-/// credit back; 0 until made, [`NO_KEY`] if it could not be.
-static EXIT_KEY: AtomicU32 = AtomicU32::new(0);
-const NO_KEY: u32 = u32::MAX;
-
-/// Makes the calling thread's exit give its credit back; whether it will.
-#[cold]
-fn give_back_at_thread_exit() -> bool {
-    let mut key = EXIT_KEY.load(Ordering::Acquire);
-    if key == 0 {
-        let mut made: libc::pthread_key_t = 0;
-        // SAFETY: a valid out-pointer and a destructor of the right type.
-        let created = keeping_errno(|| unsafe { libc::pthread_key_create(&mut made, Some(thread_exiting)) }) == 0;
-        // Key 0 is a valid key: stored + 1.
-        let wanted = if created { made + 1 } else { NO_KEY };
-        key = match EXIT_KEY.compare_exchange(0, wanted, Ordering::AcqRel, Ordering::Acquire) {
-            Ok(_) => wanted,
-            Err(other) => {
-                if created {
-                    // SAFETY: the key made above, never used.
-                    unsafe { libc::pthread_key_delete(made) };
-                }
-                other
-            }
-        };
+/// Run by the library's thread-exit key when a thread that took credit
+/// ends: its credit goes back to the ledger.
+unsafe fn credit_at_thread_exit(_: *mut u8) {
+    let block = thread_block::current();
+    let credit = block.limit_credit.get();
+    let slot = MY_SLOT.load(Ordering::Acquire);
+    if credit.busy || credit.device == 0 || slot == NO_SLOT {
+        return;
     }
-    if key == NO_KEY {
-        return false;
+    if let Some(ledger) = ledger_in_use() {
+        drop_credit(ledger, slot as usize, credit);
     }
-    // A value that is not null makes the destructor run at the thread's exit.
-    // SAFETY: a key of ours; glibc keeps the first 32 keys' values without allocating.
-    keeping_errno(|| unsafe { libc::pthread_setspecific(key - 1, std::ptr::dangling::<u8>().cast()) }) == 0
-}
-
-/// The destructor of [`EXIT_KEY`]: an exiting thread's credit goes back to
-/// the ledger.
-extern "C" fn thread_exiting(_: *mut libc::c_void) {
-    let _ = std::panic::catch_unwind(|| {
-        let block = thread_block::current();
-        let credit = block.limit_credit.get();
-        let slot = MY_SLOT.load(Ordering::Acquire);
-        if credit.busy || credit.device == 0 || slot == NO_SLOT {
-            return;
-        }
-        if let Some(ledger) = ledger() {
-            return_to_ledger(ledger, usize::from(credit.device) - 1, slot as usize, credit.bytes);
-        }
-        block.limit_credit.set(LimitCredit::default());
-    });
+    block.limit_credit.set(LimitCredit::default());
 }
 
 /// The ledger's figures of `device`, under a limit.
@@ -522,9 +713,8 @@ fn entry_of(device: i8) -> Option<&'static shared_ledger::DeviceEntry> {
     if !enabled() {
         return None;
     }
-    let ledger = ledger()?;
-    let index = device_index(ledger, device)?;
-    Some(ledger.entry(index))
+    let index = device_index(ledger()?, device)?;
+    Some(ledger_in_use()?.entry(index))
 }
 
 /// A reading of `device` (free and total bytes, as the driver gave them):
@@ -565,10 +755,11 @@ pub fn context_fits(device: i8, has_context: bool) -> bool {
         return true;
     }
     let limit = LIMIT.load(Ordering::Relaxed);
-    let Some(ledger) = ledger() else { return true };
-    let Some(index) = device_index(ledger, device) else {
+    let Some(first) = ledger() else { return true };
+    let Some(index) = device_index(first, device) else {
         return true;
     };
+    let Some(ledger) = ledger_in_use() else { return true };
     let entry = ledger.entry(index);
     let held = entry
         .counted
@@ -608,7 +799,53 @@ pub fn prefetch() {
     // SAFETY: published from a mapping that is never unmapped.
     let ledger = unsafe { &*ledger };
     crate::sys::prefetch::prefetch_line(std::ptr::from_ref(ledger.entry(0)));
+    crate::sys::prefetch::prefetch_line(std::ptr::from_ref(ledger.epoch(0)));
     crate::sys::prefetch::prefetch_line(std::ptr::from_ref(&ledger.slot(slot as usize).counted[0]));
+}
+
+/// Per device, the share this image took off the ledger at an `exec` under
+/// way, put back if the `exec` fails.
+static RETIRED: [AtomicU64; shared_ledger::MAX_DEVICES] = [const { AtomicU64::new(0) }; shared_ledger::MAX_DEVICES];
+
+/// Just before an `exec`: the driver gives this image's memory back when
+/// it is replaced, and the new image may never count anything itself (it
+/// allocates nothing, or runs without the library), so the image's share
+/// leaves the ledger now. A `vfork` child, which runs on its parent's
+/// memory, leaves its parent's share alone.
+pub fn retire_for_exec() {
+    if !enabled() {
+        return;
+    }
+    let slot = MY_SLOT.load(Ordering::Acquire);
+    let Some(ledger) = ledger_in_use().filter(|_| slot != NO_SLOT) else {
+        return;
+    };
+    let share = ledger.slot(slot as usize);
+    if share.owner() != u64::from(std::process::id()) {
+        return;
+    }
+    for (index, retired) in RETIRED.iter().enumerate() {
+        let bytes = share.counted[index].swap(0, Ordering::AcqRel);
+        if bytes != 0 {
+            shared_ledger::subtract(&ledger.entry(index).counted, bytes);
+        }
+        retired.store(bytes, Ordering::Release);
+    }
+}
+
+/// The `exec` returned (it failed): the image's share is counted again.
+pub fn restore_after_failed_exec() {
+    let slot = MY_SLOT.load(Ordering::Acquire);
+    let Some(ledger) = ledger_in_use().filter(|_| slot != NO_SLOT) else {
+        return;
+    };
+    for (index, retired) in RETIRED.iter().enumerate() {
+        let bytes = retired.swap(0, Ordering::AcqRel);
+        if bytes != 0 {
+            ledger.entry(index).counted.fetch_add(bytes, Ordering::AcqRel);
+            ledger.slot(slot as usize).counted[index].fetch_add(bytes, Ordering::AcqRel);
+        }
+    }
 }
 
 /// In a forked child: its allocations are its own, counted in a slot of

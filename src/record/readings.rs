@@ -13,6 +13,7 @@ use crate::record::memory_limit;
 use crate::record::recorder::{self, Record};
 use crate::stacks::stack_table;
 use crate::sys::cuda_ffi::*;
+use crate::sys::no_cancel::without_cancellation;
 use crate::sys::spare_stack;
 use crate::sys::symbols::{real_fn, Sym};
 use crate::sys::tracing_switch::{guarded, tracing_on};
@@ -248,7 +249,9 @@ fn describe_context(device: i8, context: u64, api: Api) {
     // Once a device, and deep (the driver's symbols may be looked up and
     // bound here, through the loader): on a spare stack, so that it fits
     // beside a program running on a small one.
-    spare_stack::deep(|| describe_context_here(device, context, api));
+    // Its driver calls and lookups may reach cancellation points: a pending
+    // cancellation of the thread waits for the program's own.
+    without_cancellation(|| spare_stack::deep(|| describe_context_here(device, context, api)));
 }
 
 fn describe_context_here(device: i8, context: u64, api: Api) {
@@ -416,8 +419,10 @@ fn sample_if_due(api: Api, now: u64) {
     {
         return;
     }
-    note_device_in_use(device, api);
-    sample(device, api, sample_reason::PERIODIC);
+    without_cancellation(|| {
+        note_device_in_use(device, api);
+        sample(device, api, sample_reason::PERIODIC);
+    });
 }
 
 fn sample(device: i8, api: Api, reason: u64) {
@@ -545,7 +550,7 @@ pub fn sample_at_exit() {
         return;
     }
     if let Some(device) = current_device() {
-        sample(device, Api::CuMemGetInfoV2, sample_reason::EXIT);
+        without_cancellation(|| sample(device, Api::CuMemGetInfoV2, sample_reason::EXIT));
     }
 }
 

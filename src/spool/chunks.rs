@@ -23,6 +23,7 @@
 use crate::spool::spool_file;
 use crate::sys::address_budget;
 use crate::sys::clock::monotonic_ns;
+use crate::sys::file_space;
 use crate::sys::lazy_mapping::LazyMapping;
 use crate::sys::prefetch::prefetch_line;
 use crate::sys::thread::{current_tid, last_errno};
@@ -318,46 +319,7 @@ fn map(fd: i32, place: usize, offset: usize, populate: bool) -> Result<*mut RawR
 /// Makes sure bytes `offset..offset + length` of the file have disk blocks,
 /// growing the file if needed, without ever raising `SIGXFSZ`.
 pub fn reserve(fd: i32, offset: u64, length: u64) -> Result<(), i32> {
-    let end = offset + length;
-    let mut limit = libc::rlimit {
-        rlim_cur: 0,
-        rlim_max: 0,
-    };
-    // SAFETY: a valid out-pointer.
-    if unsafe { libc::getrlimit(libc::RLIMIT_FSIZE, &mut limit) } == 0
-        && limit.rlim_cur != libc::RLIM_INFINITY
-        && end > limit.rlim_cur
-    {
-        return Err(libc::EFBIG);
-    }
-    loop {
-        // SAFETY: allocating blocks of our own file.
-        if unsafe { libc::fallocate(fd, 0, offset as libc::off_t, length as libc::off_t) } == 0 {
-            return Ok(());
-        }
-        match last_errno() {
-            libc::EINTR => continue,
-            libc::EOPNOTSUPP => return reserve_by_writing(fd, offset, length),
-            other => return Err(other),
-        }
-    }
-}
-
-/// For file systems without `fallocate`: writing zeros makes them allocate.
-fn reserve_by_writing(fd: i32, offset: u64, length: u64) -> Result<(), i32> {
-    static ZEROS: [u8; 4096] = [0; 4096];
-    let mut at = offset;
-    while at < offset + length {
-        let piece = (offset + length - at).min(ZEROS.len() as u64) as usize;
-        // SAFETY: writing from a static buffer into our own file.
-        let written = unsafe { libc::pwrite(fd, ZEROS.as_ptr().cast(), piece, at as libc::off_t) };
-        match written {
-            n if n > 0 => at += n as u64,
-            _ if last_errno() == libc::EINTR => {}
-            _ => return Err(last_errno()),
-        }
-    }
-    Ok(())
+    file_space::reserve(fd, offset, length)
 }
 
 /// The bitmap of dropped sequence numbers, made on the first drop. None

@@ -40,7 +40,8 @@ pub fn adopt_tree_if_root() {
     let (pid, uid) = unsafe { (libc::getpid(), libc::getuid()) };
     set("CUDATRACE_ROOT_PID", pid.to_string());
     if let Some(chosen) = std::env::var_os("CUDATRACE_DIR").filter(|d| !d.is_empty()) {
-        if let Err(reason) = writable_folder(Path::new(&chosen)) {
+        let usable = create_if_missing(Path::new(&chosen)).and_then(|()| writable_folder(Path::new(&chosen)));
+        if let Err(reason) = usable {
             untrace_tree(&format!("CUDATRACE_DIR={}: {reason}", Path::new(&chosen).display()));
         }
         return;
@@ -107,6 +108,21 @@ pub fn spool_dir() -> Option<&'static Path> {
 }
 
 /// Whether spools can be created in `folder`; why not otherwise.
+/// Makes a spool folder the user named that is not there yet (and the
+/// folders above it), private to the user as the default one is.
+fn create_if_missing(folder: &Path) -> Result<(), String> {
+    if std::fs::symlink_metadata(folder).is_ok() {
+        return Ok(());
+    }
+    use std::os::unix::fs::DirBuilderExt;
+    match std::fs::DirBuilder::new().recursive(true).mode(0o700).create(folder) {
+        Ok(()) => Ok(()),
+        // Made meanwhile by another process of the tree.
+        Err(_) if folder.is_dir() => Ok(()),
+        Err(e) => Err(format!("cannot create it: {e}")),
+    }
+}
+
 fn writable_folder(folder: &Path) -> Result<(), String> {
     let metadata = std::fs::metadata(folder).map_err(|e| e.to_string())?;
     if !metadata.is_dir() {

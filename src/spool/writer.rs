@@ -312,7 +312,9 @@ fn ensure_open() -> bool {
 /// back here, whatever the system calls of the creation left in it.
 #[cold]
 fn open_slow() -> bool {
-    crate::sys::tracing_switch::keeping_errno(open_or_wait)
+    // Creating the spool opens and writes files (cancellation points): a
+    // pending cancellation of the thread waits for the program's own.
+    crate::sys::tracing_switch::keeping_errno(|| crate::sys::no_cancel::without_cancellation(open_or_wait))
 }
 
 fn open_or_wait() -> bool {

@@ -6,10 +6,21 @@
 //! that died can be taken off.
 //!
 //! Everything is atomics in the mapping: no lock that a killed process
-//! could leave held, and nothing a hook could wait on.
+//! could leave held, and nothing a hook could wait on (the one lock, which
+//! serialises admissions on a fresh device reading, names its holder and
+//! is taken over from a holder that died).
+//!
+//! The file is shared only with processes of the same user: one found in
+//! the folder that another user owns, or that others may read or write, is
+//! not adopted (with a shared, sticky `CUDATRACE_DIR`, anyone could plant
+//! one). Its blocks are reserved with `fallocate`, so that a store into it
+//! never meets a full disk (`SIGBUS`), and it is never grown past
+//! `ulimit -f` (`SIGXFSZ`). When it cannot be used, the process keeps a
+//! ledger of its own ([`private_ledger`]) and says why ([`Unshared`]).
 
+use crate::sys::file_space;
 use std::ffi::CStr;
-use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::atomic::{AtomicU32, AtomicU64, Ordering};
 
 /// Devices one ledger keeps; a process's devices past these are not limited.
 pub const MAX_DEVICES: usize = 16;
@@ -17,7 +28,9 @@ pub const MAX_DEVICES: usize = 16;
 /// make room.
 pub const MAX_PROCESSES: usize = 1024;
 
-const MAGIC: u64 = u64::from_le_bytes(*b"cdtlimt1");
+/// Version 2 added the credit epochs, the credit ceiling, pending bytes and the
+/// admission lock: a version-1 file of an older library is not adopted.
+const MAGIC: u64 = u64::from_le_bytes(*b"cdtlimt2");
 const FREE: u64 = 0;
 const CLAIMING: u64 = 1;
 const READY: u64 = 2;
@@ -39,6 +52,16 @@ pub struct DeviceEntry {
     /// What a context of the tree took on the device when first seen; 0
     /// until one was measured.
     pub context_bytes: AtomicU64,
+    /// The most credit the tree's threads may hold unspent on the device:
+    /// two chunks for each thread holding some, whatever its epoch. The
+    /// ledger's figure less this is a floor of what the tree really uses.
+    pub ceiling: AtomicU64,
+    /// Bytes admitted on a fresh device reading whose allocation has not
+    /// returned yet: the next reading does not show them.
+    pub pending: AtomicU64,
+    /// The admission lock: 0, or the holder's pid (high half) and thread id
+    /// (low half).
+    pub admitting: AtomicU64,
 }
 
 /// One process's share.
@@ -50,21 +73,57 @@ pub struct ProcessSlot {
     pub counted: [AtomicU64; MAX_DEVICES],
 }
 
+impl ProcessSlot {
+    /// The pid that holds the slot (0 when free).
+    pub fn owner(&self) -> u64 {
+        self.owner.load(Ordering::Acquire)
+    }
+}
+
 /// The whole file.
 #[repr(C)]
 pub struct Ledger {
     magic: AtomicU64,
     _reserved: [AtomicU64; 7],
+    /// Per device, the generation of the threads' credit: credit given
+    /// under another epoch is void. A line of its own, read by every
+    /// allocation under a limit and written only when credit is revoked.
+    epochs: Epochs,
     devices: [DeviceEntry; MAX_DEVICES],
     processes: [ProcessSlot; MAX_PROCESSES],
 }
 
+#[repr(C, align(64))]
+struct Epochs([AtomicU32; MAX_DEVICES]);
+
 const LEDGER_BYTES: usize = std::mem::size_of::<Ledger>();
 
-/// Maps the ledger at `path`, creating it (empty) if it is not there yet.
-/// `None` when it cannot be used: the caller may fall back to
+/// Why a process keeps a ledger of its own instead of the tree's: each is
+/// said in the trace, with the limit (the number is the record's code).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+#[repr(u64)]
+pub enum Unshared {
+    /// No spool folder is known to put the tree's ledger in.
+    NoFolder = 1,
+    /// The file could not be opened (its errno is said apart).
+    CannotOpen = 2,
+    /// It is owned by another user, or others may read or write it.
+    NotPrivate = 3,
+    /// `ulimit -f` is smaller than the ledger.
+    FileSizeLimit = 4,
+    /// No disk space could be reserved for it (full disk, or a file system
+    /// without `fallocate`).
+    NoSpace = 5,
+    /// It is not a ledger of this version.
+    NotALedger = 6,
+    /// Every device entry of the tree's ledger is taken by other devices.
+    NoDeviceRoom = 7,
+}
+
+/// Maps the ledger at `path`, creating it (empty) if it is not there yet;
+/// why not when it cannot be used: the caller then falls back to
 /// [`private_ledger`].
-pub fn open(path: &CStr) -> Option<&'static Ledger> {
+pub fn open(path: &CStr) -> Result<&'static Ledger, Unshared> {
     // SAFETY: a NUL-terminated path; the flags ask for a new descriptor of ours.
     let fd = unsafe {
         libc::open(
@@ -74,26 +133,35 @@ pub fn open(path: &CStr) -> Option<&'static Ledger> {
         )
     };
     if fd < 0 {
-        return None;
+        return Err(Unshared::CannotOpen);
     }
     let mapped = map_file(fd);
     // SAFETY: `fd` is ours, opened above; the mapping outlives it.
     unsafe { libc::close(fd) };
-    mapped.and_then(adopt)
+    adopt(mapped?).ok_or(Unshared::NotALedger)
 }
 
-fn map_file(fd: i32) -> Option<*mut libc::c_void> {
+fn map_file(fd: i32) -> Result<*mut libc::c_void, Unshared> {
     // SAFETY: an all-zero `stat` is a valid out-parameter.
     let mut stat: libc::stat = unsafe { std::mem::zeroed() };
     // SAFETY: `fd` is open; `stat` is writable.
     if unsafe { libc::fstat(fd, &mut stat) } != 0 || (stat.st_mode & libc::S_IFMT) != libc::S_IFREG {
-        return None;
+        return Err(Unshared::NotPrivate);
     }
-    // Growing to the same size from two processes at once is harmless.
-    // SAFETY: `fd` is open for writing.
-    if (stat.st_size as usize) < LEDGER_BYTES && unsafe { libc::ftruncate(fd, LEDGER_BYTES as libc::off_t) } != 0 {
-        return None;
+    // SAFETY: no preconditions.
+    if stat.st_uid != unsafe { libc::geteuid() } || stat.st_mode & 0o077 != 0 {
+        return Err(Unshared::NotPrivate);
     }
+    if !file_space::within_size_limit(LEDGER_BYTES as u64) {
+        return Err(Unshared::FileSizeLimit);
+    }
+    // Blocks for the whole file, for real: a sparse one would fault on a
+    // full disk at its first store. Two processes reserving at once, or
+    // one reserving what is reserved already, change nothing.
+    file_space::allocate_blocks(fd, 0, LEDGER_BYTES as u64).map_err(|errno| match errno {
+        libc::EFBIG => Unshared::FileSizeLimit,
+        _ => Unshared::NoSpace,
+    })?;
     // SAFETY: a fresh shared mapping of the file's first LEDGER_BYTES.
     let base = unsafe {
         libc::mmap(
@@ -105,7 +173,10 @@ fn map_file(fd: i32) -> Option<*mut libc::c_void> {
             0,
         )
     };
-    (base != libc::MAP_FAILED).then_some(base)
+    if base == libc::MAP_FAILED {
+        return Err(Unshared::NoSpace);
+    }
+    Ok(base)
 }
 
 /// A ledger of this process alone (and of the children it forks), for when
@@ -197,6 +268,12 @@ impl Ledger {
         &self.devices[index]
     }
 
+    /// The credit epoch of device entry `index`.
+    #[inline]
+    pub fn epoch(&self, index: usize) -> &AtomicU32 {
+        &self.epochs.0[index]
+    }
+
     /// The share of process slot `index`.
     #[inline]
     pub fn slot(&self, index: usize) -> &ProcessSlot {
@@ -271,6 +348,67 @@ impl Ledger {
                 subtract(&entry.counted, bytes);
             }
         }
+    }
+}
+
+/// A device's admission lock, held until dropped.
+pub struct AdmissionLock<'a> {
+    word: &'a AtomicU64,
+    mine: u64,
+}
+
+impl Drop for AdmissionLock<'_> {
+    fn drop(&mut self) {
+        let _ = self
+            .word
+            .compare_exchange(self.mine, 0, Ordering::AcqRel, Ordering::Acquire);
+    }
+}
+
+impl Ledger {
+    /// Takes device entry `index`'s admission lock for thread `tid` of
+    /// process `pid`: waited for while its holder lives, taken over from a
+    /// holder that died. `None` when this very thread holds it (a signal
+    /// handler's hook inside the holder) or a live holder keeps it for
+    /// about a second.
+    pub fn lock_admissions(&self, index: usize, pid: u32, tid: u32) -> Option<AdmissionLock<'_>> {
+        let word = &self.devices[index].admitting;
+        let mine = (u64::from(pid) << 32) | u64::from(tid);
+        for round in 0..1000u32 {
+            let holder = word.load(Ordering::Acquire);
+            if holder == 0 {
+                if word
+                    .compare_exchange(0, mine, Ordering::AcqRel, Ordering::Acquire)
+                    .is_ok()
+                {
+                    return Some(AdmissionLock { word, mine });
+                }
+                continue;
+            }
+            if holder as u32 == tid {
+                return None;
+            }
+            if process_is_gone((holder >> 32) as u32, 0) {
+                if word
+                    .compare_exchange(holder, mine, Ordering::AcqRel, Ordering::Acquire)
+                    .is_ok()
+                {
+                    return Some(AdmissionLock { word, mine });
+                }
+                continue;
+            }
+            if round < 50 {
+                std::hint::spin_loop();
+            } else {
+                let pause = libc::timespec {
+                    tv_sec: 0,
+                    tv_nsec: 1_000_000,
+                };
+                // SAFETY: a valid timespec; the remainder is not wanted.
+                unsafe { libc::nanosleep(&pause, std::ptr::null_mut()) };
+            }
+        }
+        None
     }
 }
 

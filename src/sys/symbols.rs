@@ -242,7 +242,9 @@ pub unsafe fn real_fn<F: Copy>(sym: Sym) -> Option<F> {
 #[cold]
 #[inline(never)]
 fn resolve(sym: Sym) -> Option<usize> {
-    spare_stack::deep(|| resolve_here(sym))
+    // The loader reads files (cancellation points): a pending cancellation
+    // of the thread waits for the program's own.
+    crate::sys::no_cancel::without_cancellation(|| spare_stack::deep(|| resolve_here(sym)))
 }
 
 fn resolve_here(sym: Sym) -> Option<usize> {

@@ -76,6 +76,9 @@ pub struct LimitCredit {
     /// Whether the thread's exit gives the credit back (a thread-specific
     /// value with a destructor is set).
     pub registered: bool,
+    /// The ledger's credit epoch of the device when the credit was given:
+    /// once the epoch moves on, the credit is void.
+    pub epoch: u32,
 }
 
 /// A TSC reading and its `CLOCK_MONOTONIC` time, the rate to scale later
@@ -157,7 +160,7 @@ mod place {
                 clock: std::cell::Cell::new(super::ClockAnchor { tsc: 0, ns: 0, rate: 0, span_ticks: 0 }),
                 clock_latest: std::cell::Cell::new(0),
                 next_record: std::cell::Cell::new((0, 0)),
-                limit_credit: std::cell::Cell::new(super::LimitCredit { bytes: 0, device: 0, busy: false, registered: false }),
+                limit_credit: std::cell::Cell::new(super::LimitCredit { bytes: 0, device: 0, busy: false, registered: false, epoch: 0 }),
             }
         };
     }

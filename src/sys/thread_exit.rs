@@ -63,7 +63,13 @@ pub fn release_at_exit(object: *mut u8, release: unsafe fn(*mut u8)) -> bool {
         .unwrap_or(false)
 }
 
-/// The key, made on first use.
+/// Makes the key now, if it is not made yet: for work that must not find
+/// every key taken by the program later.
+pub fn prepare() {
+    let _ = key();
+}
+
+/// The key, made on first use (or by [`prepare`]).
 fn key() -> Option<libc::pthread_key_t> {
     match KEY.load(Ordering::Acquire) {
         0 => {}

@@ -15,6 +15,17 @@
  *   limit graph SIZE             adds a graph allocation node of SIZE bytes
  *   limit threads N SIZE         N threads each allocate SIZE, free it and
  *                                exit; then SIZE blocks until refused
+ *   limit idle N SIZE BIG        N threads each allocate SIZE and free it, then
+ *                                wait, alive, while one allocation of BIG is
+ *                                made; prints its result
+ *   limit keys N SIZE BIG        takes every free pthread key, then N threads
+ *                                one after another allocate SIZE, free it and
+ *                                exit; then one allocation of BIG
+ *   limit exec SIZE PROGRAM ARGS allocates SIZE, then execs PROGRAM ARGS
+ *   limit cancel SIZE            a thread with a cancellation pending makes
+ *                                the process's first CUDA calls (an
+ *                                allocation of SIZE), then reaches a
+ *                                cancellation point of its own
  *
  * KIND: plain, runtime, async, pool, vmm, pitch, array, managed. A SIZE or
  * DEVICE may be given as "SIZE@DEVICE" to allocate on another device.
@@ -223,6 +234,69 @@ static void *allocate_and_free(void *unused) {
     return NULL;
 }
 
+static pthread_mutex_t idle_lock = PTHREAD_MUTEX_INITIALIZER;
+static pthread_cond_t idle_change = PTHREAD_COND_INITIALIZER;
+static int idle_ready, idle_released;
+/* `idle ... hold`: the threads stay idle until the process is killed. */
+static int holding;
+
+/* Allocates and frees thread_bytes, then waits until released. */
+static void *allocate_free_and_wait(void *unused) {
+    (void)unused;
+    cuCtxSetCurrent((void *)(intptr_t)1);
+    CUdeviceptr ptr;
+    int result = cuMemAlloc_v2(&ptr, thread_bytes);
+    if (result == 0) cuMemFree_v2(ptr);
+    pthread_mutex_lock(&idle_lock);
+    if (result != 0) printf("thread refused %d\n", result);
+    idle_ready++;
+    pthread_cond_broadcast(&idle_change);
+    while (!idle_released) pthread_cond_wait(&idle_change, &idle_lock);
+    pthread_mutex_unlock(&idle_lock);
+    return NULL;
+}
+
+static void idle_threads(int count, size_t big) {
+    pthread_t *threads = calloc((size_t)count, sizeof *threads);
+    for (int i = 0; i < count; i++) pthread_create(&threads[i], NULL, allocate_free_and_wait, NULL);
+    pthread_mutex_lock(&idle_lock);
+    while (idle_ready < count) pthread_cond_wait(&idle_change, &idle_lock);
+    pthread_mutex_unlock(&idle_lock);
+    CUdeviceptr ptr = 0;
+    int result = cuMemAlloc_v2(&ptr, big);
+    printf("big %d\n", result);
+    if (result == 0) cuMemFree_v2(ptr);
+    if (holding) {
+        printf("idle\n");
+        for (;;) pause();
+    }
+    pthread_mutex_lock(&idle_lock);
+    idle_released = 1;
+    pthread_cond_broadcast(&idle_change);
+    pthread_mutex_unlock(&idle_lock);
+    for (int i = 0; i < count; i++) pthread_join(threads[i], NULL);
+}
+
+static void *cancelled_first_call(void *unused) {
+    (void)unused;
+    pthread_cancel(pthread_self());
+    cuInit(0);
+    void *context = NULL;
+    cuDevicePrimaryCtxRetain(&context, 0);
+    cuCtxSetCurrent((void *)(intptr_t)1);
+    CUdeviceptr ptr;
+    int result = cuMemAlloc_v2(&ptr, thread_bytes);
+    /* Unbuffered stdout: one write, itself a cancellation point of ours. */
+    char line[64];
+    int length = snprintf(line, sizeof line, "alloc %d\n", result);
+    pthread_setcancelstate(PTHREAD_CANCEL_DISABLE, NULL);
+    fwrite(line, 1, (size_t)length, stdout);
+    pthread_setcancelstate(PTHREAD_CANCEL_ENABLE, NULL);
+    pthread_testcancel();
+    printf("not cancelled\n");
+    return NULL;
+}
+
 int main(int argc, char **argv) {
     setvbuf(stdout, NULL, _IONBF, 0);
     if (argc < 2) return 2;
@@ -272,6 +346,38 @@ int main(int argc, char **argv) {
             pthread_join(thread, NULL);
         }
         refuse("plain", thread_bytes, 100000);
+    } else if (!strcmp(command, "idle") && (argc == 5 || argc == 6)) {
+        thread_bytes = size_on(argv[3]);
+        holding = argc == 6;
+        idle_threads(atoi(argv[2]), strtoull(argv[4], NULL, 0));
+    } else if (!strcmp(command, "keys") && argc == 5) {
+        thread_bytes = size_on(argv[3]);
+        pthread_key_t key;
+        int taken = 0;
+        while (pthread_key_create(&key, NULL) == 0) taken++;
+        printf("keys taken %s\n", taken > 0 ? "yes" : "no");
+        int count = atoi(argv[2]);
+        for (int i = 0; i < count; i++) {
+            pthread_t thread;
+            pthread_create(&thread, NULL, allocate_and_free, NULL);
+            pthread_join(thread, NULL);
+        }
+        CUdeviceptr ptr = 0;
+        printf("big %d\n", cuMemAlloc_v2(&ptr, strtoull(argv[4], NULL, 0)));
+    } else if (!strcmp(command, "exec") && argc >= 4) {
+        size_t size = size_on(argv[2]);
+        CUdeviceptr ptr;
+        printf("hold %d\n", cuMemAlloc_v2(&ptr, size));
+        execv(argv[3], argv + 3);
+        printf("exec failed %d\n", errno);
+        printf("after %d\n", cuMemAlloc_v2(&ptr, size));
+    } else if (!strcmp(command, "cancel") && argc == 3) {
+        thread_bytes = strtoull(argv[2], NULL, 0);
+        pthread_t thread;
+        pthread_create(&thread, NULL, cancelled_first_call, NULL);
+        void *result = NULL;
+        pthread_join(thread, &result);
+        printf("cancelled %s\n", result == PTHREAD_CANCELED ? "yes" : "no");
     } else if (!strcmp(command, "graph") && argc == 3) {
         size_t size = size_on(argv[2]);
         CUDA_MEM_ALLOC_NODE_PARAMS params = {0};
