@@ -136,3 +136,84 @@ fn every_version_the_documentation_states_is_the_code_s() {
         }
     }
 }
+
+/// The words of a shell command line, with single-quoted parts kept whole
+/// (enough for `tests/run`'s own lines).
+fn shell_words(line: &str) -> Vec<String> {
+    let (mut words, mut word, mut quoted) = (Vec::new(), String::new(), false);
+    for c in line.chars() {
+        match c {
+            '\'' => quoted = !quoted,
+            c if c.is_whitespace() && !quoted => {
+                if !word.is_empty() {
+                    words.push(std::mem::take(&mut word));
+                }
+            }
+            c => word.push(c),
+        }
+    }
+    if !word.is_empty() {
+        words.push(word);
+    }
+    words
+}
+
+#[test]
+fn the_readme_names_every_test_prerequisite_tests_run_needs() {
+    let root = Path::new(env!("CARGO_MANIFEST_DIR")).parent().unwrap();
+    let script = std::fs::read_to_string(root.join("tests/run")).unwrap();
+    let script = script.replace("\\\n", " ");
+    let readme = read("README.md");
+    let tests_part = &readme[readme.find("## Tests").unwrap()..];
+    let tests_part = &tests_part[..tests_part[3..].find("## ").map_or(tests_part.len(), |end| end + 3)];
+    // What `require` and `require_python` check, each `CHECK:PACKAGE`:
+    // the package (Debian's, or Python's) is what a user installs.
+    let mut packages = Vec::new();
+    for line in script.lines().map(str::trim) {
+        let words = shell_words(line);
+        if matches!(words.first().map(String::as_str), Some("require" | "require_python")) {
+            for check in &words[2..] {
+                packages.push(check.rsplit(':').next().unwrap().to_string());
+            }
+        }
+    }
+    assert!(
+        packages.len() >= 10,
+        "tests/run's prerequisites not found: {packages:?}"
+    );
+    for package in &packages {
+        assert!(
+            tests_part.contains(&format!("`{package}`")),
+            "README.md's Tests section does not name {package}, which tests/run requires"
+        );
+    }
+    // The Python packages `tests/run` installs itself with pip, at the
+    // versions it pins, and where.
+    let pins: Vec<(String, String)> = script
+        .lines()
+        .filter(|line| line.contains("-m pip install"))
+        .flat_map(shell_words)
+        .filter_map(|word| {
+            let (name, version) = word.split_once("==")?;
+            Some((name.to_string(), version.to_string()))
+        })
+        .collect();
+    assert_eq!(
+        pins.iter().map(|(name, _)| name.as_str()).collect::<Vec<_>>(),
+        ["perfetto", "protobuf"],
+        "tests/run's pip installs"
+    );
+    for (name, version) in &pins {
+        let said = format!("`{name}`");
+        let at = tests_part
+            .find(&said)
+            .unwrap_or_else(|| panic!("README.md's Tests section does not name {name}, which tests/run installs"));
+        assert!(
+            tests_part[at..].contains(&format!("({version})")),
+            "README.md does not give {name}'s version {version}"
+        );
+    }
+    let venv = "venv=${CARGO_TARGET_DIR:-target}/test-python";
+    assert!(script.contains(venv), "tests/run's virtual environment moved");
+    assert!(tests_part.contains("`target/test-python` (under `$CARGO_TARGET_DIR` if that is set)"));
+}
