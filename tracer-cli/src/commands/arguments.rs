@@ -293,6 +293,10 @@ pub struct CollectArgs {
     /// Return at once and collect in the background (used by libcudatrace.so).
     #[arg(long, hide = true)]
     pub detach: bool,
+    /// Write the trace in this folder, named after the first image that
+    /// recorded (used by libcudatrace.so when no trace was named).
+    #[arg(long, value_name = "FOLDER", hide = true, conflicts_with = "output")]
+    pub trace_folder: Option<PathBuf>,
 }
 
 /// `cudatrace report`.
