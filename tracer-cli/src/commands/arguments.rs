@@ -70,7 +70,8 @@ pub enum Command {
 pub struct PauseArgs {
     /// The job: the pid of one of its processes (or of the `cudatrace run`
     /// that started it), or its spool folder [default: the job this
-    /// command runs in, else the only traced job of yours running].
+    /// command runs in, else the one traced job of yours started from this
+    /// terminal].
     #[arg(value_name = "PID|FOLDER")]
     pub job: Option<String>,
 }
