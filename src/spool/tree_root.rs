@@ -64,12 +64,18 @@ pub fn adopt_tree_if_root() {
     }
     let dir = user_folder.join(format!("tree-{pid}-{}", crate::sys::clock::monotonic_ns()));
     let cwd = std::env::current_dir().unwrap_or_else(|_| PathBuf::from("/"));
-    let out = match std::env::var_os("CUDATRACE_OUT").filter(|o| !o.is_empty()) {
-        Some(out) => cwd.join(out),
-        None => cwd.join(naming::default_trace_name(&argv0(), pid as u32)),
-    };
+    match std::env::var_os("CUDATRACE_OUT").filter(|o| !o.is_empty()) {
+        Some(out) => {
+            set("CUDATRACE_OUT", cwd.join(out));
+            // SAFETY: as for `set`: in the constructor, before any other thread.
+            unsafe { std::env::remove_var(naming::TRACE_FOLDER_VARIABLE) };
+        }
+        // Named later, by the collector, after the first image that
+        // records: this root may be a wrapper (pyenv's `python3` runs `env`,
+        // which execs `bash`, which execs Python) that records nothing.
+        None => set(naming::TRACE_FOLDER_VARIABLE, &cwd),
+    }
     set("CUDATRACE_DIR", &dir);
-    set("CUDATRACE_OUT", &out);
     set("CUDATRACE_COLLECTOR", "spawn");
 }
 
@@ -149,13 +155,6 @@ fn untrace_tree(reason: &str) {
     set("CUDATRACE_DISABLE", "1");
 }
 
-/// The program's argv[0].
-fn argv0() -> String {
-    let cmdline = std::fs::read("/proc/self/cmdline").unwrap_or_default();
-    let first = cmdline.split(|&b| b == 0).next().unwrap_or_default();
-    String::from_utf8_lossy(first).into_owned()
-}
-
 fn spawn_mode() -> bool {
     std::env::var_os("CUDATRACE_COLLECTOR").is_some_and(|v| v == "spawn")
 }
@@ -201,7 +200,11 @@ pub fn start_collector_if_first(dir: &Path) {
         return;
     }
     let Some(cli) = collector_program() else { return };
-    let out = std::env::var_os("CUDATRACE_OUT").unwrap_or_default();
+    // The trace the root named, else the folder the collector names it in.
+    let (option, destination) = match std::env::var_os(naming::TRACE_FOLDER_VARIABLE) {
+        Some(folder) => ("--trace-folder", folder),
+        None => ("-o", std::env::var_os("CUDATRACE_OUT").unwrap_or_default()),
+    };
     let root = std::env::var_os("CUDATRACE_ROOT_PID").unwrap_or_default();
     let args: Vec<OsString> = vec![
         cli.clone().into(),
@@ -209,8 +212,8 @@ pub fn start_collector_if_first(dir: &Path) {
         "--detach".into(),
         "--root-pid".into(),
         root,
-        "-o".into(),
-        out,
+        option.into(),
+        destination,
         dir.as_os_str().to_owned(),
     ];
     let environment: Vec<OsString> = std::env::vars_os()

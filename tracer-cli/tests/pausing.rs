@@ -270,3 +270,123 @@ fn collect_reads_past_a_fifo_or_a_link_where_the_switch_should_be() {
         assert_eq!(report["complete"], true, "{case}");
     }
 }
+
+/// Runs `jobs.sh` (below) in a pid namespace of its own, so that the only
+/// traced jobs `cudatrace pause` can see are the script's: jobs started
+/// from other sessions and terminals (a pseudo-terminal made by `script`).
+/// Returns what it printed, without the terminal's carriage returns.
+fn switch_jobs_of_several_terminals(work: &Path) -> String {
+    const SCRIPT: &str = r#"
+set -u
+cli=$1 preload=$2 program=$3 work=$4 part=$5
+cd "$work"
+# start NAME FD [setsid]: `cudatrace run` of a program that waits until
+# its stdin, a FIFO held open on descriptor FD, is closed.
+start() {
+    name=$1 fd=$2
+    shift 2
+    mkdir "$name" && mkfifo "$name.in"
+    CUDATRACE_DIR=$work/$name "$@" "$cli" run --preload "$preload" -o "$name.trace" \
+        -- "$program" pairs 1 wait <"$name.in" >"$name.out" 2>"$name.err" &
+    eval "exec $fd>$name.in"
+    i=0
+    until grep -qx ready "$name.out" 2>/dev/null; do
+        i=$((i + 1))
+        [ "$i" -lt 1200 ] || { echo "$name never got ready"; exit 1; }
+        sleep 0.05
+    done
+    echo "dir $name:" "$work/$name"/run-*
+}
+step() {
+    echo "== $1"
+    shift
+    "$@" 2>&1
+    echo "rc=$?"
+}
+if [ "$part" = other-terminal ]; then
+    step "resume, from another terminal" "$cli" resume
+    start d 5
+    step "pause, from another terminal with a job of its own" "$cli" pause
+    exec 5>&-
+    wait
+    exit
+fi
+start a 3 setsid
+step "pause, with only another session's job" "$cli" pause
+start b 4
+step "pause, with one job of this terminal" "$cli" pause
+script -qec "sh '$work/jobs.sh' '$cli' '$preload' '$program' '$work' other-terminal" /dev/null
+start c 6
+step "resume, with two jobs of this terminal" "$cli" resume
+exec 3>&- 4>&- 6>&-
+wait
+"#;
+    std::fs::write(work.join("jobs.sh"), SCRIPT).unwrap();
+    let output = Command::new("unshare")
+        .args(["-rm", "--pid", "--fork", "--mount-proc", "setsid", "sh"])
+        .arg(work.join("jobs.sh"))
+        .args([cli(), tracer_library(), fake_cuda::program("scenarios")])
+        .arg(work)
+        .arg("main")
+        .env("LD_LIBRARY_PATH", fake_cuda::library_dir())
+        .env("TMPDIR", work)
+        .env_remove("CUDATRACE_DIR")
+        .env_remove("CUDATRACE_COLLECTOR")
+        .env_remove("CUDATRACE_ROOT_PID")
+        .output()
+        .unwrap();
+    assert!(output.status.success(), "{}{}", stdout(&output), stderr(&output));
+    stdout(&output).replace('\r', "")
+}
+
+#[test]
+fn with_no_job_named_only_a_job_of_this_terminal_is_switched() {
+    let work = scratch_dir("terminals");
+    let said = switch_jobs_of_several_terminals(&work);
+    // Each job's spool folder, as the script saw it, and its program's pid
+    // (in the script's pid namespace), as its trace says.
+    let dir = |name: &str| {
+        let prefix = format!("dir {name}: ");
+        let line = said.lines().find_map(|line| line.strip_prefix(&prefix));
+        line.unwrap_or_else(|| panic!("no folder for job {name}: {said}"))
+            .to_string()
+    };
+    let trace = |name: &str| report_json(&work.join(format!("{name}.trace"))).0;
+    let pid = |name: &str| trace(name)["processes"][0]["pid"].as_u64().unwrap();
+    let [a, b, c, d] = ["a", "b", "c", "d"].map(|name| format!("{} (pid {}", dir(name), pid(name)));
+    let paused = " is now paused: events are recorded without call stacks until `cudatrace resume`";
+    let expected = format!(
+        "dir a: {a_dir}
+== pause, with only another session's job
+cudatrace: no traced job was started from this terminal; name one by pid or spool folder: {a})
+rc=2
+dir b: {b_dir}
+== pause, with one job of this terminal
+cudatrace: the job in {b}, started from this terminal){paused}
+rc=0
+== resume, from another terminal
+cudatrace: no traced job was started from this terminal; name one by pid or spool folder: {a}), {b})
+rc=2
+dir d: {d_dir}
+== pause, from another terminal with a job of its own
+cudatrace: the job in {d}, started from this terminal){paused}
+rc=0
+dir c: {c_dir}
+== resume, with two jobs of this terminal
+cudatrace: 2 traced jobs were started from this terminal; name one by pid or spool folder: {a}), {b}, this terminal), {c}, this terminal)
+rc=2
+",
+        a_dir = dir("a"),
+        b_dir = dir("b"),
+        c_dir = dir("c"),
+        d_dir = dir("d"),
+    );
+    assert_eq!(said, expected);
+    // Only the jobs switched were: b and d stay paused to their end.
+    for (name, spans) in [("a", 0), ("b", 1), ("c", 0), ("d", 1)] {
+        let report = trace(name);
+        assert_eq!(report["complete"], true, "{name}");
+        let paused = report["recording_paused"].as_array().unwrap();
+        assert_eq!(paused.len(), spans, "{name}: {paused:?}");
+    }
+}

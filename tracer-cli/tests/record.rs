@@ -260,6 +260,81 @@ fn plain_ld_preload_writes_a_trace_for_the_tree_root() {
     }
 }
 
+/// The `*.trace` files in `dir`, by name.
+fn traces_in(dir: &std::path::Path) -> Vec<String> {
+    let mut names: Vec<String> = std::fs::read_dir(dir)
+        .unwrap()
+        .map(|entry| entry.unwrap().file_name().to_string_lossy().into_owned())
+        .filter(|name| name.ends_with(".trace"))
+        .collect();
+    names.sort();
+    names
+}
+
+#[test]
+fn plain_ld_preload_names_the_trace_after_the_program_a_wrapper_starts() {
+    let dir = scratch_dir("plain-wrapper");
+    let program = fake_cuda::program("scenarios");
+    // As pyenv's `python3`: a script run through `env`, that execs the real
+    // program (every image keeps the pid); and one that starts it as a
+    // child, from another folder.
+    let execs = dir.join("execs");
+    let forks = dir.join("forks");
+    let scripts = [
+        (
+            &execs,
+            format!("#!/usr/bin/env sh\nexec '{}' \"$@\"\n", program.display()),
+        ),
+        (
+            &forks,
+            format!("#!/bin/sh\ncd .. && '{}' \"$@\"\nexit $?\n", program.display()),
+        ),
+    ];
+    for (script, text) in scripts {
+        std::fs::write(script, text).unwrap();
+        std::fs::set_permissions(script, std::os::unix::fs::PermissionsExt::from_mode(0o755)).unwrap();
+    }
+    for (script, execs) in [(&execs, true), (&forks, false)] {
+        let work = dir.join(format!("work-{}", script.file_name().unwrap().to_str().unwrap()));
+        std::fs::create_dir(&work).unwrap();
+        let child = Command::new(script)
+            .arg("runtime")
+            .current_dir(&work)
+            .env("LD_LIBRARY_PATH", fake_cuda::library_dir())
+            .env("LD_PRELOAD", tracer_library())
+            .env_remove("CUDATRACE_DIR")
+            .env_remove("CUDATRACE_OUT")
+            .env("CUDATRACE_CLI", cli())
+            .env("TMPDIR", &dir)
+            .stdout(Stdio::piped())
+            .spawn()
+            .unwrap();
+        let root = child.id();
+        let output = child.wait_with_output().unwrap();
+        assert!(output.status.success(), "{}", stderr(&output));
+        // The collector writes the trace in the root's working folder (not
+        // the one the program moved to), named once the first event comes.
+        let deadline = Instant::now() + Duration::from_secs(30);
+        let name = loop {
+            if let [name] = traces_in(&work).as_slice() {
+                break name.clone();
+            }
+            assert!(Instant::now() < deadline, "no trace in {}", work.display());
+            std::thread::sleep(Duration::from_millis(50));
+        };
+        let report = finished_trace(&work.join(&name));
+        let pid = report["processes"][0]["pid"].as_u64().unwrap();
+        assert_eq!(report["processes"].as_array().unwrap().len(), 1, "{report}");
+        if execs {
+            assert_eq!(pid, u64::from(root), "an exec keeps the pid");
+        } else {
+            assert_ne!(pid, u64::from(root), "a child of the wrapper");
+        }
+        assert_eq!(name, format!("cudatrace-scenarios-{pid}.trace"));
+        assert_eq!(traces_in(&dir), Vec::<String>::new());
+    }
+}
+
 #[test]
 fn a_damaged_trace_reports_what_came_before_the_damage() {
     let (output, trace) = run_scenario("damaged", "runtime", &[]);

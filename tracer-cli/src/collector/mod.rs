@@ -24,6 +24,7 @@ mod sink;
 pub mod spool_dir;
 pub mod spool_tail;
 pub mod switch_log;
+pub mod trace_name;
 
 pub use collection_summary::Summary;
 pub use host::{host_name, monotonic_ns, realtime_ns};

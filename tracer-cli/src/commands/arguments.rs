@@ -70,7 +70,8 @@ pub enum Command {
 pub struct PauseArgs {
     /// The job: the pid of one of its processes (or of the `cudatrace run`
     /// that started it), or its spool folder [default: the job this
-    /// command runs in, else the only traced job of yours running].
+    /// command runs in, else the one traced job of yours started from this
+    /// terminal].
     #[arg(value_name = "PID|FOLDER")]
     pub job: Option<String>,
 }
@@ -293,6 +294,10 @@ pub struct CollectArgs {
     /// Return at once and collect in the background (used by libcudatrace.so).
     #[arg(long, hide = true)]
     pub detach: bool,
+    /// Write the trace in this folder, named after the first image that
+    /// recorded (used by libcudatrace.so when no trace was named).
+    #[arg(long, value_name = "FOLDER", hide = true, conflicts_with = "output")]
+    pub trace_folder: Option<PathBuf>,
 }
 
 /// `cudatrace report`.

@@ -4,7 +4,7 @@
 
 use crate::collector::liveness::Liveness;
 use crate::collector::{header_for, Collector};
-use crate::collector::{recover, spool_dir};
+use crate::collector::{recover, spool_dir, trace_name};
 use crate::commands::arguments::CollectArgs;
 use crate::outputs::wording::said;
 use crate::outputs::wording::stderr;
@@ -160,8 +160,15 @@ fn same_file(a: &Path, b: &Path) -> bool {
 /// tree runs, writing the trace in place (beside it if another cudatrace is
 /// writing that path), then removes the folder the tree's root made.
 fn collect_tree(args: CollectArgs) -> Result<u8, Failure> {
-    let destination = args.output.clone().map_or_else(|| beside(&args.dir), Ok)?;
     let root = args.root_pid.map(|pid| (pid, command_line(pid)));
+    let destination = match (&args.output, &args.trace_folder) {
+        (Some(output), _) => output.clone(),
+        (None, Some(folder)) => {
+            let root_argv = root.as_ref().map(|(pid, argv)| (*pid, argv.clone()));
+            folder.join(trace_name::after_first_image(&args.dir, root_argv))
+        }
+        (None, None) => beside(&args.dir)?,
+    };
     detach()?;
     let claimed = trace_file::claim_in_place_or_beside(&destination, true)?;
     if claimed.path != destination {

@@ -195,6 +195,7 @@ fn trace_environment(command: &mut Command, preload: PathBuf, run_dir: &Path, ar
         .env("CUDATRACE_DIR", run_dir)
         .env("CUDATRACE_COLLECTOR", "run")
         .env_remove("CUDATRACE_OUT")
+        .env_remove(naming::TRACE_FOLDER_VARIABLE)
         .env_remove("CUDATRACE_ROOT_PID");
     if let Some(stacks) = args.stacks {
         command.env("CUDATRACE_STACKS", stacks.name());

@@ -16,9 +16,9 @@ use std::path::{Path, PathBuf};
 
 /// `cudatrace pause`.
 pub fn pause(args: PauseArgs) -> Result<u8, Failure> {
-    let dir = job_folder(args.job.as_deref())?;
+    let chosen = job_folder(args.job.as_deref())?;
     // Pausing keeps a stack setting a resume chose, for the next resume.
-    switch(dir, |before| SwitchState {
+    switch(chosen, |before| SwitchState {
         paused: true,
         stacks: before.stacks,
     })
@@ -26,15 +26,16 @@ pub fn pause(args: PauseArgs) -> Result<u8, Failure> {
 
 /// `cudatrace resume`.
 pub fn resume(args: ResumeArgs) -> Result<u8, Failure> {
-    let dir = job_folder(args.job.as_deref())?;
-    let chosen = args.stacks.and_then(|s| StackSetting::from_name(s.name()));
-    switch(dir, |before| SwitchState {
+    let chosen = job_folder(args.job.as_deref())?;
+    let stacks = args.stacks.and_then(|s| StackSetting::from_name(s.name()));
+    switch(chosen, |before| SwitchState {
         paused: false,
-        stacks: chosen.or(before.stacks),
+        stacks: stacks.or(before.stacks),
     })
 }
 
-fn switch(dir: PathBuf, next: impl FnOnce(SwitchState) -> SwitchState) -> Result<u8, Failure> {
+fn switch(chosen: Chosen, next: impl FnOnce(SwitchState) -> SwitchState) -> Result<u8, Failure> {
+    let dir = chosen.dir;
     if !dir.is_dir() {
         return Err(switch_lines::no_spool_folder(&dir).into());
     }
@@ -47,7 +48,7 @@ fn switch(dir: PathBuf, next: impl FnOnce(SwitchState) -> SwitchState) -> Result
     // recording, and switched like any other.
     let file = SwitchFile::open_or_make(&dir, SwitchState::RECORDING, monotonic_ns()).map_err(failed)?;
     let (before, state) = file.set(next, monotonic_ns).map_err(failed)?;
-    say(&switch_lines::switched(state, before, &dir));
+    say(&switch_lines::switched(state, before, &dir, chosen.from_this_terminal));
     Ok(0)
 }
 
@@ -58,17 +59,29 @@ fn is_spool_folder(dir: &Path) -> bool {
         || naming::spool_files_in(dir).is_ok_and(|s| !s.is_empty())
 }
 
+/// The job a switch acts on: its spool folder, and, for a job found by the
+/// terminal it was started from, its pid to name it by.
+struct Chosen {
+    dir: PathBuf,
+    from_this_terminal: Option<u32>,
+}
+
 /// The spool folder of the job named (a pid or a folder), else of the job
-/// this command runs in, else of the only traced job of this user.
-fn job_folder(named: Option<&str>) -> Result<PathBuf, Failure> {
+/// this command runs in, else of the only traced job of this user started
+/// from this terminal ([`traced_jobs::started_here`]).
+fn job_folder(named: Option<&str>) -> Result<Chosen, Failure> {
+    let named_dir = |dir: PathBuf| Chosen {
+        dir,
+        from_this_terminal: None,
+    };
     match named {
         Some(text) => match text.parse::<u32>() {
             Ok(pid) => match traced_jobs::job_of(pid) {
-                Named::Job(dir) => Ok(dir),
+                Named::Job(dir) => Ok(named_dir(dir)),
                 Named::Gone => Err(switch_lines::no_such_process(pid).into()),
                 Named::NotTraced => Err(switch_lines::not_traced(pid).into()),
             },
-            Err(_) => Ok(PathBuf::from(text)),
+            Err(_) => Ok(named_dir(PathBuf::from(text))),
         },
         None => {
             // Inside a traced job, cudatrace's own variables stand beside
@@ -77,20 +90,30 @@ fn job_folder(named: Option<&str>) -> Result<PathBuf, Failure> {
                 .iter()
                 .any(|key| std::env::var_os(key).is_some());
             if let Some(own) = std::env::var_os("CUDATRACE_DIR").filter(|d| in_a_job && !d.is_empty()) {
-                return Ok(std::path::absolute(&own).unwrap_or_else(|_| PathBuf::from(own)));
+                return Ok(named_dir(
+                    std::path::absolute(&own).unwrap_or_else(|_| PathBuf::from(own)),
+                ));
             }
             let jobs = traced_jobs::running_jobs();
-            match jobs.len() {
-                0 => Err(switch_lines::NO_JOB_RUNNING.into()),
-                1 => Ok(jobs.into_keys().next().expect("one job")),
-                _ => {
-                    let listed: Vec<(String, Vec<u32>)> = jobs
-                        .into_iter()
-                        .map(|(dir, pids)| (dir.display().to_string(), pids))
-                        .collect();
-                    Err(switch_lines::several_jobs(&listed).into())
-                }
+            if jobs.is_empty() {
+                return Err(switch_lines::NO_JOB_RUNNING.into());
             }
+            let here = traced_jobs::started_here(&jobs);
+            if let [dir] = here.as_slice() {
+                return Ok(Chosen {
+                    from_this_terminal: jobs[dir].first().copied(),
+                    dir: dir.clone(),
+                });
+            }
+            let listed: Vec<switch_lines::ListedJob> = jobs
+                .iter()
+                .map(|(dir, pids)| switch_lines::ListedJob {
+                    dir: dir.display().to_string(),
+                    pid: pids.first().copied().unwrap_or(0),
+                    from_this_terminal: here.contains(dir),
+                })
+                .collect();
+            Err(switch_lines::none_chosen(here.len(), &listed).into())
         }
     }
 }

@@ -7,13 +7,18 @@ use cudatrace_events::recording_switch::SwitchState;
 use std::fmt::Display;
 use std::path::Path;
 
-/// The switch was set.
-pub fn switched(state: SwitchState, before: SwitchState, dir: &Path) -> String {
+/// The switch was set; `from_this_terminal` is the pid of a job that was
+/// not named, but found as the one started from this terminal.
+pub fn switched(state: SwitchState, before: SwitchState, dir: &Path, from_this_terminal: Option<u32>) -> String {
     let what = state_text(state);
+    let job = match from_this_terminal {
+        Some(pid) => format!("the job in {} (pid {pid}, started from this terminal)", dir.display()),
+        None => format!("the job in {}", dir.display()),
+    };
     if state == before {
-        format!("cudatrace: the job in {} was already {what}", dir.display())
+        format!("cudatrace: {job} was already {what}")
     } else {
-        format!("cudatrace: the job in {} is now {what}", dir.display())
+        format!("cudatrace: {job} is now {what}")
     }
 }
 
@@ -30,17 +35,31 @@ pub fn state_text(state: SwitchState) -> String {
 pub const NO_JOB_RUNNING: &str =
     "no traced job of yours is running; name one by the pid of one of its processes, or by its spool folder";
 
-/// No job named, and several are running.
-pub fn several_jobs(jobs: &[(String, Vec<u32>)]) -> String {
+/// A running job of this user, as listed when none was named.
+pub struct ListedJob {
+    /// Its spool folder.
+    pub dir: String,
+    /// The pid to name it by.
+    pub pid: u32,
+    /// Whether it was started from this terminal.
+    pub from_this_terminal: bool,
+}
+
+/// No job named, and not exactly one of the user's running `jobs` was
+/// started from this terminal (`here` of them were).
+pub fn none_chosen(here: usize, jobs: &[ListedJob]) -> String {
     let listed: Vec<String> = jobs
         .iter()
-        .map(|(dir, pids)| format!("{dir} (pid {})", pids.first().copied().unwrap_or(0)))
+        .map(|job| {
+            let mark = if job.from_this_terminal { ", this terminal" } else { "" };
+            format!("{} (pid {}{mark})", job.dir, job.pid)
+        })
         .collect();
-    format!(
-        "{} traced jobs are running; name one by pid or spool folder: {}",
-        jobs.len(),
-        listed.join(", ")
-    )
+    let which = match here {
+        0 => "no traced job was started from this terminal".to_string(),
+        _ => format!("{here} traced jobs were started from this terminal"),
+    };
+    format!("{which}; name one by pid or spool folder: {}", listed.join(", "))
 }
 
 /// The pid named runs no traced job.

@@ -1,0 +1,219 @@
+//! What the user documentation states holds: the spool and trace format
+//! versions it names are the code's, and the test prerequisites the README
+//! lists are those `tests/run` needs.
+
+use cudatrace_events::SPOOL_VERSION;
+use cudatrace_trace::{FORMAT_VERSION, OLDEST_READABLE_VERSION};
+use std::path::Path;
+
+/// A file of the repository, with its line breaks and runs of spaces made
+/// single spaces, so that a phrase is found wherever the text wraps.
+fn read(name: &str) -> String {
+    let root = Path::new(env!("CARGO_MANIFEST_DIR")).parent().unwrap();
+    let text = std::fs::read_to_string(root.join(name)).unwrap();
+    text.split_whitespace().collect::<Vec<_>>().join(" ")
+}
+
+/// The numbers that follow each `phrase` in `text`, in order.
+fn numbers_after(text: &str, phrase: &str) -> Vec<u32> {
+    text.match_indices(phrase)
+        .map(|(at, _)| {
+            let digits: String = text[at + phrase.len()..]
+                .chars()
+                .take_while(char::is_ascii_digit)
+                .collect();
+            digits
+                .parse()
+                .unwrap_or_else(|_| panic!("no number after {phrase:?} at byte {at}"))
+        })
+        .collect()
+}
+
+/// `docs/trace-format.md` split into its spool part and its trace part.
+fn format_parts() -> (String, String) {
+    let format = read("docs/trace-format.md");
+    let at = format.find("# Trace format").expect("a trace format part");
+    (format[..at].to_string(), format[at..].to_string())
+}
+
+#[test]
+fn every_version_the_documentation_states_is_the_code_s() {
+    let (spool_part, trace_part) = format_parts();
+    let (readme, usage) = (read("README.md"), read("docs/usage.md"));
+    // Where a version is stated as the current one, it must be the code's;
+    // each of these statements is there.
+    let statements: [(&str, &str, &str, u32); 6] = [
+        ("README.md", &readme, "A spool (version ", SPOOL_VERSION),
+        (
+            "docs/trace-format.md (spools)",
+            &spool_part,
+            "this page describes version ",
+            SPOOL_VERSION,
+        ),
+        (
+            "docs/trace-format.md (spools)",
+            &spool_part,
+            "| format version (",
+            SPOOL_VERSION,
+        ),
+        (
+            "docs/trace-format.md (traces)",
+            &trace_part,
+            "This page describes format version ",
+            FORMAT_VERSION,
+        ),
+        (
+            "docs/trace-format.md (traces)",
+            &trace_part,
+            "v format version (",
+            FORMAT_VERSION,
+        ),
+        ("docs/usage.md", &usage, "\"format_version\": ", FORMAT_VERSION),
+    ];
+    for (name, text, phrase, version) in statements {
+        let found = numbers_after(text, phrase);
+        assert!(!found.is_empty(), "{name} no longer says {phrase:?}");
+        assert!(
+            found.iter().all(|&n| n == version),
+            "{name} says {phrase:?} {found:?}; the code's version is {version}"
+        );
+    }
+    // Wherever else a JSON sample or a sentence names the current version
+    // of a spool or a trace, it is the code's too.
+    let everywhere = [
+        ("\"format_version\": ", FORMAT_VERSION),
+        ("spool format version ", SPOOL_VERSION),
+        ("trace format version ", FORMAT_VERSION),
+    ];
+    for (name, text) in [("README.md", &readme), ("docs/usage.md", &usage)] {
+        for (phrase, version) in everywhere {
+            let found = numbers_after(text, phrase);
+            assert!(found.iter().all(|&n| n == version), "{name} says {phrase:?} {found:?}");
+        }
+    }
+    // The versions readers accept, and a note for each version that came
+    // after the oldest: what it added.
+    let accepted = format!(
+        "readers also read versions {OLDEST_READABLE_VERSION} to {}",
+        FORMAT_VERSION - 1
+    );
+    assert!(
+        trace_part.contains(&accepted),
+        "docs/trace-format.md lacks {accepted:?}"
+    );
+    for version in OLDEST_READABLE_VERSION + 2..=FORMAT_VERSION {
+        let note = format!("Version {version} ");
+        assert!(
+            trace_part.contains(&note),
+            "docs/trace-format.md says nothing of trace format version {version}"
+        );
+    }
+    for version in 3..=SPOOL_VERSION {
+        let note = format!("version {version} ");
+        assert!(
+            spool_part.contains(&note),
+            "docs/trace-format.md says nothing of spool format version {version}"
+        );
+    }
+    // No version later than the code's is named anywhere.
+    for (name, text, newest) in [
+        ("docs/trace-format.md (spools)", &spool_part, SPOOL_VERSION),
+        ("docs/trace-format.md (traces)", &trace_part, FORMAT_VERSION),
+    ] {
+        for phrase in ["version ", "Version ", "format "] {
+            let later: Vec<u32> = text
+                .match_indices(phrase)
+                .filter_map(|(at, _)| {
+                    let digits: String = text[at + phrase.len()..]
+                        .chars()
+                        .take_while(char::is_ascii_digit)
+                        .collect();
+                    digits.parse().ok()
+                })
+                .filter(|&n| n > newest)
+                .collect();
+            assert!(later.is_empty(), "{name} names versions {later:?} after {newest}");
+        }
+    }
+}
+
+/// The words of a shell command line, with single-quoted parts kept whole
+/// (enough for `tests/run`'s own lines).
+fn shell_words(line: &str) -> Vec<String> {
+    let (mut words, mut word, mut quoted) = (Vec::new(), String::new(), false);
+    for c in line.chars() {
+        match c {
+            '\'' => quoted = !quoted,
+            c if c.is_whitespace() && !quoted => {
+                if !word.is_empty() {
+                    words.push(std::mem::take(&mut word));
+                }
+            }
+            c => word.push(c),
+        }
+    }
+    if !word.is_empty() {
+        words.push(word);
+    }
+    words
+}
+
+#[test]
+fn the_readme_names_every_test_prerequisite_tests_run_needs() {
+    let root = Path::new(env!("CARGO_MANIFEST_DIR")).parent().unwrap();
+    let script = std::fs::read_to_string(root.join("tests/run")).unwrap();
+    let script = script.replace("\\\n", " ");
+    let readme = read("README.md");
+    let tests_part = &readme[readme.find("## Tests").unwrap()..];
+    let tests_part = &tests_part[..tests_part[3..].find("## ").map_or(tests_part.len(), |end| end + 3)];
+    // What `require` and `require_python` check, each `CHECK:PACKAGE`:
+    // the package (Debian's, or Python's) is what a user installs.
+    let mut packages = Vec::new();
+    for line in script.lines().map(str::trim) {
+        let words = shell_words(line);
+        if matches!(words.first().map(String::as_str), Some("require" | "require_python")) {
+            for check in &words[2..] {
+                packages.push(check.rsplit(':').next().unwrap().to_string());
+            }
+        }
+    }
+    assert!(
+        packages.len() >= 10,
+        "tests/run's prerequisites not found: {packages:?}"
+    );
+    for package in &packages {
+        assert!(
+            tests_part.contains(&format!("`{package}`")),
+            "README.md's Tests section does not name {package}, which tests/run requires"
+        );
+    }
+    // The Python packages `tests/run` installs itself with pip, at the
+    // versions it pins, and where.
+    let pins: Vec<(String, String)> = script
+        .lines()
+        .filter(|line| line.contains("-m pip install"))
+        .flat_map(shell_words)
+        .filter_map(|word| {
+            let (name, version) = word.split_once("==")?;
+            Some((name.to_string(), version.to_string()))
+        })
+        .collect();
+    assert_eq!(
+        pins.iter().map(|(name, _)| name.as_str()).collect::<Vec<_>>(),
+        ["perfetto", "protobuf"],
+        "tests/run's pip installs"
+    );
+    for (name, version) in &pins {
+        let said = format!("`{name}`");
+        let at = tests_part
+            .find(&said)
+            .unwrap_or_else(|| panic!("README.md's Tests section does not name {name}, which tests/run installs"));
+        assert!(
+            tests_part[at..].contains(&format!("({version})")),
+            "README.md does not give {name}'s version {version}"
+        );
+    }
+    let venv = "venv=${CARGO_TARGET_DIR:-target}/test-python";
+    assert!(script.contains(venv), "tests/run's virtual environment moved");
+    assert!(tests_part.contains("`target/test-python` (under `$CARGO_TARGET_DIR` if that is set)"));
+}
