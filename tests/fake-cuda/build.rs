@@ -38,6 +38,7 @@ fn main() {
         "deep_library.c",
         "owner_inner.c",
         "owner_outer.c",
+        "cublas_fake.c",
         "explain.c",
         "call_count.c",
         "graph_capture.c",
@@ -256,6 +257,24 @@ fn main() {
         args.push("-lcudart".into());
         compile(&compiler, &args.iter().map(String::as_str).collect::<Vec<_>>());
     }
+    // A cuBLAS-like library that allocates with the driver itself; PyTorch's
+    // scenarios load it with dlopen, as PyTorch loads cuBLAS.
+    compile(
+        &compiler,
+        &[
+            "-g",
+            "-O1",
+            "-fno-omit-frame-pointer",
+            "-shared",
+            "-fPIC",
+            &s(&c.join("cublas_fake.c")),
+            "-o",
+            &s(&lib.join("libcublas_fake.so")),
+            &search,
+            &rpath,
+            "-lcuda",
+        ],
+    );
     compile(
         &compiler,
         &[

@@ -1361,6 +1361,77 @@ def scenario_limit_resnet(args):
     return not problems, ("; ".join(details) + (f". FAILED: {', '.join(problems)}" if problems else ""))
 
 
+def scenario_limit_faults(args):
+    """Issue 48's faults of the limit, on the real driver: a full spool disk
+    and `ulimit -f` keep the limit per process and never kill the job; 64
+    and 1,000 idle threads' credit refuses no allocation the card has room
+    for; a thread with a cancellation pending makes the first CUDA calls
+    and is cancelled at its own cancellation point; and ResNet-50 batches
+    around the 24 GiB limit's edge get the verdict their ending earned
+    (a process that died after a refusal did not fit)."""
+    binary = nvcc("limit_faults.c", "-lcuda", "-lpthread")
+    problems, details = [], []
+
+    def preloaded(label, argv, wrapper=(), limit="2GiB", spools=None):
+        workdir = tempfile.mkdtemp(prefix=f"cudatrace-{label}-")
+        env = dict(os.environ, LD_PRELOAD=args.preload, CUDATRACE_LIMIT=limit,
+                   CUDATRACE_DIR=spools or os.path.join(workdir, "spools"))
+        for key in ("CUDATRACE_ROOT_PID", "CUDATRACE_COLLECTOR"):
+            env.pop(key, None)
+        done = subprocess.run([*wrapper, binary, *argv], env=env, capture_output=True, text=True,
+                              timeout=args.timeout)
+        shutil.rmtree(workdir, ignore_errors=True)
+        return done
+
+    # A full tmpfs under the spool folder, and a file-size limit of 100 KiB.
+    full = tempfile.mkdtemp(prefix="cudatrace-full-")
+    script = 'mount -t tmpfs -o size=1m tmpfs "$1" && { dd if=/dev/zero of="$1/fill" bs=4096 2>/dev/null; true; } && shift && exec "$@"'
+    for label, wrapper, spools in (("full disk", ["unshare", "-m", "sh", "-c", script, "sh", full], full),
+                                   ("ulimit -f 100", ["prlimit", "--fsize=102400", "--"], None)):
+        done = preloaded("limit-disk", ["refuse", str(512 << 20), "8"], wrapper, spools=spools)
+        refused = next((l for l in done.stdout.splitlines() if l.startswith("refused")), None)
+        details.append(f"{label}: exit {done.returncode}, {refused}")
+        if done.returncode != 0 or refused is None or not refused.startswith(("refused at 2 ", "refused at 3 ")):
+            problems.append(label)
+    shutil.rmtree(full, ignore_errors=True)
+
+    # Idle threads' credit.
+    for count, limit, big in ((64, "24GiB", int(23.7 * GIB)), (1000, "4GiB", 3 * GIB)):
+        r = run_cli(args, f"limit-idle-{count}", [binary, "idle", str(count), "4096", str(big)],
+                    options=["--limit", limit])
+        said = [l for l in r.stdout.splitlines() if l.startswith(("big", "thread refused"))]
+        details.append(f"{count} idle threads under {limit}, then {big / GIB:.1f} GiB: exit {r.returncode}, {said}")
+        if r.returncode != 0 or said != ["big 0"]:
+            problems.append(f"{count} idle threads")
+
+    # A cancellation pending at the first CUDA call, with and without a limit.
+    for options in ([], ["--limit", "24GiB"]):
+        r = run_cli(args, "limit-cancel", [binary, "cancel", str(1 << 20)], options=options)
+        details.append(f"cancel pending {' '.join(options) or 'no limit'}: exit {r.returncode}, "
+                       f"{r.stdout.splitlines()}")
+        if r.returncode != 0 or r.stdout.splitlines() != ["alloc 0", "cancelled yes"]:
+            problems.append(f"cancel {' '.join(options)}")
+
+    # ResNet-50 at the 24 GiB limit's edge: each verdict agrees with how
+    # the process ended.
+    workload = os.path.join(WORKLOADS, "limit_torch.py")
+    for batch in (272, 288, 304):
+        r = run_cli(args, f"limit-edge-{batch}", [sys.executable, workload, "fits", str(batch), "{out}"],
+                    options=["--limit", "24GiB"])
+        verdicts = [v for v in (r.report or {}).get("memory_limit", [])]
+        trained = bool(r.data and r.data.get("trained"))
+        text = [v.get("verdict", "") for v in verdicts]
+        details.append(f"batch {batch}: exit {r.returncode}, trained {trained}, verdicts {text}")
+        if not verdicts:
+            problems.append(f"batch {batch}: no verdict")
+        elif r.returncode != 0:
+            if not all(t.startswith("did not fit") for t in text):
+                problems.append(f"batch {batch}: died but 'fits'")
+        elif trained != all(t.startswith("fits") for t in text):
+            problems.append(f"batch {batch}: verdict disagrees with training")
+    return not problems, ("; ".join(details) + (f". FAILED: {', '.join(problems)}" if problems else ""))
+
+
 def scenario_limit_cost(args):
     """What `--limit` adds to an allocation and a free on the real driver:
     the C loop of cudaMallocAsync + cudaFreeAsync pairs (as scenario z),
@@ -1530,6 +1601,8 @@ SCENARIOS = [
     ("M1 memory limit: PyTorch, static runtime, ctypes, CuPy and JAX told and refused", scenario_limit_queries),
     ("M2 memory limit: ResNet-50's largest batch under 24 and 40 GiB", scenario_limit_resnet),
     ("M3 memory limit: what it adds to a call, C loop", scenario_limit_cost),
+    ("M4 memory limit's faults: full disk, ulimit -f, idle threads, cancellation, verdicts at the edge",
+     scenario_limit_faults),
     ("D1 every byte explained: DataParallel on 2 GPUs, each device (needs 2 GPUs)", scenario_data_parallel),
     ("D2 DDP on 2 GPUs: tensor parity per rank, _memory_viz, every byte, the rank table (needs 2 GPUs)", scenario_ddp_parity),
     ("F1 small stacks: 20-64 KiB threads and 8-16 KiB sigaltstacks that allocate", scenario_small_stacks),
@@ -1549,6 +1622,7 @@ PARTS = {
     "9": "S",
     "10": "L",
     "11": "M1,M2,M3",
+    "14": "M4",
     "12": "D1,D2,w",
     "13": "F1,F2",
 }

@@ -734,4 +734,117 @@ fn a_thread_with_a_cancellation_pending_is_cancelled_where_it_would_be_without_u
         .output()
         .unwrap();
     assert_eq!(stdout(&untraced), "alloc 0\ncancelled yes\n");
+
+/// `torch_like limit_library` under a 40 MiB limit: PyTorch recovers from
+/// one refusal by freeing its cache, then a cuBLAS-like library's own
+/// allocation is refused and the program does what `after` says
+/// (`FAKE_TORCH_AFTER_FAILURE`). With `by_hand`, the program runs under a
+/// plain `LD_PRELOAD` (no `cudatrace run` to see how it ended). Returns
+/// (the program's exit code, the verdict of its first image).
+fn library_refused(label: &str, after: &str, by_hand: bool) -> (Option<i32>, Value) {
+    let (mut command, trace) = if by_hand {
+        let dir = scratch_dir(label);
+        let trace = dir.join("run.trace");
+        let mut command = Command::new(fake_cuda::program("torch_like"));
+        command
+            .env("LD_LIBRARY_PATH", fake_cuda::library_dir())
+            .env("LD_PRELOAD", tracer_library())
+            .env("CUDATRACE_LIMIT", "40MiB")
+            .env_remove("CUDATRACE_DIR")
+            .env("CUDATRACE_OUT", &trace)
+            .env("CUDATRACE_CLI", cli())
+            .env("TMPDIR", &dir);
+        (command, trace)
+    } else {
+        run_program(label, &fake_cuda::program("torch_like"), &["--limit", "40MiB"])
+    };
+    command
+        .arg(fake_cuda::torch_library("211"))
+        .arg("limit_library")
+        .env("FAKE_TORCH_AFTER_FAILURE", after);
+    let output = command.output().unwrap();
+    assert_eq!(
+        line(&stdout(&output), "limit_library"),
+        "limit_library granted=1 blas=3"
+    );
+    let report = if by_hand {
+        finished_trace(&trace)
+    } else {
+        report_json(&trace).0
+    };
+    // An image it exec'd that recorded has a verdict of its own, after.
+    let images = report["processes"].as_array().unwrap().len();
+    let verdicts = report["memory_limit"].as_array().unwrap();
+    assert_eq!(verdicts.len(), images, "{verdicts:?}");
+    (output.status.code(), verdicts[0].clone())
+}
+
+#[test]
+fn a_process_that_ends_badly_after_a_refusal_did_not_fit_and_the_verdict_names_the_library() {
+    // What every ending shares: PyTorch's refusal (24 MiB, recovered from),
+    // then the library's (32 MiB), which the verdict names.
+    let refusals = |verdict: &Value| -> String {
+        let refusals = verdict["refusals"].as_array().unwrap();
+        assert_eq!(refusals.len(), 2, "{refusals:?}");
+        assert_eq!(refusals[0]["requested_bytes"], 24u64 << 20);
+        assert_eq!(refusals[1]["requested_bytes"], 32u64 << 20);
+        assert_eq!(verdict["recovered_by_pytorch"], true);
+        assert_eq!(verdict["failed_library"], "libcublas_fake.so");
+        format!(
+            "after 2 allocations were refused by the limit, the last made by libcublas_fake.so at {} \
+             (asked 32.0 MiB with {} left of the 40.0 MiB limit)",
+            refusals[1]["site"].as_str().unwrap(),
+            human_bytes(refusals[1]["left_bytes"].as_u64().unwrap())
+        )
+    };
+    let exec_recording = format!("exec {} exec-chain-b", fake_cuda::program("scenarios").display());
+    for (after, code, ended) in [
+        ("exit", Some(1), "the process exited 1"),
+        ("kill", Some(137), "the process was killed by signal 9 (status 137)"),
+        // It execs a program that records nothing: the process's status is
+        // the one its last traced image is told with.
+        ("exec /bin/false", Some(1), "the process exited 1"),
+        // It execs a program that records, then execs `sh -c 'exit 7'`:
+        // the status is the process's, at the end of its exec chain.
+        (&exec_recording, Some(7), "the process exited 7"),
+    ] {
+        let label = format!("limit-library-{}", after.split(' ').next().unwrap());
+        let (status, verdict) = library_refused(&label, after, false);
+        assert_eq!(status, code, "{after}");
+        assert_eq!(verdict["fits"], false, "{after}");
+        assert_eq!(verdict["exit_status"], code.unwrap(), "{after}");
+        assert_eq!(
+            verdict["verdict"].as_str().unwrap(),
+            format!("did not fit: {ended} {}", refusals(&verdict)),
+            "{after}"
+        );
+    }
+
+    // Killed with no `cudatrace run` to see it: how it ended is not known.
+    let (status, verdict) = library_refused("limit-library-by-hand", "kill", true);
+    assert_eq!(status, None);
+    assert_eq!(verdict["fits"], Value::Null);
+    assert_eq!(verdict["exit_status"], Value::Null);
+    assert_eq!(
+        verdict["verdict"].as_str().unwrap(),
+        format!(
+            "not known whether it fits: the process's exit status was not recorded, {}",
+            refusals(&verdict)
+        )
+    );
+
+    // It went on and exited 0: it fits, as on a card of that size.
+    let (status, verdict) = library_refused("limit-library-went-on", "on", false);
+    assert_eq!(status, Some(0));
+    assert_eq!(verdict["fits"], true);
+    assert_eq!(verdict["exit_status"], 0);
+    let text = verdict["verdict"].as_str().unwrap();
+    let first_site = verdict["refusals"][0]["site"].as_str().unwrap();
+    assert!(text.starts_with("fits: peak "), "{text}");
+    assert!(
+        text.ends_with(&format!(
+            ", after PyTorch freed its cache when 2 allocations were refused by the limit (the first at {first_site})"
+        )),
+        "{text}"
+    );
 }

@@ -6,13 +6,14 @@
  *   torch_like <path of libc10_cuda.so> <scenario>
  *
  * Scenarios: basic, threads, record_stream, expandable, pool, oom,
- * snapshot, two_devices, late_attach, async, all (basic, record_stream,
- * expandable, pool, snapshot and oom in turn on one device), vtable,
- * backward (a training step's memory as autograd leaves it: parameters
- * allocated on the main thread, and on a second thread, as autograd's
- * device thread does, two autograd nodes that each keep a gradient and free
- * a temporary; it prints "parameters N", "gradients N" and "temporaries N",
- * in bytes), training, straight and serving (see "A training loop" below).
+ * limit_recover and limit_library (for a memory limit; see each), snapshot,
+ * two_devices, late_attach, async, all (basic, record_stream, expandable,
+ * pool, snapshot and oom in turn on one device), vtable, backward (a
+ * training step's memory as autograd leaves it: parameters allocated on the
+ * main thread, and on a second thread, as autograd's device thread does,
+ * two autograd nodes that each keep a gradient and free a temporary; it
+ * prints "parameters N", "gradients N" and "temporaries N", in bytes),
+ * training, straight and serving (see "A training loop" below).
  *
  * Prints, at the end:
  *   actions alloc=N free_requested=N ... oom=N     what the library emitted
@@ -39,7 +40,10 @@
  *   FAKE_TORCH_SELF_TRACKER=late  the same, but late_attach attaches only
  *                                 after its first three tensors;
  *   FAKE_TORCH_PAUSE_MS=<ms>      late_attach sleeps this long between its
- *                                 two halves (after printing "late_attach: pause").
+ *                                 two halves (after printing "late_attach: pause");
+ *   FAKE_TORCH_AFTER_FAILURE=exit|kill|exec PATH ARGS...
+ *                                 what limit_library does once its cuBLAS-like
+ *                                 library failed (see limit_library).
  * The `vtable` scenario prints where attach is, as offsets from the
  * library's load base: "vtable slot=S vptr=0x.. entry=0x.. initialized=<0|1>".
  */
@@ -48,6 +52,7 @@
 
 #include <atomic>
 #include <chrono>
+#include <csignal>
 #include <cstdint>
 #include <cstdio>
 #include <cstdlib>
@@ -583,6 +588,52 @@ void limit_recover() {
     release(a);
 }
 
+/* Under a memory limit of 40 MiB: as limit_recover, PyTorch recovers from
+ * one refusal and keeps its 24 MiB; then a cuBLAS-like library
+ * (libcublas_fake.so, loaded as PyTorch loads cuBLAS) asks the driver for
+ * 32 MiB itself, is refused, and fails as `cublasCreate` does. What the
+ * program does then is FAKE_TORCH_AFTER_FAILURE's: "exit" exits 1, as an
+ * uncaught RuntimeError does; "kill" is killed by SIGKILL, as by the
+ * kernel's out-of-memory killer; "exec PATH ARGS..." execs PATH with the
+ * arguments (split at spaces, PATH first); anything else goes on and
+ * returns 0. */
+void limit_library() {
+    void *a = tensor(kMiB);
+    release(tensor(3 * kMiB));
+    void *big = api.malloc(24 * kMiB, 0, nullptr);
+    void *blas = dlopen("libcublas_fake.so", RTLD_NOW);
+    if (!blas) {
+        std::fprintf(stderr, "torch_like: %s\n", dlerror());
+        std::exit(2);
+    }
+    using Create = int (*)(size_t, unsigned long long *);
+    auto create = reinterpret_cast<Create>(dlsym(blas, "cublas_fake_create"));
+    unsigned long long handle = 0;
+    int status = create(32 * kMiB, &handle);
+    std::printf("limit_library granted=%d blas=%d\n", big != nullptr, status);
+    std::fflush(stdout);
+    const char *after = std::getenv("FAKE_TORCH_AFTER_FAILURE");
+    std::string then = after ? after : "";
+    if (then == "exit") std::exit(1);
+    if (then == "kill") raise(SIGKILL);
+    if (then.rfind("exec ", 0) == 0) {
+        std::vector<std::string> words;
+        for (size_t at = 5; at < then.size();) {
+            size_t space = then.find(' ', at);
+            if (space == std::string::npos) space = then.size();
+            words.push_back(then.substr(at, space - at));
+            at = space + 1;
+        }
+        std::vector<char *> args;
+        for (std::string &word : words) args.push_back(&word[0]);
+        args.push_back(nullptr);
+        execv(args[0], args.data());
+        std::exit(2);
+    }
+    if (big) api.free(big);
+    release(a);
+}
+
 void snapshot() {
     void *a = tensor(4096);
     api.snapshot();
@@ -664,6 +715,7 @@ void the_dispatch(const std::string &scenario) {
         {"pool", 1, pool},
         {"oom", 1, oom},
         {"limit_recover", 1, limit_recover},
+        {"limit_library", 1, limit_library},
         {"snapshot", 1, snapshot},
         {"two_devices", 2, two_devices},
         {"late_attach", 1, late_attach},

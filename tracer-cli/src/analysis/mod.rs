@@ -56,7 +56,7 @@ pub use growing::{growing_sites, GrowingSite, Measured, FEWEST_RISES};
 pub use growth::{compare, Growth, RunFigures};
 pub use input_path::{check_regular_file, NotRegular};
 pub use keys::{ByStack, DeviceKey};
-pub use limit_verdict::{limit_verdicts, LimitVerdict};
+pub use limit_verdict::{limit_verdicts, LimitOutcome, LimitVerdict, ProcessEnding};
 pub use moment::Moment;
 pub use owner::owner_of;
 pub use paused_spans::{paused_spans, PAUSED_SITE};

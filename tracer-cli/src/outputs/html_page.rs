@@ -110,7 +110,7 @@ fn incomplete_html(index: &TraceIndex, summary: &Summary) -> String {
 /// The memory limit's verdict (`run --limit`), as the text report opens
 /// with it; nothing when the job ran without a limit.
 fn limit_html(index: &TraceIndex, summary: &Summary) -> String {
-    let verdicts = crate::analysis::limit_verdicts(summary);
+    let verdicts = crate::analysis::limit_verdicts(index, summary);
     if verdicts.is_empty() {
         return String::new();
     }

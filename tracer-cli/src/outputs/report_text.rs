@@ -41,7 +41,7 @@ pub fn report(index: &TraceIndex, summary: &Summary, frames: FramesShown) -> Str
     }
     // Whether the job fit under its memory limit opens the report, then
     // what keeps growing: where a leak is.
-    out += &limit_lines::verdict_text(index, &crate::analysis::limit_verdicts(summary));
+    out += &limit_lines::verdict_text(index, &crate::analysis::limit_verdicts(index, summary));
     if let Some(table) = RankTable::of(index, summary) {
         out += &rank_lines::table_text(&table, index.start_ns());
     }

@@ -378,9 +378,11 @@ fn ranks_json(index: &TraceIndex, summary: &Summary) -> Value {
 
 /// The memory limit's verdict per process and device (`run --limit`),
 /// with every refusal; an empty list when nothing ran under a limit.
+/// `fits` is null where it is not known (PyTorch recovered from the
+/// refusals, but how the process ended was not recorded).
 fn memory_limit_json(index: &TraceIndex, summary: &Summary) -> Value {
     let seconds = |ns: u64| ns.saturating_sub(index.start_ns()) as f64 / 1e9;
-    crate::analysis::limit_verdicts(summary)
+    crate::analysis::limit_verdicts(index, summary)
         .iter()
         .map(|verdict| {
             let info = &index.processes[verdict.process];
@@ -388,8 +390,17 @@ fn memory_limit_json(index: &TraceIndex, summary: &Summary) -> Value {
                 "pid": info.start.pid,
                 "device": match verdict.device { crate::analysis::DeviceKey::Gpu(d) => Some(d), _ => None },
                 "limit_bytes": verdict.limit,
-                "fits": verdict.fits(),
+                "fits": match verdict.outcome() {
+                    crate::analysis::LimitOutcome::Fits => Some(true),
+                    crate::analysis::LimitOutcome::DidNotFit => Some(false),
+                    crate::analysis::LimitOutcome::NotKnown => None,
+                },
                 "recovered_by_pytorch": verdict.recovered_by_pytorch,
+                "exit_status": match verdict.ending {
+                    crate::analysis::ProcessEnding::Status(status) => Some(status),
+                    _ => None,
+                },
+                "failed_library": verdict.failed_library,
                 "verdict": crate::outputs::wording::limit_lines::verdict_line(index, verdict),
                 "peak_bytes": verdict.peak_bytes,
                 "peak_s": seconds(verdict.peak_time_ns),

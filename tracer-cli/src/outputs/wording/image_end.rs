@@ -25,8 +25,10 @@ pub fn image_end_text(end: Option<&ProcessEnd>) -> String {
     }
 }
 
-/// A wait status as the shell gives it: above 128, a signal.
-fn status_text(status: i32, exited: &str) -> String {
+/// A wait status as the shell gives it: above 128, a signal. `exited` is
+/// the verb for an exit ("exit 1", "exited 1"); a signal reads "killed by
+/// signal 9 (status 137)", or "was killed …" after "exited".
+pub(super) fn status_text(status: i32, exited: &str) -> String {
     if status > 128 {
         let killed = if exited == "exit" { "killed" } else { "was killed" };
         format!("{killed} by signal {} (status {status})", status - 128)

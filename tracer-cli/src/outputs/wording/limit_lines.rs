@@ -2,8 +2,9 @@
 //! opens with it: one line per process and device.
 
 use super::devices::device_label;
+use super::image_end::status_text;
 use super::numbers::{bytes, count};
-use crate::analysis::{site_name, LimitVerdict, Oom, TraceIndex};
+use crate::analysis::{site_name, LimitOutcome, LimitVerdict, Oom, ProcessEnding, TraceIndex};
 
 /// Parts of a peak named on its line; the rest are in `report --json`.
 const PARTS_NAMED: usize = 4;
@@ -26,16 +27,17 @@ pub fn verdict_text(index: &TraceIndex, verdicts: &[LimitVerdict]) -> String {
     out
 }
 
-/// "fits: peak 21.3 GiB of the 24.0 GiB limit (…)" or "did not fit: …",
-/// with what the reader needs to weigh it: a limit larger than the card, a
-/// peak past the limit, refusals PyTorch recovered from.
+/// "fits: peak 21.3 GiB of the 24.0 GiB limit (…)", "did not fit: …" or
+/// "not known whether it fits: …", with what the reader needs to weigh it:
+/// a limit larger than the card, a peak past the limit, refusals PyTorch
+/// recovered from, how the process ended after them.
 pub fn verdict_line(index: &TraceIndex, verdict: &LimitVerdict) -> String {
     let info = &index.processes[verdict.process];
     let site = |oom: &Oom| site_name(&index.frames(info, oom.stack));
-    let mut line = if verdict.fits() {
+    let mut line = if verdict.outcome() == LimitOutcome::Fits {
         let mut line = fits_line(verdict);
-        let ooms: Vec<&Oom> = verdict.refused.iter().chain(&verdict.card_ooms).copied().collect();
-        if let Some(first) = ooms.iter().min_by_key(|o| o.time_ns) {
+        let ooms = verdict.all_refusals();
+        if let Some(first) = ooms.first() {
             let by = if verdict.refused.is_empty() {
                 "the card"
             } else {
@@ -55,27 +57,23 @@ pub fn verdict_line(index: &TraceIndex, verdict: &LimitVerdict) -> String {
             );
         }
         line
+    } else if verdict.recovered_by_pytorch {
+        // PyTorch raised no error: how the process ended decides.
+        ended_line(verdict, &site)
     } else if let Some(first) = verdict.refused.first() {
-        let asked = if first.requested_bytes == 0 {
-            "a context".to_string()
-        } else {
-            format!("asked {}", bytes_apart(first.requested_bytes, first.device_free).0)
-        };
         format!(
-            "did not fit: {} refused, {} ({asked} with {} left of the {} limit)",
+            "did not fit: {} refused, {} ({})",
             count(verdict.refused.len() as u64, "allocation", "allocations"),
             at_site(&site(first), verdict.refused.len()),
-            bytes_apart(first.requested_bytes, first.device_free).1,
-            bytes(verdict.limit)
+            asked_text(verdict, first)
         )
     } else {
         let first = verdict.card_ooms[0];
-        let (asked, free) = bytes_apart(first.requested_bytes, first.device_free);
         format!(
-            "did not fit: the card itself refused {}, {} (asked {asked} with {free} free of {})",
+            "did not fit: the card itself refused {}, {} ({})",
             count(verdict.card_ooms.len() as u64, "allocation", "allocations"),
             at_site(&site(first), verdict.card_ooms.len()),
-            bytes(first.device_total)
+            asked_text(verdict, first)
         )
     };
     if verdict.limit_above_card() {
@@ -86,6 +84,61 @@ pub fn verdict_line(index: &TraceIndex, verdict: &LimitVerdict) -> String {
         );
     }
     line
+}
+
+/// The verdict of a process whose refusals PyTorch raised no error for,
+/// but that did not end well or whose end is not known: "did not fit: the
+/// process exited 1 after 2 allocations were refused by the limit, the last
+/// made by libcublas.so.12 at train.py:40 main (asked 4.0 MiB with 1.2 MiB
+/// left of the 24.0 GiB limit)". The library named is the one whose
+/// allocation failed last, which the site (the program's line) hides when
+/// it is a library PyTorch calls.
+fn ended_line(verdict: &LimitVerdict, site: &dyn Fn(&Oom) -> String) -> String {
+    let ooms = verdict.all_refusals();
+    let Some(&last) = ooms.last() else {
+        return String::new();
+    };
+    let head = match verdict.ending {
+        ProcessEnding::Status(status) => format!("did not fit: the process {}", status_text(status, "exited")),
+        ProcessEnding::StillRunning => {
+            "not known whether it fits: the process was still running when the trace ended,".to_string()
+        }
+        ProcessEnding::NotRecorded => {
+            "not known whether it fits: the process's exit status was not recorded,".to_string()
+        }
+    };
+    let by = if verdict.refused.is_empty() {
+        "the card"
+    } else {
+        "the limit"
+    };
+    let mut which = String::from(if ooms.len() == 1 { "" } else { "the last " });
+    if let Some(library) = &verdict.failed_library {
+        which += &format!("made by {library} ");
+    }
+    format!(
+        "{head} after {} refused by {by}, {which}{} ({})",
+        count(ooms.len() as u64, "allocation was", "allocations were"),
+        at_site(&site(last), 1),
+        asked_text(verdict, last)
+    )
+}
+
+/// What a refused allocation asked for and what was left: "asked 2.0 GiB
+/// with 412.0 MiB left of the 24.0 GiB limit", "a context with …", or for
+/// the card's own refusal "asked 2.0 GiB with 1.1 GiB free of 80.0 GiB".
+fn asked_text(verdict: &LimitVerdict, oom: &Oom) -> String {
+    let (asked, left) = bytes_apart(oom.requested_bytes, oom.device_free);
+    if oom.by_limit {
+        let asked = if oom.requested_bytes == 0 {
+            "a context".to_string()
+        } else {
+            format!("asked {asked}")
+        };
+        format!("{asked} with {left} left of the {} limit", bytes(verdict.limit))
+    } else {
+        format!("asked {asked} with {left} free of {}", bytes(oom.device_total))
+    }
 }
 
 /// "at SITE" for one failure, "the first at SITE" for several; where no
