@@ -734,6 +734,7 @@ fn a_thread_with_a_cancellation_pending_is_cancelled_where_it_would_be_without_u
         .output()
         .unwrap();
     assert_eq!(stdout(&untraced), "alloc 0\ncancelled yes\n");
+}
 
 /// `torch_like limit_library` under a 40 MiB limit: PyTorch recovers from
 /// one refusal by freeing its cache, then a cuBLAS-like library's own
