@@ -19,6 +19,7 @@
 //! ledger of its own ([`private_ledger`]) and says why ([`Unshared`]).
 
 use crate::sys::file_space;
+use cudatrace_events::measures::limit_ledger;
 use std::ffi::CStr;
 use std::sync::atomic::{AtomicU32, AtomicU64, Ordering};
 
@@ -99,25 +100,26 @@ struct Epochs([AtomicU32; MAX_DEVICES]);
 const LEDGER_BYTES: usize = std::mem::size_of::<Ledger>();
 
 /// Why a process keeps a ledger of its own instead of the tree's: each is
-/// said in the trace, with the limit (the number is the record's code).
+/// said in the trace, with the limit (the number is the record's code, of
+/// `cudatrace_events::measures::limit_ledger`).
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 #[repr(u64)]
 pub enum Unshared {
     /// No spool folder is known to put the tree's ledger in.
-    NoFolder = 1,
-    /// The file could not be opened (its errno is said apart).
-    CannotOpen = 2,
+    NoFolder = limit_ledger::NO_FOLDER,
+    /// The file could not be opened.
+    CannotOpen = limit_ledger::CANNOT_OPEN,
     /// It is owned by another user, or others may read or write it.
-    NotPrivate = 3,
+    NotPrivate = limit_ledger::NOT_PRIVATE,
     /// `ulimit -f` is smaller than the ledger.
-    FileSizeLimit = 4,
+    FileSizeLimit = limit_ledger::FILE_SIZE_LIMIT,
     /// No disk space could be reserved for it (full disk, or a file system
     /// without `fallocate`).
-    NoSpace = 5,
+    NoSpace = limit_ledger::NO_SPACE,
     /// It is not a ledger of this version.
-    NotALedger = 6,
+    NotALedger = limit_ledger::NOT_A_LEDGER,
     /// Every device entry of the tree's ledger is taken by other devices.
-    NoDeviceRoom = 7,
+    NoDeviceRoom = limit_ledger::NO_DEVICE_ROOM,
 }
 
 /// Maps the ledger at `path`, creating it (empty) if it is not there yet;

@@ -22,6 +22,13 @@ impl Event {
         (self.op == Op::MemoryLimit).then_some(self.size)
     }
 
+    /// For a memory-limit record of a process that kept the limit to
+    /// itself: why ([`crate::measures::limit_ledger`]); `None` where it
+    /// shared the tree's ledger.
+    pub fn memory_limit_kept_alone(&self) -> Option<u64> {
+        (self.op == Op::MemoryLimit && self.arg1 != crate::measures::limit_ledger::SHARED).then_some(self.arg1)
+    }
+
     /// For an out-of-memory failure: the device's free bytes at the time.
     pub fn oom_device_free(&self) -> Option<u64> {
         (self.op == Op::Oom).then_some(self.arg1)

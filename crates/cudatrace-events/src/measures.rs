@@ -17,6 +17,42 @@ pub mod sample_reason {
     pub const EXIT: u64 = 1;
 }
 
+/// Why a process kept the memory limit to itself rather than share the
+/// tree's ledger: the `arg1` word of its [`Op::MemoryLimit`] records (0:
+/// the tree's ledger, shared by every process of the job).
+pub mod limit_ledger {
+    /// The tree's shared ledger.
+    pub const SHARED: u64 = 0;
+    /// No spool folder was known to keep the tree's ledger in.
+    pub const NO_FOLDER: u64 = 1;
+    /// The ledger file could not be opened.
+    pub const CANNOT_OPEN: u64 = 2;
+    /// The file is another user's, or others may read or write it.
+    pub const NOT_PRIVATE: u64 = 3;
+    /// `ulimit -f` is smaller than the ledger.
+    pub const FILE_SIZE_LIMIT: u64 = 4;
+    /// No disk space could be reserved for it.
+    pub const NO_SPACE: u64 = 5;
+    /// The file is not a ledger of this version.
+    pub const NOT_A_LEDGER: u64 = 6;
+    /// Every device entry of the tree's ledger names another device.
+    pub const NO_DEVICE_ROOM: u64 = 7;
+
+    /// Why, in words, for reports.
+    pub fn reason(code: u64) -> &'static str {
+        match code {
+            NO_FOLDER => "no spool folder to share a ledger in",
+            CANNOT_OPEN => "the tree's ledger file could not be opened",
+            NOT_PRIVATE => "the ledger file found in the spool folder is another user's or open to others",
+            FILE_SIZE_LIMIT => "ulimit -f is smaller than the ledger",
+            NO_SPACE => "no disk space for the ledger",
+            NOT_A_LEDGER => "the ledger file is of another version",
+            NO_DEVICE_ROOM => "every device entry of the tree's ledger was taken",
+            _ => "the tree's ledger could not be used",
+        }
+    }
+}
+
 /// `CUlimit` values recorded by [`Op::Limit`] records.
 pub mod limit {
     /// `CU_LIMIT_STACK_SIZE`: bytes of stack per GPU thread.
