@@ -5,6 +5,9 @@
 //! be forgotten, or the next hook would call into memory that is gone, or
 //! hand out the new driver's functions unhooked.
 //!
+//! Memory the driver held when it unloaded went with it: it is recorded
+//! freed there (see `record::unloaded_driver`).
+//!
 //! `dlclose` does not depend on its caller (unlike `dlopen` and `dlsym`),
 //! so this is a plain wrapper: it calls the C library's `dlclose`, and when
 //! the loader's count of unloaded objects moved, it forgets what was
@@ -52,7 +55,9 @@ fn after_dlclose() {
     symbols::forget_unloaded_libraries();
     // A change of the loaded set, as a `dlopen` is: the module map is built
     // again now (a walk must never read an unloaded object's unwinding
-    // tables), and symbols missing before are looked up again.
+    // tables), and symbols missing before are looked up again. If the
+    // driver was unloaded, what it held is recorded freed there, before the
+    // driver loaded again hands its addresses out again.
     loader::note_dlopen();
     dlopen_door::catch_up();
     // Lookups that failed in there (Python's functions, in a program

@@ -45,10 +45,19 @@ extern "C" fn prepare() -> usize {
 }
 
 /// Rebuilds the module map and looks for Python if a `dlopen` happened
-/// since the last look. For places outside allocation hooks only.
+/// since the last look; once the driver was found unloaded (by the
+/// `dlclose` door, or by a lookup that found it moved), records what it
+/// held as freed (see `record::unloaded_driver`). For places outside
+/// allocation hooks only.
 pub fn catch_up() {
     if crate::stacks::module_map::refresh_if_stale() {
         crate::stacks::python_frames::resolve();
         crate::hooks::torch_allocator::resolve_if_loaded();
+    }
+    // After the module map: the frees it records carry the caller's stack,
+    // which must never be walked with an unloaded object's tables.
+    if crate::record::unloaded_driver::settle() {
+        // The driver loaded again loads its kernels again.
+        crate::hooks::launch::forget_parent();
     }
 }

@@ -119,7 +119,8 @@ pub fn forget_handle(handle: u64) {
     }
 }
 
-/// In a forked child: its kernels load again in a context of its own.
+/// In a forked child, or once the driver was unloaded: its kernels load
+/// again in a context of its own.
 pub fn forget_parent() {
     INHERITED.store(true, Ordering::Relaxed);
 }

@@ -249,6 +249,21 @@ pub fn device_of_pool(pool: u64) -> Option<i8> {
     device_of_handle(&POOLS, pool)
 }
 
+/// The driver was unloaded: its streams and pools are gone (the driver
+/// loaded again may give their handles out on other devices), and so are
+/// the threads' current contexts.
+pub fn driver_unloaded() {
+    for table in [&STREAMS, &POOLS] {
+        for slot in table.get_if_mapped().unwrap_or_default() {
+            if slot.handle.load(Ordering::Acquire) != 0 {
+                slot.device.store(0, Ordering::Release);
+                slot.handle.store(GONE, Ordering::Release);
+            }
+        }
+    }
+    process_contexts_changed();
+}
+
 /// In a forked child: streams and pools are the parent's.
 pub fn forget_parent() {
     STREAMS.forget();

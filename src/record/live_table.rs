@@ -33,6 +33,20 @@ pub enum Namespace {
     IpcImport = 5,
 }
 
+impl Namespace {
+    const ALL: [Namespace; 5] = [
+        Namespace::Device,
+        Namespace::Host,
+        Namespace::Array,
+        Namespace::VmmHandle,
+        Namespace::IpcImport,
+    ];
+
+    fn from_code(code: u64) -> Option<Namespace> {
+        Namespace::ALL.into_iter().find(|&namespace| namespace as u64 == code)
+    }
+}
+
 /// What the table remembers about one allocation.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct Entry {
@@ -183,6 +197,40 @@ pub fn get(namespace: Namespace, address: u64) -> Option<Entry> {
     ))
 }
 
+/// Removes every allocation from the table, handing each to `each` with
+/// its namespace and address: the driver that held them is gone. Each is
+/// removed by the same exchange as [`remove`], so a free racing with this
+/// gets an allocation or nothing, never one handed out twice. Reads the
+/// whole table (pages never written read as the zero page and cost no
+/// memory), so for cold paths only.
+pub fn drain(each: impl FnMut(Namespace, u64, Entry)) {
+    if let Some(slots) = TABLE.get_if_mapped() {
+        drain_slots(slots, each);
+    }
+}
+
+fn drain_slots(slots: &[Slot], mut each: impl FnMut(Namespace, u64, Entry)) {
+    for slot in slots {
+        let key = slot.key.load(Ordering::Acquire);
+        if key == EMPTY || key == TOMBSTONE {
+            continue;
+        }
+        // Addresses and handles are user-space pointers or small numbers,
+        // below bit 60: the key's top bits are its namespace.
+        let Some(namespace) = Namespace::from_code(key >> 60) else {
+            continue;
+        };
+        let entry = unpack(slot.size.load(Ordering::Acquire), slot.meta.load(Ordering::Acquire));
+        if slot
+            .key
+            .compare_exchange(key, TOMBSTONE, Ordering::AcqRel, Ordering::Acquire)
+            .is_ok()
+        {
+            each(namespace, key ^ ((namespace as u64) << 60), entry);
+        }
+    }
+}
+
 /// Called in a forked child: the parent's allocations are not the child's.
 pub fn forget_parent_table() {
     TABLE.forget();
@@ -216,6 +264,49 @@ mod tests {
         assert_eq!(remove(Namespace::Array, address), Some(entry(8)));
         assert_eq!(insert(Namespace::Device, address, entry(64)), Inserted::New);
         assert_eq!(remove(Namespace::Device, address), Some(entry(64)));
+    }
+
+    #[test]
+    fn draining_hands_out_every_allocation_once_with_its_namespace_and_address() {
+        // A table of this test's own: the other tests use the process's.
+        static SLOTS: LazyMapping<Slot> = LazyMapping::new(64);
+        let slots = SLOTS.get().unwrap();
+        let fill = |index: usize, namespace: Namespace, address: u64, entry: Entry| {
+            slots[index]
+                .key
+                .store(key_of(namespace, address).unwrap(), Ordering::Release);
+            slots[index].size.store(entry.size, Ordering::Release);
+            slots[index].meta.store(pack_meta(entry), Ordering::Release);
+        };
+        let device = 0x7e00_0000_1000;
+        let host = Entry {
+            size: 16,
+            kind: Kind::HostPinned,
+            device: -1,
+        };
+        fill(3, Namespace::Device, device, entry(4096));
+        fill(9, Namespace::Array, device, entry(8));
+        fill(10, Namespace::Host, 0x5555_0000, host);
+        fill(40, Namespace::VmmHandle, 7, entry(2 << 20));
+        slots[41].key.store(TOMBSTONE, Ordering::Release);
+        let mut drained = Vec::new();
+        drain_slots(slots, |namespace, address, entry| {
+            drained.push((namespace, address, entry))
+        });
+        assert_eq!(
+            drained,
+            vec![
+                (Namespace::Device, device, entry(4096)),
+                (Namespace::Array, device, entry(8)),
+                (Namespace::Host, 0x5555_0000, host),
+                (Namespace::VmmHandle, 7, entry(2 << 20)),
+            ]
+        );
+        // Each is handed out once: the slots are tombstones now.
+        drain_slots(slots, |_, _, _| panic!("drained twice"));
+        assert!(slots
+            .iter()
+            .all(|slot| [EMPTY, TOMBSTONE].contains(&slot.key.load(Ordering::Acquire))));
     }
 
     #[test]

@@ -10,3 +10,4 @@ pub mod memory_limit;
 pub mod readings;
 pub mod recorder;
 pub mod tensors;
+pub mod unloaded_driver;

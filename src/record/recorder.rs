@@ -129,14 +129,28 @@ impl Record {
 /// `with_stack` is set, unless the job's recording is paused: then the
 /// stack is the paused mark.
 pub fn write(seq: u64, record: Record, with_stack: bool) {
-    let stack = if !with_stack {
+    writer::write(seq, raw_record(record, stack_word(with_stack)));
+}
+
+/// Writes `record` as [`write`] does, but with its own api even inside a
+/// runtime call: for a record that no entry point made.
+pub fn write_untagged(seq: u64, record: Record, with_stack: bool) {
+    let mut raw = raw_record(record, stack_word(with_stack));
+    raw.api = record.api as u8;
+    writer::write(seq, raw);
+}
+
+/// The stack word of a record: the caller's stack when `with_stack` is
+/// set, unless the job's recording is paused.
+#[inline]
+fn stack_word(with_stack: bool) -> u32 {
+    if !with_stack {
         0
     } else if recording_switch::paused() {
         PAUSED_STACK
     } else {
         call_stack::capture(thread_block::current().runtime_caller.get())
-    };
-    writer::write(seq, raw_record(record, stack));
+    }
 }
 
 /// The spool's form of `record`; the writer adds the time.

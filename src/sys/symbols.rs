@@ -175,6 +175,9 @@ static RUNTIME_BASE: AtomicUsize = AtomicUsize::new(0);
 /// How many times the driver's addresses were forgotten (it was unloaded,
 /// or loaded again at another address).
 static DRIVER_GENERATION: AtomicU64 = AtomicU64::new(0);
+/// How many times the driver's image was found gone (unloaded) when its
+/// addresses were forgotten: what it held went with it.
+static DRIVER_UNLOADS: AtomicU64 = AtomicU64::new(0);
 static REAL_DLSYM: AtomicUsize = AtomicUsize::new(0);
 /// Searches made for real functions so far (each takes the loader lock).
 static SEARCHES: AtomicU64 = AtomicU64::new(0);
@@ -355,6 +358,9 @@ pub unsafe fn remember_handle(library: CudaLibrary, handle: *mut c_void) {
         // Unloaded and loaded again elsewhere: what was found in the old
         // image points nowhere now.
         forget_library(library);
+        if library == CudaLibrary::Driver && !loader::object_loaded_at(known_base) {
+            DRIVER_UNLOADS.fetch_add(1, Ordering::AcqRel);
+        }
     }
     let _ = slot.compare_exchange(std::ptr::null_mut(), handle, Ordering::AcqRel, Ordering::Acquire);
     let _ = base_slot.compare_exchange(0, base, Ordering::AcqRel, Ordering::Acquire);
@@ -397,6 +403,9 @@ pub fn forget_unloaded_libraries() {
         let base = slots_of(library).1.load(Ordering::Acquire);
         if base != 0 && !loader::object_loaded_at(base) {
             forget_library(library);
+            if library == CudaLibrary::Driver {
+                DRIVER_UNLOADS.fetch_add(1, Ordering::AcqRel);
+            }
         }
     }
 }
@@ -405,6 +414,12 @@ pub fn forget_unloaded_libraries() {
 /// them are built again when it moves.
 pub fn driver_generation() -> u64 {
     DRIVER_GENERATION.load(Ordering::Acquire)
+}
+
+/// How many times the driver was found unloaded: everything it held (its
+/// memory, streams, pools, contexts) went with it.
+pub fn driver_unloads() -> u64 {
+    DRIVER_UNLOADS.load(Ordering::Acquire)
 }
 
 /// Whether `address` lies in the driver's image (once its handle is known).

@@ -1537,7 +1537,10 @@ def scenario_small_stacks(args):
 def scenario_driver_reload(args):
     """Issue 37, item 3: a program loads the driver, unloads it and loads it
     again elsewhere; every allocation through the driver loaded again is
-    recorded, and nothing crashes."""
+    recorded, and nothing crashes. Issue 48, item 29 (`held`): 1 MiB is
+    still live at the dlclose. A driver that really unloads takes it along
+    (recorded freed with the driver, 3 MiB live at exit); the real driver,
+    loaded since cuInit, keeps it (nothing freed with it, 4 MiB live)."""
     build = tempfile.mkdtemp(prefix="cudatrace-gcc-")
     binary = os.path.join(build, "driver_reload")
     source = os.path.join(HERE, "..", "fake-cuda", "c", "driver_reload.c")
@@ -1545,19 +1548,24 @@ def scenario_driver_reload(args):
     if compiled.returncode != 0:
         return False, "gcc failed: " + compiled.stderr.strip()[-200:]
     passed, parts = True, []
-    for mode, allocations in (("lookup", 2), ("init", 2), ("alloc", 3)):
+    for mode, allocations in (("lookup", 2), ("init", 2), ("alloc", 3), ("held", 3)):
         for plain in (False, True):
             r = run_cli(args, f"reload-{mode}", [binary, mode], plain_preload=plain)
             p = (r.report or {}).get("processes", [{}])[0] if r.report else {}
             d = (p.get("devices") or [{}])[0]
             flags = " ".join(l for l in r.stdout.splitlines() if l.split()[0] in ("unloaded", "moved"))
+            went = mode == "held" and "unloaded 1" in r.stdout
+            live = (4 << 20) if mode == "held" and not went else 3 << 20
+            freed_with_driver = {"allocations": 1, "bytes": 1 << 20} if went else {"allocations": 0, "bytes": 0}
             ok = (
                 r.returncode == 0 and "done" in r.stdout and (r.report or {}).get("complete") is True
-                and d.get("allocations") == allocations and d.get("live_bytes_at_exit") == 3 << 20
+                and d.get("allocations") == allocations and d.get("live_bytes_at_exit") == live
+                and p.get("freed_with_driver") == freed_with_driver and p.get("lost_events") == 0
             )
             passed &= ok
             parts.append(f"{mode}{' plain' if plain else ''}: exit {r.returncode}, {flags}, "
-                         f"{d.get('allocations')} allocations, live {d.get('live_bytes_at_exit')}{'' if ok else ' FAIL'}")
+                         f"{d.get('allocations')} allocations, live {d.get('live_bytes_at_exit')}, "
+                         f"freed with the driver {p.get('freed_with_driver')}{'' if ok else ' FAIL'}")
     return passed, "; ".join(parts)
 
 

@@ -1102,6 +1102,53 @@ fn memory_events(trace: &Path) -> Vec<(String, String, u64)> {
         .collect()
 }
 
+/// Runs `driver_reload MODE` into `trace`: under `cudatrace run`, or with
+/// plain `LD_PRELOAD` (the library's own helper writes the trace). Checks
+/// that it ran to its end, with the driver unloaded and back elsewhere.
+fn run_driver_reload(mode: &str, plain: bool, dir: &Path) -> PathBuf {
+    run_driver_reload_with(mode, plain, &[], dir)
+}
+
+/// [`run_driver_reload`], with `options` for `cudatrace run`.
+fn run_driver_reload_with(mode: &str, plain: bool, options: &[&str], dir: &Path) -> PathBuf {
+    let trace = dir.join(format!(
+        "{}{}.trace",
+        if plain { "plain" } else { "run" },
+        options.concat()
+    ));
+    let output = if plain {
+        Command::new(fake_cuda::program("driver_reload"))
+            .arg(mode)
+            .env("LD_LIBRARY_PATH", fake_cuda::library_dir())
+            .env("LD_PRELOAD", tracer_library())
+            .env("CUDATRACE_OUT", &trace)
+            .env("CUDATRACE_CLI", cli())
+            .env("TMPDIR", dir)
+            .env_remove("CUDATRACE_DIR")
+            .output()
+            .unwrap()
+    } else {
+        let mut command = cudatrace_run();
+        command
+            .args(options)
+            .arg("-o")
+            .arg(&trace)
+            .arg("--")
+            .arg(fake_cuda::program("driver_reload"))
+            .arg(mode)
+            .env("TMPDIR", dir);
+        command.output().unwrap()
+    };
+    assert_eq!(
+        output.status.code(),
+        Some(0),
+        "{mode} plain {plain}: {}",
+        stderr(&output)
+    );
+    assert_eq!(stdout(&output), "unloaded 1\nmoved 1\ndone\n", "{mode} plain {plain}");
+    trace
+}
+
 /// Launchers and health checks load the driver, probe the GPU and unload
 /// it; the program may load it again, elsewhere. The library remembered
 /// the old driver's handle and functions: it handed out the new driver's
@@ -1127,38 +1174,7 @@ fn a_driver_unloaded_and_loaded_again_elsewhere_is_recorded_after_it_comes_back(
         expected.extend(after.map(|(op, api, size)| (op.to_owned(), api.to_owned(), size)));
         let dir = scratch_dir(&format!("driver-reload-{mode}"));
         for plain in [false, true] {
-            let trace = dir.join(format!("{}.trace", if plain { "plain" } else { "run" }));
-            let output = if plain {
-                // Plain LD_PRELOAD: the library's own helper writes the trace.
-                let output = Command::new(fake_cuda::program("driver_reload"))
-                    .arg(mode)
-                    .env("LD_LIBRARY_PATH", fake_cuda::library_dir())
-                    .env("LD_PRELOAD", tracer_library())
-                    .env("CUDATRACE_OUT", &trace)
-                    .env("CUDATRACE_CLI", cli())
-                    .env("TMPDIR", &dir)
-                    .env_remove("CUDATRACE_DIR")
-                    .output()
-                    .unwrap();
-                output
-            } else {
-                let mut command = cudatrace_run();
-                command
-                    .arg("-o")
-                    .arg(&trace)
-                    .arg("--")
-                    .arg(fake_cuda::program("driver_reload"))
-                    .arg(mode)
-                    .env("TMPDIR", &dir);
-                command.output().unwrap()
-            };
-            assert_eq!(
-                output.status.code(),
-                Some(0),
-                "{mode} plain {plain}: {}",
-                stderr(&output)
-            );
-            assert_eq!(stdout(&output), "unloaded 1\nmoved 1\ndone\n", "{mode} plain {plain}");
+            let trace = run_driver_reload(mode, plain, &dir);
             let report = finished_trace(&trace);
             assert_eq!(report["complete"], true, "{mode} plain {plain}");
             let p = &report["processes"][0];
@@ -1167,13 +1183,15 @@ fn a_driver_unloaded_and_loaded_again_elsewhere_is_recorded_after_it_comes_back(
                     &p["events"],
                     &p["lost_events"],
                     &p["exit_status"],
-                    &p["reused_without_free"]
+                    &p["reused_without_free"],
+                    &p["freed_with_driver"]
                 ),
                 (
                     &serde_json::json!(expected.len()),
                     &serde_json::json!(0),
                     &serde_json::json!(0),
-                    &serde_json::json!(0)
+                    &serde_json::json!(0),
+                    &serde_json::json!({"allocations": 0, "bytes": 0})
                 ),
                 "{mode} plain {plain}"
             );
@@ -1181,6 +1199,98 @@ fn a_driver_unloaded_and_loaded_again_elsewhere_is_recorded_after_it_comes_back(
             assert_eq!(memory_events(&trace), expected, "{mode} plain {plain}");
         }
     }
+}
+
+/// Issue 48, item 29: a driver unloaded after `cuInit` with an allocation
+/// still live, then loaded again elsewhere. The fake driver's memory goes
+/// with it, and the driver loaded again hands out the same address for its
+/// first allocation: the library still held the old allocation there, took
+/// the new one for a record of it and dropped it. The trace had 2 of 3
+/// allocations, said complete with 0 lost, and counted the old 1 MiB live
+/// to the end. Now what was live goes with the driver, recorded as freed
+/// (api `unknown`, `arg1` 1) where the program unloaded it, and the report
+/// says so.
+#[test]
+fn allocations_live_when_the_driver_unloads_go_with_it_and_the_next_ones_are_recorded() {
+    let dir = scratch_dir("driver-reload-held");
+    for plain in [false, true] {
+        let trace = run_driver_reload("held", plain, &dir);
+        let report = finished_trace(&trace);
+        assert_eq!(report["complete"], true, "plain {plain}");
+        let p = &report["processes"][0];
+        assert_eq!(
+            (
+                &p["events"],
+                &p["lost_events"],
+                &p["exit_status"],
+                &p["reused_without_free"],
+                &p["freed_with_driver"]
+            ),
+            (
+                &serde_json::json!(5),
+                &serde_json::json!(0),
+                &serde_json::json!(0),
+                &serde_json::json!(0),
+                &serde_json::json!({"allocations": 1, "bytes": 1 << 20})
+            ),
+            "plain {plain}"
+        );
+        let device = &p["devices"][0];
+        assert_eq!(
+            (&device["allocations"], &device["frees"], &device["live_bytes_at_exit"]),
+            (
+                &serde_json::json!(3),
+                &serde_json::json!(2),
+                &serde_json::json!(3 << 20)
+            ),
+            "plain {plain}"
+        );
+        let expected: Vec<(String, String, u64)> = [
+            ("alloc", "cuMemAlloc_v2", 1 << 20),
+            ("free", "unknown", 1 << 20),
+            ("alloc", "cuMemAlloc_v2", 2 << 20),
+            ("alloc", "cuMemAlloc_v2", 3 << 20),
+            ("free", "cuMemFree_v2", 2 << 20),
+        ]
+        .map(|(op, api, size)| (op.to_owned(), api.to_owned(), size))
+        .to_vec();
+        assert_eq!(memory_events(&trace), expected, "plain {plain}");
+        // The case itself: the driver loaded again gave the 2 MiB the old
+        // 1 MiB's address, and the free the unload recorded is marked.
+        let output = cudatrace(&["dump", trace.to_str().unwrap()]).output().unwrap();
+        let records: Vec<serde_json::Value> = stdout(&output)
+            .lines()
+            .map(|line| serde_json::from_str(line).unwrap())
+            .filter(|record: &serde_json::Value| record["op"] == "alloc" || record["op"] == "free")
+            .collect();
+        assert_eq!(records[0]["address"], records[2]["address"], "plain {plain}");
+        assert_eq!(
+            (&records[1]["address"], &records[1]["arg1"], &records[1]["device"]),
+            (&records[0]["address"], &serde_json::json!(1), &serde_json::json!(0)),
+            "plain {plain}"
+        );
+        let text = cudatrace(&["report", trace.to_str().unwrap()]).output().unwrap();
+        assert!(
+            stdout(&text).contains(
+                "\n  freed with the driver: 1 allocation (1.0 MiB) was live when the program unloaded the driver (`dlclose`)\n"
+            ),
+            "plain {plain}: {}",
+            stdout(&text)
+        );
+    }
+    // The memory limit gets the bytes that went with the driver back: 1 MiB
+    // before the unload, 2 and 3 MiB after fit a 5 MiB limit.
+    let trace = run_driver_reload_with("held", false, &["--limit", "5MiB"], &dir);
+    let report = finished_trace(&trace);
+    let device = &report["processes"][0]["devices"][0];
+    assert_eq!(
+        (&device["allocations"], &device["live_bytes_at_exit"], &device["ooms"]),
+        (
+            &serde_json::json!(3),
+            &serde_json::json!(3 << 20),
+            &serde_json::json!([])
+        )
+    );
 }
 
 /// A child made by `_Fork()`, `clone()` or the raw clone system call runs

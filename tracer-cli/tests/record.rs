@@ -117,6 +117,8 @@ fn a_single_process_run_reports_exactly_what_it_did() {
             "damaged_records": 0,
             "unknown_frees": 0,
             "reused_without_free": 0,
+            // It never unloaded the driver.
+            "freed_with_driver": {"allocations": 0, "bytes": 0},
             // No loop repeats its allocations: no steps, no growth measured.
             "steps": null,
             "low_points": null,

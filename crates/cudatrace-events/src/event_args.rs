@@ -9,12 +9,24 @@ use crate::{Event, Kind, Op};
 /// (`cudatrace run --limit`), rather than the card.
 pub const REFUSED_BY_LIMIT: u64 = 1;
 
+/// The `arg1` of an [`Op::Free`] record (api `unknown`) that the program
+/// made by unloading the driver (`dlclose`) while the allocation was live:
+/// the driver's memory went with it. The library records one for each
+/// allocation it still held then.
+pub const FREED_WITH_DRIVER: u64 = 1;
+
 impl Event {
     /// Whether this out-of-memory failure was the memory limit's refusal:
     /// then [`Event::oom_device_free`] is what the limit had left and
     /// [`Event::oom_device_total`] the limit.
     pub fn refused_by_limit(&self) -> bool {
         self.op == Op::Oom && self.address == REFUSED_BY_LIMIT
+    }
+
+    /// Whether this free is of memory that went with the driver when the
+    /// program unloaded it (see [`FREED_WITH_DRIVER`]).
+    pub fn freed_with_driver(&self) -> bool {
+        self.op == Op::Free && self.api == crate::Api::Unknown && self.arg1 == FREED_WITH_DRIVER
     }
 
     /// For a memory-limit record: the limit in bytes.
@@ -118,5 +130,23 @@ mod tests {
         assert_eq!(event(Op::Free, Kind::Pool).pool(), None);
         assert!(event(Op::StackNode, Kind::Device).is_stack_record());
         assert!(!event(Op::Alloc, Kind::Device).is_stack_record());
+        // Only a free by no entry point, marked, went with the driver.
+        let unloaded = Event {
+            api: Api::Unknown,
+            arg1: super::FREED_WITH_DRIVER,
+            ..event(Op::Free, Kind::Device)
+        };
+        assert!(unloaded.freed_with_driver());
+        assert!(!Event {
+            api: Api::CuMemFreeV2,
+            ..unloaded
+        }
+        .freed_with_driver());
+        assert!(!Event { arg1: 0, ..unloaded }.freed_with_driver());
+        assert!(!Event {
+            op: Op::Alloc,
+            ..unloaded
+        }
+        .freed_with_driver());
     }
 }

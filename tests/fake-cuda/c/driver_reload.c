@@ -8,7 +8,13 @@
  *   lookup  looks up cuInit and cuMemAlloc_v2, and calls nothing;
  *   init    calls cuInit(0) too;
  *   alloc   calls cuInit(0), makes device 0's primary context current,
- *           allocates 1 MiB, frees it and releases the context.
+ *           allocates 1 MiB, frees it and releases the context;
+ *   held    as alloc, but the 1 MiB is never freed and the context is
+ *           kept: the allocation goes with the driver when it unloads (the
+ *           fake driver's state is gone with it, and the driver loaded
+ *           again hands out the same address for the 2 MiB), while a
+ *           driver that stays loaded through dlclose (the real one, after
+ *           cuInit) keeps it.
  * Then it unloads the driver (printing `unloaded 1` when it is gone),
  * holds the driver's old address with a mapping of its own so that the
  * driver loads again elsewhere (printing `moved 1`), loads it, calls
@@ -74,6 +80,11 @@ int main(int argc, char **argv) {
         if (first.alloc(&p, 1 << 20) != 0 || first.free(p) != 0) return 12;
         first.set_current(NULL);
         if (first.release) first.release(0);
+    }
+    if (!strcmp(mode, "held")) {
+        CUdeviceptr p;
+        if (!start(&first)) return 11;
+        if (first.alloc(&p, 1 << 20) != 0) return 12;
     }
     if (dlclose(first.handle) != 0) return 13;
     void *still = dlopen("libcuda.so.1", RTLD_NOW | RTLD_NOLOAD);

@@ -143,6 +143,9 @@ pub struct ProcessMemory {
     pub events: u64,
     /// Allocations at an address already live: their free was never seen.
     pub reused_without_free: u64,
+    /// Allocations that went with the driver when the program unloaded it
+    /// (`dlclose`), and their bytes.
+    pub freed_with_driver: (u64, u64),
 }
 
 impl ProcessMemory {
@@ -183,6 +186,11 @@ impl ProcessMemory {
                 by_limit: event.refused_by_limit(),
             }),
             (Op::Alloc, Kind::VmmPhysical) => self.create_physical(event, changes),
+            (Op::Free, Kind::VmmPhysical) if event.freed_with_driver() => {
+                self.note_freed_with_driver(event);
+                self.unmap_handle(event.address, changes);
+                self.drop_physical(event.address, false, changes);
+            }
             (Op::Free, Kind::VmmPhysical) => self.release_physical(event.address, changes),
             (Op::Map, _) => self.map(event, changes),
             (Op::Unmap, _) => self.unmap(event.address, event.size, changes),
@@ -201,6 +209,9 @@ impl ProcessMemory {
                 changes.push(Change::Allocated(allocation));
             }
             (Op::Free, kind) if kind.counts_as_device_memory() || kind == Kind::HostPinned => {
+                if event.freed_with_driver() {
+                    self.note_freed_with_driver(event);
+                }
                 if let Some(allocation) = self.live.remove(&(kind == Kind::Array, event.address)) {
                     changes.push(Change::Freed {
                         allocation,
@@ -277,6 +288,32 @@ impl ProcessMemory {
             physical.mappings = physical.mappings.saturating_sub(1);
             if physical.released && physical.mappings == 0 {
                 self.drop_physical(handle, false, changes);
+            }
+        }
+    }
+
+    /// Counts an allocation that went with the driver.
+    fn note_freed_with_driver(&mut self, event: &Event) {
+        self.freed_with_driver.0 += 1;
+        self.freed_with_driver.1 += event.size;
+    }
+
+    /// The driver went away with the physical memory of `handle`: every
+    /// mapping of it went too, with no `cuMemUnmap` to say so.
+    fn unmap_handle(&mut self, handle: u64, changes: &mut Vec<Change>) {
+        let starts: Vec<u64> = self
+            .mappings
+            .iter()
+            .filter(|(_, &(_, mapped))| mapped == handle)
+            .map(|(&start, _)| start)
+            .collect();
+        for start in starts {
+            if let Some((size, _)) = self.mappings.remove(&start) {
+                changes.push(Change::Unmapped {
+                    address: start,
+                    size,
+                    physical: self.physical.get(&handle).map(|p| p.allocation.clone()),
+                });
             }
         }
     }

@@ -656,6 +656,41 @@ mod tests {
     }
 
     #[test]
+    fn what_went_with_the_driver_is_freed_and_counted_mappings_and_all() {
+        let mut p = ProcessSummary::default();
+        let mut changes = Vec::new();
+        let handle = 0x10;
+        p.apply(&event(0, Op::Alloc, Kind::Device, 0x1000, 10), &mut changes);
+        p.apply(&event(1, Op::Alloc, Kind::HostPinned, 0x5000, 64), &mut changes);
+        p.apply(&event(2, Op::Alloc, Kind::VmmPhysical, handle, 100), &mut changes);
+        let mut map = event(3, Op::Map, Kind::VirtualAddress, 0x8000, 100);
+        map.arg1 = handle;
+        p.apply(&map, &mut changes);
+        let with_driver = |seq, kind, address, size| Event {
+            api: cudatrace_events::Api::Unknown,
+            arg1: cudatrace_events::event_args::FREED_WITH_DRIVER,
+            ..event(seq, Op::Free, kind, address, size)
+        };
+        p.apply(&with_driver(4, Kind::Device, 0x1000, 10), &mut changes);
+        p.apply(&with_driver(5, Kind::HostPinned, 0x5000, 64), &mut changes);
+        // Still mapped, but no unmap will come: gone with the driver.
+        p.apply(&with_driver(6, Kind::VmmPhysical, handle, 100), &mut changes);
+        assert_eq!(p.memory.freed_with_driver, (3, 174));
+        assert_eq!(p.memory.live_mappings().count(), 0);
+        assert_eq!(
+            (p.devices[&GPU0].current, p.devices[&GPU0].frees, p.host.current),
+            (0, 2, 0)
+        );
+        assert_eq!(balance(&p), vec![(GPU0, 0, 0)]);
+        // The same address allocated again is a new allocation, no reuse.
+        p.apply(&event(7, Op::Alloc, Kind::Device, 0x1000, 20), &mut changes);
+        assert_eq!((p.memory.reused_without_free, p.devices[&GPU0].current), (0, 20));
+        // A plain free is not one that went with the driver.
+        p.apply(&event(8, Op::Free, Kind::Device, 0x1000, 20), &mut changes);
+        assert_eq!(p.memory.freed_with_driver, (3, 174));
+    }
+
+    #[test]
     fn failed_calls_change_nothing() {
         let mut p = ProcessSummary::default();
         let mut changes = Vec::new();

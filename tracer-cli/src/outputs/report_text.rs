@@ -183,8 +183,23 @@ fn process_text(index: &TraceIndex, info: &ProcessIndex, process: &ProcessSummar
             bytes(process.host.current)
         );
     }
+    out += &freed_with_driver_text(process.memory.freed_with_driver);
     out += &lost_text(process.lost_events(info.end.as_ref().map(|e| e.reserved_events)), &end);
     out
+}
+
+/// The line for allocations that went with the driver when the program
+/// unloaded it: freed by no call of the program's, so said.
+fn freed_with_driver_text((allocations, freed): (u64, u64)) -> String {
+    if allocations == 0 {
+        return String::new();
+    }
+    format!(
+        "  freed with the driver: {} ({}) {} live when the program unloaded the driver (`dlclose`)\n",
+        count(allocations, "allocation", "allocations"),
+        bytes(freed),
+        if allocations == 1 { "was" } else { "were" }
+    )
 }
 
 /// The report's opening, per process that allocated: its steps (or low

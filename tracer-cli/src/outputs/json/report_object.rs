@@ -248,6 +248,10 @@ fn process_json(index: &TraceIndex, info: &ProcessIndex, process: &ProcessSummar
         "damaged_records": end.damaged_records,
         "unknown_frees": end.unknown_frees,
         "reused_without_free": process.memory.reused_without_free,
+        "freed_with_driver": {
+            "allocations": process.memory.freed_with_driver.0,
+            "bytes": process.memory.freed_with_driver.1,
+        },
         "growing": growing,
         "steps": steps,
         "low_points": process.low_points.as_ref().map(|low| json!({
