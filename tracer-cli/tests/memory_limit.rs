@@ -716,6 +716,29 @@ fn a_ledger_planted_by_another_user_or_with_no_room_keeps_the_limit_per_process_
             .find(|l| l.contains("\"op\":\"memory-limit\""))
             .unwrap_or_else(|| panic!("{label}: no limit record in\n{text}"));
         assert!(record.contains(&format!("\"arg1\":{why},")), "{label}: {record}");
+        // And the report says it, from the collected spool.
+        let trace = dir.join("collected.trace");
+        let collect = cudatrace(&["collect"])
+            .arg(&spools)
+            .arg("-o")
+            .arg(&trace)
+            .output()
+            .unwrap();
+        assert_eq!(collect.status.code(), Some(0), "{label}: {}", stderr(&collect));
+        let (report, _) = report_json(&trace);
+        let reason = if why == 3 {
+            "the ledger file found in the spool folder is another user's or open to others"
+        } else {
+            "every device entry of the tree's ledger was taken"
+        };
+        assert_eq!(report["memory_limit"][0]["kept_alone"], reason, "{label}");
+        let verdict = report["memory_limit"][0]["verdict"].as_str().unwrap();
+        assert!(
+            verdict.ends_with(&format!(
+                "; this process kept the limit to itself ({reason}): the job's other processes did not count against it"
+            )),
+            "{label}: {verdict}"
+        );
     }
 }
 

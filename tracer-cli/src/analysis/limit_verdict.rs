@@ -73,6 +73,10 @@ pub struct LimitVerdict<'a> {
     /// cudatrace or the interpreter (`libcublas.so.12` for `cublasCreate`);
     /// `None` without refusals or where its stack names none.
     pub failed_library: Option<String>,
+    /// Why the process kept the limit to itself, not counted with the rest
+    /// of the job (`cudatrace_events::measures::limit_ledger`); `None`
+    /// where it shared the job's ledger.
+    pub kept_alone: Option<u64>,
 }
 
 impl LimitVerdict<'_> {
@@ -174,6 +178,7 @@ pub fn limit_verdicts<'a>(index: &TraceIndex, summary: &'a Summary) -> Vec<Limit
                 recovered_by_pytorch,
                 ending: process_ending(index, process),
                 failed_library,
+                kept_alone: figures.limit_kept_alone,
             });
         }
     }
@@ -280,6 +285,7 @@ mod tests {
             recovered_by_pytorch,
             ending,
             failed_library: None,
+            kept_alone: None,
         }
     }
 

@@ -39,6 +39,9 @@ pub struct ProcessSummary {
     pub low_points: Option<LowPoints>,
     /// The memory limit it ran under (`run --limit`), per device it used.
     pub memory_limits: BTreeMap<DeviceKey, u64>,
+    /// Why it kept the limit to itself rather than share the job's ledger
+    /// (`cudatrace_events::measures::limit_ledger`), where it did.
+    pub limit_kept_alone: Option<u64>,
     /// Below this sequence number the trace was folded (see
     /// `cudatrace_trace::Fold`): allocations and frees there are counted
     /// by the fold, not by the events kept from them.
@@ -124,6 +127,9 @@ impl ProcessSummary {
         self.tensors.observe(event);
         if let Some(limit) = event.memory_limit() {
             self.memory_limits.insert(DeviceKey::of(event.device), limit);
+            if let Some(why) = event.memory_limit_kept_alone() {
+                self.limit_kept_alone = Some(why);
+            }
         }
         for change in changes {
             self.count(change, event);

@@ -405,6 +405,7 @@ fn memory_limit_json(index: &TraceIndex, summary: &Summary) -> Value {
                     _ => None,
                 },
                 "failed_library": verdict.failed_library,
+                "kept_alone": verdict.kept_alone.map(cudatrace_events::measures::limit_ledger::reason),
                 "verdict": crate::outputs::wording::limit_lines::verdict_line(index, verdict),
                 "peak_bytes": verdict.peak_bytes,
                 "peak_s": seconds(verdict.peak_time_ns),

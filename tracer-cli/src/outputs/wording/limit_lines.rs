@@ -83,6 +83,12 @@ pub fn verdict_line(index: &TraceIndex, verdict: &LimitVerdict) -> String {
             bytes(verdict.card_total.unwrap_or(0))
         );
     }
+    if let Some(why) = verdict.kept_alone {
+        line += &format!(
+            "; this process kept the limit to itself ({}): the job's other processes did not count against it",
+            cudatrace_events::measures::limit_ledger::reason(why)
+        );
+    }
     line
 }
 
