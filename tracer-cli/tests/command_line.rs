@@ -343,6 +343,32 @@ fn output_to_a_closed_pipe_ends_quietly() {
 }
 
 #[test]
+fn every_command_that_names_what_it_wrote_ends_quietly_on_a_closed_pipe() {
+    let (output, trace) = run_scenario("closed-pipe-outputs", "runtime", &[]);
+    assert!(output.status.success(), "{}", stderr(&output));
+    let pid = report_json(&trace).0["processes"][0]["pid"].clone();
+    let dir = trace.parent().unwrap();
+    let at = |name: &str| dir.join(name).to_str().unwrap().to_string();
+    // Each command, and what it must still have written.
+    let cases = [
+        (["html", "-o", &at("page.html")], at("page.html")),
+        (["perfetto", "-o", &at("view.pftrace")], at("view.pftrace")),
+        (["flamegraph", "-o", &at("flame.svg")], at("flame.svg")),
+        (["snapshot", "-o", &at("snap")], at(&format!("snap.{pid}.pickle"))),
+        (["merge", "-o", &at("merged.trace")], at("merged.trace")),
+        (["export", "-o", &at("fleet")], at("fleet/call_sites.parquet")),
+    ];
+    for (args, written) in cases {
+        let mut command = cudatrace(&args);
+        command.arg(&trace);
+        let output = with_stdout_closed(command);
+        assert_eq!(output.status.code(), Some(0), "{args:?}: {}", stderr(&output));
+        assert!(!stderr(&output).contains("panicked"), "{args:?}: {}", stderr(&output));
+        assert!(Path::new(&written).is_file(), "{args:?}: {written} missing");
+    }
+}
+
+#[test]
 fn dump_checks_each_file_before_reading_it() {
     let dir = scratch_dir("dump-input");
     let zeros = dir.join("zeros.spool");

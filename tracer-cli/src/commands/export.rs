@@ -11,7 +11,7 @@ use crate::outputs::wording::{not_regular_text, output_lines};
 use crate::system::failure::Failure;
 use crate::system::output_file::{is_private, OutputFile};
 use crate::system::progress::Progress;
-use crate::system::terminal::say;
+use crate::system::terminal::{print_line, say};
 use std::fs::File;
 use std::io::{BufWriter, Write};
 use std::path::Path;
@@ -50,8 +50,8 @@ pub fn command(args: ExportArgs) -> Result<u8, Failure> {
                 return Err(failure.into());
             }
             sites.finish()?;
-            println!("{}", events_path.display());
-            println!("{}", sites_path.display());
+            print_line(&events_path.display().to_string())?;
+            print_line(&sites_path.display().to_string())?;
             say(&said);
             Ok(status)
         }

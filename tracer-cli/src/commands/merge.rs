@@ -7,7 +7,7 @@ use crate::outputs::merged_trace::{self, InputFault, MergeFailure, MergeInput};
 use crate::outputs::wording::{merge_lines, not_regular_text, output_lines, problem_text};
 use crate::system::failure::Failure;
 use crate::system::output_file::{is_private, OutputFile};
-use crate::system::terminal::say;
+use crate::system::terminal::{print_line, say};
 use std::io::{BufWriter, Write};
 use std::path::Path;
 
@@ -61,7 +61,7 @@ pub fn command(args: MergeArgs) -> Result<u8, Failure> {
     for line in merge_lines::summary_lines(&args.traces, &summary) {
         say(&line);
     }
-    println!("{}", args.output.display());
+    print_line(&args.output.display().to_string())?;
     // No footer: an input was damaged, cut short or not placed in full.
     Ok(if summary.footer_written { 0 } else { 1 })
 }
