@@ -7,6 +7,7 @@ mod common;
 
 use common::*;
 use serde_json::json;
+use std::os::unix::fs::FileTypeExt;
 use std::path::Path;
 use std::process::{Command, Output, Stdio};
 
@@ -22,6 +23,10 @@ fn an_output_that_cannot_be_written_is_refused_before_the_command_starts() {
     let dir = scratch_dir("refused-output");
     let marker = dir.join("ran");
     let missing = dir.join("no-such-folder").join("x.trace");
+    let fifo = dir.join("f.trace");
+    let fifo_path = std::ffi::CString::new(fifo.to_str().unwrap()).unwrap();
+    // SAFETY: a NUL-terminated path.
+    assert_eq!(unsafe { libc::mkfifo(fifo_path.as_ptr(), 0o600) }, 0);
     let cases = [
         (
             missing.clone(),
@@ -34,6 +39,17 @@ fn an_output_that_cannot_be_written_is_refused_before_the_command_starts() {
         (
             dir.clone(),
             format!("cudatrace: cannot write {}: it is a folder\n", dir.display()),
+        ),
+        (
+            fifo.clone(),
+            format!(
+                "cudatrace: cannot write {}: it is a pipe; a trace is written to a regular file\n",
+                fifo.display()
+            ),
+        ),
+        (
+            "/dev/null".into(),
+            "cudatrace: cannot write /dev/null: it is a device; a trace is written to a regular file\n".to_string(),
         ),
     ];
     for (trace, message) in cases {
@@ -224,6 +240,30 @@ fn collect_replaces_an_existing_trace_only_with_force_and_keeps_the_user_s_folde
     assert_eq!(output.status.code(), Some(0), "{}", stderr(&output));
     let (report, _) = report_json(&dir.join("spools.trace"));
     assert_eq!(report["processes"][0]["events"], 24);
+    assert_eq!(spool_files(&spools).len(), 1);
+    // A pipe is never replaced, even with --force: refused, spools kept.
+    let fifo = dir.join("f.trace");
+    let fifo_path = std::ffi::CString::new(fifo.to_str().unwrap()).unwrap();
+    // SAFETY: a NUL-terminated path.
+    assert_eq!(unsafe { libc::mkfifo(fifo_path.as_ptr(), 0o600) }, 0);
+    let output = cudatrace(&[
+        "collect",
+        "--force",
+        "-o",
+        fifo.to_str().unwrap(),
+        spools.to_str().unwrap(),
+    ])
+    .output()
+    .unwrap();
+    assert_eq!(output.status.code(), Some(2));
+    assert_eq!(
+        stderr(&output),
+        format!(
+            "cudatrace: cannot write {}: it is a pipe; a trace is written to a regular file\n",
+            fifo.display()
+        )
+    );
+    assert!(std::fs::metadata(&fifo).unwrap().file_type().is_fifo());
     assert_eq!(spool_files(&spools).len(), 1);
 }
 
