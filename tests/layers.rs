@@ -361,6 +361,32 @@ fn no_two_files_of_the_command_share_a_name() {
     assert_eq!(shared, Vec::<String>::new(), "files that share a name");
 }
 
+/// Where `code` calls one of `macros` (`println!` but not `eprintln!`).
+fn calls_macro(code: &str, macros: &[&str]) -> bool {
+    macros.iter().any(|name| {
+        code.match_indices(name)
+            .any(|(at, _)| !code[..at].chars().next_back().is_some_and(is_ident_char))
+    })
+}
+
+/// `println!` panics when stdout is a closed pipe (`cudatrace html T | true`):
+/// the command writes stdout through `system::terminal` alone, which ends
+/// quietly then.
+#[test]
+fn the_command_writes_stdout_only_through_the_terminal_module() {
+    let krate = read_crate("tracer-cli/src");
+    let writers: Vec<&String> = krate
+        .modules
+        .iter()
+        .filter(|(module, _)| module.as_str() != "system::terminal")
+        .filter(|(_, code)| calls_macro(code, &["println!", "print!"]) || code.contains("io::stdout()"))
+        .map(|(module, _)| module)
+        .collect();
+    assert_eq!(writers, Vec::<&String>::new(), "modules that write stdout themselves");
+    assert!(calls_macro("x; println!(\"a\")", &["println!"]));
+    assert!(!calls_macro("eprintln!(\"a\")", &["println!"]));
+}
+
 #[test]
 fn the_layer_check_sees_an_import_from_above() {
     let krate = Crate {

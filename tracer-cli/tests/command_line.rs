@@ -7,6 +7,7 @@ mod common;
 
 use common::*;
 use serde_json::json;
+use std::os::unix::fs::FileTypeExt;
 use std::path::Path;
 use std::process::{Command, Output, Stdio};
 
@@ -22,6 +23,10 @@ fn an_output_that_cannot_be_written_is_refused_before_the_command_starts() {
     let dir = scratch_dir("refused-output");
     let marker = dir.join("ran");
     let missing = dir.join("no-such-folder").join("x.trace");
+    let fifo = dir.join("f.trace");
+    let fifo_path = std::ffi::CString::new(fifo.to_str().unwrap()).unwrap();
+    // SAFETY: a NUL-terminated path.
+    assert_eq!(unsafe { libc::mkfifo(fifo_path.as_ptr(), 0o600) }, 0);
     let cases = [
         (
             missing.clone(),
@@ -34,6 +39,17 @@ fn an_output_that_cannot_be_written_is_refused_before_the_command_starts() {
         (
             dir.clone(),
             format!("cudatrace: cannot write {}: it is a folder\n", dir.display()),
+        ),
+        (
+            fifo.clone(),
+            format!(
+                "cudatrace: cannot write {}: it is a pipe; a trace is written to a regular file\n",
+                fifo.display()
+            ),
+        ),
+        (
+            "/dev/null".into(),
+            "cudatrace: cannot write /dev/null: it is a device; a trace is written to a regular file\n".to_string(),
         ),
     ];
     for (trace, message) in cases {
@@ -225,6 +241,30 @@ fn collect_replaces_an_existing_trace_only_with_force_and_keeps_the_user_s_folde
     let (report, _) = report_json(&dir.join("spools.trace"));
     assert_eq!(report["processes"][0]["events"], 24);
     assert_eq!(spool_files(&spools).len(), 1);
+    // A pipe is never replaced, even with --force: refused, spools kept.
+    let fifo = dir.join("f.trace");
+    let fifo_path = std::ffi::CString::new(fifo.to_str().unwrap()).unwrap();
+    // SAFETY: a NUL-terminated path.
+    assert_eq!(unsafe { libc::mkfifo(fifo_path.as_ptr(), 0o600) }, 0);
+    let output = cudatrace(&[
+        "collect",
+        "--force",
+        "-o",
+        fifo.to_str().unwrap(),
+        spools.to_str().unwrap(),
+    ])
+    .output()
+    .unwrap();
+    assert_eq!(output.status.code(), Some(2));
+    assert_eq!(
+        stderr(&output),
+        format!(
+            "cudatrace: cannot write {}: it is a pipe; a trace is written to a regular file\n",
+            fifo.display()
+        )
+    );
+    assert!(std::fs::metadata(&fifo).unwrap().file_type().is_fifo());
+    assert_eq!(spool_files(&spools).len(), 1);
 }
 
 #[test]
@@ -339,6 +379,32 @@ fn output_to_a_closed_pipe_ends_quietly() {
         let output = with_stdout_closed(command);
         assert_eq!(output.status.code(), Some(0), "{shown}: {}", stderr(&output));
         assert_eq!(stderr(&output), "", "{shown}");
+    }
+}
+
+#[test]
+fn every_command_that_names_what_it_wrote_ends_quietly_on_a_closed_pipe() {
+    let (output, trace) = run_scenario("closed-pipe-outputs", "runtime", &[]);
+    assert!(output.status.success(), "{}", stderr(&output));
+    let pid = report_json(&trace).0["processes"][0]["pid"].clone();
+    let dir = trace.parent().unwrap();
+    let at = |name: &str| dir.join(name).to_str().unwrap().to_string();
+    // Each command, and what it must still have written.
+    let cases = [
+        (["html", "-o", &at("page.html")], at("page.html")),
+        (["perfetto", "-o", &at("view.pftrace")], at("view.pftrace")),
+        (["flamegraph", "-o", &at("flame.svg")], at("flame.svg")),
+        (["snapshot", "-o", &at("snap")], at(&format!("snap.{pid}.pickle"))),
+        (["merge", "-o", &at("merged.trace")], at("merged.trace")),
+        (["export", "-o", &at("fleet")], at("fleet/call_sites.parquet")),
+    ];
+    for (args, written) in cases {
+        let mut command = cudatrace(&args);
+        command.arg(&trace);
+        let output = with_stdout_closed(command);
+        assert_eq!(output.status.code(), Some(0), "{args:?}: {}", stderr(&output));
+        assert!(!stderr(&output).contains("panicked"), "{args:?}: {}", stderr(&output));
+        assert!(Path::new(&written).is_file(), "{args:?}: {written} missing");
     }
 }
 

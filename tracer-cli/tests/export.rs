@@ -349,16 +349,44 @@ fn bad_input_is_one_line_and_a_failure_and_leaves_nothing_behind() {
         )
     );
     // A file that is not a trace, after one that is: said as `report` says
-    // it, and nothing is left in the folder.
+    // it, and nothing is left behind: not even the folder (nor the one
+    // above it) that the command made.
     let not_a_trace = scratch.join("notes.txt");
     std::fs::write(&not_a_trace, "not a trace at all\n").unwrap();
+    let deeper = dir.join("fleet");
+    for traces in [vec![trace.as_path(), &not_a_trace], vec![&not_a_trace]] {
+        let out = export(&traces, &deeper, &[]);
+        assert_eq!(out.status.code(), Some(2));
+        let report = cudatrace(&["report", text(&not_a_trace)]).output().unwrap();
+        assert_eq!(report.status.code(), Some(2));
+        assert_eq!(stderr(&out), stderr(&report));
+        assert_eq!(stderr(&out).lines().count(), 1);
+        assert!(!dir.exists(), "{} left behind", dir.display());
+    }
+    // A folder that was there stays, empty.
+    std::fs::create_dir(&dir).unwrap();
     let out = export(&[&trace, &not_a_trace], &dir, &[]);
     assert_eq!(out.status.code(), Some(2));
-    let report = cudatrace(&["report", text(&not_a_trace)]).output().unwrap();
-    assert_eq!(report.status.code(), Some(2));
-    assert_eq!(stderr(&out), stderr(&report));
-    assert_eq!(stderr(&out).lines().count(), 1);
     assert_eq!(std::fs::read_dir(&dir).unwrap().count(), 0);
+    // A link to nothing: said in one line, nothing made.
+    let link = scratch.join("dangling");
+    std::os::unix::fs::symlink("nowhere/fleet", &link).unwrap();
+    let out = export(&[&trace], &link, &[]);
+    assert_eq!(out.status.code(), Some(2));
+    assert_eq!(
+        stderr(&out),
+        format!(
+            "cudatrace: cannot export into {}: it is a symbolic link to nowhere/fleet, which does not exist\n",
+            link.display()
+        )
+    );
+    assert!(!scratch.join("nowhere").exists());
+    // A link to a folder is followed.
+    let link = scratch.join("to-folder");
+    std::os::unix::fs::symlink(&dir, &link).unwrap();
+    let out = export(&[&trace], &link, &[]);
+    assert_eq!(out.status.code(), Some(0), "{}", stderr(&out));
+    assert!(dir.join("events.parquet").is_file());
     // DIR is a file.
     let file = scratch.join("fleet");
     std::fs::write(&file, "mine").unwrap();

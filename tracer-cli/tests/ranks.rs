@@ -415,9 +415,10 @@ fn merge_says_in_one_line_what_it_cannot_merge() {
     assert_eq!(report["complete"], false);
     assert_eq!(report["processes"].as_array().unwrap().len(), 1);
 
-    // An input cut short: merged without a footer, so that readers say it
-    // is incomplete, and the command says which input lacked what.
-    let bytes = std::fs::read(&a).unwrap();
+    // An input cut short (of another run: a cut copy of `a` is `a`'s run
+    // again): merged without a footer, so that readers say it is
+    // incomplete, and the command says which input lacked what.
+    let bytes = std::fs::read(&b).unwrap();
     let cut = dir.join("cut.trace");
     std::fs::write(&cut, &bytes[..bytes.len() - 20]).unwrap();
     let merged = dir.join("merged.trace");
@@ -436,6 +437,191 @@ fn merge_says_in_one_line_what_it_cannot_merge() {
     let (report, _) = report_json(&merged);
     assert_eq!(report["complete"], false);
     assert_eq!(report["processes"].as_array().unwrap().len(), 2);
+}
+
+#[test]
+fn merge_refuses_one_run_given_twice_whatever_file_holds_it() {
+    let [(a, ..), (b, ..)] = two_hosts("merge-twice");
+    let dir = a.parent().unwrap().to_owned();
+    let pid = |trace: &Path| processes(&dump(trace))[0]["pid"].as_u64().unwrap();
+    let refused = |inputs: &[&Path], said: String| {
+        let merged = dir.join("refused.trace");
+        let out = merge(inputs, &merged);
+        assert_eq!(out.status.code(), Some(2), "{}", stderr(&out));
+        assert_eq!(stderr(&out), format!("cudatrace: {said}\n"));
+        assert!(!merged.exists(), "nothing written");
+    };
+    // A hard link: one file by two names.
+    let link = dir.join("hard-link.trace");
+    std::fs::hard_link(&a, &link).unwrap();
+    refused(
+        &[&a, &link],
+        format!(
+            "{} and {} are the same file: each run is merged once",
+            a.display(),
+            link.display()
+        ),
+    );
+    // A copy: one run (its header's host and clocks) in two files.
+    let copy = dir.join("copy.trace");
+    std::fs::copy(&a, &copy).unwrap();
+    refused(
+        &[&a, &copy],
+        format!(
+            "{} and {} are the same run (one host, one start): each run is merged once",
+            a.display(),
+            copy.display()
+        ),
+    );
+    // A merged trace holds its inputs' runs: merging it with one of them
+    // again, in either order, counts that run twice.
+    let job = dir.join("job.trace");
+    assert_eq!(merge(&[&a, &b], &job).status.code(), Some(0));
+    refused(
+        &[&job, &a],
+        format!(
+            "{} holds a run that {} holds too (pid {} on nodeA): each run is merged once",
+            a.display(),
+            job.display(),
+            pid(&a)
+        ),
+    );
+    refused(
+        &[&b, &job],
+        format!(
+            "{} holds a run that {} holds too (pid {} on nodeB): each run is merged once",
+            job.display(),
+            b.display(),
+            pid(&b)
+        ),
+    );
+    // The spools of a run collected again (the collector takes the run's
+    // header from the spools' trace pointer).
+    let (mut command, run) = run_program(
+        "merge-recollected",
+        &fake_cuda::program("scenarios"),
+        &["--keep-spools"],
+    );
+    let out = command.arg("runtime").output().unwrap();
+    assert!(out.status.success(), "{}", stderr(&out));
+    let spools = run_spools(run.parent().unwrap())[0].parent().unwrap().to_owned();
+    let again = dir.join("recollected.trace");
+    let out = cudatrace(&["collect", spools.to_str().unwrap(), "-o", again.to_str().unwrap()])
+        .output()
+        .unwrap();
+    assert!(out.status.success(), "{}", stderr(&out));
+    refused(
+        &[&run, &again],
+        format!(
+            "{} and {} are the same run (one host, one start): each run is merged once",
+            run.display(),
+            again.display()
+        ),
+    );
+}
+
+/// `CLOCK_MONOTONIC` now, in ns.
+fn monotonic_now() -> u64 {
+    let mut now = libc::timespec { tv_sec: 0, tv_nsec: 0 };
+    // SAFETY: a valid clock and out-pointer.
+    assert_eq!(unsafe { libc::clock_gettime(libc::CLOCK_MONOTONIC, &mut now) }, 0);
+    now.tv_sec as u64 * 1_000_000_000 + now.tv_nsec as u64
+}
+
+#[test]
+fn merge_takes_its_clock_from_the_earliest_event_so_that_no_time_is_negative() {
+    // Rank 0 on nodeX, collected by hand: its header is stamped when it is
+    // collected, after its events.
+    let dir = scratch_dir("merge-by-hand");
+    let spools = dir.join("spools");
+    std::fs::create_dir(&spools).unwrap();
+    let out = program(
+        "torch_like",
+        &[fake_cuda::torch_library("211").to_str().unwrap(), "training"],
+    )
+    .env("LD_PRELOAD", tracer_library())
+    .env("CUDATRACE_DIR", &spools)
+    .env("CUDATRACE_TEST_HOST", "nodeX")
+    .envs([("RANK", "0"), ("LOCAL_RANK", "0"), ("WORLD_SIZE", "2")])
+    .output()
+    .unwrap();
+    assert!(out.status.success(), "{}", stderr(&out));
+    // Rank 1 on nodeY, a host that booted a millisecond ago: every event
+    // of nodeX happened before its clock began. It runs, then nodeX's
+    // spools are collected, so its header is the earlier of the two.
+    let booted = format!("-{}", monotonic_now() - 1_000_000);
+    let (y, ..) = host_run(
+        "merge-late-boot",
+        &[
+            ("CUDATRACE_TEST_HOST", "nodeY"),
+            ("CUDATRACE_TEST_CLOCK_OFFSET_NS", booted.as_str()),
+            ("RANK", "1"),
+            ("LOCAL_RANK", "0"),
+            ("WORLD_SIZE", "2"),
+            ("FAKE_TORCH_LEAK", "1"),
+        ],
+    );
+    let x = dir.join("x.trace");
+    let out = cudatrace(&["collect", spools.to_str().unwrap(), "-o", x.to_str().unwrap()])
+        .env("CUDATRACE_TEST_HOST", "nodeX")
+        .output()
+        .unwrap();
+    assert!(out.status.success(), "{}", stderr(&out));
+    let (lines_x, lines_y) = (dump(&x), dump(&y));
+    let (header_x, header_y) = (header(&lines_x), header(&lines_y));
+    assert!(header_y["start_realtime_ns"].as_u64() < header_x["start_realtime_ns"].as_u64());
+
+    let merged = dir.join("job.trace");
+    let out = merge(&[&x, &y], &merged);
+    assert_eq!(out.status.code(), Some(0), "{}", stderr(&out));
+    // nodeX's events are the earliest: its clock is the merged one.
+    assert!(
+        stderr(&out).contains(&format!(
+            "{}: 1 process image, on the merged clock as it is",
+            x.display()
+        )),
+        "{}",
+        stderr(&out)
+    );
+    let lines_m = dump(&merged);
+    assert_eq!(
+        header(&lines_m)["start_monotonic_ns"],
+        header_x["start_monotonic_ns"],
+        "nodeX's clock"
+    );
+    let events = |lines: &[Value], process: u64| -> Vec<u64> {
+        lines
+            .iter()
+            .filter(|l| l.get("op").is_some() && l["process"] == process)
+            .map(|l| l["time_ns"].as_u64().unwrap())
+            .collect()
+    };
+    let offset = |h: &Value| {
+        i128::from(h["start_realtime_ns"].as_u64().unwrap()) - i128::from(h["start_monotonic_ns"].as_u64().unwrap())
+    };
+    let shift_y = offset(header_y) - offset(header_x);
+    let (x_times, y_times) = (events(&lines_x, 0), events(&lines_y, 0));
+    assert!(!x_times.is_empty() && !y_times.is_empty());
+    // Every time where it happened: none clamped to 0.
+    assert_eq!(events(&lines_m, 0), x_times);
+    let moved: Vec<u64> = y_times.iter().map(|&t| (i128::from(t) + shift_y) as u64).collect();
+    assert_eq!(events(&lines_m, 1), moved);
+    assert!(moved[0] > *x_times.last().unwrap(), "nodeY ran after nodeX");
+    // And so each rank's peak is its own.
+    let (report, _) = report_json(&merged);
+    let peaks: Vec<(Value, Value)> = report["ranks"]["rows"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|row| (row["host"].clone(), row["peak_bytes"].clone()))
+        .collect();
+    assert_eq!(
+        peaks,
+        [
+            (Value::from("nodeX"), Value::from(26u64 << 20)),
+            (Value::from("nodeY"), Value::from(32u64 << 20))
+        ]
+    );
 }
 
 /// Each pickle `snapshot -o STEM` writes of `trace`, in the order it names

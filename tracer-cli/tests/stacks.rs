@@ -105,6 +105,33 @@ fn native_frames_name_function_file_and_line_with_and_without_frame_pointers() {
 }
 
 #[test]
+fn a_symbol_name_that_is_not_utf8_keeps_its_file_and_line() {
+    // blazesym refuses the name (bytes 0xff 0xfe), and with it the frame:
+    // the frame was `stack_names_fp+0x...` wherever it appeared.
+    let (mut command, trace) = traced(
+        "odd-name",
+        &[],
+        &[fake_cuda::program("stack_names_fp").as_os_str(), "odd".as_ref()],
+    );
+    assert!(command.output().unwrap().status.success());
+    let (report, _) = report_json_with_stacks(&trace);
+    let stack = live_stack(&report);
+    let odd = "odd_\u{FFFD}\u{FFFD}_name";
+    assert_eq!(
+        stack[..2],
+        [frame(odd, "stack_names.c", 192), frame("main", "stack_names.c", 80)],
+        "{stack:?}"
+    );
+    let text = stdout(&cudatrace(&["report", trace.to_str().unwrap()]).output().unwrap());
+    assert!(
+        text.contains(&format!(
+            "    call sites live at exit:\n      5.0 MiB in 1 allocation: {odd} (stack_names.c:192) [stack_names_fp]\n"
+        )),
+        "{text}"
+    );
+}
+
+#[test]
 fn a_forked_child_allocating_from_its_parent_s_very_stack_gets_the_whole_stack() {
     let (mut command, trace) = traced(
         "fork-stack",

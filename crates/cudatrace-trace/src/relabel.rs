@@ -5,41 +5,50 @@
 
 use crate::format::*;
 
-/// `time` moved by `shift_ns`, saturating at the clock's ends.
-fn shifted(time: u64, shift_ns: i64) -> u64 {
-    time.saturating_add_signed(shift_ns)
+/// Adds `shift_ns` to every `CLOCK_MONOTONIC` time `record` holds (see
+/// [`monotonic_times_mut`]). A time that would fall off either end of the
+/// clock stops there: the number of such times is returned, for the caller
+/// to say (a merge chooses its clock so that none falls off).
+pub fn shift_times(record: &mut Record, shift_ns: i64) -> u64 {
+    let mut clamped = 0;
+    if shift_ns != 0 {
+        monotonic_times_mut(record, |time| match time.checked_add_signed(shift_ns) {
+            Some(moved) => *time = moved,
+            None => {
+                *time = time.saturating_add_signed(shift_ns);
+                clamped += 1;
+            }
+        });
+    }
+    clamped
 }
 
-/// Adds `shift_ns` to every `CLOCK_MONOTONIC` time `record` holds: event
+/// Calls `visit` on every `CLOCK_MONOTONIC` time `record` holds: event
 /// times, process starts and exits, readings, switches, and what folds
-/// kept. Wall-clock times are left as they are: they are the same on
-/// every host already.
-pub fn shift_times(record: &mut Record, shift_ns: i64) {
-    if shift_ns == 0 {
-        return;
-    }
-    let shift = |time: &mut u64| *time = shifted(*time, shift_ns);
+/// kept. Wall-clock times are not visited: they are the same on every host
+/// already.
+pub fn monotonic_times_mut(record: &mut Record, mut visit: impl FnMut(&mut u64)) {
     match record {
-        Record::Header(header) => shift(&mut header.start_monotonic_ns),
-        Record::Process(start) => shift(&mut start.start_monotonic_ns),
-        Record::Events { events, .. } => events.iter_mut().for_each(|e| shift(&mut e.time_ns)),
+        Record::Header(header) => visit(&mut header.start_monotonic_ns),
+        Record::Process(start) => visit(&mut start.start_monotonic_ns),
+        Record::Events { events, .. } => events.iter_mut().for_each(|e| visit(&mut e.time_ns)),
         Record::ProcessEnd(end) => {
             if let Some(time) = end.exit_time_ns.as_mut() {
-                shift(time);
+                visit(time);
             }
         }
-        Record::Unrecorded(notice) => shift(&mut notice.time_ns),
-        Record::Nvml(sample) => shift(&mut sample.time_ns),
-        Record::NvmlStatus(status) => shift(&mut status.time_ns),
-        Record::RecordingSwitch(switch) => shift(&mut switch.time_ns),
-        Record::Fold(fold) => shift(&mut fold.detail_from_ns),
+        Record::Unrecorded(notice) => visit(&mut notice.time_ns),
+        Record::Nvml(sample) => visit(&mut sample.time_ns),
+        Record::NvmlStatus(status) => visit(&mut status.time_ns),
+        Record::RecordingSwitch(switch) => visit(&mut switch.time_ns),
+        Record::Fold(fold) => visit(&mut fold.detail_from_ns),
         Record::StepsState(steps) => {
             for row in steps.records.iter_mut().chain(steps.open.as_mut()) {
-                shift(&mut row.start_ns);
-                shift(&mut row.end_ns);
+                visit(&mut row.start_ns);
+                visit(&mut row.end_ns);
             }
         }
-        Record::LowPointsState(low) => low.points.iter_mut().for_each(|p| shift(&mut p.time_ns)),
+        Record::LowPointsState(low) => low.points.iter_mut().for_each(|p| visit(&mut p.time_ns)),
         Record::Refused(_)
         | Record::DamagedSpool(_)
         | Record::String { .. }
@@ -149,17 +158,22 @@ mod tests {
             process: 2,
             events: vec![event(1_000), event(5)],
         };
-        shift_times(&mut events, -10);
+        assert_eq!(shift_times(&mut events, -10), 1, "one time fell off the clock's start");
         let Record::Events { events, .. } = events else {
             unreachable!()
         };
         assert_eq!(events.iter().map(|e| e.time_ns).collect::<Vec<_>>(), [990, 0]);
+        let mut late = Record::Events {
+            process: 2,
+            events: vec![event(u64::MAX - 5), event(7)],
+        };
+        assert_eq!(shift_times(&mut late, 10), 1, "and one off its end");
 
         let mut end = Record::ProcessEnd(ProcessEnd {
             exit_time_ns: Some(100),
             ..Default::default()
         });
-        shift_times(&mut end, 1_000_000);
+        assert_eq!(shift_times(&mut end, 1_000_000), 0);
         assert!(matches!(
             end,
             Record::ProcessEnd(ProcessEnd {
@@ -185,7 +199,7 @@ mod tests {
             }),
             ..Default::default()
         });
-        shift_times(&mut steps, 5);
+        assert_eq!(shift_times(&mut steps, 5), 0);
         let Record::StepsState(steps) = steps else {
             unreachable!()
         };

@@ -10,7 +10,7 @@
  * Each allocation stays live, so it shows in `live at exit`. Frames are
  * noinline so that every name survives optimisation; the file is built with
  * and without frame pointers. */
-int cudaMalloc(void **block, unsigned long bytes); int atoi(const char *text); static void maze(int count); void trampoline_twice(void);
+int cudaMalloc(void **block, unsigned long bytes); int atoi(const char *text); static void maze(int count); void trampoline_twice(void); void odd_name(unsigned long bytes) __asm__("odd_\xff\xfe_name");
 #include <dlfcn.h>
 #include <pthread.h>
 #include <stdio.h>
@@ -76,6 +76,8 @@ int main(int argc, char **argv) {
         pthread_t thread;
         pthread_create(&thread, 0, thread_body, 0);
         pthread_join(thread, 0);
+    } else if (strcmp(what, "odd") == 0) {
+        odd_name(5 << 20);
     } else {
         return 2;
     }
@@ -183,3 +185,10 @@ void trampoline_twice(void) {
     }
 }
 
+/* stack_names odd: 5 MiB from a function whose symbol name is not UTF-8
+ * (bytes 0xff 0xfe), in the symbol table and as DWARF's linkage name. */
+NOINLINE void odd_name(unsigned long bytes) {
+    void *block = 0;
+    if (cudaMalloc(&block, bytes) != 0) printf("cudaMalloc failed\n");
+    __asm__ volatile("" ::: "memory");
+}

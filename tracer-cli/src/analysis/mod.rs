@@ -18,7 +18,6 @@ mod event_stream;
 mod footprint;
 mod growing;
 mod growth;
-mod input_path;
 mod keys;
 mod limit_verdict;
 mod low_points;
@@ -43,6 +42,7 @@ mod trace_index;
 mod unreadable;
 mod window;
 
+pub use crate::system::input_path::{check_regular_file, NotRegular};
 pub use call_site::{
     call_sites, headline, headline_text, in_backward_pass, made_by_caching_allocator, site_key, site_key_of, site_name,
     stack_lines, FramesShown, Place, StackLine, BACKWARD_PASS, NO_STACK,
@@ -54,7 +54,6 @@ pub use footprint::{
 };
 pub use growing::{growing_sites, GrowingSite, Measured, FEWEST_RISES};
 pub use growth::{compare, Growth, RunFigures};
-pub use input_path::{check_regular_file, NotRegular};
 pub use keys::{ByStack, DeviceKey};
 pub use limit_verdict::{limit_verdicts, LimitOutcome, LimitVerdict, ProcessEnding};
 pub use moment::Moment;

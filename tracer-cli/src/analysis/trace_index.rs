@@ -118,7 +118,7 @@ impl TraceIndex {
     /// that needs only the events in file order then needs no read of its
     /// own.
     pub fn read_observing(path: &Path, observe: &mut BlockObserver) -> Result<TraceIndex, UnreadableTrace> {
-        super::input_path::check_regular_file(path).map_err(|what| UnreadableTrace::NotRegular {
+        crate::system::input_path::check_regular_file(path).map_err(|what| UnreadableTrace::NotRegular {
             path: path.to_path_buf(),
             what,
         })?;

@@ -1,7 +1,7 @@
 //! What can stop a trace from being read, as data: the outputs' wording
 //! says it to the user.
 
-use super::input_path::NotRegular;
+use crate::system::input_path::NotRegular;
 use cudatrace_trace::Damage;
 use std::path::PathBuf;
 

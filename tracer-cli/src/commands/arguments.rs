@@ -4,6 +4,7 @@
 use crate::analysis::FramesShown;
 use crate::analysis::Moment;
 use clap::{Args, Parser, Subcommand};
+use cudatrace_events::sizes::SizeError;
 use std::ffi::OsString;
 use std::path::PathBuf;
 
@@ -199,7 +200,10 @@ pub fn parse_limit(text: &str) -> Result<u64, String> {
     match cudatrace_events::sizes::parse_bytes(text) {
         Ok(bytes) if bytes >= 1 << 20 => Ok(bytes),
         Ok(_) => Err(format!("'{text}' is too small for a GPU: give at least 1MiB")),
-        Err(_) => Err(format!(
+        Err(SizeError::TooLarge) => Err(format!(
+            "'{text}' is too large: a limit is under 16EiB; give off for no limit"
+        )),
+        Err(SizeError::NotASize) => Err(format!(
             "'{text}' is not a size (a number of bytes, K, M, G or T, with iB or B, such as 24GiB), nor off"
         )),
     }
@@ -479,5 +483,36 @@ fn parse_moment(text: &str) -> Result<Moment, String> {
             .filter(|&n| n >= 1)
             .map(Moment::Oom)
             .ok_or_else(|| "expected peak, exit, oom or oom:N (N from 1)".to_string()),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_limit_is_a_size_of_at_least_a_mebibyte_or_off() {
+        assert_eq!(parse_limit("24GiB"), Ok(24 << 30));
+        assert_eq!(parse_limit("off"), Ok(0));
+        assert_eq!(
+            parse_limit("1000"),
+            Err("'1000' is too small for a GPU: give at least 1MiB".to_string())
+        );
+        assert_eq!(
+            parse_limit("lots"),
+            Err(
+                "'lots' is not a size (a number of bytes, K, M, G or T, with iB or B, such as 24GiB), nor off"
+                    .to_string()
+            )
+        );
+        // 2^24 TiB is 2^64 bytes: a size, but one too large to count.
+        assert_eq!(
+            parse_limit("16777216T"),
+            Err("'16777216T' is too large: a limit is under 16EiB; give off for no limit".to_string())
+        );
+        assert_eq!(
+            parse_limit("99999999999999999999"),
+            Err("'99999999999999999999' is too large: a limit is under 16EiB; give off for no limit".to_string())
+        );
     }
 }

@@ -11,10 +11,10 @@ use crate::outputs::wording::{not_regular_text, output_lines};
 use crate::system::failure::Failure;
 use crate::system::output_file::{is_private, OutputFile};
 use crate::system::progress::Progress;
-use crate::system::terminal::say;
+use crate::system::terminal::{print_line, say};
 use std::fs::File;
 use std::io::{BufWriter, Write};
-use std::path::Path;
+use std::path::{Path, PathBuf};
 
 /// The rows of every event.
 pub const EVENTS_FILE: &str = "events.parquet";
@@ -24,12 +24,22 @@ pub const CALL_SITES_FILE: &str = "call_sites.parquet";
 /// `cudatrace export`; 1 if a trace is damaged.
 pub fn command(args: ExportArgs) -> Result<u8, Failure> {
     // A trace that cannot be opened fails the command before anything is
-    // written (one that is not a trace fails it when its turn comes).
+    // written; one that is not a trace fails it when its turn comes, and
+    // the folder, where this command made it, is removed again.
     for trace in &args.traces {
         check_regular_file(trace).map_err(|what| not_regular_text(trace, what))?;
         File::open(trace).map_err(|e| output_lines::cannot_open(trace, e))?;
     }
-    folder(&args.output)?;
+    let made = folder(&args.output)?;
+    let exported = export_into(&args);
+    if exported.is_err() {
+        remove_made(&made);
+    }
+    exported
+}
+
+/// Writes both files into the folder `-o` names, which exists.
+fn export_into(args: &ExportArgs) -> Result<u8, Failure> {
     let private = args.traces.iter().any(|trace| is_private(trace));
     let events_path = args.output.join(EVENTS_FILE);
     let sites_path = args.output.join(CALL_SITES_FILE);
@@ -41,7 +51,7 @@ pub fn command(args: ExportArgs) -> Result<u8, Failure> {
             return Err(failure.into());
         }
     };
-    match write(&args, &mut events, &mut sites) {
+    match write(args, &mut events, &mut sites) {
         Ok((status, said)) => {
             // The two files go into place one after the other: a failure
             // of the first leaves neither, of the second the first alone.
@@ -50,8 +60,8 @@ pub fn command(args: ExportArgs) -> Result<u8, Failure> {
                 return Err(failure.into());
             }
             sites.finish()?;
-            println!("{}", events_path.display());
-            println!("{}", sites_path.display());
+            print_line(&events_path.display().to_string())?;
+            print_line(&sites_path.display().to_string())?;
             say(&said);
             Ok(status)
         }
@@ -63,15 +73,38 @@ pub fn command(args: ExportArgs) -> Result<u8, Failure> {
     }
 }
 
-/// Makes sure `dir` is a folder, creating it if missing.
-fn folder(dir: &Path) -> Result<(), Failure> {
+/// Makes sure `dir` is a folder, creating it (and missing folders above
+/// it) if missing: the folders made, outermost first. A link is followed;
+/// one to nothing is refused, as creating the folder would fail on the
+/// link itself.
+fn folder(dir: &Path) -> Result<Vec<PathBuf>, Failure> {
     match std::fs::metadata(dir) {
-        Ok(meta) if meta.is_dir() => Ok(()),
+        Ok(meta) if meta.is_dir() => Ok(Vec::new()),
         Ok(_) => Err(output_lines::not_a_folder(dir).into()),
         Err(e) if e.kind() == std::io::ErrorKind::NotFound => {
-            std::fs::create_dir_all(dir).map_err(|e| output_lines::cannot_write(dir, e).into())
+            if let Ok(target) = std::fs::read_link(dir) {
+                return Err(output_lines::link_to_nothing(dir, &target).into());
+            }
+            let missing: Vec<PathBuf> = dir
+                .ancestors()
+                .filter(|folder| !folder.as_os_str().is_empty())
+                .take_while(|folder| std::fs::symlink_metadata(folder).is_err())
+                .map(Path::to_path_buf)
+                .collect();
+            std::fs::create_dir_all(dir).map_err(|e| Failure::from(output_lines::cannot_write(dir, e)))?;
+            Ok(missing.into_iter().rev().collect())
         }
         Err(e) => Err(output_lines::cannot_write(dir, e).into()),
+    }
+}
+
+/// Removes the folders `folder` made, innermost first, where they are
+/// still empty: a failed export leaves nothing behind.
+fn remove_made(made: &[PathBuf]) {
+    for folder in made.iter().rev() {
+        if std::fs::remove_dir(folder).is_err() {
+            return;
+        }
     }
 }
 

@@ -11,6 +11,7 @@ use crate::outputs::wording::said;
 use crate::system::failure::Failure;
 use crate::system::output_file::{is_private, OutputFile};
 use crate::system::progress::Progress;
+use crate::system::terminal::print_line;
 use std::io::Write;
 
 /// `cudatrace flamegraph`; 1 if the trace is damaged.
@@ -65,7 +66,7 @@ pub fn command(args: FlamegraphArgs) -> Result<u8, Failure> {
         return Err(output_lines::cannot_write(&path, e).into());
     }
     output.finish()?;
-    println!("{}", path.display());
+    print_line(&path.display().to_string())?;
     if !args.folded {
         crate::system::terminal::say(output_lines::OPEN_SVG);
     }

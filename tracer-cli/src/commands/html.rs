@@ -7,7 +7,7 @@ use crate::outputs::{html_page, say_what_the_trace_lacks};
 use crate::system::failure::Failure;
 use crate::system::output_file::{is_private, OutputFile};
 use crate::system::progress::Progress;
-use crate::system::terminal::say;
+use crate::system::terminal::{print_line, say};
 use std::io::Write;
 
 /// `cudatrace html`; 1 if the trace is damaged.
@@ -23,7 +23,7 @@ pub fn command(args: HtmlArgs) -> Result<u8, Failure> {
         return Err(output_lines::cannot_write(&path, e).into());
     }
     output.finish()?;
-    println!("{}", path.display());
+    print_line(&path.display().to_string())?;
     say(output_lines::OPEN_HTML);
     Ok(say_what_the_trace_lacks(&index, &stream_errors))
 }

@@ -7,8 +7,9 @@ use crate::outputs::merged_trace::{self, InputFault, MergeFailure, MergeInput};
 use crate::outputs::wording::{merge_lines, not_regular_text, output_lines, problem_text};
 use crate::system::failure::Failure;
 use crate::system::output_file::{is_private, OutputFile};
-use crate::system::terminal::say;
+use crate::system::terminal::{print_line, say};
 use std::io::{BufWriter, Write};
+use std::os::unix::fs::MetadataExt;
 use std::path::Path;
 
 /// Why an input cannot be read, in one line.
@@ -20,25 +21,43 @@ fn input_fault_text(path: &Path, fault: InputFault) -> String {
     }
 }
 
+/// The device and inode of the file at `path` (a link followed), which
+/// name it whatever path, link or hard link leads to it.
+fn file_identity(path: &Path) -> Option<(u64, u64)> {
+    std::fs::metadata(path).ok().map(|meta| (meta.dev(), meta.ino()))
+}
+
 /// `cudatrace merge`; 1 if an input was damaged or incomplete.
 pub fn command(args: MergeArgs) -> Result<u8, Failure> {
-    let output = std::path::absolute(&args.output).unwrap_or_else(|_| args.output.clone());
-    let mut inputs: Vec<MergeInput> = Vec::new();
-    let mut seen = Vec::new();
+    let output = file_identity(&args.output);
+    let mut seen: Vec<(u64, u64)> = Vec::new();
     for path in &args.traces {
         check_regular_file(path).map_err(|what| Failure::from(not_regular_text(path, what)))?;
-        let canonical = std::fs::canonicalize(path).ok();
-        if canonical.is_some() && canonical == std::fs::canonicalize(&output).ok() {
+        let Some(identity) = file_identity(path) else {
+            continue; // opening it says why not
+        };
+        if output == Some(identity) {
             return Err(merge_lines::output_is_an_input(&args.output).into());
         }
         // The same run twice would count every byte twice.
-        if let Some(canonical) = canonical {
-            if let Some(first) = seen.iter().position(|c| *c == canonical) {
-                return Err(merge_lines::given_twice(&args.traces[first], path).into());
-            }
-            seen.push(canonical);
+        if let Some(first) = seen.iter().position(|&other| other == identity) {
+            return Err(merge_lines::given_twice(&args.traces[first], path).into());
         }
+        seen.push(identity);
+    }
+    let mut inputs: Vec<MergeInput> = Vec::new();
+    for path in &args.traces {
         inputs.push(MergeInput::open(path).map_err(|fault| Failure::from(input_fault_text(path, fault)))?);
+    }
+    // Two files of one run: a copy, the spools collected twice, or a
+    // merged trace that holds the other input already.
+    if let Some(same) = merged_trace::same_run(&inputs) {
+        return Err(merge_lines::same_run(
+            &args.traces[same.first],
+            &args.traces[same.again],
+            same.process.as_ref(),
+        )
+        .into());
     }
     let private = args.traces.iter().any(|path| is_private(path));
     let mut file = OutputFile::create(&args.output, private, args.replace.force)?;
@@ -61,7 +80,7 @@ pub fn command(args: MergeArgs) -> Result<u8, Failure> {
     for line in merge_lines::summary_lines(&args.traces, &summary) {
         say(&line);
     }
-    println!("{}", args.output.display());
+    print_line(&args.output.display().to_string())?;
     // No footer: an input was damaged, cut short or not placed in full.
     Ok(if summary.footer_written { 0 } else { 1 })
 }

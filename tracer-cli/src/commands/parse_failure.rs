@@ -2,7 +2,7 @@
 //! stdout, a usage error as one line on stderr.
 
 use crate::outputs::wording::stderr::parse_error_line;
-use crate::system::terminal::say;
+use crate::system::terminal::{say, Stdout};
 use std::io::Write;
 use std::process::ExitCode;
 
@@ -12,9 +12,10 @@ pub fn parse_error(error: &clap::Error) -> ExitCode {
     use clap::error::ErrorKind as Kind;
     match error.kind() {
         Kind::DisplayHelp | Kind::DisplayVersion => {
-            let _ = std::io::stdout()
-                .lock()
-                .write_all(error.render().to_string().as_bytes());
+            let mut out = Stdout::new();
+            if let Ok(true) = out.write(&error.render().to_string()) {
+                let _ = out.finish();
+            }
             ExitCode::SUCCESS
         }
         Kind::DisplayHelpOnMissingArgumentOrSubcommand => {

@@ -9,7 +9,7 @@ use crate::outputs::{perfetto_json, perfetto_proto, perfetto_scene, say_what_the
 use crate::system::failure::Failure;
 use crate::system::output_file::{is_private, OutputFile};
 use crate::system::progress::Progress;
-use crate::system::terminal::say;
+use crate::system::terminal::{print_line, say};
 use std::io::{self, BufWriter, Write};
 
 /// Past this size Perfetto's UI struggles to open a JSON trace.
@@ -76,7 +76,7 @@ pub fn command(args: PerfettoArgs) -> Result<u8, Failure> {
     drop(out);
     output.finish()?;
     drop(progress);
-    println!("{}", path.display());
+    print_line(&path.display().to_string())?;
     say(output_lines::OPEN_PERFETTO);
     match format {
         PerfettoFormat::Protobuf if written > WARN_PROTOBUF_BYTES => {

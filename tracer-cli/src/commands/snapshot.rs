@@ -10,7 +10,7 @@ use crate::outputs::{say_what_the_trace_lacks, torch_snapshot};
 use crate::system::failure::Failure;
 use crate::system::output_file::{is_private, OutputFile};
 use crate::system::progress::Progress;
-use crate::system::terminal::say;
+use crate::system::terminal::{print_line, say};
 use crate::system::write_failure::WriteFailure;
 use std::collections::{HashMap, HashSet};
 use std::path::{Path, PathBuf};
@@ -235,7 +235,7 @@ fn write_pickles(index: &TraceIndex, made: torch_snapshot::Snapshots, private: b
                 continue;
             }
         };
-        println!("{}", path.display());
+        print_line(&path.display().to_string())?;
         if written > WARN_BYTES {
             say(&output_lines::snapshot_too_large(&path, written));
         }

@@ -8,9 +8,14 @@
 //!   own `CLOCK_MONOTONIC`, which starts at its boot; each trace's header
 //!   holds a reading of that clock and of the wall clock at one instant.
 //!   An input's times move by the difference between its
-//!   wall-minus-monotonic offset and the earliest-starting input's, so
-//!   that two events that happened at the same wall-clock instant on two
-//!   hosts have the same time in the merged trace;
+//!   wall-minus-monotonic offset and the reference input's, so that two
+//!   events that happened at the same wall-clock instant on two hosts have
+//!   the same time in the merged trace. The reference is the input whose
+//!   earliest time (of any record) is the earliest on the wall clock, not
+//!   the earliest header: a trace collected by hand has its header stamped
+//!   at collect time, after its events. Every time then moves onto the
+//!   reference's clock at or after that earliest one, so none is negative
+//!   (a time off the clock's ends would be clamped, and said);
 //! - process images are numbered anew, in the order they come;
 //! - the ids of symbol texts move past those of the inputs before.
 //!
@@ -18,22 +23,117 @@
 //! host was recorded per process get their trace's. The merged trace's
 //! footer is written only when every input was whole, undamaged and placed
 //! in full: a merged trace that lacks events says so.
+//!
+//! Each input is read twice: first for its earliest time and the process
+//! images it holds, so that one run given twice (a copy, or a merged trace
+//! that holds it already) is refused before anything is written; then to
+//! copy it.
 
-use cudatrace_trace::relabel::{highest_string_id, process_of, renumber, shift_times};
-use cudatrace_trace::{Damage, Footer, Header, Record, TraceReader, TraceWriter, FORMAT_VERSION};
+use cudatrace_trace::relabel::{highest_string_id, monotonic_times_mut, process_of, renumber, shift_times};
+use cudatrace_trace::{Damage, Footer, Header, ProcessStart, Record, TraceReader, TraceWriter, FORMAT_VERSION};
 use std::collections::HashMap;
 use std::fs::File;
 use std::io::{self, BufReader, Write};
 use std::path::{Path, PathBuf};
 
-/// One input trace: its path and header. Inputs are read one after the
-/// other, each opened only while it is copied, so that a job of thousands
-/// of ranks' traces needs no more descriptors or memory than one.
+/// One input trace: its path, its header and what a first reading found.
+/// Inputs are read one after the other, each opened only while it is read,
+/// so that a job of thousands of ranks' traces needs no more descriptors
+/// or memory than one (and a list of its process images).
 pub struct MergeInput {
     /// Its path.
     pub path: PathBuf,
     /// Its header.
     pub header: Header,
+    /// Its earliest `CLOCK_MONOTONIC` time, of any record (its header's
+    /// start included), on its own clock.
+    earliest_ns: u64,
+    /// Every process image it holds.
+    processes: Vec<ProcessImage>,
+}
+
+/// A process image as it ran: no two runs hold the same one, whichever
+/// traces they were collected or merged into.
+#[derive(Clone, Debug, PartialEq, Eq, Hash)]
+pub struct ProcessImage {
+    /// Its host.
+    pub host: String,
+    /// Its pid.
+    pub pid: u32,
+    /// Its image number within the pid (0, then one more at each `exec`).
+    pub image: u32,
+    /// The wall clock when tracing started in it, ns since the epoch
+    /// (which merging leaves as it is).
+    pub start_realtime_ns: u64,
+}
+
+impl ProcessImage {
+    /// The image `start` records, in a trace whose header is `header`.
+    fn of(start: &ProcessStart, header: &Header) -> ProcessImage {
+        let host = if start.place.host.is_empty() {
+            &header.host
+        } else {
+            &start.place.host
+        };
+        ProcessImage {
+            host: host.clone(),
+            pid: start.pid,
+            image: start.image,
+            start_realtime_ns: start.start_realtime_ns,
+        }
+    }
+}
+
+/// Two inputs that hold one run: merged, every byte would count twice.
+#[derive(Debug, PartialEq, Eq)]
+pub struct SameRun {
+    /// The earlier input.
+    pub first: usize,
+    /// The later one.
+    pub again: usize,
+    /// A process image both hold; `None` when their headers are the same
+    /// (host and both start clocks: one collection of one run).
+    pub process: Option<ProcessImage>,
+}
+
+/// The first input that holds a run an input before it holds: one with
+/// the same header, or one holding a process image that an input before it
+/// holds (a copy of a trace, the same spools collected twice, or a merged
+/// trace that holds the other input already).
+pub fn same_run(inputs: &[MergeInput]) -> Option<SameRun> {
+    let mut headers: HashMap<(&str, u64, u64), usize> = HashMap::new();
+    let mut processes: HashMap<&ProcessImage, usize> = HashMap::new();
+    for (again, input) in inputs.iter().enumerate() {
+        let header = &input.header;
+        let key = (
+            header.host.as_str(),
+            header.start_realtime_ns,
+            header.start_monotonic_ns,
+        );
+        if let Some(&first) = headers.get(&key) {
+            return Some(SameRun {
+                first,
+                again,
+                process: None,
+            });
+        }
+        if let Some((&first, process)) = input
+            .processes
+            .iter()
+            .find_map(|process| processes.get(process).map(|first| (first, process)))
+        {
+            return Some(SameRun {
+                first,
+                again,
+                process: Some(process.clone()),
+            });
+        }
+        headers.insert(key, again);
+        for process in &input.processes {
+            processes.entry(process).or_insert(again);
+        }
+    }
+    None
 }
 
 /// Why an input cannot be merged at all.
@@ -58,18 +158,41 @@ fn open(path: &Path) -> Result<(Header, TraceReader<BufReader<File>>), InputFaul
 }
 
 impl MergeInput {
-    /// Reads `path`'s header (the file is closed again).
+    /// Reads `path` as far as it reads: its header, its earliest time and
+    /// its process images (the file is closed again). Damage is said when
+    /// the input is copied.
     pub fn open(path: &Path) -> Result<MergeInput, InputFault> {
-        let (header, _) = open(path)?;
+        let (header, mut reader) = open(path)?;
+        let mut earliest_ns = header.start_monotonic_ns;
+        let mut processes = Vec::new();
+        loop {
+            let mut record = match reader.next_record() {
+                Ok(Some(record)) => record,
+                Ok(None) => break,
+                Err(damage) if damage.skipped => continue,
+                Err(_) => break,
+            };
+            if let Record::Process(start) = &record {
+                processes.push(ProcessImage::of(start, &header));
+            }
+            monotonic_times_mut(&mut record, |time| earliest_ns = earliest_ns.min(*time));
+        }
         Ok(MergeInput {
             path: path.to_path_buf(),
             header,
+            earliest_ns,
+            processes,
         })
     }
 
     /// Its wall clock minus its monotonic clock, at its start.
     fn clock_offset(&self) -> i128 {
         i128::from(self.header.start_realtime_ns) - i128::from(self.header.start_monotonic_ns)
+    }
+
+    /// Its earliest time, on the wall clock.
+    fn earliest_wall_ns(&self) -> i128 {
+        i128::from(self.earliest_ns) + self.clock_offset()
     }
 }
 
@@ -88,6 +211,9 @@ pub struct MergeSummary {
     pub left_out: Vec<u64>,
     /// Per input: whether it ended with its footer.
     pub complete: Vec<bool>,
+    /// Per input: times that fell off the merged clock's ends and were
+    /// clamped there (none, as the clock is chosen; said if ever).
+    pub clamped: Vec<u64>,
     /// Whether the merged trace got its footer: every input whole, with
     /// nothing damaged or left out.
     pub footer_written: bool,
@@ -107,9 +233,9 @@ impl From<io::Error> for MergeFailure {
     }
 }
 
-/// The merged trace's header: the earliest-starting input's clocks, every
-/// host named once (an input that is itself merged names several), and
-/// that input's command.
+/// The merged trace's header: the reference input's clocks, every host
+/// named once (an input that is itself merged names several), and that
+/// input's command.
 fn merged_header(inputs: &[MergeInput], reference: usize) -> Header {
     let mut hosts: Vec<&str> = Vec::new();
     for host in inputs.iter().flat_map(|input| input.header.host.split(", ")) {
@@ -137,7 +263,7 @@ fn shift_between(offset: i128, reference: i128) -> i64 {
 /// Merges `inputs` (at least one) into `out`.
 pub fn write<W: Write>(inputs: &[MergeInput], out: W) -> Result<MergeSummary, MergeFailure> {
     let reference = (0..inputs.len())
-        .min_by_key(|&i| inputs[i].header.start_realtime_ns)
+        .min_by_key(|&i| inputs[i].earliest_wall_ns())
         .expect("at least one input");
     let reference_offset = inputs[reference].clock_offset();
     let mut writer = TraceWriter::new(out, &merged_header(inputs, reference))?;
@@ -149,6 +275,7 @@ pub fn write<W: Write>(inputs: &[MergeInput], out: W) -> Result<MergeSummary, Me
         let shift = shift_between(input.clock_offset(), reference_offset);
         let mut numbers: HashMap<u32, u32> = HashMap::new();
         let (mut damage, mut complete, mut highest_string, mut left_out) = (Vec::new(), false, 0u64, 0u64);
+        let mut clamped = 0;
         loop {
             let mut record = match reader.next_record() {
                 Ok(Some(record)) => record,
@@ -180,7 +307,7 @@ pub fn write<W: Write>(inputs: &[MergeInput], out: W) -> Result<MergeSummary, Me
                 left_out += 1;
                 continue;
             }
-            shift_times(&mut record, shift);
+            clamped += shift_times(&mut record, shift);
             match &record {
                 Record::Header(_) | Record::Unknown { .. } => continue,
                 Record::Footer(input_footer) => {
@@ -207,6 +334,7 @@ pub fn write<W: Write>(inputs: &[MergeInput], out: W) -> Result<MergeSummary, Me
         summary.damage.push(damage);
         summary.left_out.push(left_out);
         summary.complete.push(complete);
+        summary.clamped.push(clamped);
     }
     summary.footer_written = summary.complete.iter().all(|&c| c)
         && summary.damage.iter().all(Vec::is_empty)

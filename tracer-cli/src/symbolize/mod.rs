@@ -10,6 +10,7 @@
 //! results go into the trace as `String` and `Symbols` records, beside the
 //! raw addresses and build ids, so a trace copied elsewhere still reads.
 
+mod byte_names;
 pub mod python_lines;
 
 use blazesym::symbolize::source::{Elf, Source};
@@ -161,6 +162,8 @@ fn python_frame(code: Option<&CodeInfo>, node: &StackNode) -> TextFrame {
 #[derive(Default)]
 struct NativeSymbols {
     symbolizer: Option<Symbolizer>,
+    /// For the frames blazesym refuses (a name that is not UTF-8).
+    byte_names: byte_names::ByteNames,
     cache: HashMap<(String, u64), Vec<TextFrame>>,
 }
 
@@ -208,8 +211,22 @@ impl NativeSymbols {
                 .build()
         });
         let source = Source::Elf(Elf::new(&module.path));
-        let Ok(Symbolized::Sym(sym)) = symbolizer.symbolize_single(&source, Input::VirtOffset(file_address)) else {
-            return fallback;
+        let sym = match symbolizer.symbolize_single(&source, Input::VirtOffset(file_address)) {
+            Ok(Symbolized::Sym(sym)) => sym,
+            Ok(_) => return fallback,
+            // blazesym refuses a frame whose name is not UTF-8, file and
+            // line included: read them with the name as bytes.
+            Err(_) => {
+                return match self.byte_names.frame(&module.path, file_address) {
+                    Some(frame) => vec![TextFrame {
+                        function: frame.function,
+                        file: frame.file,
+                        line: frame.line,
+                        module: module.path.clone(),
+                    }],
+                    None => fallback,
+                }
+            }
         };
         let location = |info: &Option<blazesym::symbolize::CodeInfo>| -> (String, u32) {
             info.as_ref().map_or((String::new(), 0), |info| {

@@ -5,6 +5,7 @@
 pub mod beside_file;
 pub mod errno;
 pub mod failure;
+pub mod input_path;
 pub mod output_file;
 pub mod procfs;
 pub mod progress;

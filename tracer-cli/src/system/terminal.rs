@@ -1,6 +1,8 @@
 //! Writing to the terminal without ever failing because of it: a closed
 //! pipe (`cudatrace report big.trace | head`) ends output quietly, and a
-//! closed stderr never stops `run` from finishing the trace.
+//! closed stderr never stops `run` from finishing the trace. Every command
+//! writes stdout through [`Stdout`] (or [`print_line`]), never `println!`,
+//! which panics on a closed pipe.
 
 use super::write_failure::WriteFailure;
 use std::io::{ErrorKind, Write};
@@ -8,6 +10,16 @@ use std::io::{ErrorKind, Write};
 /// One line on stderr; lost if stderr is gone.
 pub fn say(line: &str) {
     let _ = writeln!(std::io::stderr().lock(), "{line}");
+}
+
+/// One line on stdout (the path of what a command wrote); nothing happens
+/// once the reader has gone.
+pub fn print_line(line: &str) -> Result<(), WriteFailure> {
+    let mut out = Stdout::new();
+    if out.write(line)? && out.write("\n")? {
+        out.finish()?;
+    }
+    Ok(())
 }
 
 /// Output to stdout that stops quietly when the reader goes away.

@@ -7,6 +7,7 @@
 //! destination and renames the finished trace into place, so that the
 //! destination is never a half-written file.
 
+use super::input_path::{check_regular_file, NotRegular};
 use super::write_failure::WriteFailure;
 use std::fs::File;
 use std::io::ErrorKind;
@@ -70,14 +71,27 @@ pub fn check_folder_writable(folder: &Path) -> Result<(), WriteFailure> {
     Ok(())
 }
 
-/// Claims `path` for writing in place. Refuses a folder, a path in a missing
-/// or read-only folder, and a trace that another cudatrace is writing now.
-/// A finished trace already there is replaced once writing starts
-/// ([`InPlace::start`]); until then it is left as it was.
-pub fn claim_in_place(path: &Path) -> Result<InPlace, WriteFailure> {
-    if path.is_dir() {
-        return Err(WriteFailure::Folder(path.to_owned()));
+/// Refuses a destination that is there and is not a regular file: a folder,
+/// or a pipe, a socket or a device, which a trace cannot be emptied, grown
+/// and read back in (and which must never be replaced).
+fn check_destination(path: &Path) -> Result<(), WriteFailure> {
+    match check_regular_file(path) {
+        Ok(()) => Ok(()),
+        Err(NotRegular::Folder) => Err(WriteFailure::Folder(path.to_owned())),
+        Err(what) => Err(WriteFailure::NotRegular {
+            path: path.to_owned(),
+            what,
+        }),
     }
+}
+
+/// Claims `path` for writing in place. Refuses a folder, a pipe, a socket or
+/// a device, a path in a missing or read-only folder, and a trace that
+/// another cudatrace is writing now. A finished trace already there is
+/// replaced once writing starts ([`InPlace::start`]); until then it is left
+/// as it was.
+pub fn claim_in_place(path: &Path) -> Result<InPlace, WriteFailure> {
+    check_destination(path)?;
     let existed = path.exists();
     let file = std::fs::OpenOptions::new()
         .read(true)
@@ -87,6 +101,11 @@ pub fn claim_in_place(path: &Path) -> Result<InPlace, WriteFailure> {
         .mode(0o644)
         .open(path)
         .map_err(|e| cannot_write(path, e))?;
+    // What was opened, in case the path changed since it was checked.
+    if !file.metadata().is_ok_and(|meta| meta.is_file()) {
+        check_destination(path)?;
+        return Err(cannot_write(path, std::io::Error::from(ErrorKind::InvalidInput)));
+    }
     // SAFETY: locking our own descriptor.
     if unsafe { libc::flock(file.as_raw_fd(), libc::LOCK_EX | libc::LOCK_NB) } != 0 {
         return Err(WriteFailure::BeingWritten(path.to_owned()));
@@ -155,11 +174,10 @@ pub struct Staged {
 
 /// Prepares to write a trace to `destination`, returning the temporary file
 /// to write (0600 if `private`, else 0644). Refuses an existing file unless
-/// `replace`, a folder, and a missing or read-only folder.
+/// `replace`, a folder, a pipe, a socket or a device, and a missing or
+/// read-only folder.
 pub fn stage(destination: &Path, replace: bool, private: bool) -> Result<(Staged, File), WriteFailure> {
-    if destination.is_dir() {
-        return Err(WriteFailure::Folder(destination.to_owned()));
-    }
+    check_destination(destination)?;
     if destination.exists() && !replace {
         return Err(WriteFailure::MayBeOnlyCopy(destination.to_owned()));
     }

@@ -1,6 +1,7 @@
 //! Why an output, a trace or standard output could not be written, as data:
 //! the outputs' wording says it (`outputs::wording::write_failures`).
 
+use super::input_path::NotRegular;
 use std::path::PathBuf;
 
 /// Why something could not be written.
@@ -14,6 +15,13 @@ pub enum WriteFailure {
     AppearedMeanwhile(PathBuf),
     /// The path is a folder.
     Folder(PathBuf),
+    /// A trace's destination is a pipe, a socket or a device.
+    NotRegular {
+        /// The path.
+        path: PathBuf,
+        /// What it is.
+        what: NotRegular,
+    },
     /// The folder the path is in does not exist.
     NoFolder {
         /// The path.

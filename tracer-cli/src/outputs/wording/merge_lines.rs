@@ -3,7 +3,7 @@
 
 use super::numbers::{count, duration};
 use super::trace_damage::damage_text;
-use crate::outputs::merged_trace::MergeSummary;
+use crate::outputs::merged_trace::{MergeSummary, ProcessImage};
 use std::path::{Path, PathBuf};
 
 /// The same file given as an input and as the output.
@@ -24,6 +24,25 @@ pub fn given_twice(first: &Path, again: &Path) -> String {
             first.display(),
             again.display()
         )
+    }
+}
+
+/// Two inputs that hold one run: the same header, or a process image both
+/// hold (`process`).
+pub fn same_run(first: &Path, again: &Path, process: Option<&ProcessImage>) -> String {
+    match process {
+        None => format!(
+            "{} and {} are the same run (one host, one start): each run is merged once",
+            first.display(),
+            again.display()
+        ),
+        Some(process) => format!(
+            "{} holds a run that {} holds too (pid {} on {}): each run is merged once",
+            again.display(),
+            first.display(),
+            process.pid,
+            process.host
+        ),
     }
 }
 
@@ -66,6 +85,13 @@ pub fn summary_lines(paths: &[PathBuf], summary: &MergeSummary) -> Vec<String> {
                 "cudatrace: {}: {} left out: their process's start record was damaged, or their texts' ids do not fit",
                 path.display(),
                 count(summary.left_out[i], "record", "records")
+            ));
+        }
+        if summary.clamped[i] > 0 {
+            lines.push(format!(
+                "cudatrace: {}: {} fell off the merged clock and stand at its end instead",
+                path.display(),
+                count(summary.clamped[i], "time", "times")
             ));
         }
         if !summary.complete[i] {

@@ -38,6 +38,15 @@ pub fn not_a_folder(path: &Path) -> String {
     format!("cannot export into {}: it is not a folder", path.display())
 }
 
+/// `export -o DIR` where DIR is a symbolic link to nothing.
+pub fn link_to_nothing(path: &Path, target: &Path) -> String {
+    format!(
+        "cannot export into {}: it is a symbolic link to {}, which does not exist",
+        path.display(),
+        target.display()
+    )
+}
+
 /// What `export` wrote, and how to read it.
 pub fn exported(events: u64, call_sites: u64, traces: u64) -> String {
     format!(

@@ -74,15 +74,20 @@ pub fn unreadable_trace_text(fault: &UnreadableTrace) -> String {
     }
 }
 
-/// An input that is not a regular file, and what to do.
-pub fn not_regular_text(path: &std::path::Path, what: NotRegular) -> String {
-    let what = match what {
+/// What a path that is not a regular file is, in words ("a pipe").
+pub fn not_regular_name(what: NotRegular) -> &'static str {
+    match what {
         NotRegular::Folder => "a folder",
         NotRegular::Pipe => "a pipe",
         NotRegular::Socket => "a socket",
         NotRegular::Device => "a device",
         NotRegular::Special => "a special file",
-    };
+    }
+}
+
+/// An input that is not a regular file, and what to do.
+pub fn not_regular_text(path: &std::path::Path, what: NotRegular) -> String {
+    let what = not_regular_name(what);
     format!(
         "{} is {what}, not a regular file: cudatrace reads its input more than once (save it to a file first)",
         path.display()

@@ -15,6 +15,11 @@ pub fn write_failure_text(failure: &WriteFailure) -> String {
             path.display()
         ),
         WriteFailure::Folder(path) => format!("cannot write {}: it is a folder", path.display()),
+        WriteFailure::NotRegular { path, what } => format!(
+            "cannot write {}: it is {}; a trace is written to a regular file",
+            path.display(),
+            super::trace_damage::not_regular_name(*what)
+        ),
         WriteFailure::NoFolder { path, folder } => format!(
             "cannot write {}: folder {} does not exist",
             path.display(),

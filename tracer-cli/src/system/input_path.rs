@@ -1,6 +1,8 @@
-//! Refusing, before anything opens it, an input that is not a regular
-//! file: opening a FIFO without a writer blocks for ever, and a pipe cannot
-//! be read twice, which every command does to a trace.
+//! Refusing, before anything opens it, an input or a trace's destination
+//! that is not a regular file: opening a FIFO without a writer blocks for
+//! ever, a pipe cannot be read twice, which every command does to a
+//! trace, and a trace written in place is emptied and grown, which a pipe
+//! or a device cannot be.
 
 use std::os::unix::fs::FileTypeExt;
 use std::path::Path;
