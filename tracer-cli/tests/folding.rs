@@ -557,3 +557,125 @@ fn a_bad_cap_in_a_plain_preload_tree_is_said_with_the_cap_kept() {
         stderr(&output)
     );
 }
+
+/// The issue's ctypes loop, straight on the driver: each step allocates
+/// 100 MiB, keeps 4 KiB, allocates and frees 1 MiB three times, and frees
+/// the 100 MiB. Its first allocation makes the CUDA context.
+const CTYPES_LOOP: &str = r#"import ctypes, sys
+cuda = ctypes.CDLL("libcuda.so.1")
+assert cuda.cuInit(0) == 0
+def allocate(size):
+    pointer = ctypes.c_uint64()
+    assert cuda.cuMemAlloc_v2(ctypes.byref(pointer), ctypes.c_size_t(size)) == 0
+    return pointer
+kept = []
+for step in range(int(sys.argv[1])):
+    big = allocate(100 << 20)
+    kept.append(allocate(4096))
+    for _ in range(3):
+        cuda.cuMemFree_v2(allocate(1 << 20))
+    cuda.cuMemFree_v2(big)
+"#;
+
+/// The series named `name` of the page's owner chart: its value in each
+/// bin, and at the end; null where the page draws none (it is 0 B
+/// throughout).
+fn owner_band(html: &str, name: &str) -> Value {
+    let chart = &html[html.find("<div class=\"chart owners\"").expect("an owner chart")..];
+    let data = &chart[chart.find("class=\"data\">").unwrap() + 13..chart.find("</script>").unwrap()];
+    let data: Value = serde_json::from_str(&data.replace("<\\/", "</")).unwrap();
+    let series = data["series"].as_array().unwrap();
+    match series.iter().find(|s| s["name"] == name) {
+        Some(band) => json!([band["values"], band["at_end"]]),
+        None => Value::Null,
+    }
+}
+
+/// Where the memory went in `trace`, as each output says it: the text
+/// report's section, `--json`'s footprints, and the page's owner chart
+/// (its context and unexplained bands, and its peak line).
+fn where_the_memory_went(trace: &Path) -> (String, Value, Value) {
+    let text = cudatrace(&["report", trace.to_str().unwrap()]).output().unwrap();
+    let text = String::from_utf8_lossy(&text.stdout);
+    let section = &text[text.find("where the memory went").expect("the footprint section")..];
+    let section = section[..section.find("\n\n").unwrap_or(section.len())].to_string();
+    let (report, _) = report_json_with_stacks(trace);
+    let footprints = json!(report["processes"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|p| p["footprint"].clone())
+        .collect::<Vec<_>>());
+    let page = trace.with_extension("html");
+    let output = cudatrace(&["html", "-o", page.to_str().unwrap(), trace.to_str().unwrap()])
+        .output()
+        .unwrap();
+    assert_eq!(output.status.code(), Some(0), "{}", stderr(&output));
+    let html = std::fs::read_to_string(&page).unwrap();
+    let chart = &html[html.find("<div class=\"chart owners\"").unwrap()..];
+    let peak_line: u64 = {
+        let at = chart.find("data-peak-bytes=\"").unwrap() + 17;
+        chart[at..at + chart[at..].find('"').unwrap()].parse().unwrap()
+    };
+    let page = json!({
+        "context": owner_band(&html, "context"),
+        "unexplained": owner_band(&html, "unexplained (driver-used less all measured)"),
+        "peak_line": peak_line,
+    });
+    (section, footprints, page)
+}
+
+#[test]
+fn a_folded_trace_explains_every_byte_as_the_whole_one_does() {
+    // The same spools collected whole and under caps that fold the first
+    // allocation (made with the context, freed in the first step) away.
+    let dir = scratch_dir("fold-explained");
+    let script = dir.join("loop.py");
+    std::fs::write(&script, CTYPES_LOOP).unwrap();
+    let mut python = std::process::Command::new("python3");
+    python
+        .arg(&script)
+        .arg("3000")
+        .env("LD_LIBRARY_PATH", fake_cuda::library_dir());
+    let traced = run_traced("fold-explained-spools", python);
+    assert_eq!(traced.output.status.code(), Some(0), "{}", stderr(&traced.output));
+    let spools = traced.spool_paths[0].parent().unwrap().to_owned();
+    let collect = |name: &str, cap: &str| {
+        let trace = dir.join(name);
+        let output = cudatrace(&["collect", "--keep-spools", "--max-size", cap, "-o"])
+            .arg(&trace)
+            .arg(&spools)
+            .output()
+            .unwrap();
+        assert_eq!(output.status.code(), Some(0), "{}", stderr(&output));
+        trace
+    };
+    let whole = where_the_memory_went(&collect("whole.trace", "unlimited"));
+    // Nothing is the context's, every byte is explained.
+    let at_exit = &whole.1[0][0]["at_exit"];
+    assert_eq!(
+        (&at_exit["context_bytes"], &at_exit["unexplained_bytes"], &at_exit["explained_percent"]),
+        (&json!(0), &json!(0), &json!(100.0)),
+        "{at_exit:#}"
+    );
+    assert_eq!(at_exit["owners"][0]["bytes"], 3000 * 4096);
+    let at_peak = &whole.1[0][0]["at_peak"];
+    assert_eq!(
+        (&at_peak["context_bytes"], &at_peak["unexplained_bytes"], &at_peak["explained_percent"]),
+        (&json!(0), &json!(0), &json!(100.0)),
+        "{at_peak:#}"
+    );
+    for cap in ["128KiB", "256KiB"] {
+        let trace = collect(&format!("folded-{cap}.trace"), cap);
+        let (report, _) = report_json(&trace);
+        assert!(
+            report["folded"]["folded_events"].as_u64() > Some(10_000),
+            "{cap}: {}",
+            report["folded"]
+        );
+        let folded = where_the_memory_went(&trace);
+        assert_eq!(folded.0, whole.0, "{cap}: the text report");
+        assert_eq!(folded.1, whole.1, "{cap}: --json");
+        assert_eq!(folded.2, whole.2, "{cap}: the page");
+    }
+}
