@@ -654,14 +654,22 @@ fn a_folded_trace_explains_every_byte_as_the_whole_one_does() {
     // Nothing is the context's, every byte is explained.
     let at_exit = &whole.1[0][0]["at_exit"];
     assert_eq!(
-        (&at_exit["context_bytes"], &at_exit["unexplained_bytes"], &at_exit["explained_percent"]),
+        (
+            &at_exit["context_bytes"],
+            &at_exit["unexplained_bytes"],
+            &at_exit["explained_percent"]
+        ),
         (&json!(0), &json!(0), &json!(100.0)),
         "{at_exit:#}"
     );
     assert_eq!(at_exit["owners"][0]["bytes"], 3000 * 4096);
     let at_peak = &whole.1[0][0]["at_peak"];
     assert_eq!(
-        (&at_peak["context_bytes"], &at_peak["unexplained_bytes"], &at_peak["explained_percent"]),
+        (
+            &at_peak["context_bytes"],
+            &at_peak["unexplained_bytes"],
+            &at_peak["explained_percent"]
+        ),
         (&json!(0), &json!(0), &json!(100.0)),
         "{at_peak:#}"
     );
@@ -678,4 +686,89 @@ fn a_folded_trace_explains_every_byte_as_the_whole_one_does() {
         assert_eq!(folded.1, whole.1, "{cap}: --json");
         assert_eq!(folded.2, whole.2, "{cap}: the page");
     }
+}
+
+/// Files named as those a killed `collect` (`.partial`) or a collector
+/// killed mid-fold (`.folding`) leaves beside `trace`, with pids that may
+/// be anyone's now (this test's own, and init's); one of them being
+/// written, its lock held by the returned file; and files that are not
+/// the trace's. Each named file holds `bytes` bytes.
+fn leftovers_beside(trace: &Path, bytes: usize) -> (Vec<PathBuf>, Vec<PathBuf>, std::fs::File) {
+    use std::os::fd::AsRawFd;
+    let name = trace.file_name().unwrap().to_str().unwrap();
+    let beside = |file: String| trace.with_file_name(file);
+    let left = vec![
+        beside(format!(".{name}.cudatrace-1.folding")),
+        beside(format!(".{name}.cudatrace-{}.partial", std::process::id())),
+        beside(format!("..{name}.cudatrace-77.partial.cudatrace-77.folding")),
+    ];
+    let written = beside(format!(".{name}.cudatrace-2.partial"));
+    let kept = vec![
+        written.clone(),
+        beside(format!(".other-{name}.cudatrace-5.partial")),
+        beside(format!(".{name}.cudatrace-x.partial")),
+    ];
+    for path in left.iter().chain(&kept) {
+        std::fs::write(path, vec![7u8; bytes]).unwrap();
+    }
+    let writer = std::fs::File::open(&written).unwrap();
+    // SAFETY: locking a descriptor of ours.
+    assert_eq!(unsafe { libc::flock(writer.as_raw_fd(), libc::LOCK_EX) }, 0);
+    (left, kept, writer)
+}
+
+/// The lines that say the files `left` were removed, in order.
+fn removal_lines(left: &[PathBuf], bytes: &str) -> Vec<String> {
+    let mut left = left.to_vec();
+    left.sort();
+    left.iter()
+        .map(|path| {
+            format!(
+                "cudatrace: removed {} ({bytes}), left unfinished by a cudatrace that was stopped while writing it",
+                path.display()
+            )
+        })
+        .collect()
+}
+
+#[test]
+fn files_left_by_killed_writers_are_removed_by_the_next_run_or_collect_and_said() {
+    // `run`: the trace's leftovers go before it starts writing.
+    let scenarios = fake_cuda::program("scenarios");
+    let (mut command, trace) = run_program("fold-leftovers", &scenarios, &["--max-size", "256KiB"]);
+    let (left, kept, writer) = leftovers_beside(&trace, 6 << 10);
+    let output = command.args(["pairs", "1000"]).output().unwrap();
+    assert_eq!(output.status.code(), Some(0), "{}", stderr(&output));
+    let said: Vec<String> = stderr(&output)
+        .lines()
+        .filter(|l| l.starts_with("cudatrace: removed "))
+        .map(String::from)
+        .collect();
+    assert_eq!(said, removal_lines(&left, "6.0 KiB"));
+    assert!(left.iter().all(|path| !path.exists()), "{left:?}");
+    assert!(kept.iter().all(|path| path.exists()), "{kept:?}");
+    drop(writer);
+    // `collect` by hand: the destination's leftovers go too, the one whose
+    // writer has since gone among them.
+    let traced = run_traced("fold-leftovers-collect", program("scenarios", &["pairs", "1000"]));
+    let spools = traced.spool_paths[0].parent().unwrap().to_owned();
+    let collected = spools.with_file_name("collected.trace");
+    let (mut left, kept, writer) = leftovers_beside(&collected, 100);
+    drop(writer);
+    left.push(kept[0].clone());
+    let output = cudatrace(&["collect", "--keep-spools", "-o", collected.to_str().unwrap()])
+        .arg(&spools)
+        .output()
+        .unwrap();
+    assert_eq!(output.status.code(), Some(0), "{}", stderr(&output));
+    let said: Vec<String> = stderr(&output)
+        .lines()
+        .filter(|l| l.starts_with("cudatrace: removed "))
+        .map(String::from)
+        .collect();
+    assert_eq!(said, removal_lines(&left, "100 B"));
+    assert!(left.iter().all(|path| !path.exists()), "{left:?}");
+    assert!(kept[1..].iter().all(|path| path.exists()), "{kept:?}");
+    let (report, _) = report_json(&collected);
+    assert_eq!(report["processes"][0]["events"], 2000);
 }

@@ -162,6 +162,9 @@ impl Collector {
             return Err(reason);
         }
         output.start().map_err(|failure| write_failure_text(&failure))?;
+        for leftover in &output.leftovers {
+            say(&collector_lines::removed_leftover(leftover));
+        }
         let trace = TraceWriter::new(BufWriter::with_capacity(1 << 20, output.file), header)
             .map_err(|e| collector_lines::cannot_do(collector_lines::WRITE, &output.path, &e))?;
         let shared = Arc::new(Shared {

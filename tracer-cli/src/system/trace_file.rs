@@ -13,7 +13,7 @@ use std::io::ErrorKind;
 use std::os::fd::AsRawFd;
 use std::os::unix::fs::OpenOptionsExt;
 
-use super::beside_file::{folder_of, BesideFile};
+use super::beside_file::{folder_of, remove_leftovers, BesideFile, Leftover};
 use std::path::{Path, PathBuf};
 
 /// A trace file claimed for writing in place.
@@ -23,6 +23,9 @@ pub struct InPlace {
     /// The open, locked, emptied file.
     pub file: File,
     created: bool,
+    /// What writers killed mid-way had left beside it, removed when it
+    /// was claimed: to be said.
+    pub leftovers: Vec<Leftover>,
 }
 
 impl InPlace {
@@ -95,7 +98,21 @@ pub fn claim_in_place(path: &Path) -> Result<InPlace, WriteFailure> {
         path: path.to_owned(),
         file,
         created: !existed,
+        leftovers: leftovers_of(path),
     })
+}
+
+/// Removes what writers killed mid-way left beside the trace `path`: the
+/// new files of `collect` beside it, and those of a fold, which writes
+/// beside the file a link names.
+fn leftovers_of(path: &Path) -> Vec<Leftover> {
+    let mut removed = remove_leftovers(path);
+    if let Ok(real) = std::fs::canonicalize(path) {
+        if folder_of(&real) != folder_of(path) || real.file_name() != path.file_name() {
+            removed.extend(remove_leftovers(&real));
+        }
+    }
+    removed
 }
 
 /// Like [`claim_in_place`], but when another cudatrace is writing `path`,
@@ -151,6 +168,9 @@ pub struct Staged {
     pub destination: PathBuf,
     beside: BesideFile,
     replace: bool,
+    /// What writers killed mid-way had left beside the destination,
+    /// removed before the new file was made: to be said.
+    pub leftovers: Vec<Leftover>,
 }
 
 /// Prepares to write a trace to `destination`, returning the temporary file
@@ -166,11 +186,13 @@ pub fn stage(destination: &Path, replace: bool, private: bool) -> Result<(Staged
     if destination.file_name().is_none() {
         return Err(WriteFailure::TraceNotAFileName(destination.to_owned()));
     }
+    let leftovers = leftovers_of(destination);
     let (beside, file) = BesideFile::create(destination, private).map_err(|e| cannot_write(destination, e))?;
     let staged = Staged {
         destination: destination.to_owned(),
         beside,
         replace,
+        leftovers,
     };
     Ok((staged, file))
 }
