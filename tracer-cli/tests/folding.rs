@@ -752,7 +752,7 @@ fn files_left_by_killed_writers_are_removed_by_the_next_run_or_collect_and_said(
     // writer has since gone among them.
     let traced = run_traced("fold-leftovers-collect", program("scenarios", &["pairs", "1000"]));
     let spools = traced.spool_paths[0].parent().unwrap().to_owned();
-    let collected = spools.with_file_name("collected.trace");
+    let collected = spools.join("collected.trace");
     let (mut left, kept, writer) = leftovers_beside(&collected, 100);
     drop(writer);
     left.push(kept[0].clone());
