@@ -772,3 +772,63 @@ fn files_left_by_killed_writers_are_removed_by_the_next_run_or_collect_and_said(
     let (report, _) = report_json(&collected);
     assert_eq!(report["processes"][0]["events"], 2000);
 }
+
+/// `scenarios pairs 100000` under `--max-size cap`, its folder watched
+/// while it runs: the most bytes the trace and the new file of a fold
+/// beside it were seen to take at once, and the trace.
+fn most_bytes_while_running(label: &str, cap: &str) -> (u64, PathBuf) {
+    use std::sync::atomic::{AtomicBool, Ordering};
+    use std::sync::Arc;
+    let (mut command, trace) = run_program(label, &fake_cuda::program("scenarios"), &["--max-size", cap]);
+    command.args(["pairs", "100000"]);
+    let folder = trace.parent().unwrap().to_owned();
+    let done = Arc::new(AtomicBool::new(false));
+    let watcher = {
+        let done = done.clone();
+        std::thread::spawn(move || {
+            let mut most = 0;
+            while !done.load(Ordering::Relaxed) {
+                let seen: u64 = std::fs::read_dir(&folder)
+                    .unwrap()
+                    .filter_map(Result::ok)
+                    .filter(|entry| {
+                        let name = entry.file_name().to_string_lossy().into_owned();
+                        name == "run.trace" || (name.starts_with(".run.trace.cudatrace-") && name.ends_with(".folding"))
+                    })
+                    .filter_map(|entry| entry.metadata().ok())
+                    .map(|metadata| metadata.len())
+                    .sum();
+                most = most.max(seen);
+                std::thread::sleep(std::time::Duration::from_micros(200));
+            }
+            most
+        })
+    };
+    let output = command.output().unwrap();
+    done.store(true, Ordering::Relaxed);
+    let most = watcher.join().unwrap();
+    assert_eq!(output.status.code(), Some(0), "{}", stderr(&output));
+    // The state is one allocation at most: nothing to say.
+    assert!(!stderr(&output).contains("larger than asked"), "{}", stderr(&output));
+    (most, trace)
+}
+
+#[test]
+fn under_every_cap_the_trace_and_its_folds_file_stay_within_the_cap_and_a_tenth() {
+    // Spool batches of some 250 KB, each of which once went to the trace
+    // whole before the fold size was looked at.
+    for (cap, bytes) in [("64KiB", 64u64 << 10), ("256KiB", 256 << 10), ("1MiB", 1 << 20)] {
+        let (most, trace) = most_bytes_while_running(&format!("fold-bound-{cap}"), cap);
+        assert!(most <= bytes + bytes / 10, "{cap}: {most} bytes at once");
+        // The watcher saw the trace near its fold size.
+        assert!(most >= bytes / 2, "{cap}: {most} bytes at most");
+        assert!(file_size(&trace) <= bytes, "{cap}: {} bytes", file_size(&trace));
+        let (report, _) = report_json(&trace);
+        assert_eq!(
+            whole_run_figures(&report),
+            json!({"complete": true, "lost_events": 0, "allocations": 100_000, "frees": 100_000,
+                   "live_bytes_at_exit": 0, "peak_bytes": 8192, "exit_status": 0}),
+            "{cap}"
+        );
+    }
+}

@@ -72,9 +72,13 @@ impl Summary {
         if let Some(why) = &self.folds.failure {
             lines.push(collector_lines::could_not_fold(why));
         }
-        // Said only when the trace did end up over its cap.
-        let over_cap = self.folds.cap.is_some_and(|cap| self.bytes > cap);
-        if let (Some(kept), 0, true) = (self.folds.state_too_large, self.folds.failure.iter().count(), over_cap) {
+        // Said only when the trace did end up over its cap, or took, with a
+        // fold's new file, more than the cap and a tenth.
+        let over_cap = self
+            .folds
+            .cap
+            .is_some_and(|cap| self.bytes > cap || self.folds.highest_bytes > cap + cap / 10);
+        if let (Some(kept), 0, true) = (self.folds.largest_state, self.folds.failure.iter().count(), over_cap) {
             lines.push(collector_lines::state_larger_than_cap(kept));
         }
         if self.dropped_events > 0 {
