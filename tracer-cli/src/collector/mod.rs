@@ -562,3 +562,30 @@ fn end_of(
     }
     end
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn state_too_large_is_said_whenever_the_promised_bound_was_passed() {
+        let cap = 64 << 10;
+        let summary = |bytes: u64, highest_bytes: u64| Summary {
+            bytes,
+            folds: collection_summary::Folds {
+                cap: Some(cap),
+                largest_state: Some(30 << 10),
+                highest_bytes,
+                ..Default::default()
+            },
+            ..Default::default()
+        };
+        let said = collector_lines::state_larger_than_cap(30 << 10);
+        let spools = Path::new("/spools");
+        // Over the cap at the end, or over the cap and a tenth on the way.
+        assert_eq!(summary(cap + 1, cap).warnings(spools), std::slice::from_ref(&said));
+        assert_eq!(summary(cap, cap + cap / 10 + 1).warnings(spools), [said]);
+        // Within both: nothing to say.
+        assert!(summary(cap, cap + cap / 10).warnings(spools).is_empty());
+    }
+}
