@@ -107,8 +107,9 @@ pub fn claim_in_place(path: &Path) -> Result<InPlace, WriteFailure> {
 /// beside the file a link names.
 fn leftovers_of(path: &Path) -> Vec<Leftover> {
     let mut removed = remove_leftovers(path);
-    if let Ok(real) = std::fs::canonicalize(path) {
-        if folder_of(&real) != folder_of(path) || real.file_name() != path.file_name() {
+    let named = std::fs::canonicalize(folder_of(path)).map(|folder| folder.join(path.file_name().unwrap_or_default()));
+    if let (Ok(real), Ok(named)) = (std::fs::canonicalize(path), named) {
+        if real != named {
             removed.extend(remove_leftovers(&real));
         }
     }
@@ -273,6 +274,33 @@ mod tests {
         );
         beside.abandon();
         assert!(!dir.join("run-2.trace").exists());
+        std::fs::remove_dir_all(&dir).unwrap();
+    }
+
+    #[test]
+    fn a_claim_removes_what_killed_writers_left_beside_the_trace_and_the_file_a_link_names() {
+        let dir = scratch("leftovers");
+        let (real, link) = (dir.join("real.trace"), dir.join("link.trace"));
+        std::fs::write(&real, b"").unwrap();
+        std::os::unix::fs::symlink(&real, &link).unwrap();
+        // A killed `collect` of the link, and a fold, which writes beside
+        // the file the link names.
+        let partial = dir.join(".link.trace.cudatrace-7.partial");
+        let folding = dir.join(".real.trace.cudatrace-8.folding");
+        std::fs::write(&partial, b"12").unwrap();
+        std::fs::write(&folding, b"123").unwrap();
+        let claimed = claim_in_place(&link).unwrap();
+        let mut removed: Vec<(PathBuf, u64)> = claimed.leftovers.iter().map(|l| (l.path.clone(), l.bytes)).collect();
+        removed.sort();
+        let real_folder = std::fs::canonicalize(&dir).unwrap();
+        assert_eq!(
+            removed,
+            [
+                (partial.clone(), 2),
+                (real_folder.join(".real.trace.cudatrace-8.folding"), 3)
+            ]
+        );
+        assert!(!partial.exists() && !folding.exists());
         std::fs::remove_dir_all(&dir).unwrap();
     }
 
