@@ -557,3 +557,278 @@ fn a_bad_cap_in_a_plain_preload_tree_is_said_with_the_cap_kept() {
         stderr(&output)
     );
 }
+
+/// The issue's ctypes loop, straight on the driver: each step allocates
+/// 100 MiB, keeps 4 KiB, allocates and frees 1 MiB three times, and frees
+/// the 100 MiB. Its first allocation makes the CUDA context.
+const CTYPES_LOOP: &str = r#"import ctypes, sys
+cuda = ctypes.CDLL("libcuda.so.1")
+assert cuda.cuInit(0) == 0
+def allocate(size):
+    pointer = ctypes.c_uint64()
+    assert cuda.cuMemAlloc_v2(ctypes.byref(pointer), ctypes.c_size_t(size)) == 0
+    return pointer
+kept = []
+for step in range(int(sys.argv[1])):
+    big = allocate(100 << 20)
+    kept.append(allocate(4096))
+    for _ in range(3):
+        cuda.cuMemFree_v2(allocate(1 << 20))
+    cuda.cuMemFree_v2(big)
+"#;
+
+/// The series named `name` of the page's owner chart: its value in each
+/// bin, and at the end; null where the page draws none (it is 0 B
+/// throughout).
+fn owner_band(html: &str, name: &str) -> Value {
+    let chart = &html[html.find("<div class=\"chart owners\"").expect("an owner chart")..];
+    let data = &chart[chart.find("class=\"data\">").unwrap() + 13..chart.find("</script>").unwrap()];
+    let data: Value = serde_json::from_str(&data.replace("<\\/", "</")).unwrap();
+    let series = data["series"].as_array().unwrap();
+    match series.iter().find(|s| s["name"] == name) {
+        Some(band) => json!([band["values"], band["at_end"]]),
+        None => Value::Null,
+    }
+}
+
+/// Where the memory went in `trace`, as each output says it: the text
+/// report's section, `--json`'s footprints, and the page's owner chart
+/// (its context and unexplained bands, and its peak line).
+fn where_the_memory_went(trace: &Path) -> (String, Value, Value) {
+    let text = cudatrace(&["report", trace.to_str().unwrap()]).output().unwrap();
+    let text = String::from_utf8_lossy(&text.stdout);
+    let section = &text[text.find("where the memory went").expect("the footprint section")..];
+    let section = section[..section.find("\n\n").unwrap_or(section.len())].to_string();
+    let (report, _) = report_json_with_stacks(trace);
+    let footprints = json!(report["processes"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|p| p["footprint"].clone())
+        .collect::<Vec<_>>());
+    let page = trace.with_extension("html");
+    let output = cudatrace(&["html", "-o", page.to_str().unwrap(), trace.to_str().unwrap()])
+        .output()
+        .unwrap();
+    assert_eq!(output.status.code(), Some(0), "{}", stderr(&output));
+    let html = std::fs::read_to_string(&page).unwrap();
+    let chart = &html[html.find("<div class=\"chart owners\"").unwrap()..];
+    let peak_line: u64 = {
+        let at = chart.find("data-peak-bytes=\"").unwrap() + 17;
+        chart[at..at + chart[at..].find('"').unwrap()].parse().unwrap()
+    };
+    let page = json!({
+        "context": owner_band(&html, "context"),
+        "unexplained": owner_band(&html, "unexplained (driver-used less all measured)"),
+        "peak_line": peak_line,
+    });
+    (section, footprints, page)
+}
+
+#[test]
+fn a_folded_trace_explains_every_byte_as_the_whole_one_does() {
+    // The same spools collected whole and under caps that fold the first
+    // allocation (made with the context, freed in the first step) away.
+    let dir = scratch_dir("fold-explained");
+    let script = dir.join("loop.py");
+    std::fs::write(&script, CTYPES_LOOP).unwrap();
+    let mut python = std::process::Command::new("python3");
+    python
+        .arg(&script)
+        .arg("3000")
+        .env("LD_LIBRARY_PATH", fake_cuda::library_dir());
+    let traced = run_traced("fold-explained-spools", python);
+    assert_eq!(traced.output.status.code(), Some(0), "{}", stderr(&traced.output));
+    let spools = traced.spool_paths[0].parent().unwrap().to_owned();
+    let collect = |name: &str, cap: &str| {
+        let trace = dir.join(name);
+        let output = cudatrace(&["collect", "--keep-spools", "--max-size", cap, "-o"])
+            .arg(&trace)
+            .arg(&spools)
+            .output()
+            .unwrap();
+        assert_eq!(output.status.code(), Some(0), "{}", stderr(&output));
+        trace
+    };
+    let whole = where_the_memory_went(&collect("whole.trace", "unlimited"));
+    // Nothing is the context's, every byte is explained.
+    let at_exit = &whole.1[0][0]["at_exit"];
+    assert_eq!(
+        (
+            &at_exit["context_bytes"],
+            &at_exit["unexplained_bytes"],
+            &at_exit["explained_percent"]
+        ),
+        (&json!(0), &json!(0), &json!(100.0)),
+        "{at_exit:#}"
+    );
+    assert_eq!(at_exit["owners"][0]["bytes"], 3000 * 4096);
+    let at_peak = &whole.1[0][0]["at_peak"];
+    assert_eq!(
+        (
+            &at_peak["context_bytes"],
+            &at_peak["unexplained_bytes"],
+            &at_peak["explained_percent"]
+        ),
+        (&json!(0), &json!(0), &json!(100.0)),
+        "{at_peak:#}"
+    );
+    for cap in ["128KiB", "256KiB"] {
+        let trace = collect(&format!("folded-{cap}.trace"), cap);
+        let (report, _) = report_json(&trace);
+        assert!(
+            report["folded"]["folded_events"].as_u64() > Some(10_000),
+            "{cap}: {}",
+            report["folded"]
+        );
+        let folded = where_the_memory_went(&trace);
+        assert_eq!(folded.0, whole.0, "{cap}: the text report");
+        assert_eq!(folded.1, whole.1, "{cap}: --json");
+        assert_eq!(folded.2, whole.2, "{cap}: the page");
+    }
+}
+
+/// Files named as those a killed `collect` (`.partial`) or a collector
+/// killed mid-fold (`.folding`) leaves beside `trace`, with pids that may
+/// be anyone's now (this test's own, and init's); one of them being
+/// written, its lock held by the returned file; and files that are not
+/// the trace's. Each named file holds `bytes` bytes.
+fn leftovers_beside(trace: &Path, bytes: usize) -> (Vec<PathBuf>, Vec<PathBuf>, std::fs::File) {
+    use std::os::fd::AsRawFd;
+    let name = trace.file_name().unwrap().to_str().unwrap();
+    let beside = |file: String| trace.with_file_name(file);
+    let left = vec![
+        beside(format!(".{name}.cudatrace-1.folding")),
+        beside(format!(".{name}.cudatrace-{}.partial", std::process::id())),
+        beside(format!("..{name}.cudatrace-77.partial.cudatrace-77.folding")),
+    ];
+    let written = beside(format!(".{name}.cudatrace-2.partial"));
+    let kept = vec![
+        written.clone(),
+        beside(format!(".other-{name}.cudatrace-5.partial")),
+        beside(format!(".{name}.cudatrace-x.partial")),
+    ];
+    for path in left.iter().chain(&kept) {
+        std::fs::write(path, vec![7u8; bytes]).unwrap();
+    }
+    let writer = std::fs::File::open(&written).unwrap();
+    // SAFETY: locking a descriptor of ours.
+    assert_eq!(unsafe { libc::flock(writer.as_raw_fd(), libc::LOCK_EX) }, 0);
+    (left, kept, writer)
+}
+
+/// The lines that say the files `left` were removed, in order.
+fn removal_lines(left: &[PathBuf], bytes: &str) -> Vec<String> {
+    let mut left = left.to_vec();
+    left.sort();
+    left.iter()
+        .map(|path| {
+            format!(
+                "cudatrace: removed {} ({bytes}), left unfinished by a cudatrace that was stopped while writing it",
+                path.display()
+            )
+        })
+        .collect()
+}
+
+#[test]
+fn files_left_by_killed_writers_are_removed_by_the_next_run_or_collect_and_said() {
+    // `run`: the trace's leftovers go before it starts writing.
+    let scenarios = fake_cuda::program("scenarios");
+    let (mut command, trace) = run_program("fold-leftovers", &scenarios, &["--max-size", "256KiB"]);
+    let (left, kept, writer) = leftovers_beside(&trace, 6 << 10);
+    let output = command.args(["pairs", "1000"]).output().unwrap();
+    assert_eq!(output.status.code(), Some(0), "{}", stderr(&output));
+    let said: Vec<String> = stderr(&output)
+        .lines()
+        .filter(|l| l.starts_with("cudatrace: removed "))
+        .map(String::from)
+        .collect();
+    assert_eq!(said, removal_lines(&left, "6.0 KiB"));
+    assert!(left.iter().all(|path| !path.exists()), "{left:?}");
+    assert!(kept.iter().all(|path| path.exists()), "{kept:?}");
+    drop(writer);
+    // `collect` by hand: the destination's leftovers go too, the one whose
+    // writer has since gone among them.
+    let traced = run_traced("fold-leftovers-collect", program("scenarios", &["pairs", "1000"]));
+    let spools = traced.spool_paths[0].parent().unwrap().to_owned();
+    let collected = spools.join("collected.trace");
+    let (mut left, kept, writer) = leftovers_beside(&collected, 100);
+    drop(writer);
+    left.push(kept[0].clone());
+    let output = cudatrace(&["collect", "--keep-spools", "-o", collected.to_str().unwrap()])
+        .arg(&spools)
+        .output()
+        .unwrap();
+    assert_eq!(output.status.code(), Some(0), "{}", stderr(&output));
+    let said: Vec<String> = stderr(&output)
+        .lines()
+        .filter(|l| l.starts_with("cudatrace: removed "))
+        .map(String::from)
+        .collect();
+    assert_eq!(said, removal_lines(&left, "100 B"));
+    assert!(left.iter().all(|path| !path.exists()), "{left:?}");
+    assert!(kept[1..].iter().all(|path| path.exists()), "{kept:?}");
+    let (report, _) = report_json(&collected);
+    assert_eq!(report["processes"][0]["events"], 2000);
+}
+
+/// `scenarios pairs 100000` under `--max-size cap`, its folder watched
+/// while it runs: the most bytes the trace and the new file of a fold
+/// beside it were seen to take at once, and the trace.
+fn most_bytes_while_running(label: &str, cap: &str) -> (u64, PathBuf) {
+    use std::sync::atomic::{AtomicBool, Ordering};
+    use std::sync::Arc;
+    let (mut command, trace) = run_program(label, &fake_cuda::program("scenarios"), &["--max-size", cap]);
+    command.args(["pairs", "100000"]);
+    let folder = trace.parent().unwrap().to_owned();
+    let done = Arc::new(AtomicBool::new(false));
+    let watcher = {
+        let done = done.clone();
+        std::thread::spawn(move || {
+            let mut most = 0;
+            while !done.load(Ordering::Relaxed) {
+                let seen: u64 = std::fs::read_dir(&folder)
+                    .unwrap()
+                    .filter_map(Result::ok)
+                    .filter(|entry| {
+                        let name = entry.file_name().to_string_lossy().into_owned();
+                        name == "run.trace" || (name.starts_with(".run.trace.cudatrace-") && name.ends_with(".folding"))
+                    })
+                    .filter_map(|entry| entry.metadata().ok())
+                    .map(|metadata| metadata.len())
+                    .sum();
+                most = most.max(seen);
+                std::thread::sleep(std::time::Duration::from_micros(200));
+            }
+            most
+        })
+    };
+    let output = command.output().unwrap();
+    done.store(true, Ordering::Relaxed);
+    let most = watcher.join().unwrap();
+    assert_eq!(output.status.code(), Some(0), "{}", stderr(&output));
+    // The state is one allocation at most: nothing to say.
+    assert!(!stderr(&output).contains("larger than asked"), "{}", stderr(&output));
+    (most, trace)
+}
+
+#[test]
+fn under_every_cap_the_trace_and_its_folds_file_stay_within_the_cap_and_a_tenth() {
+    // Spool batches of some 250 KB, each of which once went to the trace
+    // whole before the fold size was looked at.
+    for (cap, bytes) in [("64KiB", 64u64 << 10), ("256KiB", 256 << 10), ("1MiB", 1 << 20)] {
+        let (most, trace) = most_bytes_while_running(&format!("fold-bound-{cap}"), cap);
+        assert!(most <= bytes + bytes / 10, "{cap}: {most} bytes at once");
+        // The watcher saw the trace near its fold size.
+        assert!(most >= bytes / 2, "{cap}: {most} bytes at most");
+        assert!(file_size(&trace) <= bytes, "{cap}: {} bytes", file_size(&trace));
+        let (report, _) = report_json(&trace);
+        assert_eq!(
+            whole_run_figures(&report),
+            json!({"complete": true, "lost_events": 0, "allocations": 100_000, "frees": 100_000,
+                   "live_bytes_at_exit": 0, "peak_bytes": 8192, "exit_status": 0}),
+            "{cap}"
+        );
+    }
+}

@@ -10,7 +10,14 @@
 //! - the cut itself, so that the detailed part starts from the right state;
 //! - each device's peak, per measure (device memory, tensors' allocated
 //!   bytes, PyTorch's reserved bytes, pinned host memory);
-//! - each OOM, up to [`OOM_STATES_KEPT`] a device.
+//! - each OOM, up to [`OOM_STATES_KEPT`] a device;
+//! - of driver memory on a device, the moment its first context record
+//!   came and each reading of its memory that the footprint stands on
+//!   (NVML's, or the process's own): the footprint takes the context as
+//!   what the context's reading leaves beyond the memory live then, and
+//!   what each reading leaves unexplained as the reading less the memory
+//!   live then, so those live sets must be whole for a folded trace to
+//!   explain every byte as the whole one does.
 //!
 //! A kept allocation keeps its allocation event and the events that end it.
 //! Replaying a subset of allocations never shows more memory in use than
@@ -21,6 +28,7 @@
 
 use super::device_stats::OOM_STATES_KEPT;
 use super::engine::{Consumer, Step};
+use super::footprint::footprint_reading_times;
 use super::replay::{Allocation, Change};
 use super::trace_index::TraceIndex;
 use cudatrace_events::tensors::{action_of, Action};
@@ -68,7 +76,8 @@ struct Held {
     device: Option<u8>,
     stack: u32,
     measure: Measure,
-    /// Live at a moment that must stay exact (an OOM's).
+    /// Live at a moment that must stay exact (an OOM's, a context's or a
+    /// reading's).
     keep: bool,
     /// It replaced, at its address, one whose end was never seen: its
     /// allocation event ends that one, so where that one is kept, its own
@@ -135,6 +144,14 @@ struct ProcessRetention {
     /// event → what they count towards, and the events that ended them.
     reuse_ends: HashMap<u64, (Measure, [u64; 2])>,
     last_time_below_cut: Option<u64>,
+    /// The readings of each device's memory the footprint stands on, as
+    /// (time, device), latest first: the driver memory live at each is kept.
+    readings_left: Vec<(u64, u8)>,
+    /// Devices whose first context record has been seen.
+    contexts_seen: HashSet<u8>,
+    /// Driver allocations begun on each device since its live set was last
+    /// kept: keeping the live set again needs to look at these only.
+    not_yet_kept: HashMap<u8, Vec<HeldKey>>,
 }
 
 impl ProcessRetention {
@@ -153,6 +170,9 @@ impl ProcessRetention {
             by_reuse = true;
         }
         self.peaks.entry((device, measure)).or_default().add(size, seq);
+        if let (Measure::DeviceMemory, Some(device)) = (measure, device) {
+            self.not_yet_kept.entry(device).or_default().push(key);
+        }
         self.held.insert(
             key,
             Held {
@@ -221,8 +241,42 @@ impl ProcessRetention {
         }
     }
 
+    /// Keeps every driver allocation live on `device` now, as the
+    /// footprint counts it at a context record or a reading.
+    fn keep_device_memory(&mut self, device: u8) {
+        let mut kept = Vec::new();
+        for key in self.not_yet_kept.remove(&device).unwrap_or_default() {
+            if let Some(held) = self.held.get_mut(&key).filter(|h| !h.keep) {
+                held.keep = true;
+                kept.push(held.seqs);
+            }
+        }
+        for seqs in kept {
+            self.keep(Measure::DeviceMemory, &seqs);
+        }
+    }
+
+    /// The footprint takes in the readings before an event's time as it
+    /// comes (`FootprintTracker::observe`): the live sets at the readings
+    /// taken before `time_ns` are kept here at the same point.
+    fn pass_readings_until(&mut self, time_ns: u64) {
+        while let Some(&(at, device)) = self.readings_left.last() {
+            if at >= time_ns {
+                break;
+            }
+            self.readings_left.pop();
+            self.keep_device_memory(device);
+        }
+    }
+
     fn take(&mut self, event: &Event, changes: &[Change]) {
         let seq = event.seq;
+        self.pass_readings_until(event.time_ns);
+        if let Some(device) = event.device.filter(|_| event.op == Op::Context) {
+            if self.contexts_seen.insert(device) {
+                self.keep_device_memory(device);
+            }
+        }
         if seq < self.cut {
             self.last_time_below_cut = self.last_time_below_cut.max(Some(event.time_ns));
             self.lost_below += seq.saturating_sub(self.next_seq);
@@ -441,7 +495,13 @@ impl RetentionPass {
             .zip(cuts)
             .map(|(info, cut)| {
                 let old = info.fold.as_ref();
+                let mut readings_left: Vec<(u64, u8)> = footprint_reading_times(index, info)
+                    .into_iter()
+                    .flat_map(|(device, times)| times.into_iter().map(move |time| (time, device)))
+                    .collect();
+                readings_left.sort_unstable_by(|a, b| b.cmp(a));
                 ProcessRetention {
+                    readings_left,
                     cut: cut.unwrap_or(u64::MAX),
                     whole_from: cut.map_or(u64::MAX, |cut| cut.max(old.map_or(0, |f| f.folded_to))),
                     next_seq: old.map_or(0, |f| f.folded_to),

@@ -45,6 +45,13 @@ pub struct Folds {
     /// What the last fold that could not get under its target kept, in
     /// bytes: the state that must stay exact was larger than the cap allows.
     pub state_too_large: Option<u64>,
+    /// The largest state that must stay exact that a fold found too large
+    /// for the cap, in bytes: while it lasted, the trace and a fold's new
+    /// file could take more than the cap plus a tenth.
+    pub largest_state: Option<u64>,
+    /// The most bytes the trace and a fold's new file beside it took
+    /// together.
+    pub highest_bytes: u64,
     /// The cap folding kept the trace under; `None`: unlimited.
     pub cap: Option<u64>,
     /// Size at which the next fold is due.

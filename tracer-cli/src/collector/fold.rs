@@ -14,15 +14,17 @@
 //! cap plus a tenth: the rewrite aims at [`REWRITE_PARTS`] tenths.
 
 use crate::analysis::{find_boundaries_so_far, AtCut, Kept, RetentionPass, StepCounts, Summary, TraceIndex};
+use crate::outputs::wording::collector_lines;
 use crate::outputs::wording::trace_damage::{problem_text, unreadable_trace_text};
+use crate::system::beside_file::{create_locked, hidden_name, remove_leftovers};
 use crate::system::progress::Progress;
+use crate::system::terminal::say;
 use cudatrace_events::Event;
 use cudatrace_trace::{read_record_at, Fold, Record, TraceReader, TraceWriter};
 use std::collections::HashMap;
 use std::fs::File;
 use std::io::{BufReader, BufWriter};
-use std::os::fd::AsRawFd;
-use std::os::unix::fs::{MetadataExt, OpenOptionsExt};
+use std::os::unix::fs::MetadataExt;
 use std::path::{Path, PathBuf};
 
 /// A trace is folded once it reaches this many tenths of its cap.
@@ -73,12 +75,8 @@ pub fn fold(old: &mut TraceWriter<BufWriter<File>>, path: &Path, target: u64, de
 }
 
 /// The temporary file a fold writes, beside the trace.
-fn folding_path(path: &Path) -> PathBuf {
-    let name = path
-        .file_name()
-        .map(|n| n.to_string_lossy().into_owned())
-        .unwrap_or_default();
-    path.with_file_name(format!(".{name}.cudatrace-{}.folding", std::process::id()))
+fn folding_path(path: &Path) -> Result<PathBuf, String> {
+    hidden_name(path, std::process::id(), "folding").ok_or_else(|| format!("{} has no file name", path.display()))
 }
 
 fn rewrite(path: &Path, old: &std::fs::Metadata, length: u64, target: u64, detail: u64) -> Result<Folded, String> {
@@ -115,9 +113,12 @@ fn rewrite(path: &Path, old: &std::fs::Metadata, length: u64, target: u64, detai
     // The steps' records and series (or the low points) take at most half of what the state
     // and summaries may: a twentieth of the cap.
     let steps_budget = target.saturating_sub(detail) / 2;
-    let staging = folding_path(path);
-    // One left by an earlier collector of this pid that was killed mid-fold.
-    let _ = std::fs::remove_file(&staging);
+    let staging = folding_path(path)?;
+    // What collectors killed mid-fold, or a `collect` killed mid-way, left
+    // beside the trace: nobody holds their locks.
+    for leftover in remove_leftovers(path) {
+        say(&collector_lines::removed_leftover(&leftover));
+    }
     let written = write_folded(
         &index,
         &header,
@@ -270,15 +271,8 @@ fn write_folded(
     detail_from_ns: u64,
     staging: &Path,
 ) -> Result<TraceWriter<BufWriter<File>>, String> {
-    let file = std::fs::OpenOptions::new()
-        .read(true)
-        .write(true)
-        .create_new(true)
-        .mode(0o644)
-        .open(staging)
-        .map_err(|e| e.to_string())?;
-    // SAFETY: locking our own descriptor, as the trace it replaces was.
-    unsafe { libc::flock(file.as_raw_fd(), libc::LOCK_EX | libc::LOCK_NB) };
+    // Locked, as the trace it replaces was: unlocked, it is a leftover.
+    let file = create_locked(staging, 0o644).map_err(|e| e.to_string())?;
     let mut trace = TraceWriter::new(BufWriter::with_capacity(1 << 20, file), header).map_err(|e| e.to_string())?;
     let by_process: HashMap<u32, usize> = index
         .processes
@@ -754,6 +748,38 @@ mod tests {
         let fold = index.processes[1].fold.clone().expect("process 1 folded");
         assert_eq!(fold.folded_to, 2000);
         assert_eq!(index.detail_from_ns(), Some(500_000 + 1999 * 750));
+        let _ = std::fs::remove_dir_all(&dir);
+    }
+
+    #[test]
+    fn a_fold_removes_what_killed_writers_left_beside_the_trace_and_nothing_being_written() {
+        use std::os::fd::AsRawFd;
+        let dir = std::env::temp_dir().join(format!("cudatrace-fold-leftovers-{}", std::process::id()));
+        let _ = std::fs::remove_dir_all(&dir);
+        std::fs::create_dir_all(&dir).unwrap();
+        let path = dir.join("run.trace");
+        let mut trace = write_trace(&path, &events());
+        // A collector of a pid now reused killed mid-fold, and a `collect`
+        // killed mid-way; and one being written, its writer holding its lock.
+        let left = [
+            dir.join(format!(".run.trace.cudatrace-{}.folding", std::process::id())),
+            dir.join(".run.trace.cudatrace-1.partial"),
+        ];
+        let written = dir.join(".run.trace.cudatrace-2.folding");
+        for file in left.iter().chain([&written]) {
+            std::fs::write(file, b"unfinished").unwrap();
+        }
+        let writer = File::open(&written).unwrap();
+        // SAFETY: locking a descriptor of ours.
+        assert_eq!(unsafe { libc::flock(writer.as_raw_fd(), libc::LOCK_EX) }, 0);
+        let length = trace.bytes_written();
+        fold(&mut trace, &path, length / 4, length / 10).unwrap();
+        let mut beside: Vec<String> = std::fs::read_dir(&dir)
+            .unwrap()
+            .map(|e| e.unwrap().file_name().to_string_lossy().into_owned())
+            .collect();
+        beside.sort();
+        assert_eq!(beside, [".run.trace.cudatrace-2.folding", "run.trace"]);
         let _ = std::fs::remove_dir_all(&dir);
     }
 

@@ -73,9 +73,13 @@ impl Summary {
         if let Some(why) = &self.folds.failure {
             lines.push(collector_lines::could_not_fold(why));
         }
-        // Said only when the trace did end up over its cap.
-        let over_cap = self.folds.cap.is_some_and(|cap| self.bytes > cap);
-        if let (Some(kept), 0, true) = (self.folds.state_too_large, self.folds.failure.iter().count(), over_cap) {
+        // Said only when the trace did end up over its cap, or took, with a
+        // fold's new file, more than the cap and a tenth.
+        let over_cap = self
+            .folds
+            .cap
+            .is_some_and(|cap| self.bytes > cap || self.folds.highest_bytes > cap + cap / 10);
+        if let (Some(kept), 0, true) = (self.folds.largest_state, self.folds.failure.iter().count(), over_cap) {
             lines.push(collector_lines::state_larger_than_cap(kept));
         }
         if self.dropped_events > 0 {
@@ -163,6 +167,9 @@ impl Collector {
             return Err(reason);
         }
         output.start().map_err(|failure| write_failure_text(&failure))?;
+        for leftover in &output.leftovers {
+            say(&collector_lines::removed_leftover(leftover));
+        }
         let trace = TraceWriter::new(BufWriter::with_capacity(1 << 20, output.file), header)
             .map_err(|e| collector_lines::cannot_do(collector_lines::WRITE, &output.path, &e))?;
         let shared = Arc::new(Shared {
@@ -555,4 +562,31 @@ fn end_of(
         }
     }
     end
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn state_too_large_is_said_whenever_the_promised_bound_was_passed() {
+        let cap = 64 << 10;
+        let summary = |bytes: u64, highest_bytes: u64| Summary {
+            bytes,
+            folds: collection_summary::Folds {
+                cap: Some(cap),
+                largest_state: Some(30 << 10),
+                highest_bytes,
+                ..Default::default()
+            },
+            ..Default::default()
+        };
+        let said = collector_lines::state_larger_than_cap(30 << 10);
+        let spools = Path::new("/spools");
+        // Over the cap at the end, or over the cap and a tenth on the way.
+        assert_eq!(summary(cap + 1, cap).warnings(spools), std::slice::from_ref(&said));
+        assert_eq!(summary(cap, cap + cap / 10 + 1).warnings(spools), [said]);
+        // Within both: nothing to say.
+        assert!(summary(cap, cap + cap / 10).warnings(spools).is_empty());
+    }
 }

@@ -138,9 +138,9 @@ impl Output<'_> {
             return Ok(());
         }
         self.stacks.observe(index, events);
-        self.trace.events(index, events).map_err(|e| self.io(e))?;
-        self.schedule.fold_if_due(self.trace, self.writing, 0);
-        Ok(())
+        self.schedule
+            .write_events(self.trace, self.writing, index, events)
+            .map_err(|e| self.io(e))
     }
 }
 
@@ -457,6 +457,7 @@ fn merge_old_trace(
                     .map_err(|e| out.io(e))?;
             }
             record @ (Record::Nvml(_) | Record::NvmlStatus(_)) => {
+                out.schedule.make_room_for(out.trace, out.writing, &record);
                 out.trace.record(&record).map_err(|e| out.io(e))?;
             }
             // Written again from the spool folder's switch file at the end.

@@ -75,15 +75,19 @@ impl Sink {
                     ));
                 }
             };
+            // Each record makes its room first: the trace folds before it
+            // would pass its fold size, not after (events, piece by piece).
             let written = match message {
                 None => Ok(()),
                 Some(Message::Process(start)) => {
                     summary.processes += 1;
+                    self.make_room_for(&Record::Process(start.clone()));
                     self.trace.process_start(&start)
                 }
                 Some(Message::Events(process, events)) => {
                     self.stacks.observe(process, &events);
-                    self.trace.events(process, &events)
+                    self.schedule
+                        .write_events(&mut self.trace, &self.path, process, &events)
                 }
                 Some(Message::Release(release)) => {
                     pending.push(release);
@@ -96,22 +100,30 @@ impl Sink {
                     if let Some(errno) = end.drop_errno {
                         summary.drop_errno.get_or_insert(errno);
                     }
+                    self.make_room_for(&Record::ProcessEnd(end.clone()));
                     self.trace.process_end(&end)
                 }
                 Some(Message::Refused(refusal)) => {
                     summary.refused += 1;
+                    self.make_room_for(&Record::Refused(refusal.clone()));
                     self.trace.refused(&refusal)
                 }
                 Some(Message::Damaged(damage)) => {
                     summary.damaged_spools += 1;
+                    self.make_room_for(&Record::DamagedSpool(damage.clone()));
                     self.trace.damaged_spool(&damage)
                 }
                 Some(Message::Unrecorded(process)) => {
-                    let written = self.trace.record(&Record::Unrecorded(process.clone()));
+                    let record = Record::Unrecorded(process.clone());
+                    self.make_room_for(&record);
+                    let written = self.trace.record(&record);
                     summary.unrecorded.push(process);
                     written
                 }
-                Some(Message::Record(record)) => self.trace.record(&record),
+                Some(Message::Record(record)) => {
+                    self.make_room_for(&record);
+                    self.trace.record(&record)
+                }
                 Some(Message::Finish) => return self.finish(summary),
             };
             if let Err(error) = written {
@@ -138,6 +150,11 @@ impl Sink {
                 last_sync = Instant::now();
             }
         }
+    }
+
+    /// Folds the trace first if `record` would take it to its fold size.
+    fn make_room_for(&mut self, record: &Record) {
+        self.schedule.make_room_for(&mut self.trace, &self.path, record);
     }
 
     fn fail(&self, action: &str, error: std::io::Error) -> TraceFailure {

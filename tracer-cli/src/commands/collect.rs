@@ -98,6 +98,9 @@ pub fn collect(args: CollectArgs) -> Result<u8, Failure> {
     // A private trace merged into the output keeps the output private.
     let private = old.as_deref().is_some_and(crate::system::output_file::is_private);
     let (staged, file) = trace_file::stage(&destination, args.force || completing_old, private)?;
+    for leftover in &staged.leftovers {
+        say(&crate::outputs::wording::collector_lines::removed_leftover(leftover));
+    }
     let kept = |reason: String| collect_lines::nothing_changed(&reason, &args.dir);
     let (recovered, file) =
         match recover::recover(&args.dir, old.as_deref(), (file, staged.writing()), &destination, cap) {

@@ -14,7 +14,7 @@ use std::io::ErrorKind;
 use std::os::fd::AsRawFd;
 use std::os::unix::fs::OpenOptionsExt;
 
-use super::beside_file::{folder_of, BesideFile};
+use super::beside_file::{folder_of, remove_leftovers, BesideFile, Leftover};
 use std::path::{Path, PathBuf};
 
 /// A trace file claimed for writing in place.
@@ -24,6 +24,9 @@ pub struct InPlace {
     /// The open, locked, emptied file.
     pub file: File,
     created: bool,
+    /// What writers killed mid-way had left beside it, removed when it
+    /// was claimed: to be said.
+    pub leftovers: Vec<Leftover>,
 }
 
 impl InPlace {
@@ -114,7 +117,22 @@ pub fn claim_in_place(path: &Path) -> Result<InPlace, WriteFailure> {
         path: path.to_owned(),
         file,
         created: !existed,
+        leftovers: leftovers_of(path),
     })
+}
+
+/// Removes what writers killed mid-way left beside the trace `path`: the
+/// new files of `collect` beside it, and those of a fold, which writes
+/// beside the file a link names.
+fn leftovers_of(path: &Path) -> Vec<Leftover> {
+    let mut removed = remove_leftovers(path);
+    let named = std::fs::canonicalize(folder_of(path)).map(|folder| folder.join(path.file_name().unwrap_or_default()));
+    if let (Ok(real), Ok(named)) = (std::fs::canonicalize(path), named) {
+        if real != named {
+            removed.extend(remove_leftovers(&real));
+        }
+    }
+    removed
 }
 
 /// Like [`claim_in_place`], but when another cudatrace is writing `path`,
@@ -170,6 +188,9 @@ pub struct Staged {
     pub destination: PathBuf,
     beside: BesideFile,
     replace: bool,
+    /// What writers killed mid-way had left beside the destination,
+    /// removed before the new file was made: to be said.
+    pub leftovers: Vec<Leftover>,
 }
 
 /// Prepares to write a trace to `destination`, returning the temporary file
@@ -184,11 +205,13 @@ pub fn stage(destination: &Path, replace: bool, private: bool) -> Result<(Staged
     if destination.file_name().is_none() {
         return Err(WriteFailure::TraceNotAFileName(destination.to_owned()));
     }
+    let leftovers = leftovers_of(destination);
     let (beside, file) = BesideFile::create(destination, private).map_err(|e| cannot_write(destination, e))?;
     let staged = Staged {
         destination: destination.to_owned(),
         beside,
         replace,
+        leftovers,
     };
     Ok((staged, file))
 }
@@ -269,6 +292,33 @@ mod tests {
         );
         beside.abandon();
         assert!(!dir.join("run-2.trace").exists());
+        std::fs::remove_dir_all(&dir).unwrap();
+    }
+
+    #[test]
+    fn a_claim_removes_what_killed_writers_left_beside_the_trace_and_the_file_a_link_names() {
+        let dir = scratch("leftovers");
+        let (real, link) = (dir.join("real.trace"), dir.join("link.trace"));
+        std::fs::write(&real, b"").unwrap();
+        std::os::unix::fs::symlink(&real, &link).unwrap();
+        // A killed `collect` of the link, and a fold, which writes beside
+        // the file the link names.
+        let partial = dir.join(".link.trace.cudatrace-7.partial");
+        let folding = dir.join(".real.trace.cudatrace-8.folding");
+        std::fs::write(&partial, b"12").unwrap();
+        std::fs::write(&folding, b"123").unwrap();
+        let claimed = claim_in_place(&link).unwrap();
+        let mut removed: Vec<(PathBuf, u64)> = claimed.leftovers.iter().map(|l| (l.path.clone(), l.bytes)).collect();
+        removed.sort();
+        let real_folder = std::fs::canonicalize(&dir).unwrap();
+        assert_eq!(
+            removed,
+            [
+                (partial.clone(), 2),
+                (real_folder.join(".real.trace.cudatrace-8.folding"), 3)
+            ]
+        );
+        assert!(!partial.exists() && !folding.exists());
         std::fs::remove_dir_all(&dir).unwrap();
     }
 

@@ -33,6 +33,16 @@ pub fn state_larger_than_cap(kept: u64) -> String {
     )
 }
 
+/// A file that a cudatrace killed while writing it left beside a trace
+/// (an unfinished `collect`, or a fold's rewrite), removed.
+pub fn removed_leftover(leftover: &crate::system::beside_file::Leftover) -> String {
+    format!(
+        "cudatrace: removed {} ({}), left unfinished by a cudatrace that was stopped while writing it",
+        leftover.path.display(),
+        super::numbers::bytes(leftover.bytes)
+    )
+}
+
 /// A fold of the trace that could not be done: the trace may pass its cap.
 pub fn could_not_fold(why: &str) -> String {
     format!("cudatrace: could not fold the trace to keep it under its size cap ({why}); it may be larger than asked")
