@@ -1,8 +1,10 @@
 //! What the user documentation states holds: the spool and trace format
-//! versions it names are the code's, and the test prerequisites the README
-//! lists are those `tests/run` needs.
+//! versions it names are the code's, the test prerequisites the README
+//! lists are those `tests/run` needs, and `cudatrace dump`'s part names
+//! everything `dump` can print.
 
-use cudatrace_events::SPOOL_VERSION;
+use cudatrace_events::measures::limit_ledger;
+use cudatrace_events::{Kind, Op, SPOOL_VERSION};
 use cudatrace_trace::{FORMAT_VERSION, OLDEST_READABLE_VERSION};
 use std::path::Path;
 
@@ -216,4 +218,84 @@ fn the_readme_names_every_test_prerequisite_tests_run_needs() {
     let venv = "venv=${CARGO_TARGET_DIR:-target}/test-python";
     assert!(script.contains(venv), "tests/run's virtual environment moved");
     assert!(tests_part.contains("`target/test-python` (under `$CARGO_TARGET_DIR` if that is set)"));
+}
+
+/// `docs/usage.md`'s part on `cudatrace dump` (up to the next part).
+fn dump_part() -> String {
+    let usage = read("docs/usage.md");
+    let at = usage
+        .find("## Spools and traces as JSON lines")
+        .expect("docs/usage.md has a part on dump");
+    let rest = &usage[at + 3..];
+    let end = rest.find(" ## ").map_or(usage.len(), |end| at + 3 + end);
+    usage[at..end].to_string()
+}
+
+/// A file of the repository's source, as it reads.
+fn source(name: &str) -> String {
+    let root = Path::new(env!("CARGO_MANIFEST_DIR")).parent().unwrap();
+    std::fs::read_to_string(root.join(name)).unwrap()
+}
+
+#[test]
+fn the_dump_part_of_usage_md_names_every_op_kind_and_record_dump_prints() {
+    let part = dump_part();
+    // Each op has a row of the ops' table, and each kind is named.
+    let missing: Vec<&str> = Op::ALL
+        .iter()
+        .map(|op| op.name())
+        .filter(|name| !part.contains(&format!("| `{name}` |")))
+        .collect();
+    assert!(
+        missing.is_empty(),
+        "docs/usage.md's table of dump ops lacks {missing:?}"
+    );
+    let missing: Vec<&str> = Kind::ALL
+        .iter()
+        .map(|kind| kind.name())
+        .filter(|name| !part.contains(&format!("`{name}`")))
+        .collect();
+    assert!(
+        missing.is_empty(),
+        "docs/usage.md's dump part lacks the kinds {missing:?}"
+    );
+    // Each object dump prints for a record that is not an event: the first
+    // key of each JSON object its lines are made of (an event's line and a
+    // symbol's frame start with fields of their own).
+    let lines = source("tracer-cli/src/outputs/json/dump_lines.rs");
+    let lines = lines.split_whitespace().collect::<Vec<_>>().join(" ");
+    let objects: std::collections::BTreeSet<&str> = lines
+        .split("json!({")
+        .skip(1)
+        .filter_map(|after| after.trim_start().strip_prefix('"')?.split('"').next())
+        .filter(|name| !["pid", "function"].contains(name))
+        .collect();
+    assert!(objects.len() >= 15, "dump_lines.rs's objects not found: {objects:?}");
+    let missing: Vec<&&str> = objects
+        .iter()
+        .filter(|name| !part.contains(&format!("`{name}`")))
+        .collect();
+    assert!(
+        missing.is_empty(),
+        "docs/usage.md's dump part does not name {missing:?}"
+    );
+    // The memory limit record's codes of why a process kept the limit to
+    // itself: each code the events crate has words for.
+    let unknown = limit_ledger::reason(u64::MAX);
+    let codes: Vec<u64> = (1..)
+        .take_while(|&code| limit_ledger::reason(code) != unknown)
+        .collect();
+    assert!(codes.len() >= 7, "limit_ledger's codes: {codes:?}");
+    let usage = source("docs/usage.md");
+    let row = usage
+        .lines()
+        .find(|line| line.starts_with("| `memory-limit` |"))
+        .expect("a memory-limit row");
+    assert!(row.contains(&format!("`arg1` {} when", limit_ledger::SHARED)), "{row}");
+    for code in codes {
+        assert!(
+            row.contains(&format!(" {code} ")),
+            "the memory-limit row lacks code {code}: {row}"
+        );
+    }
 }
