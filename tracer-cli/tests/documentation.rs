@@ -1,7 +1,8 @@
 //! What the user documentation states holds: the spool and trace format
 //! versions it names are the code's, the test prerequisites the README
-//! lists are those `tests/run` needs, and `cudatrace dump`'s part names
-//! everything `dump` can print.
+//! lists are those `tests/run` needs, `cudatrace dump`'s part names
+//! everything `dump` can print, and the PyTorch examples say in one line
+//! what they lack, as their docstrings promise.
 
 use cudatrace_events::measures::limit_ledger;
 use cudatrace_events::{Kind, Op, SPOOL_VERSION};
@@ -297,5 +298,62 @@ fn the_dump_part_of_usage_md_names_every_op_kind_and_record_dump_prints() {
             row.contains(&format!(" {code} ")),
             "the memory-limit row lacks code {code}: {row}"
         );
+    }
+}
+
+/// Runs `python3 -S -B EXAMPLE` (no site packages, so no PyTorch installed
+/// there is found) with `PYTHONPATH` set to `path`, or unset.
+fn run_example(example: &Path, path: Option<&Path>) -> std::process::Output {
+    let mut python = std::process::Command::new("python3");
+    python.arg("-S").arg("-B").arg(example).env_remove("PYTHONPATH");
+    if let Some(path) = path {
+        python.env("PYTHONPATH", path);
+    }
+    python.output().unwrap()
+}
+
+#[test]
+fn the_pytorch_examples_say_in_one_line_that_they_need_pytorch_and_a_gpu() {
+    let root = Path::new(env!("CARGO_MANIFEST_DIR")).parent().unwrap();
+    let mut examples: Vec<_> = std::fs::read_dir(root.join("examples"))
+        .unwrap()
+        .map(|entry| entry.unwrap().path())
+        .filter(|path| path.extension().is_some_and(|e| e == "py"))
+        .filter(|path| std::fs::read_to_string(path).unwrap().contains("import torch"))
+        .collect();
+    examples.sort();
+    let names: Vec<String> = examples
+        .iter()
+        .map(|path| path.file_name().unwrap().to_string_lossy().into_owned())
+        .collect();
+    assert_eq!(names, ["leak_validation_loss.py", "leak_zero_grad.py", "train.py"]);
+    // A PyTorch that sees no GPU, as on a machine without one.
+    let stub = std::env::temp_dir().join(format!("cudatrace-stub-torch-{}", std::process::id()));
+    std::fs::create_dir_all(stub.join("torch")).unwrap();
+    std::fs::write(
+        stub.join("torch/__init__.py"),
+        "import types\ncuda = types.SimpleNamespace(is_available=lambda: False)\n",
+    )
+    .unwrap();
+    std::fs::write(stub.join("torch/nn.py"), "").unwrap();
+    let runs: Vec<_> = examples
+        .iter()
+        .flat_map(|example| [run_example(example, None), run_example(example, Some(&stub))])
+        .collect();
+    std::fs::remove_dir_all(&stub).unwrap();
+    for (outputs, name) in runs.chunks(2).zip(&names) {
+        let without_pytorch = format!(
+            "{name}: cannot import PyTorch (No module named 'torch'); it needs PyTorch and a CUDA GPU \
+             (examples/no-gpu-demo.sh shows a report without either)\n"
+        );
+        let without_gpu = format!(
+            "{name}: no CUDA GPU is available to PyTorch; it needs a CUDA GPU \
+             (examples/no-gpu-demo.sh shows a report without one)\n"
+        );
+        for (output, said) in outputs.iter().zip([without_pytorch, without_gpu]) {
+            let stderr = String::from_utf8_lossy(&output.stderr);
+            assert_eq!((output.status.code(), stderr.as_ref()), (Some(2), said.as_str()));
+            assert!(output.stdout.is_empty(), "{name}");
+        }
     }
 }
