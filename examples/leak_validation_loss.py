@@ -14,12 +14,18 @@ cudatrace:
     cudatrace report oom.trace
 
 `--fixed` adds `loss.item()` instead, and memory stays flat.
+Without PyTorch or without a GPU it says so in one line and exits with 2.
 """
 import argparse
 import sys
 
-import torch
-import torch.nn as nn
+try:
+    import torch
+    import torch.nn as nn
+except (ImportError, OSError) as error:
+    sys.stderr.write(f"leak_validation_loss.py: cannot import PyTorch ({error}); "
+                     "it needs PyTorch and a CUDA GPU (examples/no-gpu-demo.sh shows a report without either)\n")
+    sys.exit(2)
 
 WIDTH = 8192
 
@@ -40,8 +46,9 @@ def main():
     parser.add_argument("--fixed", action="store_true", help="add loss.item(), not the loss")
     args = parser.parse_args()
     if not torch.cuda.is_available():
-        print("leak_validation_loss.py: no CUDA device", file=sys.stderr)
-        return 2
+        sys.stderr.write("leak_validation_loss.py: no CUDA GPU is available to PyTorch; "
+                         "it needs a CUDA GPU (examples/no-gpu-demo.sh shows a report without one)\n")
+        sys.exit(2)
     model = nn.Sequential(
         nn.Linear(WIDTH, WIDTH), nn.ReLU(), nn.Linear(WIDTH, WIDTH), nn.ReLU(), nn.Linear(WIDTH, 1)
     ).cuda()

@@ -13,7 +13,8 @@ left allocated is what is live at exit, as in a snapshot taken at the end of
 training. `--pytorch-snapshot PATH` also records PyTorch's own memory
 history, from before the first allocation, and writes its snapshot at the
 end, so that the two can be compared (`tests/gpu` does). `--fixed` clears
-the gradients.
+the gradients. Without PyTorch or without a GPU it says so in one line and
+exits with 2.
 """
 import argparse
 import json
@@ -21,8 +22,13 @@ import os
 import pickle
 import sys
 
-import torch
-import torch.nn as nn
+try:
+    import torch
+    import torch.nn as nn
+except (ImportError, OSError) as error:
+    sys.stderr.write(f"leak_zero_grad.py: cannot import PyTorch ({error}); "
+                     "it needs PyTorch and a CUDA GPU (examples/no-gpu-demo.sh shows a report without either)\n")
+    sys.exit(2)
 
 
 def resnet50():
@@ -46,6 +52,10 @@ def main():
     parser.add_argument("--pytorch-snapshot", metavar="PATH", help="record PyTorch's history and write its snapshot")
     parser.add_argument("--facts", metavar="PATH", help="write the gradients' blocks as JSON")
     args = parser.parse_args()
+    if not torch.cuda.is_available():
+        sys.stderr.write("leak_zero_grad.py: no CUDA GPU is available to PyTorch; "
+                         "it needs a CUDA GPU (examples/no-gpu-demo.sh shows a report without one)\n")
+        sys.exit(2)
     if args.pytorch_snapshot:
         torch.cuda.memory._record_memory_history(max_entries=1_000_000)
     device = "cuda:0"

@@ -51,7 +51,9 @@ def run(args, name, argv, env=None, traced=True):
             record = json.loads(line)
             if "process" in record:
                 processes.append(record["process"])
-            elif "op" in record:
+            elif "op" in record and record["op"] not in ("stack-node", "blob"):
+                # Stack nodes and blob pieces have fields of their own, not
+                # an event's kind, device, address and size.
                 events.append(record)
     data = json.load(open(out_json)) if os.path.exists(out_json) else None
     shutil.rmtree(workdir, ignore_errors=True)

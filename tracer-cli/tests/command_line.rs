@@ -667,6 +667,160 @@ fn dump_without_files_says_what_to_do_and_dumps_traces_record_by_record() {
     assert_eq!(last["damage"]["skipped"], false);
 }
 
+/// The lines `cudatrace dump ARGS` prints, parsed; it must succeed.
+fn dump_lines(args: &[&str]) -> Vec<serde_json::Value> {
+    let output = cudatrace(&[&["dump"], args].concat()).output().unwrap();
+    assert_eq!(output.status.code(), Some(0), "{}", stderr(&output));
+    stdout(&output)
+        .lines()
+        .map(|l| serde_json::from_str(l).unwrap())
+        .collect()
+}
+
+/// The dump line of a stack node or blob piece, worked out here from the
+/// record's words as `docs/trace-format.md` lays them out.
+fn expected_stack_record_line(event: &cudatrace_events::Event) -> serde_json::Value {
+    use cudatrace_events::Op;
+    let common = json!({"pid": event.pid, "tid": event.tid, "seq": event.seq, "time_ns": event.time_ns});
+    let own = match event.op {
+        Op::StackNode => json!({
+            "op": "stack-node",
+            "node": event.stream,
+            "parent": event.size,
+            "frame_kind": (["native", "python", "no-python", "truncated"][event.arg2 as usize]),
+            "value": event.address,
+            "offset": event.arg1,
+        }),
+        Op::Blob => {
+            let words = [event.size, event.stream, event.arg2];
+            let bytes: String = words
+                .iter()
+                .flat_map(|w| w.to_le_bytes())
+                .map(|b| format!("{b:02x}"))
+                .collect();
+            json!({
+                "op": "blob",
+                "blob_kind": (["module", "code", "device"][event.device.unwrap() as usize - 1]),
+                "key": event.address,
+                "offset": event.arg1 & 0xffff_ffff,
+                "total": event.arg1 >> 32,
+                "bytes": bytes,
+            })
+        }
+        other => panic!("not a stack record: {other}"),
+    };
+    let mut line = common;
+    line.as_object_mut().unwrap().extend(own.as_object().unwrap().clone());
+    line
+}
+
+/// The paths of the module blobs among dump `lines`, put back together
+/// from their pieces.
+fn module_paths(lines: &[serde_json::Value]) -> Vec<String> {
+    let mut blobs = std::collections::BTreeMap::<u64, Vec<u8>>::new();
+    for line in lines.iter().filter(|l| l["op"] == "blob" && l["blob_kind"] == "module") {
+        let text = line["bytes"].as_str().unwrap();
+        let bytes: Vec<u8> = (0..text.len())
+            .step_by(2)
+            .map(|i| u8::from_str_radix(&text[i..i + 2], 16).unwrap())
+            .collect();
+        let total = line["total"].as_u64().unwrap() as usize;
+        let whole = blobs
+            .entry(line["key"].as_u64().unwrap())
+            .or_insert_with(|| vec![0; total]);
+        let offset = line["offset"].as_u64().unwrap() as usize;
+        let length = bytes.len().min(total - offset);
+        whole[offset..offset + length].copy_from_slice(&bytes[..length]);
+    }
+    blobs
+        .values()
+        .map(|whole| cudatrace_events::stacks::ModuleInfo::decode(whole).unwrap().path)
+        .collect()
+}
+
+#[test]
+fn dump_prints_stack_nodes_and_blob_pieces_with_their_own_fields() {
+    // A blob piece's words hold bytes of a description, a stack node's its
+    // ids: printed as a memory event's address, size and stream, they read
+    // as garbage ("size":13149600763535018839).
+    let run = run_traced("dump-stack-records", program("scenarios", &["runtime"]));
+    assert!(run.output.status.success());
+    let folder = run.spool_paths[0].parent().unwrap();
+    let lines = dump_lines(&["--dir", folder.to_str().unwrap()]);
+    let stack_records: Vec<&cudatrace_events::Event> = run
+        .stack_records
+        .iter()
+        .flatten()
+        .filter(|e| e.op.is_stack_record())
+        .collect();
+    assert!(stack_records.iter().any(|e| e.op == cudatrace_events::Op::Blob));
+    assert!(stack_records.iter().any(|e| e.op == cudatrace_events::Op::StackNode));
+    for event in &stack_records {
+        let line = lines
+            .iter()
+            .find(|l| l["pid"] == event.pid && l["seq"] == event.seq)
+            .unwrap_or_else(|| panic!("no line for {event:?}"));
+        assert_eq!(*line, expected_stack_record_line(event));
+    }
+    let printed = lines
+        .iter()
+        .filter(|l| l["op"] == "blob" || l["op"] == "stack-node")
+        .count();
+    assert_eq!(printed, stack_records.len());
+    let wanted = [
+        fake_cuda::program("scenarios").display().to_string(),
+        tracer_library().display().to_string(),
+    ];
+    let paths = module_paths(&lines);
+    assert!(wanted.iter().all(|path| paths.contains(path)), "{paths:?}");
+
+    // A trace's lines are the same, with the process's index in the trace.
+    let (run, trace) = run_scenario("dump-stack-records-trace", "runtime", &[]);
+    assert!(run.status.success());
+    let lines = dump_lines(&[trace.to_str().unwrap()]);
+    let fields = |line: &serde_json::Value| line.as_object().unwrap().keys().cloned().collect::<Vec<_>>();
+    let blob_fields = [
+        "blob_kind",
+        "bytes",
+        "key",
+        "offset",
+        "op",
+        "pid",
+        "process",
+        "seq",
+        "tid",
+        "time_ns",
+        "total",
+    ];
+    let node_fields = [
+        "frame_kind",
+        "node",
+        "offset",
+        "op",
+        "parent",
+        "pid",
+        "process",
+        "seq",
+        "tid",
+        "time_ns",
+        "value",
+    ];
+    let blobs: Vec<_> = lines.iter().filter(|l| l["op"] == "blob").collect();
+    let nodes: Vec<_> = lines.iter().filter(|l| l["op"] == "stack-node").collect();
+    assert!(!blobs.is_empty() && !nodes.is_empty());
+    assert!(blobs.iter().all(|l| fields(l) == blob_fields), "{blobs:?}");
+    assert!(nodes.iter().all(|l| fields(l) == node_fields), "{nodes:?}");
+    let paths = module_paths(&lines);
+    assert!(wanted.iter().all(|path| paths.contains(path)), "{paths:?}");
+    // Every event's stack and every node's parent names a node printed.
+    let node_ids: Vec<&serde_json::Value> = nodes.iter().map(|l| &l["node"]).collect();
+    for line in &lines {
+        for id in [&line["stack"], &line["parent"]] {
+            assert!(id.is_null() || *id == 0 || node_ids.contains(&id), "{line}");
+        }
+    }
+}
+
 #[test]
 fn the_text_report_says_how_many_live_allocations_it_does_not_list() {
     let (mut command, trace) = run_command("many-live", "loop", &[]);

@@ -1,8 +1,11 @@
 //! What the user documentation states holds: the spool and trace format
-//! versions it names are the code's, and the test prerequisites the README
-//! lists are those `tests/run` needs.
+//! versions it names are the code's, the test prerequisites the README
+//! lists are those `tests/run` needs, `cudatrace dump`'s part names
+//! everything `dump` can print, and the PyTorch examples say in one line
+//! what they lack, as their docstrings promise.
 
-use cudatrace_events::SPOOL_VERSION;
+use cudatrace_events::measures::limit_ledger;
+use cudatrace_events::{Kind, Op, SPOOL_VERSION};
 use cudatrace_trace::{FORMAT_VERSION, OLDEST_READABLE_VERSION};
 use std::path::Path;
 
@@ -216,4 +219,141 @@ fn the_readme_names_every_test_prerequisite_tests_run_needs() {
     let venv = "venv=${CARGO_TARGET_DIR:-target}/test-python";
     assert!(script.contains(venv), "tests/run's virtual environment moved");
     assert!(tests_part.contains("`target/test-python` (under `$CARGO_TARGET_DIR` if that is set)"));
+}
+
+/// `docs/usage.md`'s part on `cudatrace dump` (up to the next part).
+fn dump_part() -> String {
+    let usage = read("docs/usage.md");
+    let at = usage
+        .find("## Spools and traces as JSON lines")
+        .expect("docs/usage.md has a part on dump");
+    let rest = &usage[at + 3..];
+    let end = rest.find(" ## ").map_or(usage.len(), |end| at + 3 + end);
+    usage[at..end].to_string()
+}
+
+/// A file of the repository's source, as it reads.
+fn source(name: &str) -> String {
+    let root = Path::new(env!("CARGO_MANIFEST_DIR")).parent().unwrap();
+    std::fs::read_to_string(root.join(name)).unwrap()
+}
+
+#[test]
+fn the_dump_part_of_usage_md_names_every_op_kind_and_record_dump_prints() {
+    let part = dump_part();
+    // Each op has a row of the ops' table, and each kind is named.
+    let missing: Vec<&str> = Op::ALL
+        .iter()
+        .map(|op| op.name())
+        .filter(|name| !part.contains(&format!("| `{name}` |")))
+        .collect();
+    assert!(
+        missing.is_empty(),
+        "docs/usage.md's table of dump ops lacks {missing:?}"
+    );
+    let missing: Vec<&str> = Kind::ALL
+        .iter()
+        .map(|kind| kind.name())
+        .filter(|name| !part.contains(&format!("`{name}`")))
+        .collect();
+    assert!(
+        missing.is_empty(),
+        "docs/usage.md's dump part lacks the kinds {missing:?}"
+    );
+    // Each object dump prints for a record that is not an event: the first
+    // key of each JSON object its lines are made of (an event's line and a
+    // symbol's frame start with fields of their own).
+    let lines = source("tracer-cli/src/outputs/json/dump_lines.rs");
+    let lines = lines.split_whitespace().collect::<Vec<_>>().join(" ");
+    let objects: std::collections::BTreeSet<&str> = lines
+        .split("json!({")
+        .skip(1)
+        .filter_map(|after| after.trim_start().strip_prefix('"')?.split('"').next())
+        .filter(|name| !["pid", "function"].contains(name))
+        .collect();
+    assert!(objects.len() >= 15, "dump_lines.rs's objects not found: {objects:?}");
+    let missing: Vec<&&str> = objects
+        .iter()
+        .filter(|name| !part.contains(&format!("`{name}`")))
+        .collect();
+    assert!(
+        missing.is_empty(),
+        "docs/usage.md's dump part does not name {missing:?}"
+    );
+    // The memory limit record's codes of why a process kept the limit to
+    // itself: each code the events crate has words for.
+    let unknown = limit_ledger::reason(u64::MAX);
+    let codes: Vec<u64> = (1..)
+        .take_while(|&code| limit_ledger::reason(code) != unknown)
+        .collect();
+    assert!(codes.len() >= 7, "limit_ledger's codes: {codes:?}");
+    let usage = source("docs/usage.md");
+    let row = usage
+        .lines()
+        .find(|line| line.starts_with("| `memory-limit` |"))
+        .expect("a memory-limit row");
+    assert!(row.contains(&format!("`arg1` {} when", limit_ledger::SHARED)), "{row}");
+    for code in codes {
+        assert!(
+            row.contains(&format!(" {code} ")),
+            "the memory-limit row lacks code {code}: {row}"
+        );
+    }
+}
+
+/// Runs `python3 -S -B EXAMPLE` (no site packages, so no PyTorch installed
+/// there is found) with `PYTHONPATH` set to `path`, or unset.
+fn run_example(example: &Path, path: Option<&Path>) -> std::process::Output {
+    let mut python = std::process::Command::new("python3");
+    python.arg("-S").arg("-B").arg(example).env_remove("PYTHONPATH");
+    if let Some(path) = path {
+        python.env("PYTHONPATH", path);
+    }
+    python.output().unwrap()
+}
+
+#[test]
+fn the_pytorch_examples_say_in_one_line_that_they_need_pytorch_and_a_gpu() {
+    let root = Path::new(env!("CARGO_MANIFEST_DIR")).parent().unwrap();
+    let mut examples: Vec<_> = std::fs::read_dir(root.join("examples"))
+        .unwrap()
+        .map(|entry| entry.unwrap().path())
+        .filter(|path| path.extension().is_some_and(|e| e == "py"))
+        .filter(|path| std::fs::read_to_string(path).unwrap().contains("import torch"))
+        .collect();
+    examples.sort();
+    let names: Vec<String> = examples
+        .iter()
+        .map(|path| path.file_name().unwrap().to_string_lossy().into_owned())
+        .collect();
+    assert_eq!(names, ["leak_validation_loss.py", "leak_zero_grad.py", "train.py"]);
+    // A PyTorch that sees no GPU, as on a machine without one.
+    let stub = std::env::temp_dir().join(format!("cudatrace-stub-torch-{}", std::process::id()));
+    std::fs::create_dir_all(stub.join("torch")).unwrap();
+    std::fs::write(
+        stub.join("torch/__init__.py"),
+        "import types\ncuda = types.SimpleNamespace(is_available=lambda: False)\n",
+    )
+    .unwrap();
+    std::fs::write(stub.join("torch/nn.py"), "").unwrap();
+    let runs: Vec<_> = examples
+        .iter()
+        .flat_map(|example| [run_example(example, None), run_example(example, Some(&stub))])
+        .collect();
+    std::fs::remove_dir_all(&stub).unwrap();
+    for (outputs, name) in runs.chunks(2).zip(&names) {
+        let without_pytorch = format!(
+            "{name}: cannot import PyTorch (No module named 'torch'); it needs PyTorch and a CUDA GPU \
+             (examples/no-gpu-demo.sh shows a report without either)\n"
+        );
+        let without_gpu = format!(
+            "{name}: no CUDA GPU is available to PyTorch; it needs a CUDA GPU \
+             (examples/no-gpu-demo.sh shows a report without one)\n"
+        );
+        for (output, said) in outputs.iter().zip([without_pytorch, without_gpu]) {
+            let stderr = String::from_utf8_lossy(&output.stderr);
+            assert_eq!((output.status.code(), stderr.as_ref()), (Some(2), said.as_str()));
+            assert!(output.stdout.is_empty(), "{name}");
+        }
+    }
 }

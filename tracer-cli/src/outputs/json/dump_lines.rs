@@ -2,6 +2,8 @@
 //! each record of a trace.
 
 use crate::outputs::wording::problem_text;
+use cudatrace_events::measures::DEVICE_BLOB;
+use cudatrace_events::stacks::{blob_kind, frame_kind, BlobPiece, StackNode};
 use cudatrace_events::{Event, SpoolCursor, SpoolHeaderInfo};
 use cudatrace_trace::{Damage, Record};
 use serde_json::{json, Value};
@@ -32,8 +34,16 @@ pub fn process_line(path: &Path, header: &SpoolHeaderInfo) -> Value {
     })
 }
 
-/// One event.
+/// One event: a memory event or a measurement with its words, a stack
+/// node or a blob piece with the fields it carries (its words hold those,
+/// not addresses and sizes).
 pub fn event_line(event: &Event) -> Value {
+    if let Some(node) = StackNode::from_event(event) {
+        return stack_node_line(event, &node);
+    }
+    if let Some(piece) = BlobPiece::from_event(event) {
+        return blob_line(event, &piece);
+    }
     json!({
         "pid": event.pid,
         "tid": event.tid,
@@ -49,6 +59,61 @@ pub fn event_line(event: &Event) -> Value {
         "arg1": event.arg1,
         "arg2": event.arg2,
         "stack": event.stack,
+    })
+}
+
+/// A frame kind's name, or its number for a kind this version does not know.
+fn frame_kind_name(kind: u8) -> Value {
+    match kind {
+        frame_kind::NATIVE => json!("native"),
+        frame_kind::PYTHON => json!("python"),
+        frame_kind::NO_PYTHON => json!("no-python"),
+        frame_kind::TRUNCATED => json!("truncated"),
+        other => json!(other),
+    }
+}
+
+/// A blob kind's name, or its number for a kind this version does not know.
+fn blob_kind_name(kind: u8) -> Value {
+    match kind {
+        blob_kind::MODULE => json!("module"),
+        blob_kind::CODE => json!("code"),
+        DEVICE_BLOB => json!("device"),
+        other => json!(other),
+    }
+}
+
+/// One stack node: its id, its parent's, and the frame it stands for.
+fn stack_node_line(event: &Event, node: &StackNode) -> Value {
+    json!({
+        "pid": event.pid,
+        "tid": event.tid,
+        "seq": event.seq,
+        "time_ns": event.time_ns,
+        "op": event.op.name(),
+        "node": node.id,
+        "parent": node.parent,
+        "frame_kind": frame_kind_name(node.kind),
+        "value": node.value,
+        "offset": node.offset,
+    })
+}
+
+/// One piece of a blob: which blob, where the piece lies in it, and its
+/// bytes as recorded (all of them: the last piece's padding too).
+fn blob_line(event: &Event, piece: &BlobPiece) -> Value {
+    let bytes: String = piece.bytes.iter().map(|byte| format!("{byte:02x}")).collect();
+    json!({
+        "pid": event.pid,
+        "tid": event.tid,
+        "seq": event.seq,
+        "time_ns": event.time_ns,
+        "op": event.op.name(),
+        "blob_kind": blob_kind_name(piece.kind),
+        "key": piece.key,
+        "offset": piece.offset,
+        "total": piece.total,
+        "bytes": bytes,
     })
 }
 
