@@ -125,7 +125,7 @@ fn create_if_missing(folder: &Path) -> Result<(), String> {
         Ok(()) => Ok(()),
         // Made meanwhile by another process of the tree.
         Err(_) if folder.is_dir() => Ok(()),
-        Err(e) => Err(format!("cannot create it: {e}")),
+        Err(e) => Err(e.to_string()),
     }
 }
 

@@ -123,7 +123,8 @@ fn a_run_that_cannot_start_leaves_an_existing_trace_as_it_was() {
         .arg("--force")
         .args(["--", "true"])
         .env("TMPDIR", &dir)
-        .env("CUDATRACE_DIR", dir.join("nowhere"))
+        // A spool folder that cannot be made: its parent is the trace, a file.
+        .env("CUDATRACE_DIR", trace.join("nowhere"))
         .output()
         .unwrap();
     assert_eq!(output.status.code(), Some(0));
@@ -270,9 +271,11 @@ fn collect_replaces_an_existing_trace_only_with_force_and_keeps_the_user_s_folde
 #[test]
 fn an_unusable_spool_folder_is_said_once_for_the_whole_tree_and_the_program_runs_unchanged() {
     let dir = scratch_dir("bad-spool-dir");
-    let nowhere = dir.join("nowhere");
+    // A folder that cannot be made: its parent is a file.
+    std::fs::write(dir.join("a-file"), b"").unwrap();
+    let nowhere = dir.join("a-file").join("nowhere");
     let expected_line = format!(
-        "cudatrace: nothing is recorded: CUDATRACE_DIR={}: No such file or directory (os error 2)\n",
+        "cudatrace: nothing is recorded: CUDATRACE_DIR={}: Not a directory (os error 20)\n",
         nowhere.display()
     );
     let plain = |quiet: bool| {
@@ -315,6 +318,24 @@ fn an_unusable_spool_folder_is_said_once_for_the_whole_tree_and_the_program_runs
     assert_eq!(output.status.code(), Some(3));
     assert_eq!(stderr(&output), expected_line);
     assert!(!trace.exists());
+}
+
+#[test]
+fn a_spool_folder_named_but_missing_is_made_private_and_used() {
+    use std::os::unix::fs::PermissionsExt;
+    // docs/usage.md's "Collecting by hand", as written: the folder need not exist.
+    let dir = scratch_dir("missing-spool-dir");
+    let spools = dir.join("spools").join("deeper");
+    let output = program("scenarios", &["exit3"])
+        .env("LD_PRELOAD", tracer_library())
+        .env("CUDATRACE_DIR", &spools)
+        .output()
+        .unwrap();
+    assert_eq!(output.status.code(), Some(3), "{}", stderr(&output));
+    assert_eq!(stderr(&output), "");
+    let mode = std::fs::metadata(&spools).unwrap().permissions().mode() & 0o777;
+    assert_eq!(mode, 0o700);
+    assert_eq!(spool_files(&spools).len(), 1);
 }
 
 #[test]

@@ -261,7 +261,7 @@ fn the_report_opens_with_every_rank_and_names_the_one_that_stands_out() {
     assert_eq!(outlier["median_row"], 0);
     assert_eq!(outlier["above_median_bytes"], 6u64 << 20);
     assert_eq!(outlier["steps"], serde_json::json!([7, 7]));
-    assert_eq!(outlier["call_site"], "forward_pass (torch_like.cpp:332)");
+    assert_eq!(outlier["call_site"], "forward_pass (torch_like.cpp:337)");
     assert_eq!(outlier["call_site_more_bytes"], 6u64 << 20);
 
     let text = stdout(&cudatrace(&["report", merged.to_str().unwrap()]).output().unwrap());
@@ -311,7 +311,7 @@ fn the_report_opens_with_every_rank_and_names_the_one_that_stands_out() {
     }
     assert_eq!(
         table[4],
-        "  rank 1 peaks 6.0 MiB (23%) above the median rank (rank 0), at step 7; the difference is at forward_pass (torch_like.cpp:332) (6.0 MiB more)"
+        "  rank 1 peaks 6.0 MiB (23%) above the median rank (rank 0), at step 7; the difference is at forward_pass (torch_like.cpp:337) (6.0 MiB more)"
     );
     // The process headings name host and rank.
     assert!(

@@ -41,6 +41,16 @@ pub fn create_run_dir() -> Result<PathBuf, String> {
             // it creates its spool, and so may its descendants.
             let chosen = std::path::absolute(PathBuf::from(&chosen))
                 .map_err(|e| collector_lines::spool_dir_unusable(&PathBuf::from(&chosen), e))?;
+            // A folder named but not there yet is made, private to the user,
+            // as the library makes it for a program started by hand.
+            if std::fs::symlink_metadata(&chosen).is_err() {
+                std::fs::DirBuilder::new()
+                    .recursive(true)
+                    .mode(0o700)
+                    .create(&chosen)
+                    .or_else(|e| if chosen.is_dir() { Ok(()) } else { Err(e) })
+                    .map_err(|e| collector_lines::spool_dir_unusable(&chosen, e))?;
+            }
             let meta = std::fs::metadata(&chosen).map_err(|e| collector_lines::spool_dir_unusable(&chosen, e))?;
             if !meta.is_dir() {
                 return Err(collector_lines::spool_dir_unusable(
