@@ -50,6 +50,12 @@ extern "C" fn prepare() -> usize {
 /// held as freed (see `record::unloaded_driver`). For places outside
 /// allocation hooks only.
 pub fn catch_up() {
+    // Reading modules and PyTorch's files calls cancellation points: a
+    // pending cancellation of the thread waits for the program's own.
+    crate::sys::no_cancel::without_cancellation(catch_up_here);
+}
+
+fn catch_up_here() {
     if crate::stacks::module_map::refresh_if_stale() {
         crate::stacks::python_frames::resolve();
         crate::hooks::torch_allocator::resolve_if_loaded();

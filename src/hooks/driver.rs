@@ -178,6 +178,10 @@ fn allocation_returned(
         }
     }
     if result == CUDA_SUCCESS {
+        // Whether the limit's reservation was settled: the bookkeeping below
+        // may not run (tracing turned itself off), and a reservation left
+        // unsettled would stay pending in the tree's ledger for good.
+        let mut settled = reservation.is_none();
         guarded(|| {
             let device = call.device();
             let mut kind = call.kind;
@@ -200,6 +204,7 @@ fn allocation_returned(
                 // Counted at its real size; one recorded already (a fault of
                 // the program or of the driver) is not counted twice.
                 memory_limit::settle(reservation, new, allocation.size);
+                settled = true;
             }
             if !new {
                 return;
@@ -222,6 +227,11 @@ fn allocation_returned(
             }
             readings::maybe_sample(call.api, clock::latest_record_ns());
         });
+        if !settled {
+            if let Some(reservation) = reservation {
+                memory_limit::settle_unrecorded(reservation);
+            }
+        }
     } else if result == CUDA_ERROR_OUT_OF_MEMORY {
         guarded(|| recorder::out_of_memory(call.api, call.kind, call.device(), requested, call.stream));
     }

@@ -111,9 +111,9 @@ pub struct Reservation {
     index: usize,
     slot: usize,
     bytes: u64,
-    /// Admitted on a fresh device reading: its bytes are pending until the
-    /// call returns.
-    on_reading: bool,
+    /// Admitted through the ledger: its bytes are in the ledger's pending
+    /// figure until the call returns.
+    pending: bool,
 }
 
 /// What the limit says of an allocation about to be made.
@@ -174,23 +174,41 @@ fn open_ledger() -> Option<&'static Ledger> {
 
 fn my_slot(ledger: &Ledger) -> Option<usize> {
     let slot = MY_SLOT.load(Ordering::Acquire);
-    if slot != NO_SLOT {
+    if slot < CLAIMING {
         return Some(slot as usize);
     }
     claim_slot(ledger)
 }
 
+/// [`MY_SLOT`] while one thread claims the process's slot: another thread
+/// claiming at once would find the slot its pid holds and take it for an
+/// exec'd image's, taking the first thread's bytes off.
+const CLAIMING: u32 = NO_SLOT - 1;
+
 #[cold]
 fn claim_slot(ledger: &Ledger) -> Option<usize> {
-    keeping_errno(|| {
+    if MY_SLOT
+        .compare_exchange(NO_SLOT, CLAIMING, Ordering::AcqRel, Ordering::Acquire)
+        .is_err()
+    {
+        // Another thread claims it (or this one, interrupted by a signal
+        // handler's hook): waited for a little, else not counted.
+        for _ in 0..100_000 {
+            match MY_SLOT.load(Ordering::Acquire) {
+                CLAIMING => std::hint::spin_loop(),
+                NO_SLOT => return None,
+                slot => return Some(slot as usize),
+            }
+        }
+        return None;
+    }
+    let claimed = keeping_errno(|| {
         let _held = crate::sys::no_cancel::NoCancel::hold();
         let pid = std::process::id();
-        let slot = ledger.claim_slot(pid, shared_ledger::start_time_of(pid))?;
-        match MY_SLOT.compare_exchange(NO_SLOT, slot as u32, Ordering::AcqRel, Ordering::Acquire) {
-            Ok(_) => Some(slot),
-            Err(claimed) => Some(claimed as usize),
-        }
-    })
+        ledger.claim_slot(pid, shared_ledger::start_time_of(pid))
+    });
+    MY_SLOT.store(claimed.map_or(NO_SLOT, |slot| slot as u32), Ordering::Release);
+    claimed
 }
 
 /// The ledger's index of device `ordinal`, looked up (one driver call for
@@ -340,7 +358,7 @@ pub fn admit(device: i8, bytes: u64, read_device: impl FnOnce() -> Option<(u64, 
             index,
             slot,
             bytes,
-            on_reading: false,
+            pending: false,
         });
     }
     admit_from_ledger(ledger, index, slot, device, bytes, read_device)
@@ -377,35 +395,38 @@ fn admit_from_ledger(
     let need = bytes - have;
     let ahead = credit_ahead(ledger, index, need, limit, credit);
     let epoch = ledger.epoch(index).load(Ordering::Acquire);
+    let becomes_holder = ahead > 0 && credit.device == 0;
+    if becomes_holder {
+        // Counted before the bytes, so that the ledger's floor (its figure
+        // less the ceiling) is never above what the tree uses.
+        change_ceiling(ledger, index, slot, 2 * chunk(limit), true);
+    }
     // Saturating: `bytes` is the program's, as large as it likes.
     let admission = if ahead > 0 && try_count(ledger, index, slot, need.saturating_add(ahead), limit) {
-        if credit.device == 0 {
-            ledger
-                .entry(index)
-                .ceiling
-                .fetch_add(2 * chunk(limit), Ordering::AcqRel);
+        if becomes_holder {
             credit.device = index as u8 + 1;
             credit.epoch = epoch;
         }
         credit.bytes = credit.bytes - have + ahead;
+        change_pending(ledger, index, slot, bytes, true);
         Admission::Counted(Reservation {
             index,
             slot,
             bytes,
-            on_reading: false,
+            pending: true,
         })
     } else {
+        if becomes_holder {
+            change_ceiling(ledger, index, slot, 2 * chunk(limit), false);
+        }
         // All of this thread's credit goes into this allocation: its part
         // of the ceiling holds nothing unspent.
         let own_ceiling = if credit.device == 0 { 0 } else { 2 * chunk(limit) };
         match admit_exactly(ledger, index, slot, device, need, have, own_ceiling, limit, read_device) {
             Admission::Counted(reservation) => {
+                // Admitted on a reading, every thread's credit is void, this
+                // one's too: it goes back at the thread's next admission.
                 credit.bytes -= have;
-                if reservation.on_reading {
-                    // Admitted by voiding every thread's credit: this
-                    // thread's too.
-                    credit = drop_credit(ledger, slot, credit);
-                }
                 Admission::Counted(Reservation {
                     bytes: reservation.bytes + have,
                     ..reservation
@@ -447,13 +468,48 @@ fn drop_credit(ledger: &Ledger, slot: usize, credit: LimitCredit) -> LimitCredit
     if credit.device != 0 {
         let index = usize::from(credit.device) - 1;
         return_to_ledger(ledger, index, slot, credit.bytes);
-        shared_ledger::subtract(&ledger.entry(index).ceiling, 2 * chunk(LIMIT.load(Ordering::Relaxed)));
+        change_ceiling(ledger, index, slot, 2 * chunk(LIMIT.load(Ordering::Relaxed)), false);
     }
     LimitCredit {
         bytes: 0,
         device: 0,
         epoch: 0,
         ..credit
+    }
+}
+
+/// Adds `bytes` to (or takes them from) device `index`'s credit ceiling,
+/// in the tree's figure and in the process's part of it.
+fn change_ceiling(ledger: &Ledger, index: usize, slot: usize, bytes: u64, add: bool) {
+    change(
+        &ledger.entry(index).ceiling,
+        &ledger.slot(slot).ceiling[index],
+        bytes,
+        add,
+    );
+}
+
+/// Adds `bytes` to (or takes them from) device `index`'s pending bytes,
+/// in the tree's figure and in the process's part of it.
+fn change_pending(ledger: &Ledger, index: usize, slot: usize, bytes: u64, add: bool) {
+    change(
+        &ledger.entry(index).pending,
+        &ledger.slot(slot).pending[index],
+        bytes,
+        add,
+    );
+}
+
+fn change(shared: &AtomicU64, share: &AtomicU64, bytes: u64, add: bool) {
+    if bytes == 0 {
+        return;
+    }
+    if add {
+        share.fetch_add(bytes, Ordering::AcqRel);
+        shared.fetch_add(bytes, Ordering::AcqRel);
+    } else {
+        shared_ledger::subtract(shared, bytes);
+        shared_ledger::subtract(share, bytes);
     }
 }
 
@@ -476,19 +532,22 @@ fn admit_exactly(
     limit: u64,
     read_device: impl FnOnce() -> Option<(u64, u64)>,
 ) -> Admission {
-    let exact = Admission::Counted(Reservation {
-        index,
-        slot,
-        bytes: need,
-        on_reading: false,
-    });
+    let exact = || {
+        change_pending(ledger, index, slot, need.saturating_add(held), true);
+        Admission::Counted(Reservation {
+            index,
+            slot,
+            bytes: need,
+            pending: true,
+        })
+    };
     if try_count(ledger, index, slot, need, limit) {
-        return exact;
+        return exact();
     }
     let here = devices::current_device() == Some(device);
     keeping_errno(|| without_cancellation(|| ledger.take_off_dead(std::process::id())));
     if try_count(ledger, index, slot, need, limit) {
-        return exact;
+        return exact();
     }
     let mut used_on_device = None;
     if here && need <= limit {
@@ -539,9 +598,12 @@ fn admit_on_reading(
     limit: u64,
     read_device: impl FnOnce() -> Option<(u64, u64)>,
 ) -> Result<Reservation, Option<u64>> {
-    let Some(_lock) = ledger.lock_admissions(index, std::process::id(), current_tid()) else {
+    let Some(_lock) = ledger.lock_admissions(index, current_tid()) else {
         return Err(None);
     };
+    // Void the threads' credit before the reading, so that none is spent
+    // unseen while the driver reads the device.
+    ledger.epoch(index).fetch_add(1, Ordering::AcqRel);
     let Some((free, total)) = read_device() else {
         return Err(None);
     };
@@ -562,8 +624,7 @@ fn admit_on_reading(
     if used.saturating_add(need).saturating_add(held) > limit {
         return Err(Some(used));
     }
-    ledger.epoch(index).fetch_add(1, Ordering::AcqRel);
-    entry.pending.fetch_add(need + held, Ordering::AcqRel);
+    change_pending(ledger, index, slot, need.saturating_add(held), true);
     entry.counted.fetch_add(need, Ordering::AcqRel);
     ledger.slot(slot).counted[index].fetch_add(need, Ordering::AcqRel);
     // The reservation is of `need`; the caller widens it by `held`.
@@ -571,7 +632,7 @@ fn admit_on_reading(
         index,
         slot,
         bytes: need,
-        on_reading: true,
+        pending: true,
     })
 }
 
@@ -597,6 +658,11 @@ fn try_count(ledger: &Ledger, index: usize, slot: usize, bytes: u64, limit: u64)
 
 /// Takes `bytes` off the ledger's figures for device `index`.
 fn return_to_ledger(ledger: &Ledger, index: usize, slot: usize, bytes: u64) {
+    let bytes = if RETIRING.load(Ordering::Relaxed) != 0 {
+        from_retired(index, bytes)
+    } else {
+        bytes
+    };
     if bytes == 0 {
         return;
     }
@@ -610,16 +676,26 @@ fn return_to_ledger(ledger: &Ledger, index: usize, slot: usize, bytes: u64) {
 #[inline(always)]
 pub fn settle(reservation: Reservation, succeeded: bool, actual: u64) {
     let kept = if succeeded { actual } else { 0 };
-    if kept != reservation.bytes || reservation.on_reading {
+    if kept != reservation.bytes || reservation.pending {
         settle_difference(reservation, kept);
+    }
+}
+
+/// After an allocation call that succeeded but could not be recorded: the
+/// bytes stay counted as admitted; only what the ledger held pending for the
+/// call is given back.
+#[cold]
+pub fn settle_unrecorded(reservation: Reservation) {
+    if reservation.pending {
+        settle_difference(reservation, reservation.bytes);
     }
 }
 
 fn settle_difference(reservation: Reservation, kept: u64) {
     let Some(ledger) = ledger_in_use() else { return };
-    if reservation.on_reading {
+    if reservation.pending {
         // The call has returned: a reading from now on shows its memory.
-        shared_ledger::subtract(&ledger.entry(reservation.index).pending, reservation.bytes);
+        change_pending(ledger, reservation.index, reservation.slot, reservation.bytes, false);
     }
     if kept > reservation.bytes {
         let more = kept - reservation.bytes;
@@ -652,7 +728,7 @@ pub fn give_back(device: i8, bytes: u64) {
 #[inline]
 fn give_back_index(ledger: &Ledger, index: usize, bytes: u64) {
     let slot = MY_SLOT.load(Ordering::Acquire);
-    if slot == NO_SLOT {
+    if slot >= CLAIMING {
         return;
     }
     let block = thread_block::current();
@@ -698,14 +774,22 @@ fn give_back_to_ledger(ledger: &Ledger, index: usize, slot: usize, bytes: u64) {
 unsafe fn credit_at_thread_exit(_: *mut u8) {
     let block = thread_block::current();
     let credit = block.limit_credit.get();
-    let slot = MY_SLOT.load(Ordering::Acquire);
-    if credit.busy || credit.device == 0 || slot == NO_SLOT {
+    if credit.busy {
         return;
     }
-    if let Some(ledger) = ledger_in_use() {
-        drop_credit(ledger, slot as usize, credit);
+    let slot = MY_SLOT.load(Ordering::Acquire);
+    if credit.device != 0 && slot < CLAIMING {
+        if let Some(ledger) = ledger_in_use() {
+            drop_credit(ledger, slot as usize, credit);
+        }
     }
-    block.limit_credit.set(LimitCredit::default());
+    // What runs on this thread from here on (another library's key
+    // destructor that allocates) gets no credit ahead: it could not give
+    // it back.
+    block.limit_credit.set(LimitCredit {
+        registered: false,
+        ..LimitCredit::default()
+    });
 }
 
 /// The ledger's figures of `device`, under a limit.
@@ -793,7 +877,7 @@ pub fn reported_total(total: u64) -> u64 {
 pub fn prefetch() {
     let ledger = LEDGER.load(Ordering::Relaxed);
     let slot = MY_SLOT.load(Ordering::Relaxed);
-    if ledger.is_null() || slot == NO_SLOT {
+    if ledger.is_null() || slot >= CLAIMING {
         return;
     }
     // SAFETY: published from a mapping that is never unmapped.
@@ -804,48 +888,93 @@ pub fn prefetch() {
 }
 
 /// Per device, the share this image took off the ledger at an `exec` under
-/// way, put back if the `exec` fails.
-static RETIRED: [AtomicU64; shared_ledger::MAX_DEVICES] = [const { AtomicU64::new(0) }; shared_ledger::MAX_DEVICES];
+/// way (its counted bytes, pending bytes and credit ceiling), put back if
+/// the `exec` fails.
+static RETIRED: [[AtomicU64; shared_ledger::MAX_DEVICES]; 3] =
+    [const { [const { AtomicU64::new(0) }; shared_ledger::MAX_DEVICES] }; 3];
+/// Set while an `exec` is under way: bytes freed meanwhile by the image's
+/// other threads come off the retired share, not off the tree's figure.
+static RETIRING: AtomicU32 = AtomicU32::new(0);
 
 /// Just before an `exec`: the driver gives this image's memory back when
 /// it is replaced, and the new image may never count anything itself (it
 /// allocates nothing, or runs without the library), so the image's share
 /// leaves the ledger now. A `vfork` child, which runs on its parent's
 /// memory, leaves its parent's share alone.
+// Three figures per device, in the slot, the entry and RETIRED alike.
+#[allow(clippy::needless_range_loop)]
 pub fn retire_for_exec() {
     if !enabled() {
         return;
     }
     let slot = MY_SLOT.load(Ordering::Acquire);
-    let Some(ledger) = ledger_in_use().filter(|_| slot != NO_SLOT) else {
+    let Some(ledger) = ledger_in_use().filter(|_| slot < CLAIMING) else {
         return;
     };
     let share = ledger.slot(slot as usize);
     if share.owner() != u64::from(std::process::id()) {
         return;
     }
-    for (index, retired) in RETIRED.iter().enumerate() {
-        let bytes = share.counted[index].swap(0, Ordering::AcqRel);
-        if bytes != 0 {
-            shared_ledger::subtract(&ledger.entry(index).counted, bytes);
+    RETIRING.fetch_add(1, Ordering::AcqRel);
+    for index in 0..shared_ledger::MAX_DEVICES {
+        let entry = ledger.entry(index);
+        for (which, (shared, part)) in [
+            (&entry.counted, &share.counted[index]),
+            (&entry.pending, &share.pending[index]),
+            (&entry.ceiling, &share.ceiling[index]),
+        ]
+        .into_iter()
+        .enumerate()
+        {
+            let bytes = part.swap(0, Ordering::AcqRel);
+            if bytes != 0 {
+                shared_ledger::subtract(shared, bytes);
+                RETIRED[which][index].fetch_add(bytes, Ordering::AcqRel);
+            }
         }
-        retired.store(bytes, Ordering::Release);
     }
 }
 
 /// The `exec` returned (it failed): the image's share is counted again.
+#[allow(clippy::needless_range_loop)]
 pub fn restore_after_failed_exec() {
-    let slot = MY_SLOT.load(Ordering::Acquire);
-    let Some(ledger) = ledger_in_use().filter(|_| slot != NO_SLOT) else {
+    if RETIRING.load(Ordering::Acquire) == 0 {
         return;
-    };
-    for (index, retired) in RETIRED.iter().enumerate() {
-        let bytes = retired.swap(0, Ordering::AcqRel);
-        if bytes != 0 {
-            ledger.entry(index).counted.fetch_add(bytes, Ordering::AcqRel);
-            ledger.slot(slot as usize).counted[index].fetch_add(bytes, Ordering::AcqRel);
+    }
+    let slot = MY_SLOT.load(Ordering::Acquire);
+    if let Some(ledger) = ledger_in_use().filter(|_| slot < CLAIMING) {
+        let share = ledger.slot(slot as usize);
+        for index in 0..shared_ledger::MAX_DEVICES {
+            let entry = ledger.entry(index);
+            for (which, (shared, part)) in [
+                (&entry.counted, &share.counted[index]),
+                (&entry.pending, &share.pending[index]),
+                (&entry.ceiling, &share.ceiling[index]),
+            ]
+            .into_iter()
+            .enumerate()
+            {
+                let bytes = RETIRED[which][index].swap(0, Ordering::AcqRel);
+                if bytes != 0 {
+                    shared.fetch_add(bytes, Ordering::AcqRel);
+                    part.fetch_add(bytes, Ordering::AcqRel);
+                }
+            }
         }
     }
+    RETIRING.fetch_sub(1, Ordering::AcqRel);
+}
+
+/// Bytes given back to the ledger while an `exec` is under way: what the
+/// retired share holds of them is taken off it (they left the tree's
+/// figure with it); the rest, if any, is for the ledger.
+#[cold]
+fn from_retired(index: usize, bytes: u64) -> u64 {
+    let retired = &RETIRED[0][index];
+    let taken = retired
+        .fetch_update(Ordering::AcqRel, Ordering::Acquire, |held| Some(held - held.min(bytes)))
+        .map_or(0, |held| held.min(bytes));
+    bytes - taken
 }
 
 /// In a forked child: its allocations are its own, counted in a slot of

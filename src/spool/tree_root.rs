@@ -113,7 +113,6 @@ pub fn spool_dir() -> Option<&'static Path> {
     SPOOL_DIR.get().map(PathBuf::as_path)
 }
 
-/// Whether spools can be created in `folder`; why not otherwise.
 /// Makes a spool folder the user named that is not there yet (and the
 /// folders above it), private to the user as the default one is.
 fn create_if_missing(folder: &Path) -> Result<(), String> {
@@ -129,6 +128,7 @@ fn create_if_missing(folder: &Path) -> Result<(), String> {
     }
 }
 
+/// Whether spools can be created in `folder`; why not otherwise.
 fn writable_folder(folder: &Path) -> Result<(), String> {
     let metadata = std::fs::metadata(folder).map_err(|e| e.to_string())?;
     if !metadata.is_dir() {

@@ -58,6 +58,7 @@ fn reserve_by_writing(fd: i32, offset: u64, length: u64) -> Result<(), i32> {
         let written = unsafe { libc::pwrite(fd, ZEROS.as_ptr().cast(), piece, at as libc::off_t) };
         match written {
             n if n > 0 => at += n as u64,
+            0 => return Err(libc::EIO),
             _ if last_errno() == libc::EINTR => {}
             _ => return Err(last_errno()),
         }

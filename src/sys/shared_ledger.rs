@@ -57,11 +57,11 @@ pub struct DeviceEntry {
     /// two chunks for each thread holding some, whatever its epoch. The
     /// ledger's figure less this is a floor of what the tree really uses.
     pub ceiling: AtomicU64,
-    /// Bytes admitted on a fresh device reading whose allocation has not
-    /// returned yet: the next reading does not show them.
+    /// Bytes admitted through the ledger (not from a thread's credit) whose
+    /// allocation has not returned yet: a reading does not show them.
     pub pending: AtomicU64,
-    /// The admission lock: 0, or the holder's pid (high half) and thread id
-    /// (low half).
+    /// The admission lock: 0, or the holder's thread id (high half) and
+    /// when it took the lock (low half, milliseconds of `CLOCK_MONOTONIC`).
     pub admitting: AtomicU64,
 }
 
@@ -72,6 +72,10 @@ pub struct ProcessSlot {
     start_time: AtomicU64,
     /// The process's bytes counted on each device of the ledger.
     pub counted: [AtomicU64; MAX_DEVICES],
+    /// The process's part of each device's [`DeviceEntry::pending`].
+    pub pending: [AtomicU64; MAX_DEVICES],
+    /// The process's part of each device's [`DeviceEntry::ceiling`].
+    pub ceiling: [AtomicU64; MAX_DEVICES],
 }
 
 impl ProcessSlot {
@@ -154,16 +158,21 @@ fn map_file(fd: i32) -> Result<*mut libc::c_void, Unshared> {
     if stat.st_uid != unsafe { libc::geteuid() } || stat.st_mode & 0o077 != 0 {
         return Err(Unshared::NotPrivate);
     }
-    if !file_space::within_size_limit(LEDGER_BYTES as u64) {
-        return Err(Unshared::FileSizeLimit);
-    }
     // Blocks for the whole file, for real: a sparse one would fault on a
-    // full disk at its first store. Two processes reserving at once, or
-    // one reserving what is reserved already, change nothing.
-    file_space::allocate_blocks(fd, 0, LEDGER_BYTES as u64).map_err(|errno| match errno {
-        libc::EFBIG => Unshared::FileSizeLimit,
-        _ => Unshared::NoSpace,
-    })?;
+    // full disk at its first store. Two processes reserving at once change
+    // nothing; a file another process of the tree reserved already is
+    // taken as it is (this one may have a smaller `ulimit -f`, or come
+    // after the disk filled).
+    let reserved = stat.st_size as u64 >= LEDGER_BYTES as u64 && stat.st_blocks as u64 * 512 >= LEDGER_BYTES as u64;
+    if !reserved {
+        if !file_space::within_size_limit(LEDGER_BYTES as u64) {
+            return Err(Unshared::FileSizeLimit);
+        }
+        file_space::allocate_blocks(fd, 0, LEDGER_BYTES as u64).map_err(|errno| match errno {
+            libc::EFBIG => Unshared::FileSizeLimit,
+            _ => Unshared::NoSpace,
+        })?;
+    }
     // SAFETY: a fresh shared mapping of the file's first LEDGER_BYTES.
     let base = unsafe {
         libc::mmap(
@@ -176,7 +185,7 @@ fn map_file(fd: i32) -> Result<*mut libc::c_void, Unshared> {
         )
     };
     if base == libc::MAP_FAILED {
-        return Err(Unshared::NoSpace);
+        return Err(Unshared::CannotOpen);
     }
     Ok(base)
 }
@@ -344,10 +353,16 @@ impl Ledger {
     }
 
     fn take_off(&self, slot: &ProcessSlot) {
-        for (entry, share) in self.devices.iter().zip(&slot.counted) {
-            let bytes = share.swap(0, Ordering::AcqRel);
-            if bytes != 0 {
-                subtract(&entry.counted, bytes);
+        for (index, entry) in self.devices.iter().enumerate() {
+            for (shared, share) in [
+                (&entry.counted, &slot.counted[index]),
+                (&entry.pending, &slot.pending[index]),
+                (&entry.ceiling, &slot.ceiling[index]),
+            ] {
+                let bytes = share.swap(0, Ordering::AcqRel);
+                if bytes != 0 {
+                    subtract(shared, bytes);
+                }
             }
         }
     }
@@ -367,30 +382,37 @@ impl Drop for AdmissionLock<'_> {
     }
 }
 
+/// How long an admission may hold the lock before another takes it over:
+/// the holder makes one device reading, which takes microseconds. A holder
+/// that died, was replaced by an `exec` or jumped out of its hook never
+/// lets go.
+const LEASE_MS: u64 = 200;
+
+/// Milliseconds of `CLOCK_MONOTONIC`, the lock's clock.
+fn now_ms() -> u64 {
+    let mut now = libc::timespec { tv_sec: 0, tv_nsec: 0 };
+    // SAFETY: a valid out-pointer.
+    unsafe { libc::clock_gettime(libc::CLOCK_MONOTONIC, &mut now) };
+    (now.tv_sec as u64)
+        .wrapping_mul(1000)
+        .wrapping_add(now.tv_nsec as u64 / 1_000_000)
+}
+
 impl Ledger {
-    /// Takes device entry `index`'s admission lock for thread `tid` of
-    /// process `pid`: waited for while its holder lives, taken over from a
-    /// holder that died. `None` when this very thread holds it (a signal
-    /// handler's hook inside the holder) or a live holder keeps it for
-    /// about a second.
-    pub fn lock_admissions(&self, index: usize, pid: u32, tid: u32) -> Option<AdmissionLock<'_>> {
+    /// Takes device entry `index`'s admission lock for thread `tid`: waited
+    /// for while its holder's lease lasts, then taken over. `None` when this
+    /// very thread holds a live lease (a signal handler's hook inside the
+    /// holder).
+    pub fn lock_admissions(&self, index: usize, tid: u32) -> Option<AdmissionLock<'_>> {
         let word = &self.devices[index].admitting;
-        let mine = (u64::from(pid) << 32) | u64::from(tid);
-        for round in 0..1000u32 {
+        let mut round = 0u32;
+        loop {
+            let now = now_ms();
+            let mine = (u64::from(tid) << 32) | (now & 0xffff_ffff);
             let holder = word.load(Ordering::Acquire);
-            if holder == 0 {
-                if word
-                    .compare_exchange(0, mine, Ordering::AcqRel, Ordering::Acquire)
-                    .is_ok()
-                {
-                    return Some(AdmissionLock { word, mine });
-                }
-                continue;
-            }
-            if holder as u32 == tid {
-                return None;
-            }
-            if process_is_gone((holder >> 32) as u32, 0) {
+            let held_since = holder & 0xffff_ffff;
+            let expired = (now & 0xffff_ffff).wrapping_sub(held_since) & 0xffff_ffff > LEASE_MS;
+            if holder == 0 || expired {
                 if word
                     .compare_exchange(holder, mine, Ordering::AcqRel, Ordering::Acquire)
                     .is_ok()
@@ -399,18 +421,21 @@ impl Ledger {
                 }
                 continue;
             }
-            if round < 50 {
+            if (holder >> 32) as u32 == tid {
+                return None;
+            }
+            round += 1;
+            if round < 64 {
                 std::hint::spin_loop();
             } else {
                 let pause = libc::timespec {
                     tv_sec: 0,
-                    tv_nsec: 1_000_000,
+                    tv_nsec: 20_000,
                 };
                 // SAFETY: a valid timespec; the remainder is not wanted.
                 unsafe { libc::nanosleep(&pause, std::ptr::null_mut()) };
             }
         }
-        None
     }
 }
 
@@ -436,7 +461,13 @@ pub fn start_time_of(pid: u32) -> u64 {
 /// gone, a zombie (whose memory the driver has given back), or reused.
 fn process_is_gone(pid: u32, start_time: u64) -> bool {
     match read_stat(pid) {
-        None => true,
+        // No /proc to read (or another pid namespace's): only a process
+        // that does not exist is gone.
+        None => {
+            // SAFETY: signal 0 checks existence only.
+            let missing = unsafe { libc::kill(pid as libc::pid_t, 0) } != 0;
+            missing && crate::sys::thread::last_errno() == libc::ESRCH
+        }
         Some((state, start)) => matches!(state, b'Z' | b'X' | b'x') || (start_time != 0 && start != start_time),
     }
 }

@@ -192,8 +192,14 @@ pub fn forget_parent() {
     }
     block.clock.set(ClockAnchor::default());
     block.next_record.set((0, 0));
-    // The parent's credit was counted for the parent.
-    block.limit_credit.set(LimitCredit::default());
+    // The parent's credit was counted for the parent. Whether the thread's
+    // exit gives credit back is kept: the thread-specific value that makes
+    // it so is copied into the child with the thread.
+    let registered = block.limit_credit.get().registered;
+    block.limit_credit.set(LimitCredit {
+        registered,
+        ..LimitCredit::default()
+    });
 }
 
 /// Asks for the calling thread's block, all of its lines.

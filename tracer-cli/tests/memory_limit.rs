@@ -669,7 +669,7 @@ fn an_image_that_execs_leaves_the_limit_its_share_and_a_failed_exec_keeps_it() {
 }
 
 /// The ledger's layout (src/sys/shared_ledger.rs), for planting one.
-const LEDGER_BYTES: usize = 64 + 64 + 16 * 128 + 1024 * 192;
+const LEDGER_BYTES: usize = 64 + 64 + 16 * 128 + 1024 * 448;
 
 /// A ledger file with every one of its 16 device entries taken by devices
 /// the fake driver does not have, and each counting `counted` bytes.
