@@ -609,3 +609,46 @@ fn a_process_that_ends_badly_after_a_refusal_did_not_fit_and_the_verdict_names_t
         "{text}"
     );
 }
+
+#[test]
+fn the_recording_line_says_the_limit_as_it_was_read() {
+    // `24gb` counts in 1000s: fewer bytes than 24 GiB, said before the job
+    // runs, not first in the report.
+    for (options, env, limited) in [
+        (
+            vec!["--limit", "24gb"],
+            None,
+            ", every GPU limited to 24,000,000,000 bytes (22.4 GiB)",
+        ),
+        (
+            vec!["--limit", "24GiB"],
+            None,
+            ", every GPU limited to 25,769,803,776 bytes (24.0 GiB)",
+        ),
+        (
+            vec![],
+            Some("256MiB"),
+            ", every GPU limited to 268,435,456 bytes (256.0 MiB)",
+        ),
+        (vec!["--limit", "off"], Some("256MiB"), ""),
+        (vec![], None, ""),
+    ] {
+        let (mut command, trace) = run_program("limit-recording-line", &fake_cuda::program("limit"), &options);
+        command.arg("queries").env_remove("CUDATRACE_LIMIT");
+        if let Some(value) = env {
+            command.env("CUDATRACE_LIMIT", value);
+        }
+        let output = command.output().unwrap();
+        assert_eq!(output.status.code(), Some(0), "{}", stderr(&output));
+        let text = stderr(&output);
+        assert_eq!(
+            text.lines().next().unwrap(),
+            format!(
+                "cudatrace: recording `{} queries` and every process it starts into {}{limited}",
+                fake_cuda::program("limit").display(),
+                trace.display()
+            ),
+            "{options:?} {env:?}"
+        );
+    }
+}
