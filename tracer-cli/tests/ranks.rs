@@ -233,8 +233,11 @@ fn merge_lines_two_hosts_up_by_their_wall_clocks() {
 /// The line of torch_like.cpp where `forward_pass` allocates its output
 /// (the allocation host B leaks).
 fn forward_output_line() -> usize {
-    let source =
-        std::fs::read_to_string(concat!(env!("CARGO_MANIFEST_DIR"), "/../tests/fake-cuda/c/torch_like.cpp")).unwrap();
+    let source = std::fs::read_to_string(concat!(
+        env!("CARGO_MANIFEST_DIR"),
+        "/../tests/fake-cuda/c/torch_like.cpp"
+    ))
+    .unwrap();
     source
         .lines()
         .position(|l| l.contains("void *output = api.malloc(kOutputBytes"))
@@ -274,7 +277,10 @@ fn the_report_opens_with_every_rank_and_names_the_one_that_stands_out() {
     assert_eq!(outlier["above_median_bytes"], 6u64 << 20);
     assert_eq!(outlier["steps"], serde_json::json!([7, 7]));
     let output_line = forward_output_line();
-    assert_eq!(outlier["call_site"], format!("forward_pass (torch_like.cpp:{output_line})"));
+    assert_eq!(
+        outlier["call_site"],
+        format!("forward_pass (torch_like.cpp:{output_line})")
+    );
     assert_eq!(outlier["call_site_more_bytes"], 6u64 << 20);
 
     let text = stdout(&cudatrace(&["report", merged.to_str().unwrap()]).output().unwrap());
@@ -611,10 +617,7 @@ fn the_images_of_one_process_are_one_row_of_the_rank_table() {
         text.contains("every rank: 2 rows on 1 host, one row per process and device\n"),
         "{text}"
     );
-    assert_eq!(
-        html_page(&trace).matches("<div class=\"small-chart\">").count(),
-        2
-    );
+    assert_eq!(html_page(&trace).matches("<div class=\"small-chart\">").count(), 2);
 }
 
 #[test]

@@ -290,6 +290,14 @@ impl Summary {
     /// `--at oom:N` counts): (process, device, failure); else how many
     /// failures the run has.
     pub fn oom(&self, n: usize) -> Result<(usize, DeviceKey, &Oom), usize> {
+        let ooms = self.ooms_in_time_order();
+        let count = ooms.len();
+        n.checked_sub(1).and_then(|i| ooms.get(i).copied()).ok_or(count)
+    }
+
+    /// Every out-of-memory failure of the run (the memory limit's refusals
+    /// included), in time order: (process, device, failure).
+    pub fn ooms_in_time_order(&self) -> Vec<(usize, DeviceKey, &Oom)> {
         let mut ooms: Vec<(usize, DeviceKey, &Oom)> = self
             .processes
             .iter()
@@ -302,8 +310,7 @@ impl Summary {
             })
             .collect();
         ooms.sort_by_key(|&(process, _, oom)| (oom.time_ns, process));
-        let count = ooms.len();
-        n.checked_sub(1).and_then(|i| ooms.get(i).copied()).ok_or(count)
+        ooms
     }
 
     /// Replays the whole trace, after a first pass that finds each

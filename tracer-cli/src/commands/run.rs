@@ -297,8 +297,9 @@ fn memory_limit(args: &RunArgs) -> Result<Option<u64>, Failure> {
             .ok()
             .filter(|v| !matches!(v.trim(), "" | "0" | "off"))
         {
-            Some(value) => super::arguments::parse_limit(&value)
-                .map_err(|why| format!("CUDATRACE_LIMIT={value}: {why}"))?,
+            Some(value) => {
+                super::arguments::parse_limit(&value).map_err(|why| format!("CUDATRACE_LIMIT={value}: {why}"))?
+            }
             None => 0,
         },
     };
