@@ -341,6 +341,18 @@ impl Summary {
         alongside: &mut C,
     ) -> Summary {
         let (boundaries, _) = counts.found(index);
+        Summary::build_found(index, boundaries, progress, alongside)
+    }
+
+    /// [`Summary::build_counted`] with each process's steps (or low
+    /// points) already found from the counts, for a consumer that needs
+    /// them before the replay (the page's charts, finer over the steps).
+    pub fn build_found<C: Consumer<Error = Infallible>>(
+        index: &TraceIndex,
+        boundaries: Vec<Option<Boundaries>>,
+        progress: &Progress,
+        alongside: &mut C,
+    ) -> Summary {
         Summary::replay(index, progress, boundaries, alongside)
     }
 

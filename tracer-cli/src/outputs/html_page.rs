@@ -42,8 +42,10 @@ pub fn page(
     frames: FramesShown,
     progress: &Progress,
 ) -> (String, Vec<UnreadBlock>) {
-    let mut charts = ChartsFilling::new(index);
-    let summary = Summary::build_counted(index, counts, progress, &mut charts);
+    // The steps are found before the replay: the charts are finer over them.
+    let (boundaries, _) = counts.found(index);
+    let mut charts = ChartsFilling::new(index, &boundaries);
+    let summary = Summary::build_found(index, boundaries, progress, &mut charts);
     let charts = charts.finish(&summary);
     let title = index
         .header
