@@ -64,9 +64,10 @@ pub fn opening_lines(index: &TraceIndex, summary: &Summary) -> Vec<String> {
         })
         .collect();
     if failures.len() > FAILURES_LISTED_FIRST {
+        let more = failures.len() - FAILURES_LISTED_FIRST;
         lines.push(format!(
-            "... and {} more (each process's section below details its first; `report --json` has them all)",
-            count((failures.len() - FAILURES_LISTED_FIRST) as u64, "failure", "failures")
+            "... and {more} more {} (each process's section below details its first; `report --json` has them all)",
+            if more == 1 { "failure" } else { "failures" }
         ));
     }
     for (info, process) in index.processes.iter().zip(&summary.processes) {
