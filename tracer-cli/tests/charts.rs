@@ -21,8 +21,14 @@ struct SeenChart {
     peak_bin: usize,
     /// The bin the chart opens on: its process's first memory event.
     first_bin: usize,
-    /// Where the plot's view starts, in SVG units.
+    /// Where the plot's view starts, in SVG units, and how wide it is.
     view_x: String,
+    view_width: f64,
+    /// What it opens on: `steps`, or `first-event` (the process's first
+    /// memory event).
+    opens_on: String,
+    /// The grey lines' words, such as "every 2nd of 358 step starts".
+    steps_said: Option<String>,
     /// The page offers the whole run beside the opening view.
     whole_run_button: bool,
     ticks: Vec<u64>,
@@ -98,6 +104,20 @@ fn charts_of(html: &str) -> Vec<SeenChart> {
                     .next()
                     .unwrap()
                     .to_string(),
+                view_width: attribute(&chart[chart.find("<svg class=\"plot\"").unwrap()..], "viewBox")
+                    .split(' ')
+                    .nth(2)
+                    .unwrap()
+                    .parse()
+                    .unwrap(),
+                opens_on: if chart.contains("data-opens-on=\"") {
+                    attribute(chart, "data-opens-on").to_string()
+                } else {
+                    "first-event".to_string()
+                },
+                steps_said: chart
+                    .find("grey lines: ")
+                    .map(|at| chart[at + 12..].split(';').next().unwrap().to_string()),
                 whole_run_button: chart.contains("<button type=\"button\" class=\"whole\">show the whole run</button>"),
                 ticks: attribute(chart, "data-y-ticks")
                     .split(',')
@@ -128,6 +148,19 @@ impl SeenChart {
     fn bin_at(&self, seconds: f64) -> usize {
         let bin = self.times.iter().rposition(|&start| start <= seconds).unwrap_or(0);
         bin.min(self.times.len() - 2)
+    }
+
+    /// The span in view when the chart opens, in seconds since the
+    /// trace's start (the plot is 900 units wide over the whole run).
+    fn view_seconds(&self) -> (f64, f64) {
+        let end = *self.times.last().unwrap();
+        let from: f64 = self.view_x.parse().unwrap();
+        (from / 900.0 * end, (from + self.view_width) / 900.0 * end)
+    }
+
+    /// The bins that start within `from..to` seconds.
+    fn bins_within(&self, from: f64, to: f64) -> usize {
+        self.times.iter().filter(|&&t| from <= t && t < to).count()
     }
 
     fn highest_total(&self) -> u64 {
@@ -231,14 +264,18 @@ fn check_charts(label: &str, trace: &Path, html: &str) {
             "{label}: {chart:?}"
         );
         assert!(*chart.ticks.last().unwrap() >= chart.peak_bytes, "{label}");
-        // The chart opens at its process's first memory event, the whole
-        // run one click away; the plot is 900 units wide over 600 bins.
-        assert_eq!(
-            chart.view_x,
-            format!("{:.1}", chart.first_bin as f64 * 900.0 / 599.0),
-            "{label}"
-        );
-        assert_eq!(chart.whole_run_button, chart.first_bin > 0, "{label}");
+        // Without steps, the chart opens at its process's first memory
+        // event, the whole run one click away; the plot is 900 units wide
+        // over 600 even bins.
+        if chart.opens_on == "first-event" {
+            assert_eq!(chart.times.len(), 600, "{label}");
+            assert_eq!(
+                chart.view_x,
+                format!("{:.1}", chart.first_bin as f64 * 900.0 / 599.0),
+                "{label}"
+            );
+            assert_eq!(chart.whole_run_button, chart.first_bin > 0, "{label}");
+        }
         // Each legend entry is a drawn series, with its bytes at the peak's bin.
         assert_eq!(chart.legend.len(), chart.series.len(), "{label}");
         for ((name, at_peak), (series, values, _)) in chart.legend.iter().zip(&chart.series) {
@@ -275,6 +312,12 @@ fn check_charts(label: &str, trace: &Path, html: &str) {
         let processes = owners_of(key, keep);
         assert_eq!(of_class.len(), processes.len(), "{label}: {class}");
         for (chart, process) in of_class.iter().zip(processes) {
+            let steps = report["processes"][process]["steps"]["steps"].as_array();
+            if let Some(steps) = steps.filter(|steps| !steps.is_empty()) {
+                check_steps_view(label, chart, steps);
+                continue;
+            }
+            assert_eq!(chart.opens_on, "first-event", "{label}: {class} of process {process}");
             let first = first_events[process].expect("a charted process has a memory event");
             // An owner chart whose peak comes first opens at its peak, so
             // that the marked peak is in view.
@@ -351,6 +394,48 @@ fn check_charts(label: &str, trace: &Path, html: &str) {
             "{label}"
         );
     }
+}
+
+/// A chart of a process with steps (`steps`, the report's) opens on them,
+/// the whole run one click away: its view holds every step's start and
+/// every complete step's end, with at least 8 bins a step (and 600 in
+/// all); and it is no wider than the steps and a mean step each side.
+fn check_steps_view(label: &str, chart: &SeenChart, steps: &[Value]) {
+    assert_eq!(chart.opens_on, "steps", "{label}");
+    assert!(chart.whole_run_button, "{label}");
+    let spans: Vec<(f64, f64, bool)> = steps
+        .iter()
+        .map(|step| {
+            let start = step["start_s"].as_f64().unwrap();
+            let end = start + step["duration_s"].as_f64().unwrap();
+            (start, end, step["complete"].as_bool().unwrap())
+        })
+        .collect();
+    let (from, to) = chart.view_seconds();
+    let (first, last_start) = (spans[0].0, spans[spans.len() - 1].0);
+    let loop_end = spans.iter().filter(|s| s.2).map(|s| s.1).fold(last_start, f64::max);
+    assert!(
+        from <= first && last_start <= to && loop_end <= to,
+        "{label}: {from}..{to} {spans:?}"
+    );
+    let last_end = spans[spans.len() - 1].1.max(loop_end);
+    let mean_step = (last_end - first) / spans.len() as f64;
+    assert!(
+        first - from <= mean_step && to - last_end <= mean_step,
+        "{label}: {from}..{to} {spans:?}"
+    );
+    // The view's ends are written with four digits of its width.
+    let within = (to - from) * 1e-4;
+    assert!(
+        chart.bins_within(from - within, to - within) >= (8 * spans.len()).max(600),
+        "{label}"
+    );
+    // The view starts where the bin it opens on starts.
+    let opening = chart.times[chart.first_bin];
+    assert!(
+        (opening - from).abs() <= (to - from) / 1000.0,
+        "{label}: {opening} {from}"
+    );
 }
 
 /// The page in headless Chromium: its script runs without an error, and
@@ -522,4 +607,73 @@ fn charts_with_step_marks_and_a_growing_table_read_true() {
     assert_eq!(html.matches("<line class=\"step\"").count(), 3 * 8);
     assert_eq!(html.matches("<table class=\"growing\">").count(), 1);
     look_at("steps", &page);
+}
+
+/// `cudatrace run -- python3 SCRIPT ARGS` over the fake driver, then its
+/// page, checked and looked at as `label`: (the page, the report).
+fn python_charts(label: &str, script: &Path, args: &[&str]) -> (String, Value) {
+    let (mut command, trace) = run_program(&format!("charts-{label}"), Path::new("python3"), &[]);
+    let out = command.arg(script).args(args).output().unwrap();
+    assert!(out.status.success(), "{}", stderr(&out));
+    let (page, html) = html_of(&trace);
+    check_charts(label, &trace, &html);
+    look_at(label, &page);
+    (html, report_json_with_stacks(&trace).0)
+}
+
+#[test]
+fn charts_open_on_steps_that_are_a_sliver_of_the_run() {
+    // The no-GPU demo: its five steps take a fraction of a millisecond
+    // after Python's start-up, all in one of 600 even bins. Each of its
+    // charts opens on them, each step with bins of its own.
+    let demo = Path::new(env!("CARGO_MANIFEST_DIR")).join("../examples/no_gpu_demo.py");
+    let (html, report) = python_charts("demo", &demo, &[]);
+    assert_eq!(report["processes"][0]["steps"]["count"], 5);
+    let charts = charts_of(&html);
+    assert_eq!(charts.len(), 2, "the owner chart and the call-site chart");
+    let steps = report["processes"][0]["steps"]["steps"].as_array().unwrap();
+    for chart in &charts {
+        assert_eq!(chart.opens_on, "steps");
+        assert_eq!(chart.steps_said.as_deref(), Some("the starts of 5 steps"));
+        // Python's start-up, before the steps, is most of the run.
+        let (from, to) = chart.view_seconds();
+        assert!(to - from < *chart.times.last().unwrap() / 10.0, "{from}..{to}");
+        // Each step is drawn with bins of its own.
+        for step in steps {
+            let start = step["start_s"].as_f64().unwrap();
+            let end = start + step["duration_s"].as_f64().unwrap();
+            assert!(chart.bins_within(start, end) >= 8, "the step at {start} s: {steps:?}");
+        }
+    }
+}
+
+#[test]
+fn a_long_loop_marks_every_2nd_step_and_opens_on_its_steps() {
+    // 358 steps of the demo's kind (ctypes calls to the fake runtime):
+    // more step starts than the charts mark one by one.
+    let dir = scratch_dir("charts-loop-script");
+    let script = dir.join("loop.py");
+    std::fs::write(
+        &script,
+        "import ctypes, sys\n\
+         cudart = ctypes.CDLL('libcudart.so.13')\n\
+         cudart.cudaMalloc.argtypes = [ctypes.POINTER(ctypes.c_void_p), ctypes.c_size_t]\n\
+         cudart.cudaFree.argtypes = [ctypes.c_void_p]\n\
+         kept = []\n\
+         for step in range(int(sys.argv[1])):\n\
+         \x20   work, grads = ctypes.c_void_p(), ctypes.c_void_p()\n\
+         \x20   assert cudart.cudaMalloc(ctypes.byref(work), 1 << 20) == 0\n\
+         \x20   assert cudart.cudaMalloc(ctypes.byref(grads), 4096) == 0\n\
+         \x20   kept.append(grads)\n\
+         \x20   assert cudart.cudaFree(work) == 0\n",
+    )
+    .unwrap();
+    let (html, report) = python_charts("loop", &script, &["358"]);
+    assert_eq!(report["processes"][0]["steps"]["count"], 358);
+    let charts = charts_of(&html);
+    assert_eq!(charts.len(), 2);
+    for chart in &charts {
+        assert_eq!(chart.steps_said.as_deref(), Some("every 2nd of 358 step starts"));
+    }
+    assert_eq!(html.matches("<line class=\"step\"").count(), 2 * 179);
 }

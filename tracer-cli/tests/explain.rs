@@ -546,3 +546,32 @@ fn a_kernel_run_on_a_second_device_is_measured_loading_there_too() {
     // device 1: the same kernel's load there, through the same handle.
     assert_eq!(by_device, vec![(0, 25 * MIB, 0), (1, 5 * MIB, 0)]);
 }
+
+#[test]
+fn with_nothing_in_use_at_exit_nothing_was_left_to_explain() {
+    // Three allocations, each freed: at exit the device holds nothing of
+    // the process, and a share of nothing is no figure. (The device's own
+    // readings, not the fake NVML's, whose rate-limited readings may miss
+    // the peak's allocation.)
+    let program = fake_cuda::program("scenarios").to_string_lossy().into_owned();
+    let argv = [program, "pairs".to_string(), "3".to_string()];
+    let trace = run_with_costs("explain-nothing-left", &argv, &[], false, &[]);
+    let (report, _) = report_json_with_stacks(&trace);
+    let at_exit = &report["processes"][0]["footprint"][0]["at_exit"];
+    assert_eq!(at_exit["reference_bytes"], 0, "{at_exit:#}");
+    let output = cudatrace(&["report", trace.to_str().unwrap()]).output().unwrap();
+    let text = stdout(&output);
+    let explained: Vec<&str> = text.lines().filter(|l| l.starts_with("  explained: ")).collect();
+    assert_eq!(
+        explained,
+        ["  explained: nothing was left to explain at exit, 100.0% at peak"],
+        "{text}"
+    );
+    // The page's table says the same.
+    let page = html_page(&trace);
+    assert_eq!(
+        page.matches("<p class=\"note\">explained: nothing was left to explain at exit, 100.0% at peak</p>")
+            .count(),
+        1
+    );
+}

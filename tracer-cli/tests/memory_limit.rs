@@ -872,3 +872,165 @@ fn a_process_that_ends_badly_after_a_refusal_did_not_fit_and_the_verdict_names_t
         "{text}"
     );
 }
+
+#[test]
+fn the_recording_line_says_the_limit_as_it_was_read() {
+    // `24gb` counts in 1000s: fewer bytes than 24 GiB, said before the job
+    // runs, not first in the report.
+    for (options, env, limited) in [
+        (
+            vec!["--limit", "24gb"],
+            None,
+            ", every GPU limited to 24,000,000,000 bytes (22.4 GiB)",
+        ),
+        (
+            vec!["--limit", "24GiB"],
+            None,
+            ", every GPU limited to 25,769,803,776 bytes (24.0 GiB)",
+        ),
+        (
+            vec![],
+            Some("256MiB"),
+            ", every GPU limited to 268,435,456 bytes (256.0 MiB)",
+        ),
+        (vec!["--limit", "off"], Some("256MiB"), ""),
+        (vec![], None, ""),
+    ] {
+        let (mut command, trace) = run_program("limit-recording-line", &fake_cuda::program("limit"), &options);
+        command.arg("queries").env_remove("CUDATRACE_LIMIT");
+        if let Some(value) = env {
+            command.env("CUDATRACE_LIMIT", value);
+        }
+        let output = command.output().unwrap();
+        assert_eq!(output.status.code(), Some(0), "{}", stderr(&output));
+        let text = stderr(&output);
+        assert_eq!(
+            text.lines().next().unwrap(),
+            format!(
+                "cudatrace: recording `{} queries` and every process it starts into {}{limited}",
+                fake_cuda::program("limit").display(),
+                trace.display()
+            ),
+            "{options:?} {env:?}"
+        );
+    }
+}
+
+/// The line of scenarios.c where `scenario_oom` asks for more than the card.
+fn too_big_line() -> usize {
+    let source =
+        std::fs::read_to_string(concat!(env!("CARGO_MANIFEST_DIR"), "/../tests/fake-cuda/c/scenarios.c")).unwrap();
+    source
+        .lines()
+        .position(|l| l.contains("cudaMalloc(&too_big, 1 << 20)"))
+        .unwrap()
+        + 1
+}
+
+#[test]
+fn the_answers_open_the_report_and_the_page_in_order() {
+    // Under the limit, one program is refused by it, another by a card
+    // smaller than the limit, and a third (fake PyTorch's training loop)
+    // leaks a MiB a step: the limit's verdicts, then the failures in time
+    // order, then what keeps growing open the report, before the ranks
+    // and every process's details.
+    let scenarios = fake_cuda::program("scenarios");
+    let script = format!(
+        "{{limit}} refuse plain {BLOCK} 10; FAKE_CUDA_CAPACITY=1048576 {} oom; {} {} training",
+        scenarios.display(),
+        fake_cuda::program("torch_like").display(),
+        fake_cuda::torch_library("211").display()
+    );
+    let (_, trace) = run_script("limit-answers-first", &script, &[("FAKE_TORCH_LEAK", "1")]);
+    let (report, _) = report_json(&trace);
+    let pid_of = |program: &str| -> u64 {
+        let processes = report["processes"].as_array().unwrap();
+        let process = processes
+            .iter()
+            .find(|p| p["argv"][0].as_str().unwrap().ends_with(program))
+            .unwrap_or_else(|| panic!("no {program} in {report:#}"));
+        process["pid"].as_u64().unwrap()
+    };
+    let (refused, card, leaking) = (pid_of("/limit"), pid_of("/scenarios"), pid_of("/torch_like"));
+    let text = stdout(&cudatrace(&["report"]).arg(&trace).output().unwrap());
+    let headings: Vec<&str> = text
+        .lines()
+        .filter(|l| !l.is_empty() && !l.starts_with(' '))
+        .take(6)
+        .collect();
+    assert!(headings[0].starts_with("trace of `/bin/sh -c "), "{text}");
+    assert_eq!(headings[1], "memory limit:", "{text}");
+    assert_eq!(headings[2], "out of memory:", "{text}");
+    assert_eq!(
+        headings[3],
+        format!(
+            "pid {leaking} {} {} training: 8 steps; growth measured at the ends of steps 1 to 7 (the last step has no end)",
+            fake_cuda::program("torch_like").display(),
+            fake_cuda::torch_library("211").display()
+        ),
+        "{text}"
+    );
+    assert_eq!(
+        headings[4], "every rank: 3 rows on 1 host, one row per process and device",
+        "{text}"
+    );
+    assert!(headings[5].starts_with("where the memory went, "), "{text}");
+    // The failures, each with its process, device, moment and call site.
+    let failures: Vec<&str> = text
+        .lines()
+        .skip_while(|l| *l != "out of memory:")
+        .skip(1)
+        .take_while(|l| !l.is_empty())
+        .collect();
+    let expected = [
+        (
+            refused,
+            format!(
+                "REFUSED BY THE MEMORY LIMIT: cuMemAlloc_v2 asked for 47.7 MiB with 17.6 MiB left of the 256.0 MiB limit, at allocate (limit.c:{})",
+                call_line("plain")
+            ),
+        ),
+        (
+            card,
+            format!(
+                "OUT OF MEMORY: cudaMalloc asked for 1.0 MiB with 512.0 KiB free of 1.0 MiB, at scenario_oom (scenarios.c:{})",
+                too_big_line()
+            ),
+        ),
+    ];
+    assert_eq!(failures.len(), expected.len(), "{text}");
+    for (line, (pid, said)) in failures.iter().zip(&expected) {
+        let (when, what) = line.split_once(": ").unwrap();
+        assert!(when.starts_with(&format!("  pid {pid}, GPU 0, at ")), "{line}");
+        assert!(when.ends_with(" ms"), "{line}");
+        assert_eq!(what, said);
+    }
+
+    // The page opens with the same answers, in the same order.
+    let page = html_page(&trace);
+    let at = |heading: &str| {
+        page.find(&format!("<h2>{heading}</h2>"))
+            .unwrap_or_else(|| panic!("no {heading}"))
+    };
+    let order = [
+        "Memory limit",
+        "Out of memory",
+        "What keeps growing",
+        "Every rank",
+        "Processes",
+    ]
+    .map(at);
+    assert!(order.windows(2).all(|w| w[0] < w[1]), "{order:?}");
+    let items: Vec<&str> = page[order[1]..order[2]]
+        .split("<li>")
+        .skip(1)
+        .map(|item| item.split("</li>").next().unwrap())
+        .collect();
+    assert_eq!(items.len(), 2);
+    for (item, (pid, said)) in items.iter().zip(&expected) {
+        assert!(item.starts_with(&format!("pid {pid}, GPU 0, at ")), "{item}");
+        assert!(item.ends_with(said.as_str()), "{item}");
+    }
+    assert_eq!(page.matches("<table class=\"growing\">").count(), 1);
+    assert!(page.find("<table class=\"growing\">").unwrap() < order[3]);
+}

@@ -506,3 +506,43 @@ fn the_html_page_loads_without_errors_and_charts_the_top_call_sites() {
         shot.display()
     );
 }
+
+#[test]
+fn the_report_opens_with_the_first_ten_failures_and_counts_the_rest() {
+    // Twelve asks of 2 GiB on the fake 1 GiB card, each failing.
+    let dir = scratch_dir("ooms-listed-first");
+    let script = dir.join("ooms.py");
+    std::fs::write(
+        &script,
+        "import ctypes\n\
+         cudart = ctypes.CDLL('libcudart.so.13')\n\
+         cudart.cudaMalloc.argtypes = [ctypes.POINTER(ctypes.c_void_p), ctypes.c_size_t]\n\
+         for _ in range(12):\n\
+         \x20   assert cudart.cudaMalloc(ctypes.byref(ctypes.c_void_p()), 2 << 30) != 0\n",
+    )
+    .unwrap();
+    let (mut command, trace) = run_program("ooms-listed-first", Path::new("python3"), &[]);
+    let out = command.arg(&script).output().unwrap();
+    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+    let text =
+        String::from_utf8_lossy(&cudatrace(&["report", trace.to_str().unwrap()]).output().unwrap().stdout).into_owned();
+    let listed: Vec<&str> = text
+        .lines()
+        .skip_while(|l| *l != "out of memory:")
+        .skip(1)
+        .take_while(|l| !l.is_empty())
+        .collect();
+    assert_eq!(listed.len(), 11, "{text}");
+    for line in &listed[..10] {
+        assert!(
+            line.ends_with(
+                ": OUT OF MEMORY: cudaMalloc asked for 2.0 GiB with 1.0 GiB free of 1.0 GiB, at ooms.py:5 <module>"
+            ),
+            "{line}"
+        );
+    }
+    assert_eq!(
+        listed[10],
+        "  ... and 2 more failures (each process's section below details its first; `report --json` has them all)"
+    );
+}

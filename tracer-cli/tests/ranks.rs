@@ -230,6 +230,21 @@ fn merge_lines_two_hosts_up_by_their_wall_clocks() {
     }
 }
 
+/// The line of torch_like.cpp where `forward_pass` allocates its output
+/// (the allocation host B leaks).
+fn forward_output_line() -> usize {
+    let source = std::fs::read_to_string(concat!(
+        env!("CARGO_MANIFEST_DIR"),
+        "/../tests/fake-cuda/c/torch_like.cpp"
+    ))
+    .unwrap();
+    source
+        .lines()
+        .position(|l| l.contains("void *output = api.malloc(kOutputBytes"))
+        .unwrap()
+        + 1
+}
+
 #[test]
 fn the_report_opens_with_every_rank_and_names_the_one_that_stands_out() {
     let [(a, ..), (b, ..)] = two_hosts("rank-table");
@@ -261,7 +276,11 @@ fn the_report_opens_with_every_rank_and_names_the_one_that_stands_out() {
     assert_eq!(outlier["median_row"], 0);
     assert_eq!(outlier["above_median_bytes"], 6u64 << 20);
     assert_eq!(outlier["steps"], serde_json::json!([7, 7]));
-    assert_eq!(outlier["call_site"], "forward_pass (torch_like.cpp:337)");
+    let output_line = forward_output_line();
+    assert_eq!(
+        outlier["call_site"],
+        format!("forward_pass (torch_like.cpp:{output_line})")
+    );
     assert_eq!(outlier["call_site_more_bytes"], 6u64 << 20);
 
     let text = stdout(&cudatrace(&["report", merged.to_str().unwrap()]).output().unwrap());
@@ -311,7 +330,7 @@ fn the_report_opens_with_every_rank_and_names_the_one_that_stands_out() {
     }
     assert_eq!(
         table[4],
-        "  rank 1 peaks 6.0 MiB (23%) above the median rank (rank 0), at step 7; the difference is at forward_pass (torch_like.cpp:337) (6.0 MiB more)"
+        format!("  rank 1 peaks 6.0 MiB (23%) above the median rank (rank 0), at step 7; the difference is at forward_pass (torch_like.cpp:{output_line}) (6.0 MiB more)")
     );
     // The process headings name host and rank.
     assert!(
@@ -721,6 +740,70 @@ fn as_host(trace: &Path, host: &str, copy: &Path) {
         }
     }
     writer.flush().unwrap();
+}
+
+/// `cudatrace run -- /bin/sh -c SCRIPT`, where `$S` is the fake program
+/// `scenarios`: (the program's output, the trace).
+fn run_shell(label: &str, script: &str) -> (String, PathBuf) {
+    let (mut command, trace) = run_program(label, Path::new("/bin/sh"), &[]);
+    command
+        .arg("-c")
+        .arg(script)
+        .env("S", fake_cuda::program("scenarios"))
+        .env_remove("RANK")
+        .env_remove("LOCAL_RANK")
+        .env_remove("WORLD_SIZE");
+    let output = command.output().unwrap();
+    assert!(output.status.success(), "{}", stderr(&output));
+    (stdout(&output), trace)
+}
+
+#[test]
+fn the_images_of_one_process_are_one_row_of_the_rank_table() {
+    // One process that execs (3000 bytes, then 4000 in its new image) is
+    // no ranks to compare: no table, as for a process that never execs.
+    let (_, trace) = run_shell("ranks-exec-alone", "\"$S\" exec");
+    let (report, _) = report_json(&trace);
+    assert_eq!(report["processes"].as_array().unwrap().len(), 2);
+    assert!(report["ranks"].is_null(), "{:#}", report["ranks"]);
+    let text = stdout(&cudatrace(&["report", trace.to_str().unwrap()]).output().unwrap());
+    assert!(!text.contains("every rank"), "{text}");
+    assert!(!text.contains("median rank"), "{text}");
+    assert!(!html_page(&trace).contains("<h2>Every rank</h2>"));
+
+    // Beside another process, it is one row: its higher image's peak, and
+    // what its last image held at exit.
+    let (out, trace) = run_shell("ranks-exec-beside", "\"$S\" exec && \"$S\" leak 3");
+    let exec_pid: u64 = out
+        .lines()
+        .find_map(|l| l.strip_prefix("exec-child "))
+        .and_then(|rest| rest.split(' ').next())
+        .unwrap()
+        .parse()
+        .unwrap();
+    let (report, _) = report_json(&trace);
+    assert_eq!(report["processes"].as_array().unwrap().len(), 3);
+    let rows = report["ranks"]["rows"].as_array().unwrap();
+    let figures: Vec<(bool, u64, u64, u64)> = rows
+        .iter()
+        .map(|r| {
+            (
+                r["pid"] == exec_pid,
+                r["peak_bytes"].as_u64().unwrap(),
+                r["live_at_exit_bytes"].as_u64().unwrap(),
+                r["ooms"].as_u64().unwrap(),
+            )
+        })
+        .collect();
+    assert_eq!(figures, [(true, 4000, 4000, 0), (false, 9 << 20, 3 << 20, 0)]);
+    assert_eq!(report["ranks"]["outlier"]["row"], 1);
+    assert_eq!(report["ranks"]["outlier"]["median_row"], 0);
+    let text = stdout(&cudatrace(&["report", trace.to_str().unwrap()]).output().unwrap());
+    assert!(
+        text.contains("every rank: 2 rows on 1 host, one row per process and device\n"),
+        "{text}"
+    );
+    assert_eq!(html_page(&trace).matches("<div class=\"small-chart\">").count(), 2);
 }
 
 #[test]

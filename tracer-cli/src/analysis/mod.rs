@@ -68,7 +68,7 @@ pub use site_id::call_site_id;
 pub use stack_frames::Frame;
 #[cfg(test)]
 pub use step_finding::find_boundaries;
-pub use step_finding::{find_boundaries_so_far, StepCounts};
+pub use step_finding::{find_boundaries_so_far, Boundaries, StepCounts};
 pub use steps::{StepRecord, Steps};
 pub use summary::{largest_call_sites, AtCut, ProcessSummary, Summary, OOM_STATES_KEPT};
 pub use tensor_status::tensors_stopped_midway;

@@ -11,6 +11,7 @@ use super::keys::{ByStack, DeviceKey};
 use super::summary::Summary;
 use super::trace_index::TraceIndex;
 use cudatrace_events::ProcessPlace;
+use std::collections::hash_map::Entry;
 use std::collections::HashMap;
 
 /// One process on one device.
@@ -78,9 +79,13 @@ pub const OUTLIER_BYTES: u64 = 1 << 20;
 
 impl RankTable {
     /// The table of a trace, when it holds more than one process or device
-    /// that used a GPU; else `None`.
+    /// that used a GPU; else `None`. The images of one process (before and
+    /// after an `exec`) are one row: a process is not compared with itself.
     pub fn of(index: &TraceIndex, summary: &Summary) -> Option<RankTable> {
-        let mut rows = Vec::new();
+        let first_images = first_images(index);
+        let mut rows: Vec<RankRow> = Vec::new();
+        // Per process (its first image) and device, its row in `rows`.
+        let mut row_of: HashMap<(usize, u8), usize> = HashMap::new();
         for (process, (info, figures)) in index.processes.iter().zip(&summary.processes).enumerate() {
             for (&key, stats) in &figures.devices {
                 let DeviceKey::Gpu(device) = key else { continue };
@@ -91,7 +96,7 @@ impl RankTable {
                     Some(breakdown) => (breakdown.reference.bytes, breakdown.reference.time_ns),
                     None => (stats.peak, stats.peak_time_ns),
                 };
-                rows.push(RankRow {
+                let row = RankRow {
                     process,
                     place: info.start.place.clone(),
                     pid: info.start.pid,
@@ -104,7 +109,14 @@ impl RankTable {
                     live_at_exit: stats.current,
                     ooms: stats.ooms.len() as u64,
                     explained_percent: at_peak.map(|b| b.explained_percent()),
-                });
+                };
+                match row_of.entry((first_images[process], device)) {
+                    Entry::Occupied(earlier) => rows[*earlier.get()].continue_with(row),
+                    Entry::Vacant(place) => {
+                        place.insert(rows.len());
+                        rows.push(row);
+                    }
+                }
             }
         }
         if rows.len() < 2 {
@@ -123,6 +135,62 @@ impl RankTable {
         });
         let outlier = outlier(index, summary, &rows);
         Some(RankTable { rows, outlier })
+    }
+}
+
+/// Each image's process, by its first image's place in
+/// [`TraceIndex::processes`]: an image after an `exec` continues the latest
+/// earlier image of its pid on its host; an image 0 is a process of its
+/// own (a pid used again).
+fn first_images(index: &TraceIndex) -> Vec<usize> {
+    // Per host and pid: the process's first image, and its latest image number.
+    let mut latest: HashMap<(&str, u32), (usize, u32)> = HashMap::new();
+    index
+        .processes
+        .iter()
+        .enumerate()
+        .map(|(process, info)| {
+            let start = &info.start;
+            let key = (start.place.host.as_str(), start.pid);
+            let first = match latest.get(&key) {
+                Some(&(first, image)) if start.image > image => first,
+                _ => process,
+            };
+            latest.insert(key, (first, start.image));
+            first
+        })
+        .collect()
+}
+
+impl RankRow {
+    /// The row of a process, now with its later image's row on the same
+    /// device: the peak is the higher image's, with its moment and the
+    /// figures taken there; PyTorch's peaks are the higher of the two;
+    /// live at exit is the later image's (the process ended with it); the
+    /// out-of-memory failures are added up.
+    fn continue_with(&mut self, later: RankRow) {
+        let allocated_peak = self.allocated_peak.max(later.allocated_peak);
+        let reserved_peak = self.reserved_peak.max(later.reserved_peak);
+        let ooms = self.ooms + later.ooms;
+        // A rank set by the program itself is recorded at its exit: the
+        // later image's place, unless only the earlier one has a rank.
+        let place = if later.place.rank.is_some() || self.place.rank.is_none() {
+            later.place.clone()
+        } else {
+            self.place.clone()
+        };
+        if later.peak_bytes > self.peak_bytes {
+            self.process = later.process;
+            self.peak_bytes = later.peak_bytes;
+            self.peak_time_ns = later.peak_time_ns;
+            self.peak_is_footprint = later.peak_is_footprint;
+            self.explained_percent = later.explained_percent;
+        }
+        self.live_at_exit = later.live_at_exit;
+        self.allocated_peak = allocated_peak;
+        self.reserved_peak = reserved_peak;
+        self.ooms = ooms;
+        self.place = place;
     }
 }
 

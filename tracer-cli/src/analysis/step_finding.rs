@@ -91,6 +91,9 @@ pub struct StepMarker {
     pub tensors: bool,
     /// How many steps.
     pub steps: u64,
+    /// When the first step started: the marker's first allocation (for
+    /// steps a fold kept, the first step it kept).
+    pub first_ns: u64,
     /// The last allocation of the loop's body (the stacks that allocate
     /// once or several times a step): where the last step ends (no next
     /// step starts it).
@@ -108,8 +111,10 @@ impl StepMarker {
 #[derive(Clone, Copy, Debug, Default)]
 struct StackCount {
     count: u64,
-    /// Index, among the process's allocations of the same kind, of its first.
+    /// Index, among the process's allocations of the same kind, of its
+    /// first, and the time.
     first: u64,
+    first_time_ns: u64,
     /// The index of its last, and the time.
     last: u64,
     last_time_ns: u64,
@@ -203,6 +208,7 @@ impl Allocations {
         }
         let entry = self.stacks.entry((event.stack, event.device)).or_insert(StackCount {
             first: at,
+            first_time_ns: time_ns,
             shortest_gap: u64::MAX,
             base_level: level,
             ..StackCount::default()
@@ -303,6 +309,7 @@ impl Allocations {
             device,
             tensors,
             steps,
+            first_ns: first.first_time_ns,
             loop_end_ns: body.iter().map(|(_, s)| s.last_time_ns).max().unwrap_or(0),
         })
     }
@@ -334,11 +341,22 @@ impl Allocations {
             .max()
             .or_else(|| state.open.as_ref().map(|open| open.end_ns))
             .unwrap_or(0);
+        let first_ns = state
+            .records
+            .first()
+            .or(state.open.as_ref())
+            .map(|step| step.start_ns)
+            .or_else(|| {
+                let marker = self.stacks.get(&(state.marker_stack, state.marker_device));
+                marker.map(|s| s.first_time_ns)
+            })
+            .unwrap_or(loop_end_ns);
         StepMarker {
             stack: state.marker_stack,
             device: state.marker_device,
             tensors: state.tensors,
             steps,
+            first_ns,
             loop_end_ns,
         }
     }

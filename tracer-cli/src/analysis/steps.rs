@@ -440,6 +440,7 @@ mod tests {
             device: Some(0),
             tensors: true,
             steps,
+            first_ns: 1000,
             loop_end_ns: 0,
         };
         let mut events = vec![tensor(0, Action::SegmentAlloc, 0x10_0000, 1 << 20, 1)];

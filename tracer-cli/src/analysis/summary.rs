@@ -296,6 +296,14 @@ impl Summary {
     /// `--at oom:N` counts): (process, device, failure); else how many
     /// failures the run has.
     pub fn oom(&self, n: usize) -> Result<(usize, DeviceKey, &Oom), usize> {
+        let ooms = self.ooms_in_time_order();
+        let count = ooms.len();
+        n.checked_sub(1).and_then(|i| ooms.get(i).copied()).ok_or(count)
+    }
+
+    /// Every out-of-memory failure of the run (the memory limit's refusals
+    /// included), in time order: (process, device, failure).
+    pub fn ooms_in_time_order(&self) -> Vec<(usize, DeviceKey, &Oom)> {
         let mut ooms: Vec<(usize, DeviceKey, &Oom)> = self
             .processes
             .iter()
@@ -308,8 +316,7 @@ impl Summary {
             })
             .collect();
         ooms.sort_by_key(|&(process, _, oom)| (oom.time_ns, process));
-        let count = ooms.len();
-        n.checked_sub(1).and_then(|i| ooms.get(i).copied()).ok_or(count)
+        ooms
     }
 
     /// Replays the whole trace, after a first pass that finds each
@@ -340,6 +347,18 @@ impl Summary {
         alongside: &mut C,
     ) -> Summary {
         let (boundaries, _) = counts.found(index);
+        Summary::build_found(index, boundaries, progress, alongside)
+    }
+
+    /// [`Summary::build_counted`] with each process's steps (or low
+    /// points) already found from the counts, for a consumer that needs
+    /// them before the replay (the page's charts, finer over the steps).
+    pub fn build_found<C: Consumer<Error = Infallible>>(
+        index: &TraceIndex,
+        boundaries: Vec<Option<Boundaries>>,
+        progress: &Progress,
+        alongside: &mut C,
+    ) -> Summary {
         Summary::replay(index, progress, boundaries, alongside)
     }
 

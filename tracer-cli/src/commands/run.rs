@@ -224,15 +224,7 @@ fn trace_environment(command: &mut Command, preload: PathBuf, run_dir: &Path, ar
 pub fn run(args: RunArgs) -> Result<u8, Failure> {
     install_signal_forwarding();
     let cap = super::max_size::trace_cap(args.max_size)?;
-    if args.limit.is_none() {
-        // The library would say so in every process: say it once, here.
-        if let Some(value) = std::env::var("CUDATRACE_LIMIT")
-            .ok()
-            .filter(|v| !matches!(v.trim(), "" | "0" | "off"))
-        {
-            super::arguments::parse_limit(&value).map_err(|why| format!("CUDATRACE_LIMIT={value}: {why}"))?;
-        }
-    }
+    let limit = memory_limit(&args)?;
     let preload = preload_library(args.preload.clone())?;
     let claimed = claim_destination(&args)?;
     let program = args.command[0].clone();
@@ -285,7 +277,7 @@ pub fn run(args: RunArgs) -> Result<u8, Failure> {
     forward_to(child.id());
     let started = start_collector(&args, claimed, child.id(), &run_dir, nvml, cap);
     match started {
-        Ok((collector, trace)) => record(&args, &mut child, collector, &trace, &run_dir),
+        Ok((collector, trace)) => record(&args, limit, &mut child, collector, &trace, &run_dir),
         Err(reason) => {
             // The command runs on, spooled; its spools stay for `cudatrace collect`.
             say(&said(&reason));
@@ -294,6 +286,25 @@ pub fn run(args: RunArgs) -> Result<u8, Failure> {
             Ok(code)
         }
     }
+}
+
+/// The memory limit the job runs under, if any: `--limit`, else
+/// `CUDATRACE_LIMIT`, which is checked here because the library would
+/// say what is wrong with it in every process: said once, here.
+fn memory_limit(args: &RunArgs) -> Result<Option<u64>, Failure> {
+    let limit = match args.limit {
+        Some(limit) => limit,
+        None => match std::env::var("CUDATRACE_LIMIT")
+            .ok()
+            .filter(|v| !matches!(v.trim(), "" | "0" | "off"))
+        {
+            Some(value) => {
+                super::arguments::parse_limit(&value).map_err(|why| format!("CUDATRACE_LIMIT={value}: {why}"))?
+            }
+            None => 0,
+        },
+    };
+    Ok((limit > 0).then_some(limit))
 }
 
 /// `--start-paused`: the job's switch is made paused before the command
@@ -334,9 +345,11 @@ fn start_collector(
 }
 
 /// Records the running command `child` into `trace` until it and its
-/// descendants are done; its exit code.
+/// descendants are done; its exit code. `limit`, the memory limit it runs
+/// under, is said with where it records.
 fn record(
     args: &RunArgs,
+    limit: Option<u64>,
     child: &mut Child,
     collector: Collector,
     trace: &Path,
@@ -344,7 +357,7 @@ fn record(
 ) -> Result<u8, Failure> {
     let pid = child.id();
     let command: Vec<_> = args.command.iter().map(|a| a.to_string_lossy()).collect();
-    say(&run_lines::recording(&command.join(" "), trace));
+    say(&run_lines::recording(&command.join(" "), trace, limit));
     collector.hold(pid);
     let code = wait(child)?;
     collector.record_exit(pid, i32::from(code), monotonic_ns());

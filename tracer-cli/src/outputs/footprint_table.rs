@@ -187,12 +187,17 @@ fn all_rows(footprint: &DeviceFootprint) -> Vec<Row> {
 /// column stands on, and PyTorch's figures where `tensors` were recorded.
 fn summary_lines(footprint: &DeviceFootprint, origin_ns: u64, tensors: Option<&TensorStats>) -> Vec<String> {
     let (exit, peak) = (footprint.at_exit.as_ref(), footprint.at_peak.as_ref());
-    let explained =
-        |b: Option<&Breakdown>| b.map_or_else(|| "-".to_string(), |b| format!("{:.1}%", b.explained_percent()));
+    // A share of nothing is no figure: with nothing in use (every
+    // allocation freed before exit) there was nothing to explain.
+    let explained = |b: Option<&Breakdown>, nothing: &str| match b {
+        None => "-".to_string(),
+        Some(b) if b.reference.bytes == 0 && b.explained() == 0 => nothing.to_string(),
+        Some(b) => format!("{:.1}%", b.explained_percent()),
+    };
     let mut lines = vec![format!(
         "explained: {} at exit, {} at peak",
-        explained(exit),
-        explained(peak)
+        explained(exit, "nothing was left to explain"),
+        explained(peak, "nothing to explain")
     )];
     if let Some(exit) = exit {
         lines.push(reading_text("at exit,", exit, origin_ns));

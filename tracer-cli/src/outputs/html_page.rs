@@ -1,9 +1,11 @@
-//! The HTML report: one self-contained page, viewable with no network:
-//! per process and device, where the driver's memory went (a table and a
-//! chart by owner), a chart of live bytes over time stacked by the top
-//! call sites with the peak marked, and tables of memory at the peak,
-//! memory live at exit and OOMs, by call site. Notes that do not change
-//! the answer come last.
+//! The HTML report: one self-contained page, viewable with no network.
+//! It opens with the answers, as the text report does: the memory limit's
+//! verdict, the out-of-memory failures and refusals, the call sites that
+//! keep growing. Then the ranks, and per process and device, where the
+//! driver's memory went (a table and a chart by owner), a chart of live
+//! bytes over time stacked by the top call sites with the peak marked, and
+//! tables of memory at the peak, memory live at exit and OOMs, by call
+//! site. Notes that do not change the answer come last.
 //!
 //! The charts are SVG drawn here; a little script of our own adds hover
 //! and zoom. The figures come from the same replay as `cudatrace report`.
@@ -22,6 +24,7 @@ use crate::analysis::{growing_sites, silent_children, FramesShown, ProcessIndex,
 use crate::analysis::{StepCounts, UnreadBlock};
 use crate::outputs::steps_text;
 use crate::outputs::wording::device_label;
+use crate::outputs::wording::oom_lines;
 use crate::outputs::wording::switch_lines;
 use crate::outputs::wording::{bytes, count, oom_state_not_kept, torch_bytes_text};
 use crate::system::progress::Progress;
@@ -39,8 +42,10 @@ pub fn page(
     frames: FramesShown,
     progress: &Progress,
 ) -> (String, Vec<UnreadBlock>) {
-    let mut charts = ChartsFilling::new(index);
-    let summary = Summary::build_counted(index, counts, progress, &mut charts);
+    // The steps are found before the replay: the charts are finer over them.
+    let (boundaries, _) = counts.found(index);
+    let mut charts = ChartsFilling::new(index, &boundaries);
+    let summary = Summary::build_found(index, boundaries, progress, &mut charts);
     let charts = charts.finish(&summary);
     let title = index
         .header
@@ -48,7 +53,12 @@ pub fn page(
         .map_or_else(|| index.path.display().to_string(), |h| h.command.join(" "));
     let mut page = head_html(index, &title);
     page += &incomplete_html(index, &summary);
+    // The answers open the page, as they open the report: the memory
+    // limit's verdict, what ran out of memory or was refused, what keeps
+    // growing.
     page += &limit_html(index, &summary);
+    page += &failures_html(index, &summary);
+    page += &growth_html(index, &summary, frames);
     page += &rank_charts::ranks_html(index, &summary, &charts);
     page += &processes_html(index, &summary);
     page += &footprints_html(index, &summary, &charts);
@@ -128,6 +138,35 @@ fn limit_html(index: &TraceIndex, summary: &Summary) -> String {
     out
 }
 
+/// Every out-of-memory failure and refusal of the run, in time order;
+/// nothing when nothing failed.
+fn failures_html(index: &TraceIndex, summary: &Summary) -> String {
+    let lines = oom_lines::opening_lines(index, summary);
+    if lines.is_empty() {
+        return String::new();
+    }
+    let mut out = String::from("<h2>Out of memory</h2>\n<ul class=\"failures\">\n");
+    for line in lines {
+        let _ = writeln!(out, "<li>{}</li>", escape(&line));
+    }
+    out + "</ul>\n"
+}
+
+/// Each process's call sites that keep growing, with the steps (or low
+/// points) they were measured at; nothing where no process has either.
+fn growth_html(index: &TraceIndex, summary: &Summary, frames: FramesShown) -> String {
+    let processes: String = index
+        .processes
+        .iter()
+        .zip(&summary.processes)
+        .map(|(info, process)| growing_html(index, info, process, frames))
+        .collect();
+    if processes.is_empty() {
+        return String::new();
+    }
+    format!("<h2>What keeps growing</h2>\n{processes}")
+}
+
 /// One row per process image: pid, parent, command, exit and events.
 fn processes_html(index: &TraceIndex, summary: &Summary) -> String {
     let mut out = String::from("<h2>Processes</h2>\n<table><tr><th>pid</th><th>parent</th><th>image</th><th>command</th><th>exit</th><th>events</th></tr>\n");
@@ -194,7 +233,6 @@ fn devices_html(index: &TraceIndex, summary: &Summary, charts: &PageCharts, fram
     for (number, (info, process)) in index.processes.iter().zip(&summary.processes).enumerate() {
         let first_ns = charts.first_memory_ns[number];
         let steps = step_starts(process);
-        out += &growing_html(index, info, process, frames);
         for (device, stats) in &process.devices {
             let _ = writeln!(
                 out,
@@ -269,8 +307,8 @@ fn step_starts(process: &ProcessSummary) -> Vec<(u64, u64)> {
     })
 }
 
-/// A process's call sites that keep growing from one step to the next,
-/// first: where a leak is.
+/// A process's call sites that keep growing from one step to the next:
+/// where a leak is.
 fn growing_html(index: &TraceIndex, info: &ProcessIndex, process: &ProcessSummary, frames: FramesShown) -> String {
     let growing = growing_sites(index, info, process);
     let name = format!("pid {}", info.start.pid);

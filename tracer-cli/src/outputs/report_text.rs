@@ -8,6 +8,7 @@ use crate::outputs::steps_text;
 use crate::outputs::wording::device_label;
 use crate::outputs::wording::fold_lines;
 use crate::outputs::wording::limit_lines;
+use crate::outputs::wording::oom_lines;
 use crate::outputs::wording::rank_lines;
 use crate::outputs::wording::stack_texts;
 use crate::outputs::wording::switch_lines;
@@ -39,13 +40,15 @@ pub fn report(index: &TraceIndex, summary: &Summary, frames: FramesShown) -> Str
     if let Some(line) = fold_lines::detail_span(index) {
         out += &format!("{line}\n");
     }
-    // Whether the job fit under its memory limit opens the report, then
-    // what keeps growing: where a leak is.
+    // The answers open the report: whether the job fit under its memory
+    // limit, then what ran out of memory or was refused, then what keeps
+    // growing (where a leak is). The ranks compared come after them.
     out += &limit_lines::verdict_text(index, &crate::analysis::limit_verdicts(index, summary));
+    out += &failures_text(index, summary);
+    out += &growth_text(index, summary, frames);
     if let Some(table) = RankTable::of(index, summary) {
         out += &rank_lines::table_text(&table, index.start_ns());
     }
-    out += &growth_text(index, summary, frames);
     for ((info, footprints), process) in index.processes.iter().zip(&summary.footprints).zip(&summary.processes) {
         for footprint in footprints {
             out += "\n";
@@ -151,23 +154,7 @@ fn process_text(index: &TraceIndex, info: &ProcessIndex, process: &ProcessSummar
                 );
                 break;
             }
-            out += &if oom.by_limit {
-                format!(
-                    "    REFUSED BY THE MEMORY LIMIT: {} asked for {} with {} left of the {} limit\n",
-                    oom.api,
-                    bytes(oom.requested_bytes),
-                    bytes(oom.device_free),
-                    bytes(oom.device_total)
-                )
-            } else {
-                format!(
-                    "    OUT OF MEMORY: {} asked for {} with {} free of {}\n",
-                    oom.api,
-                    bytes(oom.requested_bytes),
-                    bytes(oom.device_free),
-                    bytes(oom.device_total)
-                )
-            };
+            out += &format!("    {}\n", oom_lines::failure_text(oom));
             out += &stack_text(index, info, oom.stack, frames, "      ");
             if let Some(held) = &oom.held {
                 out += &held_at_oom_text(index, info, held, frames);
@@ -202,8 +189,22 @@ fn freed_with_driver_text((allocations, freed): (u64, u64)) -> String {
     )
 }
 
-/// The report's opening, per process that allocated: its steps (or low
-/// points) and the call sites that keep growing, each with its stack.
+/// Every out-of-memory failure and refusal of the run, in time order,
+/// under its heading; nothing when nothing failed.
+fn failures_text(index: &TraceIndex, summary: &Summary) -> String {
+    let lines = oom_lines::opening_lines(index, summary);
+    if lines.is_empty() {
+        return String::new();
+    }
+    let mut out = String::from("\nout of memory:\n");
+    for line in lines {
+        out += &format!("  {line}\n");
+    }
+    out
+}
+
+/// Per process that allocated: its steps (or low points) and the call
+/// sites that keep growing, each with its stack.
 fn growth_text(index: &TraceIndex, summary: &Summary, frames: FramesShown) -> String {
     let mut out = String::new();
     for (info, process) in index.processes.iter().zip(&summary.processes) {

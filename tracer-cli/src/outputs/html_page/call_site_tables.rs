@@ -31,7 +31,7 @@ pub(super) fn tensors_html(
         "allocated (tensors)".to_string(),
         "reserved, not allocated (inactive)".to_string(),
     ];
-    let mut chart = Chart::new(names, device_chart.t0, device_chart.span);
+    let mut chart = Chart::new(names, device_chart.axis.clone());
     // Each bin at the allocated bytes' highest, as the marked peak is theirs.
     chart.ranked_by = Some(0);
     for point in &tensors.timeline {

@@ -3,12 +3,12 @@
 //! chart of where the driver's memory went, and notes each process's first
 //! memory event, where its charts open.
 
-use super::chart::{Chart, SERIES};
+use super::chart::{Chart, TimeAxis, SERIES};
 use super::chart_tally::{ChartTally, Part};
 use super::owner_chart::OwnerTally;
 use crate::analysis::{
-    call_sites, footprint_reading_times, site_key, ByStack, Change, Consumer, DeviceKey, ProcessIndex, Step, Summary,
-    TraceIndex,
+    call_sites, footprint_reading_times, site_key, Boundaries, ByStack, Change, Consumer, DeviceKey, ProcessIndex,
+    Step, Summary, TraceIndex,
 };
 use std::collections::{BTreeMap, HashMap};
 
@@ -25,21 +25,30 @@ pub(super) struct PageCharts {
 }
 
 /// Every chart's time axis: from the trace's start (the origin of every
-/// time on the page) to the process's last event or exit.
-pub(super) fn time_axis(index: &TraceIndex, info: &ProcessIndex) -> (u64, u64) {
+/// time on the page) to the process's last event or exit; finer over its
+/// steps, where `boundaries` has them (the charts open on them).
+fn time_axis(index: &TraceIndex, info: &ProcessIndex, boundaries: Option<&Boundaries>) -> TimeAxis {
     let t0 = index.start_ns();
     let end = [info.last_time_ns, info.end.as_ref().and_then(|e| e.exit_time_ns)]
         .into_iter()
         .flatten()
         .max()
         .unwrap_or(t0);
-    (t0, end.saturating_sub(t0))
+    let span = end.saturating_sub(t0);
+    match boundaries {
+        Some(Boundaries::Steps(marker)) => {
+            TimeAxis::over_steps(t0, span, marker.first_ns, marker.loop_end_ns, marker.steps)
+        }
+        _ => TimeAxis::even(t0, span),
+    }
 }
 
 /// The charts being tallied, as a consumer of the summary's own pass (see
 /// [`super::chart_tally`]): the page reads the trace once.
 pub(super) struct ChartsFilling<'a> {
     index: &'a TraceIndex,
+    /// Per process, its charts' time axis.
+    axes: Vec<TimeAxis>,
     /// Per process, the call-site charts' tallies, per device.
     sites: Vec<BTreeMap<DeviceKey, ChartTally<()>>>,
     /// Per process, the owner charts' tallies, per device ordinal.
@@ -49,21 +58,29 @@ pub(super) struct ChartsFilling<'a> {
 
 impl<'a> ChartsFilling<'a> {
     /// Nothing tallied yet: an owner chart for each device whose footprint
-    /// will be estimated, with the times of its readings.
-    pub(super) fn new(index: &'a TraceIndex) -> ChartsFilling<'a> {
+    /// will be estimated, with the times of its readings. `boundaries` are
+    /// each process's steps (or low points) as the summary will find them.
+    pub(super) fn new(index: &'a TraceIndex, boundaries: &[Option<Boundaries>]) -> ChartsFilling<'a> {
+        let axes: Vec<TimeAxis> = index
+            .processes
+            .iter()
+            .enumerate()
+            .map(|(process, info)| time_axis(index, info, boundaries.get(process).and_then(Option::as_ref)))
+            .collect();
         let owners = index
             .processes
             .iter()
-            .map(|info| {
-                let (t0, span) = time_axis(index, info);
+            .zip(&axes)
+            .map(|(info, axis)| {
                 footprint_reading_times(index, info)
                     .into_iter()
-                    .map(|(device, times)| (device, OwnerTally::new(t0, span, &times)))
+                    .map(|(device, times)| (device, OwnerTally::new(axis.clone(), &times)))
                     .collect()
             })
             .collect();
         ChartsFilling {
             index,
+            axes,
             sites: index.processes.iter().map(|_| BTreeMap::new()).collect(),
             owners,
             first_memory_ns: vec![None; index.processes.len()],
@@ -75,30 +92,31 @@ impl<'a> ChartsFilling<'a> {
     /// peak, and those of each owner chart the largest owners.
     pub(super) fn finish(self, summary: &Summary) -> PageCharts {
         let index = self.index;
-        let sites = (self.sites.into_iter().zip(&index.processes))
+        let axes = &self.axes;
+        let sites = (self.sites.into_iter().zip(&index.processes).zip(axes))
             .zip(&summary.processes)
-            .map(|((mut tallies, info), process)| {
-                let (t0, span) = time_axis(index, info);
+            .map(|(((mut tallies, info), axis), process)| {
                 process
                     .devices
                     .iter()
                     .map(|(&device, stats)| {
-                        let tally = tallies.remove(&device).unwrap_or_else(|| ChartTally::new(t0, span, ()));
+                        let tally = tallies
+                            .remove(&device)
+                            .unwrap_or_else(|| ChartTally::new(axis.clone(), ()));
                         (device, site_chart(index, info, &stats.peak_by_stack, tally))
                     })
                     .collect()
             })
             .collect();
-        let owners = (self.owners.into_iter().zip(&index.processes))
+        let owners = (self.owners.into_iter().zip(&index.processes).zip(axes))
             .zip(&summary.footprints)
-            .map(|((mut tallies, info), footprints)| {
-                let (t0, span) = time_axis(index, info);
+            .map(|(((mut tallies, info), axis), footprints)| {
                 footprints
                     .iter()
                     .map(|f| {
                         let tally = tallies
                             .remove(&f.device)
-                            .unwrap_or_else(|| OwnerTally::new(t0, span, &[]));
+                            .unwrap_or_else(|| OwnerTally::new(axis.clone(), &[]));
                         (f.device, tally.into_chart(f, index, info))
                     })
                     .collect()
@@ -162,7 +180,6 @@ impl ChartsFilling<'_> {
     /// The call-site chart of each allocation's device counts its bytes
     /// against its call stack.
     fn site_charts(&mut self, step: &Step) {
-        let (t0, span) = time_axis(self.index, step.info);
         for change in step.changes {
             let (grows, a) = match change {
                 Change::Allocated(a) => (true, a),
@@ -172,9 +189,10 @@ impl ChartsFilling<'_> {
             if !a.is_device_memory() {
                 continue;
             }
+            let axis = &self.axes[step.process];
             let tally = self.sites[step.process]
                 .entry(DeviceKey::of(a.device))
-                .or_insert_with(|| ChartTally::new(t0, span, ()));
+                .or_insert_with(|| ChartTally::new(axis.clone(), ()));
             let size = a.size as i64;
             tally.change(
                 Part::Stack(a.stack),

@@ -20,7 +20,7 @@
 //! made once the late values are known. The result is exactly the chart
 //! that recording each moment into known series would give.
 
-use super::chart::{bin_of, Bin, Chart, BINS};
+use super::chart::{Bin, Chart, TimeAxis};
 use std::collections::HashMap;
 
 /// What a change in bytes belongs to.
@@ -47,8 +47,7 @@ struct Stretch<Late> {
 /// A chart being tallied: see the module documentation. `Late` is the
 /// state of the values known only after the pass (`()` where there are none).
 pub(super) struct ChartTally<Late> {
-    t0: u64,
-    span: u64,
+    axis: TimeAxis,
     /// The sum of every part now.
     measured: u64,
     /// The late values' state now.
@@ -57,11 +56,10 @@ pub(super) struct ChartTally<Late> {
 }
 
 impl<Late: Copy + PartialEq> ChartTally<Late> {
-    /// An empty tally over `span` ns from `t0`, its late values at `late`.
-    pub(super) fn new(t0: u64, span: u64, late: Late) -> ChartTally<Late> {
+    /// An empty tally over `axis`, its late values at `late`.
+    pub(super) fn new(axis: TimeAxis, late: Late) -> ChartTally<Late> {
         ChartTally {
-            t0,
-            span,
+            axis,
             measured: 0,
             late,
             stretches: Vec::new(),
@@ -97,7 +95,7 @@ impl<Late: Copy + PartialEq> ChartTally<Late> {
     }
 
     fn stretch_at(&mut self, time_ns: u64) -> &mut Stretch<Late> {
-        let bin = bin_of(self.t0, self.span, time_ns);
+        let bin = self.axis.bin_of(time_ns);
         let continues = self
             .stretches
             .last()
@@ -136,7 +134,7 @@ impl<Late: Copy + PartialEq> ChartTally<Late> {
         mut series_of: impl FnMut(Part) -> usize,
         late_values: impl Fn(Late) -> Vec<(usize, u64)>,
     ) -> Chart {
-        let mut chart = Chart::new(names, self.t0, self.span);
+        let mut chart = Chart::new(names, self.axis);
         let mut running = vec![0u64; chart.names.len()];
         let mut apply = |running: &mut Vec<u64>, changes: &HashMap<Part, i64>| {
             for (&part, &delta) in changes {
@@ -151,7 +149,7 @@ impl<Late: Copy + PartialEq> ChartTally<Late> {
             }
             state
         };
-        let mut bins: Vec<Option<Bin>> = vec![None; BINS];
+        let mut bins: Vec<Option<Bin>> = vec![None; chart.bins.len()];
         for stretch in &self.stretches {
             apply(&mut running, &stretch.to_top);
             let top = with_late(&running, stretch.late);
@@ -191,7 +189,7 @@ mod tests {
     #[test]
     fn a_bin_keeps_its_highest_state_with_late_values_counted() {
         // Span 599 ns: one bin a nanosecond.
-        let mut tally = ChartTally::new(0, 599, false);
+        let mut tally = ChartTally::new(TimeAxis::even(0, 599), false);
         tally.change(Part::Stack(1), 50, 0);
         tally.change(Part::Stack(2), 30, 0);
         tally.change(Part::Stack(1), -50, 0);
@@ -209,9 +207,16 @@ mod tests {
     }
 
     /// The tally gives exactly the chart that recording every moment into
-    /// known series gives, on a long pseudo-random run.
+    /// known series gives, on a long pseudo-random run, with even bins and
+    /// with bins finer over steps.
     #[test]
     fn the_tally_equals_recording_each_moment() {
+        let (t0, span) = (1_000, 50_000);
+        tally_equals_recording(TimeAxis::even(t0, span));
+        tally_equals_recording(TimeAxis::over_steps(t0, span, t0 + 20_000, t0 + 23_000, 10));
+    }
+
+    fn tally_equals_recording(axis: TimeAxis) {
         let mut seed = 0x2545_f491_4f6c_dd1d_u64;
         let mut next = move |below: u64| {
             seed ^= seed << 13;
@@ -219,12 +224,11 @@ mod tests {
             seed ^= seed << 17;
             seed % below
         };
-        let (t0, span) = (1_000, 50_000);
-        let mut tally = ChartTally::new(t0, span, false);
-        let mut chart = Chart::new(names(), t0, span);
+        let mut tally = ChartTally::new(axis.clone(), false);
+        let mut chart = Chart::new(names(), axis.clone());
         let mut live: Vec<(Part, u64)> = Vec::new();
         let mut late = false;
-        let mut time = t0;
+        let mut time = axis.t0;
         for _ in 0..20_000 {
             time += next(6);
             match next(10) {

@@ -10,7 +10,7 @@
 //! reading leaves unexplained are known; [`OwnerTally::into_chart`] then
 //! makes the chart.
 
-use super::chart::{Chart, SERIES};
+use super::chart::{Chart, TimeAxis, SERIES};
 use super::chart_tally::{ChartTally, Part};
 use crate::analysis::{owner_of, Category, Change, DeviceFootprint, ProcessIndex, TraceIndex};
 use crate::outputs::wording::category_chart_name;
@@ -74,15 +74,15 @@ pub(super) struct OwnerTally {
 }
 
 impl OwnerTally {
-    /// An empty tally over `span` ns from `t0`, for a device whose readings
-    /// were taken at `reading_times`, in the footprint's order.
-    pub(super) fn new(t0: u64, span: u64, reading_times: &[u64]) -> OwnerTally {
+    /// An empty tally over `axis`, for a device whose readings were taken
+    /// at `reading_times`, in the footprint's order.
+    pub(super) fn new(axis: TimeAxis, reading_times: &[u64]) -> OwnerTally {
         let late = OwnerLate {
             context_drawn: false,
             unexplained: Unexplained::Nothing,
         };
         OwnerTally {
-            tally: ChartTally::new(t0, span, late),
+            tally: ChartTally::new(axis, late),
             readings_left: reading_times.iter().rev().copied().collect(),
             readings_drawn: 0,
             pools: BTreeMap::new(),

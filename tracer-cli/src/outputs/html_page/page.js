@@ -1,6 +1,8 @@
 // Hover and zoom for the charts of a cudatrace HTML report. Each chart's
-// data is in a JSON script beside it: times (s), series values per bin.
-// A chart opens on the span from its process's first memory event (the
+// data is in a JSON script beside it: each bin's start (s) and the series'
+// values per bin; a bin is drawn at its start, in proportion to its time
+// (the bins are finer over a process's steps). A chart opens on its
+// process's steps, or else on the span from its first memory event (the
 // viewBox the page was written with); its button shows the whole run.
 (function () {
   "use strict";
@@ -18,26 +20,47 @@
     const initial = svg.getAttribute("viewBox").split(" ").map(Number);
     const from = chart.querySelector(".axis .from");
     const fromText = from.textContent;
+    const to = chart.querySelector(".axis .to");
+    const toText = to.textContent;
+    const back = chart.dataset.opensOn === "steps" ? "back to the steps" : "from the first memory event";
     const whole = chart.querySelector("button.whole");
+    const last = data.times.length - 1;
+    // Seconds since the trace's start at `x` across the plot.
+    function secondsAt(x) { return data.times[last] * x / data.width; }
+    // A moment in seconds, with as many decimals as the view's span needs
+    // (steps of microseconds are told apart).
+    function timeText(seconds) {
+      const span = Math.max(secondsAt(view[2]), 1e-9);
+      const decimals = Math.min(9, Math.max(3, 3 - Math.floor(Math.log10(span))));
+      return seconds.toFixed(decimals) + " s";
+    }
     let view = initial.slice();
     let dragFrom = null;
     function show(next) {
       view = next.slice();
       svg.setAttribute("viewBox", view.join(" "));
-      const last = data.times.length - 1;
-      const seconds = data.times[last] * view[0] / data.width;
-      from.textContent = view[0] === initial[0] ? fromText : seconds.toFixed(3) + " s";
-      if (whole) whole.textContent = view[0] === 0 && view[2] === data.width ? "from the first memory event" : "show the whole run";
+      const opening = view[0] === initial[0] && view[2] === initial[2];
+      from.textContent = opening ? fromText : timeText(secondsAt(view[0]));
+      const end = view[0] + view[2] >= data.width - 1e-6;
+      to.textContent = opening ? toText : timeText(secondsAt(view[0] + view[2])) + (end ? " (the bar on the right: the end)" : "");
+      if (whole) whole.textContent = view[0] === 0 && view[2] === data.width ? back : "show the whole run";
     }
     chart.dataset.seriesCount = String(svg.querySelectorAll("path.series").length);
+    // The bin drawn nearest `clientX`: the bins' starts are in time order.
     function xToBin(clientX) {
       const box = svg.getBoundingClientRect();
-      const x = view[0] + (clientX - box.left) / box.width * view[2];
-      return Math.max(0, Math.min(data.times.length - 1, Math.round(x / data.width * (data.times.length - 1))));
+      const seconds = secondsAt(view[0] + (clientX - box.left) / box.width * view[2]);
+      let low = 0, high = last;
+      while (low < high) {
+        const middle = (low + high + 1) >> 1;
+        if (data.times[middle] <= seconds) low = middle; else high = middle - 1;
+      }
+      if (low < last && data.times[low + 1] - seconds < seconds - data.times[low]) low++;
+      return low;
     }
     svg.addEventListener("mousemove", function (e) {
       const bin = xToBin(e.clientX);
-      const lines = ["t = " + data.times[bin].toFixed(3) + " s"];
+      const lines = ["t = " + timeText(data.times[bin])];
       let total = 0;
       data.series.forEach(function (s) { total += s.values[bin]; });
       lines.push("total " + bytes(total));

@@ -3,7 +3,7 @@
 //! time axis and one byte scale, so that the rank that stands out is seen
 //! at a glance.
 
-use super::chart::{Chart, BINS};
+use super::chart::Chart;
 use super::chart_drawing::y_ticks;
 use super::chart_filling::PageCharts;
 use super::html_text::escape;
@@ -64,7 +64,7 @@ fn totals(chart: &Chart) -> Vec<(u64, u64)> {
         .iter()
         .enumerate()
         .map(|(bin, column)| {
-            let time = chart.t0 + (chart.span as u128 * bin as u128 / (BINS as u128 - 1)) as u64;
+            let time = chart.axis.t0 + chart.axis.offset_of(bin);
             (time, column.iter().fold(0u64, |sum, v| sum.saturating_add(*v)))
         })
         .collect()

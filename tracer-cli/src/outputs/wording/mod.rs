@@ -20,7 +20,8 @@
 //! - [`processes`]: processes that could not record, children that left no spool;
 //! - [`tensors`]: what became of tensor tracking in a process;
 //! - [`footprint_notes`]: a context limit, and the caveats on a device's figures;
-//! - [`limit_lines`]: the memory limit's verdict.
+//! - [`limit_lines`]: the memory limit's verdict;
+//! - [`oom_lines`]: out-of-memory failures and the limit's refusals.
 //!
 //! Said on stderr, or why a command fails:
 //! - [`stderr`]: the shape of a line on stderr, a rejected command line;
@@ -42,6 +43,7 @@ pub mod image_end;
 pub mod limit_lines;
 pub mod merge_lines;
 pub mod numbers;
+pub mod oom_lines;
 pub mod output_lines;
 pub mod processes;
 pub mod rank_lines;

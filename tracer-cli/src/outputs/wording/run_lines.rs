@@ -39,12 +39,34 @@ pub fn spools_wait_for_collect(run_dir: &Path, code: u8) -> String {
     )
 }
 
-/// What is being recorded, and where.
-pub fn recording(command: &str, trace: &Path) -> String {
+/// What is being recorded, and where; under a memory limit, the limit as
+/// it was read (`24GB` is fewer bytes than `24GiB`), in bytes and in
+/// binary units, so that a unit misread shows before the job runs.
+pub fn recording(command: &str, trace: &Path, limit: Option<u64>) -> String {
+    let limited = limit.map_or_else(String::new, |limit| {
+        format!(
+            ", every GPU limited to {} bytes ({})",
+            thousands(limit),
+            super::numbers::bytes(limit)
+        )
+    });
     format!(
-        "cudatrace: recording `{command}` and every process it starts into {}",
+        "cudatrace: recording `{command}` and every process it starts into {}{limited}",
         trace.display()
     )
+}
+
+/// `24000000000` as `24,000,000,000`.
+fn thousands(value: u64) -> String {
+    let digits = value.to_string();
+    let mut out = String::new();
+    for (at, digit) in digits.chars().enumerate() {
+        if at > 0 && (digits.len() - at).is_multiple_of(3) {
+            out.push(',');
+        }
+        out.push(digit);
+    }
+    out
 }
 
 /// The command ended, its descendants did not.
