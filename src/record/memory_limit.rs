@@ -917,15 +917,7 @@ pub fn retire_for_exec() {
     }
     RETIRING.fetch_add(1, Ordering::AcqRel);
     for index in 0..shared_ledger::MAX_DEVICES {
-        let entry = ledger.entry(index);
-        for (which, (shared, part)) in [
-            (&entry.counted, &share.counted[index]),
-            (&entry.pending, &share.pending[index]),
-            (&entry.ceiling, &share.ceiling[index]),
-        ]
-        .into_iter()
-        .enumerate()
-        {
+        for (which, (shared, part)) in ledger.shares(share, index).into_iter().enumerate() {
             let bytes = part.swap(0, Ordering::AcqRel);
             if bytes != 0 {
                 shared_ledger::subtract(shared, bytes);
@@ -945,15 +937,7 @@ pub fn restore_after_failed_exec() {
     if let Some(ledger) = ledger_in_use().filter(|_| slot < CLAIMING) {
         let share = ledger.slot(slot as usize);
         for index in 0..shared_ledger::MAX_DEVICES {
-            let entry = ledger.entry(index);
-            for (which, (shared, part)) in [
-                (&entry.counted, &share.counted[index]),
-                (&entry.pending, &share.pending[index]),
-                (&entry.ceiling, &share.ceiling[index]),
-            ]
-            .into_iter()
-            .enumerate()
-            {
+            for (which, (shared, part)) in ledger.shares(share, index).into_iter().enumerate() {
                 let bytes = RETIRED[which][index].swap(0, Ordering::AcqRel);
                 if bytes != 0 {
                     shared.fetch_add(bytes, Ordering::AcqRel);

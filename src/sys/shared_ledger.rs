@@ -352,13 +352,20 @@ impl Ledger {
         }
     }
 
+    /// The three figures of device `index` that a process holds a share
+    /// of, each with that share: counted, pending and ceiling, in this order.
+    pub fn shares<'a>(&'a self, slot: &'a ProcessSlot, index: usize) -> [(&'a AtomicU64, &'a AtomicU64); 3] {
+        let entry = &self.devices[index];
+        [
+            (&entry.counted, &slot.counted[index]),
+            (&entry.pending, &slot.pending[index]),
+            (&entry.ceiling, &slot.ceiling[index]),
+        ]
+    }
+
     fn take_off(&self, slot: &ProcessSlot) {
-        for (index, entry) in self.devices.iter().enumerate() {
-            for (shared, share) in [
-                (&entry.counted, &slot.counted[index]),
-                (&entry.pending, &slot.pending[index]),
-                (&entry.ceiling, &slot.ceiling[index]),
-            ] {
+        for index in 0..MAX_DEVICES {
+            for (shared, share) in self.shares(slot, index) {
                 let bytes = share.swap(0, Ordering::AcqRel);
                 if bytes != 0 {
                     subtract(shared, bytes);
