@@ -357,3 +357,94 @@ fn the_pytorch_examples_say_in_one_line_that_they_need_pytorch_and_a_gpu() {
         }
     }
 }
+
+/// The scenarios of the GPU suite, by the names `tests/gpu/run.sh --only`
+/// takes: the first word of each entry's label in `run_scenarios.py`'s
+/// `SCENARIOS` list, whose entries are `("NAME what it checks", function)`,
+/// one or two lines each.
+fn gpu_scenarios() -> Vec<String> {
+    let script = source("tests/gpu/run_scenarios.py");
+    let start = script
+        .find("\nSCENARIOS = [\n")
+        .expect("tests/gpu/run_scenarios.py has its SCENARIOS list");
+    let list = &script[start + "\nSCENARIOS = [\n".len()..];
+    let list = &list[..list.find("\n]\n").expect("the SCENARIOS list ends with `]`")];
+    let names: Vec<String> = list
+        .lines()
+        .filter_map(|line| line.trim_start().strip_prefix("(\""))
+        .map(|label| label.split([' ', '"']).next().unwrap().to_string())
+        .collect();
+    // Each entry names its function once: as many functions as names, so
+    // that an entry written in a shape this reader misses is not skipped.
+    let functions = list.matches("scenario_").count();
+    assert!(!names.is_empty(), "no scenario found in run_scenarios.py's SCENARIOS");
+    assert_eq!(names.len(), functions, "run_scenarios.py's entries as read: {names:?}");
+    names
+}
+
+/// The rows of the first table of a Markdown text, each as its cells
+/// (header and separator left out).
+fn first_table(text: &str) -> (Vec<String>, Vec<Vec<String>>) {
+    let cells = |line: &str| -> Vec<String> {
+        let inner = line.trim().trim_start_matches('|').trim_end_matches('|');
+        inner.split('|').map(|cell| cell.trim().to_string()).collect()
+    };
+    let mut lines = text
+        .lines()
+        .skip_while(|line| !line.starts_with('|'))
+        .take_while(|line| line.starts_with('|'));
+    let header = cells(lines.next().expect("a table"));
+    let rows = lines.skip(1).map(cells).collect();
+    (header, rows)
+}
+
+#[test]
+fn the_gpu_validation_table_has_one_row_for_every_gpu_scenario() {
+    let scenarios = gpu_scenarios();
+    assert!(scenarios.len() >= 40, "run_scenarios.py's scenarios: {scenarios:?}");
+    let page = source("docs/gpu-validation.md");
+    let (header, rows) = first_table(&page);
+    assert_eq!(
+        header,
+        ["scenario", "what it checks", "last result", "date", "device, run"],
+        "docs/gpu-validation.md's first table"
+    );
+    for row in &rows {
+        assert_eq!(row.len(), header.len(), "a row of docs/gpu-validation.md: {row:?}");
+        assert!(row.iter().all(|cell| !cell.is_empty()), "an empty cell: {row:?}");
+    }
+    // One row for each scenario, and no row for a scenario the suite lost
+    // (the rows of several words are the measures run outside `run.sh`).
+    for scenario in &scenarios {
+        let found = rows.iter().filter(|row| &row[0] == scenario).count();
+        assert_eq!(
+            found, 1,
+            "docs/gpu-validation.md has {found} rows for GPU scenario {scenario}"
+        );
+    }
+    for row in rows.iter().filter(|row| !row[0].contains(' ')) {
+        assert!(
+            scenarios.contains(&row[0]),
+            "docs/gpu-validation.md has a row for {:?}, which tests/gpu/run_scenarios.py lacks",
+            row[0]
+        );
+    }
+    // The run log: every month's file is linked from the page, and every
+    // file linked is there.
+    let root = Path::new(env!("CARGO_MANIFEST_DIR")).parent().unwrap();
+    let mut logs: Vec<String> = std::fs::read_dir(root.join("docs/history"))
+        .unwrap()
+        .map(|entry| entry.unwrap().file_name().to_string_lossy().into_owned())
+        .filter(|name| name.starts_with("gpu-runs-") && name.ends_with(".md"))
+        .collect();
+    logs.sort();
+    assert!(!logs.is_empty(), "no docs/history/gpu-runs-*.md");
+    let mut linked: Vec<String> = page
+        .match_indices("](history/")
+        .map(|(at, _)| page[at + "](history/".len()..].split(')').next().unwrap().to_string())
+        .filter(|name| name.starts_with("gpu-runs-"))
+        .collect();
+    linked.sort();
+    linked.dedup();
+    assert_eq!(linked, logs, "the run logs docs/gpu-validation.md links");
+}
