@@ -1,8 +1,12 @@
 //! What the user documentation states holds: the spool and trace format
 //! versions it names are the code's, the test prerequisites the README
 //! lists are those `tests/run` needs, `cudatrace dump`'s part names
-//! everything `dump` can print, and the PyTorch examples say in one line
-//! what they lack, as their docstrings promise.
+//! everything `dump` can print, the PyTorch examples say in one line
+//! what they lack, as their docstrings promise, the README's sample of the
+//! report is what the no-GPU demo's report prints, and the GPU validation
+//! page has a row for every GPU scenario.
+
+mod common;
 
 use cudatrace_events::measures::limit_ledger;
 use cudatrace_events::{Kind, Op, SPOOL_VERSION};
@@ -447,4 +451,113 @@ fn the_gpu_validation_table_has_one_row_for_every_gpu_scenario() {
     linked.sort();
     linked.dedup();
     assert_eq!(linked, logs, "the run logs docs/gpu-validation.md links");
+}
+
+/// The ```text blocks of a Markdown text, as they read.
+fn text_blocks(text: &str) -> Vec<Vec<String>> {
+    text.split("\n```text\n")
+        .skip(1)
+        .map(|block| {
+            block
+                .split("\n```")
+                .next()
+                .unwrap()
+                .lines()
+                .map(str::to_string)
+                .collect()
+        })
+        .collect()
+}
+
+/// A report line with what varies from one machine or run to the next made
+/// plain: the checkout's path (`<checkout>`), process ids, absolute paths
+/// (the Python program's), and the libraries of a run of frames.
+fn line_shape(line: &str, checkout: &str) -> String {
+    let line = line.replace(checkout, "<checkout>");
+    let indent = &line[..line.len() - line.trim_start().len()];
+    if line.trim_start().starts_with("… ") {
+        return format!("{indent}… frames");
+    }
+    let mut words: Vec<String> = Vec::new();
+    for word in line.split(' ') {
+        let pid = words.last().is_some_and(|last| last == "pid");
+        words.push(if pid && word.chars().all(|c| c.is_ascii_digit()) {
+            "N".to_string()
+        } else if word.starts_with('/') {
+            "<path>".to_string()
+        } else {
+            word.to_string()
+        });
+    }
+    words.join(" ")
+}
+
+/// Whether `sample`'s lines are `report`'s, in order, after `line_shape`:
+/// from the report's first line when `from_the_start`, anywhere after it
+/// otherwise; a sample line `...` stands for any report lines.
+fn sample_in_report(sample: &[String], report: &[String], from_the_start: bool, checkout: &str) -> Result<(), String> {
+    let shapes: Vec<String> = report.iter().map(|line| line_shape(line, checkout)).collect();
+    let mut at = 0;
+    let mut skipping = !from_the_start;
+    for line in sample {
+        if line.trim() == "..." {
+            skipping = true;
+            continue;
+        }
+        let wanted = line_shape(line, checkout);
+        let found = if skipping {
+            shapes[at..]
+                .iter()
+                .position(|shape| *shape == wanted)
+                .map(|offset| at + offset)
+        } else {
+            (shapes.get(at) == Some(&wanted)).then_some(at)
+        };
+        match found {
+            Some(index) => at = index + 1,
+            None => return Err(format!("the report does not have {line:?} there (as {wanted:?})")),
+        }
+        skipping = false;
+    }
+    Ok(())
+}
+
+#[test]
+fn the_readme_s_sample_of_the_report_is_what_the_no_gpu_demo_prints() {
+    // The demo's run, as `examples/no-gpu-demo.sh` makes it: from the
+    // checkout, `python3 examples/no_gpu_demo.py` over the fake driver; the
+    // host named as in the README.
+    let root = Path::new(env!("CARGO_MANIFEST_DIR"))
+        .parent()
+        .unwrap()
+        .canonicalize()
+        .unwrap();
+    let (mut run, trace) = common::run_program("readme-sample", Path::new("python3"), &["--force"]);
+    let out = run
+        .arg("examples/no_gpu_demo.py")
+        .current_dir(&root)
+        .env("CUDATRACE_TEST_HOST", "vm")
+        .output()
+        .unwrap();
+    assert!(out.status.success(), "{}", common::stderr(&out));
+    let report = common::cudatrace(&["report"]).arg(&trace).output().unwrap();
+    assert!(report.status.success(), "{}", common::stderr(&report));
+    let report: Vec<String> = common::stdout(&report).lines().map(str::to_string).collect();
+    // The first block is the report's first lines; the second, lines of it
+    // further down.
+    let readme = source("README.md");
+    let blocks = text_blocks(&readme);
+    assert!(blocks.len() >= 2, "README.md's text blocks: {blocks:?}");
+    let checkout = root.to_str().unwrap();
+    for (block, from_the_start) in [(&blocks[0], true), (&blocks[1], false)] {
+        assert!(block.len() >= 4, "{block:?}");
+        if let Err(error) = sample_in_report(block, &report, from_the_start, checkout) {
+            panic!(
+                "README.md's sample {block:#?}\ndoes not match the demo's report:\n{}\n{error}",
+                report.join("\n")
+            );
+        }
+    }
+    assert!(blocks[0][0].starts_with("trace of `python3 examples/no_gpu_demo.py`"));
+    assert!(blocks[0].iter().any(|line| line.starts_with("  growing: ")));
 }
