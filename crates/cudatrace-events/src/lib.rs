@@ -33,5 +33,7 @@ pub use codes::{Api, Kind, Op};
 pub use cursor::{Pass, SlotSource, SpoolCursor};
 pub use layout::{ChildFailure, ProcessIdentity, RawRecord, SpoolHeader, SPOOL_MAGIC, SPOOL_VERSION};
 pub use slots::{classify, Event, Incomplete, ProcessInfo, ProcessPlace, SlotState, SpoolError, SpoolHeaderInfo};
-pub use spool::{unfinished, Spool, SpoolReader};
+pub use spool::unfinished;
+#[cfg(feature = "testing")]
+pub use spool::{Spool, SpoolReader};
 pub use spool_file::SpoolFile;
