@@ -22,9 +22,9 @@ static PAGE: AtomicPtr<u8> = AtomicPtr::new(std::ptr::null_mut());
 /// `CUDATRACE_START_PAUSED=1`: a switch file this process makes starts paused.
 static START_PAUSED: AtomicBool = AtomicBool::new(false);
 
-/// Reads `CUDATRACE_START_PAUSED` (from the library constructor).
-pub fn configure_from_environment() {
-    if std::env::var_os("CUDATRACE_START_PAUSED").is_some_and(|v| v == "1") {
+/// Keeps `CUDATRACE_START_PAUSED` (from the library constructor).
+pub fn configure(start_paused: bool) {
+    if start_paused {
         START_PAUSED.store(true, Ordering::Relaxed);
     }
 }

@@ -22,6 +22,7 @@ pub mod measures;
 pub mod naming;
 pub mod notices;
 pub mod recording_switch;
+pub mod settings;
 pub mod sizes;
 pub mod slots;
 pub mod spool;
