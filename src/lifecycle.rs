@@ -6,7 +6,7 @@ use crate::hooks::{dlopen_door, exec, fork, launch, streams, torch_allocator};
 use crate::record::{capture_state, devices, live_table, memory_limit, readings};
 use crate::spool::{notice, recording_switch, replaced_image, tree_root, writer as spool_writer};
 use crate::stacks::{call_stack, module_map, native_unwind, python_frames};
-use crate::sys::{address_budget, clock, process_mark, spare_stack, thread_block, tracing_switch};
+use crate::sys::{address_budget, clock, environment, process_mark, spare_stack, thread_block, tracing_switch};
 
 extern "C" fn before_fork() {
     module_map::before_fork();
@@ -62,21 +62,28 @@ fn process_exiting() {
     let _ = std::panic::catch_unwind(readings::sample_at_exit);
 }
 
-/// Library constructor. It does no CUDA work; it reads the environment and,
+/// Library constructor. It does no CUDA work; it reads the settings and,
 /// in the root of a traced tree, adds the tree's spool folder to it.
 extern "C" fn on_load() {
     // First: every table mapped from here on is sized by it.
     address_budget::configure();
-    if std::env::var_os("CUDATRACE_DISABLE").is_some_and(|v| v != "0" && !v.is_empty()) {
+    // Every setting, read once, here. Before the tree is settled below:
+    // whether this process records decides whether it settles one, and the
+    // clock's offset is in the name of the folder a tree root picks.
+    // Settling changes only the tree's own variables (its root, folder,
+    // trace and collector), none of which is among these; they are read
+    // where they are used.
+    let settings = environment::load();
+    if settings.disabled {
         tracing_switch::turn_tracing_off();
     }
-    if std::env::var_os("CUDATRACE_LAUNCH_HOOKS").is_some_and(|v| v == "0") {
+    if !settings.launch_hooks {
         launch::disable();
     }
-    if std::env::var_os("CUDATRACE_SAMPLES").is_some_and(|v| v == "0") {
+    if !settings.samples {
         readings::disable_samples();
     }
-    clock::configure_from_environment();
+    clock::configure(settings.clock_offset_ns);
     process_mark::set_up(start_as_child);
     native_unwind::note_loading_thread();
     spool_writer::set_callbacks(spool_opened, process_exiting);
@@ -87,11 +94,11 @@ extern "C" fn on_load() {
         tree_root::adopt_tree_if_root();
         tree_root::settle_spool_dir();
         replaced_image::mark_the_image_replaced();
-        notice::settle_from_environment();
-        recording_switch::configure_from_environment();
-        call_stack::configure_from_environment();
-        torch_allocator::configure_from_environment();
-        memory_limit::configure_from_environment();
+        notice::settle(settings.notice);
+        recording_switch::configure(settings.start_paused);
+        call_stack::configure(settings.stacks, settings.max_depth);
+        torch_allocator::configure(settings.tensors);
+        memory_limit::configure(settings.limit, settings.quiet);
         let _ = std::panic::catch_unwind(|| {
             python_frames::resolve();
             module_map::rebuild();

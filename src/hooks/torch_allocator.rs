@@ -140,9 +140,10 @@ const INITIALIZED_SYMBOL: &str = "_ZN3c104cuda20CUDACachingAllocator6Native22Nat
 /// that uses it says so in the trace.
 static TURNED_OFF: AtomicBool = AtomicBool::new(false);
 
-/// Reads `CUDATRACE_TENSORS`: `off` turns tracking off.
-pub fn configure_from_environment() {
-    if std::env::var_os("CUDATRACE_TENSORS").is_some_and(|v| v == "off" || v == "0") {
+/// Keeps `CUDATRACE_TENSORS` (from the library constructor): `off` turns
+/// tracking off.
+pub fn configure(tensors: bool) {
+    if !tensors {
         TURNED_OFF.store(true, Ordering::Relaxed);
     }
 }

@@ -18,6 +18,7 @@ use crate::record::devices;
 use crate::record::recorder::{self, Record};
 use crate::spool::tree_root;
 use crate::sys::cuda_ffi::*;
+use crate::sys::environment;
 use crate::sys::no_cancel::without_cancellation;
 use crate::sys::shared_ledger::{self, Ledger, Unshared};
 use crate::sys::symbols::{real_fn, Sym};
@@ -25,7 +26,8 @@ use crate::sys::thread::current_tid;
 use crate::sys::thread_block::{self, LimitCredit};
 use crate::sys::thread_exit;
 use crate::sys::tracing_switch::{guarded, keeping_errno};
-use cudatrace_events::{naming, sizes, Kind, Op};
+use cudatrace_events::settings::{self, LimitSetting};
+use cudatrace_events::{naming, Kind, Op};
 use std::sync::atomic::{AtomicPtr, AtomicU32, AtomicU64, AtomicU8, Ordering};
 
 /// The limit in bytes; 0 = no limit.
@@ -53,27 +55,27 @@ static RECORDED: AtomicU64 = AtomicU64::new(0);
 /// 0 while it uses the tree's. Said in every limit record it writes.
 static UNSHARED: AtomicU64 = AtomicU64::new(0);
 
-/// Reads `CUDATRACE_LIMIT` (from the library constructor). A value that is
-/// no size is said once on stderr, and the program runs without a limit.
-pub fn configure_from_environment() {
-    let Some(value) = std::env::var_os("CUDATRACE_LIMIT").filter(|v| !v.is_empty()) else {
-        return;
-    };
-    let text = value.to_string_lossy();
-    if matches!(text.trim(), "0" | "off") {
-        return;
-    }
-    match sizes::parse_bytes(&text) {
-        Ok(bytes) if bytes > 0 => {
+/// Keeps `CUDATRACE_LIMIT` (from the library constructor). A value that is
+/// no size is said once on stderr (unless `quiet`), and the program runs
+/// without a limit.
+pub fn configure(limit: LimitSetting, quiet: bool) {
+    match limit {
+        LimitSetting::Off => {}
+        LimitSetting::Bytes(bytes) => {
             // The key that gives a thread's credit back at its exit is made
             // now, before the program can have taken every key: a thread
             // with no way to give its credit back gets none ahead.
             thread_exit::prepare();
             LIMIT.store(bytes, Ordering::Relaxed)
         }
-        _ => {
-            if std::env::var_os("CUDATRACE_QUIET").is_none_or(|v| v != "1") {
-                eprintln!("cudatrace: CUDATRACE_LIMIT={text} is not a size (such as 24GiB); running without a limit");
+        LimitSetting::NotASize => {
+            if !quiet {
+                // SAFETY: read and copied at once, in the constructor.
+                let text = String::from_utf8_lossy(unsafe { environment::value(&settings::LIMIT) }.unwrap_or_default());
+                eprintln!(
+                    "cudatrace: {}={text} is not a size (such as 24GiB); running without a limit",
+                    settings::LIMIT.name
+                );
             }
         }
     }

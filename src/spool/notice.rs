@@ -22,7 +22,7 @@
 
 use crate::sys::clock::monotonic_ns;
 use cudatrace_events::layout::{ChildFailure, HEADER_SIZE};
-use cudatrace_events::notices::{parse_descriptor, NoSpool, Notice, NOTICE_ENV};
+use cudatrace_events::notices::{NoSpool, Notice};
 use cudatrace_events::SpoolHeader;
 use std::path::Path;
 use std::sync::atomic::{AtomicBool, AtomicI32, AtomicPtr, AtomicU32, AtomicU64, Ordering};
@@ -36,10 +36,11 @@ static SENT: AtomicBool = AtomicBool::new(false);
 /// process has none of its own (null otherwise).
 static PARENT_HEADER: AtomicPtr<SpoolHeader> = AtomicPtr::new(std::ptr::null_mut());
 
-/// Reads the descriptor's description from the environment. Called from
-/// the library constructor, before `main`.
-pub fn settle_from_environment() {
-    let Some((fd, device, inode)) = std::env::var(NOTICE_ENV).ok().as_deref().and_then(parse_descriptor) else {
+/// Keeps the descriptor's description, `(fd, device, inode)`, as
+/// `CUDATRACE_NOTICE` gave it. Called from the library constructor, before
+/// `main`.
+pub fn settle(descriptor: Option<(i32, u64, u64)>) {
+    let Some((fd, device, inode)) = descriptor else {
         return;
     };
     DEVICE.store(device, Ordering::Relaxed);

@@ -9,8 +9,7 @@
 //! When the file cannot be opened or made, the process records as if the
 //! switch were on, and nothing else changes.
 
-use cudatrace_events::recording_switch::{self as layout, Switch, SwitchState};
-use std::io::Write;
+use cudatrace_events::recording_switch::{self as layout, SwitchState};
 use std::os::unix::fs::OpenOptionsExt;
 use std::os::unix::io::AsRawFd;
 use std::path::Path;
@@ -23,9 +22,9 @@ static PAGE: AtomicPtr<u8> = AtomicPtr::new(std::ptr::null_mut());
 /// `CUDATRACE_START_PAUSED=1`: a switch file this process makes starts paused.
 static START_PAUSED: AtomicBool = AtomicBool::new(false);
 
-/// Reads `CUDATRACE_START_PAUSED` (from the library constructor).
-pub fn configure_from_environment() {
-    if std::env::var_os("CUDATRACE_START_PAUSED").is_some_and(|v| v == "1") {
+/// Keeps `CUDATRACE_START_PAUSED` (from the library constructor).
+pub fn configure(start_paused: bool) {
+    if start_paused {
         START_PAUSED.store(true, Ordering::Relaxed);
     }
 }
@@ -71,7 +70,7 @@ pub fn map(dir: &Path) {
     let file = match open(&path) {
         Some(file) => file,
         None => {
-            make(dir, &path);
+            make(dir);
             match open(&path) {
                 Some(file) => file,
                 None => return,
@@ -121,28 +120,12 @@ fn open(path: &Path) -> Option<std::fs::File> {
         .ok()
 }
 
-/// Makes the file whole under a private name, then links it in place, so
-/// that no process ever maps half of one; when another process linked
-/// first, its file stays.
-fn make(dir: &Path, path: &Path) {
-    // SAFETY: no preconditions.
-    let pid = unsafe { libc::getpid() };
-    let own = dir.join(format!("{}.{pid}", layout::FILE_NAME));
+/// Makes the file (`layout::make`), paused if this process was started
+/// so; when another process made it first, its file stays. A failure is
+/// left to the open that follows.
+fn make(dir: &Path) {
     let paused = START_PAUSED.load(Ordering::Relaxed);
-    let state = SwitchState { paused, stacks: None };
-    let mut contents = layout::new_page(state);
-    if paused {
-        let now = crate::sys::clock::monotonic_ns();
-        contents.extend_from_slice(&layout::log_entry(Switch { time_ns: now, state }));
-    }
-    let written = std::fs::OpenOptions::new()
-        .write(true)
-        .create_new(true)
-        .mode(0o600)
-        .open(&own)
-        .and_then(|mut file| file.write_all(&contents));
-    if written.is_ok() {
-        let _ = std::fs::hard_link(&own, path);
-    }
-    let _ = std::fs::remove_file(&own);
+    // The clock is read only for the log entry of a paused start.
+    let now = if paused { crate::sys::clock::monotonic_ns() } else { 0 };
+    let _ = layout::make(dir, SwitchState { paused, stacks: None }, now);
 }

@@ -17,8 +17,9 @@
 //! | `spawn` | set by a tree root: the first writer starts a collector |
 //! | unset | spools only, into `CUDATRACE_DIR` (collect them by hand) |
 
-use crate::sys::unseen_child;
+use crate::sys::{environment, unseen_child};
 use cudatrace_events::naming;
+use cudatrace_events::settings::{self, COLLECTOR, COLLECTOR_SPAWN, DIR, OUT, ROOT_PID, TRACE_FOLDER};
 use std::ffi::{CString, OsString};
 use std::os::unix::ffi::{OsStrExt, OsStringExt};
 use std::path::{Path, PathBuf};
@@ -30,23 +31,25 @@ fn set(key: &str, value: impl AsRef<std::ffi::OsStr>) {
 }
 
 /// Called from the library constructor, before `main` and before any other
-/// thread exists, so changing the environment is safe here.
+/// thread exists, so changing the environment is safe here. The tree's
+/// variables are read and written here, not with the settings
+/// (`sys::environment`): this is where they are made.
 pub fn adopt_tree_if_root() {
-    let inherited = ["CUDATRACE_ROOT_PID", "CUDATRACE_COLLECTOR"];
-    if inherited.iter().any(|key| std::env::var_os(key).is_some()) {
+    let inherited = [ROOT_PID, COLLECTOR];
+    if inherited.iter().any(|variable| variable.value_os().is_some()) {
         return;
     }
     // SAFETY: no preconditions.
     let (pid, uid) = unsafe { (libc::getpid(), libc::getuid()) };
-    set("CUDATRACE_ROOT_PID", pid.to_string());
-    if let Some(chosen) = std::env::var_os("CUDATRACE_DIR").filter(|d| !d.is_empty()) {
+    set(ROOT_PID.name, pid.to_string());
+    if let Some(chosen) = DIR.non_empty() {
         let usable = create_if_missing(Path::new(&chosen)).and_then(|()| writable_folder(Path::new(&chosen)));
         if let Err(reason) = usable {
-            untrace_tree(&format!("CUDATRACE_DIR={}: {reason}", Path::new(&chosen).display()));
+            untrace_tree(&format!("{}={}: {reason}", DIR.name, Path::new(&chosen).display()));
         }
         return;
     }
-    let base = std::env::var_os("TMPDIR")
+    let base = std::env::var_os(settings::TMPDIR.name)
         .filter(|d| !d.is_empty())
         .unwrap_or_else(|| "/tmp".into());
     let user_folder = Path::new(&base).join(naming::user_folder_name(uid));
@@ -64,19 +67,19 @@ pub fn adopt_tree_if_root() {
     }
     let dir = user_folder.join(format!("tree-{pid}-{}", crate::sys::clock::monotonic_ns()));
     let cwd = std::env::current_dir().unwrap_or_else(|_| PathBuf::from("/"));
-    match std::env::var_os("CUDATRACE_OUT").filter(|o| !o.is_empty()) {
+    match OUT.non_empty() {
         Some(out) => {
-            set("CUDATRACE_OUT", cwd.join(out));
+            set(OUT.name, cwd.join(out));
             // SAFETY: as for `set`: in the constructor, before any other thread.
-            unsafe { std::env::remove_var(naming::TRACE_FOLDER_VARIABLE) };
+            unsafe { std::env::remove_var(TRACE_FOLDER.name) };
         }
         // Named later, by the collector, after the first image that
         // records: this root may be a wrapper (pyenv's `python3` runs `env`,
         // which execs `bash`, which execs Python) that records nothing.
-        None => set(naming::TRACE_FOLDER_VARIABLE, &cwd),
+        None => set(TRACE_FOLDER.name, &cwd),
     }
-    set("CUDATRACE_DIR", &dir);
-    set("CUDATRACE_COLLECTOR", "spawn");
+    set(DIR.name, &dir);
+    set(COLLECTOR.name, COLLECTOR_SPAWN);
 }
 
 /// The spool folder, absolute, as the environment named it when the
@@ -89,7 +92,7 @@ static SPOOL_DIR: std::sync::OnceLock<PathBuf> = std::sync::OnceLock::new();
 /// Without `CUDATRACE_DIR` there is no spool folder: spools never go to the
 /// working directory. Called from the library constructor, before `main`.
 pub fn settle_spool_dir() {
-    let Some(dir) = std::env::var_os("CUDATRACE_DIR").filter(|d| !d.is_empty()) else {
+    let Some(dir) = DIR.non_empty() else {
         return;
     };
     let dir = PathBuf::from(dir);
@@ -99,7 +102,7 @@ pub fn settle_spool_dir() {
         match std::env::current_dir() {
             Ok(cwd) => {
                 let absolute = cwd.join(dir);
-                set("CUDATRACE_DIR", &absolute);
+                set(DIR.name, &absolute);
                 absolute
             }
             Err(_) => return,
@@ -146,17 +149,21 @@ fn writable_folder(folder: &Path) -> Result<(), String> {
 /// turn recording off for the root and, through the environment, for every
 /// process it starts.
 fn untrace_tree(reason: &str) {
-    if std::env::var_os("CUDATRACE_QUIET").is_none_or(|v| v != "1") {
+    if !environment::settings().quiet {
         let line = format!("cudatrace: nothing is recorded: {reason}\n");
         // SAFETY: writing a buffer we own to stderr; a failure is ignored.
         unsafe { libc::write(2, line.as_ptr().cast(), line.len()) };
     }
     crate::sys::tracing_switch::turn_tracing_off();
-    set("CUDATRACE_DISABLE", "1");
+    set(settings::DISABLE.name, "1");
 }
 
+/// Whether this tree's first writer starts its collector. Read when a spool
+/// is made, from the environment as it stands then, as the tree's other
+/// variables below are: the root set them in its constructor, and each
+/// process reads them where it acts on them.
 fn spawn_mode() -> bool {
-    std::env::var_os("CUDATRACE_COLLECTOR").is_some_and(|v| v == "spawn")
+    COLLECTOR.value_os().is_some_and(|v| v == COLLECTOR_SPAWN)
 }
 
 /// Creates `dir` (and its parent) private to this user if this process's tree
@@ -201,11 +208,11 @@ pub fn start_collector_if_first(dir: &Path) {
     }
     let Some(cli) = collector_program() else { return };
     // The trace the root named, else the folder the collector names it in.
-    let (option, destination) = match std::env::var_os(naming::TRACE_FOLDER_VARIABLE) {
+    let (option, destination) = match TRACE_FOLDER.value_os() {
         Some(folder) => ("--trace-folder", folder),
-        None => ("-o", std::env::var_os("CUDATRACE_OUT").unwrap_or_default()),
+        None => ("-o", OUT.value_os().unwrap_or_default()),
     };
-    let root = std::env::var_os("CUDATRACE_ROOT_PID").unwrap_or_default();
+    let root = ROOT_PID.value_os().unwrap_or_default();
     let args: Vec<OsString> = vec![
         cli.clone().into(),
         "collect".into(),
@@ -246,7 +253,7 @@ pub fn start_collector_if_first(dir: &Path) {
 
 /// `$CUDATRACE_CLI`, or the `cudatrace` that sits next to this library.
 fn collector_program() -> Option<PathBuf> {
-    if let Some(cli) = std::env::var_os("CUDATRACE_CLI").filter(|c| !c.is_empty()) {
+    if let Some(cli) = settings::CLI.non_empty() {
         return Some(cli.into());
     }
     let mut info = std::mem::MaybeUninit::<libc::Dl_info>::uninit();

@@ -361,24 +361,34 @@ fn open_or_wait() -> bool {
 
 /// A signal to raise in the thread creating the spool, while it does (0 =
 /// none): `CUDATRACE_TEST_SIGNAL_WHILE_OPENING`, for the tests only, so
-/// that a handler's hooks meet the spool half made, at will.
+/// that a handler's hooks meet the spool half made, at will. Only in a
+/// library built with the `testing` feature: a release build has no such
+/// knob, nor its name.
+#[cfg(feature = "testing")]
 static TEST_SIGNAL: std::sync::atomic::AtomicI32 = std::sync::atomic::AtomicI32::new(0);
 
 /// Reads `CUDATRACE_TEST_SIGNAL_WHILE_OPENING` (a signal number; tests
-/// only). Called once, when the library loads.
+/// only). Called once, when the library loads; nothing without the
+/// `testing` feature.
 pub fn configure_test_signal() {
-    let signal = std::env::var("CUDATRACE_TEST_SIGNAL_WHILE_OPENING")
-        .ok()
-        .and_then(|value| value.parse::<i32>().ok())
-        .filter(|signal| (1..=64).contains(signal));
-    TEST_SIGNAL.store(signal.unwrap_or(0), Ordering::Relaxed);
+    #[cfg(feature = "testing")]
+    {
+        use cudatrace_events::settings;
+        // SAFETY: parsed at once, in the library constructor.
+        let value = unsafe { crate::sys::environment::value(&settings::TEST_SIGNAL_WHILE_OPENING) };
+        let signal = value.and_then(settings::parse_test_signal);
+        TEST_SIGNAL.store(signal.unwrap_or(0), Ordering::Relaxed);
+    }
 }
 
 fn raise_test_signal() {
-    let signal = TEST_SIGNAL.load(Ordering::Relaxed);
-    if signal != 0 {
-        // SAFETY: raising a signal in this thread; the test installs its handler.
-        unsafe { libc::raise(signal) };
+    #[cfg(feature = "testing")]
+    {
+        let signal = TEST_SIGNAL.load(Ordering::Relaxed);
+        if signal != 0 {
+            // SAFETY: raising a signal in this thread; the test installs its handler.
+            unsafe { libc::raise(signal) };
+        }
     }
 }
 

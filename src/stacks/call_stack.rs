@@ -15,6 +15,7 @@ use crate::stacks::{module_map, native_unwind, stack_table};
 use crate::sys::lazy_mapping::ZeroIsEmpty;
 use crate::sys::thread_block::{self, ThreadBlock};
 use crate::sys::thread_box::ThreadBox;
+use cudatrace_events::recording_switch::StackSetting;
 use cudatrace_events::stacks::frame_kind;
 use std::cell::UnsafeCell;
 use std::sync::atomic::{AtomicU32, AtomicU8, Ordering};
@@ -33,19 +34,6 @@ pub enum StackMode {
     All = 3,
 }
 
-impl StackMode {
-    /// Parses the setting's text.
-    pub fn parse(text: &str) -> Option<StackMode> {
-        match text {
-            "none" => Some(StackMode::None),
-            "native" => Some(StackMode::Native),
-            "python" => Some(StackMode::Python),
-            "all" => Some(StackMode::All),
-            _ => None,
-        }
-    }
-}
-
 /// Deepest stack a buffer holds; `CUDATRACE_MAX_DEPTH` is capped to it.
 pub const MAX_FRAMES: usize = 256;
 /// Default of `CUDATRACE_MAX_DEPTH`.
@@ -56,19 +44,14 @@ static MODE: AtomicU8 = AtomicU8::new(StackMode::All as u8);
 #[unsafe(link_section = "cudatrace_hot")]
 static DEPTH: AtomicU32 = AtomicU32::new(DEFAULT_DEPTH);
 
-/// Reads `CUDATRACE_STACKS` and `CUDATRACE_MAX_DEPTH`; unknown values keep the defaults.
-pub fn configure_from_environment() {
-    if let Some(mode) = std::env::var("CUDATRACE_STACKS")
-        .ok()
-        .as_deref()
-        .and_then(StackMode::parse)
-    {
-        MODE.store(mode as u8, Ordering::Relaxed);
+/// Keeps `CUDATRACE_STACKS` and `CUDATRACE_MAX_DEPTH` (from the library
+/// constructor); `None`, unset or a value not understood, keeps the default.
+pub fn configure(stacks: Option<StackSetting>, max_depth: Option<u32>) {
+    if let Some(setting) = stacks {
+        // The setting's codes are the modes'.
+        MODE.store(setting as u8, Ordering::Relaxed);
     }
-    if let Some(depth) = std::env::var("CUDATRACE_MAX_DEPTH")
-        .ok()
-        .and_then(|d| d.parse::<u32>().ok())
-    {
+    if let Some(depth) = max_depth {
         DEPTH.store(depth.min(MAX_FRAMES as u32), Ordering::Relaxed);
     }
 }

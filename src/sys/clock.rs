@@ -40,14 +40,10 @@ fn now_ns(clock: libc::clockid_t) -> u64 {
 #[unsafe(link_section = "cudatrace_hot")]
 static MONOTONIC_OFFSET: AtomicU64 = AtomicU64::new(0);
 
-/// Reads `CUDATRACE_TEST_CLOCK_OFFSET_NS` (a signed decimal), from the
-/// library constructor, before any record.
-pub fn configure_from_environment() {
-    let offset = std::env::var("CUDATRACE_TEST_CLOCK_OFFSET_NS")
-        .ok()
-        .and_then(|v| v.trim().parse::<i64>().ok())
-        .unwrap_or(0);
-    MONOTONIC_OFFSET.store(offset as u64, Ordering::Relaxed);
+/// Sets the offset `CUDATRACE_TEST_CLOCK_OFFSET_NS` gave, from the library
+/// constructor, before any record.
+pub fn configure(offset_ns: i64) {
+    MONOTONIC_OFFSET.store(offset_ns as u64, Ordering::Relaxed);
 }
 
 /// `CLOCK_MONOTONIC` in nanoseconds, from the vDSO.

@@ -9,6 +9,7 @@ pub mod clock;
 pub mod cuda_ffi;
 pub mod cxx_function;
 pub mod elf_symbols;
+pub mod environment;
 pub mod file_space;
 pub mod hot_statics;
 pub mod lazy_mapping;

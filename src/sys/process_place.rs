@@ -9,22 +9,22 @@
 //!
 //! `CUDATRACE_TEST_HOST` replaces the host name. It exists for tests that
 //! make the traces of two "hosts" on one machine (see `cudatrace merge`).
+//! Like the ranks, it is read when the spool is made, not with the other
+//! settings at load: these are the spool header's, read where it is filled.
 
+use crate::sys::environment;
 use cudatrace_events::layout::HOST_NAME_CAPACITY;
+use cudatrace_events::settings::{self, Variable};
 use cudatrace_events::ProcessIdentity;
-use std::ffi::CStr;
 use std::sync::atomic::{AtomicU32, Ordering};
 
 /// A decimal environment variable, plus one (0: unset or not a number).
-fn number_plus_one(name: &CStr) -> u32 {
-    // SAFETY: a NUL-terminated name; getenv returns null or a NUL-terminated string.
-    let value = unsafe { libc::getenv(name.as_ptr()) };
-    if value.is_null() {
+fn number_plus_one(variable: &Variable) -> u32 {
+    // SAFETY: parsed at once, without allocating (getenv).
+    let Some(value) = (unsafe { environment::value(variable) }) else {
         return 0;
-    }
-    // SAFETY: non-null, NUL-terminated (above).
-    let text = unsafe { CStr::from_ptr(value) }.to_bytes().trim_ascii();
-    parse_plus_one(text)
+    };
+    parse_plus_one(value.trim_ascii())
 }
 
 /// `text` as a decimal number below `u32::MAX`, plus one; 0 when it is not one.
@@ -39,20 +39,18 @@ fn parse_plus_one(text: &[u8]) -> u32 {
 /// The three numbers, plus one each: rank, local rank, world size.
 fn ranks() -> [u32; 3] {
     [
-        number_plus_one(c"RANK"),
-        number_plus_one(c"LOCAL_RANK"),
-        number_plus_one(c"WORLD_SIZE"),
+        number_plus_one(&settings::RANK),
+        number_plus_one(&settings::LOCAL_RANK),
+        number_plus_one(&settings::WORLD_SIZE),
     ]
 }
 
 /// Copies the host name into `out`, NUL-padded: `CUDATRACE_TEST_HOST`
 /// where set, else the kernel's node name.
 fn host_name(out: &mut [u8; HOST_NAME_CAPACITY]) {
-    // SAFETY: a NUL-terminated name.
-    let chosen = unsafe { libc::getenv(c"CUDATRACE_TEST_HOST".as_ptr()) };
-    if !chosen.is_null() {
-        // SAFETY: non-null, NUL-terminated.
-        copy_padded(unsafe { CStr::from_ptr(chosen) }.to_bytes(), out);
+    // SAFETY: copied at once, without allocating (getenv).
+    if let Some(chosen) = unsafe { environment::value(&settings::TEST_HOST) } {
+        copy_padded(chosen, out);
         return;
     }
     // SAFETY: utsname is plain bytes; uname fills it or fails.

@@ -22,6 +22,7 @@ pub mod measures;
 pub mod naming;
 pub mod notices;
 pub mod recording_switch;
+pub mod settings;
 pub mod sizes;
 pub mod slots;
 pub mod spool;
@@ -33,5 +34,7 @@ pub use codes::{Api, Kind, Op};
 pub use cursor::{Pass, SlotSource, SpoolCursor};
 pub use layout::{ChildFailure, ProcessIdentity, RawRecord, SpoolHeader, SPOOL_MAGIC, SPOOL_VERSION};
 pub use slots::{classify, Event, Incomplete, ProcessInfo, ProcessPlace, SlotState, SpoolError, SpoolHeaderInfo};
-pub use spool::{unfinished, Spool, SpoolReader};
+pub use spool::unfinished;
+#[cfg(feature = "testing")]
+pub use spool::{Spool, SpoolReader};
 pub use spool_file::SpoolFile;

@@ -15,12 +15,6 @@ pub const TRACE_POINTER: &str = "trace.path";
 /// process of the tree maps, with the bytes each device holds for it.
 pub const MEMORY_LIMIT_LEDGER: &str = "memory-limit.ledger";
 
-/// Set by the root of a plain-`LD_PRELOAD` tree given no trace name
-/// (`CUDATRACE_OUT`): the folder the trace goes to (the root's working
-/// folder), where the collector names it after the first image that
-/// records ([`default_trace_name`]).
-pub const TRACE_FOLDER_VARIABLE: &str = "CUDATRACE_TRACE_FOLDER";
-
 /// `cudatrace-<pid>-<image>.spool`: `image` counts the `exec`s of one pid.
 pub fn spool_file_name(pid: u32, image: u32) -> String {
     format!("cudatrace-{pid}-{image}.spool")

@@ -4,7 +4,7 @@
 //!
 //! `cudatrace run` creates [`NOTICE_FILE`] in the run folder, opens it for
 //! appending and hands the descriptor down to the command, named in
-//! [`NOTICE_ENV`] as `fd:device:inode`. A process that gives up on its
+//! [`crate::settings::NOTICE`] as `fd:device:inode`. A process that gives up on its
 //! spool (no free descriptor, a `setuid` that locked it out of the run
 //! folder, a spool folder removed from its environment) writes one line
 //! through that descriptor, in one `write`, after checking that the
@@ -18,9 +18,6 @@
 
 /// The notice file's name in the run folder.
 pub const NOTICE_FILE: &str = "notices";
-
-/// The environment variable naming the inherited descriptor: `fd:device:inode`.
-pub const NOTICE_ENV: &str = "CUDATRACE_NOTICE";
 
 /// The first field of every line, with the line format's version: 2 since
 /// the reason field carries a code ([`NoSpool::to_field`]). A collector
@@ -157,7 +154,7 @@ impl NoSpool {
 /// What starts a notice's reason field that holds a [`NoSpool`] code.
 const REASON_FIELD_TAG: &str = "no-spool:";
 
-/// The descriptor named by [`NOTICE_ENV`]'s value: `(fd, device, inode)`.
+/// The descriptor named by [`crate::settings::NOTICE`]'s value: `(fd, device, inode)`.
 pub fn parse_descriptor(value: &str) -> Option<(i32, u64, u64)> {
     let mut parts = value.split(':');
     let fd = parts.next()?.parse().ok().filter(|&fd: &i32| fd >= 0)?;

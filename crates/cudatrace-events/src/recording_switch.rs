@@ -23,6 +23,10 @@
 //! stack walks) and keeps every output true, as PyTorch's snapshot keeps
 //! every block when its history recording is off.
 
+use std::io::Write;
+use std::os::unix::fs::OpenOptionsExt;
+use std::path::Path;
+
 /// The file's name in the spool folder.
 pub const FILE_NAME: &str = "recording.switch";
 
@@ -134,6 +138,37 @@ pub fn new_page(state: SwitchState) -> Vec<u8> {
     page[..8].copy_from_slice(&MAGIC);
     page[STATE_OFFSET..STATE_OFFSET + 8].copy_from_slice(&state.to_word().to_le_bytes());
     page
+}
+
+/// Makes the switch file of spool folder `dir` in state `initial` (logged
+/// at `time_ns` when not plain recording), unless a process of the job
+/// made it first: that one stays, and this is no error. Both sides make it
+/// so: the library when its process creates a spool, `cudatrace run
+/// --start-paused`, `pause` and `resume` when the job has none yet.
+///
+/// The whole file is written under a private name (`recording.switch.<pid>`)
+/// and then linked in place, so that no process ever maps half of one.
+pub fn make(dir: &Path, initial: SwitchState, time_ns: u64) -> std::io::Result<()> {
+    let own = dir.join(format!("{FILE_NAME}.{}", std::process::id()));
+    let mut contents = new_page(initial);
+    if initial != SwitchState::RECORDING {
+        contents.extend_from_slice(&log_entry(Switch {
+            time_ns,
+            state: initial,
+        }));
+    }
+    let written = std::fs::OpenOptions::new()
+        .write(true)
+        .create_new(true)
+        .mode(0o600)
+        .open(&own)
+        .and_then(|mut file| file.write_all(&contents));
+    let linked = written.and_then(|()| match std::fs::hard_link(&own, dir.join(FILE_NAME)) {
+        Err(error) if error.kind() == std::io::ErrorKind::AlreadyExists => Ok(()),
+        other => other,
+    });
+    let _ = std::fs::remove_file(&own);
+    linked
 }
 
 #[cfg(test)]

@@ -1,10 +1,20 @@
 //! Reading spool files back into events, outside the traced process.
+//!
+//! Only [`unfinished`] is the command line's: the whole-file reader
+//! ([`SpoolReader`]) is for tests, benches and the fuzzer, behind the
+//! `testing` feature (the collector follows spools with
+//! [`crate::SpoolCursor`] as they grow).
 
+#[cfg(feature = "testing")]
 use crate::cursor::{Pass, SlotSource, SpoolCursor};
+#[cfg(feature = "testing")]
 use crate::layout::{RawRecord, HEADER_SIZE, RECORD_SIZE};
+#[cfg(feature = "testing")]
 use crate::slots::{parse_header, Event, ProcessInfo, SpoolError, SpoolHeaderInfo};
+#[cfg(feature = "testing")]
 use std::path::Path;
 
+#[cfg(feature = "testing")]
 /// Everything a spool file holds, read once its process is gone.
 #[derive(Clone, Debug)]
 pub struct Spool {
@@ -19,6 +29,7 @@ pub struct Spool {
     pub damaged_records: u64,
 }
 
+#[cfg(feature = "testing")]
 impl Spool {
     /// The process that wrote it.
     pub fn process(&self) -> &ProcessInfo {
@@ -37,9 +48,11 @@ pub fn unfinished(unwritten: u64, dropped: u64) -> u64 {
     unwritten.saturating_sub(dropped)
 }
 
+#[cfg(feature = "testing")]
 /// Decodes spool files held in memory.
 pub struct SpoolReader;
 
+#[cfg(feature = "testing")]
 impl SpoolReader {
     /// Reads and decodes the spool file at `path`, through a mapping of it,
     /// checking its header before reading anything else.
@@ -62,6 +75,7 @@ impl SpoolReader {
     }
 }
 
+#[cfg(feature = "testing")]
 fn read_all(source: &mut impl SlotSource, header: SpoolHeaderInfo) -> Result<Spool, SpoolError> {
     let mut cursor = SpoolCursor::new(header.process.pid, header.released_records);
     let mut events = Vec::new();
@@ -75,9 +89,11 @@ fn read_all(source: &mut impl SlotSource, header: SpoolHeaderInfo) -> Result<Spo
     })
 }
 
+#[cfg(feature = "testing")]
 /// Record slots held in memory.
 struct SlotBytes<'a>(&'a [u8]);
 
+#[cfg(feature = "testing")]
 impl SlotSource for SlotBytes<'_> {
     fn slot_count(&mut self) -> Result<u64, SpoolError> {
         Ok((self.0.len() / RECORD_SIZE) as u64)

@@ -17,6 +17,7 @@ pub mod format;
 mod problem;
 pub mod reader;
 pub mod relabel;
+#[cfg(feature = "testing")]
 pub mod synthetic;
 mod varint;
 pub mod writer;

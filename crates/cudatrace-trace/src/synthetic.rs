@@ -1,6 +1,7 @@
 //! Synthetic traces for benchmarks: processes that allocate and free device,
 //! pool and pinned memory from several threads, with a bounded live set and
-//! the address reuse a caching allocator shows.
+//! the address reuse a caching allocator shows. Behind the `testing`
+//! feature: tests and benches only.
 
 use crate::format::{Footer, Header, ProcessEnd, ProcessStart, FORMAT_VERSION};
 use crate::writer::TraceWriter;

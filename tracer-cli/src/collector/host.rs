@@ -5,16 +5,16 @@
 //! `CUDATRACE_TEST_HOST` replaces the host name, and
 //! `CUDATRACE_TEST_CLOCK_OFFSET_NS` is added to `CLOCK_MONOTONIC`.
 
+use cudatrace_events::settings::{self, TEST_CLOCK_OFFSET_NS, TEST_HOST};
 use std::sync::OnceLock;
 
 /// `CUDATRACE_TEST_CLOCK_OFFSET_NS`, read once; 0 unless a test sets it.
 fn monotonic_offset() -> u64 {
     static OFFSET: OnceLock<u64> = OnceLock::new();
     *OFFSET.get_or_init(|| {
-        std::env::var("CUDATRACE_TEST_CLOCK_OFFSET_NS")
-            .ok()
-            .and_then(|v| v.trim().parse::<i64>().ok())
-            .unwrap_or(0) as u64
+        TEST_CLOCK_OFFSET_NS
+            .value_os()
+            .map_or(0, |value| settings::parse_clock_offset(value.as_encoded_bytes())) as u64
     })
 }
 
@@ -35,7 +35,7 @@ pub fn realtime_ns() -> u64 {
 
 /// This machine's host name (`CUDATRACE_TEST_HOST` where a test sets it).
 pub fn host_name() -> String {
-    if let Some(chosen) = std::env::var_os("CUDATRACE_TEST_HOST") {
+    if let Some(chosen) = TEST_HOST.value_os() {
         return chosen.to_string_lossy().into_owned();
     }
     let mut buffer = [0u8; 256];

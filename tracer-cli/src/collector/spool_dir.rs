@@ -2,7 +2,7 @@
 
 use crate::outputs::wording::not_private_text;
 use crate::outputs::wording::{collect_lines, collector_lines};
-use cudatrace_events::{naming, notices, recording_switch};
+use cudatrace_events::{naming, notices, recording_switch, settings};
 use std::os::unix::fs::{DirBuilderExt, MetadataExt};
 use std::path::{Path, PathBuf};
 
@@ -14,7 +14,7 @@ fn uid() -> u32 {
 /// `$TMPDIR/cudatrace-<uid>` (default `/tmp`), created 0700 if missing, and
 /// refused if it is a symlink, someone else's, or writable by others.
 fn user_folder() -> Result<PathBuf, String> {
-    let base = std::env::var_os("TMPDIR")
+    let base = std::env::var_os(settings::TMPDIR.name)
         .filter(|d| !d.is_empty())
         .unwrap_or_else(|| "/tmp".into());
     let folder = Path::new(&base).join(naming::user_folder_name(uid()));
@@ -26,10 +26,10 @@ fn user_folder() -> Result<PathBuf, String> {
 /// (`CUDATRACE_COLLECTOR` then says so: this cudatrace runs inside a traced
 /// tree, and the folder belongs to that tree's collection, not to the user).
 fn chosen_spool_folder() -> Option<std::ffi::OsString> {
-    if std::env::var_os("CUDATRACE_COLLECTOR").is_some() {
+    if settings::COLLECTOR.value_os().is_some() {
         return None;
     }
-    std::env::var_os("CUDATRACE_DIR").filter(|d| !d.is_empty())
+    settings::DIR.non_empty()
 }
 
 /// A new, empty run folder, mode 0700: inside `$CUDATRACE_DIR` if the user

@@ -6,7 +6,7 @@ use cudatrace_events::sizes::SizeError;
 /// The cap when none is given: 2 GiB.
 pub const DEFAULT_MAX_SIZE: u64 = 2 << 30;
 /// The variable that sets the cap where `--max-size` is not given.
-pub const MAX_SIZE_VARIABLE: &str = "CUDATRACE_MAX_SIZE";
+pub const MAX_SIZE_VARIABLE: &str = cudatrace_events::settings::MAX_SIZE.name;
 /// The smallest cap accepted.
 pub const SMALLEST_MAX_SIZE: u64 = crate::collector::fold_schedule::SMALLEST_CAP;
 

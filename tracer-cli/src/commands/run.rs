@@ -16,7 +16,7 @@ use crate::system::terminal::say;
 use crate::system::trace_file;
 use crate::system::write_failure::WriteFailure;
 use cudatrace_events::recording_switch::SwitchState;
-use cudatrace_events::{naming, notices};
+use cudatrace_events::{naming, notices, settings};
 use std::ffi::OsString;
 use std::os::unix::process::{CommandExt, ExitStatusExt};
 use std::path::{Path, PathBuf};
@@ -30,11 +30,7 @@ const GRACE: Duration = Duration::from_secs(2);
 /// The library to preload: `--preload`, `$CUDATRACE_PRELOAD`, or the one next to this binary.
 fn preload_library(flag: Option<PathBuf>) -> Result<PathBuf, String> {
     let chosen = flag
-        .or_else(|| {
-            std::env::var_os("CUDATRACE_PRELOAD")
-                .filter(|p| !p.is_empty())
-                .map(PathBuf::from)
-        })
+        .or_else(|| settings::PRELOAD.non_empty().map(PathBuf::from))
         .or_else(|| Some(std::env::current_exe().ok()?.parent()?.join("libcudatrace.so")))
         .ok_or(run_lines::PRELOAD_NOT_LOCATED)?;
     if !chosen.is_file() {
@@ -113,7 +109,8 @@ fn descendants_alive(run_dir: &Path) -> bool {
     let me = std::process::id();
     let wanted = run_dir.as_os_str().as_encoded_bytes();
     procfs::pids().into_iter().filter(|&pid| pid != me).any(|pid| {
-        procfs::environment(pid).is_some_and(|environment| procfs::value(&environment, "CUDATRACE_DIR") == Some(wanted))
+        procfs::environment(pid)
+            .is_some_and(|environment| procfs::value(&environment, settings::DIR.name) == Some(wanted))
     })
 }
 
@@ -155,7 +152,7 @@ fn open_notice_file(run_dir: &Path, command: &mut Command) -> Option<std::fs::Fi
     let metadata = file.metadata().ok()?;
     let fd = file.as_raw_fd();
     command.env(
-        notices::NOTICE_ENV,
+        settings::NOTICE.name,
         format!("{fd}:{}:{}", metadata.dev(), metadata.ino()),
     );
     // SAFETY: only fcntl, async-signal-safe, between fork and exec: the
@@ -183,7 +180,9 @@ fn claim_destination(args: &RunArgs) -> Result<Option<trace_file::InPlace>, Fail
 }
 
 /// The command's environment under the tracer: the library preloaded
-/// before any the command had, the run's spool folder, and the options.
+/// before any the command had, the run's spool folder, and the options,
+/// each in its variable of the settings table (`cudatrace_events::settings`),
+/// which the library reads when it loads.
 fn trace_environment(command: &mut Command, preload: PathBuf, run_dir: &Path, args: &RunArgs) {
     let mut ld_preload = preload.into_os_string();
     if let Some(existing) = std::env::var_os("LD_PRELOAD").filter(|p| !p.is_empty()) {
@@ -192,29 +191,29 @@ fn trace_environment(command: &mut Command, preload: PathBuf, run_dir: &Path, ar
     }
     command
         .env("LD_PRELOAD", ld_preload)
-        .env("CUDATRACE_DIR", run_dir)
-        .env("CUDATRACE_COLLECTOR", "run")
-        .env_remove("CUDATRACE_OUT")
-        .env_remove(naming::TRACE_FOLDER_VARIABLE)
-        .env_remove("CUDATRACE_ROOT_PID");
+        .env(settings::DIR.name, run_dir)
+        .env(settings::COLLECTOR.name, settings::COLLECTOR_RUN)
+        .env_remove(settings::OUT.name)
+        .env_remove(settings::TRACE_FOLDER.name)
+        .env_remove(settings::ROOT_PID.name);
     if let Some(stacks) = args.stacks {
-        command.env("CUDATRACE_STACKS", stacks.name());
+        command.env(settings::STACKS.name, stacks.name());
     }
     if let Some(tensors) = args.tensors {
-        command.env("CUDATRACE_TENSORS", tensors.name());
+        command.env(settings::TENSORS.name, tensors.name());
     }
     if let Some(depth) = args.max_depth {
-        command.env("CUDATRACE_MAX_DEPTH", depth.to_string());
+        command.env(settings::MAX_DEPTH.name, depth.to_string());
     }
     if args.no_launch_hooks {
-        command.env("CUDATRACE_LAUNCH_HOOKS", "0");
+        command.env(settings::LAUNCH_HOOKS.name, "0");
     }
     match args.limit {
         Some(0) => {
-            command.env_remove("CUDATRACE_LIMIT");
+            command.env_remove(settings::LIMIT.name);
         }
         Some(limit) => {
-            command.env("CUDATRACE_LIMIT", limit.to_string());
+            command.env(settings::LIMIT.name, limit.to_string());
         }
         None => {}
     }
@@ -294,13 +293,12 @@ pub fn run(args: RunArgs) -> Result<u8, Failure> {
 fn memory_limit(args: &RunArgs) -> Result<Option<u64>, Failure> {
     let limit = match args.limit {
         Some(limit) => limit,
-        None => match std::env::var("CUDATRACE_LIMIT")
+        None => match std::env::var(settings::LIMIT.name)
             .ok()
             .filter(|v| !matches!(v.trim(), "" | "0" | "off"))
         {
-            Some(value) => {
-                super::arguments::parse_limit(&value).map_err(|why| format!("CUDATRACE_LIMIT={value}: {why}"))?
-            }
+            Some(value) => super::arguments::parse_limit(&value)
+                .map_err(|why| format!("{}={value}: {why}", settings::LIMIT.name))?,
             None => 0,
         },
     };
@@ -388,7 +386,7 @@ fn finished(summary: &Summary, trace: &Path, run_dir: &Path, keep_spools: bool, 
     if !keep_spools && !lingering {
         spool_dir::remove_spools(run_dir, &summary.collected, true);
     }
-    let disabled = std::env::var_os("CUDATRACE_DISABLE").is_some_and(|v| v != "0" && !v.is_empty());
+    let disabled = settings::disabled(settings::DISABLE.value_os().as_deref().map(|v| v.as_encoded_bytes()));
     if summary.processes == 0 && summary.damaged_spools == 0 && summary.unrecorded.is_empty() {
         if named || lingering {
             say(&run_lines::nothing_to_record(disabled, Some(trace)));

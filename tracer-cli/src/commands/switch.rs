@@ -10,8 +10,8 @@ use crate::system::failure::Failure;
 use crate::system::switch_file::SwitchFile;
 use crate::system::terminal::say;
 use crate::system::traced_jobs::{self, Named};
-use cudatrace_events::naming;
 use cudatrace_events::recording_switch::{StackSetting, SwitchState};
+use cudatrace_events::{naming, settings};
 use std::path::{Path, PathBuf};
 
 /// `cudatrace pause`.
@@ -89,7 +89,7 @@ fn job_folder(named: Option<&str>) -> Result<Chosen, Failure> {
             let in_a_job = traced_jobs::SET_BY_CUDATRACE
                 .iter()
                 .any(|key| std::env::var_os(key).is_some());
-            if let Some(own) = std::env::var_os("CUDATRACE_DIR").filter(|d| in_a_job && !d.is_empty()) {
+            if let Some(own) = settings::DIR.non_empty().filter(|_| in_a_job) {
                 return Ok(named_dir(
                     std::path::absolute(&own).unwrap_or_else(|_| PathBuf::from(own)),
                 ));

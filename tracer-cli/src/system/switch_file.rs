@@ -5,7 +5,6 @@
 
 use cudatrace_events::recording_switch::{self as layout, Switch, SwitchState};
 use std::fs::File;
-use std::io::Write;
 use std::os::unix::fs::OpenOptionsExt;
 use std::os::unix::io::AsRawFd;
 use std::path::Path;
@@ -27,7 +26,7 @@ impl SwitchFile {
             Err(error) if error.kind() != std::io::ErrorKind::NotFound => return Err(error),
             Err(_) => {}
         }
-        make(dir, &path, initial, time_ns)?;
+        layout::make(dir, initial, time_ns)?;
         checked(open(&path)?)
     }
 
@@ -124,36 +123,11 @@ fn checked(file: File) -> std::io::Result<SwitchFile> {
     Ok(SwitchFile { file })
 }
 
-/// Writes a whole file under a private name and links it in place: a
-/// process never maps half of one. When a process of the job linked its
-/// own first, that one stays.
-fn make(dir: &Path, path: &Path, initial: SwitchState, time_ns: u64) -> std::io::Result<()> {
-    let own = dir.join(format!("{}.{}", layout::FILE_NAME, std::process::id()));
-    let mut contents = layout::new_page(initial);
-    if initial != SwitchState::RECORDING {
-        contents.extend_from_slice(&layout::log_entry(Switch {
-            time_ns,
-            state: initial,
-        }));
-    }
-    let written = std::fs::OpenOptions::new()
-        .write(true)
-        .create_new(true)
-        .mode(0o600)
-        .open(&own)
-        .and_then(|mut file| file.write_all(&contents));
-    let linked = written.and_then(|()| match std::fs::hard_link(&own, path) {
-        Err(error) if error.kind() == std::io::ErrorKind::AlreadyExists => Ok(()),
-        other => other,
-    });
-    let _ = std::fs::remove_file(&own);
-    linked
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
     use cudatrace_events::recording_switch::StackSetting;
+    use std::io::Write;
 
     #[test]
     fn switching_logs_each_change_once_and_the_page_follows() {

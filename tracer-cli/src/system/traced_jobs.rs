@@ -10,7 +10,7 @@
 //! may well be another shell's.
 
 use super::procfs;
-use cudatrace_events::recording_switch;
+use cudatrace_events::{recording_switch, settings};
 use std::collections::BTreeMap;
 use std::os::unix::ffi::OsStrExt;
 use std::path::{Path, PathBuf};
@@ -35,7 +35,7 @@ fn mapped_switch_folder(pid: u32) -> Option<PathBuf> {
 
 /// Variables cudatrace sets beside `CUDATRACE_DIR` in a traced job: with
 /// neither, a `CUDATRACE_DIR` is a user's own (where runs make folders).
-pub const SET_BY_CUDATRACE: [&str; 2] = ["CUDATRACE_COLLECTOR", "CUDATRACE_ROOT_PID"];
+pub const SET_BY_CUDATRACE: [&str; 2] = [settings::COLLECTOR.name, settings::ROOT_PID.name];
 
 /// The spool folder cudatrace put in process `pid`'s environment: only
 /// where cudatrace's own variables stand beside it (a `CUDATRACE_DIR` a
@@ -49,7 +49,7 @@ fn spool_dir_in_environment(pid: u32) -> Option<PathBuf> {
     if !set_by_cudatrace {
         return None;
     }
-    let dir = procfs::value(&environment, "CUDATRACE_DIR").filter(|dir| !dir.is_empty())?;
+    let dir = procfs::value(&environment, settings::DIR.name).filter(|dir| !dir.is_empty())?;
     let dir = Path::new(std::ffi::OsStr::from_bytes(dir));
     if dir.is_absolute() {
         Some(dir.to_path_buf())
