@@ -375,7 +375,7 @@ mod tests {
 
     #[test]
     fn a_memo_takes_the_memory_its_documents_say() {
-        // 128 walks of 136 checks: 280 KiB (docs/performance.md says so too).
+        // 128 walks of 136 checks: 280 KiB (docs/history/performance-2026-11.md says so too).
         assert_eq!(std::mem::size_of::<WalkMemo>().div_ceil(1024), 280);
     }
 

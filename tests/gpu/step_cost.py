@@ -1,6 +1,7 @@
 #!/usr/bin/env python3
 """What a training step costs under cudatrace, measured within each
-process, and the table of it (docs/performance.md, "Step cost").
+process, and the table of it (docs/performance.md; the full tables in docs/history/performance-2026-11.md,
+"What a training step costs").
 
 Each process runs blocks of steps with recording in several states
 (workloads/step_blocks.py) under `cudatrace run --start-paused`. A state's
