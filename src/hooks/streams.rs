@@ -23,9 +23,9 @@ use std::ffi::{c_int, c_uint, c_void};
 use std::sync::atomic::{AtomicU64, Ordering};
 
 /// Creations of each kind measured one by one.
-pub const MEASURED_FIRST: u64 = 4096;
+pub(crate) const MEASURED_FIRST: u64 = 4096;
 /// After those, one creation in this many is measured.
-pub const THEN_ONE_IN: u64 = 16;
+pub(crate) const THEN_ONE_IN: u64 = 16;
 
 static STREAMS_CREATED: AtomicU64 = AtomicU64::new(0);
 static EVENTS_CREATED: AtomicU64 = AtomicU64::new(0);
@@ -274,7 +274,7 @@ pub unsafe extern "C" fn cuStreamEndCapture_ptsz(stream: CUstream, graph: *mut C
 }
 
 /// In a forked child: its creations are measured afresh.
-pub fn forget_parent() {
+pub(crate) fn forget_parent() {
     STREAMS_CREATED.store(0, Ordering::Relaxed);
     EVENTS_CREATED.store(0, Ordering::Relaxed);
 }

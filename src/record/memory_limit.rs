@@ -55,7 +55,7 @@ static UNSHARED: AtomicU64 = AtomicU64::new(0);
 
 /// Reads `CUDATRACE_LIMIT` (from the library constructor). A value that is
 /// no size is said once on stderr, and the program runs without a limit.
-pub fn configure_from_environment() {
+pub(crate) fn configure_from_environment() {
     let Some(value) = std::env::var_os("CUDATRACE_LIMIT").filter(|v| !v.is_empty()) else {
         return;
     };
@@ -83,7 +83,7 @@ pub fn configure_from_environment() {
 /// process without a limit pays. (A process whose tracing turned itself
 /// off stops counting: the bookkeeping runs under `guarded`.)
 #[inline(always)]
-pub fn enabled() -> bool {
+pub(crate) fn enabled() -> bool {
     LIMIT.load(Ordering::Relaxed) != 0
 }
 
@@ -91,7 +91,7 @@ pub fn enabled() -> bool {
 /// the process's own, but managed memory (never refused) and a capture's
 /// allocations (the graph's memory). A free gives back exactly what this
 /// says was counted.
-pub fn counts(kind: Kind, device: i8) -> bool {
+pub(crate) fn counts(kind: Kind, device: i8) -> bool {
     device >= 0
         && matches!(
             kind,
@@ -100,14 +100,14 @@ pub fn counts(kind: Kind, device: i8) -> bool {
 }
 
 /// The limit in bytes, if one is set.
-pub fn limit() -> Option<u64> {
+pub(crate) fn limit() -> Option<u64> {
     Some(LIMIT.load(Ordering::Relaxed)).filter(|&limit| limit != 0)
 }
 
 /// Bytes counted for an allocation being made, given back by [`settle`]
 /// if it fails.
 #[derive(Clone, Copy, Debug)]
-pub struct Reservation {
+pub(crate) struct Reservation {
     index: usize,
     slot: usize,
     bytes: u64,
@@ -118,7 +118,7 @@ pub struct Reservation {
 
 /// What the limit says of an allocation about to be made.
 #[derive(Clone, Copy, Debug)]
-pub enum Admission {
+pub(crate) enum Admission {
     /// The limit does not count it (no limit, managed or host memory, a
     /// device the ledger cannot name).
     NotCounted,
@@ -333,7 +333,7 @@ fn credit_is_live(ledger: &Ledger, credit: LimitCredit, index: usize) -> bool {
 /// stores: an atomic read-modify-write after the driver's call waits for
 /// the driver's stores to drain, tens of nanoseconds each on the GPU.
 #[inline]
-pub fn admit(device: i8, bytes: u64, read_device: impl FnOnce() -> Option<(u64, u64)>) -> Admission {
+pub(crate) fn admit(device: i8, bytes: u64, read_device: impl FnOnce() -> Option<(u64, u64)>) -> Admission {
     let Some(first) = ledger() else {
         return Admission::NotCounted;
     };
@@ -674,7 +674,7 @@ fn return_to_ledger(ledger: &Ledger, index: usize, slot: usize, bytes: u64) {
 /// real size differs from the bytes admitted (a pitch the driver chose) is
 /// counted at its real size.
 #[inline(always)]
-pub fn settle(reservation: Reservation, succeeded: bool, actual: u64) {
+pub(crate) fn settle(reservation: Reservation, succeeded: bool, actual: u64) {
     let kept = if succeeded { actual } else { 0 };
     if kept != reservation.bytes || reservation.pending {
         settle_difference(reservation, kept);
@@ -685,7 +685,7 @@ pub fn settle(reservation: Reservation, succeeded: bool, actual: u64) {
 /// bytes stay counted as admitted; only what the ledger held pending for the
 /// call is given back.
 #[cold]
-pub fn settle_unrecorded(reservation: Reservation) {
+pub(crate) fn settle_unrecorded(reservation: Reservation) {
     if reservation.pending {
         settle_difference(reservation, reservation.bytes);
     }
@@ -712,7 +712,7 @@ fn settle_difference(reservation: Reservation, kept: u64) {
 /// Memory the limit counted was freed: its bytes are given back, to the
 /// thread's credit while that stays under two chunks, else to the ledger.
 #[inline]
-pub fn give_back(device: i8, bytes: u64) {
+pub(crate) fn give_back(device: i8, bytes: u64) {
     let Some(ledger) = ledger_in_use() else { return };
     let Some(index) = usize::try_from(device)
         .ok()
@@ -803,7 +803,7 @@ fn entry_of(device: i8) -> Option<&'static shared_ledger::DeviceEntry> {
 
 /// A reading of `device` (free and total bytes, as the driver gave them):
 /// what the driver holds beyond the counted allocations is updated.
-pub fn note_reading(device: i8, free: u64, total: u64) {
+pub(crate) fn note_reading(device: i8, free: u64, total: u64) {
     let Some(entry) = entry_of(device) else { return };
     let used = total.saturating_sub(free);
     entry.beyond.store(
@@ -815,7 +815,7 @@ pub fn note_reading(device: i8, free: u64, total: u64) {
 /// A context of this process was first seen on `device`, with the device
 /// reading taken then: the tree learns what a context takes there (the
 /// first one measured), for [`context_fits`].
-pub fn note_first_context(device: i8, free: u64, total: u64) {
+pub(crate) fn note_first_context(device: i8, free: u64, total: u64) {
     let Some(entry) = entry_of(device) else { return };
     let before = entry
         .counted
@@ -834,7 +834,7 @@ pub fn note_first_context(device: i8, free: u64, total: u64) {
 /// context of the tree took there before (none measured yet: whether any
 /// byte is left). Asked before a context is created; a process that has a
 /// context on the device already (`has_context`) always fits.
-pub fn context_fits(device: i8, has_context: bool) -> bool {
+pub(crate) fn context_fits(device: i8, has_context: bool) -> bool {
     if !enabled() || has_context {
         return true;
     }
@@ -856,7 +856,7 @@ pub fn context_fits(device: i8, has_context: bool) -> bool {
 /// What `cuMemGetInfo` reports on `device` under the limit, from the
 /// driver's (free, total): a card of the limit's size, with the device's
 /// used bytes taken from it. Updates the ledger with the reading.
-pub fn reported_memory_info(device: i8, free: u64, total: u64) -> (u64, u64) {
+pub(crate) fn reported_memory_info(device: i8, free: u64, total: u64) -> (u64, u64) {
     let limit = LIMIT.load(Ordering::Relaxed);
     if device >= 0 {
         note_reading(device, free, total);
@@ -866,7 +866,7 @@ pub fn reported_memory_info(device: i8, free: u64, total: u64) -> (u64, u64) {
 }
 
 /// What `cuDeviceTotalMem` reports under the limit.
-pub fn reported_total(total: u64) -> u64 {
+pub(crate) fn reported_total(total: u64) -> u64 {
     total.min(LIMIT.load(Ordering::Relaxed))
 }
 
@@ -874,7 +874,7 @@ pub fn reported_total(total: u64) -> u64 {
 /// first device will touch: called on a hook's entry, so that they arrive
 /// while the driver works.
 #[inline(always)]
-pub fn prefetch() {
+pub(crate) fn prefetch() {
     let ledger = LEDGER.load(Ordering::Relaxed);
     let slot = MY_SLOT.load(Ordering::Relaxed);
     if ledger.is_null() || slot >= CLAIMING {
@@ -903,7 +903,7 @@ static RETIRING: AtomicU32 = AtomicU32::new(0);
 /// memory, leaves its parent's share alone.
 // Three figures per device, in the slot, the entry and RETIRED alike.
 #[allow(clippy::needless_range_loop)]
-pub fn retire_for_exec() {
+pub(crate) fn retire_for_exec() {
     if !enabled() {
         return;
     }
@@ -929,7 +929,7 @@ pub fn retire_for_exec() {
 
 /// The `exec` returned (it failed): the image's share is counted again.
 #[allow(clippy::needless_range_loop)]
-pub fn restore_after_failed_exec() {
+pub(crate) fn restore_after_failed_exec() {
     if RETIRING.load(Ordering::Acquire) == 0 {
         return;
     }
@@ -963,7 +963,7 @@ fn from_retired(index: usize, bytes: u64) -> u64 {
 
 /// In a forked child: its allocations are its own, counted in a slot of
 /// its own; the parent's share stays the parent's.
-pub fn forget_parent() {
+pub(crate) fn forget_parent() {
     MY_SLOT.store(NO_SLOT, Ordering::Relaxed);
     RECORDED.store(0, Ordering::Relaxed);
 }

@@ -34,7 +34,7 @@ static FIRST_FREE_IMAGE: AtomicU64 = AtomicU64::new(0);
 /// The lowest image number a spool of process `pid` may take (0 unless
 /// this image found spools of its pid when it loaded; a forked child,
 /// another pid, starts from 0).
-pub fn first_free_image(pid: u32) -> u32 {
+pub(crate) fn first_free_image(pid: u32) -> u32 {
     let packed = FIRST_FREE_IMAGE.load(Ordering::Acquire);
     if (packed >> 32) as u32 == pid {
         packed as u32
@@ -45,7 +45,7 @@ pub fn first_free_image(pid: u32) -> u32 {
 
 /// Marks the spool of the image this process replaced, if there is one
 /// that does not say so yet. Called once, as the library loads.
-pub fn mark_the_image_replaced() {
+pub(crate) fn mark_the_image_replaced() {
     let Some(directory) = tree_root::spool_dir() else {
         return;
     };

@@ -22,7 +22,7 @@ use std::sync::atomic::{AtomicU32, AtomicU8, Ordering};
 /// Which frames events carry (`CUDATRACE_STACKS`).
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 #[repr(u8)]
-pub enum StackMode {
+pub(crate) enum StackMode {
     /// No stacks.
     None = 0,
     /// Native frames only.
@@ -35,7 +35,7 @@ pub enum StackMode {
 
 impl StackMode {
     /// Parses the setting's text.
-    pub fn parse(text: &str) -> Option<StackMode> {
+    pub(crate) fn parse(text: &str) -> Option<StackMode> {
         match text {
             "none" => Some(StackMode::None),
             "native" => Some(StackMode::Native),
@@ -47,9 +47,9 @@ impl StackMode {
 }
 
 /// Deepest stack a buffer holds; `CUDATRACE_MAX_DEPTH` is capped to it.
-pub const MAX_FRAMES: usize = 256;
+pub(crate) const MAX_FRAMES: usize = 256;
 /// Default of `CUDATRACE_MAX_DEPTH`.
-pub const DEFAULT_DEPTH: u32 = 64;
+pub(crate) const DEFAULT_DEPTH: u32 = 64;
 
 #[unsafe(link_section = "cudatrace_hot")]
 static MODE: AtomicU8 = AtomicU8::new(StackMode::All as u8);
@@ -57,7 +57,7 @@ static MODE: AtomicU8 = AtomicU8::new(StackMode::All as u8);
 static DEPTH: AtomicU32 = AtomicU32::new(DEFAULT_DEPTH);
 
 /// Reads `CUDATRACE_STACKS` and `CUDATRACE_MAX_DEPTH`; unknown values keep the defaults.
-pub fn configure_from_environment() {
+pub(crate) fn configure_from_environment() {
     if let Some(mode) = std::env::var("CUDATRACE_STACKS")
         .ok()
         .as_deref()
@@ -131,7 +131,7 @@ thread_local! {
 /// the call passed through (the program's call into the runtime): with
 /// `--stacks none` it is the owner, and no unwinding is needed.
 #[inline(never)]
-pub fn capture(known_caller: u64) -> u32 {
+pub(crate) fn capture(known_caller: u64) -> u32 {
     let mode = mode();
     // A hook that runs inside another hook on this thread (a signal handler
     // allocating) records no stack rather than sharing the buffers.
@@ -161,7 +161,7 @@ pub fn capture(known_caller: u64) -> u32 {
 /// Whether stacks are off (`--stacks none`): then only the caller of the
 /// outermost hook is wanted, which the runtime hooks find cheaply.
 #[inline]
-pub fn only_callers() -> bool {
+pub(crate) fn only_callers() -> bool {
     mode() == StackMode::None
 }
 
@@ -451,7 +451,7 @@ fn intern_frame(frame: &Frame, parent: u32) -> Option<u32> {
 }
 
 /// In a forked child: the parent's ids mean nothing in the child's spool.
-pub fn forget_parent_stacks() {
+pub(crate) fn forget_parent_stacks() {
     let _ = LAST.try_with(|last| {
         // SAFETY: the child has only this thread.
         if let Some(last) = unsafe { &mut *last.get() }.made() {

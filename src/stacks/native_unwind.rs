@@ -246,7 +246,7 @@ static LOADING_THREAD_STACK: [AtomicU64; 2] = [AtomicU64::new(0), AtomicU64::new
 /// main thread the C library finds them by reading `/proc/self/maps` (with
 /// `malloc` and `sscanf`): a hook must never do that, since it may run in a
 /// signal handler that interrupted `malloc`, on a stack of a few KiB.
-pub fn note_loading_thread() {
+pub(crate) fn note_loading_thread() {
     let (low, high) = stack_bounds();
     LOADING_THREAD_STACK[0].store(low, Ordering::Relaxed);
     LOADING_THREAD_STACK[1].store(high, Ordering::Relaxed);
@@ -316,13 +316,13 @@ fn registers() -> (u64, u64, u64) {
 /// What a walk found: `count` frames in `out`, whether the stack went on
 /// past them, and their hash.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub struct NativeWalk {
+pub(crate) struct NativeWalk {
     /// Frames stored.
-    pub count: usize,
+    pub(crate) count: usize,
     /// Whether the stack went on past `out`'s end.
-    pub cut: bool,
+    pub(crate) cut: bool,
     /// [`stack_cache::hash_frames`] of the frames, each as (0, address, 0).
-    pub hash: [u64; 2],
+    pub(crate) hash: [u64; 2],
 }
 
 const NO_WALK: NativeWalk = NativeWalk {
@@ -338,7 +338,7 @@ const NO_WALK: NativeWalk = NativeWalk {
 /// its [`WalkMemo`] where the words that steered it hold what they held;
 /// any other is walked and kept.
 #[inline(never)]
-pub fn capture(out: &mut [u64]) -> NativeWalk {
+pub(crate) fn capture(out: &mut [u64]) -> NativeWalk {
     let Some(map) = module_map::current() else {
         return NO_WALK;
     };
@@ -687,7 +687,7 @@ fn step_with_framehop(
 /// distance from the stack pointer there, learnt once from the unwinder.
 /// Reading it is then a load, where finding the hook's caller otherwise
 /// takes a few unwinding steps.
-pub struct ReturnSlot {
+pub(crate) struct ReturnSlot {
     /// Where the slot is: `BP_RELATIVE` set for an offset from the frame
     /// pointer (a frame that keeps one, and may realign its stack), else from
     /// the stack pointer; the offset + 1 below. 0 = not learnt yet,
@@ -699,7 +699,7 @@ const BP_RELATIVE: u64 = 1 << 62;
 
 impl ReturnSlot {
     /// A slot not learnt yet.
-    pub const fn new() -> ReturnSlot {
+    pub(crate) const fn new() -> ReturnSlot {
         ReturnSlot {
             place: AtomicU64::new(0),
         }
@@ -710,7 +710,7 @@ impl ReturnSlot {
     /// `ReturnSlot` (a `static` inside the hook), and must call this in the
     /// hook's body itself, not from a closure or helper of its own.
     #[inline(always)]
-    pub fn caller(&'static self) -> u64 {
+    pub(crate) fn caller(&'static self) -> u64 {
         let (ip, sp, bp) = registers();
         match self.place.load(Ordering::Relaxed) {
             0 => {
