@@ -14,7 +14,7 @@
 //! kernels when a communicator starts. Those entry points are measured the
 //! same way, the first time each handle is seen.
 
-use crate::hooks::support::real_or_fail;
+use crate::hooks::support::{per_thread, real_or_fail};
 use crate::record::devices::current_device;
 use crate::record::readings::{self, Around};
 use crate::record::recorder::Record;
@@ -196,14 +196,6 @@ fn stream_of(config: *const CUlaunchConfig) -> u64 {
     } else {
         // SAFETY: the caller's configuration, valid for the call.
         unsafe { (*config).hStream as u64 }
-    }
-}
-
-fn per_thread(stream: CUstream) -> u64 {
-    if stream.is_null() {
-        CU_STREAM_PER_THREAD
-    } else {
-        stream as u64
     }
 }
 

@@ -2,9 +2,9 @@
 //! points we export. Each hook forwards the call unchanged and reports what
 //! it saw to the record layer below.
 //!
-//! - exported symbols ([`driver`], [`runtime`], [`context`], [`streams`],
-//!   [`graphs`], [`launch`]), for programs linked against `libcuda` or
-//!   `libcudart`;
+//! - exported symbols ([`driver`], [`driver_frees`], [`address_ranges`],
+//!   [`runtime`], [`context`], [`streams`], [`graphs`], [`launch`]), for
+//!   programs linked against `libcuda` or `libcudart`;
 //! - `dlsym` ([`dlsym_door`]), for programs that `dlopen` the driver, and
 //!   `dlclose` ([`dlclose_door`]), for those that unload it and load it
 //!   again;
@@ -18,12 +18,14 @@
 //! - PyTorch's caching allocator ([`torch_allocator`]), through a trace
 //!   tracker attached from inside the process: one record per tensor.
 
+pub(crate) mod address_ranges;
 pub(crate) mod array_bytes;
 pub(crate) mod context;
 pub(crate) mod dlclose_door;
 pub(crate) mod dlopen_door;
 pub(crate) mod dlsym_door;
 pub(crate) mod driver;
+pub(crate) mod driver_frees;
 pub(crate) mod exec;
 pub(crate) mod fork;
 pub(crate) mod graphs;

@@ -12,7 +12,7 @@
 //! - Captures are counted as they begin and end (see [`capture_state`]).
 
 use crate::hooks::launch;
-use crate::hooks::support::{read, real_or_fail};
+use crate::hooks::support::{per_thread, read, real_or_fail};
 use crate::record::readings::Around;
 use crate::record::recorder::Record;
 use crate::record::{capture_state, devices, readings};
@@ -161,15 +161,6 @@ macro_rules! stream_destroy_hooks {
 stream_destroy_hooks! {
     cuStreamDestroy;
     cuStreamDestroy_v2;
-}
-
-/// The handle a `_ptsz` entry point means by `stream`.
-fn per_thread(stream: CUstream) -> u64 {
-    if stream.is_null() {
-        CU_STREAM_PER_THREAD
-    } else {
-        stream as u64
-    }
 }
 
 /// Counts a capture on `stream` before the real call, so that another

@@ -5,6 +5,7 @@ use crate::record::devices;
 use crate::record::live_table::{self, Namespace};
 use crate::record::recorder;
 use crate::spool::writer as spool_writer;
+use crate::sys::cuda_ffi::{CUstream, CU_STREAM_PER_THREAD};
 use crate::sys::{hot_statics, process_mark, thread_block};
 
 /// The real driver function `$sym` with C signature `$ty`, or an early
@@ -19,6 +20,17 @@ macro_rules! real_or_fail {
     };
 }
 pub(crate) use real_or_fail;
+
+/// The handle a `_ptsz` entry point means by `stream`: its NULL is the
+/// calling thread's default stream, not the legacy one.
+#[inline]
+pub(crate) fn per_thread(stream: CUstream) -> u64 {
+    if stream.is_null() {
+        CU_STREAM_PER_THREAD
+    } else {
+        stream as u64
+    }
+}
 
 /// Reads an out-parameter the driver has just written, tolerating NULL.
 pub(crate) fn read<T: Copy>(ptr: *const T, or: T) -> T {

@@ -21,13 +21,17 @@ macro_rules! with_cuda_symbols {
                 cuInit, cuMemAlloc, cuMemAlloc_v2, cuMemAllocPitch, cuMemAllocPitch_v2, cuMemAllocManaged,
                 cuMemAllocAsync, cuMemAllocAsync_ptsz, cuMemAllocFromPoolAsync, cuMemAllocFromPoolAsync_ptsz,
                 cuMemCreate, cuArrayCreate, cuArrayCreate_v2, cuArray3DCreate, cuArray3DCreate_v2,
-                cuMipmappedArrayCreate,
+                cuMipmappedArrayCreate;
+            hooked in driver_frees:
                 cuMemFree, cuMemFree_v2, cuMemFreeAsync, cuMemFreeAsync_ptsz, cuMemRelease,
-                cuArrayDestroy, cuMipmappedArrayDestroy,
-                cuMemAddressReserve, cuMemAddressFree, cuMemMap, cuMemUnmap,
-                cuMemHostAlloc, cuMemAllocHost, cuMemAllocHost_v2, cuMemHostRegister, cuMemHostRegister_v2,
-                cuMemFreeHost, cuMemHostUnregister,
-                cuIpcOpenMemHandle, cuIpcOpenMemHandle_v2, cuIpcCloseMemHandle, cuMemPoolCreate, cuMemPoolDestroy;
+                cuArrayDestroy, cuMipmappedArrayDestroy;
+            hooked in address_ranges: cuMemAddressReserve, cuMemAddressFree, cuMemMap, cuMemUnmap;
+            hooked in driver:
+                cuMemHostAlloc, cuMemAllocHost, cuMemAllocHost_v2, cuMemHostRegister, cuMemHostRegister_v2;
+            hooked in driver_frees: cuMemFreeHost, cuMemHostUnregister;
+            hooked in driver: cuIpcOpenMemHandle, cuIpcOpenMemHandle_v2;
+            hooked in driver_frees: cuIpcCloseMemHandle;
+            hooked in driver: cuMemPoolCreate, cuMemPoolDestroy;
             hooked in runtime:
                 cudaMalloc, cudaFree, cudaMallocAsync, cudaMallocAsync_ptsz, cudaFreeAsync, cudaFreeAsync_ptsz,
                 cudaMallocFromPoolAsync, cudaMallocFromPoolAsync_ptsz, cudaMallocManaged, cudaMallocPitch,
