@@ -11,7 +11,7 @@ use crate::hooks::{dlopen_door, torch_allocator};
 use crate::record::live_table::Namespace;
 use crate::record::memory_limit::{self, Admission};
 use crate::record::recorder::{self, Allocation};
-use crate::record::{capture_state, devices, readings, tensors};
+use crate::record::{capture_state, device_readings, devices, tensors};
 use crate::spool::writer as spool_writer;
 use crate::sys::clock;
 use crate::sys::cuda_ffi::*;
@@ -89,7 +89,7 @@ fn limit_admission(call: Call, bytes: u64) -> Admission {
     }
     if call.kind == Kind::Pool && capture_state::any_active() {
         let mut capturing = false;
-        guarded(|| capturing = readings::stream_is_capturing(call.stream));
+        guarded(|| capturing = device_readings::stream_is_capturing(call.stream));
         if capturing {
             return Admission::NotCounted;
         }
@@ -102,7 +102,7 @@ fn limit_admission(call: Call, bytes: u64) -> Admission {
     if device < 0 {
         return Admission::NotCounted;
     }
-    let admission = memory_limit::admit(device, bytes, readings::memory_info);
+    let admission = memory_limit::admit(device, bytes, device_readings::memory_info);
     if let Admission::Refused { left, limit } = admission {
         guarded(|| recorder::refused_by_limit(call.api, call.kind, device, bytes, call.stream, left, limit));
     }
@@ -178,7 +178,7 @@ fn allocation_returned(
             let device = call.device();
             let mut kind = call.kind;
             // Only while a capture is under way can an allocation be a graph's.
-            if kind == Kind::Pool && capture_state::any_active() && readings::stream_is_capturing(call.stream) {
+            if kind == Kind::Pool && capture_state::any_active() && device_readings::stream_is_capturing(call.stream) {
                 kind = Kind::GraphAllocation;
             }
             let allocation = Allocation {
@@ -210,14 +210,14 @@ fn allocation_returned(
                 return;
             }
             if kind == Kind::Pool {
-                readings::note_pool(call.arg1, device);
+                device_readings::note_pool(call.arg1, device);
             }
             // Readings are of the current context's device: only an
             // allocation on it can be the first event there.
             if matches!(call.device, DeviceOf::Current) {
-                readings::note_device_in_use(device, call.api);
+                device_readings::note_device_in_use(device, call.api);
             }
-            readings::maybe_sample(call.api, clock::latest_record_ns());
+            device_readings::maybe_sample(call.api, clock::latest_record_ns());
         });
         if !settled {
             if let Some(reservation) = reservation {
@@ -587,7 +587,7 @@ pub unsafe extern "C" fn cuMemPoolCreate(pool: *mut CUmemoryPool, props: *const 
 pub unsafe extern "C" fn cuMemPoolDestroy(pool: CUmemoryPool) -> CUresult {
     let real = real_or_fail!(cuMemPoolDestroy, unsafe extern "C" fn(CUmemoryPool) -> CUresult);
     guarded(|| {
-        readings::forget_pool(pool as u64);
+        device_readings::forget_pool(pool as u64);
         devices::pool_destroyed(pool as u64);
     });
     // SAFETY: arguments forwarded unchanged.

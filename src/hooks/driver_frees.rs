@@ -8,9 +8,9 @@
 //! returns its result unchanged; the bookkeeping happens around the call.
 
 use crate::hooks::support::{per_thread, prepare_driver_event, real_or_fail};
+use crate::record::device_readings;
 use crate::record::live_table::Namespace;
 use crate::record::memory_limit;
-use crate::record::readings;
 use crate::record::recorder::{self, free_starting};
 use crate::sys::clock;
 use crate::sys::cuda_ffi::*;
@@ -46,7 +46,7 @@ macro_rules! free_hooks {
                         memory_limit::give_back(freed.device, freed.size);
                     }
                     if freed.device >= 0 {
-                        readings::maybe_sample(Api::$api, clock::latest_record_ns());
+                        device_readings::maybe_sample(Api::$api, clock::latest_record_ns());
                     }
                 }
                 result
@@ -60,7 +60,7 @@ macro_rules! free_hooks {
             // SAFETY: arguments forwarded unchanged.
             let result = unsafe { real($( $arg ),*) };
             if recorder::free_returned(pending, result, Api::$api, $stream).is_some_and(|freed| freed.device >= 0) {
-                readings::maybe_sample(Api::$api, clock::latest_record_ns());
+                device_readings::maybe_sample(Api::$api, clock::latest_record_ns());
             }
             result
         }

@@ -15,8 +15,8 @@
 //! same way, the first time each handle is seen.
 
 use crate::hooks::support::{per_thread, real_or_fail};
+use crate::record::device_readings::{self, Around};
 use crate::record::devices::current_device;
-use crate::record::readings::{self, Around};
 use crate::record::recorder::Record;
 use crate::sys::clock;
 use crate::sys::cuda_ffi::*;
@@ -169,7 +169,7 @@ fn launched(api: Api, function: u64, stream: u64, launch: impl FnOnce() -> CUres
     if first_use_of_stream(stream) {
         return first_into_stream(api, stream, launch);
     }
-    readings::maybe_sample(api, clock::coarse_ns());
+    device_readings::maybe_sample(api, clock::coarse_ns());
     launch()
 }
 

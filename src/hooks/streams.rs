@@ -13,9 +13,9 @@
 
 use crate::hooks::launch;
 use crate::hooks::support::{per_thread, read, real_or_fail};
-use crate::record::readings::Around;
+use crate::record::device_readings::Around;
 use crate::record::recorder::Record;
-use crate::record::{capture_state, devices, readings};
+use crate::record::{capture_state, device_readings, devices};
 use crate::sys::cuda_ffi::*;
 use crate::sys::tracing_switch::{guarded, tracing_on};
 use cudatrace_events::{Api, Op};
@@ -229,7 +229,7 @@ fn capture_ending(result: CUresult, stream: CUstream, handle: u64) {
 }
 
 fn still_capturing(stream: CUstream) -> bool {
-    readings::stream_is_capturing(stream as u64) || readings::stream_capture_invalidated(stream as u64)
+    device_readings::stream_is_capturing(stream as u64) || device_readings::stream_capture_invalidated(stream as u64)
 }
 
 /// Hook for `cuStreamEndCapture`.

@@ -4,10 +4,10 @@
 //! being captured, takes the device readings, and writes the records.
 
 pub(crate) mod capture_state;
+pub(crate) mod device_readings;
 pub(crate) mod devices;
 pub(crate) mod live_table;
 pub(crate) mod memory_limit;
-pub(crate) mod readings;
 pub(crate) mod recorder;
 pub(crate) mod tensors;
 pub(crate) mod unloaded_driver;

@@ -20,7 +20,7 @@
 //!   is stored in its slot, so that readers can tell "dropped" from "still
 //!   being written" and move on.
 
-use crate::spool::spool_file;
+use crate::spool::spool_descriptor;
 use crate::sys::address_budget;
 use crate::sys::clock::monotonic_ns;
 use crate::sys::file_space;
@@ -202,7 +202,7 @@ fn grow_locked(target: usize) -> Result<*mut RawRecord, i32> {
         return Ok(CHUNKS[target % MAX_CHUNKS].load(Ordering::Acquire));
     }
     // Never through a descriptor the program has taken over.
-    let fd = spool_file::checked()?;
+    let fd = spool_descriptor::checked()?;
     let ring = RING.load(Ordering::Acquire).max(1);
     while next <= target {
         if next >= ring as usize {

@@ -6,6 +6,6 @@ pub(crate) mod chunks;
 pub(crate) mod notice;
 pub(crate) mod recording_switch;
 pub(crate) mod replaced_image;
-pub(crate) mod spool_file;
+pub(crate) mod spool_descriptor;
 pub(crate) mod tree_root;
 pub(crate) mod writer;

@@ -13,7 +13,7 @@
 //! The look costs a few failed `access` calls in a process whose pid has
 //! no spool, which is nearly every process.
 
-use crate::spool::{spool_file, tree_root};
+use crate::spool::{spool_descriptor, tree_root};
 use crate::sys::process_start::process_start_ticks;
 use cudatrace_events::layout::{EXEC_INTO_CAPACITY, HEADER_SIZE, SPOOL_MAGIC, SPOOL_VERSION};
 use cudatrace_events::{naming, SpoolHeader};
@@ -88,7 +88,7 @@ fn mark(path: &std::ffi::CStr, pid: u32) {
         // SAFETY: no preconditions.
         && status.st_uid == unsafe { libc::geteuid() }
         && status.st_size >= HEADER_SIZE as i64;
-    if let Some(header) = whole.then(|| spool_file::map_header(fd)).flatten() {
+    if let Some(header) = whole.then(|| spool_descriptor::map_header(fd)).flatten() {
         // SAFETY: a header page of HEADER_SIZE bytes, mapped; the fields
         // another process writes are read and written atomically.
         unsafe { mark_header(header, pid) };

@@ -23,7 +23,7 @@ use crate::spool::chunks as spool_chunks;
 use crate::spool::notice;
 use crate::spool::recording_switch;
 use crate::spool::replaced_image;
-use crate::spool::spool_file;
+use crate::spool::spool_descriptor;
 use crate::spool::tree_root;
 use crate::sys::clock::{monotonic_ns, realtime_ns, record_ns};
 use crate::sys::prefetch::prefetch_line;
@@ -450,7 +450,7 @@ fn try_create_spool() -> Result<(), NoSpoolWhy> {
     let Some((fd, path)) = create_file(directory, pid) else {
         return Err(failed(NoSpool::CannotCreate));
     };
-    if !spool_file::adopt(fd, path) {
+    if !spool_descriptor::adopt(fd, path) {
         let failure = failed(NoSpool::CannotIdentify);
         // SAFETY: closing the descriptor just opened.
         unsafe { libc::close(fd) };
@@ -464,7 +464,7 @@ fn try_create_spool() -> Result<(), NoSpoolWhy> {
         return Err((errno, NoSpool::NoRoom));
     }
     // Mapped shared like the records, for the process's life.
-    let Some(header) = spool_file::map_header(fd) else {
+    let Some(header) = spool_descriptor::map_header(fd) else {
         let failure = failed(NoSpool::CannotMap);
         // SAFETY: closing our own descriptor.
         unsafe { libc::close(fd) };
@@ -536,7 +536,7 @@ pub(crate) fn forget_parent_spool() {
     // The parent's header stays mapped until the child has a spool of its
     // own: it is where the child says so if it cannot create one.
     notice::forget_parent(header);
-    spool_file::forget_parent();
+    spool_descriptor::forget_parent();
     UNSPOOLED_SEQ.store(0, Ordering::Relaxed);
     // A thread of the parent that was creating its spool is not here.
     OPENER.store(0, Ordering::Release);
