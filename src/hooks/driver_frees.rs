@@ -33,7 +33,7 @@ macro_rules! free_hooks {
         pub unsafe extern "C" fn $name($( $arg: $ty ),*) -> CUresult {
             let real = real_or_fail!($name, unsafe extern "C" fn($( $ty ),*) -> CUresult);
             // Under the memory limit, a path of its own, out of line (see
-            // the allocation hooks).
+            // the allocation hooks, in `driver`).
             #[inline(never)]
             unsafe fn limited(real: unsafe extern "C" fn($( $ty ),*) -> CUresult, $( $arg: $ty ),*) -> CUresult {
                 prepare_driver_event(Some((Namespace::$namespace, $address)), $stream);
