@@ -105,10 +105,15 @@ unsafe impl ZeroIsEmpty for LearntSlot {}
 /// (a large program has thousands in use) do not evict each other, which
 /// would send both through framehop on every event.
 const LEARNT_SLOTS: usize = 1 << 16;
+/// The slots of a set.
 pub(crate) const LEARNT_WAYS: usize = 4;
+/// The table, mapped at its first use.
 #[unsafe(link_section = "cudatrace_hot")]
 pub(crate) static LEARNT: LazyMapping<LearntSlot> = LazyMapping::new(LEARNT_SLOTS);
 
+/// A step's key: its return address, with the module map's generation in
+/// the top bits, so that a library loaded since at the same address does not
+/// find another library's steps.
 #[inline]
 pub(crate) fn learnt_key(address: u64, generation: u64) -> u64 {
     address ^ generation << 48
