@@ -16,12 +16,20 @@
 //! The hooks do the minimum: one fixed-size record per event into a shared
 //! memory spool. Everything else (reading, accounting, reports) happens
 //! outside the traced process, in the `cudatrace` CLI.
+//!
+//! Nothing here is a Rust API: the program sees only the exported C entry
+//! points (`src/exports.map` says which), and the tests and benches load
+//! the built `.so` rather than link to the crate. So every module is
+//! private and every item at most `pub(crate)`, which lets the compiler
+//! report code nothing calls. The hook entry points keep a plain `pub`
+//! beside their `#[no_mangle]` (which is what exports them), to mark what
+//! the program calls.
 
 #![warn(missing_docs)]
 
-pub mod hooks;
-pub mod lifecycle;
-pub mod record;
-pub mod spool;
-pub mod stacks;
-pub mod sys;
+mod hooks;
+mod lifecycle;
+mod record;
+mod spool;
+mod stacks;
+mod sys;

@@ -3,7 +3,7 @@
 //! handlers; each layer only offers what these need.
 
 use crate::hooks::{dlopen_door, exec, fork, launch, streams, torch_allocator};
-use crate::record::{capture_state, devices, live_table, memory_limit, readings};
+use crate::record::{capture_state, device_readings, devices, live_table, memory_limit};
 use crate::spool::{notice, recording_switch, replaced_image, tree_root, writer as spool_writer};
 use crate::stacks::{call_stack, module_map, native_unwind, python_frames};
 use crate::sys::{address_budget, clock, environment, process_mark, spare_stack, thread_block, tracing_switch};
@@ -40,7 +40,7 @@ fn start_as_child() {
     live_table::forget_parent_table();
     call_stack::forget_parent_stacks();
     module_map::after_fork_in_child();
-    readings::forget_parent();
+    device_readings::forget_parent();
     memory_limit::forget_parent();
     devices::forget_parent();
     capture_state::forget_parent();
@@ -59,7 +59,7 @@ fn spool_opened() {
 /// rebuild point still get symbolized, and the device is read once more.
 fn process_exiting() {
     let _ = std::panic::catch_unwind(dlopen_door::catch_up);
-    let _ = std::panic::catch_unwind(readings::sample_at_exit);
+    let _ = std::panic::catch_unwind(device_readings::sample_at_exit);
 }
 
 /// Library constructor. It does no CUDA work; it reads the settings and,
@@ -81,7 +81,7 @@ extern "C" fn on_load() {
         launch::disable();
     }
     if !settings.samples {
-        readings::disable_samples();
+        device_readings::disable_samples();
     }
     clock::configure(settings.clock_offset_ns);
     process_mark::set_up(start_as_child);

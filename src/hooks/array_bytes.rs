@@ -25,7 +25,7 @@ fn doubled_bytes_per_element(format: i32) -> Option<u64> {
 /// Logical bytes of an array of `width x height x depth` elements with
 /// `channels` channels; a zero height or depth means a lower-dimensional array.
 /// Unknown formats count one byte per element and channel.
-pub fn array_bytes(width: u64, height: u64, depth: u64, format: i32, channels: u32) -> u64 {
+pub(crate) fn array_bytes(width: u64, height: u64, depth: u64, format: i32, channels: u32) -> u64 {
     let elements = width
         .saturating_mul(height.max(1))
         .saturating_mul(depth.max(1))
@@ -38,7 +38,14 @@ pub fn array_bytes(width: u64, height: u64, depth: u64, format: i32, channels: u
 
 /// Logical bytes of a mipmapped array: every level halves each extent that is
 /// in use, down to one element.
-pub fn mipmapped_array_bytes(width: u64, height: u64, depth: u64, format: i32, channels: u32, levels: u32) -> u64 {
+pub(crate) fn mipmapped_array_bytes(
+    width: u64,
+    height: u64,
+    depth: u64,
+    format: i32,
+    channels: u32,
+    levels: u32,
+) -> u64 {
     let shrink = |extent: u64, level: u32| {
         if extent == 0 {
             0

@@ -1,13 +1,13 @@
 //! Hooks where driver memory that is not an allocation appears: contexts
 //! becoming current, context limits changing, modules and libraries loading,
 //! and graph memory nodes being added. Each forwards the call unchanged and
-//! measures around it (see [`readings`]). Every call that can change which
+//! measures around it (see [`device_readings`]). Every call that can change which
 //! context is current clears the cached devices it may have made stale.
 
 use crate::hooks::support::{read, real_or_fail};
+use crate::record::device_readings::{self, Around};
 use crate::record::devices::{self, current_device};
 use crate::record::memory_limit::{self, Admission};
-use crate::record::readings::{self, Around};
 use crate::record::recorder::{self, Record};
 use crate::sys::cuda_ffi::*;
 use crate::sys::tracing_switch::guarded;
@@ -29,7 +29,7 @@ macro_rules! current_hooks {
             let result = unsafe { real(ctx) };
             devices::thread_context_changed();
             if result == CUDA_SUCCESS && !ctx.is_null() {
-                guarded(|| readings::context_became_current(ctx as u64, Api::$api));
+                guarded(|| device_readings::context_became_current(ctx as u64, Api::$api));
             }
             result
         }
@@ -53,7 +53,7 @@ fn context_refused(api: Api, device: CUdevice) -> bool {
     let Ok(device) = i8::try_from(device) else { return false };
     let mut refused = false;
     guarded(|| {
-        refused = !memory_limit::context_fits(device, readings::has_context(device));
+        refused = !memory_limit::context_fits(device, device_readings::has_context(device));
         if refused {
             let limit = memory_limit::limit().unwrap_or(0);
             recorder::refused_by_limit(api, cudatrace_events::Kind::Device, device, 0, 0, 0, limit);
@@ -78,7 +78,7 @@ macro_rules! create_hooks {
             let result = unsafe { real(pctx, $( $arg ),*) };
             devices::thread_context_changed();
             if result == CUDA_SUCCESS {
-                guarded(|| readings::context_became_current(read(pctx, std::ptr::null_mut()) as u64, Api::$api));
+                guarded(|| device_readings::context_became_current(read(pctx, std::ptr::null_mut()) as u64, Api::$api));
             }
             result
         }
@@ -280,7 +280,7 @@ fn graph_memory_refused(params: *const CUDA_MEM_ALLOC_NODE_PARAMS) -> bool {
             current_device()
         };
         let Some(device) = device else { return };
-        match memory_limit::admit(device, bytes, readings::memory_info) {
+        match memory_limit::admit(device, bytes, device_readings::memory_info) {
             Admission::Counted(reservation) => memory_limit::settle(reservation, false, 0),
             Admission::Refused { left, limit } => {
                 refused = true;

@@ -49,7 +49,7 @@ extern "C" fn prepare() -> usize {
 /// `dlclose` door, or by a lookup that found it moved), records what it
 /// held as freed (see `record::unloaded_driver`). For places outside
 /// allocation hooks only.
-pub fn catch_up() {
+pub(crate) fn catch_up() {
     // Reading modules and PyTorch's files calls cancellation points: a
     // pending cancellation of the thread waits for the program's own.
     crate::sys::no_cancel::without_cancellation(catch_up_here);

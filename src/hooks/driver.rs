@@ -6,26 +6,18 @@
 //! returns its result unchanged; the bookkeeping happens around the call.
 
 use crate::hooks::array_bytes::{array_bytes, mipmapped_array_bytes};
-use crate::hooks::support::{prepare_driver_event, read, real_or_fail};
+use crate::hooks::support::{per_thread, prepare_driver_event, read, real_or_fail};
 use crate::hooks::{dlopen_door, torch_allocator};
 use crate::record::live_table::Namespace;
 use crate::record::memory_limit::{self, Admission};
-use crate::record::recorder::{self, free_starting, range_release_starting, range_returned, AddressRange, Allocation};
-use crate::record::{capture_state, devices, readings, tensors};
+use crate::record::recorder::{self, Allocation};
+use crate::record::{capture_state, device_readings, devices, tensors};
 use crate::spool::writer as spool_writer;
 use crate::sys::clock;
 use crate::sys::cuda_ffi::*;
 use crate::sys::tracing_switch::{guarded, keeping_errno, tracing_on};
-use cudatrace_events::{Api, Kind, Op};
+use cudatrace_events::{Api, Kind};
 use std::ffi::{c_uint, c_void};
-
-fn per_thread(stream: CUstream) -> u64 {
-    if stream.is_null() {
-        CU_STREAM_PER_THREAD
-    } else {
-        stream as u64
-    }
-}
 
 /// Where an allocation's device comes from.
 #[derive(Clone, Copy)]
@@ -97,7 +89,7 @@ fn limit_admission(call: Call, bytes: u64) -> Admission {
     }
     if call.kind == Kind::Pool && capture_state::any_active() {
         let mut capturing = false;
-        guarded(|| capturing = readings::stream_is_capturing(call.stream));
+        guarded(|| capturing = device_readings::stream_is_capturing(call.stream));
         if capturing {
             return Admission::NotCounted;
         }
@@ -110,7 +102,7 @@ fn limit_admission(call: Call, bytes: u64) -> Admission {
     if device < 0 {
         return Admission::NotCounted;
     }
-    let admission = memory_limit::admit(device, bytes, readings::memory_info);
+    let admission = memory_limit::admit(device, bytes, device_readings::memory_info);
     if let Admission::Refused { left, limit } = admission {
         guarded(|| recorder::refused_by_limit(call.api, call.kind, device, bytes, call.stream, left, limit));
     }
@@ -186,7 +178,7 @@ fn allocation_returned(
             let device = call.device();
             let mut kind = call.kind;
             // Only while a capture is under way can an allocation be a graph's.
-            if kind == Kind::Pool && capture_state::any_active() && readings::stream_is_capturing(call.stream) {
+            if kind == Kind::Pool && capture_state::any_active() && device_readings::stream_is_capturing(call.stream) {
                 kind = Kind::GraphAllocation;
             }
             let allocation = Allocation {
@@ -218,14 +210,14 @@ fn allocation_returned(
                 return;
             }
             if kind == Kind::Pool {
-                readings::note_pool(call.arg1, device);
+                device_readings::note_pool(call.arg1, device);
             }
             // Readings are of the current context's device: only an
             // allocation on it can be the first event there.
             if matches!(call.device, DeviceOf::Current) {
-                readings::note_device_in_use(device, call.api);
+                device_readings::note_device_in_use(device, call.api);
             }
-            readings::maybe_sample(call.api, clock::latest_record_ns());
+            device_readings::maybe_sample(call.api, clock::latest_record_ns());
         });
         if !settled {
             if let Some(reservation) = reservation {
@@ -557,189 +549,7 @@ pub unsafe extern "C" fn cuMemAllocPitch_v2(
     result
 }
 
-// ---- Virtual address space ------------------------------------------------
-
-/// Hook for `cuMemAddressReserve`: address space only, never counted as memory.
-///
-/// # Safety
-/// Same contract as the driver's function.
-#[unsafe(no_mangle)]
-pub unsafe extern "C" fn cuMemAddressReserve(
-    ptr: *mut CUdeviceptr,
-    size: usize,
-    alignment: usize,
-    addr: CUdeviceptr,
-    flags: u64,
-) -> CUresult {
-    let real = real_or_fail!(
-        cuMemAddressReserve,
-        unsafe extern "C" fn(*mut CUdeviceptr, usize, usize, CUdeviceptr, u64) -> CUresult
-    );
-    // SAFETY: arguments forwarded unchanged.
-    let result = unsafe { real(ptr, size, alignment, addr, flags) };
-    let range = AddressRange {
-        op: Op::Reserve,
-        api: Api::CuMemAddressReserve,
-        size: size as u64,
-        handle: 0,
-        offset: 0,
-    };
-    range_returned(result, None, range, || read(ptr, 0));
-    result
-}
-
-/// Hook for `cuMemAddressFree`.
-///
-/// # Safety
-/// Same contract as the driver's function.
-#[unsafe(no_mangle)]
-pub unsafe extern "C" fn cuMemAddressFree(ptr: CUdeviceptr, size: usize) -> CUresult {
-    let real = real_or_fail!(cuMemAddressFree, unsafe extern "C" fn(CUdeviceptr, usize) -> CUresult);
-    let reserved = range_release_starting();
-    // SAFETY: arguments forwarded unchanged.
-    let result = unsafe { real(ptr, size) };
-    let range = AddressRange {
-        op: Op::Unreserve,
-        api: Api::CuMemAddressFree,
-        size: size as u64,
-        handle: 0,
-        offset: 0,
-    };
-    range_returned(result, reserved, range, || ptr);
-    result
-}
-
-/// Hook for `cuMemMap`: a mapping, never an allocation of its own.
-///
-/// # Safety
-/// Same contract as the driver's function.
-#[unsafe(no_mangle)]
-pub unsafe extern "C" fn cuMemMap(
-    ptr: CUdeviceptr,
-    size: usize,
-    offset: usize,
-    handle: CUmemGenericAllocationHandle,
-    flags: u64,
-) -> CUresult {
-    let real = real_or_fail!(
-        cuMemMap,
-        unsafe extern "C" fn(CUdeviceptr, usize, usize, CUmemGenericAllocationHandle, u64) -> CUresult
-    );
-    // SAFETY: arguments forwarded unchanged.
-    let result = unsafe { real(ptr, size, offset, handle, flags) };
-    let range = AddressRange {
-        op: Op::Map,
-        api: Api::CuMemMap,
-        size: size as u64,
-        handle,
-        offset: offset as u64,
-    };
-    range_returned(result, None, range, || ptr);
-    if result == CUDA_SUCCESS {
-        tensors::note_driver_memory(ptr, size as u64);
-    }
-    result
-}
-
-/// Hook for `cuMemUnmap`, which may cover several mappings at once.
-///
-/// # Safety
-/// Same contract as the driver's function.
-#[unsafe(no_mangle)]
-pub unsafe extern "C" fn cuMemUnmap(ptr: CUdeviceptr, size: usize) -> CUresult {
-    let real = real_or_fail!(cuMemUnmap, unsafe extern "C" fn(CUdeviceptr, usize) -> CUresult);
-    let reserved = range_release_starting();
-    // SAFETY: arguments forwarded unchanged.
-    let result = unsafe { real(ptr, size) };
-    let range = AddressRange {
-        op: Op::Unmap,
-        api: Api::CuMemUnmap,
-        size: size as u64,
-        handle: 0,
-        offset: 0,
-    };
-    range_returned(result, reserved, range, || ptr);
-    result
-}
-
-// ---- Frees ------------------------------------------------------------------
-
-/// Defines hooks that give memory back: the free is sequenced before the
-/// real call (see `recorder::free_starting`) and recorded after it succeeds.
-macro_rules! free_hooks {
-    ($(
-        $(#[$doc:meta])*
-        $name:ident => $api:ident, $namespace:ident,
-            ( $( $arg:ident : $ty:ty ),* ), address: $address:expr, stream: $stream:expr;
-    )*) => {$(
-        $(#[$doc])*
-        ///
-        /// # Safety
-        /// Same contract as the driver's function.
-        #[unsafe(no_mangle)]
-        pub unsafe extern "C" fn $name($( $arg: $ty ),*) -> CUresult {
-            let real = real_or_fail!($name, unsafe extern "C" fn($( $ty ),*) -> CUresult);
-            // Under the memory limit, a path of its own, out of line (see
-            // the allocation hooks).
-            #[inline(never)]
-            unsafe fn limited(real: unsafe extern "C" fn($( $ty ),*) -> CUresult, $( $arg: $ty ),*) -> CUresult {
-                prepare_driver_event(Some((Namespace::$namespace, $address)), $stream);
-                memory_limit::prefetch();
-                let pending = free_starting(Namespace::$namespace, $address);
-                // SAFETY: arguments forwarded unchanged.
-                let result = unsafe { real($( $arg ),*) };
-                if let Some(freed) = recorder::free_returned(pending, result, Api::$api, $stream) {
-                    if memory_limit::counts(freed.kind, freed.device) {
-                        memory_limit::give_back(freed.device, freed.size);
-                    }
-                    if freed.device >= 0 {
-                        readings::maybe_sample(Api::$api, clock::latest_record_ns());
-                    }
-                }
-                result
-            }
-            if memory_limit::enabled() {
-                // SAFETY: the caller's arguments, for the same function.
-                return unsafe { limited(real, $( $arg ),*) };
-            }
-            prepare_driver_event(Some((Namespace::$namespace, $address)), $stream);
-            let pending = free_starting(Namespace::$namespace, $address);
-            // SAFETY: arguments forwarded unchanged.
-            let result = unsafe { real($( $arg ),*) };
-            if recorder::free_returned(pending, result, Api::$api, $stream).is_some_and(|freed| freed.device >= 0) {
-                readings::maybe_sample(Api::$api, clock::latest_record_ns());
-            }
-            result
-        }
-    )*};
-}
-
-free_hooks! {
-    /// Hook for the 32-bit `cuMemFree`.
-    cuMemFree => CuMemFree, Device, (dptr: CUdeviceptr_v1), address: u64::from(dptr), stream: 0;
-    /// Hook for `cuMemFree_v2`, which also frees stream-ordered allocations.
-    cuMemFree_v2 => CuMemFreeV2, Device, (dptr: CUdeviceptr), address: dptr, stream: 0;
-    /// Hook for `cuMemFreeAsync`.
-    cuMemFreeAsync => CuMemFreeAsync, Device, (dptr: CUdeviceptr, stream: CUstream),
-        address: dptr, stream: stream as u64;
-    /// Hook for `cuMemFreeAsync_ptsz` (per-thread default stream).
-    cuMemFreeAsync_ptsz => CuMemFreeAsyncPtsz, Device, (dptr: CUdeviceptr, stream: CUstream),
-        address: dptr, stream: per_thread(stream);
-    /// Hook for `cuMemRelease`. The physical memory is gone once the last
-    /// mapping of the handle is removed too; readers of the trace work that out.
-    cuMemRelease => CuMemRelease, VmmHandle, (handle: CUmemGenericAllocationHandle), address: handle, stream: 0;
-    /// Hook for `cuArrayDestroy`.
-    cuArrayDestroy => CuArrayDestroy, Array, (array: CUarray), address: array as u64, stream: 0;
-    /// Hook for `cuMipmappedArrayDestroy`.
-    cuMipmappedArrayDestroy => CuMipmappedArrayDestroy, Array, (array: CUmipmappedArray),
-        address: array as u64, stream: 0;
-    /// Hook for `cuMemFreeHost`.
-    cuMemFreeHost => CuMemFreeHost, Host, (p: *mut c_void), address: p as u64, stream: 0;
-    /// Hook for `cuMemHostUnregister`.
-    cuMemHostUnregister => CuMemHostUnregister, Host, (p: *mut c_void), address: p as u64, stream: 0;
-    /// Hook for `cuIpcCloseMemHandle`.
-    cuIpcCloseMemHandle => CuIpcCloseMemHandle, IpcImport, (dptr: CUdeviceptr), address: dptr, stream: 0;
-}
+// ---- Memory pools -----------------------------------------------------------
 
 /// Hook for `cuMemPoolCreate`: the pool's device is its location's, and
 /// allocations from it are on that device.
@@ -777,7 +587,7 @@ pub unsafe extern "C" fn cuMemPoolCreate(pool: *mut CUmemoryPool, props: *const 
 pub unsafe extern "C" fn cuMemPoolDestroy(pool: CUmemoryPool) -> CUresult {
     let real = real_or_fail!(cuMemPoolDestroy, unsafe extern "C" fn(CUmemoryPool) -> CUresult);
     guarded(|| {
-        readings::forget_pool(pool as u64);
+        device_readings::forget_pool(pool as u64);
         devices::pool_destroyed(pool as u64);
     });
     // SAFETY: arguments forwarded unchanged.

@@ -28,7 +28,7 @@ static REAL_FEXECVE: AtomicUsize = AtomicUsize::new(0);
 
 /// Finds the C library's exec functions, from the library constructor: an
 /// exec may come from a signal handler or a `vfork` child.
-pub fn resolve() {
+pub(crate) fn resolve() {
     for (name, cache) in [
         (c"execve", &REAL_EXECVE),
         (c"execv", &REAL_EXECV),

@@ -18,7 +18,7 @@ static REAL_FORK: AtomicUsize = AtomicUsize::new(0);
 
 /// Finds the C library's `fork`, from the library constructor (a fork from
 /// a signal handler must not look a symbol up).
-pub fn resolve() {
+pub(crate) fn resolve() {
     next_function(c"fork", &REAL_FORK);
 }
 

@@ -10,7 +10,7 @@
 
 use crate::hooks::launch;
 use crate::hooks::support::{read, real_or_fail};
-use crate::record::readings::{self, Around};
+use crate::record::device_readings::{self, Around};
 use crate::record::recorder::Record;
 use crate::sys::clock;
 use crate::sys::cuda_ffi::*;
@@ -108,7 +108,7 @@ fn launched(api: Api, exec: CUgraphExec, launch: impl FnOnce() -> CUresult) -> C
         return launch();
     }
     if !launch::first_launch(exec as u64) {
-        readings::maybe_sample(api, clock::coarse_ns());
+        device_readings::maybe_sample(api, clock::coarse_ns());
         return launch();
     }
     measured(api, launch, || exec as u64)

@@ -14,9 +14,9 @@
 //! kernels when a communicator starts. Those entry points are measured the
 //! same way, the first time each handle is seen.
 
-use crate::hooks::support::real_or_fail;
+use crate::hooks::support::{per_thread, real_or_fail};
+use crate::record::device_readings::{self, Around};
 use crate::record::devices::current_device;
-use crate::record::readings::{self, Around};
 use crate::record::recorder::Record;
 use crate::sys::clock;
 use crate::sys::cuda_ffi::*;
@@ -42,20 +42,20 @@ static INHERITED: AtomicBool = AtomicBool::new(false);
 static LAUNCHED: [AtomicU64; SET_SLOTS] = [const { AtomicU64::new(0) }; SET_SLOTS];
 
 /// Turns the launch hooks into plain forwarders (`--no-launch-hooks`).
-pub fn disable() {
+pub(crate) fn disable() {
     ENABLED.store(false, Ordering::Relaxed);
 }
 
 /// Whether launches are measured.
 #[inline]
-pub fn enabled() -> bool {
+pub(crate) fn enabled() -> bool {
     ENABLED.load(Ordering::Relaxed)
 }
 
 /// Adds `function` to the set; true the first time it is seen. A full
 /// neighbourhood counts as seen: a kernel unmeasured, never a launch slowed.
 #[inline]
-pub fn first_launch(function: u64) -> bool {
+pub(crate) fn first_launch(function: u64) -> bool {
     if function == 0 {
         return false;
     }
@@ -113,7 +113,7 @@ fn forget_in(set: &[AtomicU64], key: u64) {
 
 /// A handle that will be given out again (an executable graph destroyed):
 /// its next use is a first one.
-pub fn forget_handle(handle: u64) {
+pub(crate) fn forget_handle(handle: u64) {
     if handle != 0 {
         forget_in(&LAUNCHED, handle);
     }
@@ -121,7 +121,7 @@ pub fn forget_handle(handle: u64) {
 
 /// In a forked child, or once the driver was unloaded: its kernels load
 /// again in a context of its own.
-pub fn forget_parent() {
+pub(crate) fn forget_parent() {
     INHERITED.store(true, Ordering::Relaxed);
 }
 
@@ -148,7 +148,7 @@ fn first_use_of_stream(stream: u64) -> bool {
 
 /// A stream is being destroyed, or was just created (its handle may be one
 /// a stream destroyed with its context had): a stream with its handle is new.
-pub fn forget_stream(stream: u64) {
+pub(crate) fn forget_stream(stream: u64) {
     if stream > CU_STREAM_PER_THREAD {
         forget_in(&STREAMS_USED, stream);
     }
@@ -169,7 +169,7 @@ fn launched(api: Api, function: u64, stream: u64, launch: impl FnOnce() -> CUres
     if first_use_of_stream(stream) {
         return first_into_stream(api, stream, launch);
     }
-    readings::maybe_sample(api, clock::coarse_ns());
+    device_readings::maybe_sample(api, clock::coarse_ns());
     launch()
 }
 
@@ -196,14 +196,6 @@ fn stream_of(config: *const CUlaunchConfig) -> u64 {
     } else {
         // SAFETY: the caller's configuration, valid for the call.
         unsafe { (*config).hStream as u64 }
-    }
-}
-
-fn per_thread(stream: CUstream) -> u64 {
-    if stream.is_null() {
-        CU_STREAM_PER_THREAD
-    } else {
-        stream as u64
     }
 }
 

@@ -2,9 +2,9 @@
 //! points we export. Each hook forwards the call unchanged and reports what
 //! it saw to the record layer below.
 //!
-//! - exported symbols ([`driver`], [`runtime`], [`context`], [`streams`],
-//!   [`graphs`], [`launch`]), for programs linked against `libcuda` or
-//!   `libcudart`;
+//! - exported symbols ([`driver`], [`driver_frees`], [`address_ranges`],
+//!   [`runtime`], [`context`], [`streams`], [`graphs`], [`launch`]), for
+//!   programs linked against `libcuda` or `libcudart`;
 //! - `dlsym` ([`dlsym_door`]), for programs that `dlopen` the driver, and
 //!   `dlclose` ([`dlclose_door`]), for those that unload it and load it
 //!   again;
@@ -18,20 +18,22 @@
 //! - PyTorch's caching allocator ([`torch_allocator`]), through a trace
 //!   tracker attached from inside the process: one record per tensor.
 
-pub mod array_bytes;
-pub mod context;
-pub mod dlclose_door;
-pub mod dlopen_door;
-pub mod dlsym_door;
-pub mod driver;
-pub mod exec;
-pub mod fork;
-pub mod graphs;
-pub mod launch;
-pub mod limit_queries;
-pub mod proc_address;
-pub mod runtime;
-pub mod streams;
+pub(crate) mod address_ranges;
+pub(crate) mod array_bytes;
+pub(crate) mod context;
+pub(crate) mod dlclose_door;
+pub(crate) mod dlopen_door;
+pub(crate) mod dlsym_door;
+pub(crate) mod driver;
+pub(crate) mod driver_frees;
+pub(crate) mod exec;
+pub(crate) mod fork;
+pub(crate) mod graphs;
+pub(crate) mod launch;
+pub(crate) mod limit_queries;
+pub(crate) mod proc_address;
+pub(crate) mod runtime;
+pub(crate) mod streams;
 mod support;
-pub mod table;
-pub mod torch_allocator;
+pub(crate) mod table;
+pub(crate) mod torch_allocator;

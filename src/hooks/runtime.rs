@@ -9,7 +9,7 @@ use crate::hooks::support::prepare_event;
 use crate::record::devices;
 use crate::record::recorder::RuntimeCall;
 use crate::stacks::call_stack::only_callers;
-use crate::stacks::native_unwind::ReturnSlot;
+use crate::stacks::return_slot::ReturnSlot;
 use crate::sys::cuda_ffi::*;
 use crate::sys::symbols::{real_fn, Sym};
 use cudatrace_events::Api;

@@ -12,10 +12,10 @@
 //! - Captures are counted as they begin and end (see [`capture_state`]).
 
 use crate::hooks::launch;
-use crate::hooks::support::{read, real_or_fail};
-use crate::record::readings::Around;
+use crate::hooks::support::{per_thread, read, real_or_fail};
+use crate::record::device_readings::Around;
 use crate::record::recorder::Record;
-use crate::record::{capture_state, devices, readings};
+use crate::record::{capture_state, device_readings, devices};
 use crate::sys::cuda_ffi::*;
 use crate::sys::tracing_switch::{guarded, tracing_on};
 use cudatrace_events::{Api, Op};
@@ -23,9 +23,9 @@ use std::ffi::{c_int, c_uint, c_void};
 use std::sync::atomic::{AtomicU64, Ordering};
 
 /// Creations of each kind measured one by one.
-pub const MEASURED_FIRST: u64 = 4096;
+pub(crate) const MEASURED_FIRST: u64 = 4096;
 /// After those, one creation in this many is measured.
-pub const THEN_ONE_IN: u64 = 16;
+pub(crate) const THEN_ONE_IN: u64 = 16;
 
 static STREAMS_CREATED: AtomicU64 = AtomicU64::new(0);
 static EVENTS_CREATED: AtomicU64 = AtomicU64::new(0);
@@ -163,15 +163,6 @@ stream_destroy_hooks! {
     cuStreamDestroy_v2;
 }
 
-/// The handle a `_ptsz` entry point means by `stream`.
-fn per_thread(stream: CUstream) -> u64 {
-    if stream.is_null() {
-        CU_STREAM_PER_THREAD
-    } else {
-        stream as u64
-    }
-}
-
 /// Counts a capture on `stream` before the real call, so that another
 /// thread's allocation into it meanwhile is asked about; returns its key.
 fn capture_beginning(stream: u64) -> Option<u64> {
@@ -238,7 +229,7 @@ fn capture_ending(result: CUresult, stream: CUstream, handle: u64) {
 }
 
 fn still_capturing(stream: CUstream) -> bool {
-    readings::stream_is_capturing(stream as u64) || readings::stream_capture_invalidated(stream as u64)
+    device_readings::stream_is_capturing(stream as u64) || device_readings::stream_capture_invalidated(stream as u64)
 }
 
 /// Hook for `cuStreamEndCapture`.
@@ -274,7 +265,7 @@ pub unsafe extern "C" fn cuStreamEndCapture_ptsz(stream: CUstream, graph: *mut C
 }
 
 /// In a forked child: its creations are measured afresh.
-pub fn forget_parent() {
+pub(crate) fn forget_parent() {
     STREAMS_CREATED.store(0, Ordering::Relaxed);
     EVENTS_CREATED.store(0, Ordering::Relaxed);
 }

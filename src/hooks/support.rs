@@ -5,6 +5,7 @@ use crate::record::devices;
 use crate::record::live_table::{self, Namespace};
 use crate::record::recorder;
 use crate::spool::writer as spool_writer;
+use crate::sys::cuda_ffi::{CUstream, CU_STREAM_PER_THREAD};
 use crate::sys::{hot_statics, process_mark, thread_block};
 
 /// The real driver function `$sym` with C signature `$ty`, or an early
@@ -20,8 +21,19 @@ macro_rules! real_or_fail {
 }
 pub(crate) use real_or_fail;
 
+/// The handle a `_ptsz` entry point means by `stream`: its NULL is the
+/// calling thread's default stream, not the legacy one.
+#[inline]
+pub(crate) fn per_thread(stream: CUstream) -> u64 {
+    if stream.is_null() {
+        CU_STREAM_PER_THREAD
+    } else {
+        stream as u64
+    }
+}
+
 /// Reads an out-parameter the driver has just written, tolerating NULL.
-pub fn read<T: Copy>(ptr: *const T, or: T) -> T {
+pub(crate) fn read<T: Copy>(ptr: *const T, or: T) -> T {
     if ptr.is_null() {
         or
     } else {
@@ -37,7 +49,7 @@ pub fn read<T: Copy>(ptr: *const T, or: T) -> T {
 /// driver or the runtime works: a training process pushes them out of the
 /// caches between two events, and each would otherwise be a wait of its own.
 #[inline(always)]
-pub fn prepare_event(freeing: Option<(Namespace, u64)>, stream: u64) {
+pub(crate) fn prepare_event(freeing: Option<(Namespace, u64)>, stream: u64) {
     thread_block::prefetch();
     hot_statics::prefetch();
     process_mark::prefetch();
@@ -49,7 +61,7 @@ pub fn prepare_event(freeing: Option<(Namespace, u64)>, stream: u64) {
 /// only for its call's own lines: the runtime hook asked for the rest on its
 /// entry, moments ago.
 #[inline(always)]
-pub fn prepare_driver_event(freeing: Option<(Namespace, u64)>, stream: u64) {
+pub(crate) fn prepare_driver_event(freeing: Option<(Namespace, u64)>, stream: u64) {
     if recorder::inside_runtime_call() {
         prepare_call_lines(freeing, stream);
     } else {

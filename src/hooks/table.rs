@@ -10,7 +10,7 @@ macro_rules! define_hook_addresses {
         support: $( $support:ident ),* ;
     ) => {
         /// Address of our hook for `sym`, or `None` for a symbol we only call.
-        pub fn hook_address(sym: Sym) -> Option<usize> {
+        pub(crate) fn hook_address(sym: Sym) -> Option<usize> {
             match sym {
                 $( $( Sym::$hook => Some(crate::hooks::$module::$hook as *const () as usize), )* )*
                 $( Sym::$support => None, )*
@@ -24,7 +24,7 @@ with_cuda_symbols!(define_hook_addresses);
 /// Our hook for `sym`, unless it is turned off (`--no-launch-hooks`, or
 /// no memory limit for the memory queries): then the program is handed the
 /// real function and pays nothing at all.
-pub fn active_hook(sym: Sym) -> Option<usize> {
+pub(crate) fn active_hook(sym: Sym) -> Option<usize> {
     if sym.is_launch() && !crate::hooks::launch::enabled() {
         return None;
     }
@@ -35,7 +35,7 @@ pub fn active_hook(sym: Sym) -> Option<usize> {
 }
 
 /// The hooked symbol called `name` whose hook is active, if any.
-pub fn actively_hooked_by_name(name: &[u8]) -> Option<Sym> {
+pub(crate) fn actively_hooked_by_name(name: &[u8]) -> Option<Sym> {
     Sym::hooked_by_name(name).filter(|&sym| active_hook(sym).is_some())
 }
 
@@ -47,7 +47,7 @@ static DRIVER_TABLE_COMPLETE: AtomicU64 = AtomicU64::new(0);
 /// version of a driver symbol we hook. The driver's `cuGetProcAddress` returns
 /// export addresses exactly, so an address identifies the versioned export,
 /// and with it the ABI the caller expects.
-pub fn hook_for_real_driver_address(address: usize) -> Option<usize> {
+pub(crate) fn hook_for_real_driver_address(address: usize) -> Option<usize> {
     let generation = symbols::driver_generation() + 1;
     if DRIVER_TABLE_COMPLETE.load(Ordering::Acquire) != generation {
         symbols::resolve_all_driver_symbols();

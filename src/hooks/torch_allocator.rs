@@ -56,21 +56,21 @@ use std::sync::atomic::{AtomicBool, AtomicU64, AtomicU8, AtomicUsize, Ordering};
 /// Where tracking stands in this process.
 mod state {
     /// `libc10_cuda.so` not seen yet: look again at the next cold point.
-    pub const NOT_FOUND: u8 = 0;
+    pub(crate) const NOT_FOUND: u8 = 0;
     /// Resolved: attach at the next allocation.
-    pub const READY: u8 = 1;
+    pub(crate) const READY: u8 = 1;
     /// One thread is attaching.
-    pub const ATTACHING: u8 = 2;
+    pub(crate) const ATTACHING: u8 = 2;
     /// Attached; waiting for the first segment action to confirm the layout.
-    pub const ATTACHED: u8 = 3;
+    pub(crate) const ATTACHED: u8 = 3;
     /// Confirmed: every action is recorded.
-    pub const CONFIRMED: u8 = 4;
+    pub(crate) const CONFIRMED: u8 = 4;
     /// Off, with a reason still to write into the trace.
-    pub const OFF_UNREPORTED: u8 = 5;
+    pub(crate) const OFF_UNREPORTED: u8 = 5;
     /// Off for good.
-    pub const OFF: u8 = 6;
+    pub(crate) const OFF: u8 = 6;
     /// One thread is resolving; others leave it be.
-    pub const RESOLVING: u8 = 7;
+    pub(crate) const RESOLVING: u8 = 7;
 }
 
 #[unsafe(link_section = "cudatrace_hot")]
@@ -142,7 +142,7 @@ static TURNED_OFF: AtomicBool = AtomicBool::new(false);
 
 /// Keeps `CUDATRACE_TENSORS` (from the library constructor): `off` turns
 /// tracking off.
-pub fn configure(tensors: bool) {
+pub(crate) fn configure(tensors: bool) {
     if !tensors {
         TURNED_OFF.store(true, Ordering::Relaxed);
     }
@@ -150,7 +150,7 @@ pub fn configure(tensors: bool) {
 
 /// Forgets why tracking is off once that has gone into the trace: a forked
 /// child writes its own spool, which must say it too.
-pub fn forget_parent() {
+pub(crate) fn forget_parent() {
     match STATE.load(Ordering::Relaxed) {
         state::OFF if OFF_REASON.load(Ordering::Relaxed) != 0 => STATE.store(state::OFF_UNREPORTED, Ordering::Relaxed),
         // The tracker PyTorch keeps is the child's too.
@@ -169,7 +169,7 @@ fn turn_off(why: u64) {
 /// Step 1, at a cold point, after the module map was refreshed: finds
 /// `libc10_cuda.so` if it has been loaded, and resolves what attaching
 /// needs. Reads a file and allocates.
-pub fn resolve_if_loaded() {
+pub(crate) fn resolve_if_loaded() {
     // One resolver at a time: a second one finishing late would set a
     // state the first one's attach has moved past.
     if !tracing_on()
@@ -259,7 +259,7 @@ fn parse_version_py(text: &str) -> Option<(u8, u8, u8)> {
 /// Step 2, from every allocation hook after its bookkeeping, outside any
 /// lock of ours: one load unless an attach or a report is due.
 #[inline]
-pub fn after_allocation() {
+pub(crate) fn after_allocation() {
     let now = STATE.load(Ordering::Relaxed);
     if now == state::READY || now == state::OFF_UNREPORTED {
         attach_or_report(now);

@@ -24,7 +24,7 @@ static ACTIVE: AtomicU32 = AtomicU32::new(0);
 static CAPTURING: [AtomicU64; SLOTS] = [const { AtomicU64::new(0) }; SLOTS];
 
 /// The key a capture on `stream` is remembered by.
-pub fn key(stream: u64) -> u64 {
+pub(crate) fn key(stream: u64) -> u64 {
     if stream == CU_STREAM_PER_THREAD {
         stream | u64::from(current_tid()) << 8
     } else {
@@ -33,7 +33,7 @@ pub fn key(stream: u64) -> u64 {
 }
 
 /// A capture began on the stream with key `key`.
-pub fn began(key: u64) {
+pub(crate) fn began(key: u64) {
     ACTIVE.fetch_add(1, Ordering::AcqRel);
     for slot in &CAPTURING {
         if slot
@@ -46,7 +46,7 @@ pub fn began(key: u64) {
 }
 
 /// The capture on the stream with key `key` ended, if one was under way.
-pub fn ended(key: u64) {
+pub(crate) fn ended(key: u64) {
     for slot in &CAPTURING {
         if slot.load(Ordering::Acquire) == key
             && slot
@@ -60,18 +60,18 @@ pub fn ended(key: u64) {
 }
 
 /// Whether the stream with key `key` is remembered as capturing.
-pub fn is_remembered(key: u64) -> bool {
+pub(crate) fn is_remembered(key: u64) -> bool {
     CAPTURING.iter().any(|slot| slot.load(Ordering::Acquire) == key)
 }
 
 /// Whether any capture is under way: only then can an allocation be a graph's.
 #[inline]
-pub fn any_active() -> bool {
+pub(crate) fn any_active() -> bool {
     ACTIVE.load(Ordering::Acquire) != 0
 }
 
 /// In a forked child: captures are the parent's, on contexts the child cannot use.
-pub fn forget_parent() {
+pub(crate) fn forget_parent() {
     ACTIVE.store(0, Ordering::Relaxed);
     CAPTURING.iter().for_each(|slot| slot.store(0, Ordering::Relaxed));
 }

@@ -27,12 +27,12 @@ static PROCESS_EPOCH: AtomicU64 = AtomicU64::new(1);
 
 /// The hooked call changed the calling thread's current context.
 #[inline]
-pub fn thread_context_changed() {
+pub(crate) fn thread_context_changed() {
     thread_block::current().device.set((0, 0));
 }
 
 /// The hooked call may have changed any thread's current context.
-pub fn process_contexts_changed() {
+pub(crate) fn process_contexts_changed() {
     PROCESS_EPOCH.fetch_add(1, Ordering::AcqRel);
 }
 
@@ -63,7 +63,7 @@ fn ask_driver() -> Option<i8> {
 /// thread has none (a worker thread): the caller then never guesses. Asks
 /// the driver only when the thread's cache is empty.
 #[inline]
-pub fn current_device() -> Option<i8> {
+pub(crate) fn current_device() -> Option<i8> {
     if let Some(device) = cached() {
         return Some(device);
     }
@@ -76,7 +76,7 @@ pub fn current_device() -> Option<i8> {
 /// Asks the driver for the calling thread's device and compares it with the
 /// cache; a disagreement is recorded (a context changed through a call we
 /// do not hook) and the cache corrected. For the rate-limited readings only.
-pub fn check_current_device() -> Option<i8> {
+pub(crate) fn check_current_device() -> Option<i8> {
     let cached = cached();
     let epoch = PROCESS_EPOCH.load(Ordering::Acquire);
     let device = ask_driver()?;
@@ -188,21 +188,21 @@ fn is_default_stream(stream: u64) -> bool {
 
 /// Asks for the line where the look-up of `stream`'s device starts.
 #[inline(always)]
-pub fn prefetch_stream(stream: u64) {
+pub(crate) fn prefetch_stream(stream: u64) {
     if !is_default_stream(stream) {
         STREAMS.prefetch(first_slot(stream, STREAM_SLOTS));
     }
 }
 
 /// A stream was created on `device`.
-pub fn stream_created(stream: u64, device: i8) {
+pub(crate) fn stream_created(stream: u64, device: i8) {
     if !is_default_stream(stream) {
         remember_handle(&STREAMS, stream, device);
     }
 }
 
 /// A stream is being destroyed: its handle may be given out again.
-pub fn stream_destroyed(stream: u64) {
+pub(crate) fn stream_destroyed(stream: u64) {
     forget_handle(&STREAMS, stream);
 }
 
@@ -210,7 +210,7 @@ pub fn stream_destroyed(stream: u64) {
 /// context's for the default streams; the stream's own otherwise, asked
 /// from the driver the first time a stream we did not see created is used.
 #[inline]
-pub fn device_of_stream(stream: u64) -> Option<i8> {
+pub(crate) fn device_of_stream(stream: u64) -> Option<i8> {
     if is_default_stream(stream) {
         return current_device();
     }
@@ -234,25 +234,25 @@ fn first_sight_of_stream(stream: u64) -> Option<i8> {
 }
 
 /// A pool was created with its memory on `device`.
-pub fn pool_created(pool: u64, device: i8) {
+pub(crate) fn pool_created(pool: u64, device: i8) {
     remember_handle(&POOLS, pool, device);
 }
 
 /// A pool is being destroyed.
-pub fn pool_destroyed(pool: u64) {
+pub(crate) fn pool_destroyed(pool: u64) {
     forget_handle(&POOLS, pool);
 }
 
 /// The device of a pool created in this process, if it was seen created.
 #[inline]
-pub fn device_of_pool(pool: u64) -> Option<i8> {
+pub(crate) fn device_of_pool(pool: u64) -> Option<i8> {
     device_of_handle(&POOLS, pool)
 }
 
 /// The driver was unloaded: its streams and pools are gone (the driver
 /// loaded again may give their handles out on other devices), and so are
 /// the threads' current contexts.
-pub fn driver_unloaded() {
+pub(crate) fn driver_unloaded() {
     for table in [&STREAMS, &POOLS] {
         for slot in table.get_if_mapped().unwrap_or_default() {
             if slot.handle.load(Ordering::Acquire) != 0 {
@@ -265,7 +265,7 @@ pub fn driver_unloaded() {
 }
 
 /// In a forked child: streams and pools are the parent's.
-pub fn forget_parent() {
+pub(crate) fn forget_parent() {
     STREAMS.forget();
     POOLS.forget();
 }

@@ -20,7 +20,7 @@ const TOMBSTONE: u64 = u64::MAX;
 /// Independent key spaces: the same number may be a device pointer and an
 /// array handle at once.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub enum Namespace {
+pub(crate) enum Namespace {
     /// Device pointers: device, managed, pitched and pool memory.
     Device = 1,
     /// Pinned host pointers.
@@ -49,18 +49,18 @@ impl Namespace {
 
 /// What the table remembers about one allocation.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub struct Entry {
+pub(crate) struct Entry {
     /// Bytes.
-    pub size: u64,
+    pub(crate) size: u64,
     /// Kind of memory.
-    pub kind: Kind,
+    pub(crate) kind: Kind,
     /// Device ordinal or -1.
-    pub device: i8,
+    pub(crate) device: i8,
 }
 
 /// Result of [`insert`].
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub enum Inserted {
+pub(crate) enum Inserted {
     /// Newly recorded.
     New,
     /// Already present: the allocation was recorded before.
@@ -115,14 +115,14 @@ fn unpack(size: u64, meta: u64) -> Entry {
 /// Asks for the line where the look-up of `address` starts, so that a
 /// free's look-up before its driver call finds it on its way.
 #[inline(always)]
-pub fn prefetch(namespace: Namespace, address: u64) {
+pub(crate) fn prefetch(namespace: Namespace, address: u64) {
     if let Some(key) = key_of(namespace, address) {
         TABLE.prefetch(first_slot(key));
     }
 }
 
 /// Records a new allocation.
-pub fn insert(namespace: Namespace, address: u64, entry: Entry) -> Inserted {
+pub(crate) fn insert(namespace: Namespace, address: u64, entry: Entry) -> Inserted {
     let (Some(key), Some(slots)) = (key_of(namespace, address), table()) else {
         return Inserted::NoRoom;
     };
@@ -169,7 +169,7 @@ fn find(slots: &[Slot], key: u64) -> Option<usize> {
 }
 
 /// Removes an allocation, returning what was recorded for it.
-pub fn remove(namespace: Namespace, address: u64) -> Option<Entry> {
+pub(crate) fn remove(namespace: Namespace, address: u64) -> Option<Entry> {
     let key = key_of(namespace, address)?;
     let slots = table()?;
     loop {
@@ -187,7 +187,7 @@ pub fn remove(namespace: Namespace, address: u64) -> Option<Entry> {
 }
 
 /// Looks an allocation up without removing it.
-pub fn get(namespace: Namespace, address: u64) -> Option<Entry> {
+pub(crate) fn get(namespace: Namespace, address: u64) -> Option<Entry> {
     let key = key_of(namespace, address)?;
     let slots = table()?;
     let slot = &slots[find(slots, key)?];
@@ -203,7 +203,7 @@ pub fn get(namespace: Namespace, address: u64) -> Option<Entry> {
 /// gets an allocation or nothing, never one handed out twice. Reads the
 /// whole table (pages never written read as the zero page and cost no
 /// memory), so for cold paths only.
-pub fn drain(each: impl FnMut(Namespace, u64, Entry)) {
+pub(crate) fn drain(each: impl FnMut(Namespace, u64, Entry)) {
     if let Some(slots) = TABLE.get_if_mapped() {
         drain_slots(slots, each);
     }
@@ -232,7 +232,7 @@ fn drain_slots(slots: &[Slot], mut each: impl FnMut(Namespace, u64, Entry)) {
 }
 
 /// Called in a forked child: the parent's allocations are not the child's.
-pub fn forget_parent_table() {
+pub(crate) fn forget_parent_table() {
     TABLE.forget();
 }
 

@@ -58,7 +58,7 @@ static UNSHARED: AtomicU64 = AtomicU64::new(0);
 /// Keeps `CUDATRACE_LIMIT` (from the library constructor). A value that is
 /// no size is said once on stderr (unless `quiet`), and the program runs
 /// without a limit.
-pub fn configure(limit: LimitSetting, quiet: bool) {
+pub(crate) fn configure(limit: LimitSetting, quiet: bool) {
     match limit {
         LimitSetting::Off => {}
         LimitSetting::Bytes(bytes) => {
@@ -85,7 +85,7 @@ pub fn configure(limit: LimitSetting, quiet: bool) {
 /// process without a limit pays. (A process whose tracing turned itself
 /// off stops counting: the bookkeeping runs under `guarded`.)
 #[inline(always)]
-pub fn enabled() -> bool {
+pub(crate) fn enabled() -> bool {
     LIMIT.load(Ordering::Relaxed) != 0
 }
 
@@ -93,7 +93,7 @@ pub fn enabled() -> bool {
 /// the process's own, but managed memory (never refused) and a capture's
 /// allocations (the graph's memory). A free gives back exactly what this
 /// says was counted.
-pub fn counts(kind: Kind, device: i8) -> bool {
+pub(crate) fn counts(kind: Kind, device: i8) -> bool {
     device >= 0
         && matches!(
             kind,
@@ -102,14 +102,14 @@ pub fn counts(kind: Kind, device: i8) -> bool {
 }
 
 /// The limit in bytes, if one is set.
-pub fn limit() -> Option<u64> {
+pub(crate) fn limit() -> Option<u64> {
     Some(LIMIT.load(Ordering::Relaxed)).filter(|&limit| limit != 0)
 }
 
 /// Bytes counted for an allocation being made, given back by [`settle`]
 /// if it fails.
 #[derive(Clone, Copy, Debug)]
-pub struct Reservation {
+pub(crate) struct Reservation {
     index: usize,
     slot: usize,
     bytes: u64,
@@ -120,7 +120,7 @@ pub struct Reservation {
 
 /// What the limit says of an allocation about to be made.
 #[derive(Clone, Copy, Debug)]
-pub enum Admission {
+pub(crate) enum Admission {
     /// The limit does not count it (no limit, managed or host memory, a
     /// device the ledger cannot name).
     NotCounted,
@@ -335,7 +335,7 @@ fn credit_is_live(ledger: &Ledger, credit: LimitCredit, index: usize) -> bool {
 /// stores: an atomic read-modify-write after the driver's call waits for
 /// the driver's stores to drain, tens of nanoseconds each on the GPU.
 #[inline]
-pub fn admit(device: i8, bytes: u64, read_device: impl FnOnce() -> Option<(u64, u64)>) -> Admission {
+pub(crate) fn admit(device: i8, bytes: u64, read_device: impl FnOnce() -> Option<(u64, u64)>) -> Admission {
     let Some(first) = ledger() else {
         return Admission::NotCounted;
     };
@@ -676,7 +676,7 @@ fn return_to_ledger(ledger: &Ledger, index: usize, slot: usize, bytes: u64) {
 /// real size differs from the bytes admitted (a pitch the driver chose) is
 /// counted at its real size.
 #[inline(always)]
-pub fn settle(reservation: Reservation, succeeded: bool, actual: u64) {
+pub(crate) fn settle(reservation: Reservation, succeeded: bool, actual: u64) {
     let kept = if succeeded { actual } else { 0 };
     if kept != reservation.bytes || reservation.pending {
         settle_difference(reservation, kept);
@@ -687,7 +687,7 @@ pub fn settle(reservation: Reservation, succeeded: bool, actual: u64) {
 /// bytes stay counted as admitted; only what the ledger held pending for the
 /// call is given back.
 #[cold]
-pub fn settle_unrecorded(reservation: Reservation) {
+pub(crate) fn settle_unrecorded(reservation: Reservation) {
     if reservation.pending {
         settle_difference(reservation, reservation.bytes);
     }
@@ -714,7 +714,7 @@ fn settle_difference(reservation: Reservation, kept: u64) {
 /// Memory the limit counted was freed: its bytes are given back, to the
 /// thread's credit while that stays under two chunks, else to the ledger.
 #[inline]
-pub fn give_back(device: i8, bytes: u64) {
+pub(crate) fn give_back(device: i8, bytes: u64) {
     let Some(ledger) = ledger_in_use() else { return };
     let Some(index) = usize::try_from(device)
         .ok()
@@ -805,7 +805,7 @@ fn entry_of(device: i8) -> Option<&'static shared_ledger::DeviceEntry> {
 
 /// A reading of `device` (free and total bytes, as the driver gave them):
 /// what the driver holds beyond the counted allocations is updated.
-pub fn note_reading(device: i8, free: u64, total: u64) {
+pub(crate) fn note_reading(device: i8, free: u64, total: u64) {
     let Some(entry) = entry_of(device) else { return };
     let used = total.saturating_sub(free);
     entry.beyond.store(
@@ -817,7 +817,7 @@ pub fn note_reading(device: i8, free: u64, total: u64) {
 /// A context of this process was first seen on `device`, with the device
 /// reading taken then: the tree learns what a context takes there (the
 /// first one measured), for [`context_fits`].
-pub fn note_first_context(device: i8, free: u64, total: u64) {
+pub(crate) fn note_first_context(device: i8, free: u64, total: u64) {
     let Some(entry) = entry_of(device) else { return };
     let before = entry
         .counted
@@ -836,7 +836,7 @@ pub fn note_first_context(device: i8, free: u64, total: u64) {
 /// context of the tree took there before (none measured yet: whether any
 /// byte is left). Asked before a context is created; a process that has a
 /// context on the device already (`has_context`) always fits.
-pub fn context_fits(device: i8, has_context: bool) -> bool {
+pub(crate) fn context_fits(device: i8, has_context: bool) -> bool {
     if !enabled() || has_context {
         return true;
     }
@@ -858,7 +858,7 @@ pub fn context_fits(device: i8, has_context: bool) -> bool {
 /// What `cuMemGetInfo` reports on `device` under the limit, from the
 /// driver's (free, total): a card of the limit's size, with the device's
 /// used bytes taken from it. Updates the ledger with the reading.
-pub fn reported_memory_info(device: i8, free: u64, total: u64) -> (u64, u64) {
+pub(crate) fn reported_memory_info(device: i8, free: u64, total: u64) -> (u64, u64) {
     let limit = LIMIT.load(Ordering::Relaxed);
     if device >= 0 {
         note_reading(device, free, total);
@@ -868,7 +868,7 @@ pub fn reported_memory_info(device: i8, free: u64, total: u64) -> (u64, u64) {
 }
 
 /// What `cuDeviceTotalMem` reports under the limit.
-pub fn reported_total(total: u64) -> u64 {
+pub(crate) fn reported_total(total: u64) -> u64 {
     total.min(LIMIT.load(Ordering::Relaxed))
 }
 
@@ -876,7 +876,7 @@ pub fn reported_total(total: u64) -> u64 {
 /// first device will touch: called on a hook's entry, so that they arrive
 /// while the driver works.
 #[inline(always)]
-pub fn prefetch() {
+pub(crate) fn prefetch() {
     let ledger = LEDGER.load(Ordering::Relaxed);
     let slot = MY_SLOT.load(Ordering::Relaxed);
     if ledger.is_null() || slot >= CLAIMING {
@@ -905,7 +905,7 @@ static RETIRING: AtomicU32 = AtomicU32::new(0);
 /// memory, leaves its parent's share alone.
 // Three figures per device, in the slot, the entry and RETIRED alike.
 #[allow(clippy::needless_range_loop)]
-pub fn retire_for_exec() {
+pub(crate) fn retire_for_exec() {
     if !enabled() {
         return;
     }
@@ -931,7 +931,7 @@ pub fn retire_for_exec() {
 
 /// The `exec` returned (it failed): the image's share is counted again.
 #[allow(clippy::needless_range_loop)]
-pub fn restore_after_failed_exec() {
+pub(crate) fn restore_after_failed_exec() {
     if RETIRING.load(Ordering::Acquire) == 0 {
         return;
     }
@@ -965,7 +965,7 @@ fn from_retired(index: usize, bytes: u64) -> u64 {
 
 /// In a forked child: its allocations are its own, counted in a slot of
 /// its own; the parent's share stays the parent's.
-pub fn forget_parent() {
+pub(crate) fn forget_parent() {
     MY_SLOT.store(NO_SLOT, Ordering::Relaxed);
     RECORDED.store(0, Ordering::Relaxed);
 }

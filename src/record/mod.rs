@@ -3,11 +3,11 @@
 //! allocations, knows which device an event is on and whether a stream is
 //! being captured, takes the device readings, and writes the records.
 
-pub mod capture_state;
-pub mod devices;
-pub mod live_table;
-pub mod memory_limit;
-pub mod readings;
-pub mod recorder;
-pub mod tensors;
-pub mod unloaded_driver;
+pub(crate) mod capture_state;
+pub(crate) mod device_readings;
+pub(crate) mod devices;
+pub(crate) mod live_table;
+pub(crate) mod memory_limit;
+pub(crate) mod recorder;
+pub(crate) mod tensors;
+pub(crate) mod unloaded_driver;

@@ -30,7 +30,7 @@ static TABLE_OVERFLOWED: AtomicBool = AtomicBool::new(false);
 /// Marks the current thread as inside a runtime call until dropped, so that
 /// the driver events it causes carry the runtime entry point's name. Nested
 /// runtime calls keep the outermost name.
-pub struct RuntimeCall {
+pub(crate) struct RuntimeCall {
     outermost: bool,
 }
 
@@ -39,7 +39,7 @@ impl RuntimeCall {
     /// `caller` (0 when not known): with `--stacks none` that is the owner
     /// of the driver events inside the call.
     #[inline]
-    pub fn enter(api: Api, caller: u64) -> RuntimeCall {
+    pub(crate) fn enter(api: Api, caller: u64) -> RuntimeCall {
         // The thread block's `runtime_api` and `runtime_caller` are this
         // module's: the runtime call this thread is inside, and with
         // `--stacks none` the program's return address from it (the owner
@@ -69,7 +69,7 @@ impl Drop for RuntimeCall {
 
 /// Whether the calling thread is inside a runtime entry point's hook.
 #[inline(always)]
-pub fn inside_runtime_call() -> bool {
+pub(crate) fn inside_runtime_call() -> bool {
     thread_block::current().runtime_api.get() != 0
 }
 
@@ -87,30 +87,30 @@ fn tagged(api: Api) -> Api {
 /// One record's fields, as the hooks know them; the writer adds the thread,
 /// the time and, when asked, the call stack.
 #[derive(Clone, Copy, Debug)]
-pub struct Record {
+pub(crate) struct Record {
     /// What happened.
-    pub op: Op,
+    pub(crate) op: Op,
     /// The entry point (the runtime tag is applied when written).
-    pub api: Api,
+    pub(crate) api: Api,
     /// Kind of memory.
-    pub kind: Kind,
+    pub(crate) kind: Kind,
     /// Device ordinal, or -1 (host memory, or not known).
-    pub device: i8,
+    pub(crate) device: i8,
     /// Address or handle.
-    pub address: u64,
+    pub(crate) address: u64,
     /// Bytes.
-    pub size: u64,
+    pub(crate) size: u64,
     /// Stream of stream-ordered calls, else 0.
-    pub stream: u64,
+    pub(crate) stream: u64,
     /// First op-specific word.
-    pub arg1: u64,
+    pub(crate) arg1: u64,
     /// Second op-specific word.
-    pub arg2: u64,
+    pub(crate) arg2: u64,
 }
 
 impl Record {
     /// A record of `op` by `api`, every other field empty.
-    pub fn new(op: Op, api: Api) -> Record {
+    pub(crate) fn new(op: Op, api: Api) -> Record {
         Record {
             op,
             api,
@@ -128,13 +128,13 @@ impl Record {
 /// Writes `record` into the slot of `seq`, with the caller's stack when
 /// `with_stack` is set, unless the job's recording is paused: then the
 /// stack is the paused mark.
-pub fn write(seq: u64, record: Record, with_stack: bool) {
+pub(crate) fn write(seq: u64, record: Record, with_stack: bool) {
     writer::write(seq, raw_record(record, stack_word(with_stack)));
 }
 
 /// Writes `record` as [`write`] does, but with its own api even inside a
 /// runtime call: for a record that no entry point made.
-pub fn write_untagged(seq: u64, record: Record, with_stack: bool) {
+pub(crate) fn write_untagged(seq: u64, record: Record, with_stack: bool) {
     let mut raw = raw_record(record, stack_word(with_stack));
     raw.api = record.api as u8;
     writer::write(seq, raw);
@@ -176,14 +176,14 @@ fn raw_record(record: Record, stack: u32) -> RawRecord {
 
 /// Writes a measurement record (see `cudatrace_events::measures`) under a
 /// fresh sequence number; `with_stack` records the caller's stack too.
-pub fn write_measurement(record: Record, with_stack: bool) {
+pub(crate) fn write_measurement(record: Record, with_stack: bool) {
     write(writer::reserve_seq(), record, with_stack);
 }
 
 /// Notes in the spool that this process forked `child`, if it has a spool
 /// (a process that never used CUDA is not in the trace, and is not put
 /// there by a fork).
-pub fn forked(child: u32) {
+pub(crate) fn forked(child: u32) {
     if !writer::is_open() {
         return;
     }
@@ -198,28 +198,28 @@ pub fn forked(child: u32) {
 /// An allocation the driver made, with its device and kind worked out by
 /// the hook.
 #[derive(Clone, Copy, Debug)]
-pub struct Allocation {
+pub(crate) struct Allocation {
     /// The driver entry point.
-    pub api: Api,
+    pub(crate) api: Api,
     /// Kind of memory.
-    pub kind: Kind,
+    pub(crate) kind: Kind,
     /// Key space of the address.
-    pub namespace: Namespace,
+    pub(crate) namespace: Namespace,
     /// Device ordinal, or -1.
-    pub device: i8,
+    pub(crate) device: i8,
     /// Address or handle the driver returned.
-    pub address: u64,
+    pub(crate) address: u64,
     /// Bytes.
-    pub size: u64,
+    pub(crate) size: u64,
     /// Stream of stream-ordered calls, else 0.
-    pub stream: u64,
+    pub(crate) stream: u64,
     /// Pitch for pitched memory, pool for pool allocations, else 0.
-    pub arg1: u64,
+    pub(crate) arg1: u64,
 }
 
 /// Records an allocation the driver made, unless it was recorded already;
 /// returns whether it was new. Call inside [`guarded`].
-pub fn allocated(allocation: Allocation) -> bool {
+pub(crate) fn allocated(allocation: Allocation) -> bool {
     let entry = Entry {
         size: allocation.size,
         kind: allocation.kind,
@@ -250,7 +250,7 @@ pub fn allocated(allocation: Allocation) -> bool {
 
 /// Records an allocation call that ran out of memory, with the device's
 /// free and total bytes. Call inside [`guarded`].
-pub fn out_of_memory(api: Api, kind: Kind, device: i8, requested: u64, stream: u64) {
+pub(crate) fn out_of_memory(api: Api, kind: Kind, device: i8, requested: u64, stream: u64) {
     let (mut free, mut total) = (0usize, 0usize);
     // SAFETY: cuMemGetInfo_v2(size_t*, size_t*) is the driver's signature.
     let get_info = unsafe { real_fn::<unsafe extern "C" fn(*mut usize, *mut usize) -> CUresult>(Sym::cuMemGetInfo_v2) };
@@ -265,7 +265,7 @@ pub fn out_of_memory(api: Api, kind: Kind, device: i8, requested: u64, stream: u
 
 /// Records an allocation the memory limit refused: what the limit had left
 /// on the device, and the limit. Call inside [`guarded`].
-pub fn refused_by_limit(api: Api, kind: Kind, device: i8, requested: u64, stream: u64, left: u64, limit: u64) {
+pub(crate) fn refused_by_limit(api: Api, kind: Kind, device: i8, requested: u64, stream: u64, left: u64, limit: u64) {
     write_out_of_memory(api, kind, device, requested, stream, (REFUSED_BY_LIMIT, left, limit));
 }
 
@@ -294,7 +294,7 @@ fn write_out_of_memory(
 /// A free in flight: its table entry is removed and its sequence number
 /// reserved before the real call, so that no other thread can record a reuse
 /// of the address ahead of it.
-pub struct PendingFree {
+pub(crate) struct PendingFree {
     seq: Option<u64>,
     removed: Option<Entry>,
     namespace: Namespace,
@@ -313,7 +313,7 @@ fn default_kind(namespace: Namespace) -> Kind {
 
 /// Call before the real free of `address`.
 #[inline]
-pub fn free_starting(namespace: Namespace, address: u64) -> Option<PendingFree> {
+pub(crate) fn free_starting(namespace: Namespace, address: u64) -> Option<PendingFree> {
     if address == 0 || !tracing_on() {
         return None;
     }
@@ -331,7 +331,7 @@ pub fn free_starting(namespace: Namespace, address: u64) -> Option<PendingFree> 
 /// Call after the real free returned `result`. Returns what was freed,
 /// when a free of known memory was recorded.
 #[inline]
-pub fn free_returned(pending: Option<PendingFree>, result: CUresult, api: Api, stream: u64) -> Option<Entry> {
+pub(crate) fn free_returned(pending: Option<PendingFree>, result: CUresult, api: Api, stream: u64) -> Option<Entry> {
     let pending = pending?;
     let mut freed_on = None;
     guarded(|| {
@@ -377,29 +377,34 @@ pub fn free_returned(pending: Option<PendingFree>, result: CUresult, api: Api, s
 /// A VMM address-space operation: reserving or mapping (recorded after they
 /// succeed) and unreserving or unmapping (sequenced before the real call).
 #[derive(Clone, Copy)]
-pub struct AddressRange {
+pub(crate) struct AddressRange {
     /// `Reserve`, `Unreserve`, `Map` or `Unmap`.
-    pub op: Op,
+    pub(crate) op: Op,
     /// Driver entry point.
-    pub api: Api,
+    pub(crate) api: Api,
     /// Length of the range.
-    pub size: u64,
+    pub(crate) size: u64,
     /// Physical handle, for `Map`.
-    pub handle: u64,
+    pub(crate) handle: u64,
     /// Offset into the handle, for `Map`.
-    pub offset: u64,
+    pub(crate) offset: u64,
 }
 
 /// Call before the real call of an `Unreserve` or `Unmap`.
 #[inline]
-pub fn range_release_starting() -> Option<u64> {
+pub(crate) fn range_release_starting() -> Option<u64> {
     tracing_on().then(writer::reserve_seq)
 }
 
 /// Call after the real call returned `result`; `reserved` is what
 /// [`range_release_starting`] returned, or `None` for `Reserve` and `Map`.
 #[inline]
-pub fn range_returned(result: CUresult, reserved: Option<u64>, range: AddressRange, address: impl FnOnce() -> u64) {
+pub(crate) fn range_returned(
+    result: CUresult,
+    reserved: Option<u64>,
+    range: AddressRange,
+    address: impl FnOnce() -> u64,
+) {
     let releasing = matches!(range.op, Op::Unreserve | Op::Unmap);
     if releasing && reserved.is_none() {
         return;

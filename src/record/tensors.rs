@@ -14,7 +14,7 @@ use cudatrace_events::{Api, Kind, Op};
 
 /// Notes a driver allocation or mapping the hooks just recorded.
 #[inline]
-pub fn note_driver_memory(address: u64, size: u64) {
+pub(crate) fn note_driver_memory(address: u64, size: u64) {
     thread_block::current().last_segment.set((address, size));
 }
 
@@ -22,7 +22,7 @@ pub fn note_driver_memory(address: u64, size: u64) {
 /// matches the driver call this thread made just before: a segment is
 /// exactly the `cuMemAlloc` behind it; a mapped range of an expandable
 /// segment ends with the last page `cuMemMap` mapped.
-pub fn matches_driver_memory(action: Action, address: u64, size: u64) -> bool {
+pub(crate) fn matches_driver_memory(action: Action, address: u64, size: u64) -> bool {
     let (last_address, last_size) = thread_block::current().last_segment.get();
     if last_size == 0 {
         return false;
@@ -38,23 +38,23 @@ pub fn matches_driver_memory(action: Action, address: u64, size: u64) -> bool {
 
 /// One action as the tracker read it.
 #[derive(Clone, Copy, Debug)]
-pub struct TensorAction {
+pub(crate) struct TensorAction {
     /// What the allocator did.
-    pub action: Action,
+    pub(crate) action: Action,
     /// Device ordinal.
-    pub device: i8,
+    pub(crate) device: i8,
     /// Block or segment address; for an OOM, the device's free bytes.
-    pub address: u64,
+    pub(crate) address: u64,
     /// Bytes; for an OOM, the bytes asked for.
-    pub size: u64,
+    pub(crate) size: u64,
     /// The stream the block belongs to.
-    pub stream: u64,
+    pub(crate) stream: u64,
     /// The pool, packed (see `cudatrace_events::tensors::pool_word`).
-    pub pool: u64,
+    pub(crate) pool: u64,
 }
 
 /// Writes one action; an allocation carries the caller's stack.
-pub fn write_action(action: TensorAction) {
+pub(crate) fn write_action(action: TensorAction) {
     let record = Record {
         op: Op::Tensor,
         api: Api::TorchCachingAllocator,
@@ -71,7 +71,7 @@ pub fn write_action(action: TensorAction) {
 
 /// Writes a status record: `what` one of `cudatrace_events::tensors::status`,
 /// `detail` its reason or count, `version` PyTorch's version word.
-pub fn write_status(what: u64, detail: u64, version: u64) {
+pub(crate) fn write_status(what: u64, detail: u64, version: u64) {
     debug_assert!((status::ATTACHED..=status::NOT_RECORDED).contains(&what));
     let mut record = Record::new(Op::TensorStatus, Api::TorchCachingAllocator);
     record.address = version;

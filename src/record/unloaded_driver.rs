@@ -26,7 +26,7 @@ static UNLOADS_SETTLED: AtomicU64 = AtomicU64::new(0);
 /// Releases what the driver held, if it was unloaded since the last call;
 /// returns whether it was. For cold paths (the `dlclose` door, lookups),
 /// inside `guarded`.
-pub fn settle() -> bool {
+pub(crate) fn settle() -> bool {
     let unloads = symbols::driver_unloads();
     // A load first: most calls find nothing new, and pay no exchange.
     if UNLOADS_SETTLED.load(Ordering::Acquire) == unloads || UNLOADS_SETTLED.swap(unloads, Ordering::AcqRel) == unloads

@@ -20,7 +20,7 @@
 //!   is stored in its slot, so that readers can tell "dropped" from "still
 //!   being written" and move on.
 
-use crate::spool::spool_file;
+use crate::spool::spool_descriptor;
 use crate::sys::address_budget;
 use crate::sys::clock::monotonic_ns;
 use crate::sys::file_space;
@@ -36,7 +36,7 @@ use std::sync::atomic::{AtomicI32, AtomicPtr, AtomicU32, AtomicU64, AtomicUsize,
 /// Chunks mapped at one time (their places in memory and in the table of
 /// mappings are reused, chunk `k` taking `k % MAX_CHUNKS`'s): a multiple of
 /// every ring, so that chunks sharing a place in memory share one in the file.
-pub const MAX_CHUNKS: usize = 1 << 18;
+pub(crate) const MAX_CHUNKS: usize = 1 << 18;
 const _: () = assert!(MAX_CHUNKS.is_multiple_of(MAX_RING_CHUNKS as usize));
 /// Chunk places of the first reserved segment of address space (18 MiB).
 /// Address space is reserved as the ring's places come into use, a segment
@@ -85,7 +85,7 @@ static PUNCHED: AtomicPtr<AtomicU32> = AtomicPtr::new(std::ptr::null_mut());
 /// The chunk places a new spool gets: as many whole chunks as fit under
 /// `RLIMIT_FSIZE` after the header, rounded down to a power of two, at most
 /// `MAX_RING_CHUNKS` (and at least one). Kept for the spool's life.
-pub fn ring_chunks() -> u32 {
+pub(crate) fn ring_chunks() -> u32 {
     let mut limit = libc::rlimit {
         rlim_cur: 0,
         rlim_max: 0,
@@ -118,14 +118,14 @@ pub fn ring_chunks() -> u32 {
 }
 
 /// Watches the header's count of emptied places (the collector writes it).
-pub fn watch_punched(counter: &'static AtomicU32) {
+pub(crate) fn watch_punched(counter: &'static AtomicU32) {
     PUNCHED.store(std::ptr::from_ref(counter).cast_mut(), Ordering::Release);
 }
 
 /// The slot of sequence number `seq`, mapping chunks up to it if needed;
 /// the `errno` that prevented it otherwise.
 #[inline]
-pub fn slot(seq: u64) -> Result<*mut RawRecord, i32> {
+pub(crate) fn slot(seq: u64) -> Result<*mut RawRecord, i32> {
     let chunk = (seq / CHUNK_RECORDS as u64) as usize;
     let within = (seq % CHUNK_RECORDS as u64) as usize;
     // The table's entry may still be an earlier chunk's: its place in the
@@ -140,7 +140,7 @@ pub fn slot(seq: u64) -> Result<*mut RawRecord, i32> {
 
 /// Asks for the lines [`slot`] reads to find the slot of `seq`.
 #[inline(always)]
-pub fn prefetch_slot_lookup(seq: u64) {
+pub(crate) fn prefetch_slot_lookup(seq: u64) {
     let chunk = (seq / CHUNK_RECORDS as u64) as usize;
     prefetch_line(&raw const CHUNKS[chunk % MAX_CHUNKS]);
     prefetch_line(&raw const MAPPED);
@@ -202,7 +202,7 @@ fn grow_locked(target: usize) -> Result<*mut RawRecord, i32> {
         return Ok(CHUNKS[target % MAX_CHUNKS].load(Ordering::Acquire));
     }
     // Never through a descriptor the program has taken over.
-    let fd = spool_file::checked()?;
+    let fd = spool_descriptor::checked()?;
     let ring = RING.load(Ordering::Acquire).max(1);
     while next <= target {
         if next >= ring as usize {
@@ -318,7 +318,7 @@ fn map(fd: i32, place: usize, offset: usize, populate: bool) -> Result<*mut RawR
 
 /// Makes sure bytes `offset..offset + length` of the file have disk blocks,
 /// growing the file if needed, without ever raising `SIGXFSZ`.
-pub fn reserve(fd: i32, offset: u64, length: u64) -> Result<(), i32> {
+pub(crate) fn reserve(fd: i32, offset: u64, length: u64) -> Result<(), i32> {
     file_space::reserve(fd, offset, length)
 }
 
@@ -341,7 +341,7 @@ fn bitmap_word(bitmap: &'static [AtomicU64], seq: u64) -> &'static AtomicU64 {
 
 /// Remembers that `seq`'s record was dropped, for a tombstone once its
 /// chunk is mapped (now, if it has been meanwhile).
-pub fn note_dropped_seq(seq: u64) {
+pub(crate) fn note_dropped_seq(seq: u64) {
     let Some(bitmap) = dropped_bitmap() else { return };
     bitmap_word(bitmap, seq).fetch_or(1 << (seq % 64), Ordering::SeqCst);
     let chunk = (seq / CHUNK_RECORDS as u64) as usize;
@@ -399,7 +399,7 @@ fn store_tombstone(seq: u64) {
 
 /// Called in a forked child: drops every mapping of the parent's spool and
 /// the parent's record of drops, and any lock a parent thread held.
-pub fn forget_parent() {
+pub(crate) fn forget_parent() {
     let mapped = MAPPED.swap(0, Ordering::Relaxed).min(MAX_CHUNKS);
     let ring = RING.load(Ordering::Acquire).max(1) as usize;
     for (chunk, slot) in CHUNKS[..mapped].iter().enumerate() {

@@ -2,10 +2,10 @@
 //! `LD_PRELOAD` runs, the tree's spool folder and collector, and the
 //! job's recording switch kept in that folder.
 
-pub mod chunks;
-pub mod notice;
-pub mod recording_switch;
-pub mod replaced_image;
-pub mod spool_file;
-pub mod tree_root;
-pub mod writer;
+pub(crate) mod chunks;
+pub(crate) mod notice;
+pub(crate) mod recording_switch;
+pub(crate) mod replaced_image;
+pub(crate) mod spool_descriptor;
+pub(crate) mod tree_root;
+pub(crate) mod writer;

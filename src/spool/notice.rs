@@ -39,7 +39,7 @@ static PARENT_HEADER: AtomicPtr<SpoolHeader> = AtomicPtr::new(std::ptr::null_mut
 /// Keeps the descriptor's description, `(fd, device, inode)`, as
 /// `CUDATRACE_NOTICE` gave it. Called from the library constructor, before
 /// `main`.
-pub fn settle(descriptor: Option<(i32, u64, u64)>) {
+pub(crate) fn settle(descriptor: Option<(i32, u64, u64)>) {
     let Some((fd, device, inode)) = descriptor else {
         return;
     };
@@ -71,7 +71,7 @@ fn process_name() -> String {
 /// Tells the collector that this process image records nothing, and why:
 /// `errno` of the failure (0 if none), `reason`, the spool folder if it
 /// has one. At most once per process image; the caller's `errno` is kept.
-pub fn could_not_record(errno: i32, reason: NoSpool, folder: Option<&Path>) {
+pub(crate) fn could_not_record(errno: i32, reason: NoSpool, folder: Option<&Path>) {
     if SENT.swap(true, Ordering::AcqRel) {
         return;
     }
@@ -157,7 +157,7 @@ fn tell_notice_file(errno: i32, reason: &str) -> bool {
 
 /// This process's spool exists: it says what it has to say there, and the
 /// parent's header is no longer needed.
-pub fn spool_opened() {
+pub(crate) fn spool_opened() {
     let header = PARENT_HEADER.swap(std::ptr::null_mut(), Ordering::AcqRel);
     if !header.is_null() {
         // SAFETY: the inherited view of the parent's header page, unused from here on.
@@ -169,7 +169,7 @@ pub fn spool_opened() {
 /// write. `parent_header` is the parent's spool header, mapped, or null
 /// when the parent had none (the child then keeps the one the parent
 /// inherited, if any: the nearest process up the tree with a spool).
-pub fn forget_parent(parent_header: *mut SpoolHeader) {
+pub(crate) fn forget_parent(parent_header: *mut SpoolHeader) {
     SENT.store(false, Ordering::Release);
     if !parent_header.is_null() {
         let older = PARENT_HEADER.swap(parent_header, Ordering::AcqRel);

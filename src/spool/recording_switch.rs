@@ -23,7 +23,7 @@ static PAGE: AtomicPtr<u8> = AtomicPtr::new(std::ptr::null_mut());
 static START_PAUSED: AtomicBool = AtomicBool::new(false);
 
 /// Keeps `CUDATRACE_START_PAUSED` (from the library constructor).
-pub fn configure(start_paused: bool) {
+pub(crate) fn configure(start_paused: bool) {
     if start_paused {
         START_PAUSED.store(true, Ordering::Relaxed);
     }
@@ -31,7 +31,7 @@ pub fn configure(start_paused: bool) {
 
 /// The switch's state word (0, recording as set up, before a spool exists).
 #[inline]
-pub fn state_word() -> u64 {
+pub(crate) fn state_word() -> u64 {
     let page = PAGE.load(Ordering::Relaxed);
     if page.is_null() {
         return 0;
@@ -44,14 +44,14 @@ pub fn state_word() -> u64 {
 
 /// Whether events are recorded without stacks now.
 #[inline]
-pub fn paused() -> bool {
+pub(crate) fn paused() -> bool {
     state_word() & 1 != 0
 }
 
 /// A stack setting that replaces the job's own: its code (as
 /// `StackSetting`), or `None`.
 #[inline]
-pub fn stack_setting() -> Option<u8> {
+pub(crate) fn stack_setting() -> Option<u8> {
     match (state_word() >> 8) & 0xff {
         0 => None,
         code @ 1..=4 => Some(code as u8 - 1),
@@ -62,7 +62,7 @@ pub fn stack_setting() -> Option<u8> {
 /// Maps the switch of the spool folder `dir`, making the file if no
 /// process of the job has yet. Called when this process creates its spool;
 /// a process that already has it mapped (a forked child) keeps it.
-pub fn map(dir: &Path) {
+pub(crate) fn map(dir: &Path) {
     if !PAGE.load(Ordering::Acquire).is_null() {
         return;
     }

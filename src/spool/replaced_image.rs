@@ -13,7 +13,7 @@
 //! The look costs a few failed `access` calls in a process whose pid has
 //! no spool, which is nearly every process.
 
-use crate::spool::{spool_file, tree_root};
+use crate::spool::{spool_descriptor, tree_root};
 use crate::sys::process_start::process_start_ticks;
 use cudatrace_events::layout::{EXEC_INTO_CAPACITY, HEADER_SIZE, SPOOL_MAGIC, SPOOL_VERSION};
 use cudatrace_events::{naming, SpoolHeader};
@@ -34,7 +34,7 @@ static FIRST_FREE_IMAGE: AtomicU64 = AtomicU64::new(0);
 /// The lowest image number a spool of process `pid` may take (0 unless
 /// this image found spools of its pid when it loaded; a forked child,
 /// another pid, starts from 0).
-pub fn first_free_image(pid: u32) -> u32 {
+pub(crate) fn first_free_image(pid: u32) -> u32 {
     let packed = FIRST_FREE_IMAGE.load(Ordering::Acquire);
     if (packed >> 32) as u32 == pid {
         packed as u32
@@ -45,7 +45,7 @@ pub fn first_free_image(pid: u32) -> u32 {
 
 /// Marks the spool of the image this process replaced, if there is one
 /// that does not say so yet. Called once, as the library loads.
-pub fn mark_the_image_replaced() {
+pub(crate) fn mark_the_image_replaced() {
     let Some(directory) = tree_root::spool_dir() else {
         return;
     };
@@ -88,7 +88,7 @@ fn mark(path: &std::ffi::CStr, pid: u32) {
         // SAFETY: no preconditions.
         && status.st_uid == unsafe { libc::geteuid() }
         && status.st_size >= HEADER_SIZE as i64;
-    if let Some(header) = whole.then(|| spool_file::map_header(fd)).flatten() {
+    if let Some(header) = whole.then(|| spool_descriptor::map_header(fd)).flatten() {
         // SAFETY: a header page of HEADER_SIZE bytes, mapped; the fields
         // another process writes are read and written atomically.
         unsafe { mark_header(header, pid) };

@@ -34,7 +34,7 @@ fn set(key: &str, value: impl AsRef<std::ffi::OsStr>) {
 /// thread exists, so changing the environment is safe here. The tree's
 /// variables are read and written here, not with the settings
 /// (`sys::environment`): this is where they are made.
-pub fn adopt_tree_if_root() {
+pub(crate) fn adopt_tree_if_root() {
     let inherited = [ROOT_PID, COLLECTOR];
     if inherited.iter().any(|variable| variable.value_os().is_some()) {
         return;
@@ -91,7 +91,7 @@ static SPOOL_DIR: std::sync::OnceLock<PathBuf> = std::sync::OnceLock::new();
 /// working directory, and with each descendant's), and handed down so.
 /// Without `CUDATRACE_DIR` there is no spool folder: spools never go to the
 /// working directory. Called from the library constructor, before `main`.
-pub fn settle_spool_dir() {
+pub(crate) fn settle_spool_dir() {
     let Some(dir) = DIR.non_empty() else {
         return;
     };
@@ -112,7 +112,7 @@ pub fn settle_spool_dir() {
 }
 
 /// The spool folder fixed at load ([`settle_spool_dir`]).
-pub fn spool_dir() -> Option<&'static Path> {
+pub(crate) fn spool_dir() -> Option<&'static Path> {
     SPOOL_DIR.get().map(PathBuf::as_path)
 }
 
@@ -169,7 +169,7 @@ fn spawn_mode() -> bool {
 /// Creates `dir` (and its parent) private to this user if this process's tree
 /// owns it. Refuses a parent that someone else owns or that others can write
 /// (`errno` then says EACCES, as the folder's owner would have).
-pub fn prepare_spool_dir(dir: &Path) -> bool {
+pub(crate) fn prepare_spool_dir(dir: &Path) -> bool {
     if !spawn_mode() {
         return true;
     }
@@ -193,7 +193,7 @@ pub fn prepare_spool_dir(dir: &Path) -> bool {
 /// the tree to write a spool. The helper it starts forks the collector and
 /// exits at once; it is an unseen child (no SIGCHLD, invisible to the
 /// program's waits), reaped here.
-pub fn start_collector_if_first(dir: &Path) {
+pub(crate) fn start_collector_if_first(dir: &Path) {
     if !spawn_mode() {
         return;
     }

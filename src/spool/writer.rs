@@ -23,7 +23,7 @@ use crate::spool::chunks as spool_chunks;
 use crate::spool::notice;
 use crate::spool::recording_switch;
 use crate::spool::replaced_image;
-use crate::spool::spool_file;
+use crate::spool::spool_descriptor;
 use crate::spool::tree_root;
 use crate::sys::clock::{monotonic_ns, realtime_ns, record_ns};
 use crate::sys::prefetch::prefetch_line;
@@ -81,7 +81,7 @@ static BEFORE_EXIT: AtomicUsize = AtomicUsize::new(0);
 /// Sets the work done right after the spool is created (writing what the
 /// layers above already know into it) and just before the exit is recorded
 /// (their last readings). Called once, when the library loads.
-pub fn set_callbacks(on_open: fn(), before_exit: fn()) {
+pub(crate) fn set_callbacks(on_open: fn(), before_exit: fn()) {
     ON_OPEN.store(on_open as usize, Ordering::Release);
     BEFORE_EXIT.store(before_exit as usize, Ordering::Release);
 }
@@ -97,7 +97,7 @@ fn run_callback(slot: &AtomicUsize) {
 
 /// Counters kept in the spool header, so that they survive a crash.
 #[derive(Clone, Copy)]
-pub enum Counter {
+pub(crate) enum Counter {
     /// A free of memory the tracer had not seen allocated.
     UnknownFree,
     /// An allocation the live table had no room for.
@@ -109,7 +109,7 @@ pub enum Counter {
 /// by another thread. The counter lives in the spool header, so readers know
 /// how many were handed out.
 #[inline]
-pub fn reserve_seq() -> u64 {
+pub(crate) fn reserve_seq() -> u64 {
     let header = if ensure_open() {
         HEADER.load(Ordering::Acquire)
     } else {
@@ -131,7 +131,7 @@ pub fn reserve_seq() -> u64 {
 
 /// Stores `record` in the slot of `seq`, timestamped now, and publishes it.
 #[inline]
-pub fn write(seq: u64, record: RawRecord) {
+pub(crate) fn write(seq: u64, record: RawRecord) {
     write_in(seq, record, spool_chunks::slot);
 }
 
@@ -183,7 +183,7 @@ fn write_in(seq: u64, mut record: RawRecord, slot_of: impl FnOnce(u64) -> Result
 /// that the lines arrive while the driver works; a training process has
 /// pushed them out of the caches since the last event.
 #[inline(always)]
-pub fn prefetch_next_record() {
+pub(crate) fn prefetch_next_record() {
     let header = HEADER.load(Ordering::Relaxed);
     if header.is_null() {
         return;
@@ -218,7 +218,7 @@ fn prefetch_for_write(slot: *mut RawRecord) {
 }
 
 /// Adds one to a header counter.
-pub fn bump(counter: Counter) {
+pub(crate) fn bump(counter: Counter) {
     let Some(header) = open_header() else { return };
     // SAFETY: the header stays mapped while the state is OPEN.
     unsafe {
@@ -258,7 +258,7 @@ fn open_header() -> Option<*mut SpoolHeader> {
 /// the call returned (it failed). Only the spool's own process marks it: a
 /// child made by `vfork` shares the parent's memory, and must not mark the
 /// parent's spool.
-pub fn note_exec(starting: bool, into: Option<&std::ffi::CStr>) {
+pub(crate) fn note_exec(starting: bool, into: Option<&std::ffi::CStr>) {
     let header = HEADER.load(Ordering::Acquire);
     if header.is_null() {
         return;
@@ -282,12 +282,12 @@ pub fn note_exec(starting: bool, into: Option<&std::ffi::CStr>) {
 /// Creates this process's spool now if it has none yet: called when the
 /// process initialises CUDA, so that it appears in the trace even if it
 /// never allocates.
-pub fn open_now() {
+pub(crate) fn open_now() {
     ensure_open();
 }
 
 /// Whether this process's spool exists (without creating it).
-pub fn is_open() -> bool {
+pub(crate) fn is_open() -> bool {
     STATE.load(Ordering::SeqCst) == OPEN
 }
 
@@ -370,7 +370,7 @@ static TEST_SIGNAL: std::sync::atomic::AtomicI32 = std::sync::atomic::AtomicI32:
 /// Reads `CUDATRACE_TEST_SIGNAL_WHILE_OPENING` (a signal number; tests
 /// only). Called once, when the library loads; nothing without the
 /// `testing` feature.
-pub fn configure_test_signal() {
+pub(crate) fn configure_test_signal() {
     #[cfg(feature = "testing")]
     {
         use cudatrace_events::settings;
@@ -460,7 +460,7 @@ fn try_create_spool() -> Result<(), NoSpoolWhy> {
     let Some((fd, path)) = create_file(directory, pid) else {
         return Err(failed(NoSpool::CannotCreate));
     };
-    if !spool_file::adopt(fd, path) {
+    if !spool_descriptor::adopt(fd, path) {
         let failure = failed(NoSpool::CannotIdentify);
         // SAFETY: closing the descriptor just opened.
         unsafe { libc::close(fd) };
@@ -474,7 +474,7 @@ fn try_create_spool() -> Result<(), NoSpoolWhy> {
         return Err((errno, NoSpool::NoRoom));
     }
     // Mapped shared like the records, for the process's life.
-    let Some(header) = spool_file::map_header(fd) else {
+    let Some(header) = spool_descriptor::map_header(fd) else {
         let failure = failed(NoSpool::CannotMap);
         // SAFETY: closing our own descriptor.
         unsafe { libc::close(fd) };
@@ -540,13 +540,13 @@ extern "C" fn record_exit(status: libc::c_int, _arg: *mut libc::c_void) {
 /// Called in a forked child. The inherited mappings point into the parent's
 /// spool: drop them so that the child starts a spool of its own. Any lock a
 /// parent thread held at the fork is released, since that thread is gone.
-pub fn forget_parent_spool() {
+pub(crate) fn forget_parent_spool() {
     spool_chunks::forget_parent();
     let header = HEADER.swap(std::ptr::null_mut(), Ordering::AcqRel);
     // The parent's header stays mapped until the child has a spool of its
     // own: it is where the child says so if it cannot create one.
     notice::forget_parent(header);
-    spool_file::forget_parent();
+    spool_descriptor::forget_parent();
     UNSPOOLED_SEQ.store(0, Ordering::Relaxed);
     // A thread of the parent that was creating its spool is not here.
     OPENER.store(0, Ordering::Release);

@@ -23,7 +23,7 @@ use std::sync::atomic::{AtomicU32, AtomicU8, Ordering};
 /// Which frames events carry (`CUDATRACE_STACKS`).
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 #[repr(u8)]
-pub enum StackMode {
+pub(crate) enum StackMode {
     /// No stacks.
     None = 0,
     /// Native frames only.
@@ -35,9 +35,9 @@ pub enum StackMode {
 }
 
 /// Deepest stack a buffer holds; `CUDATRACE_MAX_DEPTH` is capped to it.
-pub const MAX_FRAMES: usize = 256;
+pub(crate) const MAX_FRAMES: usize = 256;
 /// Default of `CUDATRACE_MAX_DEPTH`.
-pub const DEFAULT_DEPTH: u32 = 64;
+pub(crate) const DEFAULT_DEPTH: u32 = 64;
 
 #[unsafe(link_section = "cudatrace_hot")]
 static MODE: AtomicU8 = AtomicU8::new(StackMode::All as u8);
@@ -46,7 +46,7 @@ static DEPTH: AtomicU32 = AtomicU32::new(DEFAULT_DEPTH);
 
 /// Keeps `CUDATRACE_STACKS` and `CUDATRACE_MAX_DEPTH` (from the library
 /// constructor); `None`, unset or a value not understood, keeps the default.
-pub fn configure(stacks: Option<StackSetting>, max_depth: Option<u32>) {
+pub(crate) fn configure(stacks: Option<StackSetting>, max_depth: Option<u32>) {
     if let Some(setting) = stacks {
         // The setting's codes are the modes'.
         MODE.store(setting as u8, Ordering::Relaxed);
@@ -114,7 +114,7 @@ thread_local! {
 /// the call passed through (the program's call into the runtime): with
 /// `--stacks none` it is the owner, and no unwinding is needed.
 #[inline(never)]
-pub fn capture(known_caller: u64) -> u32 {
+pub(crate) fn capture(known_caller: u64) -> u32 {
     let mode = mode();
     // A hook that runs inside another hook on this thread (a signal handler
     // allocating) records no stack rather than sharing the buffers.
@@ -144,7 +144,7 @@ pub fn capture(known_caller: u64) -> u32 {
 /// Whether stacks are off (`--stacks none`): then only the caller of the
 /// outermost hook is wanted, which the runtime hooks find cheaply.
 #[inline]
-pub fn only_callers() -> bool {
+pub(crate) fn only_callers() -> bool {
     mode() == StackMode::None
 }
 
@@ -434,7 +434,7 @@ fn intern_frame(frame: &Frame, parent: u32) -> Option<u32> {
 }
 
 /// In a forked child: the parent's ids mean nothing in the child's spool.
-pub fn forget_parent_stacks() {
+pub(crate) fn forget_parent_stacks() {
     let _ = LAST.try_with(|last| {
         // SAFETY: the child has only this thread.
         if let Some(last) = unsafe { &mut *last.get() }.made() {

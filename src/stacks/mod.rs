@@ -2,10 +2,13 @@
 //! interleaved, interned into nodes the spool carries. Nothing is
 //! symbolized here: that happens outside the process.
 
-pub mod call_stack;
-pub mod module_map;
-pub mod native_unwind;
-pub mod python_frames;
-pub mod stack_cache;
-pub mod stack_table;
-pub mod walk_memo;
+pub(crate) mod call_stack;
+pub(crate) mod learnt_steps;
+pub(crate) mod module_map;
+pub(crate) mod native_unwind;
+pub(crate) mod python_frames;
+pub(crate) mod return_slot;
+pub(crate) mod stack_cache;
+pub(crate) mod stack_table;
+pub(crate) mod thread_stack;
+pub(crate) mod walk_memo;

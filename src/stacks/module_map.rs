@@ -21,20 +21,20 @@ use std::sync::atomic::{AtomicBool, AtomicPtr, AtomicU32, Ordering};
 
 /// The unwinder hooks use: section data borrowed from the loaded images, and
 /// no allocation while unwinding.
-pub type NativeUnwinder = UnwinderX86_64<&'static [u8], MustNotAllocateDuringUnwind>;
+pub(crate) type NativeUnwinder = UnwinderX86_64<&'static [u8], MustNotAllocateDuringUnwind>;
 
 /// One snapshot of the loaded modules.
-pub struct ModuleMap {
+pub(crate) struct ModuleMap {
     /// The modules, as recorded in the spool.
-    pub modules: Vec<ModuleInfo>,
+    pub(crate) modules: Vec<ModuleInfo>,
     /// An unwinder knowing every module with unwind information.
-    pub unwinder: NativeUnwinder,
+    pub(crate) unwinder: NativeUnwinder,
     /// Address range of this library's own code, whose frames stacks leave out.
-    pub own_range: (u64, u64),
+    pub(crate) own_range: (u64, u64),
     /// Address ranges of the CUDA libraries (the driver, the runtime), sorted.
-    pub cuda_ranges: Vec<(u64, u64)>,
+    pub(crate) cuda_ranges: Vec<(u64, u64)>,
     /// The `dlopen` count this snapshot was built after.
-    pub dlopen_count: u64,
+    pub(crate) dlopen_count: u64,
 }
 
 #[unsafe(link_section = "cudatrace_hot")]
@@ -47,7 +47,7 @@ static HELD_FOR_FORK: AtomicBool = AtomicBool::new(false);
 
 /// The current map, if one was built.
 #[inline]
-pub fn current() -> Option<&'static ModuleMap> {
+pub(crate) fn current() -> Option<&'static ModuleMap> {
     // SAFETY: maps are leaked once published, so the reference never dangles.
     unsafe { CURRENT.load(Ordering::Acquire).as_ref() }
 }
@@ -55,7 +55,7 @@ pub fn current() -> Option<&'static ModuleMap> {
 /// Rebuilds the map if a `dlopen` happened since the last build; returns
 /// whether it did. Call only where taking the loader lock is allowed (never
 /// in an allocation hook).
-pub fn refresh_if_stale() -> bool {
+pub(crate) fn refresh_if_stale() -> bool {
     let stale = current().is_none_or(|map| map.dlopen_count != loader::dlopen_count());
     if stale {
         rebuild();
@@ -65,7 +65,7 @@ pub fn refresh_if_stale() -> bool {
 
 /// Builds a new map now and writes the modules the previous one lacked to
 /// the spool. Not for allocation hooks: it reads every module's headers.
-pub fn rebuild() {
+pub(crate) fn rebuild() {
     if REBUILDING
         .compare_exchange(0, current_tid(), Ordering::Acquire, Ordering::Relaxed)
         .is_err()
@@ -88,7 +88,7 @@ pub fn rebuild() {
 }
 
 /// Writes every module of the current map to a spool that was just created.
-pub fn write_all_to_spool() {
+pub(crate) fn write_all_to_spool() {
     if let Some(map) = current() {
         map.modules.iter().for_each(write_module);
     }
@@ -98,7 +98,7 @@ pub fn write_all_to_spool() {
 /// so that the child does not inherit the guard held. A `fork` from a
 /// signal handler that interrupted this very thread's rebuild never waits
 /// for itself (the child starts with the guard free anyway).
-pub fn before_fork() {
+pub(crate) fn before_fork() {
     let me = current_tid();
     loop {
         match REBUILDING.compare_exchange(0, me, Ordering::Acquire, Ordering::Relaxed) {
@@ -113,7 +113,7 @@ pub fn before_fork() {
 }
 
 /// After `fork`, in the parent: rebuilds may run again.
-pub fn after_fork_in_parent() {
+pub(crate) fn after_fork_in_parent() {
     if HELD_FOR_FORK.swap(false, Ordering::Relaxed) {
         REBUILDING.store(0, Ordering::Release);
     }
@@ -122,7 +122,7 @@ pub fn after_fork_in_parent() {
 /// After `fork`, in the child: the parent's map is the child's, until the
 /// child's own next `dlopen`. The `dlopen` count is left as it is: a
 /// count that went back could meet a value a search was memoised at.
-pub fn after_fork_in_child() {
+pub(crate) fn after_fork_in_child() {
     HELD_FOR_FORK.store(false, Ordering::Relaxed);
     REBUILDING.store(0, Ordering::Release);
 }
@@ -397,7 +397,7 @@ impl ModuleMap {
     /// Whether `address` lies in a CUDA library: a few comparisons, never a
     /// walk over every module.
     #[inline]
-    pub fn in_cuda_library(&self, address: u64) -> bool {
+    pub(crate) fn in_cuda_library(&self, address: u64) -> bool {
         self.cuda_ranges
             .iter()
             .any(|&(start, end)| (start..end).contains(&address))

@@ -28,19 +28,19 @@ use std::sync::atomic::{AtomicPtr, AtomicU32, AtomicU64, Ordering};
 
 /// One Python frame, innermost first.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
-pub struct PyFrame {
+pub(crate) struct PyFrame {
     /// The code object.
-    pub code: u64,
+    pub(crate) code: u64,
     /// Byte offset of the instruction it was executing.
-    pub offset: u32,
+    pub(crate) offset: u32,
     /// The last frame run by one native call of the eval loop: the frame
     /// after it belongs to an outer one.
-    pub ends_segment: bool,
+    pub(crate) ends_segment: bool,
 }
 
 /// What a capture found.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub enum PyCapture {
+pub(crate) enum PyCapture {
     /// Not a Python process, or its Python is not initialized.
     NotPython,
     /// A Python process, but this thread has no thread state of its own.
@@ -194,8 +194,6 @@ struct Runtime {
 
 #[unsafe(link_section = "cudatrace_hot")]
 static RUNTIME: AtomicPtr<Runtime> = AtomicPtr::new(std::ptr::null_mut());
-static CODE_OBJECTS_HELD: AtomicU64 = AtomicU64::new(0);
-static CODE_BYTES_HELD: AtomicU64 = AtomicU64::new(0);
 static RESOLVE_TRIES: AtomicU32 = AtomicU32::new(0);
 
 fn runtime() -> Option<&'static Runtime> {
@@ -205,7 +203,7 @@ fn runtime() -> Option<&'static Runtime> {
 
 /// Looks for a CPython interpreter in the process: at load, and after each
 /// `dlopen` until one is found. Never called from an allocation hook.
-pub fn resolve() {
+pub(crate) fn resolve() {
     if runtime().is_some() || RESOLVE_TRIES.fetch_add(1, Ordering::Relaxed) > 10_000 {
         return;
     }
@@ -293,7 +291,7 @@ fn function_range(address: usize) -> (u64, u64) {
 }
 
 /// The eval loop's address range, for interleaving; (0, 0) without Python.
-pub fn eval_range() -> (u64, u64) {
+pub(crate) fn eval_range() -> (u64, u64) {
     runtime().map_or((0, 0), |r| r.eval)
 }
 
@@ -304,7 +302,7 @@ unsafe fn read<T: Copy>(address: u64) -> T {
 }
 
 /// Fills `out` with the calling thread's Python frames, innermost first.
-pub fn capture(out: &mut [PyFrame]) -> PyCapture {
+pub(crate) fn capture(out: &mut [PyFrame]) -> PyCapture {
     let Some(runtime) = runtime() else {
         return PyCapture::NotPython;
     };
@@ -388,7 +386,7 @@ pub fn capture(out: &mut [PyFrame]) -> PyCapture {
 /// The first time a code object shows up in a stack: keeps it alive (so its
 /// address is never reused under another name) and publishes its names and
 /// line table.
-pub fn describe_code_once(code: u64) {
+pub(crate) fn describe_code_once(code: u64) {
     let Some(runtime) = runtime() else { return };
     let Some((_, added)) = stack_table::intern(CODE_OBJECT_KEY, code, 0, 0) else {
         return;
@@ -418,22 +416,7 @@ unsafe fn hold_reference(object: u64, layout: &Layout) {
         } else {
             AtomicU64::from_ptr(object as *mut u64).fetch_add(1, Ordering::Relaxed);
         }
-        // tp_basicsize + tp_itemsize * ob_size of the code object.
-        let object_type: u64 = read(object + 8);
-        let basic: u64 = read(object_type + 32);
-        let item: u64 = read(object_type + 40);
-        let items: u64 = read(object + 16);
-        CODE_OBJECTS_HELD.fetch_add(1, Ordering::Relaxed);
-        CODE_BYTES_HELD.fetch_add(basic.saturating_add(item.saturating_mul(items)), Ordering::Relaxed);
     }
-}
-
-/// Code objects kept alive so far, and their bytes.
-pub fn held() -> (u64, u64) {
-    (
-        CODE_OBJECTS_HELD.load(Ordering::Relaxed),
-        CODE_BYTES_HELD.load(Ordering::Relaxed),
-    )
 }
 
 /// The text of a compact `str`, and how it is encoded.

@@ -48,7 +48,7 @@ struct Set {
 
 /// One thread's stacks, by hash: 128 KiB, made zeroed on the heap by the
 /// thread's first capture (`sys::thread_box`).
-pub struct StackCache {
+pub(crate) struct StackCache {
     sets: [Set; SETS],
 }
 
@@ -65,7 +65,7 @@ impl StackCache {
     /// The node of the stack with this hash, if kept. Compares 96 bits of
     /// the hash besides the 11 that chose the set.
     #[inline]
-    pub fn get(&self, hash: [u64; 2]) -> Option<u32> {
+    pub(crate) fn get(&self, hash: [u64; 2]) -> Option<u32> {
         let (set, check, tag) = place(hash);
         self.sets[set]
             .ways
@@ -77,7 +77,7 @@ impl StackCache {
     /// Keeps the node of the stack with this hash: first in its set, the
     /// set's oldest entry dropped.
     #[inline]
-    pub fn put(&mut self, hash: [u64; 2], id: u32) {
+    pub(crate) fn put(&mut self, hash: [u64; 2], id: u32) {
         let (set, check, tag) = place(hash);
         let ways = &mut self.sets[set].ways;
         ways.copy_within(0..WAYS - 1, 1);
@@ -85,7 +85,7 @@ impl StackCache {
     }
 
     /// Forgets every stack (the ids belong to another table now).
-    pub fn clear(&mut self) {
+    pub(crate) fn clear(&mut self) {
         for set in &mut self.sets {
             for entry in &mut set.ways {
                 entry.id = 0;
@@ -103,7 +103,7 @@ fn fold(a: u64, b: u64) -> u64 {
 
 /// A 128-bit hash of a stack's frames, each (kind, value, offset).
 #[inline]
-pub fn hash_frames(frames: impl IntoIterator<Item = (u8, u64, u32)>) -> [u64; 2] {
+pub(crate) fn hash_frames(frames: impl IntoIterator<Item = (u8, u64, u32)>) -> [u64; 2] {
     const K: [u64; 4] = [
         0xA076_1D64_78BD_642F,
         0xE703_7ED1_A0B4_28DB,

@@ -49,7 +49,7 @@ const LEAN_SLOTS: usize = 1 << 16;
 
 /// Kind given to the keys that mark a Python code object as described
 /// (never a frame kind).
-pub const CODE_OBJECT_KEY: u8 = 0x80;
+pub(crate) const CODE_OBJECT_KEY: u8 = 0x80;
 
 fn hash(kind: u8, value: u64, parent: u32, offset: u32) -> u64 {
     let mut h = value.wrapping_mul(0x9E37_79B9_7F4A_7C15);
@@ -61,7 +61,7 @@ fn hash(kind: u8, value: u64, parent: u32, offset: u32) -> u64 {
 
 /// The id of node (kind, value, parent, offset), and whether this call
 /// added it. `None` when the table is full or cannot be mapped.
-pub fn intern(kind: u8, value: u64, parent: u32, offset: u32) -> Option<(u32, bool)> {
+pub(crate) fn intern(kind: u8, value: u64, parent: u32, offset: u32) -> Option<(u32, bool)> {
     let table = TABLE.get()?;
     let claim = hash(kind, value, parent, offset);
     let parent_offset = u64::from(parent) | u64::from(offset) << 32;
@@ -115,7 +115,7 @@ pub fn intern(kind: u8, value: u64, parent: u32, offset: u32) -> Option<(u32, bo
 }
 
 /// Publishes a node to the spool.
-pub fn write_node(id: u32, kind: u8, value: u64, parent: u32, offset: u32) {
+pub(crate) fn write_node(id: u32, kind: u8, value: u64, parent: u32, offset: u32) {
     let seq = spool_writer::reserve_seq();
     spool_writer::write(
         seq,
@@ -136,7 +136,7 @@ pub fn write_node(id: u32, kind: u8, value: u64, parent: u32, offset: u32) {
 }
 
 /// Publishes a blob as a run of pieces.
-pub fn write_blob(kind: u8, key: u64, blob: &[u8]) {
+pub(crate) fn write_blob(kind: u8, key: u64, blob: &[u8]) {
     let total = blob.len().min(cudatrace_events::stacks::MAX_BLOB_BYTES);
     for (i, piece) in blob[..total].chunks(BLOB_PIECE_BYTES).enumerate() {
         let [size, stream, arg2] = BlobPiece::payload_words(piece);
@@ -162,7 +162,7 @@ pub fn write_blob(kind: u8, key: u64, blob: &[u8]) {
 
 /// In a forked child: nodes were published to the parent's spool, so the
 /// child starts an empty table and publishes the nodes it uses again.
-pub fn forget_parent_table() {
+pub(crate) fn forget_parent_table() {
     TABLE.forget();
 }
 

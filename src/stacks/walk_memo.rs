@@ -29,7 +29,7 @@ use crate::sys::lazy_mapping::ZeroIsEmpty;
 use crate::sys::thread_box::zeroed_box;
 
 /// The most frames a kept walk returns.
-pub const WALK_FRAMES: usize = 64;
+pub(crate) const WALK_FRAMES: usize = 64;
 /// The most words a kept walk checks; a walk that read more is not kept.
 const WALK_CHECKS: usize = 2 * WALK_FRAMES + 8;
 /// Walks of a set (chosen by the stack pointer they began at).
@@ -49,16 +49,16 @@ struct Check {
 
 /// Where a walk began, and what it was for.
 #[derive(Clone, Copy, PartialEq, Eq, Debug)]
-pub struct Start {
+pub(crate) struct Start {
     /// The stack pointer at the first frame.
-    pub sp: u64,
+    pub(crate) sp: u64,
     /// The frame pointer register at the first frame.
-    pub bp: u64,
+    pub(crate) bp: u64,
     /// The module map's generation (a library loaded or unloaded since may
     /// change what a return address's step is).
-    pub generation: u64,
+    pub(crate) generation: u64,
     /// How many frames the caller wanted.
-    pub depth: usize,
+    pub(crate) depth: usize,
 }
 
 /// One kept walk.
@@ -78,7 +78,7 @@ struct Walk {
 
 /// A thread's kept walks: 280 KiB, made zeroed on the heap by a thread's
 /// first walk (`sys::thread_box`).
-pub struct WalkMemo {
+pub(crate) struct WalkMemo {
     sets: [[Walk; WAYS]; SETS],
     /// The way of each set that the next new walk takes.
     next_way: [u8; SETS],
@@ -104,7 +104,7 @@ impl WalkMemo {
     /// stack pointer now (the walk read each word above that stack pointer
     /// in the same live stack).
     #[inline]
-    pub unsafe fn recall(&self, start: Start, out: &mut [u64]) -> Option<(usize, bool, [u64; 2])> {
+    pub(crate) unsafe fn recall(&self, start: Start, out: &mut [u64]) -> Option<(usize, bool, [u64; 2])> {
         for walk in &self.sets[set_of(start.sp)] {
             let count = walk.check_count as usize;
             if count == 0
@@ -137,7 +137,7 @@ impl WalkMemo {
 
     /// Starts keeping a walk from `start` in its set's next way, which is
     /// emptied first: until [`WalkRecorder::finish`] it matches nothing.
-    pub fn record(&mut self, start: Start) -> WalkRecorder<'_> {
+    pub(crate) fn record(&mut self, start: Start) -> WalkRecorder<'_> {
         let set = set_of(start.sp);
         let way = usize::from(self.next_way[set]) % WAYS;
         self.next_way[set] = ((way + 1) % WAYS) as u8;
@@ -168,7 +168,7 @@ enum BpSource {
 }
 
 /// A walk being kept: the walk tells it each word it reads, and how.
-pub struct WalkRecorder<'a> {
+pub(crate) struct WalkRecorder<'a> {
     walk: &'a mut Walk,
     count: usize,
     /// The check of the last return address read.
@@ -190,13 +190,13 @@ impl WalkRecorder<'_> {
     }
 
     /// A return address read from `address`.
-    pub fn return_address(&mut self, address: u64, value: u64) {
+    pub(crate) fn return_address(&mut self, address: u64, value: u64) {
         self.last_return_address = self.check(address, value);
     }
 
     /// The last return address read is one of the walk's frames (the next
     /// in `out`; not this library's own).
-    pub fn last_return_address_is_a_frame(&mut self) {
+    pub(crate) fn last_return_address_is_a_frame(&mut self) {
         match self.last_return_address.take() {
             Some(index) => self.walk.checks[index].address |= IS_FRAME,
             None => self.failed = true,
@@ -204,13 +204,13 @@ impl WalkRecorder<'_> {
     }
 
     /// The frame pointer restored from a stack word.
-    pub fn frame_pointer_restored(&mut self, address: u64, value: u64) {
+    pub(crate) fn frame_pointer_restored(&mut self, address: u64, value: u64) {
         self.bp = BpSource::Restored(Check { address, value });
     }
 
     /// A step used the frame pointer the walk holds: what it came from
     /// steers the walk.
-    pub fn frame_pointer_used(&mut self) {
+    pub(crate) fn frame_pointer_used(&mut self) {
         match self.bp {
             BpSource::Initial => self.walk.uses_bp = true,
             BpSource::Restored(word) => {
@@ -224,19 +224,19 @@ impl WalkRecorder<'_> {
     /// A word a step read whose use is not known: it is checked. (Such a
     /// step also uses the frame pointer, and the one it leaves comes from
     /// checked words: [`Self::frame_pointer_used`] first.)
-    pub fn word_read(&mut self, address: u64, value: u64) {
+    pub(crate) fn word_read(&mut self, address: u64, value: u64) {
         self.check(address, value);
     }
 
     /// The walk cannot be kept (a step that read more words than it could
     /// tell, or more frames than a kept walk holds).
-    pub fn fail(&mut self) {
+    pub(crate) fn fail(&mut self) {
         self.failed = true;
     }
 
     /// The walk ended with `frames` frames of this hash: it is kept,
     /// unless it could not be told whole.
-    pub fn finish(self, frames: usize, cut: bool, hash: [u64; 2]) {
+    pub(crate) fn finish(self, frames: usize, cut: bool, hash: [u64; 2]) {
         if self.failed || frames > WALK_FRAMES || self.count == 0 {
             return;
         }

@@ -26,7 +26,7 @@ const TIGHT_LIMIT: u64 = 16 << 30;
 
 /// Reads the process's address-space limit. Called once, when the library
 /// loads, before anything of ours is mapped.
-pub fn configure() {
+pub(crate) fn configure() {
     let mut limit = libc::rlimit {
         rlim_cur: 0,
         rlim_max: 0,
@@ -39,6 +39,6 @@ pub fn configure() {
 /// Whether the library keeps its address space small (the process has a
 /// limit on its own).
 #[inline]
-pub fn lean() -> bool {
+pub(crate) fn lean() -> bool {
     LEAN.load(Ordering::Relaxed)
 }

@@ -42,32 +42,32 @@ static MONOTONIC_OFFSET: AtomicU64 = AtomicU64::new(0);
 
 /// Sets the offset `CUDATRACE_TEST_CLOCK_OFFSET_NS` gave, from the library
 /// constructor, before any record.
-pub fn configure(offset_ns: i64) {
+pub(crate) fn configure(offset_ns: i64) {
     MONOTONIC_OFFSET.store(offset_ns as u64, Ordering::Relaxed);
 }
 
 /// `CLOCK_MONOTONIC` in nanoseconds, from the vDSO.
 #[inline]
-pub fn monotonic_ns() -> u64 {
+pub(crate) fn monotonic_ns() -> u64 {
     now_ns(libc::CLOCK_MONOTONIC).wrapping_add(MONOTONIC_OFFSET.load(Ordering::Relaxed))
 }
 
 /// `CLOCK_MONOTONIC_COARSE` in nanoseconds: a few nanoseconds to read, and
 /// fine enough for rate limits of milliseconds.
 #[inline]
-pub fn coarse_ns() -> u64 {
+pub(crate) fn coarse_ns() -> u64 {
     now_ns(libc::CLOCK_MONOTONIC_COARSE).wrapping_add(MONOTONIC_OFFSET.load(Ordering::Relaxed))
 }
 
 /// The time [`record_ns`] last gave the calling thread (0 before its first):
 /// for a rate limit checked right after a record, with no clock read.
 #[inline]
-pub fn latest_record_ns() -> u64 {
+pub(crate) fn latest_record_ns() -> u64 {
     thread_block::current().clock_latest.get()
 }
 
 /// `CLOCK_REALTIME` in nanoseconds since the epoch.
-pub fn realtime_ns() -> u64 {
+pub(crate) fn realtime_ns() -> u64 {
     now_ns(libc::CLOCK_REALTIME)
 }
 
@@ -229,7 +229,7 @@ fn anchor_at(pair: (u64, u64), rate: u64) -> ClockAnchor {
 /// written by a signal handler that interrupted this very function, which
 /// may stand a few nanoseconds after the interrupted one's).
 #[inline]
-pub fn record_ns() -> u64 {
+pub(crate) fn record_ns() -> u64 {
     let block = thread_block::current();
     let anchor = block.clock.get();
     let ns = match scaled(anchor, read_tsc()) {
@@ -278,7 +278,7 @@ fn set_anchor(block: &thread_block::ThreadBlock, anchor: ClockAnchor) {
 /// deciding, is gone, perhaps between the stores of the reference pair: the
 /// child decides again. (Its thread's anchor is dropped with the rest of
 /// the block's fork-stale fields, `thread_block::forget_parent`.)
-pub fn forget_parent() {
+pub(crate) fn forget_parent() {
     if CALIBRATING.swap(false, Ordering::AcqRel) || TSC.load(Ordering::Acquire) == DECIDING {
         RATE.store(0, Ordering::Relaxed);
         TSC.store(UNDECIDED, Ordering::Release);

@@ -16,16 +16,16 @@ use std::ffi::c_int;
 /// `_Any_data`: the functor's storage.
 #[repr(C)]
 #[derive(Clone, Copy)]
-pub struct AnyData {
+pub(crate) struct AnyData {
     words: [usize; 2],
 }
 
 /// `std::function`'s manager: `bool (_Any_data& dest, const _Any_data& src, _Manager_operation)`.
-pub type Manager = unsafe extern "C" fn(*mut AnyData, *const AnyData, c_int) -> bool;
+pub(crate) type Manager = unsafe extern "C" fn(*mut AnyData, *const AnyData, c_int) -> bool;
 
 /// `std::function<void(const T&)>` as libstdc++ lays it out.
 #[repr(C)]
-pub struct StdFunction {
+pub(crate) struct StdFunction {
     functor: AnyData,
     manager: Option<Manager>,
     invoker: *const (),
@@ -56,7 +56,7 @@ unsafe extern "C" fn stateless_manager(dest: *mut AnyData, source: *const AnyDat
 impl StdFunction {
     /// A `std::function<void(const T&)>` that calls `invoker` with its
     /// storage and the argument's address.
-    pub fn stateless<T>(invoker: unsafe extern "C" fn(*const AnyData, *const T)) -> StdFunction {
+    pub(crate) fn stateless<T>(invoker: unsafe extern "C" fn(*const AnyData, *const T)) -> StdFunction {
         StdFunction {
             functor: AnyData { words: [0; 2] },
             manager: Some(stateless_manager),
@@ -66,7 +66,7 @@ impl StdFunction {
 
     /// Destroys the object, as a C++ caller does after a by-value call: the
     /// callee may have moved from it, which leaves its manager null.
-    pub fn destroy(&mut self) {
+    pub(crate) fn destroy(&mut self) {
         if let Some(manager) = self.manager.take() {
             let storage = &raw mut self.functor;
             // SAFETY: our manager, with our own storage; "destroy" is 3.

@@ -10,7 +10,7 @@ use std::path::Path;
 
 /// How a wanted symbol's name is matched.
 #[derive(Clone, Copy, Debug)]
-pub enum SymbolName<'a> {
+pub(crate) enum SymbolName<'a> {
     /// The whole mangled name.
     Exact(&'a str),
     /// The start of a mangled name; exactly one symbol may have it.
@@ -20,7 +20,7 @@ pub enum SymbolName<'a> {
 /// For each wanted name, the symbol's value (its address relative to the
 /// object's load base), or `None` when no symbol, or more than one for a
 /// prefix, has that name. `Err` when the file cannot be read or parsed.
-pub fn symbol_values(path: &Path, wanted: &[SymbolName]) -> Result<Vec<Option<u64>>, String> {
+pub(crate) fn symbol_values(path: &Path, wanted: &[SymbolName]) -> Result<Vec<Option<u64>>, String> {
     let data = std::fs::read(path).map_err(|e| e.to_string())?;
     let file = object::File::parse(&*data).map_err(|e| e.to_string())?;
     let mut found: Vec<(Option<u64>, u32)> = vec![(None, 0); wanted.len()];

@@ -21,7 +21,7 @@ static LOADED: OnceLock<Settings> = OnceLock::new();
 /// # Safety
 /// The bytes belong to the environment: the caller uses them before
 /// anything (this process's other threads included) can change it.
-pub unsafe fn value(variable: &Variable) -> Option<&'static [u8]> {
+pub(crate) unsafe fn value(variable: &Variable) -> Option<&'static [u8]> {
     // SAFETY: a NUL-terminated name; getenv returns null or a
     // NUL-terminated string, read here without allocating.
     let found = unsafe { libc::getenv(variable.c_name.as_ptr()) };
@@ -33,7 +33,7 @@ pub unsafe fn value(variable: &Variable) -> Option<&'static [u8]> {
 /// Reads every setting. Called once, from the library constructor (before
 /// `main`, or while `dlopen` loads it); a forked child keeps its parent's,
 /// and an `exec` loads the library, and so reads them, again.
-pub fn load() -> &'static Settings {
+pub(crate) fn load() -> &'static Settings {
     // SAFETY: each value is parsed before the next is looked up, in the
     // constructor, where the program cannot be changing its environment.
     let settings = Settings::read(|variable| unsafe { value(variable) });
@@ -42,6 +42,6 @@ pub fn load() -> &'static Settings {
 
 /// The settings read at load (every default before then): one atomic load.
 #[inline]
-pub fn settings() -> &'static Settings {
+pub(crate) fn settings() -> &'static Settings {
     LOADED.get().unwrap_or(&Settings::DEFAULT)
 }

@@ -7,7 +7,7 @@
 use crate::sys::thread::last_errno;
 
 /// Whether a file may grow to `end` bytes under `RLIMIT_FSIZE`.
-pub fn within_size_limit(end: u64) -> bool {
+pub(crate) fn within_size_limit(end: u64) -> bool {
     let mut limit = libc::rlimit {
         rlim_cur: 0,
         rlim_max: 0,
@@ -23,7 +23,7 @@ pub fn within_size_limit(end: u64) -> bool {
 /// (`EFBIG` past the size limit, `EOPNOTSUPP` on a file system without
 /// `fallocate`). Safe on a file other processes have mapped and store
 /// into: it never writes a byte.
-pub fn allocate_blocks(fd: i32, offset: u64, length: u64) -> Result<(), i32> {
+pub(crate) fn allocate_blocks(fd: i32, offset: u64, length: u64) -> Result<(), i32> {
     if !within_size_limit(offset + length) {
         return Err(libc::EFBIG);
     }
@@ -41,7 +41,7 @@ pub fn allocate_blocks(fd: i32, offset: u64, length: u64) -> Result<(), i32> {
 
 /// [`allocate_blocks`], writing zeros where the file system has no
 /// `fallocate`: only for bytes that nothing has written yet.
-pub fn reserve(fd: i32, offset: u64, length: u64) -> Result<(), i32> {
+pub(crate) fn reserve(fd: i32, offset: u64, length: u64) -> Result<(), i32> {
     match allocate_blocks(fd, offset, length) {
         Err(libc::EOPNOTSUPP) => reserve_by_writing(fd, offset, length),
         other => other,

@@ -31,15 +31,16 @@ const LINES: usize = 6;
 /// no comparison against the section's end: a prefetch past it is harmless
 /// (it never faults), and cheaper than the bounds checks it saves.
 #[inline(always)]
-pub fn prefetch() {
+pub(crate) fn prefetch() {
     let start = (&raw const __start_cudatrace_hot) as usize & !63;
     for line in 0..LINES {
         prefetch_line((start + line * 64) as *const u8);
     }
 }
 
-/// The section's size in bytes.
-pub fn section_bytes() -> usize {
+/// The section's size in bytes (its tests' measure).
+#[cfg(test)]
+pub(crate) fn section_bytes() -> usize {
     (&raw const __stop_cudatrace_hot as usize).saturating_sub(&raw const __start_cudatrace_hot as usize)
 }
 

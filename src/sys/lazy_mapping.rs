@@ -14,14 +14,14 @@ use std::sync::atomic::{AtomicPtr, AtomicU32, Ordering};
 ///
 /// # Safety
 /// Zeroed memory must be a valid value of the type.
-pub unsafe trait ZeroIsEmpty {}
+pub(crate) unsafe trait ZeroIsEmpty {}
 
 // SAFETY: an atomic integer's zero bytes are the value 0.
 unsafe impl ZeroIsEmpty for std::sync::atomic::AtomicU64 {}
 
 /// `len` values of `T`, mapped on first use and never freed but by
 /// [`LazyMapping::forget`] in a forked child.
-pub struct LazyMapping<T: ZeroIsEmpty> {
+pub(crate) struct LazyMapping<T: ZeroIsEmpty> {
     base: AtomicPtr<T>,
     len: u32,
     /// The length under an address-space limit (see `address_budget`).
@@ -34,14 +34,14 @@ pub struct LazyMapping<T: ZeroIsEmpty> {
 
 impl<T: ZeroIsEmpty> LazyMapping<T> {
     /// A table of `len` values, not mapped yet.
-    pub const fn new(len: usize) -> LazyMapping<T> {
+    pub(crate) const fn new(len: usize) -> LazyMapping<T> {
         LazyMapping::with_lean_len(len, len)
     }
 
     /// A table of `len` values, or of `lean_len` in a process with a limit
     /// on its address space; both powers of two where the caller masks
     /// indices with the length. Users take the length from the table.
-    pub const fn with_lean_len(len: usize, lean_len: usize) -> LazyMapping<T> {
+    pub(crate) const fn with_lean_len(len: usize, lean_len: usize) -> LazyMapping<T> {
         assert!(
             len <= u32::MAX as usize && lean_len <= len,
             "a table's length fits 32 bits"
@@ -62,7 +62,7 @@ impl<T: ZeroIsEmpty> LazyMapping<T> {
     /// The table, mapping it if this is the first use; `None` when no
     /// memory can be mapped.
     #[inline]
-    pub fn get(&self) -> Option<&'static [T]> {
+    pub(crate) fn get(&self) -> Option<&'static [T]> {
         let mut base = self.base.load(Ordering::Acquire);
         if base.is_null() {
             base = self.map()?;
@@ -75,7 +75,7 @@ impl<T: ZeroIsEmpty> LazyMapping<T> {
 
     /// The table if it was mapped already, without mapping it.
     #[inline]
-    pub fn get_if_mapped(&self) -> Option<&'static [T]> {
+    pub(crate) fn get_if_mapped(&self) -> Option<&'static [T]> {
         let base = self.base.load(Ordering::Acquire);
         // SAFETY: as in `get`.
         (!base.is_null())
@@ -85,7 +85,7 @@ impl<T: ZeroIsEmpty> LazyMapping<T> {
     /// Asks for the cache line of value `index` (modulo the table's length,
     /// a power of two), if the table is mapped; never maps it.
     #[inline(always)]
-    pub fn prefetch(&self, index: usize) {
+    pub(crate) fn prefetch(&self, index: usize) {
         let base = self.base.load(Ordering::Relaxed);
         if !base.is_null() {
             // A length not seen yet reads 0: the address is then wild, and a
@@ -135,7 +135,7 @@ impl<T: ZeroIsEmpty> LazyMapping<T> {
 
     /// In a forked child: the table is the parent's copy; unmap it, so that
     /// the next use starts an empty one.
-    pub fn forget(&self) {
+    pub(crate) fn forget(&self) {
         let old = self.base.swap(std::ptr::null_mut(), Ordering::AcqRel);
         if !old.is_null() {
             // SAFETY: the child's private copy, which nothing uses any more.

@@ -9,13 +9,13 @@ static DLOPENS: AtomicU64 = AtomicU64::new(0);
 
 /// Counts a `dlopen` (called by the `dlopen` door before the real one runs).
 #[inline]
-pub fn note_dlopen() {
+pub(crate) fn note_dlopen() {
     DLOPENS.fetch_add(1, Ordering::SeqCst);
 }
 
 /// `dlopen` calls started so far.
 #[inline]
-pub fn dlopen_count() -> u64 {
+pub(crate) fn dlopen_count() -> u64 {
     DLOPENS.load(Ordering::SeqCst)
 }
 
@@ -24,7 +24,7 @@ static REAL_DLOPEN: AtomicUsize = AtomicUsize::new(0);
 /// Address of the C library's `dlopen`, found with `dlvsym` so that the
 /// library's own `dlopen` (the door, which counts calls) is skipped; 0 if
 /// none is found.
-pub fn real_dlopen_address() -> usize {
+pub(crate) fn real_dlopen_address() -> usize {
     glibc_function(c"dlopen", &REAL_DLOPEN)
 }
 
@@ -32,7 +32,7 @@ pub fn real_dlopen_address() -> usize {
 /// exports), found with `dlvsym` past this library and cached in `cache`; 0
 /// if none is found. Resolved on first use: another library's constructor
 /// may call it before ours has run.
-pub fn glibc_function(name: &std::ffi::CStr, cache: &AtomicUsize) -> usize {
+pub(crate) fn glibc_function(name: &std::ffi::CStr, cache: &AtomicUsize) -> usize {
     let cached = cache.load(Ordering::Acquire);
     if cached != 0 {
         return cached;
@@ -53,7 +53,7 @@ pub fn glibc_function(name: &std::ffi::CStr, cache: &AtomicUsize) -> usize {
 /// constructor, since the program may call them from a signal handler,
 /// where a lookup (which may allocate) is not safe; a call before the
 /// constructor ran looks it up then.
-pub fn next_function(name: &std::ffi::CStr, cache: &AtomicUsize) -> usize {
+pub(crate) fn next_function(name: &std::ffi::CStr, cache: &AtomicUsize) -> usize {
     let cached = cache.load(Ordering::Acquire);
     if cached != 0 {
         return cached;
@@ -68,7 +68,7 @@ static REAL_DLCLOSE: AtomicUsize = AtomicUsize::new(0);
 
 /// Address of the C library's `dlclose`, past this library's own (the
 /// door that notices unloaded libraries); 0 if none is found.
-pub fn real_dlclose_address() -> usize {
+pub(crate) fn real_dlclose_address() -> usize {
     glibc_function(c"dlclose", &REAL_DLCLOSE)
 }
 
@@ -77,7 +77,7 @@ pub fn real_dlclose_address() -> usize {
 ///
 /// # Safety
 /// `handle` must come from a `dlopen` of ours, released once.
-pub unsafe fn release_handle(handle: *mut std::ffi::c_void) {
+pub(crate) unsafe fn release_handle(handle: *mut std::ffi::c_void) {
     type DlcloseFn = unsafe extern "C" fn(*mut std::ffi::c_void) -> std::ffi::c_int;
     let address = real_dlclose_address();
     if address != 0 {
@@ -90,7 +90,7 @@ pub unsafe fn release_handle(handle: *mut std::ffi::c_void) {
 
 /// Objects unloaded since the process started, as the loader counts them
 /// (`dlpi_subs`), read under the loader's lock.
-pub fn unloads_so_far() -> u64 {
+pub(crate) fn unloads_so_far() -> u64 {
     unsafe extern "C" fn first(info: *mut libc::dl_phdr_info, _size: usize, data: *mut std::ffi::c_void) -> i32 {
         // SAFETY: the loader passes a valid info; data is our u64.
         unsafe { *data.cast::<u64>() = (*info).dlpi_subs };
@@ -103,7 +103,7 @@ pub fn unloads_so_far() -> u64 {
 }
 
 /// Whether an object is loaded at load address `base`.
-pub fn object_loaded_at(base: usize) -> bool {
+pub(crate) fn object_loaded_at(base: usize) -> bool {
     unsafe extern "C" fn visit(info: *mut libc::dl_phdr_info, _size: usize, data: *mut std::ffi::c_void) -> i32 {
         // SAFETY: the loader passes a valid info; data is our usize.
         unsafe { i32::from((*info).dlpi_addr as usize == *data.cast::<usize>()) }
@@ -116,7 +116,7 @@ pub fn object_loaded_at(base: usize) -> bool {
 /// The handle of `file` if it is loaded already, from the C library's
 /// `dlopen` with `RTLD_NOLOAD`: our own lookups are not the program's
 /// `dlopen` calls, and must not count as one.
-pub fn loaded_handle(file: &std::ffi::CStr) -> Option<*mut std::ffi::c_void> {
+pub(crate) fn loaded_handle(file: &std::ffi::CStr) -> Option<*mut std::ffi::c_void> {
     type DlopenFn = unsafe extern "C" fn(*const std::ffi::c_char, std::ffi::c_int) -> *mut std::ffi::c_void;
     let address = real_dlopen_address();
     if address == 0 {

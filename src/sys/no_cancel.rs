@@ -20,14 +20,14 @@ unsafe extern "C" {
 }
 
 /// Cancellation disabled until dropped, then the previous state restored.
-pub struct NoCancel {
+pub(crate) struct NoCancel {
     previous: libc::c_int,
 }
 
 impl NoCancel {
     /// Disables cancellation for the calling thread until the guard drops.
     #[inline]
-    pub fn hold() -> NoCancel {
+    pub(crate) fn hold() -> NoCancel {
         let mut previous = PTHREAD_CANCEL_ENABLE;
         // SAFETY: a valid out-pointer; the state is the calling thread's.
         unsafe { pthread_setcancelstate(PTHREAD_CANCEL_DISABLE, &mut previous) };
@@ -48,7 +48,7 @@ impl Drop for NoCancel {
 
 /// Runs `work` with cancellation held off.
 #[inline]
-pub fn without_cancellation<T>(work: impl FnOnce() -> T) -> T {
+pub(crate) fn without_cancellation<T>(work: impl FnOnce() -> T) -> T {
     let _held = NoCancel::hold();
     work()
 }

@@ -5,7 +5,7 @@
 /// prefetch never faults, whatever the address. Only x86-64 is asked; on
 /// other machines this does nothing.
 #[inline(always)]
-pub fn prefetch_line<T>(address: *const T) {
+pub(crate) fn prefetch_line<T>(address: *const T) {
     #[cfg(target_arch = "x86_64")]
     // SAFETY: a prefetch reads nothing and never faults.
     unsafe {

@@ -31,7 +31,7 @@ static STARTING_OVER: AtomicBool = AtomicBool::new(false);
 
 /// Makes the page and sets the word; `on_new_process` runs in a child that
 /// no fork handler ran in, at its first event. Called once, at load.
-pub fn set_up(on_new_process: fn()) {
+pub(crate) fn set_up(on_new_process: fn()) {
     ON_NEW_PROCESS.store(on_new_process as usize, Ordering::Release);
     // SAFETY: page_size reads a constant of the process.
     let page = unsafe { libc::sysconf(libc::_SC_PAGESIZE) }.max(4096) as usize;
@@ -62,7 +62,7 @@ pub fn set_up(on_new_process: fn()) {
 }
 
 /// Sets the word again: in a child, once its fork work is done.
-pub fn mark() {
+pub(crate) fn mark() {
     let word = MARK.load(Ordering::Acquire);
     if !word.is_null() {
         // SAFETY: the page lives as long as the process.
@@ -76,7 +76,7 @@ pub fn mark() {
 /// caller then records nothing, since the parent's state is half undone.
 /// One load and a compare.
 #[inline(always)]
-pub fn notice_new_process() -> bool {
+pub(crate) fn notice_new_process() -> bool {
     let word = MARK.load(Ordering::Relaxed);
     // SAFETY: the page lives as long as the process.
     if !word.is_null() && unsafe { (*word).load(Ordering::Relaxed) } == 0 {
@@ -88,7 +88,7 @@ pub fn notice_new_process() -> bool {
 /// In a forked child, before its fork handler's work: whether a hook has
 /// done that work already (the word, zero in any child, is set again).
 /// False where there is no page.
-pub fn started_over_already() -> bool {
+pub(crate) fn started_over_already() -> bool {
     let word = MARK.load(Ordering::Acquire);
     // SAFETY: the page lives as long as the process.
     !word.is_null() && unsafe { (*word).load(Ordering::Acquire) } != 0
@@ -96,7 +96,7 @@ pub fn started_over_already() -> bool {
 
 /// Asks for the word's line (a hook's entry does, with its other lines).
 #[inline(always)]
-pub fn prefetch() {
+pub(crate) fn prefetch() {
     let word = MARK.load(Ordering::Relaxed);
     if !word.is_null() {
         prefetch_line(word.cast::<u8>());

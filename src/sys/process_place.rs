@@ -74,7 +74,7 @@ fn copy_padded(name: &[u8], out: &mut [u8; HOST_NAME_CAPACITY]) {
 }
 
 /// Fills a new header's identity (before its magic is published).
-pub fn fill(identity: &mut ProcessIdentity) {
+pub(crate) fn fill(identity: &mut ProcessIdentity) {
     let [rank, local_rank, world_size] = ranks();
     identity.rank = rank;
     identity.local_rank = local_rank;
@@ -88,7 +88,7 @@ pub fn fill(identity: &mut ProcessIdentity) {
 ///
 /// # Safety
 /// `identity` points into a live, mapped spool header.
-pub unsafe fn fill_missing_ranks(identity: *mut ProcessIdentity) {
+pub(crate) unsafe fn fill_missing_ranks(identity: *mut ProcessIdentity) {
     let now = ranks();
     // SAFETY: the caller's pointer; the three words are 4-byte aligned.
     let words = unsafe {

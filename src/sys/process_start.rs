@@ -5,7 +5,7 @@
 
 /// The process's start time in clock ticks after boot; 0 if it cannot be
 /// read. Reads `/proc/self/stat` into a buffer on the stack (no allocation).
-pub fn process_start_ticks() -> u64 {
+pub(crate) fn process_start_ticks() -> u64 {
     let mut buffer = [0u8; 1024];
     // SAFETY: a NUL-terminated path; the descriptor is ours and closed below.
     let fd = unsafe { libc::open(c"/proc/self/stat".as_ptr(), libc::O_RDONLY | libc::O_CLOEXEC) };

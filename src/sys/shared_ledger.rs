@@ -24,10 +24,10 @@ use std::ffi::CStr;
 use std::sync::atomic::{AtomicU32, AtomicU64, Ordering};
 
 /// Devices one ledger keeps; a process's devices past these are not limited.
-pub const MAX_DEVICES: usize = 16;
+pub(crate) const MAX_DEVICES: usize = 16;
 /// Processes that can hold a share at once; dead ones are taken off to
 /// make room.
-pub const MAX_PROCESSES: usize = 1024;
+pub(crate) const MAX_PROCESSES: usize = 1024;
 
 /// Version 2 added the credit epochs, the credit ceiling, pending bytes and the
 /// admission lock: a version-1 file of an older library is not adopted.
@@ -40,54 +40,54 @@ const TAKING_OFF: u64 = u64::MAX;
 
 /// One device's figures, shared by the tree.
 #[repr(C, align(64))]
-pub struct DeviceEntry {
+pub(crate) struct DeviceEntry {
     state: AtomicU64,
     uuid: [AtomicU64; 2],
     /// Bytes of the tree's allocations on the device, and of those being
     /// made right now.
-    pub counted: AtomicU64,
+    pub(crate) counted: AtomicU64,
     /// What the driver held on the device beyond `counted` when last read:
     /// contexts, modules and kernels, pools and graph memory beyond their
     /// allocations, the driver's rounding.
-    pub beyond: AtomicU64,
+    pub(crate) beyond: AtomicU64,
     /// What a context of the tree took on the device when first seen; 0
     /// until one was measured.
-    pub context_bytes: AtomicU64,
+    pub(crate) context_bytes: AtomicU64,
     /// The most credit the tree's threads may hold unspent on the device:
     /// two chunks for each thread holding some, whatever its epoch. The
     /// ledger's figure less this is a floor of what the tree really uses.
-    pub ceiling: AtomicU64,
+    pub(crate) ceiling: AtomicU64,
     /// Bytes admitted through the ledger (not from a thread's credit) whose
     /// allocation has not returned yet: a reading does not show them.
-    pub pending: AtomicU64,
+    pub(crate) pending: AtomicU64,
     /// The admission lock: 0, or the holder's thread id (high half) and
     /// when it took the lock (low half, milliseconds of `CLOCK_MONOTONIC`).
-    pub admitting: AtomicU64,
+    pub(crate) admitting: AtomicU64,
 }
 
 /// One process's share.
 #[repr(C, align(64))]
-pub struct ProcessSlot {
+pub(crate) struct ProcessSlot {
     owner: AtomicU64,
     start_time: AtomicU64,
     /// The process's bytes counted on each device of the ledger.
-    pub counted: [AtomicU64; MAX_DEVICES],
+    pub(crate) counted: [AtomicU64; MAX_DEVICES],
     /// The process's part of each device's [`DeviceEntry::pending`].
-    pub pending: [AtomicU64; MAX_DEVICES],
+    pub(crate) pending: [AtomicU64; MAX_DEVICES],
     /// The process's part of each device's [`DeviceEntry::ceiling`].
-    pub ceiling: [AtomicU64; MAX_DEVICES],
+    pub(crate) ceiling: [AtomicU64; MAX_DEVICES],
 }
 
 impl ProcessSlot {
     /// The pid that holds the slot (0 when free).
-    pub fn owner(&self) -> u64 {
+    pub(crate) fn owner(&self) -> u64 {
         self.owner.load(Ordering::Acquire)
     }
 }
 
 /// The whole file.
 #[repr(C)]
-pub struct Ledger {
+pub(crate) struct Ledger {
     magic: AtomicU64,
     _reserved: [AtomicU64; 7],
     /// Per device, the generation of the threads' credit: credit given
@@ -108,7 +108,7 @@ const LEDGER_BYTES: usize = std::mem::size_of::<Ledger>();
 /// `cudatrace_events::measures::limit_ledger`).
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 #[repr(u64)]
-pub enum Unshared {
+pub(crate) enum Unshared {
     /// No spool folder is known to put the tree's ledger in.
     NoFolder = limit_ledger::NO_FOLDER,
     /// The file could not be opened.
@@ -129,7 +129,7 @@ pub enum Unshared {
 /// Maps the ledger at `path`, creating it (empty) if it is not there yet;
 /// why not when it cannot be used: the caller then falls back to
 /// [`private_ledger`].
-pub fn open(path: &CStr) -> Result<&'static Ledger, Unshared> {
+pub(crate) fn open(path: &CStr) -> Result<&'static Ledger, Unshared> {
     // SAFETY: a NUL-terminated path; the flags ask for a new descriptor of ours.
     let fd = unsafe {
         libc::open(
@@ -192,7 +192,7 @@ fn map_file(fd: i32) -> Result<*mut libc::c_void, Unshared> {
 
 /// A ledger of this process alone (and of the children it forks), for when
 /// the tree's file cannot be used: the limit still holds per process.
-pub fn private_ledger() -> Option<&'static Ledger> {
+pub(crate) fn private_ledger() -> Option<&'static Ledger> {
     // SAFETY: a fresh anonymous shared mapping.
     let base = unsafe {
         libc::mmap(
@@ -240,7 +240,7 @@ fn uuid_words(uuid: [u8; 16]) -> (u64, u64) {
 impl Ledger {
     /// The device entry of the GPU with `uuid`, made if it is new; `None`
     /// once [`MAX_DEVICES`] others are there.
-    pub fn device(&self, uuid: [u8; 16]) -> Option<usize> {
+    pub(crate) fn device(&self, uuid: [u8; 16]) -> Option<usize> {
         let (low, high) = uuid_words(uuid);
         for (index, entry) in self.devices.iter().enumerate() {
             // A claim is two stores away from ready; it is not waited for
@@ -275,19 +275,19 @@ impl Ledger {
 
     /// The figures of device entry `index`.
     #[inline]
-    pub fn entry(&self, index: usize) -> &DeviceEntry {
+    pub(crate) fn entry(&self, index: usize) -> &DeviceEntry {
         &self.devices[index]
     }
 
     /// The credit epoch of device entry `index`.
     #[inline]
-    pub fn epoch(&self, index: usize) -> &AtomicU32 {
+    pub(crate) fn epoch(&self, index: usize) -> &AtomicU32 {
         &self.epochs.0[index]
     }
 
     /// The share of process slot `index`.
     #[inline]
-    pub fn slot(&self, index: usize) -> &ProcessSlot {
+    pub(crate) fn slot(&self, index: usize) -> &ProcessSlot {
         &self.processes[index]
     }
 
@@ -295,7 +295,7 @@ impl Ledger {
     /// to the image it `exec`'d from, whose memory the driver gave back:
     /// its share is taken off and the slot reused. When every slot is
     /// taken, the shares of dead processes are taken off first.
-    pub fn claim_slot(&self, pid: u32, start_time: u64) -> Option<usize> {
+    pub(crate) fn claim_slot(&self, pid: u32, start_time: u64) -> Option<usize> {
         let pid = u64::from(pid);
         for (index, slot) in self.processes.iter().enumerate() {
             if slot.owner.load(Ordering::Acquire) == pid
@@ -332,7 +332,7 @@ impl Ledger {
 
     /// Takes off the share of every process that has ended (or whose pid
     /// now names another process), other than `me`.
-    pub fn take_off_dead(&self, me: u32) {
+    pub(crate) fn take_off_dead(&self, me: u32) {
         for slot in &self.processes {
             let owner = slot.owner.load(Ordering::Acquire);
             if owner == FREE || owner == TAKING_OFF || owner == u64::from(me) {
@@ -354,7 +354,7 @@ impl Ledger {
 
     /// The three figures of device `index` that a process holds a share
     /// of, each with that share: counted, pending and ceiling, in this order.
-    pub fn shares<'a>(&'a self, slot: &'a ProcessSlot, index: usize) -> [(&'a AtomicU64, &'a AtomicU64); 3] {
+    pub(crate) fn shares<'a>(&'a self, slot: &'a ProcessSlot, index: usize) -> [(&'a AtomicU64, &'a AtomicU64); 3] {
         let entry = &self.devices[index];
         [
             (&entry.counted, &slot.counted[index]),
@@ -376,7 +376,7 @@ impl Ledger {
 }
 
 /// A device's admission lock, held until dropped.
-pub struct AdmissionLock<'a> {
+pub(crate) struct AdmissionLock<'a> {
     word: &'a AtomicU64,
     mine: u64,
 }
@@ -410,7 +410,7 @@ impl Ledger {
     /// for while its holder's lease lasts, then taken over. `None` when this
     /// very thread holds a live lease (a signal handler's hook inside the
     /// holder).
-    pub fn lock_admissions(&self, index: usize, tid: u32) -> Option<AdmissionLock<'_>> {
+    pub(crate) fn lock_admissions(&self, index: usize, tid: u32) -> Option<AdmissionLock<'_>> {
         let word = &self.devices[index].admitting;
         let mut round = 0u32;
         loop {
@@ -450,7 +450,7 @@ impl Ledger {
 /// repair in the rare case that it went below zero (a free of bytes whose
 /// share was already taken off).
 #[inline]
-pub fn subtract(counter: &AtomicU64, bytes: u64) {
+pub(crate) fn subtract(counter: &AtomicU64, bytes: u64) {
     let before = counter.fetch_sub(bytes, Ordering::AcqRel);
     if before < bytes {
         counter.fetch_add(bytes - before, Ordering::AcqRel);
@@ -460,7 +460,7 @@ pub fn subtract(counter: &AtomicU64, bytes: u64) {
 /// When the process started, in clock ticks after boot (field 22 of
 /// `/proc/PID/stat`); 0 if it cannot be read. With the pid, it names one
 /// process for good: a pid is reused, its start time is not.
-pub fn start_time_of(pid: u32) -> u64 {
+pub(crate) fn start_time_of(pid: u32) -> u64 {
     read_stat(pid).map_or(0, |(_, start)| start)
 }
 

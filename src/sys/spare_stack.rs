@@ -42,7 +42,7 @@ static IN_USE: AtomicU32 = AtomicU32::new(0);
 ///
 /// A panic in `work` goes on unwinding from the caller's frame.
 #[inline]
-pub fn with_room<R>(needed: u64, sp: u64, low: u64, work: impl FnOnce() -> R) -> Option<R> {
+pub(crate) fn with_room<R>(needed: u64, sp: u64, low: u64, work: impl FnOnce() -> R) -> Option<R> {
     if sp.wrapping_sub(low) >= needed && sp > low {
         return Some(work());
     }
@@ -52,7 +52,7 @@ pub fn with_room<R>(needed: u64, sp: u64, low: u64, work: impl FnOnce() -> R) ->
 /// Runs `work` on a spare stack; `None` when none could be had.
 #[cold]
 #[inline(never)]
-pub fn on_spare_stack<R>(work: impl FnOnce() -> R) -> Option<R> {
+pub(crate) fn on_spare_stack<R>(work: impl FnOnce() -> R) -> Option<R> {
     let index = take_stack()?;
     Some(run_on(index, work))
 }
@@ -62,7 +62,7 @@ pub fn on_spare_stack<R>(work: impl FnOnce() -> R) -> Option<R> {
 /// stack is busy.
 #[cold]
 #[inline(never)]
-pub fn deep<R>(work: impl FnOnce() -> R) -> R {
+pub(crate) fn deep<R>(work: impl FnOnce() -> R) -> R {
     match take_stack() {
         Some(index) => run_on(index, work),
         None => work(),
@@ -159,7 +159,7 @@ fn region() -> Option<*mut u8> {
 /// them do not exist there), but the one this thread runs on, if it forked
 /// from deep work or from a signal handler that interrupted some. The
 /// mapping is inherited and kept.
-pub fn after_fork_in_child() {
+pub(crate) fn after_fork_in_child() {
     let region = REGION.load(Ordering::Acquire) as usize;
     let sp = psm::stack_pointer() as usize;
     let span = GUARD_BYTES + STACK_BYTES;

@@ -21,13 +21,17 @@ macro_rules! with_cuda_symbols {
                 cuInit, cuMemAlloc, cuMemAlloc_v2, cuMemAllocPitch, cuMemAllocPitch_v2, cuMemAllocManaged,
                 cuMemAllocAsync, cuMemAllocAsync_ptsz, cuMemAllocFromPoolAsync, cuMemAllocFromPoolAsync_ptsz,
                 cuMemCreate, cuArrayCreate, cuArrayCreate_v2, cuArray3DCreate, cuArray3DCreate_v2,
-                cuMipmappedArrayCreate,
+                cuMipmappedArrayCreate;
+            hooked in driver_frees:
                 cuMemFree, cuMemFree_v2, cuMemFreeAsync, cuMemFreeAsync_ptsz, cuMemRelease,
-                cuArrayDestroy, cuMipmappedArrayDestroy,
-                cuMemAddressReserve, cuMemAddressFree, cuMemMap, cuMemUnmap,
-                cuMemHostAlloc, cuMemAllocHost, cuMemAllocHost_v2, cuMemHostRegister, cuMemHostRegister_v2,
-                cuMemFreeHost, cuMemHostUnregister,
-                cuIpcOpenMemHandle, cuIpcOpenMemHandle_v2, cuIpcCloseMemHandle, cuMemPoolCreate, cuMemPoolDestroy;
+                cuArrayDestroy, cuMipmappedArrayDestroy;
+            hooked in address_ranges: cuMemAddressReserve, cuMemAddressFree, cuMemMap, cuMemUnmap;
+            hooked in driver:
+                cuMemHostAlloc, cuMemAllocHost, cuMemAllocHost_v2, cuMemHostRegister, cuMemHostRegister_v2;
+            hooked in driver_frees: cuMemFreeHost, cuMemHostUnregister;
+            hooked in driver: cuIpcOpenMemHandle, cuIpcOpenMemHandle_v2;
+            hooked in driver_frees: cuIpcCloseMemHandle;
+            hooked in driver: cuMemPoolCreate, cuMemPoolDestroy;
             hooked in runtime:
                 cudaMalloc, cudaFree, cudaMallocAsync, cudaMallocAsync_ptsz, cudaFreeAsync, cudaFreeAsync_ptsz,
                 cudaMallocFromPoolAsync, cudaMallocFromPoolAsync_ptsz, cudaMallocManaged, cudaMallocPitch,
@@ -71,7 +75,7 @@ macro_rules! define_symbols {
         /// A CUDA symbol we hook, or call for our own bookkeeping.
         #[allow(non_camel_case_types)]
         #[derive(Clone, Copy, Debug, PartialEq, Eq)]
-        pub enum Sym {
+        pub(crate) enum Sym {
             $( $(
                 #[doc = concat!("`", stringify!($hook), "`, hooked.")]
                 $hook,
@@ -84,10 +88,10 @@ macro_rules! define_symbols {
 
         impl Sym {
             /// Every symbol, in declaration order.
-            pub const ALL: &'static [Sym] = &[ $( $( Sym::$hook, )* )* $( Sym::$support, )* ];
+            pub(crate) const ALL: &'static [Sym] = &[ $( $( Sym::$hook, )* )* $( Sym::$support, )* ];
 
             /// The exported name.
-            pub fn name(self) -> &'static CStr {
+            pub(crate) fn name(self) -> &'static CStr {
                 match self {
                     $( $( Sym::$hook => {
                         // SAFETY: a literal with exactly one NUL, at its end.
@@ -101,7 +105,7 @@ macro_rules! define_symbols {
             }
 
             /// Whether we export a hook for this symbol.
-            pub fn is_hooked(self) -> bool {
+            pub(crate) fn is_hooked(self) -> bool {
                 match self {
                     $( $( Sym::$hook => true, )* )*
                     $( Sym::$support => false, )*
@@ -115,7 +119,7 @@ with_cuda_symbols!(define_symbols);
 
 /// Which CUDA library defines a symbol.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub enum CudaLibrary {
+pub(crate) enum CudaLibrary {
     /// `libcuda.so.1`, the driver.
     Driver,
     /// `libcudart.so.*`, the runtime.
@@ -124,7 +128,7 @@ pub enum CudaLibrary {
 
 impl Sym {
     /// The library that defines this symbol.
-    pub fn library(self) -> CudaLibrary {
+    pub(crate) fn library(self) -> CudaLibrary {
         if self.name().to_bytes().starts_with(b"cuda") {
             CudaLibrary::Runtime
         } else {
@@ -134,7 +138,7 @@ impl Sym {
 
     /// Whether this is a kernel launch entry point, or one where a kernel
     /// may load (see `hooks::launch`).
-    pub fn is_launch(self) -> bool {
+    pub(crate) fn is_launch(self) -> bool {
         let name = self.name().to_bytes();
         name.starts_with(b"cuLaunch")
             || name.starts_with(b"cuFunc")
@@ -144,13 +148,13 @@ impl Sym {
 
     /// Whether this is a query of the device's memory, which the memory
     /// limit answers for (see `hooks::limit_queries`).
-    pub fn is_limit_query(self) -> bool {
+    pub(crate) fn is_limit_query(self) -> bool {
         let name = self.name().to_bytes();
         name.starts_with(b"cuMemGetInfo") || name.starts_with(b"cuDeviceTotalMem")
     }
 
     /// The hooked symbol called `name`, if any.
-    pub fn hooked_by_name(name: &[u8]) -> Option<Sym> {
+    pub(crate) fn hooked_by_name(name: &[u8]) -> Option<Sym> {
         Sym::ALL
             .iter()
             .copied()
@@ -190,7 +194,7 @@ type DlsymFn = unsafe extern "C" fn(*mut c_void, *const c_char) -> *mut c_void;
 /// Address of the C library's `dlsym`, found with `dlvsym` so that our own
 /// `dlsym` is skipped. Resolved on first use: another library's constructor
 /// may call `dlsym` before ours has run.
-pub fn real_dlsym_address() -> usize {
+pub(crate) fn real_dlsym_address() -> usize {
     loader::glibc_function(c"dlsym", &REAL_DLSYM)
 }
 
@@ -200,7 +204,7 @@ pub fn real_dlsym_address() -> usize {
 ///
 /// # Safety
 /// `handle` must be a handle from `dlopen`, `RTLD_DEFAULT` or `RTLD_NEXT`.
-pub unsafe fn real_dlsym(handle: *mut c_void, name: &CStr) -> usize {
+pub(crate) unsafe fn real_dlsym(handle: *mut c_void, name: &CStr) -> usize {
     let address = real_dlsym_address();
     if address == 0 {
         return 0;
@@ -215,7 +219,7 @@ pub unsafe fn real_dlsym(handle: *mut c_void, name: &CStr) -> usize {
 /// not found is searched for again only after a library has loaded since:
 /// the steady-state path never searches, and never takes the loader lock.
 #[inline]
-pub fn real(sym: Sym) -> Option<usize> {
+pub(crate) fn real(sym: Sym) -> Option<usize> {
     match REAL[sym as usize].load(Ordering::Acquire) {
         0 => resolve(sym),
         address => Some(address),
@@ -224,7 +228,7 @@ pub fn real(sym: Sym) -> Option<usize> {
 
 /// The real address of `sym` if it was found already, without searching.
 #[inline]
-pub fn real_if_known(sym: Sym) -> Option<usize> {
+pub(crate) fn real_if_known(sym: Sym) -> Option<usize> {
     Some(REAL[sym as usize].load(Ordering::Acquire)).filter(|&address| address != 0)
 }
 
@@ -233,7 +237,7 @@ pub fn real_if_known(sym: Sym) -> Option<usize> {
 /// # Safety
 /// `F` must be the function pointer type of `sym`'s C signature.
 #[inline]
-pub unsafe fn real_fn<F: Copy>(sym: Sym) -> Option<F> {
+pub(crate) unsafe fn real_fn<F: Copy>(sym: Sym) -> Option<F> {
     const { assert!(std::mem::size_of::<F>() == std::mem::size_of::<usize>()) };
     // SAFETY: the caller names the right signature; addresses are code addresses.
     real(sym).map(|address| unsafe { std::mem::transmute_copy::<usize, F>(&address) })
@@ -340,7 +344,7 @@ fn loaded_library_with_prefix(prefix: &[u8]) -> Option<*mut c_void> {
 }
 
 /// Whether the driver's handle is known yet.
-pub fn driver_handle_known() -> bool {
+pub(crate) fn driver_handle_known() -> bool {
     !DRIVER_HANDLE.load(Ordering::Acquire).is_null()
 }
 
@@ -349,7 +353,7 @@ pub fn driver_handle_known() -> bool {
 ///
 /// # Safety
 /// `handle` must be a handle from `dlopen` (a glibc link map).
-pub unsafe fn remember_handle(library: CudaLibrary, handle: *mut c_void) {
+pub(crate) unsafe fn remember_handle(library: CudaLibrary, handle: *mut c_void) {
     let (slot, base_slot) = slots_of(library);
     // SAFETY: a link map's first field is the object's load base.
     let base = unsafe { *handle.cast::<usize>() };
@@ -382,7 +386,7 @@ fn slots_of(library: CudaLibrary) -> (&'static AtomicPtr<c_void>, &'static Atomi
 /// Forgets everything found in `library` (its handle, its address range,
 /// the real addresses of its functions): it was unloaded, or loaded again
 /// elsewhere. Its functions are looked up again on their next use.
-pub fn forget_library(library: CudaLibrary) {
+pub(crate) fn forget_library(library: CudaLibrary) {
     let (slot, base_slot) = slots_of(library);
     slot.store(std::ptr::null_mut(), Ordering::Release);
     base_slot.store(0, Ordering::Release);
@@ -398,7 +402,7 @@ pub fn forget_library(library: CudaLibrary) {
 
 /// After the program unloaded a library: forgets each CUDA library of ours
 /// that is no longer loaded where it was.
-pub fn forget_unloaded_libraries() {
+pub(crate) fn forget_unloaded_libraries() {
     for library in [CudaLibrary::Driver, CudaLibrary::Runtime] {
         let base = slots_of(library).1.load(Ordering::Acquire);
         if base != 0 && !loader::object_loaded_at(base) {
@@ -412,18 +416,18 @@ pub fn forget_unloaded_libraries() {
 
 /// How many times the driver's addresses were forgotten: tables built from
 /// them are built again when it moves.
-pub fn driver_generation() -> u64 {
+pub(crate) fn driver_generation() -> u64 {
     DRIVER_GENERATION.load(Ordering::Acquire)
 }
 
 /// How many times the driver was found unloaded: everything it held (its
 /// memory, streams, pools, contexts) went with it.
-pub fn driver_unloads() -> u64 {
+pub(crate) fn driver_unloads() -> u64 {
     DRIVER_UNLOADS.load(Ordering::Acquire)
 }
 
 /// Whether `address` lies in the driver's image (once its handle is known).
-pub fn is_driver_address(address: usize) -> bool {
+pub(crate) fn is_driver_address(address: usize) -> bool {
     DRIVER_RANGE.contains(address)
 }
 
@@ -443,7 +447,7 @@ fn is_own_address(address: usize) -> bool {
 /// Takes `address`, found by the program through a door of its own, as the
 /// real `sym`. Returns false if a different real `sym` is already in use
 /// (two copies of a library): the caller then must not hand out our hook.
-pub fn adopt_real(sym: Sym, address: usize) -> bool {
+pub(crate) fn adopt_real(sym: Sym, address: usize) -> bool {
     match REAL[sym as usize].compare_exchange(0, address, Ordering::AcqRel, Ordering::Acquire) {
         Ok(_) => true,
         Err(current) => current == address,
@@ -452,7 +456,7 @@ pub fn adopt_real(sym: Sym, address: usize) -> bool {
 
 /// Looks every driver symbol up once, so that [`real_if_known`] answers
 /// for all of them (the `cuGetProcAddress` door compares against them).
-pub fn resolve_all_driver_symbols() {
+pub(crate) fn resolve_all_driver_symbols() {
     for &sym in Sym::ALL {
         if sym.library() == CudaLibrary::Driver {
             let _ = real(sym);

@@ -6,7 +6,7 @@ use crate::sys::thread_block;
 
 /// Kernel thread id of the caller; one `gettid` per thread (and per fork).
 #[inline]
-pub fn current_tid() -> u32 {
+pub(crate) fn current_tid() -> u32 {
     let cell = &thread_block::current().tid;
     let tid = cell.get();
     if tid != 0 {
@@ -20,6 +20,6 @@ pub fn current_tid() -> u32 {
 
 /// The calling thread's `errno` after a failed system call (`EIO` if none
 /// can be read), for the spool's counts of dropped records.
-pub fn last_errno() -> i32 {
+pub(crate) fn last_errno() -> i32 {
     std::io::Error::last_os_error().raw_os_error().unwrap_or(libc::EIO)
 }

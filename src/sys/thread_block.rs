@@ -28,57 +28,57 @@ use std::cell::Cell;
 
 /// The per-thread state of the hot path; all zeros in a new thread.
 #[repr(C)]
-pub struct ThreadBlock {
+pub(crate) struct ThreadBlock {
     /// `sys::thread`: the kernel tid; 0 = not yet asked.
-    pub tid: Cell<u32>,
+    pub(crate) tid: Cell<u32>,
     /// `record::recorder`: the runtime entry point this thread is inside, or 0.
-    pub runtime_api: Cell<u8>,
+    pub(crate) runtime_api: Cell<u8>,
     /// `stacks::call_stack`: set while a capture runs on this thread.
-    pub capturing_stack: Cell<bool>,
+    pub(crate) capturing_stack: Cell<bool>,
     /// `record::recorder`: with `--stacks none`, the program's return
     /// address from the runtime call this thread is inside, or 0.
-    pub runtime_caller: Cell<u64>,
+    pub(crate) runtime_caller: Cell<u64>,
     /// `record::devices`: (process epoch, device) of the thread's current
     /// context; epoch 0 = nothing cached.
-    pub device: Cell<(u64, i8)>,
+    pub(crate) device: Cell<(u64, i8)>,
     /// `record::tensors`: (address, bytes) of the thread's last recorded
     /// driver allocation or mapping.
-    pub last_segment: Cell<(u64, u64)>,
+    pub(crate) last_segment: Cell<(u64, u64)>,
     /// `stacks::call_stack`: the last two owners of events recorded without
     /// stacks, as (stack id, module map, return address); a program's calls
     /// alternate between an allocation's and a free's.
-    pub last_owners: [Cell<(u32, usize, u64)>; 2],
+    pub(crate) last_owners: [Cell<(u32, usize, u64)>; 2],
     /// `sys::clock`: the thread's anchor of the TSC to `CLOCK_MONOTONIC`.
-    pub clock: Cell<ClockAnchor>,
+    pub(crate) clock: Cell<ClockAnchor>,
     /// `sys::clock`: the latest record time this thread was given.
-    pub clock_latest: Cell<u64>,
+    pub(crate) clock_latest: Cell<u64>,
     /// `spool::writer`: the sequence number and slot after this thread's
     /// last record, the guess of where its next one goes (slot 0: none).
-    pub next_record: Cell<(u64, usize)>,
+    pub(crate) next_record: Cell<(u64, usize)>,
     /// `record::memory_limit`: bytes of the memory limit this thread holds
     /// ahead, so that most allocations and frees touch no shared counter.
-    pub limit_credit: Cell<LimitCredit>,
+    pub(crate) limit_credit: Cell<LimitCredit>,
 }
 
 /// A thread's credit of the memory limit: bytes counted in the ledger for
 /// one device and not allocated yet.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
 #[repr(C)]
-pub struct LimitCredit {
+pub(crate) struct LimitCredit {
     /// The bytes.
-    pub bytes: u64,
+    pub(crate) bytes: u64,
     /// The ledger's index of their device + 1; 0 = none.
-    pub device: u8,
+    pub(crate) device: u8,
     /// Set while the thread changes the credit through the shared
     /// counters: a hook of a signal handler that interrupted it then goes
     /// to the shared counters directly.
-    pub busy: bool,
+    pub(crate) busy: bool,
     /// Whether the thread's exit gives the credit back (a thread-specific
     /// value with a destructor is set).
-    pub registered: bool,
+    pub(crate) registered: bool,
     /// The ledger's credit epoch of the device when the credit was given:
     /// once the epoch moves on, the credit is void.
-    pub epoch: u32,
+    pub(crate) epoch: u32,
 }
 
 /// A TSC reading and its `CLOCK_MONOTONIC` time, the rate to scale later
@@ -86,15 +86,15 @@ pub struct LimitCredit {
 /// past the reading the anchor covers; all zeros covers none.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
 #[repr(C)]
-pub struct ClockAnchor {
+pub(crate) struct ClockAnchor {
     /// The TSC reading.
-    pub tsc: u64,
+    pub(crate) tsc: u64,
     /// `CLOCK_MONOTONIC` at that reading.
-    pub ns: u64,
+    pub(crate) ns: u64,
     /// Nanoseconds a tick, 32.32 fixed point.
-    pub rate: u64,
+    pub(crate) rate: u64,
     /// Ticks past `tsc` that the anchor covers.
-    pub span_ticks: u64,
+    pub(crate) span_ticks: u64,
 }
 
 /// Bytes reserved for the block in the TLS segment.
@@ -122,7 +122,7 @@ mod place {
 
     /// The calling thread's block.
     #[inline(always)]
-    pub fn current() -> &'static ThreadBlock {
+    pub(crate) fn current() -> &'static ThreadBlock {
         let address: usize;
         // SAFETY: the initial-exec sequence: %fs:0 holds the thread
         // pointer, and the GOT entry the block's offset from it, written by
@@ -167,14 +167,14 @@ mod place {
 
     /// The calling thread's block.
     #[inline(always)]
-    pub fn current() -> &'static ThreadBlock {
+    pub(crate) fn current() -> &'static ThreadBlock {
         // SAFETY: the block has no destructor, so it stays valid for the
         // thread's life; the cells keep the reference on this thread.
         BLOCK.with(|block| unsafe { &*std::ptr::from_ref(block) })
     }
 }
 
-pub use place::current;
+pub(crate) use place::current;
 
 /// In a forked child, on its only thread: clears what the fork made stale.
 /// The tid and the current device are the parent's; the owners remembered
@@ -183,7 +183,7 @@ pub use place::current;
 /// record takes a fresh pair, later than the start of the child's spool.
 /// What a call interrupted by the fork still needs stays: the runtime call
 /// the thread is inside, a capture under way, the last segment seen.
-pub fn forget_parent() {
+pub(crate) fn forget_parent() {
     let block = current();
     block.tid.set(0);
     block.device.set((0, 0));
@@ -204,7 +204,7 @@ pub fn forget_parent() {
 
 /// Asks for the calling thread's block, all of its lines.
 #[inline(always)]
-pub fn prefetch() {
+pub(crate) fn prefetch() {
     let block = std::ptr::from_ref(current()).cast::<u8>();
     for offset in (0..RESERVED).step_by(64) {
         prefetch_line(block.wrapping_add(offset));

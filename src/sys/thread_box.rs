@@ -17,7 +17,7 @@ use crate::sys::thread_exit;
 use std::ptr::NonNull;
 
 /// A `T` in an anonymous mapping of its own, unmapped when dropped.
-pub struct MappedBox<T> {
+pub(crate) struct MappedBox<T> {
     value: NonNull<T>,
 }
 
@@ -47,7 +47,7 @@ impl<T> MappedBox<T> {
 
     /// A `T` made by `make`, moved into a mapping; `None` when it cannot be
     /// mapped.
-    pub fn new_with(make: impl FnOnce() -> T) -> Option<MappedBox<T>> {
+    pub(crate) fn new_with(make: impl FnOnce() -> T) -> Option<MappedBox<T>> {
         let value = Self::map()?;
         // SAFETY: fresh, aligned, writable room for one T, ours alone.
         unsafe { value.as_ptr().write(make()) };
@@ -57,7 +57,7 @@ impl<T> MappedBox<T> {
 
 impl<T: ZeroIsEmpty> MappedBox<T> {
     /// A zeroed `T` (an empty value); `None` when it cannot be mapped.
-    pub fn zeroed() -> Option<MappedBox<T>> {
+    pub(crate) fn zeroed() -> Option<MappedBox<T>> {
         Self::map().map(|value| MappedBox { value })
     }
 }
@@ -91,7 +91,7 @@ impl<T> Drop for MappedBox<T> {
 /// when its thread ends (see `thread_exit`). It has no destructor of its
 /// own, so that a thread-local holding one registers none with the C
 /// library (which would allocate).
-pub enum ThreadBox<T> {
+pub(crate) enum ThreadBox<T> {
     /// Not asked for yet.
     NotYet,
     /// Made, in a mapping of its own.
@@ -102,14 +102,14 @@ pub enum ThreadBox<T> {
 
 impl<T> ThreadBox<T> {
     /// Not made yet.
-    pub const fn new() -> ThreadBox<T> {
+    pub(crate) const fn new() -> ThreadBox<T> {
         ThreadBox::NotYet
     }
 
     /// The value, made by `make` on first use; `None` where its memory
     /// could not be had (then and ever after).
     #[inline]
-    pub fn get_or_make_with(&mut self, make: impl FnOnce() -> T) -> Option<&mut T> {
+    pub(crate) fn get_or_make_with(&mut self, make: impl FnOnce() -> T) -> Option<&mut T> {
         if let ThreadBox::NotYet = self {
             if thread_exit::released() {
                 return None;
@@ -121,7 +121,7 @@ impl<T> ThreadBox<T> {
 
     /// The value, if it was made.
     #[inline]
-    pub fn made(&mut self) -> Option<&mut T> {
+    pub(crate) fn made(&mut self) -> Option<&mut T> {
         // Released with the thread's other objects, at its end.
         if thread_exit::released() {
             return None;
@@ -167,7 +167,7 @@ impl<T: ZeroIsEmpty> ThreadBox<T> {
     /// The value, made zeroed on first use; `None` where its memory could
     /// not be had (then and ever after).
     #[inline]
-    pub fn get_or_make(&mut self) -> Option<&mut T> {
+    pub(crate) fn get_or_make(&mut self) -> Option<&mut T> {
         if let ThreadBox::NotYet = self {
             if thread_exit::released() {
                 return None;
@@ -184,10 +184,12 @@ impl<T> Default for ThreadBox<T> {
     }
 }
 
-/// A zeroed `T` on the heap; `None` where the memory cannot be had.
+/// A zeroed `T` on the heap; `None` where the memory cannot be had (the
+/// tests' way to make a table too large for their stacks).
+#[cfg(test)]
 #[cold]
 #[inline(never)]
-pub fn zeroed_box<T: ZeroIsEmpty>() -> Option<Box<T>> {
+pub(crate) fn zeroed_box<T: ZeroIsEmpty>() -> Option<Box<T>> {
     const { assert!(std::mem::size_of::<T>() != 0, "a zero-sized table") };
     let layout = std::alloc::Layout::new::<T>();
     // SAFETY: the layout is T's and not zero-sized (asserted at compile

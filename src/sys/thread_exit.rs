@@ -34,13 +34,13 @@ thread_local! {
 
 /// Whether the calling thread's objects were released (it is ending).
 #[inline]
-pub fn released() -> bool {
+pub(crate) fn released() -> bool {
     RELEASED.try_with(Cell::get).unwrap_or(true)
 }
 
 /// Has `release(object)` called when the calling thread ends; false when
 /// it cannot be (the caller then releases the object itself, now).
-pub fn release_at_exit(object: *mut u8, release: unsafe fn(*mut u8)) -> bool {
+pub(crate) fn release_at_exit(object: *mut u8, release: unsafe fn(*mut u8)) -> bool {
     if released() {
         return false;
     }
@@ -65,7 +65,7 @@ pub fn release_at_exit(object: *mut u8, release: unsafe fn(*mut u8)) -> bool {
 
 /// Makes the key now, if it is not made yet: for work that must not find
 /// every key taken by the program later.
-pub fn prepare() {
+pub(crate) fn prepare() {
     let _ = key();
 }
 

@@ -11,18 +11,18 @@ static TRACING_OFF: AtomicBool = AtomicBool::new(false);
 
 /// Where the switch lies (the hot statics' test checks their section holds it).
 #[cfg(test)]
-pub fn switch_address() -> usize {
+pub(crate) fn switch_address() -> usize {
     std::ptr::from_ref(&TRACING_OFF) as usize
 }
 
 /// Whether hooks should record anything.
 #[inline]
-pub fn tracing_on() -> bool {
+pub(crate) fn tracing_on() -> bool {
     !TRACING_OFF.load(Ordering::Relaxed)
 }
 
 /// Stops recording for the rest of the process's life; calls still go through.
-pub fn turn_tracing_off() {
+pub(crate) fn turn_tracing_off() {
     TRACING_OFF.store(true, Ordering::Relaxed);
 }
 
@@ -30,7 +30,7 @@ pub fn turn_tracing_off() {
 /// bookkeeping that may run outside [`guarded`], such as the spool's
 /// creation when a hook reserves a sequence number before the real call.
 #[inline]
-pub fn keeping_errno<T>(work: impl FnOnce() -> T) -> T {
+pub(crate) fn keeping_errno<T>(work: impl FnOnce() -> T) -> T {
     // SAFETY: __errno_location always returns the calling thread's errno.
     let location = unsafe { libc::__errno_location() };
     // SAFETY: as above.
@@ -44,7 +44,7 @@ pub fn keeping_errno<T>(work: impl FnOnce() -> T) -> T {
 /// Runs `record` (the bookkeeping of one hook) so that it can neither unwind
 /// into the traced program nor change its `errno`. A panic turns tracing off.
 #[inline]
-pub fn guarded(record: impl FnOnce()) {
+pub(crate) fn guarded(record: impl FnOnce()) {
     if !tracing_on() {
         return;
     }

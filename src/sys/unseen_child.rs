@@ -46,7 +46,11 @@ const CHILD_STACK_BYTES: usize = 64 << 10;
 ///
 /// # Safety
 /// `program`, `argv` and `envp` must be valid as `execve`'s arguments.
-pub unsafe fn start(program: *const c_char, argv: *const *const c_char, envp: *const *const c_char) -> Option<c_int> {
+pub(crate) unsafe fn start(
+    program: *const c_char,
+    argv: *const *const c_char,
+    envp: *const *const c_char,
+) -> Option<c_int> {
     // SAFETY: a fresh private anonymous mapping for the children's stacks.
     let stack = unsafe {
         libc::mmap(

@@ -14,25 +14,11 @@ fn put_strings(out: &mut Vec<u8>, list: &[String]) {
 pub(crate) fn encode(record: &Record, out: &mut Vec<u8>) -> u8 {
     match record {
         Record::Header(h) => {
-            put(out, u64::from(h.format_version));
-            put_string(out, &h.tracer_version);
-            put_string(out, &h.host);
-            put(out, h.start_realtime_ns);
-            put(out, h.start_monotonic_ns);
-            put_strings(out, &h.command);
+            encode_header(h, out);
             TAG_HEADER
         }
         Record::Process(p) => {
-            for v in [p.process, p.pid, p.ppid, p.image] {
-                put(out, u64::from(v));
-            }
-            put(out, p.start_monotonic_ns);
-            put(out, p.start_realtime_ns);
-            put_strings(out, &p.argv);
-            put_string(out, &p.place.host);
-            for number in [p.place.rank, p.place.local_rank, p.place.world_size] {
-                put(out, number.map_or(0, |n| u64::from(n) + 1));
-            }
+            encode_process(p, out);
             TAG_PROCESS
         }
         Record::Events { process, events } => {
@@ -57,13 +43,7 @@ pub(crate) fn encode(record: &Record, out: &mut Vec<u8>) -> u8 {
             TAG_DAMAGED_SPOOL
         }
         Record::Unrecorded(u) => {
-            for v in [u.pid, u.ppid, u.uid] {
-                put(out, u64::from(v));
-            }
-            put(out, u.time_ns);
-            put_signed(out, i64::from(u.errno));
-            put_string(out, &u.name);
-            put_string(out, &u.reason);
+            encode_unrecorded(u, out);
             TAG_UNRECORDED
         }
         Record::String { id, text } => {
@@ -110,20 +90,7 @@ pub(crate) fn encode(record: &Record, out: &mut Vec<u8>) -> u8 {
             TAG_RECORDING_SWITCH
         }
         Record::Fold(fold) => {
-            put(out, u64::from(fold.process));
-            put(out, fold.folded_to);
-            put(out, fold.lost_below);
-            put(out, fold.folded_events);
-            put(out, fold.detail_from_ns);
-            put(out, fold.sites.len() as u64);
-            for site in &fold.sites {
-                put_signed(out, site.device.map_or(-1, i64::from));
-                put(out, u64::from(site.stack));
-                put(out, site.allocations);
-                put(out, site.frees);
-                put(out, site.bytes);
-                put(out, u64::from(site.tensors) | u64::from(site.host) << 1);
-            }
+            encode_fold(fold, out);
             TAG_FOLD
         }
         Record::StepsState(state) => {
@@ -131,21 +98,79 @@ pub(crate) fn encode(record: &Record, out: &mut Vec<u8>) -> u8 {
             TAG_STEPS_STATE
         }
         Record::LowPointsState(state) => {
-            put(out, u64::from(state.process));
-            put(out, u64::from(state.tensors));
-            put(out, state.points.len() as u64);
-            for point in &state.points {
-                put(out, point.time_ns);
-                put(out, point.sites.len() as u64);
-                for site in &point.sites {
-                    put_device(out, site.device);
-                    put(out, u64::from(site.stack));
-                    put(out, site.bytes);
-                }
-            }
+            encode_low_points_state(state, out);
             TAG_LOW_POINTS_STATE
         }
         Record::Unknown { tag } => *tag,
+    }
+}
+
+/// The run's header: versions, host, start times, command.
+fn encode_header(h: &Header, out: &mut Vec<u8>) {
+    put(out, u64::from(h.format_version));
+    put_string(out, &h.tracer_version);
+    put_string(out, &h.host);
+    put(out, h.start_realtime_ns);
+    put(out, h.start_monotonic_ns);
+    put_strings(out, &h.command);
+}
+
+/// A process's start: its numbers, times, arguments and place in the job.
+fn encode_process(p: &ProcessStart, out: &mut Vec<u8>) {
+    for v in [p.process, p.pid, p.ppid, p.image] {
+        put(out, u64::from(v));
+    }
+    put(out, p.start_monotonic_ns);
+    put(out, p.start_realtime_ns);
+    put_strings(out, &p.argv);
+    put_string(out, &p.place.host);
+    for number in [p.place.rank, p.place.local_rank, p.place.world_size] {
+        put(out, number.map_or(0, |n| u64::from(n) + 1));
+    }
+}
+
+/// A process that ran without recording, and why.
+fn encode_unrecorded(u: &UnrecordedProcess, out: &mut Vec<u8>) {
+    for v in [u.pid, u.ppid, u.uid] {
+        put(out, u64::from(v));
+    }
+    put(out, u.time_ns);
+    put_signed(out, i64::from(u.errno));
+    put_string(out, &u.name);
+    put_string(out, &u.reason);
+}
+
+/// A process's events folded into sites.
+fn encode_fold(fold: &Fold, out: &mut Vec<u8>) {
+    put(out, u64::from(fold.process));
+    put(out, fold.folded_to);
+    put(out, fold.lost_below);
+    put(out, fold.folded_events);
+    put(out, fold.detail_from_ns);
+    put(out, fold.sites.len() as u64);
+    for site in &fold.sites {
+        put_signed(out, site.device.map_or(-1, i64::from));
+        put(out, u64::from(site.stack));
+        put(out, site.allocations);
+        put(out, site.frees);
+        put(out, site.bytes);
+        put(out, u64::from(site.tensors) | u64::from(site.host) << 1);
+    }
+}
+
+/// The low points kept so far, with their sites.
+fn encode_low_points_state(state: &LowPointsState, out: &mut Vec<u8>) {
+    put(out, u64::from(state.process));
+    put(out, u64::from(state.tensors));
+    put(out, state.points.len() as u64);
+    for point in &state.points {
+        put(out, point.time_ns);
+        put(out, point.sites.len() as u64);
+        for site in &point.sites {
+            put_device(out, site.device);
+            put(out, u64::from(site.stack));
+            put(out, site.bytes);
+        }
     }
 }
 

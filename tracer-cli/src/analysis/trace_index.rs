@@ -186,69 +186,8 @@ impl TraceIndex {
     fn take(&mut self, record: Record, offset: u64) {
         match record {
             Record::Header(header) => self.header = Some(header),
-            Record::Process(mut start) => {
-                // Before format 12 a process's host was the trace's.
-                if start.place.host.is_empty() {
-                    start.place.host = self.header.as_ref().map(|h| h.host.clone()).unwrap_or_default();
-                }
-                self.index_of.insert(start.process, self.processes.len());
-                self.processes.push(ProcessIndex {
-                    start,
-                    end: None,
-                    blocks: Vec::new(),
-                    memory_events: 0,
-                    stack_nodes: HashMap::default(),
-                    stack_symbols: HashMap::default(),
-                    first_time_ns: None,
-                    last_time_ns: None,
-                    measurements: Vec::new(),
-                    devices: HashMap::default(),
-                    tensor_actions: 0,
-                    tensor_status: Vec::new(),
-                    forks: Vec::new(),
-                    fold: None,
-                    steps_state: None,
-                    low_points_state: None,
-                    blobs: BlobAssembler::default(),
-                });
-            }
-            Record::Events { process, events } => {
-                self.events += events.len() as u64;
-                let Some(process) = self.process_mut(process) else {
-                    return;
-                };
-                if events.is_empty() {
-                    return;
-                }
-                process.blocks.push(BlockRef { offset });
-                let mut memory_events = 0;
-                for event in &events {
-                    match StackNode::from_event(event) {
-                        Some(node) => {
-                            process.stack_nodes.insert(node.id, node);
-                        }
-                        None if event.op.is_memory_event() => {
-                            memory_events += 1;
-                            process.first_time_ns.get_or_insert(event.time_ns);
-                            process.last_time_ns = Some(event.time_ns);
-                        }
-                        None if event.op.is_measurement() => process.measurements.push(event.clone()),
-                        None if event.op == Op::Tensor => process.tensor_actions += 1,
-                        None if event.op == Op::TensorStatus => process.tensor_status.push(event.clone()),
-                        None if event.op == Op::Fork => process.forks.push((event.time_ns, event.arg1 as u32)),
-                        None => {
-                            let whole = BlobPiece::from_event(event).and_then(|piece| process.blobs.add(&piece));
-                            if let Some((DEVICE_BLOB, key, bytes)) = whole {
-                                if let Some(device) = DeviceInfo::decode(key as u32, &bytes) {
-                                    process.devices.insert(device.ordinal, device);
-                                }
-                            }
-                        }
-                    }
-                }
-                process.memory_events += memory_events;
-                self.memory_events += memory_events;
-            }
+            Record::Process(start) => self.take_process_start(start),
+            Record::Events { process, events } => self.take_events(process, &events, offset),
             Record::ProcessEnd(end) => {
                 if let Some(process) = self.process_mut(end.process) {
                     // A rank the program set once running is known only at its end.
@@ -294,6 +233,75 @@ impl TraceIndex {
             }
             Record::Unknown { .. } => {}
         }
+    }
+
+    /// A process's start: its index, empty until its records come.
+    fn take_process_start(&mut self, mut start: ProcessStart) {
+        // Before format 12 a process's host was the trace's.
+        if start.place.host.is_empty() {
+            start.place.host = self.header.as_ref().map(|h| h.host.clone()).unwrap_or_default();
+        }
+        self.index_of.insert(start.process, self.processes.len());
+        self.processes.push(ProcessIndex {
+            start,
+            end: None,
+            blocks: Vec::new(),
+            memory_events: 0,
+            stack_nodes: HashMap::default(),
+            stack_symbols: HashMap::default(),
+            first_time_ns: None,
+            last_time_ns: None,
+            measurements: Vec::new(),
+            devices: HashMap::default(),
+            tensor_actions: 0,
+            tensor_status: Vec::new(),
+            forks: Vec::new(),
+            fold: None,
+            steps_state: None,
+            low_points_state: None,
+            blobs: BlobAssembler::default(),
+        });
+    }
+
+    /// An events record of `process`: where its block lies, and what the
+    /// index keeps of its events (stack nodes, measurements, devices,
+    /// counts).
+    fn take_events(&mut self, process: u32, events: &[Event], offset: u64) {
+        self.events += events.len() as u64;
+        let Some(process) = self.process_mut(process) else {
+            return;
+        };
+        if events.is_empty() {
+            return;
+        }
+        process.blocks.push(BlockRef { offset });
+        let mut memory_events = 0;
+        for event in events {
+            match StackNode::from_event(event) {
+                Some(node) => {
+                    process.stack_nodes.insert(node.id, node);
+                }
+                None if event.op.is_memory_event() => {
+                    memory_events += 1;
+                    process.first_time_ns.get_or_insert(event.time_ns);
+                    process.last_time_ns = Some(event.time_ns);
+                }
+                None if event.op.is_measurement() => process.measurements.push(event.clone()),
+                None if event.op == Op::Tensor => process.tensor_actions += 1,
+                None if event.op == Op::TensorStatus => process.tensor_status.push(event.clone()),
+                None if event.op == Op::Fork => process.forks.push((event.time_ns, event.arg1 as u32)),
+                None => {
+                    let whole = BlobPiece::from_event(event).and_then(|piece| process.blobs.add(&piece));
+                    if let Some((DEVICE_BLOB, key, bytes)) = whole {
+                        if let Some(device) = DeviceInfo::decode(key as u32, &bytes) {
+                            process.devices.insert(device.ordinal, device);
+                        }
+                    }
+                }
+            }
+        }
+        process.memory_events += memory_events;
+        self.memory_events += memory_events;
     }
 
     fn process_mut(&mut self, process: u32) -> Option<&mut ProcessIndex> {

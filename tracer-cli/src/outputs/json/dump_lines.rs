@@ -5,7 +5,7 @@ use crate::outputs::wording::problem_text;
 use cudatrace_events::measures::DEVICE_BLOB;
 use cudatrace_events::stacks::{blob_kind, frame_kind, BlobPiece, StackNode};
 use cudatrace_events::{Event, SpoolCursor, SpoolHeaderInfo};
-use cudatrace_trace::{Damage, Record};
+use cudatrace_trace::{Damage, Header, NodeSymbols, ProcessEnd, ProcessStart, Record, StepsState};
 use serde_json::{json, Value};
 use std::path::Path;
 
@@ -134,28 +134,8 @@ pub fn end_line(pid: u32, events: u64, cursor: &SpoolCursor, header: &SpoolHeade
 /// One trace record as JSON lines (an events record, one line an event).
 pub fn record_lines(path: &Path, record: Record) -> Vec<Value> {
     match record {
-        Record::Header(h) => vec![json!({"header": {
-            "file": path.display().to_string(),
-            "format_version": h.format_version,
-            "tracer_version": h.tracer_version,
-            "host": h.host,
-            "start_realtime_ns": h.start_realtime_ns,
-            "start_monotonic_ns": h.start_monotonic_ns,
-            "command": h.command,
-        }})],
-        Record::Process(p) => vec![json!({"process": {
-            "process": p.process,
-            "pid": p.pid,
-            "ppid": p.ppid,
-            "host": p.place.host,
-            "rank": p.place.rank,
-            "local_rank": p.place.local_rank,
-            "world_size": p.place.world_size,
-            "image": p.image,
-            "argv": p.argv,
-            "start_monotonic_ns": p.start_monotonic_ns,
-            "start_realtime_ns": p.start_realtime_ns,
-        }})],
+        Record::Header(h) => vec![header_line(path, &h)],
+        Record::Process(p) => vec![process_start_line(&p)],
         Record::Events { process, events } => events
             .iter()
             .map(|event| {
@@ -164,22 +144,7 @@ pub fn record_lines(path: &Path, record: Record) -> Vec<Value> {
                 line
             })
             .collect(),
-        Record::ProcessEnd(e) => vec![json!({"process_end": {
-            "process": e.process,
-            "exit_status": e.exit_status,
-            "exit_time_ns": e.exit_time_ns,
-            "still_running": e.still_running,
-            "reserved_events": e.reserved_events,
-            "unfinished_records": e.unfinished_records,
-            "unknown_frees": e.unknown_frees,
-            "registry_overflows": e.registry_overflows,
-            "dropped_records": e.dropped_records,
-            "drop_errno": e.drop_errno,
-            "damaged_records": e.damaged_records,
-            "ranks_at_end": e.ranks_at_end,
-            "exec_into": e.exec_into,
-            "process_exit_status": e.process_exit_status,
-        }})],
+        Record::ProcessEnd(e) => vec![process_end_line(&e)],
         Record::Refused(r) => vec![json!({"refused": {"path": r.path, "uid": r.uid, "reason": r.reason}})],
         Record::DamagedSpool(d) => {
             vec![json!({"damaged_spool": {"pid": d.pid, "image": d.image, "path": d.path, "reason": d.reason}})]
@@ -191,17 +156,7 @@ pub fn record_lines(path: &Path, record: Record) -> Vec<Value> {
             "paused": switch.state.paused,
             "stacks": switch.state.stacks.map(|s| s.name()),
         }})],
-        Record::Symbols { process, nodes } => nodes
-            .iter()
-            .map(|n| {
-                let frames: Vec<Value> = n
-                    .frames
-                    .iter()
-                    .map(|f| json!({"function": f.function, "file": f.file, "line": f.line, "module": f.module}))
-                    .collect();
-                json!({"symbols": {"process": process, "node": n.node, "frames": frames}})
-            })
-            .collect(),
+        Record::Symbols { process, nodes } => symbol_lines(process, &nodes),
         Record::Fold(f) => vec![json!({"fold": {
             "process": f.process,
             "folded_to": f.folded_to,
@@ -209,17 +164,7 @@ pub fn record_lines(path: &Path, record: Record) -> Vec<Value> {
             "folded_events": f.folded_events,
             "detail_from_ns": f.detail_from_ns,
         }})],
-        Record::StepsState(state) => vec![json!({"steps_state": {
-            "process": state.process,
-            "marker_stack": state.marker_stack,
-            "marker_device": state.marker_device,
-            "tensors": state.tensors,
-            "started": state.started,
-            "records": state.records.len(),
-            "open": state.open.is_some(),
-            "series_ends": state.ends.len(),
-            "series": state.series.len(),
-        }})],
+        Record::StepsState(state) => vec![steps_state_line(&state)],
         Record::LowPointsState(state) => vec![json!({"low_points_state": {
             "process": state.process,
             "tensors": state.tensors,
@@ -250,6 +195,86 @@ pub fn record_lines(path: &Path, record: Record) -> Vec<Value> {
         }})],
         Record::Unknown { tag } => vec![json!({"unknown_record": tag})],
     }
+}
+
+/// A trace's header, with the file it was read from.
+fn header_line(path: &Path, h: &Header) -> Value {
+    json!({"header": {
+        "file": path.display().to_string(),
+        "format_version": h.format_version,
+        "tracer_version": h.tracer_version,
+        "host": h.host,
+        "start_realtime_ns": h.start_realtime_ns,
+        "start_monotonic_ns": h.start_monotonic_ns,
+        "command": h.command,
+    }})
+}
+
+/// A process's start, as the trace holds it.
+fn process_start_line(p: &ProcessStart) -> Value {
+    json!({"process": {
+        "process": p.process,
+        "pid": p.pid,
+        "ppid": p.ppid,
+        "host": p.place.host,
+        "rank": p.place.rank,
+        "local_rank": p.place.local_rank,
+        "world_size": p.place.world_size,
+        "image": p.image,
+        "argv": p.argv,
+        "start_monotonic_ns": p.start_monotonic_ns,
+        "start_realtime_ns": p.start_realtime_ns,
+    }})
+}
+
+/// A process's end, with what its spool said of itself.
+fn process_end_line(e: &ProcessEnd) -> Value {
+    json!({"process_end": {
+        "process": e.process,
+        "exit_status": e.exit_status,
+        "exit_time_ns": e.exit_time_ns,
+        "still_running": e.still_running,
+        "reserved_events": e.reserved_events,
+        "unfinished_records": e.unfinished_records,
+        "unknown_frees": e.unknown_frees,
+        "registry_overflows": e.registry_overflows,
+        "dropped_records": e.dropped_records,
+        "drop_errno": e.drop_errno,
+        "damaged_records": e.damaged_records,
+        "ranks_at_end": e.ranks_at_end,
+        "exec_into": e.exec_into,
+        "process_exit_status": e.process_exit_status,
+    }})
+}
+
+/// A symbols record: one line a stack node, with its frames.
+fn symbol_lines(process: u32, nodes: &[NodeSymbols]) -> Vec<Value> {
+    nodes
+        .iter()
+        .map(|n| {
+            let frames: Vec<Value> = n
+                .frames
+                .iter()
+                .map(|f| json!({"function": f.function, "file": f.file, "line": f.line, "module": f.module}))
+                .collect();
+            json!({"symbols": {"process": process, "node": n.node, "frames": frames}})
+        })
+        .collect()
+}
+
+/// A process's steps state: its marker, and how much it holds.
+fn steps_state_line(state: &StepsState) -> Value {
+    json!({"steps_state": {
+        "process": state.process,
+        "marker_stack": state.marker_stack,
+        "marker_device": state.marker_device,
+        "tensors": state.tensors,
+        "started": state.started,
+        "records": state.records.len(),
+        "open": state.open.is_some(),
+        "series_ends": state.ends.len(),
+        "series": state.series.len(),
+    }})
 }
 
 /// Where a trace is damaged, and whether reading went on past it.

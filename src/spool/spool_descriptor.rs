@@ -32,7 +32,7 @@ fn identity(fd: i32) -> Option<(u64, u64)> {
 /// Maps the header page of the spool file open on `fd`, shared and
 /// writable; `None` when it cannot be mapped. The caller unmaps it (or
 /// keeps it for the process's life).
-pub fn map_header(fd: i32) -> Option<*mut cudatrace_events::SpoolHeader> {
+pub(crate) fn map_header(fd: i32) -> Option<*mut cudatrace_events::SpoolHeader> {
     // SAFETY: a shared mapping of the file's first page, through a
     // descriptor the caller holds; nothing of anyone else's is touched.
     let page = unsafe {
@@ -50,7 +50,7 @@ pub fn map_header(fd: i32) -> Option<*mut cudatrace_events::SpoolHeader> {
 
 /// Takes `fd`, just created at `path`, as the spool. `false` if it cannot
 /// be identified (then it is not used).
-pub fn adopt(fd: i32, path: CString) -> bool {
+pub(crate) fn adopt(fd: i32, path: CString) -> bool {
     let Some((device, inode)) = identity(fd) else {
         return false;
     };
@@ -61,15 +61,10 @@ pub fn adopt(fd: i32, path: CString) -> bool {
     true
 }
 
-/// The descriptor, unchecked (for code that does nothing through it).
-pub fn descriptor() -> i32 {
-    FD.load(Ordering::Acquire)
-}
-
 /// The descriptor, checked to name the spool file still, or the spool
 /// opened again; the errno to count drops under otherwise. Called before
 /// each growth of the file, under the spool's growth lock.
-pub fn checked() -> Result<i32, i32> {
+pub(crate) fn checked() -> Result<i32, i32> {
     let fd = FD.load(Ordering::Acquire);
     if fd < 0 {
         return Err(libc::EBADF);
@@ -102,7 +97,7 @@ pub fn checked() -> Result<i32, i32> {
 /// In a forked child: the inherited descriptor is the parent's spool.
 /// Closes it only if it still names that file (never a descriptor the
 /// program reused), and forgets it.
-pub fn forget_parent() {
+pub(crate) fn forget_parent() {
     let fd = FD.swap(-1, Ordering::AcqRel);
     let saved = (DEVICE.load(Ordering::Relaxed), INODE.load(Ordering::Relaxed));
     if fd >= 0 && identity(fd) == Some(saved) {

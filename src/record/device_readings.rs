@@ -93,7 +93,7 @@ impl Drop for RelaxedCapture {
 
 /// The device's (free, total) bytes as `cuMemGetInfo_v2` gives them for the
 /// calling thread's current context; `None` without one.
-pub fn memory_info() -> Option<(u64, u64)> {
+pub(crate) fn memory_info() -> Option<(u64, u64)> {
     // SAFETY: cuMemGetInfo_v2(size_t*, size_t*) is the driver's signature.
     let get_info =
         unsafe { real_fn::<unsafe extern "C" fn(*mut usize, *mut usize) -> CUresult>(Sym::cuMemGetInfo_v2) }?;
@@ -116,12 +116,12 @@ fn capture_status(stream: u64) -> Option<CUstreamCaptureStatus> {
 /// Whether `stream` is being captured into a graph: a stream-ordered
 /// allocation made then is the graph's, not memory of its own. A driver
 /// call: ask only while a capture is under way.
-pub fn stream_is_capturing(stream: u64) -> bool {
+pub(crate) fn stream_is_capturing(stream: u64) -> bool {
     capture_status(stream) == Some(CU_STREAM_CAPTURE_STATUS_ACTIVE)
 }
 
 /// Whether `stream`'s capture was invalidated and still awaits its end.
-pub fn stream_capture_invalidated(stream: u64) -> bool {
+pub(crate) fn stream_capture_invalidated(stream: u64) -> bool {
     capture_status(stream) == Some(CU_STREAM_CAPTURE_STATUS_INVALIDATED)
 }
 
@@ -135,7 +135,7 @@ fn measurement(op: Op, api: Api, device: i8) -> Record {
 
 /// A call measured around: the device it runs on and its free bytes before
 /// (and its graph memory's reserved bytes, when that is measured too).
-pub struct Around {
+pub(crate) struct Around {
     device: i8,
     before: Option<u64>,
     graph_before: Option<u64>,
@@ -144,14 +144,14 @@ pub struct Around {
 impl Around {
     /// Reads the calling thread's device before a call that may take memory
     /// from it (after recording its context, if this is the first event on it).
-    pub fn start(api: Api) -> Option<Around> {
+    pub(crate) fn start(api: Api) -> Option<Around> {
         Around::start_on(api, false)
     }
 
     /// Like [`Around::start`], and reads the device's graph memory too, whose
     /// growth during the call is left out of the call's own cost (graph
     /// samples count it).
-    pub fn start_with_graph_memory(api: Api) -> Option<Around> {
+    pub(crate) fn start_with_graph_memory(api: Api) -> Option<Around> {
         Around::start_on(api, true)
     }
 
@@ -180,7 +180,7 @@ impl Around {
     /// readings (`arg1` before, `arg2` after), unless either failed: a
     /// reading that failed is no cost. With graph memory measured, `size` is
     /// its growth, and a graph sample is taken.
-    pub fn finish(self, mut record: Record, with_stack: bool) {
+    pub(crate) fn finish(self, mut record: Record, with_stack: bool) {
         guarded(|| {
             let (Some(before), Some((after, total))) = (self.before, memory_info()) else {
                 return;
@@ -203,7 +203,7 @@ impl Around {
 /// Called after a context became current on this thread (`cuCtxSetCurrent`,
 /// `cuCtxPushCurrent`, `cuCtxCreate`): the first time for each context,
 /// reads the device's memory and the context's limits.
-pub fn context_became_current(context: u64, api: Api) {
+pub(crate) fn context_became_current(context: u64, api: Api) {
     if context == 0 || !tracing_on() || !first_sight_of(context) {
         return;
     }
@@ -215,7 +215,7 @@ pub fn context_became_current(context: u64, api: Api) {
 /// Called with the device of an event: if no context of the process was seen
 /// on it yet, this is the first event on one.
 #[inline]
-pub fn note_device_in_use(device: i8, api: Api) {
+pub(crate) fn note_device_in_use(device: i8, api: Api) {
     let Some(d) = slot(device) else { return };
     if !DEVICE_HAS_CONTEXT[d].load(Ordering::Relaxed) {
         describe_context(device, 0, api);
@@ -223,7 +223,7 @@ pub fn note_device_in_use(device: i8, api: Api) {
 }
 
 /// Whether a context of this process was seen on `device`.
-pub fn has_context(device: i8) -> bool {
+pub(crate) fn has_context(device: i8) -> bool {
     slot(device).is_some_and(|d| DEVICE_HAS_CONTEXT[d].load(Ordering::Relaxed))
 }
 
@@ -331,7 +331,7 @@ fn describe_device(ordinal: i8) {
 
 /// A stream-ordered allocation on `device` came from `pool` (0: the
 /// device's current pool); its pool is sampled from then on.
-pub fn note_pool(pool: u64, device: i8) {
+pub(crate) fn note_pool(pool: u64, device: i8) {
     let Some(d) = slot(device) else { return };
     if pool == 0 {
         if DEFAULT_POOL_DEVICES.load(Ordering::Relaxed) & (1 << d) == 0 {
@@ -364,7 +364,7 @@ pub fn note_pool(pool: u64, device: i8) {
 
 /// Turns the rate-limited and exit readings off (`CUDATRACE_SAMPLES=0`);
 /// the readings at contexts, loads and limits are still taken.
-pub fn disable_samples() {
+pub(crate) fn disable_samples() {
     SAMPLES_ON.store(false, Ordering::Relaxed);
 }
 
@@ -376,7 +376,7 @@ pub fn disable_samples() {
 /// behind a time another thread has set the gate to, or be 0 when the
 /// thread wrote no record: such a `now` is never due.
 #[inline]
-pub fn maybe_sample(api: Api, now: u64) {
+pub(crate) fn maybe_sample(api: Api, now: u64) {
     let gate = LAST_GATE.load(Ordering::Relaxed);
     if !elapsed(now, gate, GATE_INTERVAL_NS) {
         return;
@@ -545,7 +545,7 @@ fn sample_graph_memory(device: i8, api: Api) {
 
 /// One more reading from the library's exit path, on the exiting thread's
 /// current context, if it still has one.
-pub fn sample_at_exit() {
+pub(crate) fn sample_at_exit() {
     if !tracing_on() || !SAMPLES_ON.load(Ordering::Relaxed) {
         return;
     }
@@ -555,7 +555,7 @@ pub fn sample_at_exit() {
 }
 
 /// `pool` is being destroyed: it must not be asked about again.
-pub fn forget_pool(pool: u64) {
+pub(crate) fn forget_pool(pool: u64) {
     for (i, (handle, owner)) in POOLS.iter().enumerate() {
         if pool != 0 && handle.load(Ordering::Acquire) == pool {
             owner.store(0, Ordering::Release);
@@ -565,7 +565,7 @@ pub fn forget_pool(pool: u64) {
 }
 
 /// In a forked child: the parent's contexts are not the child's.
-pub fn forget_parent() {
+pub(crate) fn forget_parent() {
     let all = CONTEXTS.iter().chain(&LAST_SAMPLE).chain(&LAST_GRAPH_READING);
     all.chain(&LAST_DEFAULT_POOL_READING)
         .chain(&LAST_POOL_READING)
