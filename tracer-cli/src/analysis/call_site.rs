@@ -601,7 +601,7 @@ mod tests {
         );
         // Worded by the outputs' wording.
         assert_eq!(
-            crate::outputs::wording::stack_texts(&frames, FramesShown::Folded),
+            crate::wording::stack_texts(&frames, FramesShown::Folded),
             vec![
                 "… 33 frames in libcudart.so.13, libc10_cuda.so, libtorch_cuda.so, libtorch_python.so, python3.12, torch (Python)".to_string(),
                 "forward (/home/me/model.py:31)".to_string(),
@@ -617,7 +617,7 @@ mod tests {
             native("b", "/opt/libuser.so"),
         ];
         assert_eq!(
-            crate::outputs::wording::stack_texts(&frames, FramesShown::Folded),
+            crate::wording::stack_texts(&frames, FramesShown::Folded),
             vec!["a [libuser.so]", "ffi_call [libffi.so.8]", "b [libuser.so]"]
         );
     }

@@ -14,11 +14,11 @@
 //! cap plus a tenth: the rewrite aims at [`REWRITE_PARTS`] tenths.
 
 use crate::analysis::{find_boundaries_so_far, AtCut, Kept, RetentionPass, StepCounts, Summary, TraceIndex};
-use crate::outputs::wording::collector_lines;
-use crate::outputs::wording::trace_damage::{problem_text, unreadable_trace_text};
 use crate::system::beside_file::{create_locked, hidden_name, remove_leftovers};
 use crate::system::progress::Progress;
 use crate::system::terminal::say;
+use crate::wording::collector_lines;
+use crate::wording::trace_damage::{problem_text, unreadable_trace_text};
 use cudatrace_events::Event;
 use cudatrace_trace::{read_record_at, Fold, Record, TraceReader, TraceWriter};
 use std::collections::HashMap;

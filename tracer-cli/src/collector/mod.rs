@@ -34,12 +34,12 @@ pub use sink::TraceFailure;
 use crate::collector::liveness::Liveness;
 use crate::collector::notice_file::NoticeTail;
 use crate::collector::spool_tail::{check_spool_file, damaged_spool, may_become_readable, SpoolTail};
-use crate::outputs::wording::collector_lines;
-use crate::outputs::wording::said;
-use crate::outputs::wording::stderr;
-use crate::outputs::wording::write_failure_text;
 use crate::system::terminal::say;
 use crate::system::trace_file::InPlace;
+use crate::wording::collector_lines;
+use crate::wording::said;
+use crate::wording::stderr;
+use crate::wording::write_failure_text;
 use chunk_preparer::{Gate, SpoolPlaces};
 use crossbeam_channel::{Receiver, RecvTimeoutError, Sender};
 use cudatrace_events::{naming, Pass};
@@ -95,7 +95,7 @@ impl Summary {
         if self.damaged_spools > 0 {
             lines.push(collector_lines::spools_unreadable(self.damaged_spools));
         }
-        if let Some(line) = crate::outputs::wording::unrecorded_line(&self.unrecorded) {
+        if let Some(line) = crate::wording::unrecorded_line(&self.unrecorded) {
             lines.push(said(line));
         }
         lines

@@ -14,7 +14,7 @@ use crate::collector::liveness::Liveness;
 use crate::collector::notice_file::NoticeTail;
 use crate::collector::spool_tail::{check_spool_file, damaged_spool, SpoolTail};
 use crate::collector::{header_for, Summary};
-use crate::outputs::wording::{collect_lines, collector_lines, output_lines};
+use crate::wording::{collect_lines, collector_lines, output_lines};
 use cudatrace_events::{naming, Event, Pass, SpoolHeaderInfo};
 use cudatrace_trace::{
     Damage, DamagedSpool, Footer, Header, ProcessEnd, ProcessStart, Record, Refusal, TraceReader, TraceWriter,

@@ -7,8 +7,8 @@ use super::collection_summary::Summary;
 use super::fold_schedule::FoldSchedule;
 use super::host::realtime_ns;
 use crate::collector::spool_tail::Release;
-use crate::outputs::wording::collector_lines;
 use crate::symbolize::StackCatalog;
+use crate::wording::collector_lines;
 use crossbeam_channel::{Receiver, RecvTimeoutError};
 use cudatrace_events::Event;
 use cudatrace_trace::{

@@ -335,7 +335,7 @@ pub struct WindowArgs {
 fn seconds(text: &str) -> Result<f64, String> {
     match text.parse::<f64>() {
         Ok(value) if value.is_finite() && value >= 0.0 => Ok(value),
-        _ => Err(crate::outputs::wording::output_lines::not_seconds(text)),
+        _ => Err(crate::wording::output_lines::not_seconds(text)),
     }
 }
 

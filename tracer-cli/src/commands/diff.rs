@@ -4,10 +4,10 @@
 use crate::analysis::{RunFigures, Step, Summary};
 use crate::commands::arguments::DiffArgs;
 use crate::outputs;
-use crate::outputs::wording::{category_name, said, switch_lines};
 use crate::system::failure::Failure;
 use crate::system::progress::Progress;
 use crate::system::terminal::{say, Stdout};
+use crate::wording::{category_name, said, switch_lines};
 
 /// `cudatrace diff`; 1 if either trace is damaged.
 pub fn command(args: DiffArgs) -> Result<u8, Failure> {

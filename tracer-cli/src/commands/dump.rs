@@ -5,11 +5,11 @@
 use crate::collector::spool_tail::SpoolTail;
 use crate::commands::arguments::DumpArgs;
 use crate::outputs::json::dump_lines::{damage_line, end_line, event_line, process_line, record_lines};
-use crate::outputs::wording::problem_text;
-use crate::outputs::wording::{collect_lines, output_lines};
-use crate::outputs::wording::{not_regular_text, spool_error_text};
 use crate::system::failure::Failure;
 use crate::system::terminal::Stdout;
+use crate::wording::problem_text;
+use crate::wording::{collect_lines, output_lines};
+use crate::wording::{not_regular_text, spool_error_text};
 use cudatrace_events::{naming, Pass, SpoolError};
 use cudatrace_trace::TraceReader;
 use serde_json::Value;

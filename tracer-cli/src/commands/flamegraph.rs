@@ -6,12 +6,12 @@ use crate::analysis::Moment;
 use crate::analysis::{Summary, OOM_STATES_KEPT};
 use crate::commands::arguments::FlamegraphArgs;
 use crate::outputs::folded_stacks::{folded_stacks, folded_text, svg, total_bytes};
-use crate::outputs::wording::output_lines;
-use crate::outputs::wording::said;
 use crate::system::failure::Failure;
 use crate::system::output_file::{is_private, OutputFile};
 use crate::system::progress::Progress;
 use crate::system::terminal::print_line;
+use crate::wording::output_lines;
+use crate::wording::said;
 use std::io::Write;
 
 /// `cudatrace flamegraph`; 1 if the trace is damaged.

@@ -2,12 +2,12 @@
 //! [`crate::outputs::html_page`]).
 
 use crate::commands::arguments::HtmlArgs;
-use crate::outputs::wording::output_lines;
 use crate::outputs::{html_page, say_what_the_trace_lacks};
 use crate::system::failure::Failure;
 use crate::system::output_file::{is_private, OutputFile};
 use crate::system::progress::Progress;
 use crate::system::terminal::{print_line, say};
+use crate::wording::output_lines;
 use std::io::Write;
 
 /// `cudatrace html`; 1 if the trace is damaged.

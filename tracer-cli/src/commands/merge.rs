@@ -4,10 +4,10 @@
 use crate::analysis::check_regular_file;
 use crate::commands::arguments::MergeArgs;
 use crate::outputs::merged_trace::{self, InputFault, MergeFailure, MergeInput};
-use crate::outputs::wording::{merge_lines, not_regular_text, output_lines, problem_text};
 use crate::system::failure::Failure;
 use crate::system::output_file::{is_private, OutputFile};
 use crate::system::terminal::{print_line, say};
+use crate::wording::{merge_lines, not_regular_text, output_lines, problem_text};
 use std::io::{BufWriter, Write};
 use std::os::unix::fs::MetadataExt;
 use std::path::Path;

@@ -2,9 +2,9 @@
 //! failures every command words the same way.
 
 use crate::analysis::{StepCounts, TraceIndex};
-use crate::outputs::wording::{unreadable_trace_text, write_failure_text};
 use crate::system::failure::Failure;
 use crate::system::write_failure::WriteFailure;
+use crate::wording::{unreadable_trace_text, write_failure_text};
 use std::path::Path;
 
 /// Reads the trace at `path` ([`TraceIndex::read`]); a trace that cannot be

@@ -12,8 +12,8 @@ use crate::analysis::{
     headline_text, in_backward_pass, made_by_caching_allocator, tensors_stopped_midway, ByStack, FramesShown, Moment,
     ProcessIndex, Summary, TraceIndex, BACKWARD_PASS, NO_STACK,
 };
-use crate::outputs::wording::device_label;
-use crate::outputs::wording::stack_names;
+use crate::wording::device_label;
+use crate::wording::stack_names;
 use std::collections::BTreeMap;
 
 /// The frame that holds the bytes PyTorch reserved but put in no tensor.

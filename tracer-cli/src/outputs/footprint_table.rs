@@ -4,11 +4,11 @@
 //! `outputs::json::footprint_object`). Each column
 //! says which reading its driver-used figure stands on.
 
-use super::wording::bytes;
-use super::wording::{limit_text, note_text};
 use crate::analysis::Category;
 use crate::analysis::{Breakdown, DeviceFootprint, ProcessIndex, ReferenceSource, TensorStats};
-use crate::outputs::wording::category_name;
+use crate::wording::bytes;
+use crate::wording::category_name;
+use crate::wording::{limit_text, note_text};
 
 /// Owners shown by name; the rest are summed into one row.
 const OWNERS_SHOWN: usize = 8;

@@ -3,7 +3,7 @@
 //! first; as text or as JSON.
 
 use crate::analysis::{compare, Growth, RunFigures};
-use crate::outputs::wording::bytes;
+use crate::wording::bytes;
 use std::path::Path;
 
 /// Rows of a table shown in text, unless every row is asked for.

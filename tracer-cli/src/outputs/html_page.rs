@@ -19,15 +19,15 @@ mod html_text;
 mod owner_chart;
 mod rank_charts;
 
-use super::wording::{silent_children_line, unrecorded_line};
 use crate::analysis::{growing_sites, silent_children, FramesShown, ProcessIndex, ProcessSummary, Summary, TraceIndex};
 use crate::analysis::{StepCounts, UnreadBlock};
 use crate::outputs::steps_text;
-use crate::outputs::wording::device_label;
-use crate::outputs::wording::oom_lines;
-use crate::outputs::wording::switch_lines;
-use crate::outputs::wording::{bytes, count, oom_state_not_kept, torch_bytes_text};
 use crate::system::progress::Progress;
+use crate::wording::device_label;
+use crate::wording::oom_lines;
+use crate::wording::switch_lines;
+use crate::wording::{bytes, count, oom_state_not_kept, torch_bytes_text};
+use crate::wording::{silent_children_line, unrecorded_line};
 use call_site_tables::{sites_table, stack_html, tensors_html};
 use chart_drawing::chart_html;
 use chart_filling::{ChartsFilling, PageCharts};
@@ -111,7 +111,7 @@ fn incomplete_html(index: &TraceIndex, summary: &Summary) -> String {
     if let Some(line) = switch_lines::paused_line(index) {
         let _ = writeln!(out, "<p><b>Paused:</b> {}.</p>", escape(&line));
     }
-    if let Some(line) = crate::outputs::wording::fold_lines::detail_span(index) {
+    if let Some(line) = crate::wording::fold_lines::detail_span(index) {
         let _ = writeln!(out, "<p><b>Folded:</b> {}.</p>", escape(&line));
     }
     out
@@ -130,8 +130,8 @@ fn limit_html(index: &TraceIndex, summary: &Summary) -> String {
             out,
             "<li>pid {}, {}: {}</li>",
             index.processes[verdict.process].start.pid,
-            escape(&crate::outputs::wording::device_label(verdict.device)),
-            escape(&crate::outputs::wording::limit_lines::verdict_line(index, verdict))
+            escape(&crate::wording::device_label(verdict.device)),
+            escape(&crate::wording::limit_lines::verdict_line(index, verdict))
         );
     }
     out += "</ul>\n";
@@ -172,7 +172,7 @@ fn processes_html(index: &TraceIndex, summary: &Summary) -> String {
     let mut out = String::from("<h2>Processes</h2>\n<table><tr><th>pid</th><th>parent</th><th>image</th><th>command</th><th>exit</th><th>events</th></tr>\n");
     for (info, process) in index.processes.iter().zip(&summary.processes) {
         let s = &info.start;
-        let exit = escape(&crate::outputs::wording::image_end_text(info.end.as_ref()));
+        let exit = escape(&crate::wording::image_end_text(info.end.as_ref()));
         let _ = writeln!(
             out,
             "<tr><td>{}</td><td>{}</td><td>{}</td><td><code>{}</code></td><td>{}</td><td class=\"num\">{}</td></tr>",
@@ -349,7 +349,7 @@ fn notes_html(index: &TraceIndex, summary: &Summary) -> String {
     for (info, footprints) in index.processes.iter().zip(&summary.footprints) {
         for footprint in footprints {
             for note in &footprint.notes {
-                let note = super::wording::note_text(note);
+                let note = crate::wording::note_text(note);
                 notes.push(format!("pid {}, device {}: {note}", info.start.pid, footprint.device));
             }
         }

@@ -15,13 +15,12 @@ pub mod pickle;
 pub mod report_text;
 pub mod steps_text;
 pub mod torch_snapshot;
-pub mod wording;
 
 use crate::analysis::TraceIndex;
 use crate::analysis::UnreadBlock;
-use crate::outputs::wording::{bytes, count};
 use crate::system::terminal::say;
-use wording::{damage_text, unread_block_text};
+use crate::wording::{bytes, count};
+use crate::wording::{damage_text, unread_block_text};
 
 /// Autograd nodes named in a backward pass's line; the rest are counted.
 const PARTS_NAMED: usize = 5;
@@ -69,7 +68,7 @@ pub fn say_what_the_trace_lacks(index: &TraceIndex, stream_errors: &[UnreadBlock
             "cudatrace: {path} has no footer: it is still being written, or its writer was stopped"
         ));
     }
-    if let Some(line) = wording::fold_lines::detail_span(index) {
+    if let Some(line) = crate::wording::fold_lines::detail_span(index) {
         say(&format!("cudatrace: {path}: {line}"));
     }
     if !index.unrecorded.is_empty() {

@@ -16,8 +16,8 @@ use crate::analysis::{TraceIndex, UnreadBlock, Window};
 use crate::outputs::perfetto_scene::{
     self, slice_name, Canvas, Counter, Ending, Mark, Process, ProcessStart, Refusal, SliceBegin, SliceEnd,
 };
-use crate::outputs::wording::frame_text;
 use crate::system::progress::Progress;
+use crate::wording::frame_text;
 use foldhash::HashMap;
 use std::io::{self, Write};
 

@@ -27,8 +27,8 @@ use crate::analysis::{
     Allocation, Change, Consumer, DeviceKey, Frame, ProcessIndex, ProcessMemory, ProcessSummary, Replay, Step,
     TraceIndex, Window,
 };
-use crate::outputs::wording::{bytes, device_label};
 use crate::system::progress::Progress;
+use crate::wording::{bytes, device_label};
 use cudatrace_events::{Api, Event, Op};
 use foldhash::HashMap;
 use lanes::{Lane, Lanes, Place};

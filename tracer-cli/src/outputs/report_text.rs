@@ -5,14 +5,14 @@ use crate::analysis::{
     FramesShown, HeldAtOom, ProcessIndex, ProcessSummary, RankTable, Summary, TraceIndex, NO_STACK,
 };
 use crate::outputs::steps_text;
-use crate::outputs::wording::device_label;
-use crate::outputs::wording::fold_lines;
-use crate::outputs::wording::limit_lines;
-use crate::outputs::wording::oom_lines;
-use crate::outputs::wording::rank_lines;
-use crate::outputs::wording::stack_texts;
-use crate::outputs::wording::switch_lines;
-use crate::outputs::wording::{bytes, count, tensor_status_line, torch_bytes_text, unrecorded_process_text};
+use crate::wording::device_label;
+use crate::wording::fold_lines;
+use crate::wording::limit_lines;
+use crate::wording::oom_lines;
+use crate::wording::rank_lines;
+use crate::wording::stack_texts;
+use crate::wording::switch_lines;
+use crate::wording::{bytes, count, tensor_status_line, torch_bytes_text, unrecorded_process_text};
 use cudatrace_trace::ProcessEnd;
 
 /// Live allocations the text report lists per device, largest first.
@@ -86,9 +86,7 @@ pub fn report(index: &TraceIndex, summary: &Summary, frames: FramesShown) -> Str
         }
     }
     let unnamed = crate::analysis::unnamed_children(&index.unrecorded);
-    if let Some(line) =
-        crate::outputs::wording::silent_children_line(&crate::analysis::silent_children(index), &unnamed)
-    {
+    if let Some(line) = crate::wording::silent_children_line(&crate::analysis::silent_children(index), &unnamed) {
         out += &format!("\n{line}\n");
     }
     out
@@ -97,7 +95,7 @@ pub fn report(index: &TraceIndex, summary: &Summary, frames: FramesShown) -> Str
 fn process_text(index: &TraceIndex, info: &ProcessIndex, process: &ProcessSummary, frames: FramesShown) -> String {
     let start = &info.start;
     let end = info.end.clone().unwrap_or_default();
-    let exit = crate::outputs::wording::image_end_text(info.end.as_ref());
+    let exit = crate::wording::image_end_text(info.end.as_ref());
     let mut out = format!(
         "\npid {} (parent {}){} {} — {exit}\n",
         start.pid,

@@ -8,7 +8,7 @@
 //! each, with their ranges of figures.
 
 use crate::analysis::{DeviceKey, GrowingSite, Measured, ProcessSummary, StepRecord, Steps, TraceIndex, FEWEST_RISES};
-use crate::outputs::wording::{bytes, count, device_label, duration, signed_bytes};
+use crate::wording::{bytes, count, device_label, duration, signed_bytes};
 use std::collections::BTreeSet;
 
 /// Steps shown at each end of a long table.

@@ -245,7 +245,7 @@ impl Staged {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::outputs::wording::write_failure_text as words;
+    use crate::wording::write_failure_text as words;
 
     fn scratch(label: &str) -> PathBuf {
         let dir = std::env::temp_dir().join(format!("cudatrace-output-{label}-{}", std::process::id()));

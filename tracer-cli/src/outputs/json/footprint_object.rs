@@ -2,7 +2,7 @@
 //! `footprint` in `cudatrace report --json`.
 
 use crate::analysis::{Breakdown, DeviceFootprint};
-use crate::outputs::wording::note_text;
+use crate::wording::note_text;
 use serde_json::{json, Value};
 
 fn breakdown_json(breakdown: &Breakdown) -> Value {

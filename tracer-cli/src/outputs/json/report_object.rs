@@ -5,8 +5,8 @@ use crate::analysis::{
     growing_sites, largest_call_sites, tensors_stopped_midway, ByStack, Frame, Measured, ProcessIndex, ProcessSummary,
     RankTable, Summary, TraceIndex,
 };
-use crate::outputs::wording::damage_text;
-use crate::outputs::wording::tensor_status_line;
+use crate::wording::damage_text;
+use crate::wording::tensor_status_line;
 use serde_json::{json, Value};
 
 /// A source frame as JSON.
@@ -406,7 +406,7 @@ fn memory_limit_json(index: &TraceIndex, summary: &Summary) -> Value {
                 },
                 "failed_library": verdict.failed_library,
                 "kept_alone": verdict.kept_alone.map(cudatrace_events::measures::limit_ledger::reason),
-                "verdict": crate::outputs::wording::limit_lines::verdict_line(index, verdict),
+                "verdict": crate::wording::limit_lines::verdict_line(index, verdict),
                 "peak_bytes": verdict.peak_bytes,
                 "peak_s": seconds(verdict.peak_time_ns),
                 "peak_parts": verdict.peak_parts.iter().map(|(name, bytes)| json!({"name": name, "bytes": bytes})).collect::<Vec<_>>(),

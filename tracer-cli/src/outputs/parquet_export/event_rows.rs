@@ -15,7 +15,7 @@ use super::events_file::{EventsFile, Row, RowAction, Source};
 use crate::analysis::{
     call_site_id, owner_of, site_key_of, site_name, Allocation, Change, Consumer, FramesShown, Step, TraceIndex,
 };
-use crate::outputs::wording::stack_texts;
+use crate::wording::stack_texts;
 use cudatrace_events::tensors::{action_of, Action};
 use cudatrace_events::Event;
 use foldhash::HashMap;

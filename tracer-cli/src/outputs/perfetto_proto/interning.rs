@@ -7,7 +7,7 @@
 use super::messages::{Callstack, InternedData, InternedString, NamedEntry, StackFrame};
 use crate::analysis::Allocation;
 use crate::outputs::perfetto_scene::{slice_name, Stack};
-use crate::outputs::wording::frame_function_text;
+use crate::wording::frame_function_text;
 use cudatrace_events::Api;
 use foldhash::HashMap;
 use std::hash::Hash;

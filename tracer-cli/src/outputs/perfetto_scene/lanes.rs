@@ -6,7 +6,7 @@
 //! many as the most allocations ever alive at once.
 
 use crate::analysis::{Allocation, DeviceKey};
-use crate::outputs::wording::device_label;
+use crate::wording::device_label;
 use foldhash::HashMap;
 use std::cmp::Reverse;
 use std::collections::BinaryHeap;

@@ -6,7 +6,7 @@
 
 use crate::analysis::Category;
 use crate::analysis::{Change, DeviceFootprint, FootprintTracker, ProcessIndex, TraceIndex, Window};
-use crate::outputs::wording::category_name;
+use crate::wording::category_name;
 use cudatrace_events::{Event, Op};
 use std::collections::HashMap;
 

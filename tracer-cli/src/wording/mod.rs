@@ -5,7 +5,7 @@
 //! (enums, codes, figures); the collector and the commands, above, say what
 //! these modules word. A sentence of one output's format (the report's
 //! headings, the page's captions) lives in that output's writer, beside
-//! its layout, under `outputs/` too.
+//! its layout, under `outputs/`.
 //!
 //! Names that identify a place are data, not sentences: a call site's
 //! headline (`model.py:31 forward`, `autograd backward pass`), an owner
