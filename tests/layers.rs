@@ -1,10 +1,12 @@
 //! The code's structure, checked: no module of any crate imports, at any
 //! depth, from a module that imports it back; in `libcudatrace.so`
-//! (`src/`) and in the `cudatrace` command (`tracer-cli/src`), no layer uses
-//! a layer above it:
+//! (`src/`), in the `cudatrace` command (`tracer-cli/src`) and in the
+//! analysis crate it stands on (`crates/cudatrace-analysis/src`), no layer
+//! uses a layer above it:
 //!
 //! lifecycle → hooks → record → stacks → spool → sys
-//! commands → (collector | outputs) → wording → analysis → symbolize → system
+//! commands → (collector | outputs) → wording → system
+//! analysis → symbolize → system (of the analysis crate)
 //!
 //! Layers in parentheses are peers: they stand side by side on the layers
 //! below them, and neither imports the other.
@@ -31,14 +33,11 @@ const LAYERS: &[&[&str]] = &[
 /// The layers of `tracer-cli/src`, lowest first; each a list of peers: the
 /// collector and the outputs both stand on the wording, and neither uses
 /// the other.
-const COMMAND_LAYERS: &[&[&str]] = &[
-    &["system"],
-    &["symbolize"],
-    &["analysis"],
-    &["wording"],
-    &["outputs", "collector"],
-    &["commands"],
-];
+const COMMAND_LAYERS: &[&[&str]] = &[&["system"], &["wording"], &["outputs", "collector"], &["commands"]];
+
+/// The layers of the analysis crate, lowest first. The command line stands
+/// on the whole crate; Cargo keeps the crate from using the command line.
+const ANALYSIS_LAYERS: &[&[&str]] = &[&["system"], &["symbolize"], &["analysis"]];
 
 /// Every crate of the workspace: their modules must not import each other
 /// in a circle.
@@ -46,6 +45,7 @@ const CRATES: &[&str] = &[
     "src",
     "crates/cudatrace-events/src",
     "crates/cudatrace-trace/src",
+    "crates/cudatrace-analysis/src",
     "tracer-cli/src",
     "tests/fake-cuda/src",
 ];
@@ -358,16 +358,46 @@ fn no_layer_of_the_command_uses_a_layer_above_it() {
 }
 
 #[test]
+fn no_layer_of_the_analysis_uses_a_layer_above_it() {
+    assert_eq!(
+        upward_imports(&read_crate("crates/cudatrace-analysis/src"), ANALYSIS_LAYERS),
+        Vec::<String>::new(),
+        "imports from a layer above"
+    );
+}
+
+/// The analysis is a library of its own, for other front ends too: it
+/// names nothing of the command line, in its code or its manifest.
+#[test]
+fn the_analysis_crate_knows_nothing_of_the_command_line() {
+    let root = Path::new(env!("CARGO_MANIFEST_DIR")).join("crates/cudatrace-analysis");
+    let mut files = vec![root.join("Cargo.toml")];
+    rust_files(&root.join("src"), &mut files);
+    let naming: Vec<String> = files
+        .iter()
+        .filter(|file| {
+            let text = std::fs::read_to_string(file).unwrap();
+            text.contains("cudatrace_cli") || text.contains("cudatrace-cli") || text.contains("tracer-cli")
+        })
+        .map(|file| file.strip_prefix(&root).unwrap().display().to_string())
+        .collect();
+    assert_eq!(naming, Vec::<String>::new(), "files that name the command line");
+}
+
+/// Nor do two files of the command and of the analysis it stands on.
+#[test]
 fn no_two_files_of_the_command_share_a_name() {
-    let root = Path::new(env!("CARGO_MANIFEST_DIR")).join("tracer-cli/src");
-    let mut files = Vec::new();
-    rust_files(&root, &mut files);
+    let workspace = Path::new(env!("CARGO_MANIFEST_DIR"));
     let mut seen: BTreeMap<String, Vec<String>> = BTreeMap::new();
-    for file in &files {
-        let name = file.file_name().unwrap().to_string_lossy().into_owned();
-        if name != "mod.rs" {
-            let path = file.strip_prefix(&root).unwrap().display().to_string();
-            seen.entry(name).or_default().push(path);
+    for dir in ["tracer-cli/src", "crates/cudatrace-analysis/src"] {
+        let mut files = Vec::new();
+        rust_files(&workspace.join(dir), &mut files);
+        for file in &files {
+            let name = file.file_name().unwrap().to_string_lossy().into_owned();
+            if !matches!(name.as_str(), "mod.rs" | "lib.rs" | "main.rs") {
+                let path = file.strip_prefix(workspace).unwrap().display().to_string();
+                seen.entry(name).or_default().push(path);
+            }
         }
     }
     let shared: Vec<String> = seen

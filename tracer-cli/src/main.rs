@@ -9,9 +9,12 @@
 //! | [`commands`] | one module per subcommand: its arguments, the calls below, what it says on stderr |
 //! | [`collector`] and [`outputs`] | following live spools into a trace while a tree runs, and merging what a stopped collector left; beside it, one writer per format (report text and JSON, snapshot pickles, Perfetto protobuf and JSON, the HTML page, folded stacks, diff tables, Parquet) |
 //! | [`wording`] | the words every sentence is made of: what the commands and the collector say, and the words several outputs share |
-//! | [`analysis`] | the trace model and the one replay engine every output and analysis is a consumer of |
-//! | [`symbolize`] | native symbols and Python line tables, once a run is collected |
-//! | [`system`] | the terminal, progress bars, files written safely, failures and their exit codes, system error names |
+//! | [`system`] | the terminal, files written safely, failures and their exit codes, system error names, the traced jobs and their switches |
+//!
+//! Below them all stands the crate [`cudatrace_analysis`]: the trace model,
+//! the one replay engine every output and analysis is a consumer of, and the
+//! symbolization of a collected run's stacks (with the progress bar of a
+//! pass over a trace).
 //!
 //! The subcommands:
 //! - `run` runs a command with `libcudatrace.so` preloaded and collects every
@@ -24,11 +27,9 @@
 //! - `diff` compares two traces;
 //! - `export` writes traces as Parquet, for queries across many ranks.
 
-mod analysis;
 mod collector;
 mod commands;
 mod outputs;
-mod symbolize;
 mod system;
 mod wording;
 

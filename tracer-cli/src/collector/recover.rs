@@ -113,7 +113,7 @@ struct Output<'a> {
     destination: &'a Path,
     summary: Summary,
     next_index: u32,
-    stacks: crate::symbolize::StackCatalog,
+    stacks: cudatrace_analysis::StackCatalog,
 }
 
 impl Output<'_> {

@@ -7,9 +7,9 @@ use super::collection_summary::Summary;
 use super::fold_schedule::FoldSchedule;
 use super::host::realtime_ns;
 use crate::collector::spool_tail::Release;
-use crate::symbolize::StackCatalog;
 use crate::wording::collector_lines;
 use crossbeam_channel::{Receiver, RecvTimeoutError};
+use cudatrace_analysis::StackCatalog;
 use cudatrace_events::Event;
 use cudatrace_trace::{
     DamagedSpool, Footer, ProcessEnd, ProcessStart, Record, Refusal, TraceWriter, UnrecordedProcess,

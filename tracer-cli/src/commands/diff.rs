@@ -1,13 +1,13 @@
 //! `cudatrace diff`: what grew between two runs or commits, by call site
 //! and by owner.
 
-use crate::analysis::{RunFigures, Step, Summary};
 use crate::commands::arguments::DiffArgs;
 use crate::outputs;
 use crate::system::failure::Failure;
-use crate::system::progress::Progress;
 use crate::system::terminal::{say, Stdout};
 use crate::wording::{category_name, said, switch_lines};
+use cudatrace_analysis::Progress;
+use cudatrace_analysis::{RunFigures, Step, Summary};
 
 /// `cudatrace diff`; 1 if either trace is damaged.
 pub fn command(args: DiffArgs) -> Result<u8, Failure> {

@@ -75,7 +75,7 @@ pub fn command(args: DumpArgs) -> Result<u8, Failure> {
     }
     let mut out = Stdout::new();
     for path in &files {
-        crate::analysis::check_regular_file(path).map_err(|what| not_regular_text(path, what))?;
+        cudatrace_analysis::check_regular_file(path).map_err(|what| not_regular_text(path, what))?;
         let image = naming::parse_spool_file_name(path).map_or(0, |(_, image)| image);
         let start = first_bytes(path);
         if start == cudatrace_trace::MAGIC {

@@ -2,8 +2,8 @@
 //! by call site, by PyTorch tensor call site and by owner, largest growth
 //! first; as text or as JSON.
 
-use crate::analysis::{compare, Growth, RunFigures};
 use crate::wording::bytes;
+use cudatrace_analysis::{compare, Growth, RunFigures};
 use std::path::Path;
 
 /// Rows of a table shown in text, unless every row is asked for.

@@ -19,10 +19,7 @@ mod html_text;
 mod owner_chart;
 mod rank_charts;
 
-use crate::analysis::{growing_sites, silent_children, FramesShown, ProcessIndex, ProcessSummary, Summary, TraceIndex};
-use crate::analysis::{StepCounts, UnreadBlock};
 use crate::outputs::steps_text;
-use crate::system::progress::Progress;
 use crate::wording::device_label;
 use crate::wording::oom_lines;
 use crate::wording::switch_lines;
@@ -31,6 +28,11 @@ use crate::wording::{silent_children_line, unrecorded_line};
 use call_site_tables::{sites_table, stack_html, tensors_html};
 use chart_drawing::chart_html;
 use chart_filling::{ChartsFilling, PageCharts};
+use cudatrace_analysis::Progress;
+use cudatrace_analysis::{
+    growing_sites, silent_children, FramesShown, ProcessIndex, ProcessSummary, Summary, TraceIndex,
+};
+use cudatrace_analysis::{StepCounts, UnreadBlock};
 use html_text::escape;
 use std::fmt::Write as _;
 
@@ -120,7 +122,7 @@ fn incomplete_html(index: &TraceIndex, summary: &Summary) -> String {
 /// The memory limit's verdict (`run --limit`), as the text report opens
 /// with it; nothing when the job ran without a limit.
 fn limit_html(index: &TraceIndex, summary: &Summary) -> String {
-    let verdicts = crate::analysis::limit_verdicts(index, summary);
+    let verdicts = cudatrace_analysis::limit_verdicts(index, summary);
     if verdicts.is_empty() {
         return String::new();
     }
@@ -196,7 +198,7 @@ fn footprints_html(index: &TraceIndex, summary: &Summary, charts: &PageCharts) -
             let tensors = summary.processes[process]
                 .tensors
                 .devices
-                .get(&crate::analysis::DeviceKey::Gpu(footprint.device));
+                .get(&cudatrace_analysis::DeviceKey::Gpu(footprint.device));
             let _ = writeln!(
                 out,
                 "<h2>Where the memory went: pid {}, {}</h2>",
@@ -342,7 +344,7 @@ fn notes_html(index: &TraceIndex, summary: &Summary) -> String {
     let mut notes = Vec::new();
     if let Some(line) = silent_children_line(
         &silent_children(index),
-        &crate::analysis::unnamed_children(&index.unrecorded),
+        &cudatrace_analysis::unnamed_children(&index.unrecorded),
     ) {
         notes.push(line);
     }

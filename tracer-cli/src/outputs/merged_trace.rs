@@ -29,7 +29,7 @@
 //! that holds it already) is refused before anything is written; then to
 //! copy it.
 
-use crate::analysis::{MergeSummary, ProcessImage};
+use cudatrace_analysis::{MergeSummary, ProcessImage};
 use cudatrace_trace::relabel::{highest_string_id, monotonic_times_mut, process_of, renumber, shift_times};
 use cudatrace_trace::{Damage, Footer, Header, Record, TraceReader, TraceWriter, FORMAT_VERSION};
 use std::collections::HashMap;

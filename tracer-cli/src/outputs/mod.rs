@@ -1,5 +1,5 @@
 //! One module per output of a trace. Each reads the same [`TraceIndex`]
-//! and replays the same events (see [`crate::analysis`]), so all agree.
+//! and replays the same events (see [`cudatrace_analysis`]), so all agree.
 
 pub mod folded_stacks;
 pub mod footprint_table;
@@ -16,11 +16,11 @@ pub mod report_text;
 pub mod steps_text;
 pub mod torch_snapshot;
 
-use crate::analysis::TraceIndex;
-use crate::analysis::UnreadBlock;
 use crate::system::terminal::say;
 use crate::wording::{bytes, count};
 use crate::wording::{damage_text, unread_block_text};
+use cudatrace_analysis::TraceIndex;
+use cudatrace_analysis::UnreadBlock;
 
 /// Autograd nodes named in a backward pass's line; the rest are counted.
 const PARTS_NAMED: usize = 5;

@@ -3,7 +3,7 @@
 //!
 //! `events.parquet`, one row per allocation, free, tensor allocation,
 //! tensor free and out-of-memory failure of every input trace, in the
-//! order of each trace's replay (see [`crate::analysis`]), written in row
+//! order of each trace's replay (see [`cudatrace_analysis`]), written in row
 //! groups of a million rows, so that memory stays one row group's however
 //! many events the traces hold. Its columns ([`schemas::EVENT_COLUMNS`]):
 //!
@@ -28,16 +28,16 @@
 //!
 //! `call_sites.parquet`, one row per distinct call site of all inputs
 //! ([`call_site_table`]). A call site's id is the same in every trace
-//! ([`crate::analysis::call_site_id`]).
+//! ([`cudatrace_analysis::call_site_id`]).
 
 mod call_site_table;
 mod event_rows;
 mod events_file;
 mod schemas;
 
-use crate::analysis::{Replay, TraceIndex, UnreadBlock};
-use crate::system::progress::Progress;
 use call_site_table::CallSiteTable;
+use cudatrace_analysis::Progress;
+use cudatrace_analysis::{Replay, TraceIndex, UnreadBlock};
 use event_rows::TraceRows;
 use events_file::EventsFile;
 use parquet::errors::Result;

@@ -27,11 +27,11 @@ mod riding_counters;
 mod sequence;
 mod tracks;
 
-use crate::analysis::{TraceIndex, UnreadBlock, Window};
 use crate::outputs::perfetto_scene::{
     self, Canvas, Counter, Ending, Mark, Process, ProcessStart, Refusal, SliceBegin, SliceEnd,
 };
-use crate::system::progress::Progress;
+use cudatrace_analysis::Progress;
+use cudatrace_analysis::{TraceIndex, UnreadBlock, Window};
 use interning::Interner;
 use messages::{
     DebugAnnotation, TracePacket, TrackDescriptor, TrackEvent, TYPE_INSTANT, TYPE_SLICE_BEGIN, TYPE_SLICE_END,

@@ -22,13 +22,13 @@
 pub mod lanes;
 pub mod owner_tracks;
 
-use crate::analysis::UnreadBlock;
-use crate::analysis::{
+use crate::wording::{bytes, device_label};
+use cudatrace_analysis::Progress;
+use cudatrace_analysis::UnreadBlock;
+use cudatrace_analysis::{
     Allocation, Change, Consumer, DeviceKey, Frame, ProcessIndex, ProcessMemory, ProcessSummary, Replay, Step,
     TraceIndex, Window,
 };
-use crate::system::progress::Progress;
-use crate::wording::{bytes, device_label};
 use cudatrace_events::{Api, Event, Op};
 use foldhash::HashMap;
 use lanes::{Lane, Lanes, Place};
@@ -366,7 +366,7 @@ impl<'a, C: Canvas> Scene<'a, '_, C> {
 
     /// A mark where recording was paused and where it resumed.
     fn paused_spans(&mut self) -> io::Result<()> {
-        for span in crate::analysis::paused_spans(self.index) {
+        for span in cudatrace_analysis::paused_spans(self.index) {
             let ends = [
                 (Some(span.start_ns), "recording paused"),
                 (span.end_ns, "recording resumed"),

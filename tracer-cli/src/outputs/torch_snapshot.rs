@@ -21,8 +21,8 @@ mod snapshot_file;
 mod torch_blocks;
 mod viewer_state;
 
-use crate::analysis::{ProcessMemory, Replay, TraceIndex, UnreadBlock, Window};
-use crate::system::progress::Progress;
+use cudatrace_analysis::Progress;
+use cudatrace_analysis::{ProcessMemory, Replay, TraceIndex, UnreadBlock, Window};
 use entries::{claim_torch_segments, count_entries, EntryWriter};
 pub use fragment::Memo;
 use process_snapshot::LeftOut;

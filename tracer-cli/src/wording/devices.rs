@@ -1,6 +1,6 @@
 //! A device's label, and the names of the driver's categories of its memory.
 
-use crate::analysis::{Category, DeviceKey};
+use cudatrace_analysis::{Category, DeviceKey};
 
 /// `GPU 0`, or `unknown device`.
 pub fn device_label(device: DeviceKey) -> String {

@@ -2,7 +2,7 @@
 //! show in full detail.
 
 use super::numbers::{count, duration};
-use crate::analysis::TraceIndex;
+use cudatrace_analysis::TraceIndex;
 
 /// "detail from 2 h 41 min to the end (3 h 02 min); before that,
 /// summaries (...)"; `None` for a trace never folded.

@@ -2,7 +2,7 @@
 //! caveats on a device's figures.
 
 use super::numbers::bytes;
-use crate::analysis::FootprintNote;
+use cudatrace_analysis::FootprintNote;
 use cudatrace_events::measures::limit;
 
 /// The name a report gives a limit, with its value.

@@ -4,7 +4,7 @@
 use super::devices::device_label;
 use super::image_end::status_text;
 use super::numbers::{bytes, count};
-use crate::analysis::{site_name, LimitOutcome, LimitVerdict, Oom, ProcessEnding, TraceIndex};
+use cudatrace_analysis::{site_name, LimitOutcome, LimitVerdict, Oom, ProcessEnding, TraceIndex};
 
 /// Parts of a peak named on its line; the rest are in `report --json`.
 const PARTS_NAMED: usize = 4;
@@ -151,7 +151,7 @@ fn asked_text(verdict: &LimitVerdict, oom: &Oom) -> String {
 /// stack was recorded (`--stacks none`, a paused job), it says so.
 fn at_site(site: &str, failures: usize) -> String {
     let which = if failures == 1 { "" } else { "the first " };
-    if site == crate::analysis::NO_STACK || site == crate::analysis::PAUSED_SITE {
+    if site == cudatrace_analysis::NO_STACK || site == cudatrace_analysis::PAUSED_SITE {
         format!("{which}with no call stack recorded")
     } else {
         format!("{which}at {site}")

@@ -3,7 +3,7 @@
 
 use super::numbers::{count, duration};
 use super::trace_damage::damage_text;
-use crate::analysis::{MergeSummary, ProcessImage};
+use cudatrace_analysis::{MergeSummary, ProcessImage};
 use std::path::{Path, PathBuf};
 
 /// The same file given as an input and as the output.

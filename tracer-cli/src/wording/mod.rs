@@ -1,9 +1,9 @@
 //! Every sentence the command line says that is not part of one output's
 //! own format: what each command and the collector say on stderr, why they
-//! fail, and the words several outputs share. The layers below (analysis,
-//! symbolization, system) and the events and trace crates return data
-//! (enums, codes, figures); the collector and the commands, above, say what
-//! these modules word. A sentence of one output's format (the report's
+//! fail, and the words several outputs share. What stands below (the
+//! `system` layer, and the analysis, events and trace crates) returns data
+//! (enums, codes, figures); the collector, the outputs and the commands,
+//! above, say what these modules word. A sentence of one output's format (the report's
 //! headings, the page's captions) lives in that output's writer, beside
 //! its layout, under `outputs/`.
 //!

@@ -6,7 +6,7 @@
 use super::devices::device_label;
 use super::numbers::{bytes, count, duration};
 use super::rank_lines::place_text;
-use crate::analysis::{site_name, Oom, Summary, TraceIndex, NO_STACK, PAUSED_SITE};
+use cudatrace_analysis::{site_name, Oom, Summary, TraceIndex, NO_STACK, PAUSED_SITE};
 
 /// Failures listed where the report opens; the rest are counted (each
 /// process's section details its own, and `report --json` has them all).

@@ -2,7 +2,7 @@
 //! `flamegraph`, `dump`, `export`) say on stderr, and why they fail.
 
 use super::numbers::{bytes, count};
-use crate::analysis::DeviceKey;
+use cudatrace_analysis::DeviceKey;
 use std::fmt::Display;
 use std::path::Path;
 

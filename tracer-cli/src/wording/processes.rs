@@ -2,7 +2,7 @@
 //! spool, in words: the lines every output uses.
 
 use super::numbers::count;
-use crate::analysis::{unrecorded_count, SilentChild};
+use cudatrace_analysis::{unrecorded_count, SilentChild};
 use cudatrace_trace::UnrecordedProcess;
 use std::collections::BTreeMap;
 

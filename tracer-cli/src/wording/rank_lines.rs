@@ -3,7 +3,7 @@
 //! rank that stands out.
 
 use super::numbers::{bytes, duration};
-use crate::analysis::{RankRow, RankTable, OUTLIER_BYTES, OUTLIER_PERCENT};
+use cudatrace_analysis::{RankRow, RankTable, OUTLIER_BYTES, OUTLIER_PERCENT};
 use cudatrace_events::ProcessPlace;
 
 /// What a process is called in the table: its rank where it has one,

@@ -2,7 +2,7 @@
 //! and how outputs name a span of a run whose recording was paused.
 
 use super::numbers::{count, shell_quoted};
-use crate::analysis::{paused_spans, TraceIndex, PAUSED_SITE};
+use cudatrace_analysis::{paused_spans, TraceIndex, PAUSED_SITE};
 use cudatrace_events::recording_switch::SwitchState;
 use std::fmt::Display;
 use std::path::Path;

@@ -2,7 +2,7 @@
 //! tensor-status records and its count of tensor actions.
 
 use super::numbers::{bytes, count};
-use crate::analysis::{ProcessIndex, TensorBytes, OOM_STATES_KEPT};
+use cudatrace_analysis::{ProcessIndex, TensorBytes, OOM_STATES_KEPT};
 use cudatrace_events::tensors::{reason, status, version_text};
 
 /// One line on the process's tensors, or `None` when PyTorch's allocator

@@ -1,7 +1,7 @@
 //! What is wrong with a trace file, in words: a damaged frame, a trace that
 //! cannot be read at all, a block that changed while it was read.
 
-use crate::analysis::{NotRegular, UnreadBlock, UnreadableTrace};
+use cudatrace_analysis::{NotRegular, UnreadBlock, UnreadableTrace};
 use cudatrace_trace::{Damage, Malformed, Problem};
 
 /// "at byte N: what was wrong".

@@ -387,7 +387,7 @@ pub enum Boundaries {
 /// `cudatrace_trace::StepsState`) goes on with the fold's marker, counted
 /// over the events after the fold. (The commands count while they read
 /// the index, with [`StepCounts::for_whole_trace`]; the tests compare.)
-#[cfg(test)]
+#[cfg(any(test, feature = "testing"))]
 pub fn find_boundaries(index: &TraceIndex, progress: &Progress) -> Vec<Option<Boundaries>> {
     boundaries(index, progress, None).0
 }

@@ -74,7 +74,7 @@ pub struct AtCut {
 impl ProcessSummary {
     /// Applies one event: replays it into [`ProcessSummary::memory`] and
     /// counts what it changed (the tests' replay of a few events).
-    #[cfg(test)]
+    #[cfg(any(test, feature = "testing"))]
     pub fn apply(&mut self, event: &Event, changes: &mut Vec<Change>) {
         changes.clear();
         self.memory.apply(event, changes);
@@ -323,7 +323,7 @@ impl Summary {
     /// process's steps (or low points) for its growth. The commands count
     /// what the step finder needs while they read the index
     /// ([`Summary::build_counted`]); the tests check the two agree.
-    #[cfg(test)]
+    #[cfg(any(test, feature = "testing"))]
     pub fn build(index: &TraceIndex, progress: &Progress) -> Summary {
         let boundaries = super::step_finding::find_boundaries(index, &Progress::new("finding steps", index.events));
         Summary::replay(index, progress, boundaries, &mut |_: &Step| {})

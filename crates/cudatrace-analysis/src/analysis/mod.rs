@@ -38,8 +38,8 @@ mod steps;
 mod summary;
 mod tensor_status;
 mod tensor_summary;
-#[cfg(test)]
-pub(crate) mod test_events;
+#[cfg(any(test, feature = "testing"))]
+pub mod test_events;
 mod trace_index;
 mod unreadable;
 mod window;
@@ -70,7 +70,7 @@ pub use retention::{Kept, RetentionPass};
 pub use silent_children::{silent_children, unnamed_children, unrecorded_count, SilentChild};
 pub use site_id::call_site_id;
 pub use stack_frames::Frame;
-#[cfg(test)]
+#[cfg(any(test, feature = "testing"))]
 pub use step_finding::find_boundaries;
 pub use step_finding::{find_boundaries_so_far, Boundaries, StepCounts};
 pub use steps::{StepRecord, Steps};
