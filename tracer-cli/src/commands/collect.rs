@@ -54,7 +54,7 @@ fn detach() -> Result<(), String> {
 }
 
 /// Collects; returns the exit code.
-pub fn collect(args: CollectArgs) -> Result<u8, Failure> {
+pub fn command(args: CollectArgs) -> Result<u8, Failure> {
     spool_dir::check_owned(&args.dir)?;
     if args.detach {
         return collect_tree(args);

@@ -24,8 +24,8 @@ use arguments::Command;
 /// Runs one subcommand; its exit code, or why it failed.
 pub fn dispatch(command: Command) -> Result<u8, Failure> {
     match command {
-        Command::Run(args) => run::run(args),
-        Command::Collect(args) => collect::collect(args),
+        Command::Run(args) => run::command(args),
+        Command::Collect(args) => collect::command(args),
         Command::Report(args) => report::command(args),
         Command::Dump(args) => dump::command(args),
         Command::Snapshot(args) => snapshot::command(args),

@@ -221,7 +221,7 @@ fn trace_environment(command: &mut Command, preload: PathBuf, run_dir: &Path, ar
 }
 
 /// Runs the command; returns the exit code cudatrace should exit with.
-pub fn run(args: RunArgs) -> Result<u8, Failure> {
+pub fn command(args: RunArgs) -> Result<u8, Failure> {
     install_signal_forwarding();
     let cap = super::max_size::trace_cap(args.max_size)?;
     let limit = memory_limit(&args)?;
