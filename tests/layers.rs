@@ -408,6 +408,63 @@ fn no_two_files_of_the_command_share_a_name() {
     assert_eq!(shared, Vec::<String>::new(), "files that share a name");
 }
 
+/// What a `mod.rs` may hold besides comments: module declarations,
+/// re-exports and their attributes. Its logic lives in named files beside it.
+fn lines_not_declaring(code: &str) -> Vec<String> {
+    let mut other = Vec::new();
+    let mut in_use = false;
+    for line in code.lines().map(str::trim).filter(|line| !line.is_empty()) {
+        let declares = [
+            "mod ",
+            "pub mod ",
+            "pub(crate) mod ",
+            "pub use ",
+            "pub(crate) use ",
+            "#[",
+        ]
+        .iter()
+        .any(|start| line.starts_with(start));
+        if !(in_use || declares) {
+            other.push(line.to_owned());
+        }
+        if line.starts_with("pub use ") || line.starts_with("pub(crate) use ") || in_use {
+            in_use = !line.ends_with(';');
+        }
+    }
+    other
+}
+
+/// One convention for a module with parts: `x/mod.rs`, never `x.rs` beside
+/// `x/`, and the `mod.rs` only declares and re-exports.
+#[test]
+fn module_files_only_declare_and_re_export() {
+    let workspace = Path::new(env!("CARGO_MANIFEST_DIR"));
+    let mut found = Vec::new();
+    for dir in ["tracer-cli/src", "crates/cudatrace-analysis/src"] {
+        let mut files = Vec::new();
+        rust_files(&workspace.join(dir), &mut files);
+        for file in &files {
+            let path = file.strip_prefix(workspace).unwrap().display().to_string();
+            if file.with_extension("").is_dir() {
+                found.push(format!("{path} beside its folder"));
+            }
+            if file.file_name().is_some_and(|name| name == "mod.rs") {
+                let code = code_of(&std::fs::read_to_string(file).unwrap());
+                found.extend(
+                    lines_not_declaring(&code)
+                        .into_iter()
+                        .map(|line| format!("{path}: {line}")),
+                );
+            }
+        }
+    }
+    assert_eq!(found, Vec::<String>::new(), "module files with more than declarations");
+    assert_eq!(
+        lines_not_declaring("mod a;\npub use a::{\n    b,\n    c,\n};\n#[cfg(test)]\npub mod t;\nfn f() {}"),
+        vec!["fn f() {}"]
+    );
+}
+
 /// Where `code` calls one of `macros` (`println!` but not `eprintln!`).
 fn calls_macro(code: &str, macros: &[&str]) -> bool {
     macros.iter().any(|name| {

@@ -1,37 +1,14 @@
-//! PyTorch's memory snapshot: one pickle per process in the format of
-//! `torch.cuda.memory._dump_snapshot()`, for PyTorch's memory visualizer
-//! and `python -m torch.cuda._memory_viz`.
-//!
-//! Its blocks are driver allocations, not tensors: each device, pitched,
-//! managed or stream-ordered allocation is one segment holding one block
-//! that covers it exactly. VMM memory appears as PyTorch's expandable
-//! segments do: each mapped range is a `segment_map` and a block, and the
-//! final segments are the contiguous mapped runs. Pinned host memory, CUDA
-//! arrays and IPC imports have no place in the format and are left out;
-//! the snapshot's `allocator_settings` say what was.
-//!
-//! The final `segments` are the state the trace entries lead to, kept by
-//! [`ViewerState`], so the viewer's backward replay finds every block
-//! inside a segment at every step.
+//! [`make`]: one replay of the trace into a snapshot per process.
 
-mod entries;
-mod fragment;
-mod process_snapshot;
-mod snapshot_file;
-mod torch_blocks;
-mod viewer_state;
-
+use super::entries::{claim_torch_segments, count_entries, EntryWriter};
+use super::fragment::Memo;
+use super::process_snapshot::{LeftOut, ProcessSnapshot};
+use super::viewer_state::ViewerState;
 use cudatrace_analysis::Progress;
 use cudatrace_analysis::{ProcessMemory, Replay, TraceIndex, UnreadBlock, Window};
-use entries::{claim_torch_segments, count_entries, EntryWriter};
-pub use fragment::Memo;
-use process_snapshot::LeftOut;
-pub use process_snapshot::ProcessSnapshot;
-pub use snapshot_file::finish;
 use std::collections::{BTreeMap, HashMap, HashSet};
 use std::io;
 use std::path::{Path, PathBuf};
-use viewer_state::ViewerState;
 
 /// Whether a snapshot of `processes` first claims PyTorch's segments: some
 /// of them recorded tensors.

@@ -1,27 +1,7 @@
-//! What `cudatrace perfetto` draws, whatever the file format: one replay of
-//! the trace that hands each thing to draw, in order, to a [`Canvas`] (the
-//! JSON writer, [`super::perfetto_json`], or the protobuf one,
-//! [`super::perfetto_proto`]).
-//!
-//! - one process per traced process image, named by its argv, with its
-//!   parent and image number as a label;
-//! - per device, a counter of live bytes, the report's figure, and counters
-//!   of where the driver's memory went: one per owning library and one per
-//!   driver category (see [`owner_tracks`]);
-//! - per device where PyTorch's tensors were recorded, its allocated and
-//!   reserved bytes as two counters beside those;
-//! - each allocation's lifetime as a slice named by size and API, on a lane
-//!   of its own while it lives (see [`lanes`]), with its top frames;
-//! - out-of-memory failures as instants on the failing thread; process
-//!   starts (forks and execs) as instants naming the parent;
-//! - where recording was paused and resumed, as marks across the trace.
-//!
-//! The window (`--from`/`--to`) and `--max-events` choose what is drawn;
-//! memory stays proportional to the allocations live at once.
+//! The scene's parts and the replay that draws them on a [`Canvas`].
 
-pub mod lanes;
-pub mod owner_tracks;
-
+use super::lanes::{Lane, Lanes, Place};
+use super::owner_tracks::{Counter, OwnerTracks};
 use crate::wording::{bytes, device_label};
 use cudatrace_analysis::Progress;
 use cudatrace_analysis::UnreadBlock;
@@ -31,9 +11,6 @@ use cudatrace_analysis::{
 };
 use cudatrace_events::{Api, Event, Op};
 use foldhash::HashMap;
-use lanes::{Lane, Lanes, Place};
-pub use owner_tracks::Counter;
-use owner_tracks::OwnerTracks;
 use std::io;
 
 /// Frames of an allocation's stack drawn with its slice, innermost first.

@@ -1,39 +1,21 @@
-//! The HTML report: one self-contained page, viewable with no network.
-//! It opens with the answers, as the text report does: the memory limit's
-//! verdict, the out-of-memory failures and refusals, the call sites that
-//! keep growing. Then the ranks, and per process and device, where the
-//! driver's memory went (a table and a chart by owner), a chart of live
-//! bytes over time stacked by the top call sites with the peak marked, and
-//! tables of memory at the peak, memory live at exit and OOMs, by call
-//! site. Notes that do not change the answer come last.
-//!
-//! The charts are SVG drawn here; a little script of our own adds hover
-//! and zoom. The figures come from the same replay as `cudatrace report`.
+//! The page itself: its sections, in order, around the charts and tables
+//! that the modules beside it make.
 
-mod call_site_tables;
-mod chart;
-mod chart_drawing;
-mod chart_filling;
-mod chart_tally;
-mod html_text;
-mod owner_chart;
-mod rank_charts;
-
+use super::call_site_tables::{sites_table, stack_html, tensors_html};
+use super::chart_drawing::chart_html;
+use super::chart_filling::{ChartsFilling, PageCharts};
+use super::html_text::escape;
 use crate::outputs::steps_text;
 use crate::wording::device_label;
 use crate::wording::oom_lines;
 use crate::wording::switch_lines;
 use crate::wording::{bytes, count, oom_state_not_kept, torch_bytes_text};
 use crate::wording::{silent_children_line, unrecorded_line};
-use call_site_tables::{sites_table, stack_html, tensors_html};
-use chart_drawing::chart_html;
-use chart_filling::{ChartsFilling, PageCharts};
 use cudatrace_analysis::Progress;
 use cudatrace_analysis::{
     growing_sites, silent_children, FramesShown, ProcessIndex, ProcessSummary, Summary, TraceIndex,
 };
 use cudatrace_analysis::{StepCounts, UnreadBlock};
-use html_text::escape;
 use std::fmt::Write as _;
 
 /// The page for `index`, and the blocks of events that could not be read
@@ -61,16 +43,12 @@ pub fn page(
     page += &limit_html(index, &summary);
     page += &failures_html(index, &summary);
     page += &growth_html(index, &summary, frames);
-    page += &rank_charts::ranks_html(index, &summary, &charts);
+    page += &super::rank_charts::ranks_html(index, &summary, &charts);
     page += &processes_html(index, &summary);
     page += &footprints_html(index, &summary, &charts);
     page += &devices_html(index, &summary, &charts, frames);
     page += &notes_html(index, &summary);
-    let _ = write!(
-        page,
-        "<script>\n{}</script>\n</body></html>\n",
-        include_str!("html_page/page.js")
-    );
+    let _ = write!(page, "<script>\n{}</script>\n</body></html>\n", include_str!("page.js"));
     (page, summary.stream_errors)
 }
 
@@ -79,7 +57,7 @@ fn head_html(index: &TraceIndex, title: &str) -> String {
     let mut out = format!(
         "<!DOCTYPE html>\n<html lang=\"en\"><head><meta charset=\"utf-8\"><title>cudatrace: {}</title>\n<style>\n{}</style></head><body>\n",
         escape(title),
-        include_str!("html_page/page.css")
+        include_str!("page.css")
     );
     let _ = writeln!(out, "<h1>GPU memory of <code>{}</code></h1>", escape(title));
     if let Some(h) = &index.header {
@@ -203,12 +181,12 @@ fn footprints_html(index: &TraceIndex, summary: &Summary, charts: &PageCharts) -
                 out,
                 "<h2>Where the memory went: pid {}, {}</h2>",
                 info.start.pid,
-                escape(&super::footprint_table::device_name(
+                escape(&crate::outputs::footprint_table::device_name(
                     footprint.device,
                     footprint.info.as_ref()
                 ))
             );
-            out += &super::footprint_table::html(footprint, index.start_ns(), tensors, escape);
+            out += &crate::outputs::footprint_table::html(footprint, index.start_ns(), tensors, escape);
             let chart = charts.owners[process].get(&footprint.device);
             if let (Some(chart), Some(peak)) = (chart, footprint.at_peak.as_ref()) {
                 out += &chart_html(
