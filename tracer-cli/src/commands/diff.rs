@@ -36,7 +36,7 @@ pub fn command(args: DiffArgs) -> Result<u8, Failure> {
             outputs::json::diff_object::diff_json(paths, &figures[0], &figures[1], args.all)
         )
     } else {
-        outputs::growth_tables::text(paths, &figures[0], &figures[1], args.all)
+        outputs::diff_tables::text(paths, &figures[0], &figures[1], args.all)
     };
     let mut out = Stdout::new();
     if out.write(&text)? {

@@ -3,9 +3,9 @@
 //! and replays the same events (see [`cudatrace_analysis`]), so all agree.
 
 mod call_site_parts;
+pub mod diff_tables;
 pub mod folded_stacks;
 pub mod footprint_table;
-pub mod growth_tables;
 pub mod html_page;
 pub mod json;
 pub mod merged_trace;

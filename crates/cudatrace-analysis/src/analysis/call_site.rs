@@ -14,8 +14,8 @@
 use super::keys::ByStack;
 use super::owner::{installed_package, passes_calls_on};
 use super::stack_frames::{is_caching_allocator, Frame};
-use super::summary::largest_call_sites;
 use super::trace_index::{ProcessIndex, TraceIndex};
+use super::trace_summary::largest_call_sites;
 use crate::symbolize::PYTHON_MODULE;
 use std::collections::HashMap;
 

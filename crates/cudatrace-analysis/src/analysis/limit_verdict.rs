@@ -7,8 +7,8 @@ use super::footprint::{Breakdown, Category};
 use super::keys::DeviceKey;
 use super::owner::{owner_of, UNKNOWN_OWNER};
 use super::paused_spans::PAUSED_SITE;
-use super::summary::Summary;
 use super::trace_index::TraceIndex;
+use super::trace_summary::Summary;
 
 /// Whether a job fit on a card of the limit's size.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]

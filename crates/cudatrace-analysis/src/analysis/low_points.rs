@@ -330,8 +330,8 @@ impl LowPoints {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::analysis::summary::ProcessSummary;
     use crate::analysis::test_events::driver_event;
+    use crate::analysis::trace_summary::ProcessSummary;
     use cudatrace_events::{Kind, Op};
 
     fn event(time_ns: u64, op: Op, address: u64, size: u64, stack: u32) -> Event {

@@ -16,8 +16,8 @@ mod device_stats;
 mod engine;
 mod event_stream;
 mod footprint;
-mod growing;
-mod growth;
+mod growth_between_runs;
+mod growth_within_run;
 mod keys;
 mod limit_verdict;
 mod low_points;
@@ -34,13 +34,13 @@ mod silent_children;
 mod site_id;
 mod stack_frames;
 mod step_finding;
-mod steps;
-mod summary;
+mod step_measures;
 mod tensor_status;
 mod tensor_summary;
 #[cfg(any(test, feature = "testing"))]
 pub mod test_events;
 mod trace_index;
+mod trace_summary;
 mod unreadable;
 mod window;
 
@@ -54,8 +54,8 @@ pub use engine::{Consumer, Replay, Step};
 pub use footprint::{
     footprint_reading_times, Breakdown, Category, DeviceFootprint, FootprintNote, FootprintTracker, ReferenceSource,
 };
-pub use growing::{growing_sites, GrowingSite, Measured, FEWEST_RISES};
-pub use growth::{compare, Growth, RunFigures};
+pub use growth_between_runs::{compare, Growth, RunFigures};
+pub use growth_within_run::{growing_sites, GrowingSite, Measured, FEWEST_RISES};
 pub use keys::{ByStack, DeviceKey};
 pub use limit_verdict::{limit_verdicts, LimitOutcome, LimitVerdict, ProcessEnding};
 pub use merge_summary::MergeSummary;
@@ -73,10 +73,10 @@ pub use stack_frames::Frame;
 #[cfg(any(test, feature = "testing"))]
 pub use step_finding::find_boundaries;
 pub use step_finding::{find_boundaries_so_far, Boundaries, StepCounts};
-pub use steps::{StepRecord, Steps};
-pub use summary::{largest_call_sites, AtCut, ProcessSummary, Summary, OOM_STATES_KEPT};
+pub use step_measures::{StepRecord, Steps};
 pub use tensor_status::tensors_stopped_midway;
 pub use tensor_summary::{TensorBytes, TensorStats};
 pub use trace_index::{ProcessIndex, TraceIndex};
+pub use trace_summary::{largest_call_sites, AtCut, ProcessSummary, Summary, OOM_STATES_KEPT};
 pub use unreadable::{UnreadBlock, UnreadableTrace};
 pub use window::Window;

@@ -8,8 +8,8 @@
 
 use super::call_site::call_sites;
 use super::keys::{ByStack, DeviceKey};
-use super::summary::Summary;
 use super::trace_index::TraceIndex;
+use super::trace_summary::Summary;
 use cudatrace_events::ProcessPlace;
 use std::collections::hash_map::Entry;
 use std::collections::HashMap;

@@ -1,6 +1,6 @@
 //! `cudatrace diff --json`: the comparison of two runs as one object.
 
-use crate::outputs::growth_tables::tables;
+use crate::outputs::diff_tables::tables;
 use cudatrace_analysis::{Growth, RunFigures};
 use serde_json::{json, Value};
 use std::path::Path;

@@ -16,9 +16,9 @@
 use super::call_site::{site_key, site_name};
 use super::keys::DeviceKey;
 use super::low_points::LowPoints;
-use super::steps::Steps;
-use super::summary::ProcessSummary;
+use super::step_measures::Steps;
 use super::trace_index::{ProcessIndex, TraceIndex};
+use super::trace_summary::ProcessSummary;
 use std::collections::BTreeMap;
 
 /// Fewest rises between step ends that make growth.

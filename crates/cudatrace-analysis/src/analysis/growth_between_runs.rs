@@ -6,10 +6,10 @@
 
 use super::call_site::{call_sites, site_name};
 use super::footprint::{Breakdown, Category};
-use super::growing::{site_series, FEWEST_RISES};
+use super::growth_within_run::{site_series, FEWEST_RISES};
 use super::keys::ByStack;
-use super::summary::Summary;
 use super::trace_index::TraceIndex;
+use super::trace_summary::Summary;
 use std::collections::BTreeMap;
 
 /// One run's bytes under one name: at the peak and at exit, and how they

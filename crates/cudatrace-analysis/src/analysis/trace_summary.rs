@@ -9,7 +9,7 @@ use super::keys::{ByStack, DeviceKey};
 use super::low_points::LowPoints;
 use super::replay::{Allocation, Change, ProcessMemory};
 use super::step_finding::{Boundaries, StepCounts};
-use super::steps::Steps;
+use super::step_measures::Steps;
 use super::tensor_summary::TensorSummary;
 use super::trace_index::TraceIndex;
 use super::unreadable::UnreadBlock;

@@ -1,7 +1,7 @@
 //! A process's steps, measured during the replay: each step's start and
 //! length, and per device its allocated peak, allocated and reserved bytes
 //! at its end; and, at the end of every complete step, each call stack's
-//! live bytes, from which [`super::growing`] finds the call sites that keep
+//! live bytes, from which [`super::growth_within_run`] finds the call sites that keep
 //! growing.
 //!
 //! The boundaries come from [`StepMarker`]: a step starts at an allocation
@@ -420,8 +420,8 @@ impl Steps {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::analysis::summary::ProcessSummary;
     use crate::analysis::test_events::tensor_event;
+    use crate::analysis::trace_summary::ProcessSummary;
     use cudatrace_events::tensors::Action;
 
     const GPU0: DeviceKey = DeviceKey::Gpu(0);
