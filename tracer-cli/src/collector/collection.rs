@@ -4,7 +4,7 @@
 //! trace.
 
 use super::chunk_preparer::{self, SpoolPlaces};
-use super::collection_summary::Summary;
+use super::collection_summary::CollectionSummary;
 use super::fold_schedule::FoldSchedule;
 use super::host::{host_name, monotonic_ns, realtime_ns};
 use super::nvml_sampler::{sample_nvml, NvmlStart};
@@ -40,7 +40,7 @@ pub struct Collector {
     preparer: JoinHandle<()>,
     nvml_sampler: JoinHandle<()>,
     readers: Vec<JoinHandle<()>>,
-    writer: JoinHandle<Result<Summary, TraceFailure>>,
+    writer: JoinHandle<Result<CollectionSummary, TraceFailure>>,
 }
 
 /// The header of a trace of `command` started now.
@@ -171,7 +171,7 @@ impl Collector {
 
     /// Finishes the trace: waits up to `grace` for traced processes still
     /// running, reads every spool to its end, writes the footer.
-    pub fn finish(self, grace: Duration) -> Result<Summary, TraceFailure> {
+    pub fn finish(self, grace: Duration) -> Result<CollectionSummary, TraceFailure> {
         self.shared.held.lock().unwrap().clear();
         let deadline = Instant::now() + grace;
         // Let the scanner see spools created just before now, so that the

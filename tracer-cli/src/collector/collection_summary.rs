@@ -6,7 +6,7 @@ use std::path::{Path, PathBuf};
 
 /// What a collection wrote.
 #[derive(Clone, Debug, Default)]
-pub struct Summary {
+pub struct CollectionSummary {
     /// Process images in the trace.
     pub processes: u64,
     /// Events in the trace.
@@ -59,7 +59,7 @@ pub struct Folds {
     pub(super) next_at: u64,
 }
 
-impl Summary {
+impl CollectionSummary {
     /// The line `run` and `collect` print when they are done.
     pub fn describe(&self, trace: &Path) -> String {
         collector_lines::wrote_trace(trace, self.processes, self.events, self.folded_events, self.bytes)
@@ -108,7 +108,7 @@ mod tests {
     #[test]
     fn state_too_large_is_said_whenever_the_promised_bound_was_passed() {
         let cap = 64 << 10;
-        let summary = |bytes: u64, highest_bytes: u64| Summary {
+        let summary = |bytes: u64, highest_bytes: u64| CollectionSummary {
             bytes,
             folds: Folds {
                 cap: Some(cap),

@@ -34,6 +34,6 @@ pub mod switch_log;
 pub mod trace_name;
 
 pub use collection::{header_for, Collector};
-pub use collection_summary::Summary;
+pub use collection_summary::CollectionSummary;
 pub use host::{monotonic_ns, realtime_ns};
 pub use nvml_sampler::{start_nvml, NvmlStart};

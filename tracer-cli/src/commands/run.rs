@@ -2,7 +2,7 @@
 //! process of its tree into one trace.
 
 use crate::collector::spool_dir;
-use crate::collector::{header_for, monotonic_ns, Collector, Summary};
+use crate::collector::{header_for, monotonic_ns, CollectionSummary, Collector};
 use crate::commands::arguments::RunArgs;
 use crate::system::failure::Failure;
 use crate::system::procfs;
@@ -384,7 +384,14 @@ fn record(
 
 /// What `run` says once the trace is written, and what it leaves behind:
 /// no empty trace unless `-o` named it.
-fn finished(summary: &Summary, trace: &Path, run_dir: &Path, keep_spools: bool, lingering: bool, named: bool) {
+fn finished(
+    summary: &CollectionSummary,
+    trace: &Path,
+    run_dir: &Path,
+    keep_spools: bool,
+    lingering: bool,
+    named: bool,
+) {
     if !keep_spools && !lingering {
         spool_dir::remove_spools(run_dir, &summary.collected, true);
     }
