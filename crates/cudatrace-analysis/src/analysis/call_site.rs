@@ -295,7 +295,7 @@ pub struct CallSite {
 
 /// The call site of every stack of autograd's backward thread: that
 /// thread has no frame of the program's, and the node a stack runs is
-/// framework detail, kept in [`CallSite::parts`] and in the stack itself.
+/// framework detail, kept in `CallSite::parts` and in the stack itself.
 /// So the backward pass is one place, as the program's `backward()` call
 /// is, and what it left allocated (the gradients) reads as one sum.
 pub const BACKWARD_PASS: &str = "autograd backward pass";

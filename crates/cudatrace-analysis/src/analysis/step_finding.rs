@@ -368,7 +368,7 @@ impl Allocations {
 pub enum Boundaries {
     /// Its steps, found by their marker.
     Steps(StepMarker),
-    /// No loop: the lowest moment of each of [`LOW_POINTS`]
+    /// No loop: the lowest moment of each of `LOW_POINTS`
     /// equal spans from its first allocation to its last.
     LowPoints {
         /// Whether PyTorch's tensors are measured (else the driver's allocations).
@@ -392,7 +392,7 @@ pub fn find_boundaries(index: &TraceIndex, progress: &Progress) -> Vec<Option<Bo
     boundaries(index, progress, None).0
 }
 
-/// [`find_boundaries`] for a run still going (the collector's, at a fold
+/// `find_boundaries` for a run still going (the collector's, at a fold
 /// whose cuts are `cuts`): no step is known to be the last. With them, for
 /// each process with steps, the start of the step under way at its cut
 /// (sequence number, time): a fold keeps that step in full detail, so that
@@ -441,7 +441,7 @@ impl StepCounts {
         }
     }
 
-    /// Counts for the whole trace, as [`find_boundaries`] counts, fed with
+    /// Counts for the whole trace, as `find_boundaries` counts, fed with
     /// [`StepCounts::observe_block`] while the index is read.
     pub fn for_whole_trace() -> StepCounts {
         StepCounts {

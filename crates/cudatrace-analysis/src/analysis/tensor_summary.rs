@@ -66,7 +66,7 @@ pub struct TensorStats {
     /// Most reserved bytes.
     pub reserved_peak: u64,
     /// Figures over time: one point per change, thinned to
-    /// [`TIMELINE_POINTS`] evenly spaced in events.
+    /// `TIMELINE_POINTS` evenly spaced in events.
     pub timeline: Vec<TensorBytes>,
     /// Live tensors by call stack.
     pub live_by_stack: ByStack,
@@ -168,7 +168,7 @@ impl TensorStats {
         }
     }
 
-    /// Small (up to [`SMALL_SEGMENT_BYTES`]) and large segments at exit.
+    /// Small (up to `SMALL_SEGMENT_BYTES`) and large segments at exit.
     pub fn fragmentation(&self) -> [Fragmentation; 2] {
         let mut classes = [Fragmentation::default(); 2];
         let mut held: BTreeMap<u64, u64> = BTreeMap::new();
