@@ -1,10 +1,15 @@
 //! The code's structure, checked: no module of any crate imports, at any
 //! depth, from a module that imports it back; in `libcudatrace.so`
-//! (`src/`) and in the `cudatrace` command (`tracer-cli/src`), no layer uses
-//! a layer above it:
+//! (`src/`), in the `cudatrace` command (`tracer-cli/src`) and in the
+//! analysis crate it stands on (`crates/cudatrace-analysis/src`), no layer
+//! uses a layer above it:
 //!
 //! lifecycle → hooks → record → stacks → spool → sys
-//! commands → collector → outputs → analysis → symbolize → system
+//! commands → (collector | outputs) → wording → system
+//! analysis → symbolize → system (of the analysis crate)
+//!
+//! Layers in parentheses are peers: they stand side by side on the layers
+//! below them, and neither imports the other.
 //!
 //! and no two files of the command share a name (but `mod.rs`).
 //!
@@ -15,11 +20,24 @@
 use std::collections::{BTreeMap, BTreeSet};
 use std::path::{Path, PathBuf};
 
-/// The layers of `src/`, lowest first.
-const LAYERS: &[&str] = &["sys", "spool", "stacks", "record", "hooks", "lifecycle"];
+/// The layers of `src/`, lowest first; each a list of peers.
+const LAYERS: &[&[&str]] = &[
+    &["sys"],
+    &["spool"],
+    &["stacks"],
+    &["record"],
+    &["hooks"],
+    &["lifecycle"],
+];
 
-/// The layers of `tracer-cli/src`, lowest first.
-const COMMAND_LAYERS: &[&str] = &["system", "symbolize", "analysis", "outputs", "collector", "commands"];
+/// The layers of `tracer-cli/src`, lowest first; each a list of peers: the
+/// collector and the outputs both stand on the wording, and neither uses
+/// the other.
+const COMMAND_LAYERS: &[&[&str]] = &[&["system"], &["wording"], &["outputs", "collector"], &["commands"]];
+
+/// The layers of the analysis crate, lowest first. The command line stands
+/// on the whole crate; Cargo keeps the crate from using the command line.
+const ANALYSIS_LAYERS: &[&[&str]] = &[&["system"], &["symbolize"], &["analysis"]];
 
 /// Every crate of the workspace: their modules must not import each other
 /// in a circle.
@@ -27,6 +45,7 @@ const CRATES: &[&str] = &[
     "src",
     "crates/cudatrace-events/src",
     "crates/cudatrace-trace/src",
+    "crates/cudatrace-analysis/src",
     "tracer-cli/src",
     "tests/fake-cuda/src",
 ];
@@ -298,14 +317,12 @@ fn no_module_imports_a_module_that_imports_it_back() {
     assert_eq!(found, Vec::<String>::new(), "import circles");
 }
 
-/// Every import from a module of `krate` into a layer above its own, as
-/// `module -> import`; the crate root stands above every layer.
-fn upward_imports(krate: &Crate, layers: &[&str]) -> Vec<String> {
-    let rank = |module: &str| {
-        layers
-            .iter()
-            .position(|layer| module.split("::").next() == Some(*layer))
-    };
+/// Every import from a module of `krate` into a layer above its own or
+/// into a peer of its layer, as `module -> import`; the crate root stands
+/// above every layer.
+fn upward_imports(krate: &Crate, layers: &[&[&str]]) -> Vec<String> {
+    let top = |module: &str| module.split("::").next().unwrap_or_default().to_owned();
+    let rank = |module: &str| layers.iter().position(|peers| peers.contains(&top(module).as_str()));
     let mut upward = Vec::new();
     for (module, imports) in edges_of(krate) {
         if module.is_empty() {
@@ -314,7 +331,7 @@ fn upward_imports(krate: &Crate, layers: &[&str]) -> Vec<String> {
         let from = rank(&module).unwrap_or_else(|| panic!("module {module} is in no layer"));
         for import in imports {
             let to = rank(&import).unwrap_or(usize::MAX);
-            if to > from {
+            if to > from || (to == from && top(&import) != top(&module)) {
                 upward.push(format!("{module} -> {import}"));
             }
         }
@@ -341,16 +358,46 @@ fn no_layer_of_the_command_uses_a_layer_above_it() {
 }
 
 #[test]
+fn no_layer_of_the_analysis_uses_a_layer_above_it() {
+    assert_eq!(
+        upward_imports(&read_crate("crates/cudatrace-analysis/src"), ANALYSIS_LAYERS),
+        Vec::<String>::new(),
+        "imports from a layer above"
+    );
+}
+
+/// The analysis is a library of its own, for other front ends too: it
+/// names nothing of the command line, in its code or its manifest.
+#[test]
+fn the_analysis_crate_knows_nothing_of_the_command_line() {
+    let root = Path::new(env!("CARGO_MANIFEST_DIR")).join("crates/cudatrace-analysis");
+    let mut files = vec![root.join("Cargo.toml")];
+    rust_files(&root.join("src"), &mut files);
+    let naming: Vec<String> = files
+        .iter()
+        .filter(|file| {
+            let text = std::fs::read_to_string(file).unwrap();
+            text.contains("cudatrace_cli") || text.contains("cudatrace-cli") || text.contains("tracer-cli")
+        })
+        .map(|file| file.strip_prefix(&root).unwrap().display().to_string())
+        .collect();
+    assert_eq!(naming, Vec::<String>::new(), "files that name the command line");
+}
+
+/// Nor do two files of the command and of the analysis it stands on.
+#[test]
 fn no_two_files_of_the_command_share_a_name() {
-    let root = Path::new(env!("CARGO_MANIFEST_DIR")).join("tracer-cli/src");
-    let mut files = Vec::new();
-    rust_files(&root, &mut files);
+    let workspace = Path::new(env!("CARGO_MANIFEST_DIR"));
     let mut seen: BTreeMap<String, Vec<String>> = BTreeMap::new();
-    for file in &files {
-        let name = file.file_name().unwrap().to_string_lossy().into_owned();
-        if name != "mod.rs" {
-            let path = file.strip_prefix(&root).unwrap().display().to_string();
-            seen.entry(name).or_default().push(path);
+    for dir in ["tracer-cli/src", "crates/cudatrace-analysis/src"] {
+        let mut files = Vec::new();
+        rust_files(&workspace.join(dir), &mut files);
+        for file in &files {
+            let name = file.file_name().unwrap().to_string_lossy().into_owned();
+            if !matches!(name.as_str(), "mod.rs" | "lib.rs" | "main.rs") {
+                let path = file.strip_prefix(workspace).unwrap().display().to_string();
+                seen.entry(name).or_default().push(path);
+            }
         }
     }
     let shared: Vec<String> = seen
@@ -359,6 +406,63 @@ fn no_two_files_of_the_command_share_a_name() {
         .map(|paths| paths.join(" and "))
         .collect();
     assert_eq!(shared, Vec::<String>::new(), "files that share a name");
+}
+
+/// What a `mod.rs` may hold besides comments: module declarations,
+/// re-exports and their attributes. Its logic lives in named files beside it.
+fn lines_not_declaring(code: &str) -> Vec<String> {
+    let mut other = Vec::new();
+    let mut in_use = false;
+    for line in code.lines().map(str::trim).filter(|line| !line.is_empty()) {
+        let declares = [
+            "mod ",
+            "pub mod ",
+            "pub(crate) mod ",
+            "pub use ",
+            "pub(crate) use ",
+            "#[",
+        ]
+        .iter()
+        .any(|start| line.starts_with(start));
+        if !(in_use || declares) {
+            other.push(line.to_owned());
+        }
+        if line.starts_with("pub use ") || line.starts_with("pub(crate) use ") || in_use {
+            in_use = !line.ends_with(';');
+        }
+    }
+    other
+}
+
+/// One convention for a module with parts: `x/mod.rs`, never `x.rs` beside
+/// `x/`, and the `mod.rs` only declares and re-exports.
+#[test]
+fn module_files_only_declare_and_re_export() {
+    let workspace = Path::new(env!("CARGO_MANIFEST_DIR"));
+    let mut found = Vec::new();
+    for dir in ["tracer-cli/src", "crates/cudatrace-analysis/src"] {
+        let mut files = Vec::new();
+        rust_files(&workspace.join(dir), &mut files);
+        for file in &files {
+            let path = file.strip_prefix(workspace).unwrap().display().to_string();
+            if file.with_extension("").is_dir() {
+                found.push(format!("{path} beside its folder"));
+            }
+            if file.file_name().is_some_and(|name| name == "mod.rs") {
+                let code = code_of(&std::fs::read_to_string(file).unwrap());
+                found.extend(
+                    lines_not_declaring(&code)
+                        .into_iter()
+                        .map(|line| format!("{path}: {line}")),
+                );
+            }
+        }
+    }
+    assert_eq!(found, Vec::<String>::new(), "module files with more than declarations");
+    assert_eq!(
+        lines_not_declaring("mod a;\npub use a::{\n    b,\n    c,\n};\n#[cfg(test)]\npub mod t;\nfn f() {}"),
+        vec!["fn f() {}"]
+    );
 }
 
 /// Where `code` calls one of `macros` (`println!` but not `eprintln!`).
@@ -399,10 +503,15 @@ fn the_layer_check_sees_an_import_from_above() {
         .into_iter()
         .collect(),
     };
-    assert_eq!(upward_imports(&krate, &["low", "high"]), vec!["low -> high"]);
+    assert_eq!(upward_imports(&krate, &[&["low"], &["high"]]), vec!["low -> high"]);
     assert_eq!(
-        upward_imports(&krate, &["high", "low"]),
+        upward_imports(&krate, &[&["high"], &["low"]]),
         vec!["high -> low", "high -> low::part"]
+    );
+    // Peers import neither each other nor each other's parts.
+    assert_eq!(
+        upward_imports(&krate, &[&["low", "high"]]),
+        vec!["high -> low", "high -> low::part", "low -> high"]
     );
 }
 

@@ -1,16 +1,20 @@
 //! `cudatrace`: the tools that run outside the traced processes.
 //!
-//! The command is built in layers; each uses only the layers below it
+//! The command is built in layers; each uses only the layers below it, and
+//! the collector and the outputs, side by side, use neither each other
 //! (`tests/layers.rs` checks it):
 //!
 //! | layer | job |
 //! | --- | --- |
 //! | [`commands`] | one module per subcommand: its arguments, the calls below, what it says on stderr |
-//! | [`collector`] | following live spools into a trace while a tree runs, and merging what a stopped collector left |
-//! | [`outputs`] | one writer per format (report text and JSON, snapshot pickles, Perfetto protobuf and JSON, the HTML page, folded stacks, diff tables, Parquet) and the words every sentence is made of |
-//! | [`analysis`] | the trace model and the one replay engine every output and analysis is a consumer of |
-//! | [`symbolize`] | native symbols and Python line tables, once a run is collected |
-//! | [`system`] | the terminal, progress bars, files written safely, failures and their exit codes, system error names |
+//! | [`collector`] and [`outputs`] | following live spools into a trace while a tree runs, and merging what a stopped collector left; beside it, one writer per format (report text and JSON, snapshot pickles, Perfetto protobuf and JSON, the HTML page, folded stacks, diff tables, Parquet) |
+//! | [`wording`] | the words every sentence is made of: what the commands and the collector say, and the words several outputs share |
+//! | [`system`] | the terminal, files written safely, failures and their exit codes, system error names, the traced jobs and their switches |
+//!
+//! Below them all stands the crate [`cudatrace_analysis`]: the trace model,
+//! the one replay engine every output and analysis is a consumer of, and the
+//! symbolization of a collected run's stacks (with the progress bar of a
+//! pass over a trace).
 //!
 //! The subcommands:
 //! - `run` runs a command with `libcudatrace.so` preloaded and collects every
@@ -23,12 +27,11 @@
 //! - `diff` compares two traces;
 //! - `export` writes traces as Parquet, for queries across many ranks.
 
-mod analysis;
 mod collector;
 mod commands;
 mod outputs;
-mod symbolize;
 mod system;
+mod wording;
 
 use clap::Parser;
 use std::process::ExitCode;
@@ -48,7 +51,7 @@ fn main() -> ExitCode {
     match result {
         Ok(code) => ExitCode::from(code),
         Err(failure) => {
-            system::terminal::say(&outputs::wording::said(&failure.message));
+            system::terminal::say(&wording::said(&failure.message));
             ExitCode::from(failure.code)
         }
     }

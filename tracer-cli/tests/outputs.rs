@@ -9,13 +9,6 @@ use serde_json::{json, Value};
 use std::path::{Path, PathBuf};
 use std::process::Command;
 
-fn traced(label: &str, scenario: &str, env: &[(&str, &str)]) -> (PathBuf, Value) {
-    let (output, trace) = run_scenario(label, scenario, env);
-    assert!(output.status.success(), "{}", String::from_utf8_lossy(&output.stderr));
-    let (report, _) = report_json_with_stacks(&trace);
-    (trace, report)
-}
-
 /// Runs `cudatrace ARGS --force` (the tests convert one trace again and
 /// again to the same outputs); returns stdout's lines, asserting success.
 fn convert(args: &[&str]) -> Vec<String> {
@@ -63,7 +56,7 @@ fn pairs(list: &[(&str, i64)]) -> Vec<(String, i64)> {
 
 #[test]
 fn vmm_mappings_become_expandable_segment_maps() {
-    let (trace, report) = traced("snapshot-vmm", "vmm", &[]);
+    let (trace, report) = traced_with_report("snapshot-vmm", "vmm", &[]);
     let pid = report["processes"][0]["pid"].as_u64().unwrap();
     let stem = trace.with_extension("");
     let written = convert(&["snapshot", trace.to_str().unwrap()]);
@@ -103,7 +96,7 @@ fn vmm_mappings_become_expandable_segment_maps() {
 
 #[test]
 fn live_allocations_become_the_final_segments_and_every_view_can_replay_them() {
-    let (trace, report) = traced("snapshot-runtime", "runtime", &[]);
+    let (trace, report) = traced_with_report("snapshot-runtime", "runtime", &[]);
     let process = &report["processes"][0];
     let pid = process["pid"].as_u64().unwrap();
     let out = trace.with_file_name("mine.pickle");
@@ -176,7 +169,7 @@ fn live_allocations_become_the_final_segments_and_every_view_can_replay_them() {
 
 #[test]
 fn from_and_to_cut_the_entries_and_keep_the_segments_of_their_moment() {
-    let (trace, report) = traced("snapshot-window", "runtime", &[]);
+    let (trace, report) = traced_with_report("snapshot-window", "runtime", &[]);
     let pid = report["processes"][0]["pid"].as_u64().unwrap();
     let path = PathBuf::from(format!("{}.{pid}.pickle", trace.with_extension("").display()));
     let full = {
@@ -206,7 +199,7 @@ fn from_and_to_cut_the_entries_and_keep_the_segments_of_their_moment() {
 
 #[test]
 fn what_held_the_device_at_an_out_of_memory_failure_is_reported_and_drawn() {
-    let (trace, report) = traced("held-at-oom", "oom", &[("FAKE_CUDA_CAPACITY", "1048576")]);
+    let (trace, report) = traced_with_report("held-at-oom", "oom", &[("FAKE_CUDA_CAPACITY", "1048576")]);
     let held = &report["processes"][0]["devices"][0]["ooms"][0]["held"];
     assert_eq!(held["live_bytes"], 524_288, "{held}");
     assert_eq!(held["torch"], Value::Null);
@@ -304,7 +297,7 @@ fn what_held_the_device_at_an_out_of_memory_failure_is_reported_and_drawn() {
 
 #[test]
 fn out_of_memory_entries_carry_the_free_bytes() {
-    let (trace, report) = traced("snapshot-oom", "oom", &[("FAKE_CUDA_CAPACITY", "1048576")]);
+    let (trace, report) = traced_with_report("snapshot-oom", "oom", &[("FAKE_CUDA_CAPACITY", "1048576")]);
     let pid = report["processes"][0]["pid"].as_u64().unwrap();
     convert(&["snapshot", trace.to_str().unwrap(), "--pid", &pid.to_string()]);
     let snapshot = read_snapshot(&PathBuf::from(format!(
@@ -331,7 +324,7 @@ fn out_of_memory_entries_carry_the_free_bytes() {
 
 #[test]
 fn perfetto_json_has_a_process_per_image_slices_for_allocations_and_the_reports_counters() {
-    let (trace, report) = traced("perfetto-tree", "tree", &[]);
+    let (trace, report) = traced_with_report("perfetto-tree", "tree", &[]);
     let out = trace.with_file_name("tree.json");
     assert_eq!(
         convert(&[
@@ -410,7 +403,7 @@ fn allocating_stacks(trace: &Path, device: u8) -> usize {
 
 #[test]
 fn the_html_page_loads_without_errors_and_charts_the_top_call_sites() {
-    let (trace, report) = traced("html-runtime", "runtime", &[]);
+    let (trace, report) = traced_with_report("html-runtime", "runtime", &[]);
     let page = trace.with_extension("html");
     assert_eq!(
         convert(&["html", trace.to_str().unwrap()]),

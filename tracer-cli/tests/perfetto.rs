@@ -12,13 +12,6 @@ use common::*;
 use serde_json::{json, Value};
 use std::path::Path;
 
-/// `cudatrace run` of a scenario that must succeed; the trace and stdout.
-fn traced(label: &str, scenario: &str, env: &[(&str, &str)]) -> (std::path::PathBuf, String) {
-    let (output, trace) = run_scenario(label, scenario, env);
-    assert!(output.status.success(), "{}", stderr(&output));
-    (trace, stdout(&output))
-}
-
 /// The address the scenario printed on its `nth` `E OP API …` line (from 0).
 fn printed_address(printed: &str, op: &str, api: &str, nth: usize) -> String {
     let line = printed
@@ -74,7 +67,7 @@ fn track_names(read: &Value) -> Vec<String> {
 
 #[test]
 fn the_protobuf_trace_is_the_default_and_has_every_argument_counter_and_track_of_the_json() {
-    let (trace, printed) = traced("perfetto-runtime", "runtime", &[]);
+    let (trace, printed) = traced_scenario("perfetto-runtime", "runtime", &[]);
     let (report, _) = report_json(&trace);
     let process = &report["processes"][0];
     let pid = process["pid"].as_u64().unwrap();
@@ -239,7 +232,7 @@ fn the_protobuf_trace_is_the_default_and_has_every_argument_counter_and_track_of
 
 #[test]
 fn windows_and_the_newest_events_are_drawn_alike() {
-    let (trace, _) = traced("perfetto-window", "runtime", &[]);
+    let (trace, _) = traced_scenario("perfetto-window", "runtime", &[]);
     let whole = assert_same_drawing(&trace, "whole", &[]);
     let mut begins: Vec<i64> = whole["slices"]
         .as_array()
@@ -311,7 +304,7 @@ fn each_process_image_is_a_process_of_its_own() {
 
 #[test]
 fn a_refusal_is_an_instant_on_its_thread_with_its_figures_and_frames() {
-    let (trace, _) = traced("perfetto-oom", "oom", &[("FAKE_CUDA_CAPACITY", "1048576")]);
+    let (trace, _) = traced_scenario("perfetto-oom", "oom", &[("FAKE_CUDA_CAPACITY", "1048576")]);
     let read = assert_same_drawing(&trace, "oom", &[]);
     let refusals: Vec<&Value> = read["instants"]
         .as_array()
@@ -361,7 +354,7 @@ fn pauses_and_resumes_are_marks_on_the_recording_track() {
 
 #[test]
 fn a_bad_format_is_one_line_and_json_is_never_uncompressed() {
-    let (trace, _) = traced("perfetto-format", "runtime", &[]);
+    let (trace, _) = traced_scenario("perfetto-format", "runtime", &[]);
     let path = trace.to_str().unwrap();
     let bad = cudatrace(&["perfetto", path, "--format", "xml"]).output().unwrap();
     assert_eq!(bad.status.code(), Some(2));
@@ -382,7 +375,7 @@ fn a_bad_format_is_one_line_and_json_is_never_uncompressed() {
 
 #[test]
 fn an_output_named_json_gets_json_unless_a_format_is_asked_for() {
-    let (trace, _) = traced("perfetto-by-name", "runtime", &[]);
+    let (trace, _) = traced_scenario("perfetto-by-name", "runtime", &[]);
     let path = trace.to_str().unwrap();
     let named = trace.with_file_name("named.json");
     let out = cudatrace(&["perfetto", path, "-o", named.to_str().unwrap()])

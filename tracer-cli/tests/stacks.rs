@@ -7,33 +7,18 @@ mod common;
 use common::*;
 use serde_json::Value;
 use std::path::{Path, PathBuf};
-use std::process::Command;
 
 /// `cudatrace run -o <fresh>/run.trace [options] -- program args...`.
 /// Runs `python3 SCRIPT` (a program calling through `libdeep_library.so`)
 /// under `cudatrace run`; the trace.
 fn traced_deep_program(label: &str, script: &Path) -> PathBuf {
-    let (mut command, trace) = traced(label, &[], &["python3".as_ref(), script.as_os_str()]);
+    let (mut command, trace) = run_argv(label, &[], &["python3".as_ref(), script.as_os_str()]);
     let output = command
         .env("DEEP_LIBRARY", fake_cuda::library_dir().join("libdeep_library.so"))
         .output()
         .unwrap();
     assert!(output.status.success(), "{}", String::from_utf8_lossy(&output.stderr));
     trace
-}
-
-fn traced(label: &str, options: &[&str], program: &[&std::ffi::OsStr]) -> (Command, PathBuf) {
-    let dir = scratch_dir(label);
-    let trace = dir.join("run.trace");
-    let mut command = cudatrace_run();
-    command
-        .arg("-o")
-        .arg(&trace)
-        .args(options)
-        .arg("--")
-        .args(program)
-        .env("TMPDIR", &dir);
-    (command, trace)
 }
 
 /// A frame as the report names it: (function, file name, line).
@@ -68,7 +53,7 @@ fn frame(function: &str, file: &str, line: u64) -> (String, String, u64) {
 #[test]
 fn native_frames_name_function_file_and_line_with_and_without_frame_pointers() {
     for program in ["stack_names_fp", "stack_names_nofp"] {
-        let (mut command, trace) = traced(
+        let (mut command, trace) = run_argv(
             program,
             &[],
             &[fake_cuda::program(program).as_os_str(), "direct".as_ref()],
@@ -108,7 +93,7 @@ fn native_frames_name_function_file_and_line_with_and_without_frame_pointers() {
 fn a_symbol_name_that_is_not_utf8_keeps_its_file_and_line() {
     // blazesym refuses the name (bytes 0xff 0xfe), and with it the frame:
     // the frame was `stack_names_fp+0x...` wherever it appeared.
-    let (mut command, trace) = traced(
+    let (mut command, trace) = run_argv(
         "odd-name",
         &[],
         &[fake_cuda::program("stack_names_fp").as_os_str(), "odd".as_ref()],
@@ -133,7 +118,7 @@ fn a_symbol_name_that_is_not_utf8_keeps_its_file_and_line() {
 
 #[test]
 fn a_forked_child_allocating_from_its_parent_s_very_stack_gets_the_whole_stack() {
-    let (mut command, trace) = traced(
+    let (mut command, trace) = run_argv(
         "fork-stack",
         &[],
         &[fake_cuda::program("stack_names_fp").as_os_str(), "fork".as_ref()],
@@ -164,7 +149,7 @@ fn a_forked_child_allocating_from_its_parent_s_very_stack_gets_the_whole_stack()
 fn a_library_loaded_after_start_is_symbolized() {
     let plugin = fake_cuda::library_dir().join("libstack_plugin.so");
     let program = fake_cuda::program("stack_names_nofp");
-    let (mut command, trace) = traced(
+    let (mut command, trace) = run_argv(
         "plugin",
         &[],
         &[program.as_os_str(), "plugin".as_ref(), plugin.as_os_str()],
@@ -197,7 +182,7 @@ fn a_library_loaded_after_start_is_symbolized() {
 #[test]
 fn stacks_none_records_only_the_immediate_caller_and_max_depth_cuts_with_a_marker() {
     let program = fake_cuda::program("stack_names_fp");
-    let (mut command, trace) = traced(
+    let (mut command, trace) = run_argv(
         "no-stacks",
         &["--stacks", "none"],
         &[program.as_os_str(), "direct".as_ref()],
@@ -206,7 +191,7 @@ fn stacks_none_records_only_the_immediate_caller_and_max_depth_cuts_with_a_marke
     let (report, _) = report_json_with_stacks(&trace);
     // Only the frame that called CUDA, so that the allocation still has an owner.
     assert_eq!(live_stack(&report), vec![frame("inner_frame", "stack_names.c", 25)]);
-    let (mut command, trace) = traced(
+    let (mut command, trace) = run_argv(
         "depth",
         &["--max-depth", "2"],
         &[program.as_os_str(), "direct".as_ref()],
@@ -227,7 +212,7 @@ fn python_run(label: &str, script: &str) -> PathBuf {
     let dir = scratch_dir(label);
     let path = dir.join("program.py");
     std::fs::write(&path, script).unwrap();
-    let (mut command, trace) = traced(label, &[], &["python3".as_ref(), path.as_os_str()]);
+    let (mut command, trace) = run_argv(label, &[], &["python3".as_ref(), path.as_os_str()]);
     let runtime = fake_cuda::library_dir().join("libcudart.so.13");
     let output = command.env("FAKE_CUDART", runtime).output().unwrap();
     assert!(output.status.success(), "{}", String::from_utf8_lossy(&output.stderr));
@@ -291,7 +276,7 @@ fn native_stacks_of(program: &str, arguments: &[&str]) -> (std::process::Output,
     let mut argv = vec![fake_cuda::program(program).into_os_string()];
     argv.extend(arguments.iter().map(std::ffi::OsString::from));
     let argv: Vec<&std::ffi::OsStr> = argv.iter().map(|a| a.as_os_str()).collect();
-    let (mut command, trace) = traced(&format!("{}-{program}", arguments[0]), &["--stacks", "native"], &argv);
+    let (mut command, trace) = run_argv(&format!("{}-{program}", arguments[0]), &["--stacks", "native"], &argv);
     let output = command.output().unwrap();
     assert!(output.status.success(), "{}", stderr(&output));
     let (report, _) = report_json_with_stacks(&trace);

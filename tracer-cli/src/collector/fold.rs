@@ -13,12 +13,12 @@
 //! it still in the spools. The old and new files together stay within the
 //! cap plus a tenth: the rewrite aims at [`REWRITE_PARTS`] tenths.
 
-use crate::analysis::{find_boundaries_so_far, AtCut, Kept, RetentionPass, StepCounts, Summary, TraceIndex};
-use crate::outputs::wording::collector_lines;
-use crate::outputs::wording::trace_damage::{problem_text, unreadable_trace_text};
 use crate::system::beside_file::{create_locked, hidden_name, remove_leftovers};
-use crate::system::progress::Progress;
 use crate::system::terminal::say;
+use crate::wording::collector_lines;
+use crate::wording::trace_damage::{problem_text, unreadable_trace_text};
+use cudatrace_analysis::Progress;
+use cudatrace_analysis::{find_boundaries_so_far, AtCut, Kept, RetentionPass, StepCounts, Summary, TraceIndex};
 use cudatrace_events::Event;
 use cudatrace_trace::{read_record_at, Fold, Record, TraceReader, TraceWriter};
 use std::collections::HashMap;
@@ -361,8 +361,8 @@ fn write_folded(
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::analysis::test_events::{driver_event, tensor_event};
-    use crate::analysis::{DeviceKey, Summary};
+    use cudatrace_analysis::test_events::{driver_event, tensor_event};
+    use cudatrace_analysis::{DeviceKey, Summary};
     use cudatrace_events::tensors::Action;
     use cudatrace_events::{Kind, Op};
     use cudatrace_trace::{Header, ProcessEnd, ProcessStart};
@@ -900,7 +900,7 @@ mod tests {
                 .as_ref()
                 .map_or(0, |l| l.points.len());
             assert_eq!(folded_points, stored);
-            let sites = crate::analysis::growing_sites(&index, &index.processes[0], &summary.processes[0]);
+            let sites = cudatrace_analysis::growing_sites(&index, &index.processes[0], &summary.processes[0]);
             let site = sites.iter().find(|s| s.stack == 7).cloned();
             (
                 sites.len(),
@@ -925,8 +925,8 @@ mod tests {
         assert!(state && older > 0, "{older} older points, state {state}");
         assert_eq!(count, 1);
         let folded = folded.expect("the leak grows in the folded trace");
-        let rate = |g: &crate::analysis::GrowingSite| {
-            let crate::analysis::Measured::LowPoints { part_ns } = g.measured else {
+        let rate = |g: &cudatrace_analysis::GrowingSite| {
+            let cudatrace_analysis::Measured::LowPoints { part_ns } = g.measured else {
                 panic!("not low points")
             };
             (
@@ -1046,7 +1046,7 @@ mod tests {
             })
             .unwrap();
             assert_eq!(index.processes[0].steps_state.is_some(), folds == 1);
-            let replayed = crate::analysis::find_boundaries(&index, &Progress::hidden());
+            let replayed = cudatrace_analysis::find_boundaries(&index, &Progress::hidden());
             assert!(replayed[0].is_some());
             assert_eq!(counts.found(&index).0, replayed, "after {folds} folds");
         }

@@ -163,7 +163,7 @@ impl FoldSchedule {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::analysis::test_events::driver_event;
+    use cudatrace_analysis::test_events::driver_event;
     use cudatrace_events::{Kind, Op};
     use cudatrace_trace::{Header, ProcessStart};
 

@@ -1,7 +1,7 @@
 //! Reading the run folder's notice file: the processes that could not
 //! record (see `cudatrace_events::notices`).
 
-use crate::outputs::wording::spool_faults::notice_reason_text;
+use crate::wording::spool_faults::notice_reason_text;
 use cudatrace_events::notices::{Notice, MAX_NOTICE_LINE, NOTICE_FILE};
 use cudatrace_trace::UnrecordedProcess;
 use std::io::{Read, Seek, SeekFrom};

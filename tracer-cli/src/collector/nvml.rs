@@ -8,7 +8,7 @@
 //! namespace), the trace says so and readers fall back on the processes' own
 //! readings.
 
-use crate::outputs::wording::collector_lines;
+use crate::wording::collector_lines;
 use cudatrace_trace::{NvmlSample, NvmlStatus, Record};
 use std::collections::HashSet;
 use std::ffi::{c_char, c_int, c_uint, c_void, CStr};

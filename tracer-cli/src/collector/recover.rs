@@ -13,8 +13,8 @@ use crate::collector::fold_schedule::FoldSchedule;
 use crate::collector::liveness::Liveness;
 use crate::collector::notice_file::NoticeTail;
 use crate::collector::spool_tail::{check_spool_file, damaged_spool, SpoolTail};
-use crate::collector::{header_for, Summary};
-use crate::outputs::wording::{collect_lines, collector_lines, output_lines};
+use crate::collector::{header_for, CollectionSummary};
+use crate::wording::{collect_lines, collector_lines, output_lines};
 use cudatrace_events::{naming, Event, Pass, SpoolHeaderInfo};
 use cudatrace_trace::{
     Damage, DamagedSpool, Footer, Header, ProcessEnd, ProcessStart, Record, Refusal, TraceReader, TraceWriter,
@@ -111,9 +111,9 @@ struct Output<'a> {
     /// The trace's cap, and the folds done to keep it.
     schedule: FoldSchedule,
     destination: &'a Path,
-    summary: Summary,
+    summary: CollectionSummary,
     next_index: u32,
-    stacks: crate::symbolize::StackCatalog,
+    stacks: cudatrace_analysis::StackCatalog,
 }
 
 impl Output<'_> {
@@ -147,7 +147,7 @@ impl Output<'_> {
 /// What `collect` found besides events.
 pub struct Recovered {
     /// Counts for the summary line.
-    pub summary: Summary,
+    pub summary: CollectionSummary,
     /// Damage found in the old trace.
     pub old_trace_damage: Vec<Damage>,
 }
@@ -321,7 +321,7 @@ pub fn recover(
         writing,
         schedule: FoldSchedule::new(cap),
         destination,
-        summary: Summary::default(),
+        summary: CollectionSummary::default(),
         next_index: 0,
         stacks: Default::default(),
     };

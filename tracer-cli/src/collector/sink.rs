@@ -3,13 +3,13 @@
 //! durably in the trace, which the spool folder names, so that recovery
 //! after a crash can always find every event.
 
-use super::collection_summary::Summary;
+use super::collection_summary::CollectionSummary;
 use super::fold_schedule::FoldSchedule;
 use super::host::realtime_ns;
 use crate::collector::spool_tail::Release;
-use crate::outputs::wording::collector_lines;
-use crate::symbolize::StackCatalog;
+use crate::wording::collector_lines;
 use crossbeam_channel::{Receiver, RecvTimeoutError};
+use cudatrace_analysis::StackCatalog;
 use cudatrace_events::Event;
 use cudatrace_trace::{
     DamagedSpool, Footer, ProcessEnd, ProcessStart, Record, Refusal, TraceWriter, UnrecordedProcess,
@@ -59,8 +59,8 @@ pub struct Sink {
 
 impl Sink {
     /// Runs until told to finish, or until the trace cannot be written.
-    pub fn run(mut self, inbox: Receiver<Message>) -> Result<Summary, TraceFailure> {
-        let mut summary = Summary::default();
+    pub fn run(mut self, inbox: Receiver<Message>) -> Result<CollectionSummary, TraceFailure> {
+        let mut summary = CollectionSummary::default();
         let mut pending: Vec<Release> = Vec::new();
         let mut last_sync = Instant::now();
         loop {
@@ -163,7 +163,7 @@ impl Sink {
         }
     }
 
-    fn finish(mut self, mut summary: Summary) -> Result<Summary, TraceFailure> {
+    fn finish(mut self, mut summary: CollectionSummary) -> Result<CollectionSummary, TraceFailure> {
         let symbols = std::mem::take(&mut self.stacks).into_records();
         self.schedule.fold_before_the_end(&mut self.trace, &self.path, &symbols);
         for record in symbols {

@@ -1,7 +1,7 @@
 //! The folder a run's spools go to: private to the user who runs cudatrace.
 
-use crate::outputs::wording::not_private_text;
-use crate::outputs::wording::{collect_lines, collector_lines};
+use crate::wording::not_private_text;
+use crate::wording::{collect_lines, collector_lines};
 use cudatrace_events::{naming, notices, recording_switch, settings};
 use std::os::unix::fs::{DirBuilderExt, MetadataExt};
 use std::path::{Path, PathBuf};

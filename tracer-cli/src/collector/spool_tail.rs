@@ -3,10 +3,10 @@
 //! process at its start and end. Shared by the live collector and `collect`.
 
 use crate::collector::liveness::Liveness;
-use crate::outputs::wording::collector_lines;
-use crate::outputs::wording::spool_error_text;
-use crate::outputs::wording::spool_faults::no_spool_text;
-use crate::outputs::wording::stderr;
+use crate::wording::collector_lines;
+use crate::wording::spool_error_text;
+use crate::wording::spool_faults::no_spool_text;
+use crate::wording::stderr;
 use cudatrace_events::layout::{
     chunk_offset, CHUNK_BYTES, CHUNK_RECORDS, HEADER_SIZE, PUNCHED_CHUNKS_OFFSET, RELEASED_CHUNKS_OFFSET,
 };

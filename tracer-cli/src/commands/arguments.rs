@@ -1,9 +1,9 @@
 //! The command line: what each subcommand accepts. Parsing only; the work
 //! is done by the module of each subcommand.
 
-use crate::analysis::FramesShown;
-use crate::analysis::Moment;
 use clap::{Args, Parser, Subcommand};
+use cudatrace_analysis::FramesShown;
+use cudatrace_analysis::Moment;
 use cudatrace_events::sizes::SizeError;
 use std::ffi::OsString;
 use std::path::PathBuf;
@@ -282,7 +282,28 @@ pub struct StackView {
     /// How much of each call stack to show: runs of framework frames folded
     /// into one, or every frame.
     #[arg(long, value_enum, value_name = "HOW", default_value = "folded")]
-    pub frames: FramesShown,
+    pub frames: Frames,
+}
+
+impl StackView {
+    /// How much of each stack the outputs show.
+    pub fn shown(self) -> FramesShown {
+        match self.frames {
+            Frames::Folded => FramesShown::Folded,
+            Frames::Full => FramesShown::Full,
+        }
+    }
+}
+
+/// `--frames`'s values: the analysis's [`FramesShown`], as the command
+/// line names them.
+#[derive(clap::ValueEnum, Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub enum Frames {
+    /// Runs of framework frames folded into one line each.
+    #[default]
+    Folded,
+    /// Every frame.
+    Full,
 }
 
 /// `cudatrace collect`.
@@ -350,7 +371,7 @@ pub struct WindowArgs {
 fn seconds(text: &str) -> Result<f64, String> {
     match text.parse::<f64>() {
         Ok(value) if value.is_finite() && value >= 0.0 => Ok(value),
-        _ => Err(crate::outputs::wording::output_lines::not_seconds(text)),
+        _ => Err(crate::wording::output_lines::not_seconds(text)),
     }
 }
 

@@ -6,13 +6,13 @@ use crate::collector::liveness::Liveness;
 use crate::collector::{header_for, Collector};
 use crate::collector::{recover, spool_dir, trace_name};
 use crate::commands::arguments::CollectArgs;
-use crate::outputs::wording::said;
-use crate::outputs::wording::stderr;
-use crate::outputs::wording::write_failure_text;
-use crate::outputs::wording::{collect_lines, damage_text};
 use crate::system::failure::Failure;
 use crate::system::terminal::say;
 use crate::system::trace_file;
+use crate::wording::said;
+use crate::wording::stderr;
+use crate::wording::write_failure_text;
+use crate::wording::{collect_lines, damage_text};
 use std::path::{Path, PathBuf};
 use std::time::Duration;
 
@@ -54,7 +54,7 @@ fn detach() -> Result<(), String> {
 }
 
 /// Collects; returns the exit code.
-pub fn collect(args: CollectArgs) -> Result<u8, Failure> {
+pub fn command(args: CollectArgs) -> Result<u8, Failure> {
     spool_dir::check_owned(&args.dir)?;
     if args.detach {
         return collect_tree(args);
@@ -99,7 +99,7 @@ pub fn collect(args: CollectArgs) -> Result<u8, Failure> {
     let private = old.as_deref().is_some_and(crate::system::output_file::is_private);
     let (staged, file) = trace_file::stage(&destination, args.force || completing_old, private)?;
     for leftover in &staged.leftovers {
-        say(&crate::outputs::wording::collector_lines::removed_leftover(leftover));
+        say(&crate::wording::collector_lines::removed_leftover(leftover));
     }
     let kept = |reason: String| collect_lines::nothing_changed(&reason, &args.dir);
     let (recovered, file) =

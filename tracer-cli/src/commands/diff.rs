@@ -1,13 +1,13 @@
 //! `cudatrace diff`: what grew between two runs or commits, by call site
 //! and by owner.
 
-use crate::analysis::{RunFigures, Step, Summary};
 use crate::commands::arguments::DiffArgs;
 use crate::outputs;
-use crate::outputs::wording::{category_name, said, switch_lines};
 use crate::system::failure::Failure;
-use crate::system::progress::Progress;
 use crate::system::terminal::{say, Stdout};
+use crate::wording::{category_name, said, switch_lines};
+use cudatrace_analysis::Progress;
+use cudatrace_analysis::{RunFigures, Step, Summary};
 
 /// `cudatrace diff`; 1 if either trace is damaged.
 pub fn command(args: DiffArgs) -> Result<u8, Failure> {
@@ -36,7 +36,7 @@ pub fn command(args: DiffArgs) -> Result<u8, Failure> {
             outputs::json::diff_object::diff_json(paths, &figures[0], &figures[1], args.all)
         )
     } else {
-        outputs::growth_tables::text(paths, &figures[0], &figures[1], args.all)
+        outputs::diff_tables::text(paths, &figures[0], &figures[1], args.all)
     };
     let mut out = Stdout::new();
     if out.write(&text)? {

@@ -5,11 +5,11 @@
 use crate::collector::spool_tail::SpoolTail;
 use crate::commands::arguments::DumpArgs;
 use crate::outputs::json::dump_lines::{damage_line, end_line, event_line, process_line, record_lines};
-use crate::outputs::wording::problem_text;
-use crate::outputs::wording::{collect_lines, output_lines};
-use crate::outputs::wording::{not_regular_text, spool_error_text};
 use crate::system::failure::Failure;
 use crate::system::terminal::Stdout;
+use crate::wording::problem_text;
+use crate::wording::{collect_lines, output_lines};
+use crate::wording::{not_regular_text, spool_error_text};
 use cudatrace_events::{naming, Pass, SpoolError};
 use cudatrace_trace::TraceReader;
 use serde_json::Value;
@@ -75,7 +75,7 @@ pub fn command(args: DumpArgs) -> Result<u8, Failure> {
     }
     let mut out = Stdout::new();
     for path in &files {
-        crate::analysis::check_regular_file(path).map_err(|what| not_regular_text(path, what))?;
+        cudatrace_analysis::check_regular_file(path).map_err(|what| not_regular_text(path, what))?;
         let image = naming::parse_spool_file_name(path).map_or(0, |(_, image)| image);
         let start = first_bytes(path);
         if start == cudatrace_trace::MAGIC {

@@ -3,15 +3,15 @@
 //! `call_sites.parquet`. Both are written beside their destination and put
 //! into place together at the end: a failure leaves the folder as it was.
 
-use crate::analysis::check_regular_file;
 use crate::commands::arguments::ExportArgs;
 use crate::outputs::parquet_export::Export;
 use crate::outputs::say_what_the_trace_lacks;
-use crate::outputs::wording::{not_regular_text, output_lines};
 use crate::system::failure::Failure;
 use crate::system::output_file::{is_private, OutputFile};
-use crate::system::progress::Progress;
 use crate::system::terminal::{print_line, say};
+use crate::wording::{not_regular_text, output_lines};
+use cudatrace_analysis::check_regular_file;
+use cudatrace_analysis::Progress;
 use std::fs::File;
 use std::io::{BufWriter, Write};
 use std::path::{Path, PathBuf};

@@ -2,16 +2,16 @@
 //! or at an out-of-memory failure, as an SVG or as folded stacks for other
 //! tools.
 
-use crate::analysis::Moment;
-use crate::analysis::{Summary, OOM_STATES_KEPT};
 use crate::commands::arguments::FlamegraphArgs;
 use crate::outputs::folded_stacks::{folded_stacks, folded_text, svg, total_bytes};
-use crate::outputs::wording::output_lines;
-use crate::outputs::wording::said;
 use crate::system::failure::Failure;
 use crate::system::output_file::{is_private, OutputFile};
-use crate::system::progress::Progress;
 use crate::system::terminal::print_line;
+use crate::wording::output_lines;
+use crate::wording::said;
+use cudatrace_analysis::Moment;
+use cudatrace_analysis::Progress;
+use cudatrace_analysis::{Summary, OOM_STATES_KEPT};
 use std::io::Write;
 
 /// `cudatrace flamegraph`; 1 if the trace is damaged.
@@ -35,7 +35,7 @@ pub fn command(args: FlamegraphArgs) -> Result<u8, Failure> {
         }
         _ => None,
     };
-    let (stacks, cache) = folded_stacks(&index, &summary, args.at, args.view.frames, args.cache);
+    let (stacks, cache) = folded_stacks(&index, &summary, args.at, args.view.shown(), args.cache);
     let left_out = (cache > 0 && !args.cache).then(|| {
         let left_out = output_lines::cache_left_out(cache);
         crate::system::terminal::say(&said(&left_out));

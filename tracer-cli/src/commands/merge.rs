@@ -1,13 +1,13 @@
 //! `cudatrace merge`: the traces of several nodes as one (see
 //! [`crate::outputs::merged_trace`]).
 
-use crate::analysis::check_regular_file;
 use crate::commands::arguments::MergeArgs;
 use crate::outputs::merged_trace::{self, InputFault, MergeFailure, MergeInput};
-use crate::outputs::wording::{merge_lines, not_regular_text, output_lines, problem_text};
 use crate::system::failure::Failure;
 use crate::system::output_file::{is_private, OutputFile};
 use crate::system::terminal::{print_line, say};
+use crate::wording::{merge_lines, not_regular_text, output_lines, problem_text};
+use cudatrace_analysis::check_regular_file;
 use std::io::{BufWriter, Write};
 use std::os::unix::fs::MetadataExt;
 use std::path::Path;

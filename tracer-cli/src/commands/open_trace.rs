@@ -1,10 +1,10 @@
 //! Opening the trace a command reads, and failing to write: the two
 //! failures every command words the same way.
 
-use crate::analysis::{StepCounts, TraceIndex};
-use crate::outputs::wording::{unreadable_trace_text, write_failure_text};
 use crate::system::failure::Failure;
 use crate::system::write_failure::WriteFailure;
+use crate::wording::{unreadable_trace_text, write_failure_text};
+use cudatrace_analysis::{StepCounts, TraceIndex};
 use std::path::Path;
 
 /// Reads the trace at `path` ([`TraceIndex::read`]); a trace that cannot be
@@ -14,7 +14,7 @@ pub fn read_trace(path: &Path) -> Result<TraceIndex, Failure> {
 }
 
 /// [`read_trace`], counting what the step finder needs as the events go
-/// by, for a command that builds a [`crate::analysis::Summary`].
+/// by, for a command that builds a [`cudatrace_analysis::Summary`].
 pub fn read_trace_counting_steps(path: &Path) -> Result<(TraceIndex, StepCounts), Failure> {
     let mut counts = StepCounts::for_whole_trace();
     let index = TraceIndex::read_observing(path, &mut |index, process, offset, events| {

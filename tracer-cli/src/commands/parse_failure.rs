@@ -1,8 +1,8 @@
 //! What a command line the parser rejects becomes: help and version on
 //! stdout, a usage error as one line on stderr.
 
-use crate::outputs::wording::stderr::parse_error_line;
 use crate::system::terminal::{say, Stdout};
+use crate::wording::stderr::parse_error_line;
 use std::io::Write;
 use std::process::ExitCode;
 

@@ -2,14 +2,14 @@
 //! format (see [`crate::outputs::perfetto_proto`]) or as JSON (see
 //! [`crate::outputs::perfetto_json`]).
 
-use crate::analysis::Window;
 use crate::commands::arguments::{PerfettoArgs, PerfettoFormat};
-use crate::outputs::wording::output_lines;
 use crate::outputs::{perfetto_json, perfetto_proto, perfetto_scene, say_what_the_trace_lacks};
 use crate::system::failure::Failure;
 use crate::system::output_file::{is_private, OutputFile};
-use crate::system::progress::Progress;
 use crate::system::terminal::{print_line, say};
+use crate::wording::output_lines;
+use cudatrace_analysis::Progress;
+use cudatrace_analysis::Window;
 use std::io::{self, BufWriter, Write};
 
 /// Past this size Perfetto's UI struggles to open a JSON trace.

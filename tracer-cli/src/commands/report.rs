@@ -1,12 +1,12 @@
 //! `cudatrace report`: per process and device, what was allocated, the peak,
 //! what was still live at exit, and every out-of-memory failure.
 
-use crate::analysis::{Step, Summary};
 use crate::commands::arguments::ReportArgs;
 use crate::outputs;
 use crate::system::failure::Failure;
-use crate::system::progress::Progress;
 use crate::system::terminal::Stdout;
+use cudatrace_analysis::Progress;
+use cudatrace_analysis::{Step, Summary};
 
 /// `cudatrace report`; 1 if the trace is damaged.
 pub fn command(args: ReportArgs) -> Result<u8, Failure> {
@@ -20,7 +20,7 @@ pub fn command(args: ReportArgs) -> Result<u8, Failure> {
     let text = if args.json {
         format!("{}\n", outputs::json::report_object::report(&index, &summary))
     } else {
-        outputs::report_text::report(&index, &summary, args.view.frames)
+        outputs::report_text::report(&index, &summary, args.view.shown())
     };
     let mut out = Stdout::new();
     if !out.write(&text)? || !out.finish()? {

@@ -2,19 +2,19 @@
 //! process of its tree into one trace.
 
 use crate::collector::spool_dir;
-use crate::collector::{header_for, monotonic_ns, Collector, Summary};
+use crate::collector::{header_for, monotonic_ns, CollectionSummary, Collector};
 use crate::commands::arguments::RunArgs;
-use crate::outputs::wording::run_lines;
-use crate::outputs::wording::said;
-use crate::outputs::wording::stderr;
-use crate::outputs::wording::switch_lines;
-use crate::outputs::wording::write_failure_text;
 use crate::system::failure::Failure;
 use crate::system::procfs;
 use crate::system::switch_file::SwitchFile;
 use crate::system::terminal::say;
 use crate::system::trace_file;
 use crate::system::write_failure::WriteFailure;
+use crate::wording::run_lines;
+use crate::wording::said;
+use crate::wording::stderr;
+use crate::wording::switch_lines;
+use crate::wording::write_failure_text;
 use cudatrace_events::recording_switch::SwitchState;
 use cudatrace_events::{naming, notices, settings};
 use std::ffi::OsString;
@@ -220,7 +220,7 @@ fn trace_environment(command: &mut Command, preload: PathBuf, run_dir: &Path, ar
 }
 
 /// Runs the command; returns the exit code cudatrace should exit with.
-pub fn run(args: RunArgs) -> Result<u8, Failure> {
+pub fn command(args: RunArgs) -> Result<u8, Failure> {
     install_signal_forwarding();
     let cap = super::max_size::trace_cap(args.max_size)?;
     let limit = memory_limit(&args)?;
@@ -382,7 +382,14 @@ fn record(
 
 /// What `run` says once the trace is written, and what it leaves behind:
 /// no empty trace unless `-o` named it.
-fn finished(summary: &Summary, trace: &Path, run_dir: &Path, keep_spools: bool, lingering: bool, named: bool) {
+fn finished(
+    summary: &CollectionSummary,
+    trace: &Path,
+    run_dir: &Path,
+    keep_spools: bool,
+    lingering: bool,
+    named: bool,
+) {
     if !keep_spools && !lingering {
         spool_dir::remove_spools(run_dir, &summary.collected, true);
     }

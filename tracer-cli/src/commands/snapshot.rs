@@ -1,17 +1,17 @@
 //! `cudatrace snapshot`: one pickle per process in the format of PyTorch's
 //! memory snapshots (see [`crate::outputs::torch_snapshot`]).
 
-use crate::analysis::{Moment, Summary, TraceIndex, Window};
 use crate::commands::arguments::SnapshotArgs;
-use crate::outputs::wording::damage_text;
-use crate::outputs::wording::output_lines;
-use crate::outputs::wording::write_failure_text;
 use crate::outputs::{say_what_the_trace_lacks, torch_snapshot};
 use crate::system::failure::Failure;
 use crate::system::output_file::{is_private, OutputFile};
-use crate::system::progress::Progress;
 use crate::system::terminal::{print_line, say};
 use crate::system::write_failure::WriteFailure;
+use crate::wording::damage_text;
+use crate::wording::output_lines;
+use crate::wording::write_failure_text;
+use cudatrace_analysis::Progress;
+use cudatrace_analysis::{Moment, Summary, TraceIndex, Window};
 use std::collections::{HashMap, HashSet};
 use std::path::{Path, PathBuf};
 

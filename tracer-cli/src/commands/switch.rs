@@ -5,11 +5,11 @@
 use crate::collector::monotonic_ns;
 use crate::collector::spool_dir;
 use crate::commands::arguments::{PauseArgs, ResumeArgs};
-use crate::outputs::wording::switch_lines;
 use crate::system::failure::Failure;
 use crate::system::switch_file::SwitchFile;
 use crate::system::terminal::say;
 use crate::system::traced_jobs::{self, Named};
+use crate::wording::switch_lines;
 use cudatrace_events::recording_switch::{StackSetting, SwitchState};
 use cudatrace_events::{naming, settings};
 use std::path::{Path, PathBuf};

@@ -8,12 +8,12 @@
 //! for, as one frame, so that every byte is counted once; other memory
 //! (cuBLAS workspaces, NCCL, the program's own) keeps its allocation stacks.
 
-use crate::analysis::{
+use crate::wording::device_label;
+use crate::wording::stack_names;
+use cudatrace_analysis::{
     headline_text, in_backward_pass, made_by_caching_allocator, tensors_stopped_midway, ByStack, FramesShown, Moment,
     ProcessIndex, Summary, TraceIndex, BACKWARD_PASS, NO_STACK,
 };
-use crate::outputs::wording::device_label;
-use crate::outputs::wording::stack_names;
 use std::collections::BTreeMap;
 
 /// The frame that holds the bytes PyTorch reserved but put in no tensor.

@@ -4,11 +4,11 @@
 //! `outputs::json::footprint_object`). Each column
 //! says which reading its driver-used figure stands on.
 
-use super::wording::bytes;
-use super::wording::{limit_text, note_text};
-use crate::analysis::Category;
-use crate::analysis::{Breakdown, DeviceFootprint, ProcessIndex, ReferenceSource, TensorStats};
-use crate::outputs::wording::category_name;
+use crate::wording::bytes;
+use crate::wording::category_name;
+use crate::wording::{limit_text, note_text};
+use cudatrace_analysis::Category;
+use cudatrace_analysis::{Breakdown, DeviceFootprint, ProcessIndex, ReferenceSource, TensorStats};
 
 /// Owners shown by name; the rest are summed into one row.
 const OWNERS_SHOWN: usize = 8;
@@ -164,8 +164,8 @@ fn reading_text(what: &str, breakdown: &Breakdown, origin_ns: u64) -> String {
 
 fn reference_name(breakdown: Option<&Breakdown>) -> &'static str {
     match breakdown.map(|b| b.reference.source) {
-        Some(crate::analysis::ReferenceSource::Nvml) => "driver-used (NVML, this process)",
-        Some(crate::analysis::ReferenceSource::DeviceBound) => "driver-used (whole device: a bound)",
+        Some(cudatrace_analysis::ReferenceSource::Nvml) => "driver-used (NVML, this process)",
+        Some(cudatrace_analysis::ReferenceSource::DeviceBound) => "driver-used (whole device: a bound)",
         None => "driver-used",
     }
 }

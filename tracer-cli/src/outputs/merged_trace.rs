@@ -29,8 +29,9 @@
 //! that holds it already) is refused before anything is written; then to
 //! copy it.
 
+use cudatrace_analysis::{MergeSummary, ProcessImage};
 use cudatrace_trace::relabel::{highest_string_id, monotonic_times_mut, process_of, renumber, shift_times};
-use cudatrace_trace::{Damage, Footer, Header, ProcessStart, Record, TraceReader, TraceWriter, FORMAT_VERSION};
+use cudatrace_trace::{Damage, Footer, Header, Record, TraceReader, TraceWriter, FORMAT_VERSION};
 use std::collections::HashMap;
 use std::fs::File;
 use std::io::{self, BufReader, Write};
@@ -50,38 +51,6 @@ pub struct MergeInput {
     earliest_ns: u64,
     /// Every process image it holds.
     processes: Vec<ProcessImage>,
-}
-
-/// A process image as it ran: no two runs hold the same one, whichever
-/// traces they were collected or merged into.
-#[derive(Clone, Debug, PartialEq, Eq, Hash)]
-pub struct ProcessImage {
-    /// Its host.
-    pub host: String,
-    /// Its pid.
-    pub pid: u32,
-    /// Its image number within the pid (0, then one more at each `exec`).
-    pub image: u32,
-    /// The wall clock when tracing started in it, ns since the epoch
-    /// (which merging leaves as it is).
-    pub start_realtime_ns: u64,
-}
-
-impl ProcessImage {
-    /// The image `start` records, in a trace whose header is `header`.
-    fn of(start: &ProcessStart, header: &Header) -> ProcessImage {
-        let host = if start.place.host.is_empty() {
-            &header.host
-        } else {
-            &start.place.host
-        };
-        ProcessImage {
-            host: host.clone(),
-            pid: start.pid,
-            image: start.image,
-            start_realtime_ns: start.start_realtime_ns,
-        }
-    }
 }
 
 /// Two inputs that hold one run: merged, every byte would count twice.
@@ -194,29 +163,6 @@ impl MergeInput {
     fn earliest_wall_ns(&self) -> i128 {
         i128::from(self.earliest_ns) + self.clock_offset()
     }
-}
-
-/// What merging found, per input and in all.
-#[derive(Debug, Default)]
-pub struct MergeSummary {
-    /// Per input, in order: nanoseconds its times moved by.
-    pub shifts_ns: Vec<i64>,
-    /// Per input: process images.
-    pub processes: Vec<u64>,
-    /// Per input: damage met while reading it (each skipped frame, or where it stopped).
-    pub damage: Vec<Vec<Damage>>,
-    /// Per input: records left out because they belong to no process the
-    /// input started (its process record was damaged), or name texts whose
-    /// ids do not fit past the inputs' before.
-    pub left_out: Vec<u64>,
-    /// Per input: whether it ended with its footer.
-    pub complete: Vec<bool>,
-    /// Per input: times that fell off the merged clock's ends and were
-    /// clamped there (none, as the clock is chosen; said if ever).
-    pub clamped: Vec<u64>,
-    /// Whether the merged trace got its footer: every input whole, with
-    /// nothing damaged or left out.
-    pub footer_written: bool,
 }
 
 /// Why merging stopped.

@@ -12,12 +12,12 @@
 //!
 //! Times are microseconds from the trace's start. The JSON is streamed.
 
-use crate::analysis::{TraceIndex, UnreadBlock, Window};
 use crate::outputs::perfetto_scene::{
     self, slice_name, Canvas, Counter, Ending, Mark, Process, ProcessStart, Refusal, SliceBegin, SliceEnd,
 };
-use crate::outputs::wording::frame_text;
-use crate::system::progress::Progress;
+use crate::wording::frame_text;
+use cudatrace_analysis::Progress;
+use cudatrace_analysis::{TraceIndex, UnreadBlock, Window};
 use foldhash::HashMap;
 use std::io::{self, Write};
 

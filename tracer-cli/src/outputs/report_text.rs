@@ -1,18 +1,18 @@
 //! `cudatrace report`: the report for people.
 
-use crate::analysis::{
+use crate::outputs::steps_text;
+use crate::wording::device_label;
+use crate::wording::fold_lines;
+use crate::wording::limit_lines;
+use crate::wording::oom_lines;
+use crate::wording::rank_lines;
+use crate::wording::stack_texts;
+use crate::wording::switch_lines;
+use crate::wording::{bytes, count, tensor_status_line, torch_bytes_text, unrecorded_process_text};
+use cudatrace_analysis::{
     call_sites, growing_sites, headline, headline_text, site_name, tensors_stopped_midway, ByStack, DeviceKey, Frame,
     FramesShown, HeldAtOom, ProcessIndex, ProcessSummary, RankTable, Summary, TraceIndex, NO_STACK,
 };
-use crate::outputs::steps_text;
-use crate::outputs::wording::device_label;
-use crate::outputs::wording::fold_lines;
-use crate::outputs::wording::limit_lines;
-use crate::outputs::wording::oom_lines;
-use crate::outputs::wording::rank_lines;
-use crate::outputs::wording::stack_texts;
-use crate::outputs::wording::switch_lines;
-use crate::outputs::wording::{bytes, count, tensor_status_line, torch_bytes_text, unrecorded_process_text};
 use cudatrace_trace::ProcessEnd;
 
 /// Live allocations the text report lists per device, largest first.
@@ -43,7 +43,7 @@ pub fn report(index: &TraceIndex, summary: &Summary, frames: FramesShown) -> Str
     // The answers open the report: whether the job fit under its memory
     // limit, then what ran out of memory or was refused, then what keeps
     // growing (where a leak is). The ranks compared come after them.
-    out += &limit_lines::verdict_text(index, &crate::analysis::limit_verdicts(index, summary));
+    out += &limit_lines::verdict_text(index, &cudatrace_analysis::limit_verdicts(index, summary));
     out += &failures_text(index, summary);
     out += &growth_text(index, summary, frames);
     if let Some(table) = RankTable::of(index, summary) {
@@ -76,7 +76,7 @@ pub fn report(index: &TraceIndex, summary: &Summary, frames: FramesShown) -> Str
         out += &format!(
             "\n{} could not record; the trace has none of their events:\n",
             count(
-                crate::analysis::unrecorded_count(&index.unrecorded),
+                cudatrace_analysis::unrecorded_count(&index.unrecorded),
                 "process",
                 "processes"
             )
@@ -85,10 +85,8 @@ pub fn report(index: &TraceIndex, summary: &Summary, frames: FramesShown) -> Str
             out += &format!("  {}\n", unrecorded_process_text(process));
         }
     }
-    let unnamed = crate::analysis::unnamed_children(&index.unrecorded);
-    if let Some(line) =
-        crate::outputs::wording::silent_children_line(&crate::analysis::silent_children(index), &unnamed)
-    {
+    let unnamed = cudatrace_analysis::unnamed_children(&index.unrecorded);
+    if let Some(line) = crate::wording::silent_children_line(&cudatrace_analysis::silent_children(index), &unnamed) {
         out += &format!("\n{line}\n");
     }
     out
@@ -97,7 +95,7 @@ pub fn report(index: &TraceIndex, summary: &Summary, frames: FramesShown) -> Str
 fn process_text(index: &TraceIndex, info: &ProcessIndex, process: &ProcessSummary, frames: FramesShown) -> String {
     let start = &info.start;
     let end = info.end.clone().unwrap_or_default();
-    let exit = crate::outputs::wording::image_end_text(info.end.as_ref());
+    let exit = crate::wording::image_end_text(info.end.as_ref());
     let mut out = format!(
         "\npid {} (parent {}){} {} — {exit}\n",
         start.pid,

@@ -7,8 +7,10 @@
 //! its peak and each out-of-memory failure; the steps between are one line
 //! each, with their ranges of figures.
 
-use crate::analysis::{DeviceKey, GrowingSite, Measured, ProcessSummary, StepRecord, Steps, TraceIndex, FEWEST_RISES};
-use crate::outputs::wording::{bytes, count, device_label, duration, signed_bytes};
+use crate::wording::{bytes, count, device_label, duration, signed_bytes};
+use cudatrace_analysis::{
+    DeviceKey, GrowingSite, Measured, ProcessSummary, StepRecord, Steps, TraceIndex, FEWEST_RISES,
+};
 use std::collections::BTreeSet;
 
 /// Steps shown at each end of a long table.

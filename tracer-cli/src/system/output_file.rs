@@ -109,7 +109,7 @@ pub fn is_private(trace: &Path) -> bool {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::outputs::wording::write_failure_text as words;
+    use crate::wording::write_failure_text as words;
     use std::os::unix::fs::PermissionsExt;
 
     fn scratch(label: &str) -> PathBuf {

@@ -7,8 +7,8 @@
 //! destination and renames the finished trace into place, so that the
 //! destination is never a half-written file.
 
-use super::input_path::{check_regular_file, NotRegular};
 use super::write_failure::WriteFailure;
+use cudatrace_analysis::{check_regular_file, NotRegular};
 use std::fs::File;
 use std::io::ErrorKind;
 use std::os::fd::AsRawFd;
@@ -245,7 +245,7 @@ impl Staged {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::outputs::wording::write_failure_text as words;
+    use crate::wording::write_failure_text as words;
 
     fn scratch(label: &str) -> PathBuf {
         let dir = std::env::temp_dir().join(format!("cudatrace-output-{label}-{}", std::process::id()));

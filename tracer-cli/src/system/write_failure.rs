@@ -1,7 +1,7 @@
 //! Why an output, a trace or standard output could not be written, as data:
-//! the outputs' wording says it (`outputs::wording::write_failures`).
+//! the wording says it (`wording::write_failures`).
 
-use super::input_path::NotRegular;
+use cudatrace_analysis::NotRegular;
 use std::path::PathBuf;
 
 /// Why something could not be written.

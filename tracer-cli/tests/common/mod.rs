@@ -48,6 +48,12 @@ pub fn cudatrace_run() -> Command {
 /// `cudatrace run -o <fresh folder>/run.trace OPTIONS -- PROGRAM`, spooling
 /// in that folder; the program's arguments follow.
 pub fn run_program(label: &str, program: &Path, options: &[&str]) -> (Command, PathBuf) {
+    run_argv(label, options, &[program.as_os_str()])
+}
+
+/// `cudatrace run -o <fresh folder>/run.trace OPTIONS -- ARGV…`, spooling
+/// in that folder.
+pub fn run_argv(label: &str, options: &[&str], argv: &[&std::ffi::OsStr]) -> (Command, PathBuf) {
     let dir = scratch_dir(label);
     let trace = dir.join("run.trace");
     let mut command = cudatrace_run();
@@ -56,9 +62,24 @@ pub fn run_program(label: &str, program: &Path, options: &[&str]) -> (Command, P
         .arg(&trace)
         .args(options)
         .arg("--")
-        .arg(program)
+        .args(argv)
         .env("TMPDIR", &dir);
     (command, trace)
+}
+
+/// `cudatrace run` of a scenario, which must succeed; returns the trace's
+/// path and what the scenario printed.
+pub fn traced_scenario(label: &str, scenario: &str, extra_env: &[(&str, &str)]) -> (PathBuf, String) {
+    let (output, trace) = run_scenario(label, scenario, extra_env);
+    assert!(output.status.success(), "{}", stderr(&output));
+    (trace, stdout(&output))
+}
+
+/// [`traced_scenario`], and the trace's report with stacks.
+pub fn traced_with_report(label: &str, scenario: &str, extra_env: &[(&str, &str)]) -> (PathBuf, Value) {
+    let (trace, _) = traced_scenario(label, scenario, extra_env);
+    let (report, _) = report_json_with_stacks(&trace);
+    (trace, report)
 }
 
 /// `cudatrace run -o <fresh folder>/run.trace -- scenarios SCENARIO`, spooling in that folder.

@@ -4,11 +4,11 @@
 use super::chart::Chart;
 use super::chart_drawing::chart_html;
 use super::html_text::escape;
-use crate::analysis::{
+use crate::wording::stack_texts;
+use crate::wording::{bytes, count};
+use cudatrace_analysis::{
     call_sites, headline, headline_text, ByStack, Frame, FramesShown, ProcessIndex, TensorStats, TraceIndex, NO_STACK,
 };
-use crate::outputs::wording::stack_texts;
-use crate::outputs::wording::{bytes, count};
 use std::fmt::Write as _;
 
 /// Call sites listed per table.

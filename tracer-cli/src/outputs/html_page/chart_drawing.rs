@@ -4,7 +4,7 @@
 
 use super::chart::{Chart, SERIES};
 use super::html_text::escape;
-use crate::outputs::wording::bytes;
+use crate::wording::bytes;
 use std::fmt::Write as _;
 
 /// Chart size in SVG units.

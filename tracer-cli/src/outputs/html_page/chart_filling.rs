@@ -6,7 +6,7 @@
 use super::chart::{Chart, TimeAxis, SERIES};
 use super::chart_tally::{ChartTally, Part};
 use super::owner_chart::OwnerTally;
-use crate::analysis::{
+use cudatrace_analysis::{
     call_sites, footprint_reading_times, site_key, Boundaries, ByStack, Change, Consumer, DeviceKey, ProcessIndex,
     Step, Summary, TraceIndex,
 };

@@ -12,8 +12,8 @@
 
 use super::chart::{Chart, TimeAxis, SERIES};
 use super::chart_tally::{ChartTally, Part};
-use crate::analysis::{owner_of, Category, Change, DeviceFootprint, ProcessIndex, TraceIndex};
-use crate::outputs::wording::category_chart_name;
+use crate::wording::category_chart_name;
+use cudatrace_analysis::{owner_of, Category, Change, DeviceFootprint, ProcessIndex, TraceIndex};
 use cudatrace_events::{Api, Event, Op};
 use std::collections::{BTreeMap, HashMap};
 

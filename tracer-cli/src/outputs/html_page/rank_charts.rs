@@ -7,9 +7,9 @@ use super::chart::Chart;
 use super::chart_drawing::y_ticks;
 use super::chart_filling::PageCharts;
 use super::html_text::escape;
-use crate::analysis::{DeviceKey, RankTable, Summary, TraceIndex};
-use crate::outputs::wording::rank_lines::{self, COLUMNS};
-use crate::outputs::wording::{bytes, duration};
+use crate::wording::rank_lines::{self, COLUMNS};
+use crate::wording::{bytes, duration};
+use cudatrace_analysis::{DeviceKey, RankTable, Summary, TraceIndex};
 use std::fmt::Write as _;
 
 /// One small chart's size in SVG units.

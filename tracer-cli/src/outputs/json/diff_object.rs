@@ -1,7 +1,7 @@
 //! `cudatrace diff --json`: the comparison of two runs as one object.
 
-use crate::analysis::{Growth, RunFigures};
-use crate::outputs::growth_tables::tables;
+use crate::outputs::diff_tables::tables;
+use cudatrace_analysis::{Growth, RunFigures};
 use serde_json::{json, Value};
 use std::path::Path;
 

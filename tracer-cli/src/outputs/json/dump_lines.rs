@@ -1,7 +1,7 @@
 //! `cudatrace dump`'s JSON lines: a spool's process and its events, and
 //! each record of a trace.
 
-use crate::outputs::wording::problem_text;
+use crate::wording::problem_text;
 use cudatrace_events::measures::DEVICE_BLOB;
 use cudatrace_events::stacks::{blob_kind, frame_kind, BlobPiece, StackNode};
 use cudatrace_events::{Event, SpoolCursor, SpoolHeaderInfo};

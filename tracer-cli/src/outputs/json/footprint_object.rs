@@ -1,8 +1,8 @@
 //! The footprint table's figures as JSON, under each process's
 //! `footprint` in `cudatrace report --json`.
 
-use crate::analysis::{Breakdown, DeviceFootprint};
-use crate::outputs::wording::note_text;
+use crate::wording::note_text;
+use cudatrace_analysis::{Breakdown, DeviceFootprint};
 use serde_json::{json, Value};
 
 fn breakdown_json(breakdown: &Breakdown) -> Value {

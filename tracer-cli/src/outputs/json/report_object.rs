@@ -1,12 +1,12 @@
 //! `cudatrace report --json`: the report as one JSON object (the documented
 //! shape; keys may be added, never removed).
 
-use crate::analysis::{
+use crate::wording::damage_text;
+use crate::wording::tensor_status_line;
+use cudatrace_analysis::{
     growing_sites, largest_call_sites, tensors_stopped_midway, ByStack, Frame, Measured, ProcessIndex, ProcessSummary,
     RankTable, Summary, TraceIndex,
 };
-use crate::outputs::wording::damage_text;
-use crate::outputs::wording::tensor_status_line;
 use serde_json::{json, Value};
 
 /// A source frame as JSON.
@@ -313,7 +313,7 @@ pub fn report(index: &TraceIndex, summary: &Summary) -> Value {
         "lost_events": summary.lost_events(index),
         "dropped_events": dropped,
         "complete": index.complete,
-        "recording_paused": crate::analysis::paused_spans(index)
+        "recording_paused": cudatrace_analysis::paused_spans(index)
             .iter()
             .map(|span| json!({
                 "start_s": seconds(span.start_ns),
@@ -330,7 +330,7 @@ pub fn report(index: &TraceIndex, summary: &Summary) -> Value {
         "refused_spools": refused,
         "damaged_spools": damaged_spools,
         "unrecorded_processes": index.unrecorded.iter().map(unrecorded_json).collect::<Vec<_>>(),
-        "forked_without_spool": crate::analysis::silent_children(index).iter().map(silent_child_json).collect::<Vec<_>>(),
+        "forked_without_spool": cudatrace_analysis::silent_children(index).iter().map(silent_child_json).collect::<Vec<_>>(),
         "memory_limit": memory_limit_json(index, summary),
         "ranks": ranks_json(index, summary),
         "processes": processes,
@@ -386,27 +386,27 @@ fn ranks_json(index: &TraceIndex, summary: &Summary) -> Value {
 /// refusals, but how the process ended was not recorded).
 fn memory_limit_json(index: &TraceIndex, summary: &Summary) -> Value {
     let seconds = |ns: u64| ns.saturating_sub(index.start_ns()) as f64 / 1e9;
-    crate::analysis::limit_verdicts(index, summary)
+    cudatrace_analysis::limit_verdicts(index, summary)
         .iter()
         .map(|verdict| {
             let info = &index.processes[verdict.process];
             json!({
                 "pid": info.start.pid,
-                "device": match verdict.device { crate::analysis::DeviceKey::Gpu(d) => Some(d), _ => None },
+                "device": match verdict.device { cudatrace_analysis::DeviceKey::Gpu(d) => Some(d), _ => None },
                 "limit_bytes": verdict.limit,
                 "fits": match verdict.outcome() {
-                    crate::analysis::LimitOutcome::Fits => Some(true),
-                    crate::analysis::LimitOutcome::DidNotFit => Some(false),
-                    crate::analysis::LimitOutcome::NotKnown => None,
+                    cudatrace_analysis::LimitOutcome::Fits => Some(true),
+                    cudatrace_analysis::LimitOutcome::DidNotFit => Some(false),
+                    cudatrace_analysis::LimitOutcome::NotKnown => None,
                 },
                 "recovered_by_pytorch": verdict.recovered_by_pytorch,
                 "exit_status": match verdict.ending {
-                    crate::analysis::ProcessEnding::Status(status) => Some(status),
+                    cudatrace_analysis::ProcessEnding::Status(status) => Some(status),
                     _ => None,
                 },
                 "failed_library": verdict.failed_library,
                 "kept_alone": verdict.kept_alone.map(cudatrace_events::measures::limit_ledger::reason),
-                "verdict": crate::outputs::wording::limit_lines::verdict_line(index, verdict),
+                "verdict": crate::wording::limit_lines::verdict_line(index, verdict),
                 "peak_bytes": verdict.peak_bytes,
                 "peak_s": seconds(verdict.peak_time_ns),
                 "peak_parts": verdict.peak_parts.iter().map(|(name, bytes)| json!({"name": name, "bytes": bytes})).collect::<Vec<_>>(),
@@ -415,7 +415,7 @@ fn memory_limit_json(index: &TraceIndex, summary: &Summary) -> Value {
                     "api": o.api.name(),
                     "requested_bytes": o.requested_bytes,
                     "left_bytes": o.device_free,
-                    "site": crate::analysis::site_name(&index.frames(info, o.stack)),
+                    "site": cudatrace_analysis::site_name(&index.frames(info, o.stack)),
                     "stack": stack_json(index, info, o.stack),
                 })).collect::<Vec<_>>(),
             })
@@ -424,7 +424,7 @@ fn memory_limit_json(index: &TraceIndex, summary: &Summary) -> Value {
 }
 
 /// A silent child, as the JSON report shows it.
-pub fn silent_child_json(child: &crate::analysis::SilentChild) -> serde_json::Value {
+pub fn silent_child_json(child: &cudatrace_analysis::SilentChild) -> serde_json::Value {
     serde_json::json!({ "pid": child.pid, "ppid": child.ppid, "time_ns": child.time_ns })
 }
 

@@ -12,10 +12,10 @@
 
 use super::call_site_table::{CallSiteTable, SiteDescription};
 use super::events_file::{EventsFile, Row, RowAction, Source};
-use crate::analysis::{
+use crate::wording::stack_texts;
+use cudatrace_analysis::{
     call_site_id, owner_of, site_key_of, site_name, Allocation, Change, Consumer, FramesShown, Step, TraceIndex,
 };
-use crate::outputs::wording::stack_texts;
 use cudatrace_events::tensors::{action_of, Action};
 use cudatrace_events::Event;
 use foldhash::HashMap;

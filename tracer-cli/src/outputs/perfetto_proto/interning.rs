@@ -5,9 +5,9 @@
 //! in each table (0 means none to Perfetto).
 
 use super::messages::{Callstack, InternedData, InternedString, NamedEntry, StackFrame};
-use crate::analysis::Allocation;
 use crate::outputs::perfetto_scene::{slice_name, Stack};
-use crate::outputs::wording::frame_function_text;
+use crate::wording::frame_function_text;
+use cudatrace_analysis::Allocation;
 use cudatrace_events::Api;
 use foldhash::HashMap;
 use std::hash::Hash;

@@ -5,8 +5,8 @@
 //! order, the lowest free lane uses as few lanes as any assignment can: as
 //! many as the most allocations ever alive at once.
 
-use crate::analysis::{Allocation, DeviceKey};
-use crate::outputs::wording::device_label;
+use crate::wording::device_label;
+use cudatrace_analysis::{Allocation, DeviceKey};
 use foldhash::HashMap;
 use std::cmp::Reverse;
 use std::collections::BinaryHeap;

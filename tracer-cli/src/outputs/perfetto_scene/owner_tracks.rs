@@ -4,9 +4,9 @@
 //! and kernels, streams and events, executable graphs), the process's own readings of the device, and NVML's
 //! per-process figure, the reference the report explains.
 
-use crate::analysis::Category;
-use crate::analysis::{Change, DeviceFootprint, FootprintTracker, ProcessIndex, TraceIndex, Window};
-use crate::outputs::wording::category_name;
+use crate::wording::category_name;
+use cudatrace_analysis::Category;
+use cudatrace_analysis::{Change, DeviceFootprint, FootprintTracker, ProcessIndex, TraceIndex, Window};
 use cudatrace_events::{Event, Op};
 use std::collections::HashMap;
 

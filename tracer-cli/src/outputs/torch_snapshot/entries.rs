@@ -5,8 +5,8 @@
 use super::fragment::{Fragment, Memo};
 use super::process_snapshot::{LeftOut, ProcessSnapshot};
 use super::viewer_state::{Entry, Segment, ViewerState};
-use crate::analysis::{Change, Consumer, Replay, Step, TraceIndex, Window};
-use crate::system::progress::Progress;
+use cudatrace_analysis::Progress;
+use cudatrace_analysis::{Change, Consumer, Replay, Step, TraceIndex, Window};
 use cudatrace_events::tensors::{self, Action};
 use cudatrace_events::{Event, Kind, Op};
 use std::collections::{BTreeMap, HashMap, HashSet};

@@ -2,8 +2,8 @@
 //! the snapshot is put together, and the memo indices shared across them.
 
 use super::viewer_state::Entry;
-use crate::analysis::{Frame, ProcessIndex, TraceIndex};
 use crate::outputs::pickle::Pickler;
+use cudatrace_analysis::{Frame, ProcessIndex, TraceIndex};
 use std::collections::HashMap;
 use std::fs::File;
 use std::io::{self, BufWriter, Seek, Write};

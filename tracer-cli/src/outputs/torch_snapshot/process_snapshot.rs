@@ -3,7 +3,7 @@
 
 use super::fragment::Fragment;
 use super::viewer_state::ViewerState;
-use crate::analysis::ProcessMemory;
+use cudatrace_analysis::ProcessMemory;
 use std::collections::{BTreeMap, HashSet};
 use std::path::{Path, PathBuf};
 

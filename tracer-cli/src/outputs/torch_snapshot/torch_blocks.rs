@@ -13,7 +13,7 @@
 //! `roundup_power2_divisions`), the block keeps its rounded size and the
 //! miss is counted.
 
-use crate::analysis::cut_range;
+use cudatrace_analysis::cut_range;
 use std::collections::BTreeMap;
 
 /// PyTorch's smallest block and its rounding.
