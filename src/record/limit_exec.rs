@@ -3,7 +3,7 @@
 //! memory then), and comes back if the `exec` fails.
 
 use super::limit_state::{enabled, ledger_in_use, CLAIMING, MY_SLOT};
-use crate::sys::shared_ledger;
+use crate::system::shared_ledger;
 use std::sync::atomic::{AtomicU32, AtomicU64, Ordering};
 
 /// Per device, the share this image took off the ledger at an `exec` under

@@ -3,7 +3,7 @@
 //! program is told of the device under it: a card of the limit's size.
 
 use super::limit_state::{device_index, enabled, ledger, ledger_in_use, LIMIT};
-use crate::sys::shared_ledger;
+use crate::system::shared_ledger;
 use std::sync::atomic::Ordering;
 
 /// The ledger's figures of `device`, under a limit.

@@ -5,11 +5,11 @@
 
 use crate::record::recorder::{self, Record};
 use crate::spool::tree_root;
-use crate::sys::cuda_ffi::*;
-use crate::sys::no_cancel::without_cancellation;
-use crate::sys::shared_ledger::{self, Ledger, Unshared};
-use crate::sys::symbols::{real_fn, Sym};
-use crate::sys::tracing_switch::{guarded, keeping_errno};
+use crate::system::cuda_ffi::*;
+use crate::system::no_cancel::without_cancellation;
+use crate::system::shared_ledger::{self, Ledger, Unshared};
+use crate::system::symbols::{real_fn, Sym};
+use crate::system::tracing_switch::{guarded, keeping_errno};
 use cudatrace_events::{naming, Op};
 use std::sync::atomic::{AtomicPtr, AtomicU32, AtomicU64, AtomicU8, Ordering};
 
@@ -17,7 +17,7 @@ use std::sync::atomic::{AtomicPtr, AtomicU32, AtomicU64, AtomicU8, Ordering};
 #[unsafe(link_section = "cudatrace_hot")]
 pub(super) static LIMIT: AtomicU64 = AtomicU64::new(0);
 // The statics every allocation and free reads under a limit are hot
-// statics (see `sys::hot_statics`): after the driver's call they would
+// statics (see `system::hot_statics`): after the driver's call they would
 // otherwise be cache misses of their own.
 #[unsafe(link_section = "cudatrace_hot")]
 pub(super) static LEDGER: AtomicPtr<Ledger> = AtomicPtr::new(std::ptr::null_mut());
@@ -119,7 +119,7 @@ pub(super) fn claim_slot(ledger: &Ledger) -> Option<usize> {
         return None;
     }
     let claimed = keeping_errno(|| {
-        let _held = crate::sys::no_cancel::NoCancel::hold();
+        let _held = crate::system::no_cancel::NoCancel::hold();
         let pid = std::process::id();
         ledger.claim_slot(pid, shared_ledger::start_time_of(pid))
     });

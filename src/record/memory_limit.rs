@@ -3,7 +3,7 @@
 //! tree as a smaller card would be.
 //!
 //! What the tree holds on a device is counted in the ledger
-//! ([`crate::sys::shared_ledger`]), without a driver call per allocation:
+//! ([`crate::system::shared_ledger`]), without a driver call per allocation:
 //! the bytes of the allocations its processes made through our hooks, plus
 //! what the driver held beyond them when the device was last read (contexts,
 //! modules and kernels, pool and graph memory beyond their allocations).
@@ -26,13 +26,13 @@ use super::limit_state::{
     RECORDED,
 };
 use crate::record::devices;
-use crate::sys::environment;
-use crate::sys::no_cancel::without_cancellation;
-use crate::sys::shared_ledger::{self, Ledger};
-use crate::sys::thread::current_tid;
-use crate::sys::thread_block::{self, LimitCredit};
-use crate::sys::thread_exit;
-use crate::sys::tracing_switch::keeping_errno;
+use crate::system::environment;
+use crate::system::no_cancel::without_cancellation;
+use crate::system::shared_ledger::{self, Ledger};
+use crate::system::thread::current_tid;
+use crate::system::thread_block::{self, LimitCredit};
+use crate::system::thread_exit;
+use crate::system::tracing_switch::keeping_errno;
 use cudatrace_events::settings::{self, LimitSetting};
 use cudatrace_events::Kind;
 use std::sync::atomic::{AtomicU64, Ordering};
@@ -609,9 +609,9 @@ pub(crate) fn prefetch() {
     }
     // SAFETY: published from a mapping that is never unmapped.
     let ledger = unsafe { &*ledger };
-    crate::sys::prefetch::prefetch_line(std::ptr::from_ref(ledger.entry(0)));
-    crate::sys::prefetch::prefetch_line(std::ptr::from_ref(ledger.epoch(0)));
-    crate::sys::prefetch::prefetch_line(std::ptr::from_ref(&ledger.slot(slot as usize).counted[0]));
+    crate::system::prefetch::prefetch_line(std::ptr::from_ref(ledger.entry(0)));
+    crate::system::prefetch::prefetch_line(std::ptr::from_ref(ledger.epoch(0)));
+    crate::system::prefetch::prefetch_line(std::ptr::from_ref(&ledger.slot(slot as usize).counted[0]));
 }
 
 /// In a forked child: its allocations are its own, counted in a slot of
