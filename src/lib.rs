@@ -11,7 +11,7 @@
 //! | [`record`] | turning a hooked call into records: the live table, devices, captures, readings |
 //! | [`stacks`] | call stacks: unwinding, Python frames, the module map, the node table |
 //! | [`spool`] | the spool file a process's records go to, and the tree's collector |
-//! | [`sys`] | real CUDA functions, the FFI, the clock, threads, lazily mapped tables |
+//! | [`system`] | real CUDA functions, the FFI, the clock, threads, lazily mapped tables |
 //!
 //! The hooks do the minimum: one fixed-size record per event into a shared
 //! memory spool. Everything else (reading, accounting, reports) happens
@@ -32,4 +32,4 @@ mod lifecycle;
 mod record;
 mod spool;
 mod stacks;
-mod sys;
+mod system;

@@ -6,7 +6,7 @@ use crate::hooks::{dlopen_door, exec, fork, launch, streams, torch_allocator};
 use crate::record::{capture_state, device_readings, devices, live_table, memory_limit};
 use crate::spool::{notice, recording_switch, replaced_image, tree_root, writer as spool_writer};
 use crate::stacks::{call_stack, module_map, native_unwind, python_frames};
-use crate::sys::{address_budget, clock, environment, process_mark, spare_stack, thread_block, tracing_switch};
+use crate::system::{address_budget, clock, environment, process_mark, spare_stack, thread_block, tracing_switch};
 
 extern "C" fn before_fork() {
     module_map::before_fork();

@@ -4,7 +4,7 @@
 //! analysis crate it stands on (`crates/cudatrace-analysis/src`), no layer
 //! uses a layer above it:
 //!
-//! lifecycle → hooks → record → stacks → spool → sys
+//! lifecycle → hooks → record → stacks → spool → system
 //! commands → (collector | outputs) → wording → system
 //! analysis → symbolize → system (of the analysis crate)
 //!
@@ -22,7 +22,7 @@ use std::path::{Path, PathBuf};
 
 /// The layers of `src/`, lowest first; each a list of peers.
 const LAYERS: &[&[&str]] = &[
-    &["sys"],
+    &["system"],
     &["spool"],
     &["stacks"],
     &["record"],

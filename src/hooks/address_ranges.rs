@@ -10,7 +10,7 @@
 use crate::hooks::support::{read, real_or_fail};
 use crate::record::recorder::{range_release_starting, range_returned, AddressRange};
 use crate::record::tensors;
-use crate::sys::cuda_ffi::*;
+use crate::system::cuda_ffi::*;
 use cudatrace_events::{Api, Op};
 
 /// Defines the range hooks: `reserved` is taken before the real call (the

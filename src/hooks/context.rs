@@ -9,8 +9,8 @@ use crate::record::device_readings::{self, Around};
 use crate::record::devices::{self, current_device};
 use crate::record::memory_limit::{self, Admission};
 use crate::record::recorder::{self, Record};
-use crate::sys::cuda_ffi::*;
-use crate::sys::tracing_switch::guarded;
+use crate::system::cuda_ffi::*;
+use crate::system::tracing_switch::guarded;
 use cudatrace_events::{Api, Op};
 use std::ffi::{c_char, c_int, c_uint, c_void};
 

@@ -14,9 +14,9 @@
 //! unloaded and rebuilds the module map.
 
 use crate::hooks::dlopen_door;
-use crate::sys::loader;
-use crate::sys::symbols;
-use crate::sys::tracing_switch::{keeping_errno, tracing_on};
+use crate::system::loader;
+use crate::system::symbols;
+use crate::system::tracing_switch::{keeping_errno, tracing_on};
 use std::ffi::{c_int, c_void};
 use std::sync::atomic::{AtomicU64, Ordering};
 

@@ -9,7 +9,7 @@
 //! one with the arguments and return address untouched. The price is that
 //! we never run after it returns: the map is refreshed lazily instead.
 
-use crate::sys::loader;
+use crate::system::loader;
 use std::ffi::{c_char, c_int, c_void};
 
 /// The exported `dlopen`. See the module documentation.
@@ -52,7 +52,7 @@ extern "C" fn prepare() -> usize {
 pub(crate) fn catch_up() {
     // Reading modules and PyTorch's files calls cancellation points: a
     // pending cancellation of the thread waits for the program's own.
-    crate::sys::no_cancel::without_cancellation(catch_up_here);
+    crate::system::no_cancel::without_cancellation(catch_up_here);
 }
 
 fn catch_up_here() {

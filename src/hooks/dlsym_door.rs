@@ -11,8 +11,8 @@
 //! return address untouched.
 
 use crate::hooks::{dlopen_door, table};
-use crate::sys::symbols::{self, CudaLibrary, Sym};
-use crate::sys::tracing_switch::tracing_on;
+use crate::system::symbols::{self, CudaLibrary, Sym};
+use crate::system::tracing_switch::tracing_on;
 use std::ffi::{c_char, c_void, CStr};
 
 /// What the trampoline does: return `value`, or jump to the real `dlsym`

@@ -13,9 +13,9 @@ use crate::record::memory_limit::{self, Admission};
 use crate::record::recorder::{self, Allocation};
 use crate::record::{capture_state, device_readings, devices, tensors};
 use crate::spool::writer as spool_writer;
-use crate::sys::clock;
-use crate::sys::cuda_ffi::*;
-use crate::sys::tracing_switch::{guarded, keeping_errno, tracing_on};
+use crate::system::clock;
+use crate::system::cuda_ffi::*;
+use crate::system::tracing_switch::{guarded, keeping_errno, tracing_on};
 use cudatrace_events::{Api, Kind};
 use std::ffi::{c_uint, c_void};
 

@@ -12,8 +12,8 @@ use crate::record::device_readings;
 use crate::record::live_table::Namespace;
 use crate::record::memory_limit;
 use crate::record::recorder::{self, free_starting};
-use crate::sys::clock;
-use crate::sys::cuda_ffi::*;
+use crate::system::clock;
+use crate::system::cuda_ffi::*;
 use cudatrace_events::Api;
 use std::ffi::c_void;
 

@@ -11,8 +11,8 @@
 
 use crate::record::memory_limit;
 use crate::spool::writer;
-use crate::sys::loader::next_function;
-use crate::sys::tracing_switch::guarded;
+use crate::system::loader::next_function;
+use crate::system::tracing_switch::guarded;
 use std::ffi::{c_char, c_int};
 use std::sync::atomic::AtomicUsize;
 

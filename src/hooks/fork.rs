@@ -8,8 +8,8 @@
 //! the real `fork` runs.
 
 use crate::record::recorder;
-use crate::sys::loader::next_function;
-use crate::sys::tracing_switch::guarded;
+use crate::system::loader::next_function;
+use crate::system::tracing_switch::guarded;
 use std::sync::atomic::AtomicUsize;
 
 type ForkFn = unsafe extern "C" fn() -> libc::pid_t;

@@ -12,9 +12,9 @@ use crate::hooks::launch;
 use crate::hooks::support::{read, real_or_fail};
 use crate::record::device_readings::{self, Around};
 use crate::record::recorder::Record;
-use crate::sys::clock;
-use crate::sys::cuda_ffi::*;
-use crate::sys::tracing_switch::{guarded, tracing_on};
+use crate::system::clock;
+use crate::system::cuda_ffi::*;
+use crate::system::tracing_switch::{guarded, tracing_on};
 use cudatrace_events::{Api, Op};
 use std::ffi::{c_char, c_void};
 

@@ -9,8 +9,8 @@
 use crate::hooks::support::real_or_fail;
 use crate::record::devices::current_device;
 use crate::record::memory_limit;
-use crate::sys::cuda_ffi::*;
-use crate::sys::tracing_switch::keeping_errno;
+use crate::system::cuda_ffi::*;
+use crate::system::tracing_switch::keeping_errno;
 use std::ffi::c_uint;
 
 /// The limit's answer to a successful `cuMemGetInfo` on the calling

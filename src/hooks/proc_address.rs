@@ -5,9 +5,9 @@
 //! and substitute our hook for that export, which has the same ABI.
 
 use crate::hooks::{dlopen_door, table};
-use crate::sys::cuda_ffi::*;
-use crate::sys::symbols::{self, real_fn, CudaLibrary, Sym};
-use crate::sys::tracing_switch::guarded;
+use crate::system::cuda_ffi::*;
+use crate::system::symbols::{self, real_fn, CudaLibrary, Sym};
+use crate::system::tracing_switch::guarded;
 use std::ffi::{c_char, c_int, c_void};
 
 /// `RTLD_DL_LINKMAP` from `<dlfcn.h>`: make `dladdr1` return the link map.

@@ -10,8 +10,8 @@ use crate::record::devices;
 use crate::record::recorder::RuntimeCall;
 use crate::stacks::call_stack::only_callers;
 use crate::stacks::return_slot::ReturnSlot;
-use crate::sys::cuda_ffi::*;
-use crate::sys::symbols::{real_fn, Sym};
+use crate::system::cuda_ffi::*;
+use crate::system::symbols::{real_fn, Sym};
 use cudatrace_events::Api;
 use std::ffi::{c_int, c_uint, c_void};
 

@@ -5,17 +5,17 @@ use crate::record::devices;
 use crate::record::live_table::{self, Namespace};
 use crate::record::recorder;
 use crate::spool::writer as spool_writer;
-use crate::sys::cuda_ffi::{CUstream, CU_STREAM_PER_THREAD};
-use crate::sys::{hot_statics, process_mark, thread_block};
+use crate::system::cuda_ffi::{CUstream, CU_STREAM_PER_THREAD};
+use crate::system::{hot_statics, process_mark, thread_block};
 
 /// The real driver function `$sym` with C signature `$ty`, or an early
 /// `return CUDA_ERROR_NOT_INITIALIZED` from the hook when it cannot be found.
 macro_rules! real_or_fail {
     ($sym:ident, $ty:ty) => {
         // SAFETY: `$ty` is the C signature of the export `$sym`.
-        match unsafe { $crate::sys::symbols::real_fn::<$ty>($crate::sys::symbols::Sym::$sym) } {
+        match unsafe { $crate::system::symbols::real_fn::<$ty>($crate::system::symbols::Sym::$sym) } {
             Some(real) => real,
-            None => return $crate::sys::cuda_ffi::CUDA_ERROR_NOT_INITIALIZED,
+            None => return $crate::system::cuda_ffi::CUDA_ERROR_NOT_INITIALIZED,
         }
     };
 }

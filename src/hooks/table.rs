@@ -1,7 +1,7 @@
 //! Which hook stands for which CUDA symbol, for the doors that hand hooks
 //! out (`dlsym`, `cuGetProcAddress`).
 
-use crate::sys::symbols::{self, with_cuda_symbols, CudaLibrary, Sym};
+use crate::system::symbols::{self, with_cuda_symbols, CudaLibrary, Sym};
 use std::sync::atomic::{AtomicU64, Ordering};
 
 macro_rules! define_hook_addresses {

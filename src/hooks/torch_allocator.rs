@@ -46,9 +46,9 @@
 use crate::hooks::support::prepare_event;
 use crate::record::tensors::{self, TensorAction};
 use crate::stacks::module_map;
-use crate::sys::cxx_function::{AnyData, StdFunction};
-use crate::sys::elf_symbols::{symbol_values, SymbolName};
-use crate::sys::tracing_switch::{guarded, tracing_on};
+use crate::system::cxx_function::{AnyData, StdFunction};
+use crate::system::elf_symbols::{symbol_values, SymbolName};
+use crate::system::tracing_switch::{guarded, tracing_on};
 use cudatrace_events::tensors::{pool_word, reason, status, version_word, Action};
 use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicBool, AtomicU64, AtomicU8, AtomicUsize, Ordering};

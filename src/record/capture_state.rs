@@ -10,8 +10,8 @@
 //! A capture ends only at `cuStreamEndCapture`, also when it was
 //! invalidated before.
 
-use crate::sys::cuda_ffi::CU_STREAM_PER_THREAD;
-use crate::sys::thread::current_tid;
+use crate::system::cuda_ffi::CU_STREAM_PER_THREAD;
+use crate::system::thread::current_tid;
 use std::sync::atomic::{AtomicU32, AtomicU64, Ordering};
 
 /// Captures remembered by stream; more at once are counted but never

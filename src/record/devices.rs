@@ -14,10 +14,10 @@
 //! - **A pool's device** is recorded when the pool is created (its location).
 
 use crate::record::recorder::{self, Record};
-use crate::sys::cuda_ffi::*;
-use crate::sys::lazy_mapping::{LazyMapping, ZeroIsEmpty};
-use crate::sys::symbols::{real_fn, Sym};
-use crate::sys::thread_block;
+use crate::system::cuda_ffi::*;
+use crate::system::lazy_mapping::{LazyMapping, ZeroIsEmpty};
+use crate::system::symbols::{real_fn, Sym};
+use crate::system::thread_block;
 use cudatrace_events::{Api, Op};
 use std::sync::atomic::{AtomicU64, Ordering};
 

@@ -8,7 +8,7 @@
 //! the key into a tombstone. Probing is bounded; when no slot is found the
 //! caller records the event anyway and counts an overflow.
 
-use crate::sys::lazy_mapping::{LazyMapping, ZeroIsEmpty};
+use crate::system::lazy_mapping::{LazyMapping, ZeroIsEmpty};
 use cudatrace_events::Kind;
 use std::sync::atomic::{AtomicU64, Ordering};
 

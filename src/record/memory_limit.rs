@@ -3,7 +3,7 @@
 //! tree as a smaller card would be.
 //!
 //! What the tree holds on a device is counted in the ledger
-//! ([`crate::sys::shared_ledger`]), without a driver call per allocation:
+//! ([`crate::system::shared_ledger`]), without a driver call per allocation:
 //! the bytes of the allocations its processes made through our hooks, plus
 //! what the driver held beyond them when the device was last read (contexts,
 //! modules and kernels, pool and graph memory beyond their allocations).
@@ -13,47 +13,35 @@
 //!
 //! Off (the default), every function here is one relaxed load and nothing
 //! else: the program's behaviour is unchanged.
+//!
+//! This file admits, settles and gives back allocations, through each
+//! thread's credit and the ledger. Beside it: `limit_state` (the limit, the
+//! ledger in use, this process's slot and device indexes), `limit_reports`
+//! (readings in, a card of the limit's size out) and `limit_exec` (a share
+//! that leaves the ledger at `exec`).
 
+use super::limit_exec::{from_retired, RETIRING};
+use super::limit_state::{
+    device_index, ledger, ledger_in_use, my_slot, CLAIMING, DEVICE_INDEX, LEDGER, LIMIT, MY_SLOT, NOT_LIMITED, NO_SLOT,
+    RECORDED,
+};
 use crate::record::devices;
-use crate::record::recorder::{self, Record};
-use crate::spool::tree_root;
-use crate::sys::cuda_ffi::*;
-use crate::sys::environment;
-use crate::sys::no_cancel::without_cancellation;
-use crate::sys::shared_ledger::{self, Ledger, Unshared};
-use crate::sys::symbols::{real_fn, Sym};
-use crate::sys::thread::current_tid;
-use crate::sys::thread_block::{self, LimitCredit};
-use crate::sys::thread_exit;
-use crate::sys::tracing_switch::{guarded, keeping_errno};
+use crate::system::environment;
+use crate::system::no_cancel::without_cancellation;
+use crate::system::shared_ledger::{self, Ledger};
+use crate::system::thread::current_tid;
+use crate::system::thread_block::{self, LimitCredit};
+use crate::system::thread_exit;
+use crate::system::tracing_switch::keeping_errno;
 use cudatrace_events::settings::{self, LimitSetting};
-use cudatrace_events::{naming, Kind, Op};
-use std::sync::atomic::{AtomicPtr, AtomicU32, AtomicU64, AtomicU8, Ordering};
+use cudatrace_events::Kind;
+use std::sync::atomic::{AtomicU64, Ordering};
 
-/// The limit in bytes; 0 = no limit.
-#[unsafe(link_section = "cudatrace_hot")]
-static LIMIT: AtomicU64 = AtomicU64::new(0);
-// The statics every allocation and free reads under a limit are hot
-// statics (see `sys::hot_statics`): after the driver's call they would
-// otherwise be cache misses of their own.
-#[unsafe(link_section = "cudatrace_hot")]
-static LEDGER: AtomicPtr<Ledger> = AtomicPtr::new(std::ptr::null_mut());
-/// This process's slot in the ledger; [`NO_SLOT`] until claimed.
-#[unsafe(link_section = "cudatrace_hot")]
-static MY_SLOT: AtomicU32 = AtomicU32::new(NO_SLOT);
-const NO_SLOT: u32 = u32::MAX;
-/// Device ordinals seen by the process: 0 not looked up yet,
-/// [`NOT_LIMITED`] for one the ledger has no room or no UUID for, else the
-/// ledger's device index + 1. Ordinals past these are not limited (a
-/// ledger keeps 16 devices too).
-#[unsafe(link_section = "cudatrace_hot")]
-static DEVICE_INDEX: [AtomicU8; shared_ledger::MAX_DEVICES] = [const { AtomicU8::new(0) }; shared_ledger::MAX_DEVICES];
-const NOT_LIMITED: u8 = u8::MAX;
-/// Devices whose limit record this process has written, one bit each.
-static RECORDED: AtomicU64 = AtomicU64::new(0);
-/// Why this process keeps a ledger of its own ([`Unshared`] as a number);
-/// 0 while it uses the tree's. Said in every limit record it writes.
-static UNSHARED: AtomicU64 = AtomicU64::new(0);
+pub(crate) use super::limit_exec::{restore_after_failed_exec, retire_for_exec};
+pub(crate) use super::limit_reports::{
+    context_fits, note_first_context, note_reading, reported_memory_info, reported_total,
+};
+pub(crate) use super::limit_state::enabled;
 
 /// Keeps `CUDATRACE_LIMIT` (from the library constructor). A value that is
 /// no size is said once on stderr (unless `quiet`), and the program runs
@@ -79,14 +67,6 @@ pub(crate) fn configure(limit: LimitSetting, quiet: bool) {
             }
         }
     }
-}
-
-/// Whether a limit is set. One load: the hooks' test of it is all a
-/// process without a limit pays. (A process whose tracing turned itself
-/// off stops counting: the bookkeeping runs under `guarded`.)
-#[inline(always)]
-pub(crate) fn enabled() -> bool {
-    LIMIT.load(Ordering::Relaxed) != 0
 }
 
 /// Whether the limit counts memory of `kind` on `device`: device memory of
@@ -133,183 +113,6 @@ pub(crate) enum Admission {
         /// The limit.
         limit: u64,
     },
-}
-
-fn ledger() -> Option<&'static Ledger> {
-    let existing = LEDGER.load(Ordering::Acquire);
-    if !existing.is_null() {
-        // SAFETY: published below from a mapping that is never unmapped.
-        return Some(unsafe { &*existing });
-    }
-    open_ledger()
-}
-
-#[cold]
-fn open_ledger() -> Option<&'static Ledger> {
-    let opened = keeping_errno(|| {
-        without_cancellation(|| {
-            let shared = match tree_root::spool_dir() {
-                None => Err(Unshared::NoFolder),
-                Some(dir) => {
-                    let path = dir.join(naming::MEMORY_LIMIT_LEDGER);
-                    std::ffi::CString::new(std::os::unix::ffi::OsStrExt::as_bytes(path.as_os_str()))
-                        .map_err(|_| Unshared::CannotOpen)
-                        .and_then(|path| shared_ledger::open(&path))
-                }
-            };
-            shared.or_else(|why| {
-                UNSHARED.store(why as u64, Ordering::Relaxed);
-                shared_ledger::private_ledger().ok_or(why)
-            })
-        })
-    })
-    .ok()?;
-    let pointer = std::ptr::from_ref(opened).cast_mut();
-    // Two threads may open it at once: the first to publish wins, and the
-    // other's mapping of the same file is simply left unused.
-    match LEDGER.compare_exchange(std::ptr::null_mut(), pointer, Ordering::AcqRel, Ordering::Acquire) {
-        Ok(_) => Some(opened),
-        // SAFETY: as in `ledger`.
-        Err(winner) => Some(unsafe { &*winner }),
-    }
-}
-
-fn my_slot(ledger: &Ledger) -> Option<usize> {
-    let slot = MY_SLOT.load(Ordering::Acquire);
-    if slot < CLAIMING {
-        return Some(slot as usize);
-    }
-    claim_slot(ledger)
-}
-
-/// [`MY_SLOT`] while one thread claims the process's slot: another thread
-/// claiming at once would find the slot its pid holds and take it for an
-/// exec'd image's, taking the first thread's bytes off.
-const CLAIMING: u32 = NO_SLOT - 1;
-
-#[cold]
-fn claim_slot(ledger: &Ledger) -> Option<usize> {
-    if MY_SLOT
-        .compare_exchange(NO_SLOT, CLAIMING, Ordering::AcqRel, Ordering::Acquire)
-        .is_err()
-    {
-        // Another thread claims it (or this one, interrupted by a signal
-        // handler's hook): waited for a little, else not counted.
-        for _ in 0..100_000 {
-            match MY_SLOT.load(Ordering::Acquire) {
-                CLAIMING => std::hint::spin_loop(),
-                NO_SLOT => return None,
-                slot => return Some(slot as usize),
-            }
-        }
-        return None;
-    }
-    let claimed = keeping_errno(|| {
-        let _held = crate::sys::no_cancel::NoCancel::hold();
-        let pid = std::process::id();
-        ledger.claim_slot(pid, shared_ledger::start_time_of(pid))
-    });
-    MY_SLOT.store(claimed.map_or(NO_SLOT, |slot| slot as u32), Ordering::Release);
-    claimed
-}
-
-/// The ledger's index of device `ordinal`, looked up (one driver call for
-/// its UUID) the first time the process uses it.
-fn device_index(ledger: &Ledger, ordinal: i8) -> Option<usize> {
-    let cached = DEVICE_INDEX.get(usize::try_from(ordinal).ok()?)?;
-    match cached.load(Ordering::Acquire) {
-        0 => look_up_device(ledger, ordinal, cached),
-        NOT_LIMITED => None,
-        index => Some(usize::from(index - 1)),
-    }
-}
-
-#[cold]
-fn look_up_device(ledger: &Ledger, ordinal: i8, cached: &AtomicU8) -> Option<usize> {
-    let uuid = keeping_errno(|| uuid_of(ordinal));
-    let mut index = ledger.device(uuid);
-    if index.is_none() && UNSHARED.load(Ordering::Relaxed) == 0 {
-        // Every entry of the tree's ledger names another device: this
-        // process keeps the limit to itself, in a ledger of its own, and
-        // says so.
-        if let Some(own) = switch_to_own_ledger(Unshared::NoDeviceRoom) {
-            index = own.device(uuid);
-        }
-    }
-    cached.store(index.map_or(NOT_LIMITED, |i| i as u8 + 1), Ordering::Release);
-    if index.is_some() {
-        record_limit(ordinal);
-    }
-    index
-}
-
-/// Moves this process from the tree's ledger to one of its own, for `why`.
-/// What it counted in the tree's ledger stays there until it ends (its
-/// frees are then given back to its own ledger, which stops at zero), and
-/// the devices it looked up are looked up again.
-#[cold]
-fn switch_to_own_ledger(why: Unshared) -> Option<&'static Ledger> {
-    let own = keeping_errno(shared_ledger::private_ledger)?;
-    // Credit given under the tree's ledger is void in this one: its epochs
-    // start where the tree's never get to.
-    for index in 0..shared_ledger::MAX_DEVICES {
-        own.epoch(index).store(OWN_LEDGER_EPOCH, Ordering::Relaxed);
-    }
-    UNSHARED.store(why as u64, Ordering::Relaxed);
-    MY_SLOT.store(NO_SLOT, Ordering::Release);
-    for cached in &DEVICE_INDEX {
-        cached.store(0, Ordering::Release);
-    }
-    RECORDED.store(0, Ordering::Relaxed);
-    LEDGER.store(std::ptr::from_ref(own).cast_mut(), Ordering::Release);
-    Some(own)
-}
-
-/// The first credit epoch of a ledger a process moved to on its own.
-const OWN_LEDGER_EPOCH: u32 = 1 << 31;
-
-/// The ledger in use: after [`ledger`] returned one, never null.
-#[inline(always)]
-fn ledger_in_use() -> Option<&'static Ledger> {
-    let pointer = LEDGER.load(Ordering::Acquire);
-    // SAFETY: published from a mapping that is never unmapped.
-    (!pointer.is_null()).then(|| unsafe { &*pointer })
-}
-
-/// The UUID of device `ordinal`, which names it whatever a process's
-/// `CUDA_VISIBLE_DEVICES`. A driver that cannot tell it (no
-/// `cuDeviceGetUuid_v2`, or an error) gets a name made of the ordinal, so
-/// that the limit still holds: then processes share a device's limit only
-/// where they number the device alike.
-fn uuid_of(ordinal: i8) -> [u8; 16] {
-    // SAFETY: cuDeviceGetUuid_v2(CUuuid*, CUdevice) is the driver's signature.
-    let get_uuid =
-        unsafe { real_fn::<unsafe extern "C" fn(*mut CUuuid, CUdevice) -> CUresult>(Sym::cuDeviceGetUuid_v2) };
-    let mut uuid = CUuuid::default();
-    // SAFETY: a valid out-pointer.
-    let known = get_uuid.is_some_and(|get| unsafe { get(&mut uuid, CUdevice::from(ordinal)) } == CUDA_SUCCESS);
-    if known && uuid.bytes != [0; 16] {
-        return uuid.bytes;
-    }
-    let mut by_ordinal = *b"cudatrace-ordin\0";
-    by_ordinal[15] = ordinal as u8;
-    by_ordinal
-}
-
-/// Writes, once per device, that the process runs under the limit there.
-fn record_limit(ordinal: i8) {
-    let bit = 1u64 << (ordinal as u32 % 64);
-    if RECORDED.fetch_or(bit, Ordering::AcqRel) & bit != 0 {
-        return;
-    }
-    guarded(|| {
-        let mut record = Record::new(Op::MemoryLimit, cudatrace_events::Api::Unknown);
-        record.device = ordinal;
-        record.size = LIMIT.load(Ordering::Relaxed);
-        // Why the process keeps the limit to itself, if it does.
-        record.arg1 = UNSHARED.load(Ordering::Relaxed);
-        recorder::write_measurement(record, false);
-    });
 }
 
 /// The bytes a thread takes ahead from the ledger: a 4096th of the limit,
@@ -794,84 +597,6 @@ unsafe fn credit_at_thread_exit(_: *mut u8) {
     });
 }
 
-/// The ledger's figures of `device`, under a limit.
-fn entry_of(device: i8) -> Option<&'static shared_ledger::DeviceEntry> {
-    if !enabled() {
-        return None;
-    }
-    let index = device_index(ledger()?, device)?;
-    Some(ledger_in_use()?.entry(index))
-}
-
-/// A reading of `device` (free and total bytes, as the driver gave them):
-/// what the driver holds beyond the counted allocations is updated.
-pub(crate) fn note_reading(device: i8, free: u64, total: u64) {
-    let Some(entry) = entry_of(device) else { return };
-    let used = total.saturating_sub(free);
-    entry.beyond.store(
-        used.saturating_sub(entry.counted.load(Ordering::Acquire)),
-        Ordering::Release,
-    );
-}
-
-/// A context of this process was first seen on `device`, with the device
-/// reading taken then: the tree learns what a context takes there (the
-/// first one measured), for [`context_fits`].
-pub(crate) fn note_first_context(device: i8, free: u64, total: u64) {
-    let Some(entry) = entry_of(device) else { return };
-    let before = entry
-        .counted
-        .load(Ordering::Acquire)
-        .saturating_add(entry.beyond.load(Ordering::Acquire));
-    let context = total.saturating_sub(free).saturating_sub(before);
-    if context > 0 {
-        let _ = entry
-            .context_bytes
-            .compare_exchange(0, context, Ordering::AcqRel, Ordering::Acquire);
-    }
-    note_reading(device, free, total);
-}
-
-/// Whether a new context on `device` fits under the limit, by what a
-/// context of the tree took there before (none measured yet: whether any
-/// byte is left). Asked before a context is created; a process that has a
-/// context on the device already (`has_context`) always fits.
-pub(crate) fn context_fits(device: i8, has_context: bool) -> bool {
-    if !enabled() || has_context {
-        return true;
-    }
-    let limit = LIMIT.load(Ordering::Relaxed);
-    let Some(first) = ledger() else { return true };
-    let Some(index) = device_index(first, device) else {
-        return true;
-    };
-    let Some(ledger) = ledger_in_use() else { return true };
-    let entry = ledger.entry(index);
-    let held = entry
-        .counted
-        .load(Ordering::Acquire)
-        .saturating_add(entry.beyond.load(Ordering::Acquire));
-    let context = entry.context_bytes.load(Ordering::Acquire).max(1);
-    held.saturating_add(context) <= limit
-}
-
-/// What `cuMemGetInfo` reports on `device` under the limit, from the
-/// driver's (free, total): a card of the limit's size, with the device's
-/// used bytes taken from it. Updates the ledger with the reading.
-pub(crate) fn reported_memory_info(device: i8, free: u64, total: u64) -> (u64, u64) {
-    let limit = LIMIT.load(Ordering::Relaxed);
-    if device >= 0 {
-        note_reading(device, free, total);
-    }
-    let used = total.saturating_sub(free);
-    (free.min(limit.saturating_sub(used)), total.min(limit))
-}
-
-/// What `cuDeviceTotalMem` reports under the limit.
-pub(crate) fn reported_total(total: u64) -> u64 {
-    total.min(LIMIT.load(Ordering::Relaxed))
-}
-
 /// Asks for the ledger's lines an allocation or a free on the process's
 /// first device will touch: called on a hook's entry, so that they arrive
 /// while the driver works.
@@ -884,83 +609,9 @@ pub(crate) fn prefetch() {
     }
     // SAFETY: published from a mapping that is never unmapped.
     let ledger = unsafe { &*ledger };
-    crate::sys::prefetch::prefetch_line(std::ptr::from_ref(ledger.entry(0)));
-    crate::sys::prefetch::prefetch_line(std::ptr::from_ref(ledger.epoch(0)));
-    crate::sys::prefetch::prefetch_line(std::ptr::from_ref(&ledger.slot(slot as usize).counted[0]));
-}
-
-/// Per device, the share this image took off the ledger at an `exec` under
-/// way (its counted bytes, pending bytes and credit ceiling), put back if
-/// the `exec` fails.
-static RETIRED: [[AtomicU64; shared_ledger::MAX_DEVICES]; 3] =
-    [const { [const { AtomicU64::new(0) }; shared_ledger::MAX_DEVICES] }; 3];
-/// Set while an `exec` is under way: bytes freed meanwhile by the image's
-/// other threads come off the retired share, not off the tree's figure.
-static RETIRING: AtomicU32 = AtomicU32::new(0);
-
-/// Just before an `exec`: the driver gives this image's memory back when
-/// it is replaced, and the new image may never count anything itself (it
-/// allocates nothing, or runs without the library), so the image's share
-/// leaves the ledger now. A `vfork` child, which runs on its parent's
-/// memory, leaves its parent's share alone.
-// Three figures per device, in the slot, the entry and RETIRED alike.
-#[allow(clippy::needless_range_loop)]
-pub(crate) fn retire_for_exec() {
-    if !enabled() {
-        return;
-    }
-    let slot = MY_SLOT.load(Ordering::Acquire);
-    let Some(ledger) = ledger_in_use().filter(|_| slot < CLAIMING) else {
-        return;
-    };
-    let share = ledger.slot(slot as usize);
-    if share.owner() != u64::from(std::process::id()) {
-        return;
-    }
-    RETIRING.fetch_add(1, Ordering::AcqRel);
-    for index in 0..shared_ledger::MAX_DEVICES {
-        for (which, (shared, part)) in ledger.shares(share, index).into_iter().enumerate() {
-            let bytes = part.swap(0, Ordering::AcqRel);
-            if bytes != 0 {
-                shared_ledger::subtract(shared, bytes);
-                RETIRED[which][index].fetch_add(bytes, Ordering::AcqRel);
-            }
-        }
-    }
-}
-
-/// The `exec` returned (it failed): the image's share is counted again.
-#[allow(clippy::needless_range_loop)]
-pub(crate) fn restore_after_failed_exec() {
-    if RETIRING.load(Ordering::Acquire) == 0 {
-        return;
-    }
-    let slot = MY_SLOT.load(Ordering::Acquire);
-    if let Some(ledger) = ledger_in_use().filter(|_| slot < CLAIMING) {
-        let share = ledger.slot(slot as usize);
-        for index in 0..shared_ledger::MAX_DEVICES {
-            for (which, (shared, part)) in ledger.shares(share, index).into_iter().enumerate() {
-                let bytes = RETIRED[which][index].swap(0, Ordering::AcqRel);
-                if bytes != 0 {
-                    shared.fetch_add(bytes, Ordering::AcqRel);
-                    part.fetch_add(bytes, Ordering::AcqRel);
-                }
-            }
-        }
-    }
-    RETIRING.fetch_sub(1, Ordering::AcqRel);
-}
-
-/// Bytes given back to the ledger while an `exec` is under way: what the
-/// retired share holds of them is taken off it (they left the tree's
-/// figure with it); the rest, if any, is for the ledger.
-#[cold]
-fn from_retired(index: usize, bytes: u64) -> u64 {
-    let retired = &RETIRED[0][index];
-    let taken = retired
-        .fetch_update(Ordering::AcqRel, Ordering::Acquire, |held| Some(held - held.min(bytes)))
-        .map_or(0, |held| held.min(bytes));
-    bytes - taken
+    crate::system::prefetch::prefetch_line(std::ptr::from_ref(ledger.entry(0)));
+    crate::system::prefetch::prefetch_line(std::ptr::from_ref(ledger.epoch(0)));
+    crate::system::prefetch::prefetch_line(std::ptr::from_ref(&ledger.slot(slot as usize).counted[0]));
 }
 
 /// In a forked child: its allocations are its own, counted in a slot of

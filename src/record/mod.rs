@@ -6,6 +6,9 @@
 pub(crate) mod capture_state;
 pub(crate) mod device_readings;
 pub(crate) mod devices;
+mod limit_exec;
+mod limit_reports;
+mod limit_state;
 pub(crate) mod live_table;
 pub(crate) mod memory_limit;
 pub(crate) mod recorder;

@@ -8,7 +8,7 @@
 
 use crate::record::recorder::{self, Record};
 use crate::spool::writer;
-use crate::sys::thread_block;
+use crate::system::thread_block;
 use cudatrace_events::tensors::{status, Action};
 use cudatrace_events::{Api, Kind, Op};
 

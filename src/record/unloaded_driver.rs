@@ -15,7 +15,7 @@
 use crate::record::recorder::{self, Record};
 use crate::record::{capture_state, devices, live_table, memory_limit};
 use crate::spool::writer;
-use crate::sys::symbols;
+use crate::system::symbols;
 use cudatrace_events::event_args::FREED_WITH_DRIVER;
 use cudatrace_events::{Api, Op};
 use std::sync::atomic::{AtomicU64, Ordering};

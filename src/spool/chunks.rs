@@ -21,12 +21,12 @@
 //!   being written" and move on.
 
 use crate::spool::spool_descriptor;
-use crate::sys::address_budget;
-use crate::sys::clock::monotonic_ns;
-use crate::sys::file_space;
-use crate::sys::lazy_mapping::LazyMapping;
-use crate::sys::prefetch::prefetch_line;
-use crate::sys::thread::{current_tid, last_errno};
+use crate::system::address_budget;
+use crate::system::clock::monotonic_ns;
+use crate::system::file_space;
+use crate::system::lazy_mapping::LazyMapping;
+use crate::system::prefetch::prefetch_line;
+use crate::system::thread::{current_tid, last_errno};
 use cudatrace_events::layout::{
     chunk_offset, commit_word, CHUNK_BYTES, CHUNK_RECORDS, DROPPED_OP, HEADER_SIZE, MAX_RING_CHUNKS,
 };

@@ -20,7 +20,7 @@
 //! file of its own, is never written to. One line, one `write`, appended:
 //! lines of several processes never interleave.
 
-use crate::sys::clock::monotonic_ns;
+use crate::system::clock::monotonic_ns;
 use cudatrace_events::layout::{ChildFailure, HEADER_SIZE};
 use cudatrace_events::notices::{NoSpool, Notice};
 use cudatrace_events::SpoolHeader;

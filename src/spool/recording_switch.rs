@@ -126,6 +126,10 @@ fn open(path: &Path) -> Option<std::fs::File> {
 fn make(dir: &Path) {
     let paused = START_PAUSED.load(Ordering::Relaxed);
     // The clock is read only for the log entry of a paused start.
-    let now = if paused { crate::sys::clock::monotonic_ns() } else { 0 };
+    let now = if paused {
+        crate::system::clock::monotonic_ns()
+    } else {
+        0
+    };
     let _ = layout::make(dir, SwitchState { paused, stacks: None }, now);
 }

@@ -14,7 +14,7 @@
 //! no spool, which is nearly every process.
 
 use crate::spool::{spool_descriptor, tree_root};
-use crate::sys::process_start::process_start_ticks;
+use crate::system::process_start::process_start_ticks;
 use cudatrace_events::layout::{EXEC_INTO_CAPACITY, HEADER_SIZE, SPOOL_MAGIC, SPOOL_VERSION};
 use cudatrace_events::{naming, SpoolHeader};
 use std::ffi::CString;

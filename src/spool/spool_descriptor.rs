@@ -11,7 +11,7 @@
 //! else nothing more is stored, and the records are counted as dropped.
 //! The program's descriptor is never closed or touched.
 
-use crate::sys::thread::last_errno;
+use crate::system::thread::last_errno;
 use std::ffi::CString;
 use std::sync::atomic::{AtomicI32, AtomicPtr, AtomicU64, Ordering};
 

@@ -17,7 +17,7 @@
 //! | `spawn` | set by a tree root: the first writer starts a collector |
 //! | unset | spools only, into `CUDATRACE_DIR` (collect them by hand) |
 
-use crate::sys::{environment, unseen_child};
+use crate::system::{environment, unseen_child};
 use cudatrace_events::naming;
 use cudatrace_events::settings::{self, COLLECTOR, COLLECTOR_SPAWN, DIR, OUT, ROOT_PID, TRACE_FOLDER};
 use std::ffi::{CString, OsString};
@@ -33,7 +33,7 @@ fn set(key: &str, value: impl AsRef<std::ffi::OsStr>) {
 /// Called from the library constructor, before `main` and before any other
 /// thread exists, so changing the environment is safe here. The tree's
 /// variables are read and written here, not with the settings
-/// (`sys::environment`): this is where they are made.
+/// (`system::environment`): this is where they are made.
 pub(crate) fn adopt_tree_if_root() {
     let inherited = [ROOT_PID, COLLECTOR];
     if inherited.iter().any(|variable| variable.value_os().is_some()) {
@@ -65,7 +65,7 @@ pub(crate) fn adopt_tree_if_root() {
         untrace_tree(&format!("cannot keep spools in {}: {reason}", user_folder.display()));
         return;
     }
-    let dir = user_folder.join(format!("tree-{pid}-{}", crate::sys::clock::monotonic_ns()));
+    let dir = user_folder.join(format!("tree-{pid}-{}", crate::system::clock::monotonic_ns()));
     let cwd = std::env::current_dir().unwrap_or_else(|_| PathBuf::from("/"));
     match OUT.non_empty() {
         Some(out) => {
@@ -154,7 +154,7 @@ fn untrace_tree(reason: &str) {
         // SAFETY: writing a buffer we own to stderr; a failure is ignored.
         unsafe { libc::write(2, line.as_ptr().cast(), line.len()) };
     }
-    crate::sys::tracing_switch::turn_tracing_off();
+    crate::system::tracing_switch::turn_tracing_off();
     set(settings::DISABLE.name, "1");
 }
 

@@ -25,14 +25,14 @@ use crate::spool::recording_switch;
 use crate::spool::replaced_image;
 use crate::spool::spool_descriptor;
 use crate::spool::tree_root;
-use crate::sys::clock::{monotonic_ns, realtime_ns, record_ns};
-use crate::sys::prefetch::prefetch_line;
-use crate::sys::process_mark;
-use crate::sys::process_place;
-use crate::sys::process_start;
-use crate::sys::spare_stack;
-use crate::sys::thread::last_errno;
-use crate::sys::thread_block;
+use crate::system::clock::{monotonic_ns, realtime_ns, record_ns};
+use crate::system::prefetch::prefetch_line;
+use crate::system::process_mark;
+use crate::system::process_place;
+use crate::system::process_start;
+use crate::system::spare_stack;
+use crate::system::thread::last_errno;
+use crate::system::thread_block;
 use cudatrace_events::layout::{
     commit_word, CHUNK_RECORDS, CMDLINE_CAPACITY, EXEC_INTO_CAPACITY, HEADER_SIZE, RECORD_SIZE, SPOOL_MAGIC,
     SPOOL_VERSION,
@@ -314,7 +314,7 @@ fn ensure_open() -> bool {
 fn open_slow() -> bool {
     // Creating the spool opens and writes files (cancellation points): a
     // pending cancellation of the thread waits for the program's own.
-    crate::sys::tracing_switch::keeping_errno(|| crate::sys::no_cancel::without_cancellation(open_or_wait))
+    crate::system::tracing_switch::keeping_errno(|| crate::system::no_cancel::without_cancellation(open_or_wait))
 }
 
 fn open_or_wait() -> bool {
@@ -375,7 +375,7 @@ pub(crate) fn configure_test_signal() {
     {
         use cudatrace_events::settings;
         // SAFETY: parsed at once, in the library constructor.
-        let value = unsafe { crate::sys::environment::value(&settings::TEST_SIGNAL_WHILE_OPENING) };
+        let value = unsafe { crate::system::environment::value(&settings::TEST_SIGNAL_WHILE_OPENING) };
         let signal = value.and_then(settings::parse_test_signal);
         TEST_SIGNAL.store(signal.unwrap_or(0), Ordering::Relaxed);
     }

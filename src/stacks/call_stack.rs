@@ -12,9 +12,9 @@ use crate::stacks::native_unwind::NativeWalk;
 use crate::stacks::python_frames::{self, PyCapture, PyFrame};
 use crate::stacks::stack_cache::{self, StackCache};
 use crate::stacks::{module_map, native_unwind, stack_table};
-use crate::sys::lazy_mapping::ZeroIsEmpty;
-use crate::sys::thread_block::{self, ThreadBlock};
-use crate::sys::thread_box::ThreadBox;
+use crate::system::lazy_mapping::ZeroIsEmpty;
+use crate::system::thread_block::{self, ThreadBlock};
+use crate::system::thread_box::ThreadBox;
 use cudatrace_events::recording_switch::StackSetting;
 use cudatrace_events::stacks::frame_kind;
 use std::cell::UnsafeCell;
@@ -94,7 +94,7 @@ struct Scratch {
 
 // SAFETY: plain arrays of integers and of structs of integers and a
 // bool, all of which are valid as zero bytes. (On the heap, made by the
-// thread's first capture: `sys::thread_box`.)
+// thread's first capture: `system::thread_box`.)
 unsafe impl ZeroIsEmpty for Scratch {}
 
 // SAFETY: arrays of integers and a length: zero bytes are an empty stack.

@@ -8,7 +8,7 @@
 //! The table is read and written without a lock, by any thread in a hook:
 //! a slot's key is written last and checked again after its step is read.
 
-use crate::sys::lazy_mapping::{LazyMapping, ZeroIsEmpty};
+use crate::system::lazy_mapping::{LazyMapping, ZeroIsEmpty};
 use std::sync::atomic::{AtomicU64, Ordering};
 
 /// One unwinding step from a return address, as learnt from framehop.

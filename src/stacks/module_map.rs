@@ -10,8 +10,8 @@
 
 use crate::spool::writer as spool_writer;
 use crate::stacks::stack_table;
-use crate::sys::loader;
-use crate::sys::thread::current_tid;
+use crate::system::loader;
+use crate::system::thread::current_tid;
 use cudatrace_events::naming;
 use cudatrace_events::stacks::{blob_kind, ModuleInfo};
 use framehop::x86_64::UnwinderX86_64;

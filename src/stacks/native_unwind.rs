@@ -25,9 +25,9 @@ use crate::stacks::learnt_steps::{
 use crate::stacks::thread_stack::{registers, thread_stack_bounds};
 use crate::stacks::walk_memo::{Start, WalkMemo, WalkRecorder};
 use crate::stacks::{module_map, stack_cache};
-use crate::sys::prefetch::prefetch_line;
-use crate::sys::spare_stack;
-use crate::sys::thread_box::ThreadBox;
+use crate::system::prefetch::prefetch_line;
+use crate::system::spare_stack;
+use crate::system::thread_box::ThreadBox;
 use framehop::x86_64::{CacheX86_64, UnwindRegsX86_64};
 use framehop::{FrameAddress, MustNotAllocateDuringUnwind, Unwinder};
 use std::cell::UnsafeCell;

@@ -222,7 +222,7 @@ pub(crate) fn resolve() {
 
 fn lookup(name: &CStr) -> usize {
     // SAFETY: a lookup in the global scope.
-    unsafe { crate::sys::symbols::real_dlsym(libc::RTLD_DEFAULT, name) }
+    unsafe { crate::system::symbols::real_dlsym(libc::RTLD_DEFAULT, name) }
 }
 
 fn find_runtime() -> Option<Runtime> {

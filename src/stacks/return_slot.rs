@@ -4,9 +4,9 @@
 use crate::stacks::module_map;
 use crate::stacks::native_unwind::{RuleCache, ROOM_FOR_A_WALK};
 use crate::stacks::thread_stack::{registers, thread_stack_bounds};
-use crate::sys::spare_stack;
-use crate::sys::thread_box::MappedBox;
-use crate::sys::tracing_switch::guarded;
+use crate::system::spare_stack;
+use crate::system::thread_box::MappedBox;
+use crate::system::tracing_switch::guarded;
 use framehop::x86_64::UnwindRegsX86_64;
 use framehop::{FrameAddress, Unwinder};
 use std::sync::atomic::{AtomicU64, Ordering};

@@ -16,9 +16,9 @@
 //! a chance of 2^-107 a pair, far below anything else that can go wrong in a
 //! process.
 
-use crate::sys::lazy_mapping::ZeroIsEmpty;
+use crate::system::lazy_mapping::ZeroIsEmpty;
 #[cfg(test)]
-use crate::sys::thread_box::zeroed_box;
+use crate::system::thread_box::zeroed_box;
 
 /// Entries a thread keeps: sets of [`WAYS`], one cache line each.
 const ENTRIES: usize = 8192;
@@ -47,7 +47,7 @@ struct Set {
 }
 
 /// One thread's stacks, by hash: 128 KiB, made zeroed on the heap by the
-/// thread's first capture (`sys::thread_box`).
+/// thread's first capture (`system::thread_box`).
 pub(crate) struct StackCache {
     sets: [Set; SETS],
 }

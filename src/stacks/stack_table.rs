@@ -8,8 +8,8 @@
 //! reserved without swap, so only the slots used cost memory.
 
 use crate::spool::writer as spool_writer;
-use crate::sys::lazy_mapping::{LazyMapping, ZeroIsEmpty};
-use crate::sys::thread::current_tid;
+use crate::system::lazy_mapping::{LazyMapping, ZeroIsEmpty};
+use crate::system::thread::current_tid;
 use cudatrace_events::stacks::{BlobPiece, BLOB_PIECE_BYTES};
 use cudatrace_events::{Api, Kind, Op, RawRecord};
 use std::sync::atomic::{AtomicU32, AtomicU64, Ordering};

@@ -1,7 +1,7 @@
 //! The calling thread's own stack: where it lies, which a walk never reads
 //! outside of, and the registers a walk starts from.
 
-use crate::sys::address_budget;
+use crate::system::address_budget;
 use std::sync::atomic::{AtomicU64, Ordering};
 
 /// The thread that loaded the library (the main thread, for a preloaded

@@ -24,9 +24,9 @@
 //! values differ from call to call. The frame pointer the walk began with
 //! is compared only where a step used it before any was restored.
 
-use crate::sys::lazy_mapping::ZeroIsEmpty;
+use crate::system::lazy_mapping::ZeroIsEmpty;
 #[cfg(test)]
-use crate::sys::thread_box::zeroed_box;
+use crate::system::thread_box::zeroed_box;
 
 /// The most frames a kept walk returns.
 pub(crate) const WALK_FRAMES: usize = 64;
@@ -77,7 +77,7 @@ struct Walk {
 }
 
 /// A thread's kept walks: 280 KiB, made zeroed on the heap by a thread's
-/// first walk (`sys::thread_box`).
+/// first walk (`system::thread_box`).
 pub(crate) struct WalkMemo {
     sets: [[Walk; WAYS]; SETS],
     /// The way of each set that the next new walk takes.

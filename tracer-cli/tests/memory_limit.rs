@@ -668,7 +668,7 @@ fn an_image_that_execs_leaves_the_limit_its_share_and_a_failed_exec_keeps_it() {
     assert_eq!(out, "hold 0\nexec failed 2\nafter 2\n");
 }
 
-/// The ledger's layout (src/sys/shared_ledger.rs), for planting one.
+/// The ledger's layout (src/system/shared_ledger.rs), for planting one.
 const LEDGER_BYTES: usize = 64 + 64 + 16 * 128 + 1024 * 448;
 
 /// A ledger file with every one of its 16 device entries taken by devices

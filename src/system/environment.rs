@@ -6,7 +6,7 @@
 //! nothing. A few variables are read later than load, at the moment they
 //! matter, as they always were (each place says why): the tree's own
 //! variables when a spool is made (`spool::tree_root`), and the host name
-//! for a spool's header (`sys::process_place`), which may be made inside a
+//! for a spool's header (`system::process_place`), which may be made inside a
 //! hook or a signal handler, and so is read through [`value`] too.
 
 use cudatrace_events::settings::{Settings, Variable};

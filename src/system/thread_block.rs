@@ -23,13 +23,13 @@
 //! one place is what makes them cheap. Only small values belong here: the
 //! call-stack buffers stay in ordinary thread-locals.
 
-use crate::sys::prefetch::prefetch_line;
+use crate::system::prefetch::prefetch_line;
 use std::cell::Cell;
 
 /// The per-thread state of the hot path; all zeros in a new thread.
 #[repr(C)]
 pub(crate) struct ThreadBlock {
-    /// `sys::thread`: the kernel tid; 0 = not yet asked.
+    /// `system::thread`: the kernel tid; 0 = not yet asked.
     pub(crate) tid: Cell<u32>,
     /// `record::recorder`: the runtime entry point this thread is inside, or 0.
     pub(crate) runtime_api: Cell<u8>,
@@ -48,9 +48,9 @@ pub(crate) struct ThreadBlock {
     /// stacks, as (stack id, module map, return address); a program's calls
     /// alternate between an allocation's and a free's.
     pub(crate) last_owners: [Cell<(u32, usize, u64)>; 2],
-    /// `sys::clock`: the thread's anchor of the TSC to `CLOCK_MONOTONIC`.
+    /// `system::clock`: the thread's anchor of the TSC to `CLOCK_MONOTONIC`.
     pub(crate) clock: Cell<ClockAnchor>,
-    /// `sys::clock`: the latest record time this thread was given.
+    /// `system::clock`: the latest record time this thread was given.
     pub(crate) clock_latest: Cell<u64>,
     /// `spool::writer`: the sequence number and slot after this thread's
     /// last record, the guess of where its next one goes (slot 0: none).

@@ -12,7 +12,7 @@
 //! Like the ranks, it is read when the spool is made, not with the other
 //! settings at load: these are the spool header's, read where it is filled.
 
-use crate::sys::environment;
+use crate::system::environment;
 use cudatrace_events::layout::HOST_NAME_CAPACITY;
 use cudatrace_events::settings::{self, Variable};
 use cudatrace_events::ProcessIdentity;

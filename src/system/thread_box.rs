@@ -12,8 +12,8 @@
 //! a mapping that fails must not abort it: the table is then unavailable
 //! for the thread's life (asked for once), and the capture does without it.
 
-use crate::sys::lazy_mapping::ZeroIsEmpty;
-use crate::sys::thread_exit;
+use crate::system::lazy_mapping::ZeroIsEmpty;
+use crate::system::thread_exit;
 use std::ptr::NonNull;
 
 /// A `T` in an anonymous mapping of its own, unmapped when dropped.

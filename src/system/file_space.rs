@@ -4,7 +4,7 @@
 //! raises `SIGXFSZ`. Space is reserved for real, after checking the size
 //! limit, so that neither can happen.
 
-use crate::sys::thread::last_errno;
+use crate::system::thread::last_errno;
 
 /// Whether a file may grow to `end` bytes under `RLIMIT_FSIZE`.
 pub(crate) fn within_size_limit(end: u64) -> bool {

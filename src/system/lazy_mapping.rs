@@ -4,8 +4,8 @@
 //! of their pages. The mapping is reserved without swap, so only the pages
 //! written cost memory.
 
-use crate::sys::address_budget;
-use crate::sys::prefetch::prefetch_line;
+use crate::system::address_budget;
+use crate::system::prefetch::prefetch_line;
 use std::marker::PhantomData;
 use std::sync::atomic::{AtomicPtr, AtomicU32, Ordering};
 

@@ -10,7 +10,7 @@
 //! Only small statics that events read belong there; rarely written ones,
 //! so that the lines stay shared between the cores that read them.
 
-use crate::sys::prefetch::prefetch_line;
+use crate::system::prefetch::prefetch_line;
 
 unsafe extern "C" {
     // The linker's bounds of the section (it names them for any section
@@ -54,7 +54,7 @@ mod tests {
         // The section's start may fall anywhere in its first line.
         assert!(bytes + 63 <= LINES * 64, "{bytes} bytes of hot statics");
         let start = &raw const __start_cudatrace_hot as usize;
-        let switch = crate::sys::tracing_switch::switch_address();
+        let switch = crate::system::tracing_switch::switch_address();
         assert!(
             (start..start + bytes).contains(&switch),
             "the tracing switch at {switch:#x}, the section at {start:#x} + {bytes}"

@@ -4,8 +4,8 @@
 //! Real addresses are looked up lazily, on the first call that needs them, and
 //! cached in atomics: the steady-state hook path costs one atomic load.
 
-use crate::sys::loader;
-use crate::sys::spare_stack;
+use crate::system::loader;
+use crate::system::spare_stack;
 use std::ffi::{c_char, c_void, CStr};
 use std::sync::atomic::{AtomicPtr, AtomicU64, AtomicUsize, Ordering};
 
@@ -251,7 +251,7 @@ pub(crate) unsafe fn real_fn<F: Copy>(sym: Sym) -> Option<F> {
 fn resolve(sym: Sym) -> Option<usize> {
     // The loader reads files (cancellation points): a pending cancellation
     // of the thread waits for the program's own.
-    crate::sys::no_cancel::without_cancellation(|| spare_stack::deep(|| resolve_here(sym)))
+    crate::system::no_cancel::without_cancellation(|| spare_stack::deep(|| resolve_here(sym)))
 }
 
 fn resolve_here(sym: Sym) -> Option<usize> {

@@ -19,7 +19,7 @@
 //! - A rate off by 1 ppm puts a time off by 1 ns at the end of a millisecond,
 //!   and the next anchor corrects it; a thread's times never go backwards.
 
-use crate::sys::thread_block::{self, ClockAnchor};
+use crate::system::thread_block::{self, ClockAnchor};
 use std::sync::atomic::{AtomicBool, AtomicU64, AtomicU8, Ordering};
 
 fn now_ns(clock: libc::clockid_t) -> u64 {

@@ -2,7 +2,7 @@
 //! again in a forked child, whose block `thread_block::forget_parent`
 //! clears).
 
-use crate::sys::thread_block;
+use crate::system::thread_block;
 
 /// Kernel thread id of the caller; one `gettid` per thread (and per fork).
 #[inline]

@@ -2,7 +2,7 @@
 //! bookkeeping runs under, so that none of it can unwind into the traced
 //! program or change its `errno`.
 
-use crate::sys::process_mark;
+use crate::system::process_mark;
 use std::sync::atomic::{AtomicBool, Ordering};
 
 /// Set when tracing has turned itself off (internal failure, or `CUDATRACE_DISABLE`).

@@ -13,7 +13,7 @@
 //! Threads (`clone` with `CLONE_VM`) share the page and see the word set;
 //! a `vfork` child shares it too, and may only `exec` or `_exit`.
 
-use crate::sys::prefetch::prefetch_line;
+use crate::system::prefetch::prefetch_line;
 use std::sync::atomic::{AtomicBool, AtomicPtr, AtomicU64, AtomicUsize, Ordering};
 
 /// The word, in its page; null where the page could not be made (the

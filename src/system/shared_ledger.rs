@@ -18,7 +18,7 @@
 //! `ulimit -f` (`SIGXFSZ`). When it cannot be used, the process keeps a
 //! ledger of its own ([`private_ledger`]) and says why ([`Unshared`]).
 
-use crate::sys::file_space;
+use crate::system::file_space;
 use cudatrace_events::measures::limit_ledger;
 use std::ffi::CStr;
 use std::sync::atomic::{AtomicU32, AtomicU64, Ordering};
@@ -473,7 +473,7 @@ fn process_is_gone(pid: u32, start_time: u64) -> bool {
         None => {
             // SAFETY: signal 0 checks existence only.
             let missing = unsafe { libc::kill(pid as libc::pid_t, 0) } != 0;
-            missing && crate::sys::thread::last_errno() == libc::ESRCH
+            missing && crate::system::thread::last_errno() == libc::ESRCH
         }
         Some((state, start)) => matches!(state, b'Z' | b'X' | b'x') || (start_time != 0 && start != start_time),
     }
