@@ -5,7 +5,7 @@
 use crate::hooks::{dlopen_door, exec, fork, launch, streams, torch_allocator};
 use crate::record::{capture_state, device_readings, devices, live_table, memory_limit};
 use crate::spool::{notice, recording_switch, replaced_image, tree_root, writer as spool_writer};
-use crate::stacks::{call_stack, module_map, native_unwind, python_frames};
+use crate::stacks::{call_stack, module_map, python_frames, thread_stack};
 use crate::system::{address_budget, clock, environment, process_mark, spare_stack, thread_block, tracing_switch};
 
 extern "C" fn before_fork() {
@@ -70,9 +70,11 @@ extern "C" fn on_load() {
     // Every setting, read once, here. Before the tree is settled below:
     // whether this process records decides whether it settles one, and the
     // clock's offset is in the name of the folder a tree root picks.
-    // Settling changes only the tree's own variables (its root, folder,
-    // trace and collector), none of which is among these; they are read
-    // where they are used.
+    // Settling changes the tree's own variables (its root, folder, trace
+    // and collector), none of which is among these (they are read where
+    // they are used), and, in a tree that cannot record, sets
+    // `CUDATRACE_DISABLE` for the processes it starts, after this one has
+    // turned its own recording off.
     let settings = environment::load();
     if settings.disabled {
         tracing_switch::turn_tracing_off();
@@ -85,7 +87,7 @@ extern "C" fn on_load() {
     }
     clock::configure(settings.clock_offset_ns);
     process_mark::set_up(start_as_child);
-    native_unwind::note_loading_thread();
+    thread_stack::note_loading_thread();
     spool_writer::set_callbacks(spool_opened, process_exiting);
     spool_writer::configure_test_signal();
     exec::resolve();

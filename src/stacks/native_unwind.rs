@@ -33,9 +33,6 @@ use framehop::{FrameAddress, MustNotAllocateDuringUnwind, Unwinder};
 use std::cell::UnsafeCell;
 use std::num::NonZeroU64;
 
-// The library's loader asks for the loading thread's stack through here.
-pub(crate) use crate::stacks::thread_stack::note_loading_thread;
-
 /// framehop's cache of unwinding rules, which never allocates while it
 /// unwinds.
 pub(crate) type RuleCache = CacheX86_64<MustNotAllocateDuringUnwind>;

@@ -35,7 +35,9 @@ pub(crate) unsafe fn value(variable: &Variable) -> Option<&'static [u8]> {
 /// and an `exec` loads the library, and so reads them, again.
 pub(crate) fn load() -> &'static Settings {
     // SAFETY: each value is parsed before the next is looked up, in the
-    // constructor, where the program cannot be changing its environment.
+    // constructor: before `main`, where no other thread runs, or inside
+    // `dlopen`, where a thread of the program changing its environment at
+    // that moment would race with any `getenv`, the program's own too.
     let settings = Settings::read(|variable| unsafe { value(variable) });
     LOADED.get_or_init(|| settings)
 }

@@ -2,8 +2,10 @@
 //! environment variable of the contract between them, named once, in one
 //! table ([`ALL`]), with what it means, its default and its parser.
 //!
-//! The library reads the variables it acts on once, when it loads, into a
-//! [`Settings`] value (through `getenv`, without allocating); `cudatrace run`
+//! The library reads most of the variables it acts on once, when it loads,
+//! into a [`Settings`] value (looked up with `getenv`); the tree's own
+//! variables, the ranks and the host name are read when a spool is made,
+//! where they are used. `cudatrace run`
 //! writes them for the command it starts, and the command line reads them
 //! back, all through the names here. The README's table of environment
 //! variables and `cudatrace run --help` are tested against [`ALL`]: a new

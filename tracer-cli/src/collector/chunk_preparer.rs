@@ -5,7 +5,7 @@
 //! (`MADV_POPULATE_WRITE`). On ext4 a fresh place costs the hook about
 //! 80 ns a record in all (the file system allocates, zeroes and maps every
 //! page); a place whose pages another process has already made costs about
-//! 22 ns, only the mapping (`docs/performance.md`). So this thread, in the
+//! 22 ns, only the mapping (`docs/history/performance-2026-11.md`). So this thread, in the
 //! collector, does the expensive part ahead of the writer: for each live
 //! spool it reserves and populates the places of the next [`AHEAD`] chunks
 //! past the one being written, in the page cache, where the writer's own

@@ -23,7 +23,7 @@ pub struct Cli {
 pub enum Command {
     /// Run a command with libcudatrace.so preloaded and record it, and every
     /// process it starts, into one trace. Exits with the command's status.
-    #[command(after_long_help = environment_help())]
+    #[command(after_long_help = crate::wording::run_lines::environment_help())]
     Run(RunArgs),
     /// Turn a folder of spools into a trace: after a crash of cudatrace, or
     /// for spools written with CUDATRACE_DIR.
@@ -133,20 +133,6 @@ pub struct ExportArgs {
     /// The traces to export: one per rank, say.
     #[arg(value_name = "TRACE", required = true)]
     pub traces: Vec<PathBuf>,
-}
-
-/// The end of `cudatrace run --help`: every environment variable of the
-/// settings table, with what it means and its default, as the library and
-/// the command read them.
-fn environment_help() -> String {
-    let mut help = String::from("Environment variables (an option above overrides its variable):\n");
-    for variable in cudatrace_events::settings::ALL {
-        help.push_str(&format!(
-            "  {}\n          {} [default: {}]\n",
-            variable.name, variable.meaning, variable.default
-        ));
-    }
-    help
 }
 
 /// `cudatrace run`.

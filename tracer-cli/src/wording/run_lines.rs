@@ -1,4 +1,4 @@
-//! What `cudatrace run` says on stderr, and why it fails.
+//! What `cudatrace run` says on stderr, why it fails, and the end of its `--help`.
 
 use super::numbers::{count, shell_quoted};
 use std::fmt::Display;
@@ -142,4 +142,29 @@ pub fn kept_unreadable_spools(run_dir: &Path) -> String {
         "cudatrace: kept the spools that could not be read in {}",
         run_dir.display()
     )
+}
+
+/// The end of `cudatrace run --help`: every environment variable of the
+/// settings table, with what it means, its default and who sets it. `run`
+/// sets the variables its options stand for in the traced command's
+/// environment, so there the option wins; a plain `LD_PRELOAD` run reads
+/// the variables alone.
+pub fn environment_help() -> String {
+    use cudatrace_events::settings::{SetBy, ALL};
+    let mut help = String::from(
+        "Environment variables (read by libcudatrace.so; `run` sets those its options stand for, in the command's environment):\n",
+    );
+    for variable in ALL {
+        let who = match variable.set_by {
+            SetBy::User => "",
+            SetBy::Cudatrace => " (set by cudatrace for the processes it traces)",
+            SetBy::Tests => " (for tests that make one machine stand for another host)",
+            SetBy::Others => " (set by launchers; read only)",
+        };
+        help.push_str(&format!(
+            "  {}{who}\n          {} [default: {}]\n",
+            variable.name, variable.meaning, variable.default
+        ));
+    }
+    help
 }
