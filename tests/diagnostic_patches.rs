@@ -11,12 +11,11 @@ use std::process::Command;
 
 /// Patches that no longer apply, to be made anew (re-create the same change
 /// on the present files, then `git diff > tests/gpu/dev/NAME.patch`).
-const STALE: &[&str] = &[
-    "call-timing.patch",
-    "chunk-reuse.patch",
-    "knockout.patch",
-    "phase-timing.patch",
-];
+///
+/// `chunk-reuse.patch` lays chunks out in epochs, which the collector's
+/// chunk preparer and its trim of unused places (both newer than the patch)
+/// do not know: making it anew means changing them too.
+const STALE: &[&str] = &["chunk-reuse.patch"];
 
 #[test]
 fn every_diagnostic_patch_applies_to_the_source() {
