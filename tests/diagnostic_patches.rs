@@ -1,21 +1,9 @@
 //! The diagnostic patches in `tests/gpu/dev/` (timing builds, knock-outs,
 //! the step-cost baseline's `unrecorded-blocks.patch`) are kept applying
 //! to the source as it moves: each is checked with `git apply --check`.
-//!
-//! Some had gone stale before this test existed; they are listed in
-//! [`STALE`] until they are made anew on the present source, and the test
-//! fails once one of them applies again, so that the list only shrinks.
 
 use std::path::Path;
 use std::process::Command;
-
-/// Patches that no longer apply, to be made anew (re-create the same change
-/// on the present files, then `git diff > tests/gpu/dev/NAME.patch`).
-///
-/// `chunk-reuse.patch` lays chunks out in epochs, which the collector's
-/// chunk preparer and its trim of unused places (both newer than the patch)
-/// do not know: making it anew means changing them too.
-const STALE: &[&str] = &["chunk-reuse.patch"];
 
 #[test]
 fn every_diagnostic_patch_applies_to_the_source() {
@@ -39,13 +27,10 @@ fn every_diagnostic_patch_applies_to_the_source() {
             .arg(Path::new("tests/gpu/dev").join(patch))
             .output()
             .unwrap();
-        let stale = STALE.contains(&patch.as_str());
-        if check.status.success() == stale {
-            wrong.push(if stale {
-                format!("{patch} applies again: take it off STALE")
-            } else {
-                format!("{patch}: {}", String::from_utf8_lossy(&check.stderr).trim())
-            });
+        // A patch that fails is made anew: the same change on the present
+        // files, then `git diff > tests/gpu/dev/NAME.patch`.
+        if !check.status.success() {
+            wrong.push(format!("{patch}: {}", String::from_utf8_lossy(&check.stderr).trim()));
         }
     }
     assert_eq!(wrong, Vec::<String>::new(), "diagnostic patches");
