@@ -7,7 +7,9 @@
 //! JSON's bytes.
 //!
 //! `cargo bench -p cudatrace-cli --bench report_large` — results go in docs/performance.md.
-//! `CUDATRACE_BENCH_EVENTS` changes the event count; `CUDATRACE_BENCH_ONLY`
+//! `CUDATRACE_BENCH_TRACE=PATH` writes the trace there and keeps it (for
+//! `benches/compare_commands.sh`); `CUDATRACE_BENCH_ONLY=none` then only
+//! writes it. `CUDATRACE_BENCH_EVENTS` changes the event count; `CUDATRACE_BENCH_ONLY`
 //! (such as `export,html`) runs only the commands it names.
 
 use std::os::unix::process::CommandExt;
@@ -22,7 +24,10 @@ fn main() {
         .ok()
         .and_then(|v| v.parse().ok())
         .unwrap_or(10_000_000);
-    let path = std::env::temp_dir().join(format!("cudatrace-bench-{}.trace", std::process::id()));
+    let kept = std::env::var_os("CUDATRACE_BENCH_TRACE").map(std::path::PathBuf::from);
+    let path = kept
+        .clone()
+        .unwrap_or_else(|| std::env::temp_dir().join(format!("cudatrace-bench-{}.trace", std::process::id())));
     let file = std::io::BufWriter::new(std::fs::File::create(&path).expect("create trace"));
     let started = Instant::now();
     let bytes = cudatrace_trace::synthetic::write_synthetic(file, events, 8, 42).expect("write trace");
@@ -109,7 +114,9 @@ fn main() {
         }
     }
     std::fs::remove_dir(&out_dir).ok();
-    std::fs::remove_file(&path).ok();
+    if kept.is_none() {
+        std::fs::remove_file(&path).ok();
+    }
 }
 
 /// Runs `cudatrace ARGS` on one core; its wall time (s) and peak RSS (MiB).
