@@ -56,7 +56,10 @@ impl Moment {
         Ok(())
     }
 
-    /// An event at `time_ns`, with the interned entries it needs.
+    /// An event at `time_ns`, with the interned entries it needs. Inlined:
+    /// a `TrackEvent` is large, and moved by value through a call it is
+    /// copied once more for every slice.
+    #[inline]
     pub fn event(
         &mut self,
         time_ns: u64,
