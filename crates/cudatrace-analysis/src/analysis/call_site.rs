@@ -418,41 +418,7 @@ fn make_names_unique(sites: &mut [CallSite]) {
 #[cfg(test)]
 mod tests {
     use super::*;
-
-    fn native(function: &str, module: &str) -> Frame {
-        Frame {
-            function: function.into(),
-            file: None,
-            line: None,
-            module: Some(module.into()),
-        }
-    }
-
-    fn python(function: &str, file: &str, line: u32) -> Frame {
-        Frame {
-            function: function.into(),
-            file: Some(file.into()),
-            line: Some(line),
-            module: Some(PYTHON_MODULE.into()),
-        }
-    }
-
-    fn pytorch_stack() -> Vec<Frame> {
-        let mut frames = vec![native("cudaMalloc", "/usr/lib/libcudart.so.13")];
-        frames.extend((0..3).map(|i| native(&format!("c10::alloc{i}"), "/sp/torch/lib/libc10_cuda.so")));
-        frames.extend((0..23).map(|i| native(&format!("at::op{i}"), "/sp/torch/lib/libtorch_cuda.so")));
-        frames.push(native("torch::autograd::f", "/sp/torch/lib/libtorch_python.so"));
-        frames.extend((0..4).map(|i| native(&format!("_PyEval{i}"), "/usr/bin/python3.12")));
-        frames.push(python(
-            "_conv_forward",
-            "/venv/lib/python3.12/site-packages/torch/nn/modules/conv.py",
-            456,
-        ));
-        frames.push(python("forward", "/home/me/model.py", 31));
-        frames.push(python("<module>", "/home/me/train.py", 12));
-        frames.push(native("__libc_start_call_main", "/usr/lib/libc.so.6"));
-        frames
-    }
+    use crate::analysis::test_frames::{native, python, pytorch_stack};
 
     #[test]
     fn the_headline_is_the_innermost_python_line_of_the_program() {

@@ -39,6 +39,8 @@ mod tensor_status;
 mod tensor_summary;
 #[cfg(any(test, feature = "testing"))]
 pub mod test_events;
+#[cfg(any(test, feature = "testing"))]
+pub mod test_frames;
 mod trace_index;
 mod trace_summary;
 mod unreadable;
