@@ -18,6 +18,10 @@
 
 use std::path::{Path, PathBuf};
 
+#[path = "support/source_files.rs"]
+mod source_files;
+use source_files::rust_files;
+
 /// The most lines of code a source file may have.
 const MAX_FILE_LINES: usize = 500;
 
@@ -40,17 +44,6 @@ fn source_folders() -> Vec<PathBuf> {
     folders.push(root.join("tracer-cli/src"));
     folders.push(root.join("tests/fake-cuda/src"));
     folders
-}
-
-fn rust_files(dir: &Path, out: &mut Vec<PathBuf>) {
-    for entry in std::fs::read_dir(dir).unwrap() {
-        let path = entry.unwrap().path();
-        if path.is_dir() {
-            rust_files(&path, out);
-        } else if path.extension().is_some_and(|e| e == "rs") {
-            out.push(path);
-        }
-    }
 }
 
 fn is_ident_char(c: char) -> bool {

@@ -18,7 +18,11 @@
 //! resolved to the deepest module it names. Test modules are left out.
 
 use std::collections::{BTreeMap, BTreeSet};
-use std::path::{Path, PathBuf};
+use std::path::Path;
+
+#[path = "support/source_files.rs"]
+mod source_files;
+use source_files::rust_files;
 
 /// The layers of `src/`, lowest first; each a list of peers.
 const LAYERS: &[&[&str]] = &[
@@ -62,17 +66,6 @@ fn module_path(root: &Path, file: &Path) -> String {
         parts.pop();
     }
     parts.join("::")
-}
-
-fn rust_files(dir: &Path, out: &mut Vec<PathBuf>) {
-    for entry in std::fs::read_dir(dir).unwrap() {
-        let path = entry.unwrap().path();
-        if path.is_dir() {
-            rust_files(&path, out);
-        } else if path.extension().is_some_and(|e| e == "rs") {
-            out.push(path);
-        }
-    }
 }
 
 /// Where the source's test module starts: the `#[cfg(test)]` whose item is

@@ -11,6 +11,10 @@ use cudatrace_events::settings::{ALL, TEST_SIGNAL_WHILE_OPENING};
 use std::collections::BTreeSet;
 use std::path::{Path, PathBuf};
 
+#[path = "../../tests/support/source_files.rs"]
+mod source_files;
+use source_files::rust_files;
+
 fn repository() -> PathBuf {
     Path::new(env!("CARGO_MANIFEST_DIR")).parent().unwrap().to_path_buf()
 }
@@ -129,18 +133,6 @@ fn string_literals(source: &str) -> Vec<String> {
         }
     }
     literals
-}
-
-fn rust_files(dir: &Path, out: &mut Vec<PathBuf>) {
-    let Ok(entries) = std::fs::read_dir(dir) else { return };
-    for entry in entries {
-        let path = entry.unwrap().path();
-        if path.is_dir() {
-            rust_files(&path, out);
-        } else if path.extension().is_some_and(|e| e == "rs") {
-            out.push(path);
-        }
-    }
 }
 
 #[test]
