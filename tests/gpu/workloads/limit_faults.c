@@ -7,7 +7,8 @@
  *                                 "allocated K"
  *   limit_faults idle N SIZE BIG  N threads each allocate SIZE and free it,
  *                                 then wait, alive, while the main thread
- *                                 allocates BIG; prints "thread refused E"
+ *                                 allocates BIG (-M: what cuMemGetInfo says
+ *                                 is free, less M); prints "thread refused E"
  *                                 for each thread refused and "big E"
  *   limit_faults cancel SIZE      a thread with a cancellation pending makes
  *                                 the process's first CUDA calls, then
@@ -90,8 +91,16 @@ int main(int argc, char **argv) {
         pthread_mutex_lock(&lock);
         while (ready < count) pthread_cond_wait(&change, &lock);
         pthread_mutex_unlock(&lock);
+        /* BIG "-M": all that cuMemGetInfo says is free, less M bytes. */
+        size_t big = strtoull(argv[4], NULL, 0);
+        if (argv[4][0] == '-') {
+            size_t free_bytes = 0, total_bytes = 0;
+            cuMemGetInfo(&free_bytes, &total_bytes);
+            big = free_bytes - strtoull(argv[4] + 1, NULL, 0);
+            printf("free %zu of %zu, asking %zu\n", free_bytes, total_bytes, big);
+        }
         CUdeviceptr ptr;
-        CUresult result = cuMemAlloc(&ptr, strtoull(argv[4], NULL, 0));
+        CUresult result = cuMemAlloc(&ptr, big);
         printf("big %d\n", (int)result);
         if (result == CUDA_SUCCESS) cuMemFree(ptr);
         pthread_mutex_lock(&lock);

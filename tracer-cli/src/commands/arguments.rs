@@ -332,6 +332,10 @@ pub struct ReportArgs {
     /// Print one JSON object instead of text.
     #[arg(long)]
     pub json: bool,
+    /// Give every out-of-memory failure in detail [default: each device's
+    /// first ones, and every one counted by call site].
+    #[arg(long)]
+    pub all_ooms: bool,
     #[command(flatten)]
     pub view: StackView,
     /// The trace to read.
@@ -349,9 +353,41 @@ pub struct WindowArgs {
     #[arg(long, value_name = "SECONDS", value_parser = seconds)]
     pub to: Option<f64>,
     /// Keep only the newest N events (trace entries), as PyTorch's
-    /// `max_entries` does.
-    #[arg(long, value_name = "N", value_parser = clap::value_parser!(u64).range(1..))]
-    pub max_events: Option<u64>,
+    /// `max_entries` does; `all` keeps every one [default: `snapshot`, the
+    /// newest 100000 of each device; `perfetto`, all].
+    #[arg(long, value_name = "N|all", value_parser = entry_limit)]
+    pub max_events: Option<EntryLimit>,
+}
+
+/// `--max-events`: a number of entries, or every one.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum EntryLimit {
+    /// Every entry.
+    All,
+    /// Only the newest this many.
+    Newest(u64),
+}
+
+impl WindowArgs {
+    /// The newest entries to keep, given `default` where `--max-events` is
+    /// not given; `None` for every one.
+    pub fn max_events_or(&self, default: Option<u64>) -> Option<u64> {
+        match self.max_events {
+            None => default,
+            Some(EntryLimit::All) => None,
+            Some(EntryLimit::Newest(n)) => Some(n),
+        }
+    }
+}
+
+fn entry_limit(text: &str) -> Result<EntryLimit, String> {
+    if text == "all" {
+        return Ok(EntryLimit::All);
+    }
+    match text.parse::<u64>() {
+        Ok(n) if n > 0 => Ok(EntryLimit::Newest(n)),
+        _ => Err(crate::wording::output_lines::not_an_entry_limit(text)),
+    }
 }
 
 fn seconds(text: &str) -> Result<f64, String> {

@@ -48,14 +48,14 @@ pub fn command(args: PerfettoArgs) -> Result<u8, Failure> {
         PerfettoFormat::Json => args.trace.with_extension("perfetto.json"),
     });
     let window = Window::seconds(index.start_ns(), args.window.from, args.window.to);
-    let passes = perfetto_scene::passes(args.window.max_events);
+    let max_events = args.window.max_events_or(None);
+    let passes = perfetto_scene::passes(max_events);
     let progress = Progress::new("perfetto", index.events * passes);
     let mut output = OutputFile::create(&path, is_private(&args.trace), args.replace.force)?;
     let mut out = Counting {
         out: BufWriter::with_capacity(1 << 20, output.file()),
         written: 0,
     };
-    let max_events = args.window.max_events;
     let written = match format {
         PerfettoFormat::Protobuf => {
             let compress = !args.uncompressed;

@@ -18,9 +18,12 @@ pub fn command(args: ReportArgs) -> Result<u8, Failure> {
         &mut |_: &Step| {},
     );
     let text = if args.json {
-        format!("{}\n", outputs::json::report_object::report(&index, &summary))
+        format!(
+            "{}\n",
+            outputs::json::report_object::report(&index, &summary, args.all_ooms)
+        )
     } else {
-        outputs::report_text::report(&index, &summary, args.view.shown())
+        outputs::report_text::report(&index, &summary, args.view.shown(), args.all_ooms)
     };
     let mut out = Stdout::new();
     if !out.write(&text)? || !out.finish()? {

@@ -50,17 +50,18 @@ pub fn command(args: SnapshotArgs) -> Result<u8, Failure> {
         .parent()
         .filter(|p| !p.as_os_str().is_empty())
         .unwrap_or(Path::new("."));
+    let max_events = args.window.max_events_or(Some(torch_snapshot::DEFAULT_MAX_EVENTS));
     let mut made = Vec::new();
     for (cut, group) in by_cut {
         let mut window = window;
         if let Some(detail_from_ns) = cut {
             say(&folded_span(&index, &mut window, detail_from_ns));
         }
-        let passes = torch_snapshot::passes(&index, &group, args.window.max_events);
+        let passes = torch_snapshot::passes(&index, &group, max_events);
         let progress = Progress::new("snapshot", index.events * passes);
         let targets = group.iter().map(|&p| (p, names[&p].clone())).collect();
         made.push(
-            torch_snapshot::make(&index, targets, window, args.window.max_events, folder, &progress)
+            torch_snapshot::make(&index, targets, window, max_events, folder, &progress)
                 .map_err(|e| output_lines::cannot_write_snapshot_in(folder, e))?,
         );
     }
@@ -70,9 +71,15 @@ pub fn command(args: SnapshotArgs) -> Result<u8, Failure> {
             return Err(WriteFailure::Exists(existing.path().to_owned()).into());
         }
     }
+    // Only the default limit is said: a limit given was asked for.
+    let default_limit = args
+        .window
+        .max_events
+        .is_none()
+        .then_some(torch_snapshot::DEFAULT_MAX_EVENTS);
     let mut status = 0;
     for made in made {
-        status = status.max(write_pickles(&index, made, is_private(&args.trace))?);
+        status = status.max(write_pickles(&index, made, is_private(&args.trace), default_limit)?);
     }
     Ok(status)
 }
@@ -205,7 +212,12 @@ fn selected_processes(index: &TraceIndex, args: &SnapshotArgs) -> Result<Vec<usi
 
 /// Puts every pickle together; every one is tried, whatever became of the
 /// others.
-fn write_pickles(index: &TraceIndex, made: torch_snapshot::Snapshots, private: bool) -> Result<u8, Failure> {
+fn write_pickles(
+    index: &TraceIndex,
+    made: torch_snapshot::Snapshots,
+    private: bool,
+    default_limit: Option<u64>,
+) -> Result<u8, Failure> {
     let torch_snapshot::Snapshots {
         pickles,
         mut memo,
@@ -214,6 +226,7 @@ fn write_pickles(index: &TraceIndex, made: torch_snapshot::Snapshots, private: b
     let (mut written_paths, mut failures) = (Vec::new(), Vec::new());
     for snapshot in pickles {
         let path = snapshot.path().to_owned();
+        let over_limit = snapshot.over_max_events();
         let mut output = match OutputFile::create(&path, private, true) {
             Ok(output) => output,
             Err(failure) => {
@@ -236,6 +249,9 @@ fn write_pickles(index: &TraceIndex, made: torch_snapshot::Snapshots, private: b
             }
         };
         print_line(&path.display().to_string())?;
+        if let Some(limit) = default_limit.filter(|_| over_limit > 0) {
+            say(&output_lines::snapshot_kept_newest(&path, limit, over_limit));
+        }
         if written > WARN_BYTES {
             say(&output_lines::snapshot_too_large(&path, written));
         }

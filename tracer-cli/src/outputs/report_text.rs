@@ -20,8 +20,9 @@ const LARGEST_SHOWN: usize = 5;
 /// Lines of one stack shown, unless every frame is asked for.
 const FRAMES_SHOWN: usize = 16;
 
-/// The whole report as text, stacks shown as `frames` says.
-pub fn report(index: &TraceIndex, summary: &Summary, frames: FramesShown) -> String {
+/// The whole report as text, stacks shown as `frames` says; with
+/// `all_ooms`, every out-of-memory failure, not only the first ones.
+pub fn report(index: &TraceIndex, summary: &Summary, frames: FramesShown, all_ooms: bool) -> String {
     let mut out = String::new();
     let events: u64 = summary.processes.iter().map(|p| p.memory.events).sum();
     if let Some(h) = &index.header {
@@ -57,7 +58,7 @@ pub fn report(index: &TraceIndex, summary: &Summary, frames: FramesShown) -> Str
         }
     }
     for (info, process) in index.processes.iter().zip(&summary.processes) {
-        out += &process_text(index, info, process, frames);
+        out += &process_text(index, info, process, frames, all_ooms);
     }
     let lost = summary.lost_events(index);
     if lost > 0 {
@@ -92,7 +93,13 @@ pub fn report(index: &TraceIndex, summary: &Summary, frames: FramesShown) -> Str
     out
 }
 
-fn process_text(index: &TraceIndex, info: &ProcessIndex, process: &ProcessSummary, frames: FramesShown) -> String {
+fn process_text(
+    index: &TraceIndex,
+    info: &ProcessIndex,
+    process: &ProcessSummary,
+    frames: FramesShown,
+    all_ooms: bool,
+) -> String {
     let start = &info.start;
     let end = info.end.clone().unwrap_or_default();
     let exit = crate::wording::image_end_text(info.end.as_ref());
@@ -145,9 +152,9 @@ fn process_text(index: &TraceIndex, info: &ProcessIndex, process: &ProcessSummar
             &stats.peak_by_stack,
         );
         for (n, oom) in stats.ooms.iter().enumerate() {
-            if n == OOMS_DETAILED {
+            if n == OOMS_DETAILED && !all_ooms {
                 out += &format!(
-                    "    ... and {} more out-of-memory failures (`report --json` has them)\n",
+                    "    ... and {} more out-of-memory failures (`report --all-ooms` lists each)\n",
                     stats.ooms.len() - n
                 );
                 break;

@@ -9,7 +9,7 @@ use super::rank_lines::place_text;
 use cudatrace_analysis::{site_name, Oom, Summary, TraceIndex, NO_STACK, PAUSED_SITE};
 
 /// Failures listed where the report opens; the rest are counted (each
-/// process's section details its own, and `report --json` has them all).
+/// process's section details its own, and `report --all-ooms` lists each).
 pub const FAILURES_LISTED_FIRST: usize = 10;
 
 /// "OUT OF MEMORY: cudaMalloc asked for 1.0 MiB with 512.0 KiB free of
@@ -66,7 +66,7 @@ pub fn opening_lines(index: &TraceIndex, summary: &Summary) -> Vec<String> {
     if failures.len() > FAILURES_LISTED_FIRST {
         let more = failures.len() - FAILURES_LISTED_FIRST;
         lines.push(format!(
-            "... and {more} more {} (each process's section below details its first; `report --json` has them all)",
+            "... and {more} more {} (each process's section below details its first; `report --all-ooms` lists each)",
             if more == 1 { "failure" } else { "failures" }
         ));
     }

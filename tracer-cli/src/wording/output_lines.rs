@@ -1,7 +1,7 @@
 //! What the commands that write an output (`html`, `perfetto`, `snapshot`,
 //! `flamegraph`, `dump`, `export`) say on stderr, and why they fail.
 
-use super::numbers::{bytes, count};
+use super::numbers::{bytes, count, thousands};
 use cudatrace_analysis::DeviceKey;
 use std::fmt::Display;
 use std::path::Path;
@@ -75,6 +75,21 @@ pub fn perfetto_protobuf_too_large(path: &Path, written: u64) -> String {
         "cudatrace: {} is {}: Perfetto's UI may run out of memory on a trace this large; narrow it with --from/--to or --max-events",
         path.display(),
         bytes(written)
+    )
+}
+
+/// `--max-events` given something other than a count or `all`.
+pub fn not_an_entry_limit(text: &str) -> String {
+    format!("{text:?} is not a number of entries above 0, nor `all`")
+}
+
+/// The default limit left out some of a pickle's entries.
+pub fn snapshot_kept_newest(path: &Path, kept_per_device: u64, left_out: u64) -> String {
+    format!(
+        "cudatrace: {} keeps each device's newest {} trace entries, which the memory visualizer opens; left out the oldest {} (--max-events all writes every one)",
+        path.display(),
+        thousands(kept_per_device),
+        thousands(left_out)
     )
 }
 

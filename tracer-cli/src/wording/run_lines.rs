@@ -1,6 +1,6 @@
 //! What `cudatrace run` says on stderr, why it fails, and the end of its `--help`.
 
-use super::numbers::{count, shell_quoted};
+use super::numbers::{count, shell_quoted, thousands};
 use std::fmt::Display;
 use std::path::Path;
 
@@ -54,19 +54,6 @@ pub fn recording(command: &str, trace: &Path, limit: Option<u64>) -> String {
         "cudatrace: recording `{command}` and every process it starts into {}{limited}",
         trace.display()
     )
-}
-
-/// `24000000000` as `24,000,000,000`.
-fn thousands(value: u64) -> String {
-    let digits = value.to_string();
-    let mut out = String::new();
-    for (at, digit) in digits.chars().enumerate() {
-        if at > 0 && (digits.len() - at).is_multiple_of(3) {
-            out.push(',');
-        }
-        out.push(digit);
-    }
-    out
 }
 
 /// The command ended, its descendants did not.

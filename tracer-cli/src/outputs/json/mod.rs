@@ -3,6 +3,8 @@
 //!
 //! - [`report_object`]: `cudatrace report --json`;
 //! - [`footprint_object`]: each process's `footprint` in it;
+//! - [`oom_object`]: each device's out-of-memory failures in it;
+//! - [`call_site_object`]: the stacks and call sites in all of them;
 //! - [`diff_object`]: `cudatrace diff --json`;
 //! - [`dump_lines`]: `cudatrace dump`'s lines.
 //!
@@ -10,7 +12,9 @@
 //! their viewers define; their writers ([`super::perfetto_json`],
 //! [`super::html_page`]) keep those names.
 
+pub mod call_site_object;
 pub mod diff_object;
 pub mod dump_lines;
 pub mod footprint_object;
+pub mod oom_object;
 pub mod report_object;

@@ -1,59 +1,16 @@
 //! `cudatrace report --json`: the report as one JSON object (the documented
 //! shape; keys may be added, never removed).
 
+use super::call_site_object::{sites_json, stack_json};
 use crate::wording::damage_text;
 use crate::wording::tensor_status_line;
 use cudatrace_analysis::{
-    growing_sites, largest_call_sites, tensors_stopped_midway, ByStack, Frame, Measured, ProcessIndex, ProcessSummary,
-    RankTable, Summary, TraceIndex,
+    growing_sites, tensors_stopped_midway, Measured, ProcessIndex, ProcessSummary, RankTable, Summary, TraceIndex,
 };
 use serde_json::{json, Value};
 
-/// A source frame as JSON.
-pub fn frame_json(frame: &Frame) -> Value {
-    json!({"function": frame.function, "file": frame.file, "line": frame.line, "module": frame.module})
-}
-
-/// A stack as JSON: its frames, innermost first.
-fn stack_json(index: &TraceIndex, info: &ProcessIndex, stack: u32) -> Value {
-    index.frames(info, stack).iter().map(frame_json).collect()
-}
-
-/// Call sites, largest first, each with its bytes, its count under
-/// `counted` and its stack.
-fn sites_json(index: &TraceIndex, info: &ProcessIndex, by_stack: &ByStack, counted: &str) -> Vec<Value> {
-    sites_json_up_to(index, info, by_stack, counted, usize::MAX)
-}
-
-/// The `most` largest of [`sites_json`].
-fn sites_json_up_to(
-    index: &TraceIndex,
-    info: &ProcessIndex,
-    by_stack: &ByStack,
-    counted: &str,
-    most: usize,
-) -> Vec<Value> {
-    largest_call_sites(by_stack)
-        .into_iter()
-        .take(most)
-        .map(|(stack, bytes, n)| json!({"bytes": bytes, counted: n, "stack": stack_json(index, info, stack)}))
-        .collect()
-}
-
-/// Call sites listed for each out-of-memory failure: a failure's state is
-/// kept for up to `OOM_STATES_KEPT` failures a device, and thousands of
-/// sites each would make the report as large as the trace.
-const OOM_SITES_LISTED: usize = 20;
-
-/// The [`OOM_SITES_LISTED`] largest call sites of `by_stack`, and how many
-/// more there were.
-fn largest_sites_json(index: &TraceIndex, info: &ProcessIndex, by_stack: &ByStack, counted: &str) -> Value {
-    let listed = sites_json_up_to(index, info, by_stack, counted, OOM_SITES_LISTED);
-    json!({"largest": listed, "more": by_stack.len().saturating_sub(OOM_SITES_LISTED)})
-}
-
 /// The process's devices: allocations, peak, live at exit and OOMs.
-fn devices_json(index: &TraceIndex, info: &ProcessIndex, process: &ProcessSummary) -> Vec<Value> {
+fn devices_json(index: &TraceIndex, info: &ProcessIndex, process: &ProcessSummary, all_ooms: bool) -> Vec<Value> {
     let live = process.live_at_exit();
     process
         .devices
@@ -67,26 +24,7 @@ fn devices_json(index: &TraceIndex, info: &ProcessIndex, process: &ProcessSummar
                         .collect()
                 })
                 .unwrap_or_default();
-            let ooms: Vec<Value> = stats
-                .ooms
-                .iter()
-                .map(|o| {
-                    let held = o.held.as_ref().map(|held| {
-                        json!({
-                            "live_bytes": held.live_bytes,
-                            "live_by_call_site": largest_sites_json(index, info, &held.live_by_stack, "allocations"),
-                            "torch": held.tensors.as_ref().map(|(now, by_stack)| json!({
-                                "allocated_bytes": now.allocated,
-                                "reserved_bytes": now.reserved,
-                                "inactive_bytes": now.inactive(),
-                                "tensors_by_call_site": largest_sites_json(index, info, by_stack, "tensors"),
-                            })),
-                        })
-                    });
-                    json!({"requested_bytes": o.requested_bytes, "api": o.api.name(), "refused_by_limit": o.by_limit, "device_free": o.device_free, "device_total": o.device_total, "time_s": o.time_ns.saturating_sub(index.start_ns()) as f64 / 1e9, "stack": stack_json(index, info, o.stack), "held": held})
-                })
-                .collect();
-            json!({
+            let mut value = json!({
                 "device": device.json(),
                 "allocations": stats.allocations,
                 "frees": stats.frees,
@@ -96,8 +34,9 @@ fn devices_json(index: &TraceIndex, info: &ProcessIndex, process: &ProcessSummar
                 "live_at_exit": live_list,
                 "live_at_exit_by_call_site": sites_json(index, info, &stats.live_by_stack, "allocations"),
                 "peak_by_call_site": sites_json(index, info, &stats.peak_by_stack, "allocations"),
-                "ooms": ooms,
-            })
+            });
+            super::oom_object::add_ooms(index, info, &stats.ooms, all_ooms, &mut value);
+            value
         })
         .collect()
 }
@@ -214,10 +153,10 @@ fn steps_json(index: &TraceIndex, info: &ProcessIndex, process: &ProcessSummary)
     (found, growing)
 }
 
-fn process_json(index: &TraceIndex, info: &ProcessIndex, process: &ProcessSummary) -> Value {
+fn process_json(index: &TraceIndex, info: &ProcessIndex, process: &ProcessSummary, all_ooms: bool) -> Value {
     let start = &info.start;
     let end = info.end.clone().unwrap_or_default();
-    let devices = devices_json(index, info, process);
+    let devices = devices_json(index, info, process, all_ooms);
     let tensor_devices = tensor_devices_json(index, info, process);
     let (steps, growing) = steps_json(index, info, process);
     let exit_time = end
@@ -277,15 +216,16 @@ fn process_json(index: &TraceIndex, info: &ProcessIndex, process: &ProcessSummar
     })
 }
 
-/// The whole report as JSON.
-pub fn report(index: &TraceIndex, summary: &Summary) -> Value {
+/// The whole report as JSON; with `all_ooms`, every out-of-memory failure
+/// in detail, not only each device's first ones.
+pub fn report(index: &TraceIndex, summary: &Summary, all_ooms: bool) -> Value {
     let processes: Vec<Value> = index
         .processes
         .iter()
         .zip(&summary.processes)
         .zip(&summary.footprints)
         .map(|((info, process), footprints)| {
-            let mut value = process_json(index, info, process);
+            let mut value = process_json(index, info, process, all_ooms);
             value["footprint"] = footprints.iter().map(super::footprint_object::footprint_json).collect();
             value
         })

@@ -72,15 +72,15 @@ pub(super) fn claim_torch_segments(
         .run(&mut claim);
 }
 
-/// The entries each selected process would write in the window.
+/// The entries each selected process would write in the window, per device.
 pub(super) fn count_entries(
     index: &TraceIndex,
     selected: &[usize],
     window: Window,
     snapshots: &[Option<ProcessSnapshot>],
     progress: &Progress,
-) -> Vec<(usize, u64)> {
-    let mut states: HashMap<usize, (ViewerState, u64)> = HashMap::new();
+) -> Vec<(usize, BTreeMap<u8, u64>)> {
+    let mut states: HashMap<usize, (ViewerState, BTreeMap<u8, u64>)> = HashMap::new();
     let mut entries = Vec::new();
     let mut count = |step: &Step| {
         let Some(snapshot) = &snapshots[step.process] else {
@@ -97,7 +97,9 @@ pub(super) fn count_entries(
             &mut LeftOut::default(),
         );
         if !step.before_window {
-            *counted += entries.len() as u64;
+            for &(device, _) in entries.iter() {
+                *counted.entry(device).or_default() += 1;
+            }
         }
     };
     let Ok(_) = Replay::new(index, progress)
@@ -212,6 +214,8 @@ pub(super) struct EntryWriter<'a> {
     pub(super) folder: &'a Path,
     pub(super) memo: &'a mut Memo,
     pub(super) entries: Vec<(u8, Entry)>,
+    /// Per device of the current event: whether its entries are left out.
+    pub(super) decisions: Vec<(u8, bool)>,
 }
 
 impl Consumer for EntryWriter<'_> {
@@ -240,13 +244,29 @@ impl Consumer for EntryWriter<'_> {
             snapshot.left_out.before_window += entries.len() as u64;
             return Ok(());
         }
-        if snapshot.to_skip > 0 {
-            let skipped = (entries.len() as u64).min(snapshot.to_skip);
-            snapshot.to_skip -= skipped;
-            snapshot.left_out.over_max_events += entries.len() as u64;
-            return Ok(());
-        }
+        // An event's entries on one device are kept or left out together.
+        let decisions = &mut self.decisions;
+        decisions.clear();
         for &(device, entry) in entries.iter() {
+            let skip = match decisions.iter().find(|&&(d, _)| d == device) {
+                Some(&(_, skip)) => skip,
+                None => {
+                    let skip = match snapshot.to_skip.get_mut(&device) {
+                        Some(left) if *left > 0 => {
+                            let on_device = entries.iter().filter(|&&(d, _)| d == device).count() as u64;
+                            *left = left.saturating_sub(on_device);
+                            true
+                        }
+                        _ => false,
+                    };
+                    decisions.push((device, skip));
+                    skip
+                }
+            };
+            if skip {
+                snapshot.left_out.over_max_events += 1;
+                continue;
+            }
             let fragment = match snapshot.devices.entry(device) {
                 std::collections::btree_map::Entry::Occupied(slot) => slot.into_mut(),
                 std::collections::btree_map::Entry::Vacant(slot) => slot.insert(Fragment::create(self.folder)?),

@@ -23,4 +23,4 @@ mod torch_blocks;
 mod viewer_state;
 
 pub use snapshot_file::finish;
-pub use snapshots::{make, passes, Snapshots};
+pub use snapshots::{make, passes, Snapshots, DEFAULT_MAX_EVENTS};

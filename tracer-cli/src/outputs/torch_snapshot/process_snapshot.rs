@@ -16,7 +16,10 @@ pub(super) struct LeftOut {
     pub(super) unknown_device: (u64, u64),
     pub(super) unmapped_vmm_at_end: (u64, u64),
     pub(super) before_window: u64,
+    /// Entries older than the newest `--max-events` of their device.
     pub(super) over_max_events: u64,
+    /// `--max-events`: the newest entries kept of each device.
+    pub(super) max_events: Option<u64>,
     /// Tensors PyTorch placed outside any segment it was seen to make.
     pub(super) tensors_outside: u64,
     /// Some segment was PyTorch's.
@@ -35,9 +38,9 @@ pub struct ProcessSnapshot {
     /// the snapshot is put together.
     pub(super) devices: BTreeMap<u8, Fragment>,
     pub(super) left_out: LeftOut,
-    /// Entries in the window, from the counting pass; entries still to
-    /// skip to keep the newest `--max-events`.
-    pub(super) to_skip: u64,
+    /// Per device: entries still to skip to keep its newest `--max-events`
+    /// (from the counting pass).
+    pub(super) to_skip: BTreeMap<u8, u64>,
     pub(super) entries_written: u64,
     /// The highest device any entry was for, written or not.
     pub(super) highest_device: Option<u8>,
@@ -49,5 +52,11 @@ impl ProcessSnapshot {
     /// Where its pickle goes.
     pub fn path(&self) -> &Path {
         &self.path
+    }
+
+    /// How many entries were left out to keep each device's newest
+    /// `--max-events`.
+    pub fn over_max_events(&self) -> u64 {
+        self.left_out.over_max_events
     }
 }

@@ -295,8 +295,9 @@ pub(super) fn write_notes<W: Write>(
     }
     if left_out.over_max_events > 0 {
         notes.push(format!(
-            "left out: the oldest {} (--max-events)",
-            count(left_out.over_max_events, "entry", "entries")
+            "left out: the oldest {}, past each device's newest {} (--max-events all keeps every one)",
+            count(left_out.over_max_events, "entry", "entries"),
+            left_out.max_events.unwrap_or(0)
         ));
     }
     p.begin_dict()?;

@@ -32,9 +32,14 @@ pub struct Snapshots {
     pub stream_errors: Vec<UnreadBlock>,
 }
 
+/// The newest entries of each device a snapshot keeps by default: the
+/// figure PyTorch's documentation gives for `max_entries`, and what its
+/// memory visualizer opens without lagging.
+pub const DEFAULT_MAX_EVENTS: u64 = 100_000;
+
 /// Replays `index` for the processes in `targets` (each with the path its
 /// pickle will have), covering `window` and, with `max_events`, only the
-/// newest entries of each. The entries go to temporary files in `folder`.
+/// newest entries of each device. The entries go to temporary files in `folder`.
 pub fn make(
     index: &TraceIndex,
     targets: Vec<(usize, PathBuf)>,
@@ -52,8 +57,11 @@ pub fn make(
             memory: ProcessMemory::default(),
             state: ViewerState::default(),
             devices: BTreeMap::new(),
-            left_out: LeftOut::default(),
-            to_skip: 0,
+            left_out: LeftOut {
+                max_events,
+                ..LeftOut::default()
+            },
+            to_skip: BTreeMap::new(),
             entries_written: 0,
             highest_device: None,
             claimed: HashSet::new(),
@@ -64,9 +72,13 @@ pub fn make(
         progress.next_pass("snapshot");
     }
     if let Some(max) = max_events {
-        for (process, entries) in count_entries(index, &selected, window, &snapshots, progress) {
+        for (process, devices) in count_entries(index, &selected, window, &snapshots, progress) {
             if let Some(snapshot) = &mut snapshots[process] {
-                snapshot.to_skip = entries.saturating_sub(max);
+                snapshot.to_skip = devices
+                    .into_iter()
+                    .map(|(device, entries)| (device, entries.saturating_sub(max)))
+                    .filter(|&(_, skip)| skip > 0)
+                    .collect();
             }
         }
         progress.next_pass("snapshot");
@@ -81,6 +93,7 @@ pub fn make(
         folder,
         memo: &mut memo,
         entries: Vec::new(),
+        decisions: Vec::new(),
     };
     let replayed = Replay::new(index, progress)
         .window(window)
