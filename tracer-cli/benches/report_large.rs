@@ -9,7 +9,8 @@
 //! `cargo bench -p cudatrace-cli --bench report_large` — results go in docs/performance.md.
 //! `CUDATRACE_BENCH_TRACE=PATH` writes the trace there and keeps it (for
 //! `benches/compare_commands.sh`); `CUDATRACE_BENCH_ONLY=none` then only
-//! writes it. `CUDATRACE_BENCH_EVENTS` changes the event count; `CUDATRACE_BENCH_ONLY`
+//! writes it. `CUDATRACE_BENCH_EVENTS` changes the event count,
+//! `CUDATRACE_BENCH_PROCESSES` the processes (8; a typical job is 1); `CUDATRACE_BENCH_ONLY`
 //! (such as `export,html`) runs only the commands it names.
 
 use std::os::unix::process::CommandExt;
@@ -24,13 +25,17 @@ fn main() {
         .ok()
         .and_then(|v| v.parse().ok())
         .unwrap_or(10_000_000);
+    let processes: u32 = std::env::var("CUDATRACE_BENCH_PROCESSES")
+        .ok()
+        .and_then(|v| v.parse().ok())
+        .unwrap_or(8);
     let kept = std::env::var_os("CUDATRACE_BENCH_TRACE").map(std::path::PathBuf::from);
     let path = kept
         .clone()
         .unwrap_or_else(|| std::env::temp_dir().join(format!("cudatrace-bench-{}.trace", std::process::id())));
     let file = std::io::BufWriter::new(std::fs::File::create(&path).expect("create trace"));
     let started = Instant::now();
-    let bytes = cudatrace_trace::synthetic::write_synthetic(file, events, 8, 42).expect("write trace");
+    let bytes = cudatrace_trace::synthetic::write_synthetic(file, events, processes, 42).expect("write trace");
     let generated = started.elapsed();
 
     let out_dir = std::env::temp_dir().join(format!("cudatrace-bench-out-{}", std::process::id()));

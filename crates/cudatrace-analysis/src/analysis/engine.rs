@@ -10,6 +10,7 @@
 //! consumers that build state from them. Adding an output means writing a
 //! consumer, not another loop.
 
+use super::block_prefetch::Prefetch;
 use super::event_stream::EventStream;
 use super::replay::{Change, ProcessMemory};
 use super::trace_index::{ProcessIndex, TraceIndex};
@@ -127,6 +128,24 @@ impl<'a> Replay<'a> {
     /// Runs the pass, handing each event to `consumer` (a generic, so that
     /// its step is compiled into the loop: the loop runs once an event).
     pub fn run<C: Consumer>(&self, consumer: &mut C) -> Result<Replayed, C::Error> {
+        let prefetch = Prefetch::new(self.index, self.selected.as_deref());
+        let workers = prefetch.workers();
+        if workers == 0 {
+            return self.replay(EventStream::new(self.index, self.selected.as_deref(), None), consumer);
+        }
+        std::thread::scope(|scope| {
+            for _ in 0..workers {
+                scope.spawn(|| prefetch.work());
+            }
+            // The workers stop however the replay ends.
+            let _stop = StopOnDrop(&prefetch);
+            let stream = EventStream::new(self.index, self.selected.as_deref(), Some(&prefetch));
+            self.replay(stream, consumer)
+        })
+    }
+
+    /// The loop itself, over `stream`.
+    fn replay<C: Consumer>(&self, mut stream: EventStream, consumer: &mut C) -> Result<Replayed, C::Error> {
         let index = self.index;
         let mut memories: Vec<ProcessMemory> = index
             .processes
@@ -134,11 +153,9 @@ impl<'a> Replay<'a> {
             .map(|p| ProcessMemory::after_fold(p.fold.as_ref()))
             .collect();
         let mut changes = Vec::new();
-        let mut stream = EventStream::new(index);
         for (process, event) in &mut stream {
             self.progress.tick();
-            if self.selected.as_ref().is_some_and(|selected| !selected[process]) || self.window.is_after(event.time_ns)
-            {
+            if self.window.is_after(event.time_ns) {
                 continue;
             }
             changes.clear();
@@ -160,5 +177,14 @@ impl<'a> Replay<'a> {
             memories,
             stream_errors: stream.errors,
         })
+    }
+}
+
+/// Stops a prefetch's workers when dropped.
+struct StopOnDrop<'a, 'b>(&'a Prefetch<'b>);
+
+impl Drop for StopOnDrop<'_, '_> {
+    fn drop(&mut self) {
+        self.0.stop();
     }
 }

@@ -5,10 +5,10 @@
 //! it, so time order could put an address's reuse before its free. Across
 //! processes, the stream merges by time. It holds one block per process.
 
+use super::block_prefetch::{decode_block, Prefetch};
 use super::trace_index::TraceIndex;
 use super::unreadable::UnreadBlock;
 use cudatrace_events::Event;
-use cudatrace_trace::{read_record_at, Record};
 use std::cmp::Reverse;
 use std::collections::BinaryHeap;
 
@@ -22,6 +22,8 @@ struct Cursor {
 /// is the process's index in [`TraceIndex::processes`] and the event.
 pub struct EventStream<'a> {
     index: &'a TraceIndex,
+    /// Workers decoding the blocks ahead, if any.
+    prefetch: Option<&'a Prefetch<'a>>,
     cursors: Vec<Cursor>,
     /// (time of the head event, process) of every process with events left.
     heads: BinaryHeap<Reverse<(u64, usize)>>,
@@ -32,10 +34,17 @@ pub struct EventStream<'a> {
 }
 
 impl<'a> EventStream<'a> {
-    /// Starts at the first event of every process.
-    pub fn new(index: &'a TraceIndex) -> EventStream<'a> {
+    /// Starts at the first event of every process (of those `selected`,
+    /// where given: the others' blocks are never read); the blocks come
+    /// from `prefetch` where given, else are decoded here.
+    pub fn new(
+        index: &'a TraceIndex,
+        selected: Option<&[bool]>,
+        prefetch: Option<&'a Prefetch<'a>>,
+    ) -> EventStream<'a> {
         let mut stream = EventStream {
             index,
+            prefetch,
             cursors: Vec::with_capacity(index.processes.len()),
             heads: BinaryHeap::new(),
             errors: Vec::new(),
@@ -47,7 +56,9 @@ impl<'a> EventStream<'a> {
                 events: Vec::new(),
                 position: 0,
             });
-            stream.refill(process);
+            if selected.is_none_or(|selected| selected[process]) {
+                stream.refill(process);
+            }
         }
         stream
     }
@@ -58,21 +69,21 @@ impl<'a> EventStream<'a> {
         let info = &self.index.processes[process];
         let cursor = &mut self.cursors[process];
         while cursor.position >= cursor.events.len() {
-            let Some(block) = info.blocks.get(cursor.next_block) else {
+            if cursor.next_block >= info.blocks.len() {
                 cursor.events = Vec::new();
                 return;
-            };
+            }
+            let number = cursor.next_block;
             cursor.next_block += 1;
             cursor.position = 0;
-            let index = self.index;
-            match read_record_at(&index.file, block.offset, &|p| index.pid_of(p)) {
-                Ok(Record::Events { events, .. }) => cursor.events = events,
-                Ok(_) => {
-                    self.errors.push(UnreadBlock::NotEvents { offset: block.offset });
-                    cursor.events = Vec::new();
-                }
-                Err(damage) => {
-                    self.errors.push(UnreadBlock::Damaged(damage));
+            let decoded = match self.prefetch {
+                Some(prefetch) => prefetch.take(process, number),
+                None => decode_block(self.index, process, number),
+            };
+            match decoded {
+                Ok(events) => cursor.events = events,
+                Err(unread) => {
+                    self.errors.push(unread);
                     cursor.events = Vec::new();
                 }
             }

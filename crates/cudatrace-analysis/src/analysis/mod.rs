@@ -11,6 +11,7 @@
 //! distinct stacks, never to the number of events.
 
 mod allocation_kind;
+mod block_prefetch;
 mod call_site;
 mod device_stats;
 mod engine;

@@ -18,6 +18,9 @@ use std::path::{Path, PathBuf};
 pub struct BlockRef {
     /// Byte offset of its frame.
     pub offset: u64,
+    /// The time of its first event: the replay wants the blocks of all
+    /// processes in about this order.
+    pub first_time_ns: u64,
 }
 
 /// One process image of the trace.
@@ -274,7 +277,10 @@ impl TraceIndex {
         if events.is_empty() {
             return;
         }
-        process.blocks.push(BlockRef { offset });
+        process.blocks.push(BlockRef {
+            offset,
+            first_time_ns: events[0].time_ns,
+        });
         let mut memory_events = 0;
         for event in events {
             match StackNode::from_event(event) {
