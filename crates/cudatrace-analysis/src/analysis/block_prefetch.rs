@@ -22,9 +22,6 @@ use std::sync::{Condvar, Mutex};
 /// events at 4,096 events a block.
 const WINDOW: usize = 48;
 
-/// Worker threads at most, whatever the machine.
-const MOST_WORKERS: usize = 8;
-
 /// What decoding one block gave.
 pub type Decoded = Result<Vec<Event>, UnreadBlock>;
 
@@ -100,11 +97,10 @@ impl<'a> Prefetch<'a> {
     /// How many workers are worth starting on this machine: none where
     /// there is one core or few blocks.
     pub fn workers(&self) -> usize {
-        let cores = std::thread::available_parallelism().map_or(1, |n| n.get());
         if self.order.len() < 4 {
             return 0;
         }
-        (cores.saturating_sub(1)).min(MOST_WORKERS)
+        crate::system::cores::helpers()
     }
 
     /// A worker's loop: decodes the blocks in order, staying within the
