@@ -748,7 +748,10 @@ mod tests {
         // the same node, whatever the thread's previous stack was.
         let base = intern_each(&[frame(0x73), frame(0x74)], 0).0;
         assert_eq!(intern_nodes(&[frame(0x71), frame(0x72)], base).0, whole);
-        assert_eq!(intern_nodes(&[frame(0x71), frame(0x72)], 0).0, intern_each(&[frame(0x71), frame(0x72)], 0).0);
+        assert_eq!(
+            intern_nodes(&[frame(0x71), frame(0x72)], 0).0,
+            intern_each(&[frame(0x71), frame(0x72)], 0).0
+        );
         assert_eq!(intern_nodes(&[frame(0x71), frame(0x72)], base).0, whole);
     }
 
@@ -771,7 +774,10 @@ mod tests {
         let cut = PyCapture::Frames { count: 3, cut: true };
         assert_eq!(python_stop(StackMode::All, &cut, &python, eval), None);
         assert_eq!(python_stop(StackMode::Native, &frames, &python, eval), None);
-        assert_eq!(python_stop(StackMode::All, &PyCapture::Unavailable, &python, eval), None);
+        assert_eq!(
+            python_stop(StackMode::All, &PyCapture::Unavailable, &python, eval),
+            None
+        );
         assert_eq!(python_stop(StackMode::All, &frames, &python, (0, 0)), None);
     }
 }

@@ -363,7 +363,10 @@ mod tests {
         recorder.last_return_address_is_a_frame();
         recorder.finish(1, true, [7, 8], 0);
         let mut out = [0u64; 8];
-        assert_eq!(recall(&memo, start(&stack, 0x500), &mut out), Some((1, true, [7, 8], 0)));
+        assert_eq!(
+            recall(&memo, start(&stack, 0x500), &mut out),
+            Some((1, true, [7, 8], 0))
+        );
         assert_eq!(recall(&memo, start(&stack, 0x508), &mut out), None);
     }
 

@@ -519,7 +519,12 @@ fn whole_stacks(trace: &Path) -> Vec<(u64, Vec<(String, String, u64, String)>)> 
                 .iter()
                 .map(|f| {
                     let text = |key: &str| f[key].as_str().unwrap_or("").to_owned();
-                    (text("function"), text("file"), f["line"].as_u64().unwrap_or(0), text("module"))
+                    (
+                        text("function"),
+                        text("file"),
+                        f["line"].as_u64().unwrap_or(0),
+                        text("module"),
+                    )
                 })
                 .collect();
             (live["size"].as_u64().unwrap(), frames)
