@@ -9,7 +9,10 @@ command is checked with it.
     tracer-cli/benches/compare_commands.py OLD/cudatrace NEW/cudatrace /tmp/bench10m.trace
 
 Each run is pinned to one processor (`--cpu`, default 0) when `taskset` is
-there, with one warm-up run of each build first. Results go in
+there, or runs on every core with `--unpinned` (the commands decode on the
+other cores), with one warm-up run of each build first. Each round also
+times `md5sum` of the trace, the floor of reading it, and the table gives
+each build's median as a multiple of md5sum's. Results go in
 docs/performance.md.
 """
 
@@ -58,17 +61,20 @@ def main():
     parser.add_argument("trace")
     parser.add_argument("--runs", type=int, default=5)
     parser.add_argument("--cpu", type=int, default=0)
+    parser.add_argument("--unpinned", action="store_true", help="run on every core")
     parser.add_argument("--only", default="", help="commands to time, comma-separated")
     args = parser.parse_args()
     for path in (args.old, args.new, args.trace):
         if not os.path.exists(path):
             sys.exit(f"compare_commands: {path} does not exist")
-    pin = args.cpu if shutil.which("taskset") else None
+    pin = args.cpu if shutil.which("taskset") and not args.unpinned else None
     wanted = [w.strip() for w in args.only.split(",") if w.strip()]
-    print(f"{args.runs} runs of each build in turn, pinned to cpu {pin}; old = {args.old}, new = {args.new}")
+    where = "on every core" if pin is None else f"pinned to cpu {pin}"
+    print(f"{args.runs} runs of each build in turn, {where}; old = {args.old}, new = {args.new}")
     print()
-    print("| command | old median (s) | new median (s) | new / old (median of pairs) | range of pairs |")
-    print("| --- | --- | --- | --- | --- |")
+    print("| command | old median (s) | new median (s) | new / old (median of pairs) | range of pairs "
+          "| md5sum median (s) | old / md5sum | new / md5sum |")
+    print("| --- | --- | --- | --- | --- | --- | --- | --- |")
     with tempfile.TemporaryDirectory() as out:
         for name, tail in commands(args.trace, out):
             if wanted and name not in wanted:
@@ -76,14 +82,17 @@ def main():
             old_argv, new_argv = [args.old] + tail, [args.new] + tail
             timed(old_argv, pin)
             timed(new_argv, pin)
-            old, new = [], []
+            old, new, floor = [], [], []
             for _ in range(args.runs):
                 old.append(timed(old_argv, pin))
                 new.append(timed(new_argv, pin))
+                floor.append(timed(["md5sum", args.trace], pin))
             ratios = [n / o for o, n in zip(old, new)]
+            md5 = statistics.median(floor)
             print(
                 f"| {name} | {statistics.median(old):.2f} | {statistics.median(new):.2f} | "
-                f"{statistics.median(ratios):.3f} | {min(ratios):.3f}–{max(ratios):.3f} |",
+                f"{statistics.median(ratios):.3f} | {min(ratios):.3f}–{max(ratios):.3f} | "
+                f"{md5:.2f} | {statistics.median(old) / md5:.1f}× | {statistics.median(new) / md5:.1f}× |",
                 flush=True,
             )
 
