@@ -243,7 +243,7 @@ fn capture_unguarded(mode: StackMode, scratch: &mut Scratch) -> u32 {
     } else {
         match thread_base(walk.stopped_sp, native[walk.count - 1]) {
             Some(id) => id,
-            None => walk_base(native, &mut walk, depth),
+            None => walk_base(native, frames, &mut walk, depth),
         }
     };
     let key = stack_key(mode, depth, eval, &walk, base, &python_capture, &python[..]);
@@ -339,11 +339,15 @@ fn thread_base(sp: u64, address: u64) -> Option<u32> {
 /// buffer holds), interns the frames below the outermost Python call and
 /// keeps them for the thread; returns their innermost node. Where that
 /// cannot be done, `walk` becomes the whole walk, as without stopping.
-fn walk_base(native: &mut [u64; MAX_FRAMES], walk: &mut NativeWalk, depth: usize) -> u32 {
+/// (`below` is the thread's buffer of combined frames, free until the
+/// stack is combined: a hook may run on a small signal stack, and an array
+/// here would be part of every capture's frame.)
+#[cold]
+#[inline(never)]
+fn walk_base(native: &mut [u64; MAX_FRAMES], below: &mut [Frame], walk: &mut NativeWalk, depth: usize) -> u32 {
     let (sp, address, stopped_count) = (walk.stopped_sp, native[walk.count - 1], walk.count);
     let whole = native_unwind::capture(&mut native[..], None);
     let same_start = whole.count >= stopped_count && native[stopped_count - 1] == address;
-    let mut below = [Frame::default(); MAX_FRAMES + 1];
     let mut count = 0;
     if same_start {
         for &value in &native[stopped_count..whole.count] {
