@@ -505,8 +505,11 @@ worker.start()
 worker.join()
 "#;
 
+/// A frame as the report gives it: (function, file, line, module).
+type FullFrame = (String, String, u64, String);
+
 /// Each live allocation's stack, every frame with its module, by size.
-fn whole_stacks(trace: &Path) -> Vec<(u64, Vec<(String, String, u64, String)>)> {
+fn whole_stacks(trace: &Path) -> Vec<(u64, Vec<FullFrame>)> {
     let (report, _) = report_json_with_stacks(trace);
     let mut stacks: Vec<_> = report["processes"][0]["devices"][0]["live_at_exit"]
         .as_array()

@@ -127,7 +127,7 @@ pub const MAX_DEPTH: Variable = variable!(
     "CUDATRACE_MAX_DEPTH",
     User,
     default: "64",
-    "Deepest stack recorded, 1 to 256 frames (--max-depth)."
+    "Deepest stack walked for each event, 1 to 256 frames; in Python, the frames below the outermost Python call are walked once a thread and not counted (--max-depth)."
 );
 /// The trace's size cap.
 pub const MAX_SIZE: Variable = variable!(

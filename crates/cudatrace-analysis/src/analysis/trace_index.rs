@@ -104,6 +104,10 @@ pub struct TraceIndex {
     index_of: HashMap<u32, usize>,
 }
 
+/// Records read and decoded ahead of the one being indexed, at most: a
+/// few megabytes of events.
+const RECORDS_READ_AHEAD: usize = 16;
+
 /// What [`TraceIndex::read_observing`] hands each block of events to: the
 /// index so far, the process's place, the block's offset and its events.
 pub type BlockObserver<'a> = dyn FnMut(&TraceIndex, usize, u64, &[Event]) + 'a;
@@ -159,19 +163,17 @@ impl TraceIndex {
             origin: (0, 0),
             index_of: HashMap::default(),
         };
-        let mut reader = reader;
-        loop {
-            let offset = reader.offset();
-            let record = match reader.next_record() {
+        let mut take = |offset: u64, read: Result<Option<Record>, Damage>| -> bool {
+            let record = match read {
                 Ok(Some(record)) => record,
-                Ok(None) => break,
+                Ok(None) => return false,
                 Err(damage) if damage.skipped => {
                     index.skipped.push(damage);
-                    continue;
+                    return true;
                 }
                 Err(damage) => {
                     index.damage = Some(damage);
-                    break;
+                    return false;
                 }
             };
             index.records += 1;
@@ -181,6 +183,35 @@ impl TraceIndex {
                 }
             }
             index.take(record, offset);
+            true
+        };
+        let mut reader = reader;
+        if crate::system::cores::helpers() == 0 {
+            loop {
+                let offset = reader.offset();
+                if !take(offset, reader.next_record()) {
+                    break;
+                }
+            }
+        } else {
+            // Another core reads and decodes the records while this one
+            // indexes them, in order; a few records wait between them.
+            std::thread::scope(|scope| {
+                let (sender, receiver) = std::sync::mpsc::sync_channel(RECORDS_READ_AHEAD);
+                scope.spawn(move || loop {
+                    let offset = reader.offset();
+                    let read = reader.next_record();
+                    let last = matches!(&read, Ok(None)) || matches!(&read, Err(damage) if !damage.skipped);
+                    if sender.send((offset, read)).is_err() || last {
+                        return;
+                    }
+                });
+                for (offset, read) in receiver {
+                    if !take(offset, read) {
+                        break;
+                    }
+                }
+            });
         }
         index.origin = index.first_instant();
         Ok(index)
