@@ -18,9 +18,11 @@
 //! on the event of their moment ([`moment`]), times are incremental and
 //! packets carry the sequence's flags ([`sequence`]); tracks are described
 //! before their first use ([`tracks`]). Packets are written as they are
-//! made, deflated in batches unless asked not to be: memory stays
-//! proportional to the allocations live at once and the strings interned.
+//! made, deflated in batches unless asked not to be (on another core where
+//! there is one, [`deflater`]): memory stays proportional to the
+//! allocations live at once and the strings interned.
 
+mod deflater;
 mod interning;
 mod messages;
 mod proto_writer;

@@ -20,12 +20,11 @@
 //! service writes them when asked to compress: Perfetto inflates them as it
 //! reads, and memory stays one batch.
 
+use super::deflater::{deflate, Deflater};
 use super::messages::{
     Clock, ClockSnapshot, TracePacket, TracePacketDefaults, TrackEventDefaults, CLOCK_MONOTONIC,
     SEQ_INCREMENTAL_STATE_CLEARED, SEQ_NEEDS_INCREMENTAL_STATE,
 };
-use flate2::write::ZlibEncoder;
-use flate2::Compression;
 use prost::Message;
 use std::io::{self, Write};
 
@@ -52,6 +51,8 @@ pub struct Sequence<W: Write> {
     buffer: Vec<u8>,
     /// The packets of the batch being gathered, when compressing.
     batch: Option<Vec<u8>>,
+    /// The thread that deflates full batches, where there is another core.
+    deflater: Option<Deflater>,
     /// The incremental clock's time: `CLOCK_MONOTONIC` ns of the last
     /// packet timed by it.
     clock_ns: u64,
@@ -65,6 +66,7 @@ impl<W: Write> Sequence<W> {
             out,
             buffer: Vec::with_capacity(256),
             batch: compress.then(|| Vec::with_capacity(BATCH_BYTES + (16 << 10))),
+            deflater: if compress { Deflater::start() } else { None },
             clock_ns: start_ns,
         }
     }
@@ -137,32 +139,52 @@ impl<W: Write> Sequence<W> {
         Ok(())
     }
 
-    /// Writes the batch gathered so far as one packet of compressed packets.
+    /// Writes the batch gathered so far as one packet of compressed packets
+    /// (or hands it to the deflating thread, which gives it back to write).
     fn deflate_batch(&mut self) -> io::Result<()> {
         let Some(batch) = self.batch.as_mut().filter(|batch| !batch.is_empty()) else {
             return Ok(());
         };
-        self.buffer.clear();
-        let mut encoder = ZlibEncoder::new(std::mem::take(&mut self.buffer), Compression::fast());
-        encoder.write_all(batch)?;
-        let compressed = encoder.finish()?;
-        batch.clear();
-        let mut field = Vec::with_capacity(10);
-        prost::encoding::encode_varint(COMPRESSED_PACKETS_TAG, &mut field);
-        prost::encoding::encode_varint(compressed.len() as u64, &mut field);
-        let mut frame = vec![PACKET_TAG];
-        prost::encoding::encode_varint((field.len() + compressed.len()) as u64, &mut frame);
-        self.out.write_all(&frame)?;
-        self.out.write_all(&field)?;
-        self.out.write_all(&compressed)?;
-        self.buffer = compressed;
+        let out = &mut self.out;
+        let mut write = |compressed: &[u8]| write_compressed(out, compressed);
+        match self.deflater.as_mut() {
+            Some(deflater) => {
+                let full = std::mem::take(batch);
+                *batch = deflater.hand_out(full, &mut write)?;
+                batch.reserve(BATCH_BYTES + (16 << 10));
+            }
+            None => {
+                self.buffer.clear();
+                let compressed = deflate(batch, std::mem::take(&mut self.buffer))?;
+                batch.clear();
+                write(&compressed)?;
+                self.buffer = compressed;
+            }
+        }
         Ok(())
     }
 
     /// Writes what is still gathered; the sequence is then whole.
     pub fn finish(&mut self) -> io::Result<()> {
-        self.deflate_batch()
+        self.deflate_batch()?;
+        let out = &mut self.out;
+        match self.deflater.as_mut() {
+            Some(deflater) => deflater.finish(&mut |compressed: &[u8]| write_compressed(out, compressed)),
+            None => Ok(()),
+        }
     }
+}
+
+/// Writes one packet of compressed packets.
+fn write_compressed(out: &mut impl Write, compressed: &[u8]) -> io::Result<()> {
+    let mut field = Vec::with_capacity(10);
+    prost::encoding::encode_varint(COMPRESSED_PACKETS_TAG, &mut field);
+    prost::encoding::encode_varint(compressed.len() as u64, &mut field);
+    let mut frame = vec![PACKET_TAG];
+    prost::encoding::encode_varint((field.len() + compressed.len()) as u64, &mut frame);
+    out.write_all(&frame)?;
+    out.write_all(&field)?;
+    out.write_all(compressed)
 }
 
 #[cfg(test)]
