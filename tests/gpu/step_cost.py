@@ -33,6 +33,9 @@ Configurations:
   async        ResNet-50 bs32, PYTORCH_CUDA_ALLOC_CONF=backend:cudaMallocAsync: paused, all, none
   no-caching   ResNet-50 bs32, PYTORCH_NO_CUDA_MEMORY_CACHING=1: paused, all, none, recorder
   gpt2         GPT-2 small (transformers, bf16, AdamW): paused, all, python, recorder
+  varying      a Transformer whose allocations change size from step to step
+               (8 layers, bf16, AdamW, six sequence lengths from 64 to 512 in
+               turn): paused, all, python, none, recorder
   async-none, no-caching-none, gpt2-all
                paused and one setting only, more blocks of it, pooled with
                the configuration above in the table
@@ -62,6 +65,7 @@ CONFIGS = {
     "async": ("resnet50", "off,all,none", [], {"PYTORCH_CUDA_ALLOC_CONF": "backend:cudaMallocAsync"}, 10, 4),
     "no-caching": ("resnet50", "off,all,none,recorder", [], {"PYTORCH_NO_CUDA_MEMORY_CACHING": "1"}, 8, 3),
     "gpt2": ("gpt2", "off,all,python,recorder", [], {}, 8, 4),
+    "varying": ("varying", "off,all,python,none,recorder", [], {}, 6, 6),
     # More blocks of one setting, where the configurations above leave its
     # interval wider than the goal it is judged by; pooled with them.
     "async-none": ("resnet50", "off,none", [], {"PYTORCH_CUDA_ALLOC_CONF": "backend:cudaMallocAsync"}, 24, 4),
@@ -79,6 +83,7 @@ UNRECORDED = {
     "async": ("unrecorded,all,none", 14),
     "no-caching": ("unrecorded,all,none", 8),
     "gpt2": ("unrecorded,off,all,recorder", 8),
+    "varying": ("unrecorded,off,all,none,recorder", 6),
     "no-caching-none": ("unrecorded,none", 10),
     "ddp": ("unrecorded,off,all,recorder", 10),
 }
@@ -97,6 +102,8 @@ ROWS = [
     ("ResNet-50 bs32, no caching", "--stacks all", ["no-caching"], "all", "recorder"),
     ("", "--stacks none", ["no-caching", "no-caching-none"], "none", None),
     ("GPT-2 small, bf16, AdamW", "defaults (tensors, --stacks all)", ["gpt2", "gpt2-all"], "all", "recorder"),
+    ("Transformer, sizes varying by step", "defaults (tensors, --stacks all)", ["varying"], "all", "recorder"),
+    ("", "--stacks none", ["varying"], "none", None),
     ("ResNet-50 bs32 a rank, DDP on 2 GPUs", "defaults (tensors, --stacks all)", ["ddp"], "all", "recorder"),
 ]
 
@@ -213,7 +220,7 @@ def cost_table(results, prefix):
         step = f"{median(base):.1f}" if base else ""
         lines.append(f"| {workload} | {setting} | {len(runs)} | {cell(ours)} | {recorder_cell} | {step} |")
     if prefix:
-        for config in ("caching", "gpt2"):
+        for config in ("caching", "gpt2", "varying"):
             runs = [r for r in results.get(prefix + config, []) if "off" in r["blocks_ms"]]
             if runs:
                 lines.append(f"\n{config}, paused (every event recorded, no stack): "

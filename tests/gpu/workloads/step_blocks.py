@@ -19,7 +19,11 @@ that no state always follows the same one. A block is --steps steps after
 the switch; its figure is their median time (each step synchronised).
 Switching runs the `cudatrace` command between blocks, outside the timed
 steps. The model comes from --model: ResNet-50 (batch 32, SGD) or GPT-2
-small (transformers, batch 8 of 512 tokens, bf16 autocast, AdamW), or
+small (transformers, batch 8 of 512 tokens, bf16 autocast, AdamW), or a
+Transformer whose tensors change size from step to step (`varying`: 8
+layers of width 1024, bf16 autocast, AdamW, batch 16, each step one of six
+sequence lengths from 64 to 512 in turn; a block is six steps, one of each
+length, and its figure is their mean, not their median), or
 ResNet-50 under DistributedDataParallel (`ddp-resnet50`, run by `python -m
 torch.distributed.run`, batch 32 a rank): there rank 0 switches the job's
 recording for every rank, between barriers, and each rank writes its own
@@ -36,7 +40,7 @@ import torch
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 
 parser = argparse.ArgumentParser()
-parser.add_argument("--model", choices=["resnet50", "gpt2", "ddp-resnet50"], required=True)
+parser.add_argument("--model", choices=["resnet50", "gpt2", "varying", "ddp-resnet50"], required=True)
 parser.add_argument("--states", required=True)
 parser.add_argument("--cycles", type=int, default=10)
 parser.add_argument("--steps", type=int, default=4)
@@ -68,6 +72,28 @@ elif distributed:
 
     def step():
         loss = nn.functional.cross_entropy(model(images), labels)
+        optimizer.zero_grad(set_to_none=True)
+        loss.backward()
+        optimizer.step()
+elif args.model == "varying":
+    import torch.nn as nn
+
+    lengths = [64, 128, 192, 256, 384, 512]
+    vocabulary = 32768
+    layer = nn.TransformerEncoderLayer(1024, 16, 4096, batch_first=True, norm_first=True)
+    model = nn.Sequential(nn.Embedding(vocabulary, 1024), nn.TransformerEncoder(layer, 8, enable_nested_tensor=False),
+                          nn.LayerNorm(1024), nn.Linear(1024, vocabulary)).cuda()
+    optimizer = torch.optim.AdamW(model.parameters(), lr=1e-4)
+    batches = [torch.randint(0, vocabulary, (16, n), device="cuda") for n in lengths]
+    step_index = 0
+
+    def step():
+        global step_index
+        tokens = batches[step_index % len(batches)]
+        step_index += 1
+        with torch.autocast("cuda", dtype=torch.bfloat16):
+            logits = model(tokens)
+            loss = nn.functional.cross_entropy(logits.view(-1, vocabulary).float(), tokens.view(-1))
         optimizer.zero_grad(set_to_none=True)
         loss.backward()
         optimizer.step()
@@ -143,6 +169,9 @@ def block():
         step()
         torch.cuda.synchronize()
         times.append((time.perf_counter() - start) * 1000)
+    if args.model == "varying":
+        # Steps of six sizes: the median would pick one size's step.
+        return sum(times) / len(times)
     return sorted(times)[len(times) // 2]
 
 
