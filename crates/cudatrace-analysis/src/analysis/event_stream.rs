@@ -27,6 +27,10 @@ pub struct EventStream<'a> {
     cursors: Vec<Cursor>,
     /// (time of the head event, process) of every process with events left.
     heads: BinaryHeap<Reverse<(u64, usize)>>,
+    /// The head of the process that gave the last event, kept out of the
+    /// heap: while it stays the earliest (always, for a trace of one
+    /// process), the next event costs no heap operation.
+    held: Option<(u64, usize)>,
     /// Blocks that could not be read again (the file changed under us).
     pub errors: Vec<UnreadBlock>,
     /// Events handed out so far.
@@ -47,6 +51,7 @@ impl<'a> EventStream<'a> {
             prefetch,
             cursors: Vec::with_capacity(index.processes.len()),
             heads: BinaryHeap::new(),
+            held: None,
             errors: Vec::new(),
             delivered: 0,
         };
@@ -57,7 +62,9 @@ impl<'a> EventStream<'a> {
                 position: 0,
             });
             if selected.is_none_or(|selected| selected[process]) {
-                stream.refill(process);
+                if let Some(head) = stream.refill(process) {
+                    stream.heads.push(Reverse(head));
+                }
             }
         }
         stream
@@ -65,13 +72,15 @@ impl<'a> EventStream<'a> {
 
     /// Makes `process`'s head event available, reading its next block if
     /// needed, and queues it.
-    fn refill(&mut self, process: usize) {
+    /// Moves `process`'s cursor to its next event, reading blocks as
+    /// needed: that event's (time, process), or `None` when it has no more.
+    fn refill(&mut self, process: usize) -> Option<(u64, usize)> {
         let info = &self.index.processes[process];
         let cursor = &mut self.cursors[process];
         while cursor.position >= cursor.events.len() {
             if cursor.next_block >= info.blocks.len() {
                 cursor.events = Vec::new();
-                return;
+                return None;
             }
             let number = cursor.next_block;
             cursor.next_block += 1;
@@ -88,8 +97,7 @@ impl<'a> EventStream<'a> {
                 }
             }
         }
-        self.heads
-            .push(Reverse((cursor.events[cursor.position].time_ns, process)));
+        Some((cursor.events[cursor.position].time_ns, process))
     }
 }
 
@@ -97,11 +105,22 @@ impl Iterator for EventStream<'_> {
     type Item = (usize, Event);
 
     fn next(&mut self) -> Option<(usize, Event)> {
-        let Reverse((_, process)) = self.heads.pop()?;
+        // The earliest head, in the heap's order: the held one unless the
+        // heap's top comes before it.
+        let process = match self.held.take() {
+            Some(held) => match self.heads.peek() {
+                Some(&Reverse(top)) if top < held => {
+                    self.heads.push(Reverse(held));
+                    self.heads.pop().expect("just pushed").0 .1
+                }
+                _ => held.1,
+            },
+            None => self.heads.pop()?.0 .1,
+        };
         let cursor = &mut self.cursors[process];
         let event = cursor.events[cursor.position].clone();
         cursor.position += 1;
-        self.refill(process);
+        self.held = self.refill(process);
         self.delivered += 1;
         Some((process, event))
     }

@@ -119,8 +119,13 @@ impl DeviceEstimate {
 /// What the stream tells the footprint of one process.
 #[derive(Default)]
 pub struct FootprintTracker {
-    pub(super) owners: HashMap<u32, Rc<str>>,
-    pub(super) live_by_owner: HashMap<(u8, Rc<str>), u64>,
+    /// Each stack's owner, as a number in `owner_names`.
+    pub(super) owners: HashMap<u32, u32>,
+    /// The owners' names, and their numbers: an event then looks up its
+    /// owner's bytes by number, without hashing the name.
+    pub(super) owner_names: Vec<Rc<str>>,
+    pub(super) owner_numbers: HashMap<Rc<str>, u32>,
+    pub(super) live_by_owner: HashMap<(u8, u32), u64>,
     pub(super) live_at_context: HashMap<u8, u64>,
     /// (time, device) instants to snapshot the owners at, latest first.
     pub(super) pending: Vec<(u64, u8)>,
@@ -128,6 +133,10 @@ pub struct FootprintTracker {
     pub(super) devices: BTreeMap<u8, DeviceEstimate>,
     /// The time of the last event seen.
     pub(super) last_time_ns: u64,
+    /// The earliest reading not taken in yet, of any device (0 until the
+    /// first event, `u64::MAX` once none is left): most events come before
+    /// it and pass no reading.
+    pub(super) next_reading_ns: u64,
 }
 
 impl FootprintTracker {
@@ -161,7 +170,7 @@ impl FootprintTracker {
             .live_by_owner
             .iter()
             .filter(|((d, _), bytes)| *d == device && **bytes > 0)
-            .map(|((_, owner), bytes)| (owner.clone(), *bytes))
+            .map(|(&(_, owner), bytes)| (self.owner_names[owner as usize].clone(), *bytes))
             .collect();
         owners.sort_by(|a, b| b.1.cmp(&a.1).then_with(|| a.0.cmp(&b.0)));
         owners
@@ -185,6 +194,9 @@ impl FootprintTracker {
     /// Takes in the readings taken before `time_ns`: each is a moment of
     /// the footprint, and closes the interval before it.
     fn pass_readings_until(&mut self, time_ns: u64) {
+        if self.next_reading_ns >= time_ns {
+            return;
+        }
         let devices: Vec<u8> = self.devices.keys().copied().collect();
         for device in devices {
             loop {
@@ -205,6 +217,13 @@ impl FootprintTracker {
                 estimate.consider((reading.bytes as i64, measured), reading.time_ns, reading, || owners);
             }
         }
+        self.next_reading_ns = self
+            .devices
+            .values()
+            .filter_map(|estimate| estimate.readings.get(estimate.offsets.len()))
+            .map(|reading| reading.time_ns)
+            .min()
+            .unwrap_or(u64::MAX);
     }
 
     /// After an event changed what is measured on `device` at `time_ns`:
@@ -282,11 +301,19 @@ impl FootprintTracker {
             let Some(device) = allocation.device.filter(|_| allocation.is_device_memory()) else {
                 continue;
             };
-            let owner = self
-                .owners
-                .entry(allocation.stack)
-                .or_insert_with(|| owner_of(&index.frames(process, allocation.stack)).into())
-                .clone();
+            let owner = match self.owners.get(&allocation.stack) {
+                Some(&owner) => owner,
+                None => {
+                    let name: Rc<str> = owner_of(&index.frames(process, allocation.stack)).into();
+                    let next = self.owner_names.len() as u32;
+                    let owner = *self.owner_numbers.entry(name.clone()).or_insert(next);
+                    if owner == next {
+                        self.owner_names.push(name);
+                    }
+                    self.owners.insert(allocation.stack, owner);
+                    owner
+                }
+            };
             let apply = |bytes: &mut u64| {
                 *bytes = if sign > 0 {
                     bytes.saturating_add(allocation.size)
@@ -311,9 +338,9 @@ impl FootprintTracker {
     /// The owner of the allocations made with `stack`, and the bytes that
     /// owner has live on `device` now; `None` for a stack not observed yet.
     pub fn owner_live(&self, device: u8, stack: u32) -> Option<(Rc<str>, u64)> {
-        let owner = self.owners.get(&stack)?.clone();
-        let live = self.live_by_owner.get(&(device, owner.clone())).copied().unwrap_or(0);
-        Some((owner, live))
+        let owner = *self.owners.get(&stack)?;
+        let live = self.live_by_owner.get(&(device, owner)).copied().unwrap_or(0);
+        Some((self.owner_names[owner as usize].clone(), live))
     }
 
     /// The footprint, once the stream is over.
