@@ -7,7 +7,7 @@ use crate::system::failure::Failure;
 use crate::system::terminal::{say, Stdout};
 use crate::wording::{category_name, said, switch_lines};
 use cudatrace_analysis::Progress;
-use cudatrace_analysis::{RunFigures, Step, Summary};
+use cudatrace_analysis::{RunFigures, Summary};
 
 /// `cudatrace diff`; 1 if either trace is damaged.
 pub fn command(args: DiffArgs) -> Result<u8, Failure> {
@@ -15,12 +15,7 @@ pub fn command(args: DiffArgs) -> Result<u8, Failure> {
     let mut status = 0;
     for path in [&args.a, &args.b] {
         let (index, counts) = super::open_trace::read_trace_counting_steps(path)?;
-        let summary = Summary::build_counted(
-            &index,
-            counts,
-            &Progress::new("reading", index.events),
-            &mut |_: &Step| {},
-        );
+        let summary = Summary::build_counted_alone(&index, counts, &Progress::new("reading", index.events));
         figures.push(RunFigures::of(&index, &summary, &|c| category_name(c).to_string()));
         status = status.max(outputs::say_what_the_trace_lacks(&index, &summary.stream_errors));
         // A run paused for a while has part of its bytes at the paused

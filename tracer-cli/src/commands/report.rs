@@ -6,17 +6,12 @@ use crate::outputs;
 use crate::system::failure::Failure;
 use crate::system::terminal::Stdout;
 use cudatrace_analysis::Progress;
-use cudatrace_analysis::{Step, Summary};
+use cudatrace_analysis::Summary;
 
 /// `cudatrace report`; 1 if the trace is damaged.
 pub fn command(args: ReportArgs) -> Result<u8, Failure> {
     let (index, counts) = super::open_trace::read_trace_counting_steps(&args.trace)?;
-    let summary = Summary::build_counted(
-        &index,
-        counts,
-        &Progress::new("reading", index.events),
-        &mut |_: &Step| {},
-    );
+    let summary = Summary::build_counted_alone(&index, counts, &Progress::new("reading", index.events));
     let text = if args.json {
         format!(
             "{}\n",

@@ -350,6 +350,15 @@ impl Summary {
         Summary::build_found(index, boundaries, progress, alongside)
     }
 
+    /// [`Summary::build_counted`] for a summary that no other consumer
+    /// reads along with: each process's memory depends on its events
+    /// alone, so the processes are shared out among the cores and
+    /// replayed at once, each group in a replay of its own.
+    pub fn build_counted_alone(index: &TraceIndex, counts: StepCounts, progress: &Progress) -> Summary {
+        let (boundaries, _) = counts.found(index);
+        Summary::replay_alone(index, progress, boundaries, crate::system::cores::helpers() + 1)
+    }
+
     /// [`Summary::build_counted`] with each process's steps (or low
     /// points) already found from the counts, for a consumer that needs
     /// them before the replay (the page's charts, finer over the steps).
@@ -371,6 +380,81 @@ impl Summary {
         let mut building = SummaryBuilder::new(index, boundaries);
         let Ok(replayed) = Replay::new(index, progress).run(&mut Both(&mut building, alongside));
         building.finish(replayed)
+    }
+
+    /// [`Summary::replay`] with no other consumer, the processes replayed
+    /// in parallel on up to `cores` threads (see
+    /// [`Summary::build_counted_alone`]). The summary is the same as one
+    /// replay's: each process's part is taken from the replay of its group.
+    fn replay_alone(
+        index: &TraceIndex,
+        progress: &Progress,
+        boundaries: Vec<Option<Boundaries>>,
+        cores: usize,
+    ) -> Summary {
+        let groups = process_groups(index, cores);
+        if groups.len() < 2 {
+            return Summary::replay(index, progress, boundaries, &mut |_: &Step| {});
+        }
+        let parts: Vec<(SummaryBuilder, Replayed)> = std::thread::scope(|scope| {
+            let replays: Vec<_> = groups
+                .iter()
+                .map(|group| {
+                    let (share, boundaries) = (progress.share(), boundaries.clone());
+                    scope.spawn(move || {
+                        let mut builder = SummaryBuilder::new(index, boundaries);
+                        let Ok(replayed) = Replay::new(index, &share).only(group).run(&mut builder);
+                        (builder, replayed)
+                    })
+                })
+                .collect();
+            replays
+                .into_iter()
+                .map(|replay| replay.join().unwrap_or_else(|panic| std::panic::resume_unwind(panic)))
+                .collect()
+        });
+        let mut group_of = vec![0; index.processes.len()];
+        for (number, group) in groups.iter().enumerate() {
+            for &process in group {
+                group_of[process] = number;
+            }
+        }
+        let mut stream_errors = Vec::new();
+        let mut pieces: Vec<_> = parts
+            .into_iter()
+            .map(|(builder, replayed)| {
+                stream_errors.extend(replayed.stream_errors);
+                (
+                    builder.processes.into_iter(),
+                    builder.trackers.into_iter(),
+                    replayed.memories.into_iter(),
+                )
+            })
+            .collect();
+        let mut whole = SummaryBuilder {
+            index,
+            processes: Vec::new(),
+            trackers: Vec::new(),
+            steps_only: false,
+        };
+        let mut memories = Vec::new();
+        for &group in &group_of {
+            for (number, (processes, trackers, memory)) in pieces.iter_mut().enumerate() {
+                let (Some(process), Some(tracker), Some(memory)) = (processes.next(), trackers.next(), memory.next())
+                else {
+                    unreachable!("every replay keeps every process");
+                };
+                if number == group {
+                    whole.processes.push(process);
+                    whole.trackers.push(tracker);
+                    memories.push(memory);
+                }
+            }
+        }
+        whole.finish(Replayed {
+            memories,
+            stream_errors,
+        })
     }
 
     /// Each process's steps (or low points) as they stand just before its
@@ -509,6 +593,35 @@ impl Consumer for SummaryBuilder<'_> {
         self.trackers[step.process].observe(self.index, step.info, step.event, step.changes);
         Ok(())
     }
+}
+
+/// The processes shared out into at most `cores` groups of about equal
+/// blocks of events, largest first, each to the group with the fewest so
+/// far; one group (every process) when fewer than two have events.
+fn process_groups(index: &TraceIndex, cores: usize) -> Vec<Vec<usize>> {
+    let blocks = |process: usize| index.processes[process].blocks.len();
+    let busy = (0..index.processes.len()).filter(|&p| blocks(p) > 0).count();
+    let count = cores.min(busy);
+    if count < 2 {
+        return vec![(0..index.processes.len()).collect()];
+    }
+    let mut order: Vec<usize> = (0..index.processes.len()).collect();
+    order.sort_by_key(|&process| (std::cmp::Reverse(blocks(process)), process));
+    let mut groups: Vec<(usize, Vec<usize>)> = vec![(0, Vec::new()); count];
+    for process in order {
+        let lightest = (0..count)
+            .min_by_key(|&g| (groups[g].0, g))
+            .expect("at least two groups");
+        groups[lightest].0 += blocks(process);
+        groups[lightest].1.push(process);
+    }
+    groups
+        .into_iter()
+        .map(|(_, mut group)| {
+            group.sort_unstable();
+            group
+        })
+        .collect()
 }
 
 /// Call sites, largest first: (stack, bytes, allocations).
@@ -738,5 +851,71 @@ mod tests {
             (p.host.allocations, p.host.frees, p.host.peak, p.host.current),
             (1, 1, 64, 0)
         );
+    }
+
+    /// What a summary says of each process, in a fixed order: its devices'
+    /// figures and call sites live at exit and at the peak, its host
+    /// figures, the allocations still live, and its footprint.
+    fn figures(summary: &Summary) -> Vec<String> {
+        summary
+            .processes
+            .iter()
+            .zip(&summary.footprints)
+            .map(|(process, footprint)| {
+                let devices: Vec<String> = process
+                    .devices
+                    .iter()
+                    .map(|(key, d)| {
+                        format!(
+                            "{key:?} {} {} {} {} {} {} {} {:?} {:?}",
+                            d.allocations,
+                            d.frees,
+                            d.bytes_allocated,
+                            d.current,
+                            d.peak,
+                            d.peak_time_ns,
+                            d.ooms.len(),
+                            largest_call_sites(&d.live_by_stack),
+                            largest_call_sites(&d.peak_by_stack)
+                        )
+                    })
+                    .collect();
+                let live: Vec<(DeviceKey, Vec<(u64, u64)>)> = process
+                    .live_at_exit()
+                    .into_iter()
+                    .map(|(key, mut live)| {
+                        live.sort_by_key(|a| a.address);
+                        (key, live.iter().map(|a| (a.address, a.size)).collect())
+                    })
+                    .collect();
+                format!("{devices:?} {:?} {live:?} {footprint:?}", process.host)
+            })
+            .collect()
+    }
+
+    #[test]
+    fn processes_replayed_in_parallel_sum_up_as_one_replay() {
+        let path = std::env::temp_dir().join(format!("cudatrace-parallel-summary-{}.trace", std::process::id()));
+        let file = std::io::BufWriter::new(std::fs::File::create(&path).unwrap());
+        cudatrace_trace::synthetic::write_synthetic(file, 200_000, 5, 3).unwrap();
+        let index = TraceIndex::read(&path).unwrap();
+        std::fs::remove_file(&path).unwrap();
+        let boundaries = || super::super::step_finding::find_boundaries(&index, &Progress::hidden());
+        let one = Summary::replay(&index, &Progress::hidden(), boundaries(), &mut |_: &Step| {});
+        assert_eq!(one.processes.len(), 5);
+        assert!(one
+            .processes
+            .iter()
+            .all(|p| p.devices.values().any(|d| d.allocations > 1000)));
+        for cores in [2, 3, 8] {
+            let groups = process_groups(&index, cores);
+            assert_eq!(groups.len(), cores.min(5), "{groups:?}");
+            let mut all: Vec<usize> = groups.concat();
+            all.sort_unstable();
+            assert_eq!(all, vec![0, 1, 2, 3, 4]);
+            let parallel = Summary::replay_alone(&index, &Progress::hidden(), boundaries(), cores);
+            assert_eq!(figures(&parallel), figures(&one), "{cores} cores");
+        }
+        assert_eq!(process_groups(&index, 1), vec![vec![0, 1, 2, 3, 4]]);
     }
 }

@@ -14,6 +14,9 @@ const SMALLEST_SHOWN: u64 = 1_000_000;
 pub struct Progress {
     bar: Option<ProgressBar>,
     seen: Cell<u64>,
+    /// Whether this is the bar's own counter, which clears it when done,
+    /// rather than a [`Progress::share`] of it.
+    owns_bar: bool,
 }
 
 impl Progress {
@@ -33,6 +36,17 @@ impl Progress {
         Progress {
             bar,
             seen: Cell::new(0),
+            owns_bar: true,
+        }
+    }
+
+    /// A counter of its own that moves the same bar: for one of several
+    /// threads that each read a share of a pass's events.
+    pub fn share(&self) -> Progress {
+        Progress {
+            bar: self.bar.clone(),
+            seen: Cell::new(0),
+            owns_bar: false,
         }
     }
 
@@ -41,6 +55,7 @@ impl Progress {
         Progress {
             bar: None,
             seen: Cell::new(0),
+            owns_bar: true,
         }
     }
 
@@ -50,7 +65,8 @@ impl Progress {
         self.seen.set(seen);
         if seen.is_multiple_of(EVENTS_PER_UPDATE) {
             if let Some(bar) = &self.bar {
-                bar.set_position(seen);
+                // Added, not set: shares of the bar count their own events.
+                bar.inc(EVENTS_PER_UPDATE);
             }
         }
     }
@@ -67,7 +83,7 @@ impl Progress {
 
 impl Drop for Progress {
     fn drop(&mut self) {
-        if let Some(bar) = &self.bar {
+        if let Some(bar) = self.bar.as_ref().filter(|_| self.owns_bar) {
             bar.finish_and_clear();
         }
     }

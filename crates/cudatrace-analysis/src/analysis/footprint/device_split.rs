@@ -8,7 +8,7 @@ use super::tracker::FootprintTracker;
 use crate::analysis::trace_index::{ProcessIndex, TraceIndex};
 use cudatrace_events::{Api, Event, Op};
 use std::collections::BTreeMap;
-use std::rc::Rc;
+use std::sync::Arc;
 
 /// What the process measured on one device, to split its figure at any
 /// moment.
@@ -63,7 +63,7 @@ impl DeviceMeasures<'_> {
     }
 }
 
-fn owned(owners: &[(Rc<str>, u64)]) -> Vec<(String, u64)> {
+fn owned(owners: &[(Arc<str>, u64)]) -> Vec<(String, u64)> {
     owners
         .iter()
         .map(|(owner, bytes)| (owner.to_string(), *bytes))

@@ -10,7 +10,7 @@ use crate::analysis::trace_index::{ProcessIndex, TraceIndex};
 use cudatrace_events::{Api, Event, Op};
 use foldhash::HashMap;
 use std::collections::BTreeMap;
-use std::rc::Rc;
+use std::sync::Arc;
 
 /// What the measured categories add up to on one device as the replay
 /// goes: live allocations, pools beyond them, graph memory, and the costs of
@@ -33,7 +33,7 @@ impl Measured {
 }
 
 /// The owners' live bytes at a moment.
-pub(super) type OwnersThen = Vec<(Rc<str>, u64)>;
+pub(super) type OwnersThen = Vec<(Arc<str>, u64)>;
 
 /// A moment and the owners' live bytes then.
 pub(super) struct Moment {
@@ -41,7 +41,7 @@ pub(super) struct Moment {
     pub(super) measured: i64,
     pub(super) time_ns: u64,
     pub(super) reading: Reference,
-    pub(super) owners: Vec<(Rc<str>, u64)>,
+    pub(super) owners: Vec<(Arc<str>, u64)>,
 }
 
 /// One device's readings and the footprint estimated from them. Between
@@ -75,7 +75,7 @@ impl DeviceEstimate {
         (estimate, measured): (i64, i64),
         time_ns: u64,
         reading: Reference,
-        owners: impl FnOnce() -> Vec<(Rc<str>, u64)>,
+        owners: impl FnOnce() -> Vec<(Arc<str>, u64)>,
     ) {
         if self
             .peak
@@ -123,8 +123,8 @@ pub struct FootprintTracker {
     pub(super) owners: HashMap<u32, u32>,
     /// The owners' names, and their numbers: an event then looks up its
     /// owner's bytes by number, without hashing the name.
-    pub(super) owner_names: Vec<Rc<str>>,
-    pub(super) owner_numbers: HashMap<Rc<str>, u32>,
+    pub(super) owner_names: Vec<Arc<str>>,
+    pub(super) owner_numbers: HashMap<Arc<str>, u32>,
     pub(super) live_by_owner: HashMap<(u8, u32), u64>,
     pub(super) live_at_context: HashMap<u8, u64>,
     /// (time, device) instants to snapshot the owners at, latest first.
@@ -165,8 +165,8 @@ impl FootprintTracker {
         }
     }
 
-    pub(super) fn owners_on(&self, device: u8) -> Vec<(Rc<str>, u64)> {
-        let mut owners: Vec<(Rc<str>, u64)> = self
+    pub(super) fn owners_on(&self, device: u8) -> Vec<(Arc<str>, u64)> {
+        let mut owners: Vec<(Arc<str>, u64)> = self
             .live_by_owner
             .iter()
             .filter(|((d, _), bytes)| *d == device && **bytes > 0)
@@ -304,7 +304,7 @@ impl FootprintTracker {
             let owner = match self.owners.get(&allocation.stack) {
                 Some(&owner) => owner,
                 None => {
-                    let name: Rc<str> = owner_of(&index.frames(process, allocation.stack)).into();
+                    let name: Arc<str> = owner_of(&index.frames(process, allocation.stack)).into();
                     let next = self.owner_names.len() as u32;
                     let owner = *self.owner_numbers.entry(name.clone()).or_insert(next);
                     if owner == next {
@@ -337,7 +337,7 @@ impl FootprintTracker {
 
     /// The owner of the allocations made with `stack`, and the bytes that
     /// owner has live on `device` now; `None` for a stack not observed yet.
-    pub fn owner_live(&self, device: u8, stack: u32) -> Option<(Rc<str>, u64)> {
+    pub fn owner_live(&self, device: u8, stack: u32) -> Option<(Arc<str>, u64)> {
         let owner = *self.owners.get(&stack)?;
         let live = self.live_by_owner.get(&(device, owner)).copied().unwrap_or(0);
         Some((self.owner_names[owner as usize].clone(), live))
