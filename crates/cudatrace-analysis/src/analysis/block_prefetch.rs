@@ -22,6 +22,9 @@ use std::sync::{Condvar, Mutex};
 /// events at 4,096 events a block.
 const WINDOW: usize = 48;
 
+/// The least window of one of several replays running at once.
+const MOST_REPLAYS_WINDOW: usize = 8;
+
 /// What decoding one block gave.
 pub type Decoded = Result<Vec<Event>, UnreadBlock>;
 
@@ -55,13 +58,21 @@ pub struct Prefetch<'a> {
     /// The replay took a block: there may be room in the window.
     room: Condvar,
     stop: AtomicBool,
+    /// Blocks that may wait decoded at once: [`WINDOW`], shared out among
+    /// the replays that run at once.
+    window: usize,
+    /// Replays running at once, this one included, that share the cores.
+    replays: usize,
 }
 
 impl<'a> Prefetch<'a> {
     /// The plan for the blocks of `index`'s processes (those `selected`,
-    /// where given); no decoding starts until [`Prefetch::work`] runs on
-    /// some threads.
-    pub fn new(index: &'a TraceIndex, selected: Option<&[bool]>) -> Prefetch<'a> {
+    /// where given), for one of `replays` replays running at once: the
+    /// window and the spare cores are shared out among them, so that memory
+    /// and threads stay as for one. No decoding starts until
+    /// [`Prefetch::work`] runs on some threads.
+    pub fn sharing(index: &'a TraceIndex, selected: Option<&[bool]>, replays: usize) -> Prefetch<'a> {
+        let replays = replays.max(1);
         let mut order: Vec<(u64, usize, usize)> = Vec::new();
         for (process, info) in index.processes.iter().enumerate() {
             if selected.is_some_and(|selected| !selected[process]) {
@@ -91,6 +102,8 @@ impl<'a> Prefetch<'a> {
             decoded: Condvar::new(),
             room: Condvar::new(),
             stop: AtomicBool::new(false),
+            window: (WINDOW / replays).max(MOST_REPLAYS_WINDOW),
+            replays,
         }
     }
 
@@ -100,7 +113,8 @@ impl<'a> Prefetch<'a> {
         if self.order.len() < 4 {
             return 0;
         }
-        crate::system::cores::helpers()
+        // The cores the replays' own threads leave, shared out.
+        (crate::system::cores::helpers() + 1).saturating_sub(self.replays) / self.replays
     }
 
     /// A worker's loop: decodes the blocks in order, staying within the
@@ -161,7 +175,7 @@ impl<'a> Prefetch<'a> {
             if self.stop.load(Ordering::Acquire) {
                 return false;
             }
-            if position < waiting.floor + WINDOW {
+            if position < waiting.floor + self.window {
                 return true;
             }
             waiting = self.room.wait(waiting).unwrap_or_else(|e| e.into_inner());
@@ -237,7 +251,7 @@ mod tests {
         assert!(blocks > 2 * WINDOW, "{blocks} blocks");
         let alone = order(EventStream::new(&index, None, None));
         assert_eq!(alone.len() as u64, index.events);
-        let prefetch = Prefetch::new(&index, None);
+        let prefetch = Prefetch::sharing(&index, None, 1);
         let ahead = std::thread::scope(|scope| {
             for _ in 0..3 {
                 scope.spawn(|| prefetch.work());
@@ -257,7 +271,7 @@ mod tests {
     #[test]
     fn blocks_wanted_in_any_order_come_whole_and_nothing_stalls() {
         let index = trace("order", 300_000, 2);
-        let prefetch = Prefetch::new(&index, None);
+        let prefetch = Prefetch::sharing(&index, None, 1);
         let wanted: Vec<(usize, usize)> = index
             .processes
             .iter()

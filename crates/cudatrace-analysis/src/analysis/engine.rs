@@ -58,6 +58,31 @@ impl<F: FnMut(&Step)> Consumer for F {
     }
 }
 
+/// A consumer whose state is kept per process, each process's part built
+/// from that process's events alone: groups of processes can then be
+/// replayed at once, each with a consumer of its own, and the parts joined
+/// (see `Summary::build_found_per_process`).
+pub trait PerProcess: Consumer<Error = Infallible> + Send {
+    /// Takes `process`'s part from `other`, a consumer made the same way
+    /// that was fed that process's events.
+    fn take_process(&mut self, other: &mut Self, process: usize);
+}
+
+/// A consumer that does nothing: a replay for the summary alone.
+pub struct NoConsumer;
+
+impl Consumer for NoConsumer {
+    type Error = Infallible;
+
+    fn step(&mut self, _: &Step) -> Result<(), Infallible> {
+        Ok(())
+    }
+}
+
+impl PerProcess for NoConsumer {
+    fn take_process(&mut self, _: &mut Self, _: usize) {}
+}
+
 /// Two consumers fed by one pass, each step to the first, then the second.
 pub struct Both<'a, A, B>(pub &'a mut A, pub &'a mut B);
 
@@ -87,6 +112,8 @@ pub struct Replay<'a> {
     window: Window,
     selected: Option<Vec<bool>>,
     replays_memory: bool,
+    /// Replays running at once, this one included (see [`Replay::alongside`]).
+    replays: usize,
 }
 
 impl<'a> Replay<'a> {
@@ -99,6 +126,7 @@ impl<'a> Replay<'a> {
             window: Window::default(),
             selected: None,
             replays_memory: true,
+            replays: 1,
         }
     }
 
@@ -118,6 +146,13 @@ impl<'a> Replay<'a> {
         self
     }
 
+    /// One of `replays` replays that run at once: they share the cores that
+    /// decode ahead and the memory of blocks waiting decoded.
+    pub fn alongside(mut self, replays: usize) -> Replay<'a> {
+        self.replays = replays;
+        self
+    }
+
     /// Hands out the events without replaying memory, for passes that read
     /// the events alone.
     pub fn events_only(mut self) -> Replay<'a> {
@@ -128,7 +163,7 @@ impl<'a> Replay<'a> {
     /// Runs the pass, handing each event to `consumer` (a generic, so that
     /// its step is compiled into the loop: the loop runs once an event).
     pub fn run<C: Consumer>(&self, consumer: &mut C) -> Result<Replayed, C::Error> {
-        let prefetch = Prefetch::new(self.index, self.selected.as_deref());
+        let prefetch = Prefetch::sharing(self.index, self.selected.as_deref(), self.replays);
         let workers = prefetch.workers();
         if workers == 0 {
             return self.replay(EventStream::new(self.index, self.selected.as_deref(), None), consumer);

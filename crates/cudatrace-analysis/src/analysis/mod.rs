@@ -53,7 +53,7 @@ pub use call_site::{
     stack_lines, FramesShown, Place, StackLine, BACKWARD_PASS, NO_STACK,
 };
 pub use device_stats::{HeldAtOom, Oom};
-pub use engine::{Consumer, Replay, Step};
+pub use engine::{Consumer, NoConsumer, PerProcess, Replay, Step};
 pub use footprint::{
     footprint_reading_times, Breakdown, Category, DeviceFootprint, FootprintNote, FootprintTracker, ReferenceSource,
 };

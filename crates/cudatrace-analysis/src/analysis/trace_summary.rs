@@ -3,7 +3,7 @@
 //! by call site. Built from the [`Change`]s of one replay.
 
 use super::device_stats::{DeviceStats, HeldAtOom, HostStats, Oom};
-use super::engine::{Both, Consumer, Replay, Replayed, Step};
+use super::engine::{Both, Consumer, NoConsumer, PerProcess, Replay, Replayed, Step};
 use super::footprint::{DeviceFootprint, FootprintTracker};
 use super::keys::{ByStack, DeviceKey};
 use super::low_points::LowPoints;
@@ -356,7 +356,22 @@ impl Summary {
     /// replayed at once, each group in a replay of its own.
     pub fn build_counted_alone(index: &TraceIndex, counts: StepCounts, progress: &Progress) -> Summary {
         let (boundaries, _) = counts.found(index);
-        Summary::replay_alone(index, progress, boundaries, crate::system::cores::helpers() + 1)
+        let cores = crate::system::cores::helpers() + 1;
+        Summary::replay_per_process(index, progress, boundaries, cores, &|| NoConsumer).0
+    }
+
+    /// [`Summary::build_found`] with a consumer kept per process: the
+    /// processes are replayed in parallel as in
+    /// [`Summary::build_counted_alone`], each group with a consumer from
+    /// `make`, and the consumers' parts are joined into one.
+    pub fn build_found_per_process<C: PerProcess>(
+        index: &TraceIndex,
+        boundaries: Vec<Option<Boundaries>>,
+        progress: &Progress,
+        make: &(dyn Fn() -> C + Sync),
+    ) -> (Summary, C) {
+        let cores = crate::system::cores::helpers() + 1;
+        Summary::replay_per_process(index, progress, boundaries, cores, make)
     }
 
     /// [`Summary::build_counted`] with each process's steps (or low
@@ -382,29 +397,37 @@ impl Summary {
         building.finish(replayed)
     }
 
-    /// [`Summary::replay`] with no other consumer, the processes replayed
-    /// in parallel on up to `cores` threads (see
-    /// [`Summary::build_counted_alone`]). The summary is the same as one
-    /// replay's: each process's part is taken from the replay of its group.
-    fn replay_alone(
+    /// [`Summary::replay`] with a consumer kept per process, the processes
+    /// replayed in parallel on up to `cores` threads (see
+    /// [`Summary::build_counted_alone`]). The summary and the consumer are
+    /// the same as one replay's: each process's part is taken from the
+    /// replay of its group.
+    fn replay_per_process<C: PerProcess>(
         index: &TraceIndex,
         progress: &Progress,
         boundaries: Vec<Option<Boundaries>>,
         cores: usize,
-    ) -> Summary {
+        make: &(dyn Fn() -> C + Sync),
+    ) -> (Summary, C) {
         let groups = process_groups(index, cores);
+        let mut whole = make();
         if groups.len() < 2 {
-            return Summary::replay(index, progress, boundaries, &mut |_: &Step| {});
+            let summary = Summary::replay(index, progress, boundaries, &mut whole);
+            return (summary, whole);
         }
-        let parts: Vec<(SummaryBuilder, Replayed)> = std::thread::scope(|scope| {
+        let parts: Vec<(SummaryBuilder, C, Replayed)> = std::thread::scope(|scope| {
             let replays: Vec<_> = groups
                 .iter()
                 .map(|group| {
-                    let (share, boundaries) = (progress.share(), boundaries.clone());
+                    let (share, boundaries, count) = (progress.share(), boundaries.clone(), groups.len());
                     scope.spawn(move || {
                         let mut builder = SummaryBuilder::new(index, boundaries);
-                        let Ok(replayed) = Replay::new(index, &share).only(group).run(&mut builder);
-                        (builder, replayed)
+                        let mut alongside = make();
+                        let Ok(replayed) = Replay::new(index, &share)
+                            .only(group)
+                            .alongside(count)
+                            .run(&mut Both(&mut builder, &mut alongside));
+                        (builder, alongside, replayed)
                     })
                 })
                 .collect();
@@ -420,10 +443,12 @@ impl Summary {
             }
         }
         let mut stream_errors = Vec::new();
+        let mut consumers = Vec::new();
         let mut pieces: Vec<_> = parts
             .into_iter()
-            .map(|(builder, replayed)| {
+            .map(|(builder, alongside, replayed)| {
                 stream_errors.extend(replayed.stream_errors);
+                consumers.push(alongside);
                 (
                     builder.processes.into_iter(),
                     builder.trackers.into_iter(),
@@ -431,30 +456,32 @@ impl Summary {
                 )
             })
             .collect();
-        let mut whole = SummaryBuilder {
+        let mut summary = SummaryBuilder {
             index,
             processes: Vec::new(),
             trackers: Vec::new(),
             steps_only: false,
         };
         let mut memories = Vec::new();
-        for &group in &group_of {
+        for (process, &group) in group_of.iter().enumerate() {
             for (number, (processes, trackers, memory)) in pieces.iter_mut().enumerate() {
-                let (Some(process), Some(tracker), Some(memory)) = (processes.next(), trackers.next(), memory.next())
+                let (Some(part), Some(tracker), Some(memory)) = (processes.next(), trackers.next(), memory.next())
                 else {
                     unreachable!("every replay keeps every process");
                 };
                 if number == group {
-                    whole.processes.push(process);
-                    whole.trackers.push(tracker);
+                    summary.processes.push(part);
+                    summary.trackers.push(tracker);
                     memories.push(memory);
                 }
             }
+            whole.take_process(&mut consumers[group], process);
         }
-        whole.finish(Replayed {
+        let summary = summary.finish(Replayed {
             memories,
             stream_errors,
-        })
+        });
+        (summary, whole)
     }
 
     /// Each process's steps (or low points) as they stand just before its
@@ -913,7 +940,8 @@ mod tests {
             let mut all: Vec<usize> = groups.concat();
             all.sort_unstable();
             assert_eq!(all, vec![0, 1, 2, 3, 4]);
-            let parallel = Summary::replay_alone(&index, &Progress::hidden(), boundaries(), cores);
+            let (parallel, _) =
+                Summary::replay_per_process(&index, &Progress::hidden(), boundaries(), cores, &|| NoConsumer);
             assert_eq!(figures(&parallel), figures(&one), "{cores} cores");
         }
         assert_eq!(process_groups(&index, 1), vec![vec![0, 1, 2, 3, 4]]);

@@ -7,8 +7,8 @@ use super::chart::{Chart, TimeAxis, SERIES};
 use super::chart_tally::{ChartTally, Part};
 use super::owner_chart::OwnerTally;
 use cudatrace_analysis::{
-    call_sites, footprint_reading_times, site_key, Boundaries, ByStack, Change, Consumer, DeviceKey, ProcessIndex,
-    Step, Summary, TraceIndex,
+    call_sites, footprint_reading_times, site_key, Boundaries, ByStack, Change, Consumer, DeviceKey, PerProcess,
+    ProcessIndex, Step, Summary, TraceIndex,
 };
 use std::collections::{BTreeMap, HashMap};
 
@@ -214,5 +214,16 @@ impl Consumer for ChartsFilling<'_> {
         self.owner_charts(step);
         self.site_charts(step);
         Ok(())
+    }
+}
+
+/// Each process's tallies come from its own events alone: the page's
+/// replay can run per group of processes.
+impl PerProcess for ChartsFilling<'_> {
+    fn take_process(&mut self, other: &mut Self, process: usize) {
+        std::mem::swap(&mut self.axes[process], &mut other.axes[process]);
+        std::mem::swap(&mut self.sites[process], &mut other.sites[process]);
+        std::mem::swap(&mut self.owners[process], &mut other.owners[process]);
+        self.first_memory_ns[process] = other.first_memory_ns[process];
     }
 }

@@ -28,8 +28,9 @@ pub fn page(
 ) -> (String, Vec<UnreadBlock>) {
     // The steps are found before the replay: the charts are finer over them.
     let (boundaries, _) = counts.found(index);
-    let mut charts = ChartsFilling::new(index, &boundaries);
-    let summary = Summary::build_found(index, boundaries, progress, &mut charts);
+    let axes_from = boundaries.clone();
+    let (summary, charts) =
+        Summary::build_found_per_process(index, boundaries, progress, &|| ChartsFilling::new(index, &axes_from));
     let charts = charts.finish(&summary);
     let title = index
         .header
