@@ -25,6 +25,7 @@ mod low_points;
 mod merge_summary;
 mod moment;
 mod owner;
+mod parallel_summary;
 mod paused_spans;
 mod process_image;
 mod ranges;

@@ -357,7 +357,7 @@ impl Summary {
     pub fn build_counted_alone(index: &TraceIndex, counts: StepCounts, progress: &Progress) -> Summary {
         let (boundaries, _) = counts.found(index);
         let cores = crate::system::cores::helpers() + 1;
-        Summary::replay_per_process(index, progress, boundaries, cores, &|| NoConsumer).0
+        super::parallel_summary::replay_per_process(index, progress, boundaries, cores, &|| NoConsumer).0
     }
 
     /// [`Summary::build_found`] with a consumer kept per process: the
@@ -371,7 +371,7 @@ impl Summary {
         make: &(dyn Fn() -> C + Sync),
     ) -> (Summary, C) {
         let cores = crate::system::cores::helpers() + 1;
-        Summary::replay_per_process(index, progress, boundaries, cores, make)
+        super::parallel_summary::replay_per_process(index, progress, boundaries, cores, make)
     }
 
     /// [`Summary::build_counted`] with each process's steps (or low
@@ -386,7 +386,7 @@ impl Summary {
         Summary::replay(index, progress, boundaries, alongside)
     }
 
-    fn replay<C: Consumer<Error = Infallible>>(
+    pub(super) fn replay<C: Consumer<Error = Infallible>>(
         index: &TraceIndex,
         progress: &Progress,
         boundaries: Vec<Option<Boundaries>>,
@@ -395,93 +395,6 @@ impl Summary {
         let mut building = SummaryBuilder::new(index, boundaries);
         let Ok(replayed) = Replay::new(index, progress).run(&mut Both(&mut building, alongside));
         building.finish(replayed)
-    }
-
-    /// [`Summary::replay`] with a consumer kept per process, the processes
-    /// replayed in parallel on up to `cores` threads (see
-    /// [`Summary::build_counted_alone`]). The summary and the consumer are
-    /// the same as one replay's: each process's part is taken from the
-    /// replay of its group.
-    fn replay_per_process<C: PerProcess>(
-        index: &TraceIndex,
-        progress: &Progress,
-        boundaries: Vec<Option<Boundaries>>,
-        cores: usize,
-        make: &(dyn Fn() -> C + Sync),
-    ) -> (Summary, C) {
-        let groups = process_groups(index, cores);
-        let mut whole = make();
-        if groups.len() < 2 {
-            let summary = Summary::replay(index, progress, boundaries, &mut whole);
-            return (summary, whole);
-        }
-        let parts: Vec<(SummaryBuilder, C, Replayed)> = std::thread::scope(|scope| {
-            let replays: Vec<_> = groups
-                .iter()
-                .map(|group| {
-                    let (share, boundaries, count) = (progress.share(), boundaries.clone(), groups.len());
-                    scope.spawn(move || {
-                        let mut builder = SummaryBuilder::new(index, boundaries);
-                        let mut alongside = make();
-                        let Ok(replayed) = Replay::new(index, &share)
-                            .only(group)
-                            .alongside(count)
-                            .run(&mut Both(&mut builder, &mut alongside));
-                        (builder, alongside, replayed)
-                    })
-                })
-                .collect();
-            replays
-                .into_iter()
-                .map(|replay| replay.join().unwrap_or_else(|panic| std::panic::resume_unwind(panic)))
-                .collect()
-        });
-        let mut group_of = vec![0; index.processes.len()];
-        for (number, group) in groups.iter().enumerate() {
-            for &process in group {
-                group_of[process] = number;
-            }
-        }
-        let mut stream_errors = Vec::new();
-        let mut consumers = Vec::new();
-        let mut pieces: Vec<_> = parts
-            .into_iter()
-            .map(|(builder, alongside, replayed)| {
-                stream_errors.extend(replayed.stream_errors);
-                consumers.push(alongside);
-                (
-                    builder.processes.into_iter(),
-                    builder.trackers.into_iter(),
-                    replayed.memories.into_iter(),
-                )
-            })
-            .collect();
-        let mut summary = SummaryBuilder {
-            index,
-            processes: Vec::new(),
-            trackers: Vec::new(),
-            steps_only: false,
-        };
-        let mut memories = Vec::new();
-        for (process, &group) in group_of.iter().enumerate() {
-            for (number, (processes, trackers, memory)) in pieces.iter_mut().enumerate() {
-                let (Some(part), Some(tracker), Some(memory)) = (processes.next(), trackers.next(), memory.next())
-                else {
-                    unreachable!("every replay keeps every process");
-                };
-                if number == group {
-                    summary.processes.push(part);
-                    summary.trackers.push(tracker);
-                    memories.push(memory);
-                }
-            }
-            whole.take_process(&mut consumers[group], process);
-        }
-        let summary = summary.finish(Replayed {
-            memories,
-            stream_errors,
-        });
-        (summary, whole)
     }
 
     /// Each process's steps (or low points) as they stand just before its
@@ -527,18 +440,18 @@ impl Summary {
 
 /// A [`Summary`] being built, as a consumer of a replay that covers the
 /// whole trace.
-struct SummaryBuilder<'a> {
-    index: &'a TraceIndex,
-    processes: Vec<ProcessSummary>,
-    trackers: Vec<FootprintTracker>,
+pub(super) struct SummaryBuilder<'a> {
+    pub(super) index: &'a TraceIndex,
+    pub(super) processes: Vec<ProcessSummary>,
+    pub(super) trackers: Vec<FootprintTracker>,
     /// Only the steps are wanted (a fold's pass): processes without steps
     /// and the footprint are skipped.
-    steps_only: bool,
+    pub(super) steps_only: bool,
 }
 
 impl<'a> SummaryBuilder<'a> {
     /// Nothing counted yet; each process's growth measured at `boundaries`.
-    fn new(index: &'a TraceIndex, boundaries: Vec<Option<Boundaries>>) -> SummaryBuilder<'a> {
+    pub(super) fn new(index: &'a TraceIndex, boundaries: Vec<Option<Boundaries>>) -> SummaryBuilder<'a> {
         SummaryBuilder {
             index,
             processes: boundaries
@@ -584,7 +497,7 @@ impl<'a> SummaryBuilder<'a> {
     }
 
     /// The summary, once `replayed` has run to its end.
-    fn finish(self, replayed: Replayed) -> Summary {
+    pub(super) fn finish(self, replayed: Replayed) -> Summary {
         let index = self.index;
         let mut processes = self.processes;
         for (process, memory) in processes.iter_mut().zip(replayed.memories) {
@@ -620,35 +533,6 @@ impl Consumer for SummaryBuilder<'_> {
         self.trackers[step.process].observe(self.index, step.info, step.event, step.changes);
         Ok(())
     }
-}
-
-/// The processes shared out into at most `cores` groups of about equal
-/// blocks of events, largest first, each to the group with the fewest so
-/// far; one group (every process) when fewer than two have events.
-fn process_groups(index: &TraceIndex, cores: usize) -> Vec<Vec<usize>> {
-    let blocks = |process: usize| index.processes[process].blocks.len();
-    let busy = (0..index.processes.len()).filter(|&p| blocks(p) > 0).count();
-    let count = cores.min(busy);
-    if count < 2 {
-        return vec![(0..index.processes.len()).collect()];
-    }
-    let mut order: Vec<usize> = (0..index.processes.len()).collect();
-    order.sort_by_key(|&process| (std::cmp::Reverse(blocks(process)), process));
-    let mut groups: Vec<(usize, Vec<usize>)> = vec![(0, Vec::new()); count];
-    for process in order {
-        let lightest = (0..count)
-            .min_by_key(|&g| (groups[g].0, g))
-            .expect("at least two groups");
-        groups[lightest].0 += blocks(process);
-        groups[lightest].1.push(process);
-    }
-    groups
-        .into_iter()
-        .map(|(_, mut group)| {
-            group.sort_unstable();
-            group
-        })
-        .collect()
 }
 
 /// Call sites, largest first: (stack, bytes, allocations).
@@ -878,72 +762,5 @@ mod tests {
             (p.host.allocations, p.host.frees, p.host.peak, p.host.current),
             (1, 1, 64, 0)
         );
-    }
-
-    /// What a summary says of each process, in a fixed order: its devices'
-    /// figures and call sites live at exit and at the peak, its host
-    /// figures, the allocations still live, and its footprint.
-    fn figures(summary: &Summary) -> Vec<String> {
-        summary
-            .processes
-            .iter()
-            .zip(&summary.footprints)
-            .map(|(process, footprint)| {
-                let devices: Vec<String> = process
-                    .devices
-                    .iter()
-                    .map(|(key, d)| {
-                        format!(
-                            "{key:?} {} {} {} {} {} {} {} {:?} {:?}",
-                            d.allocations,
-                            d.frees,
-                            d.bytes_allocated,
-                            d.current,
-                            d.peak,
-                            d.peak_time_ns,
-                            d.ooms.len(),
-                            largest_call_sites(&d.live_by_stack),
-                            largest_call_sites(&d.peak_by_stack)
-                        )
-                    })
-                    .collect();
-                let live: Vec<(DeviceKey, Vec<(u64, u64)>)> = process
-                    .live_at_exit()
-                    .into_iter()
-                    .map(|(key, mut live)| {
-                        live.sort_by_key(|a| a.address);
-                        (key, live.iter().map(|a| (a.address, a.size)).collect())
-                    })
-                    .collect();
-                format!("{devices:?} {:?} {live:?} {footprint:?}", process.host)
-            })
-            .collect()
-    }
-
-    #[test]
-    fn processes_replayed_in_parallel_sum_up_as_one_replay() {
-        let path = std::env::temp_dir().join(format!("cudatrace-parallel-summary-{}.trace", std::process::id()));
-        let file = std::io::BufWriter::new(std::fs::File::create(&path).unwrap());
-        cudatrace_trace::synthetic::write_synthetic(file, 200_000, 5, 3).unwrap();
-        let index = TraceIndex::read(&path).unwrap();
-        std::fs::remove_file(&path).unwrap();
-        let boundaries = || super::super::step_finding::find_boundaries(&index, &Progress::hidden());
-        let one = Summary::replay(&index, &Progress::hidden(), boundaries(), &mut |_: &Step| {});
-        assert_eq!(one.processes.len(), 5);
-        assert!(one
-            .processes
-            .iter()
-            .all(|p| p.devices.values().any(|d| d.allocations > 1000)));
-        for cores in [2, 3, 8] {
-            let groups = process_groups(&index, cores);
-            assert_eq!(groups.len(), cores.min(5), "{groups:?}");
-            let mut all: Vec<usize> = groups.concat();
-            all.sort_unstable();
-            assert_eq!(all, vec![0, 1, 2, 3, 4]);
-            let (parallel, _) =
-                Summary::replay_per_process(&index, &Progress::hidden(), boundaries(), cores, &|| NoConsumer);
-            assert_eq!(figures(&parallel), figures(&one), "{cores} cores");
-        }
-        assert_eq!(process_groups(&index, 1), vec![vec![0, 1, 2, 3, 4]]);
     }
 }
