@@ -98,3 +98,51 @@ fn repeated_failures_are_counted_by_call_site_with_the_first_in_detail() {
     };
     assert_eq!((failed(&text), failed(&all_text)), (10, 40));
 }
+
+#[test]
+fn the_page_lists_the_first_hundred_failures_and_counts_every_one_by_call_site() {
+    let (mut command, trace) = run_command("page-ooms", "oom-retries", &[]);
+    let output = command
+        .arg("250")
+        .env("FAKE_CUDA_CAPACITY", "1048576")
+        .output()
+        .unwrap();
+    assert!(output.status.success(), "{}", stderr(&output));
+    assert!(stdout(&output).contains("retried 260\n"));
+    let page = trace.with_extension("html");
+    let made = cudatrace(&["html", trace.to_str().unwrap(), "-o", page.to_str().unwrap()])
+        .output()
+        .unwrap();
+    assert!(made.status.success(), "{}", stderr(&made));
+    let page = std::fs::read_to_string(&page).unwrap();
+    // The first 100 failures, each in a row of its own.
+    let failures_table = page.split("<h3>Out-of-memory failures</h3>").nth(1).unwrap();
+    let first_table = failures_table.split("</table>").next().unwrap();
+    assert_eq!(first_table.matches("<tr><td class=\"num\">").count(), 100);
+    assert!(
+        page.contains("The first 100 of 260 failures are listed above"),
+        "{}",
+        &failures_table[..2000.min(failures_table.len())]
+    );
+    let sites_table = failures_table.split("every one, by call site:</p>").nth(1).unwrap();
+    let sites_table = sites_table.split("</table>").next().unwrap();
+    let counts: Vec<&str> = sites_table
+        .split("<tr><td class=\"num\">")
+        .skip(1)
+        .map(|row| row.split('<').next().unwrap())
+        .collect();
+    assert_eq!(counts, vec!["250", "10"]);
+    // 1 MiB + 249 x 4 KiB at most: 1.97 MiB.
+    assert!(
+        sites_table.contains("<td class=\"num\">1.0 MiB to 2.0 MiB</td>"),
+        "{sites_table}"
+    );
+    assert!(sites_table.contains("<td class=\"num\">2.0 MiB</td>"), "{sites_table}");
+
+    let (report, _) = report_json_with_stacks(&trace);
+    let device = &report["processes"][0]["devices"][0];
+    assert_eq!(
+        (device["ooms_total"].as_u64(), device["ooms_left_out"].as_u64()),
+        (Some(260), Some(244))
+    );
+}

@@ -423,9 +423,9 @@ static void scenario_oom(void) {
     expect("oom", "cudaMalloc", "cuMemAlloc_v2", "device", 0, 1 << 20, 0, 0);
 }
 
-/* `oom-retries`: a program that retries in a loop. Run with
- * FAKE_CUDA_CAPACITY=1048576: half the card is taken, then 30 requests of
- * 1 MiB + i x 4 KiB fail at one call site and 10 of 2 MiB at another. */
+/* `oom-retries [N]`: a program that retries in a loop. Run with
+ * FAKE_CUDA_CAPACITY=1048576: half the card is taken, then N (30) requests
+ * of 1 MiB + i x 4 KiB fail at one call site and 10 of 2 MiB at another. */
 __attribute__((noinline)) static void retry_growing(int i) {
     void *p = NULL;
     if (cudaMalloc(&p, (1 << 20) + (size_t)i * 4096) == 0) check("cudaFree", cudaFree(p));
@@ -436,12 +436,12 @@ __attribute__((noinline)) static void retry_double(void) {
     if (cudaMalloc(&p, 2 << 20) == 0) check("cudaFree", cudaFree(p));
 }
 
-static void scenario_oom_retries(void) {
+static void scenario_oom_retries(int growing) {
     void *half;
     check("cudaMalloc", cudaMalloc(&half, 512 << 10));
-    for (int i = 0; i < 30; i++) retry_growing(i);
+    for (int i = 0; i < growing; i++) retry_growing(i);
     for (int i = 0; i < 10; i++) retry_double();
-    printf("retried 40\n");
+    printf("retried %d\n", growing + 10);
 }
 
 #ifndef STATIC_RUNTIME
@@ -1105,7 +1105,7 @@ int main(int argc, char **argv) {
     printf("pid %d\n", getpid());
     if (!strcmp(name, "runtime")) scenario_runtime();
     else if (!strcmp(name, "oom")) scenario_oom();
-    else if (!strcmp(name, "oom-retries")) scenario_oom_retries();
+    else if (!strcmp(name, "oom-retries")) scenario_oom_retries(argc > 2 ? atoi(argv[2]) : 30);
     else if (!strcmp(name, "threads")) { run_threads(alloc_free_loop, 32); printf("threads 32 5000\n"); }
     else if (!strcmp(name, "loop")) {
         scenario_loop(argc > 2 ? atoi(argv[2]) : 100000, argc > 3 ? atoi(argv[3]) : 1);

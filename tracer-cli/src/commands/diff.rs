@@ -6,7 +6,7 @@ use crate::outputs;
 use crate::system::failure::Failure;
 use crate::system::terminal::{say, Stdout};
 use crate::wording::{category_name, said, switch_lines};
-use cudatrace_analysis::Progress;
+use cudatrace_analysis::{OomsKept, Progress};
 use cudatrace_analysis::{RunFigures, Summary};
 
 /// `cudatrace diff`; 1 if either trace is damaged.
@@ -15,7 +15,12 @@ pub fn command(args: DiffArgs) -> Result<u8, Failure> {
     let mut status = 0;
     for path in [&args.a, &args.b] {
         let (index, counts) = super::open_trace::read_trace_counting_steps(path)?;
-        let summary = Summary::build_counted_alone(&index, counts, &Progress::new("reading", index.events));
+        let summary = Summary::build_counted_alone(
+            &index,
+            counts,
+            &Progress::new("reading", index.events),
+            OomsKept::default(),
+        );
         figures.push(RunFigures::of(&index, &summary, &|c| category_name(c).to_string()));
         status = status.max(outputs::say_what_the_trace_lacks(&index, &summary.stream_errors));
         // A run paused for a while has part of its bytes at the paused

@@ -5,13 +5,22 @@ use crate::commands::arguments::ReportArgs;
 use crate::outputs;
 use crate::system::failure::Failure;
 use crate::system::terminal::Stdout;
-use cudatrace_analysis::Progress;
 use cudatrace_analysis::Summary;
+use cudatrace_analysis::{OomsKept, Progress};
 
 /// `cudatrace report`; 1 if the trace is damaged.
 pub fn command(args: ReportArgs) -> Result<u8, Failure> {
     let (index, counts) = super::open_trace::read_trace_counting_steps(&args.trace)?;
-    let summary = Summary::build_counted_alone(&index, counts, &Progress::new("reading", index.events));
+    let summary = Summary::build_counted_alone(
+        &index,
+        counts,
+        &Progress::new("reading", index.events),
+        if args.all_ooms {
+            OomsKept::EVERY
+        } else {
+            OomsKept::default()
+        },
+    );
     let text = if args.json {
         format!(
             "{}\n",

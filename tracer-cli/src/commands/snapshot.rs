@@ -11,7 +11,7 @@ use crate::wording::damage_text;
 use crate::wording::output_lines;
 use crate::wording::write_failure_text;
 use cudatrace_analysis::Progress;
-use cudatrace_analysis::{Moment, Summary, TraceIndex, Window};
+use cudatrace_analysis::{Moment, OomsKept, Summary, TraceIndex, Window};
 use std::collections::{HashMap, HashSet};
 use std::path::{Path, PathBuf};
 
@@ -155,7 +155,9 @@ fn moment_end(
         None | Some(Moment::Exit) => Ok(None),
         // The failing process only, up to its failure.
         Some(Moment::Oom(n)) => {
-            let summary = summary();
+            // The run's nth failure is among each device's first n.
+            let kept = OomsKept(n.max(OomsKept::default().0));
+            let summary = Summary::build_without_steps_keeping(index, &Progress::new("reading", index.events), kept);
             let (process, _, oom) = summary
                 .oom(n)
                 .map_err(|count| Failure::from(output_lines::no_such_oom(&args.trace, n, count)))?;

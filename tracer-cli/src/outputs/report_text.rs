@@ -155,7 +155,7 @@ fn process_text(
             if n == OOMS_DETAILED && !all_ooms {
                 out += &format!(
                     "    ... and {} more out-of-memory failures (`report --all-ooms` lists each)\n",
-                    stats.ooms.len() - n
+                    stats.oom_sites.total() - n as u64
                 );
                 break;
             }

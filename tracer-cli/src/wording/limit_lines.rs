@@ -37,6 +37,7 @@ pub fn verdict_line(index: &TraceIndex, verdict: &LimitVerdict) -> String {
     let mut line = if verdict.outcome() == LimitOutcome::Fits {
         let mut line = fits_line(verdict);
         let ooms = verdict.all_refusals();
+        let failures = verdict.refused_count + verdict.card_oom_count;
         if let Some(first) = ooms.first() {
             let by = if verdict.refused.is_empty() {
                 "the card"
@@ -45,8 +46,8 @@ pub fn verdict_line(index: &TraceIndex, verdict: &LimitVerdict) -> String {
             };
             line += &format!(
                 ", after PyTorch freed its cache when {} refused by {by} ({})",
-                count(ooms.len() as u64, "allocation was", "allocations were"),
-                at_site(&site(first), ooms.len())
+                count(failures, "allocation was", "allocations were"),
+                at_site(&site(first), failures)
             );
         }
         if verdict.peak_bytes > verdict.limit {
@@ -63,16 +64,16 @@ pub fn verdict_line(index: &TraceIndex, verdict: &LimitVerdict) -> String {
     } else if let Some(first) = verdict.refused.first() {
         format!(
             "did not fit: {} refused, {} ({})",
-            count(verdict.refused.len() as u64, "allocation", "allocations"),
-            at_site(&site(first), verdict.refused.len()),
+            count(verdict.refused_count, "allocation", "allocations"),
+            at_site(&site(first), verdict.refused_count),
             asked_text(verdict, first)
         )
     } else {
         let first = verdict.card_ooms[0];
         format!(
             "did not fit: the card itself refused {}, {} ({})",
-            count(verdict.card_ooms.len() as u64, "allocation", "allocations"),
-            at_site(&site(first), verdict.card_ooms.len()),
+            count(verdict.card_oom_count, "allocation", "allocations"),
+            at_site(&site(first), verdict.card_oom_count),
             asked_text(verdict, first)
         )
     };
@@ -118,13 +119,14 @@ fn ended_line(verdict: &LimitVerdict, site: &dyn Fn(&Oom) -> String) -> String {
     } else {
         "the limit"
     };
-    let mut which = String::from(if ooms.len() == 1 { "" } else { "the last " });
+    let failures = verdict.refused_count + verdict.card_oom_count;
+    let mut which = String::from(if failures == 1 { "" } else { "the last " });
     if let Some(library) = &verdict.failed_library {
         which += &format!("made by {library} ");
     }
     format!(
         "{head} after {} refused by {by}, {which}{} ({})",
-        count(ooms.len() as u64, "allocation was", "allocations were"),
+        count(failures, "allocation was", "allocations were"),
         at_site(&site(last), 1),
         asked_text(verdict, last)
     )
@@ -149,7 +151,7 @@ fn asked_text(verdict: &LimitVerdict, oom: &Oom) -> String {
 
 /// "at SITE" for one failure, "the first at SITE" for several; where no
 /// stack was recorded (`--stacks none`, a paused job), it says so.
-fn at_site(site: &str, failures: usize) -> String {
+fn at_site(site: &str, failures: u64) -> String {
     let which = if failures == 1 { "" } else { "the first " };
     if site == cudatrace_analysis::NO_STACK || site == cudatrace_analysis::PAUSED_SITE {
         format!("{which}with no call stack recorded")

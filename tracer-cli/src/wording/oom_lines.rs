@@ -63,8 +63,9 @@ pub fn opening_lines(index: &TraceIndex, summary: &Summary) -> Vec<String> {
             )
         })
         .collect();
-    if failures.len() > FAILURES_LISTED_FIRST {
-        let more = failures.len() - FAILURES_LISTED_FIRST;
+    let failed = summary.oom_count();
+    if failed > FAILURES_LISTED_FIRST as u64 {
+        let more = failed - FAILURES_LISTED_FIRST as u64;
         lines.push(format!(
             "... and {more} more {} (each process's section below details its first; `report --all-ooms` lists each)",
             if more == 1 { "failure" } else { "failures" }

@@ -6,6 +6,7 @@
 use super::keys::ByStack;
 use super::tensor_summary::TensorBytes;
 use cudatrace_events::Api;
+use foldhash::HashMap;
 
 /// An out-of-memory failure.
 #[derive(Clone, Debug)]
@@ -33,6 +34,101 @@ pub struct Oom {
 
 /// Out-of-memory failures per device whose state [`Oom::held`] keeps.
 pub const OOM_STATES_KEPT: usize = 16;
+
+/// Out-of-memory failures a device keeps in detail, unless every one is
+/// asked for: a program that retries in a loop fails millions of times,
+/// and keeping each would take the memory a command keeps to. Every one is
+/// counted by call site ([`OomSites`]), and the latest of each cause kept.
+pub const OOMS_KEPT: usize = 10_000;
+
+/// How many out-of-memory failures a summary keeps in detail per device.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct OomsKept(pub usize);
+
+impl Default for OomsKept {
+    fn default() -> OomsKept {
+        OomsKept(OOMS_KEPT)
+    }
+}
+
+impl OomsKept {
+    /// Every failure, as `report --all-ooms` asks.
+    pub const EVERY: OomsKept = OomsKept(usize::MAX);
+}
+
+/// Failures with one call stack, entry point and cause (card or limit).
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct OomSite {
+    /// Call stack.
+    pub stack: u32,
+    /// Entry point.
+    pub api: Api,
+    /// Refused by the memory limit.
+    pub by_limit: bool,
+    /// Failures.
+    pub count: u64,
+    /// The fewest bytes asked for.
+    pub smallest: u64,
+    /// The most bytes asked for.
+    pub largest: u64,
+    /// When the first failed.
+    pub first_ns: u64,
+    /// When the last failed.
+    pub last_ns: u64,
+}
+
+/// Every out-of-memory failure of a device, counted by call site, in the
+/// order the sites first failed.
+#[derive(Clone, Debug, Default)]
+pub struct OomSites {
+    sites: Vec<OomSite>,
+    place: HashMap<(u32, Api, bool), usize>,
+}
+
+impl OomSites {
+    /// Counts one failure.
+    pub fn add(&mut self, oom: &Oom) {
+        let next = self.sites.len();
+        let place = *self.place.entry((oom.stack, oom.api, oom.by_limit)).or_insert(next);
+        if place == next {
+            self.sites.push(OomSite {
+                stack: oom.stack,
+                api: oom.api,
+                by_limit: oom.by_limit,
+                count: 0,
+                smallest: u64::MAX,
+                largest: 0,
+                first_ns: oom.time_ns,
+                last_ns: oom.time_ns,
+            });
+        }
+        let site = &mut self.sites[place];
+        site.count += 1;
+        site.smallest = site.smallest.min(oom.requested_bytes);
+        site.largest = site.largest.max(oom.requested_bytes);
+        site.first_ns = site.first_ns.min(oom.time_ns);
+        site.last_ns = site.last_ns.max(oom.time_ns);
+    }
+
+    /// The sites, in the order they first failed.
+    pub fn sites(&self) -> &[OomSite] {
+        &self.sites
+    }
+
+    /// Failures in all, of the card (`by_limit` false) or of the limit.
+    pub fn count(&self, by_limit: bool) -> u64 {
+        self.sites
+            .iter()
+            .filter(|s| s.by_limit == by_limit)
+            .map(|s| s.count)
+            .sum()
+    }
+
+    /// Failures in all, whatever their cause.
+    pub fn total(&self) -> u64 {
+        self.sites.iter().map(|s| s.count).sum()
+    }
+}
 
 /// What held a device's memory when an allocation failed.
 #[derive(Clone, Debug, Default)]
@@ -73,8 +169,14 @@ pub struct DeviceStats {
     pub peak: u64,
     /// When the peak was first reached.
     pub peak_time_ns: u64,
-    /// Out-of-memory failures.
+    /// Out-of-memory failures: the first [`OOMS_KEPT`] (or as many as the
+    /// summary was asked to keep), in time order.
     pub ooms: Vec<Oom>,
+    /// Every out-of-memory failure, kept or not, counted by call site.
+    pub oom_sites: OomSites,
+    /// The latest failure of the card (0) and of the limit (1), where it
+    /// came after those kept in `ooms`.
+    pub latest_ooms: [Option<Oom>; 2],
     /// Bytes and allocations in use now, per call stack.
     pub live_by_stack: ByStack,
     /// What was in use when the peak was reached.

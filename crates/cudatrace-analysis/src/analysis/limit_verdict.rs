@@ -44,11 +44,17 @@ pub struct LimitVerdict<'a> {
     pub device: DeviceKey,
     /// The limit in bytes.
     pub limit: u64,
-    /// The allocations the limit refused, in time order.
+    /// The allocations the limit refused, in time order: those the summary
+    /// kept in detail, and the latest.
     pub refused: Vec<&'a Oom>,
-    /// The card's own out-of-memory errors, in time order: with a limit
-    /// larger than the card, the card refuses first.
+    /// How many the limit refused in all.
+    pub refused_count: u64,
+    /// The card's own out-of-memory errors, in time order (those kept, and
+    /// the latest): with a limit larger than the card, the card refuses
+    /// first.
     pub card_ooms: Vec<&'a Oom>,
+    /// How many the card refused in all.
+    pub card_oom_count: u64,
     /// The card's real total bytes, where the process described it.
     pub card_total: Option<u64>,
     /// The process's peak on the device: the driver's figure where it was
@@ -132,11 +138,15 @@ pub fn limit_verdicts<'a>(index: &TraceIndex, summary: &'a Summary) -> Vec<Limit
             let stats = figures.devices.get(&device);
             let ooms = |by_limit: bool| -> Vec<&Oom> {
                 let mut ooms: Vec<&Oom> = stats
-                    .map(|s| s.ooms.iter().filter(|o| o.by_limit == by_limit).collect())
+                    .map(|s| {
+                        let latest = s.latest_ooms[usize::from(by_limit)].as_ref();
+                        s.ooms.iter().chain(latest).filter(|o| o.by_limit == by_limit).collect()
+                    })
                     .unwrap_or_default();
                 ooms.sort_by_key(|o| o.time_ns);
                 ooms
             };
+            let count = |by_limit: bool| stats.map_or(0, |s| s.oom_sites.count(by_limit));
             let (refused, card_ooms) = (ooms(true), ooms(false));
             let footprint = match device {
                 DeviceKey::Gpu(ordinal) => footprints.iter().find(|f| f.device == ordinal),
@@ -167,7 +177,9 @@ pub fn limit_verdicts<'a>(index: &TraceIndex, summary: &'a Summary) -> Vec<Limit
                 device,
                 limit,
                 refused,
+                refused_count: count(true),
                 card_ooms,
+                card_oom_count: count(false),
                 card_total: footprint
                     .and_then(|f| f.info.as_ref())
                     .map(|i| i.total_bytes)
@@ -276,8 +288,10 @@ mod tests {
             process: 0,
             device: DeviceKey::Gpu(0),
             limit: 40 << 20,
+            refused_count: refused.len() as u64,
             refused,
             card_ooms: Vec::new(),
+            card_oom_count: 0,
             card_total: None,
             peak_bytes: 0,
             peak_time_ns: 0,

@@ -53,7 +53,7 @@ pub use call_site::{
     call_sites, headline, headline_text, in_backward_pass, made_by_caching_allocator, site_key, site_key_of, site_name,
     stack_lines, FramesShown, Place, StackLine, BACKWARD_PASS, NO_STACK,
 };
-pub use device_stats::{HeldAtOom, Oom};
+pub use device_stats::{DeviceStats, HeldAtOom, Oom, OomSite, OomSites, OomsKept, OOMS_KEPT};
 pub use engine::{Consumer, NoConsumer, PerProcess, Replay, Step};
 pub use footprint::{
     footprint_reading_times, Breakdown, Category, DeviceFootprint, FootprintNote, FootprintTracker, ReferenceSource,

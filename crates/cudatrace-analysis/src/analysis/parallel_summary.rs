@@ -3,6 +3,7 @@
 //! processes are replayed at once, each by a thread of its own, and each
 //! process's part is taken from its group's replay.
 
+use super::device_stats::OomsKept;
 use super::engine::{Both, PerProcess, Replay, Replayed};
 use super::step_finding::Boundaries;
 use super::trace_index::TraceIndex;
@@ -19,13 +20,15 @@ pub(super) fn replay_per_process<C: PerProcess>(
     progress: &Progress,
     boundaries: Vec<Option<Boundaries>>,
     cores: usize,
+    kept: OomsKept,
     make: &(dyn Fn() -> C + Sync),
 ) -> (Summary, C) {
     let groups = process_groups(index, cores);
     let mut whole = make();
     if groups.len() < 2 {
-        let summary = Summary::replay(index, progress, boundaries, &mut whole);
-        return (summary, whole);
+        let mut building = SummaryBuilder::new(index, boundaries).keeping_ooms(kept);
+        let Ok(replayed) = Replay::new(index, progress).run(&mut Both(&mut building, &mut whole));
+        return (building.finish(replayed), whole);
     }
     let parts: Vec<(SummaryBuilder, C, Replayed)> = std::thread::scope(|scope| {
         let replays: Vec<_> = groups
@@ -33,7 +36,7 @@ pub(super) fn replay_per_process<C: PerProcess>(
             .map(|group| {
                 let (share, boundaries, count) = (progress.share(), boundaries.clone(), groups.len());
                 scope.spawn(move || {
-                    let mut builder = SummaryBuilder::new(index, boundaries);
+                    let mut builder = SummaryBuilder::new(index, boundaries).keeping_ooms(kept);
                     let mut alongside = make();
                     let Ok(replayed) = Replay::new(index, &share)
                         .only(group)
@@ -191,7 +194,14 @@ mod tests {
             let mut all: Vec<usize> = groups.concat();
             all.sort_unstable();
             assert_eq!(all, vec![0, 1, 2, 3, 4]);
-            let (parallel, _) = replay_per_process(&index, &Progress::hidden(), boundaries(), cores, &|| NoConsumer);
+            let (parallel, _) = replay_per_process(
+                &index,
+                &Progress::hidden(),
+                boundaries(),
+                cores,
+                OomsKept::default(),
+                &|| NoConsumer,
+            );
             assert_eq!(figures(&parallel), figures(&one), "{cores} cores");
         }
         assert_eq!(process_groups(&index, 1), vec![vec![0, 1, 2, 3, 4]]);

@@ -107,7 +107,7 @@ impl RankTable {
                     allocated_peak: tensors.map(|t| t.allocated_peak.allocated),
                     reserved_peak: tensors.map(|t| t.reserved_peak),
                     live_at_exit: stats.current,
-                    ooms: stats.ooms.len() as u64,
+                    ooms: stats.oom_sites.total(),
                     explained_percent: at_peak.map(|b| b.explained_percent()),
                 };
                 match row_of.entry((first_images[process], device)) {

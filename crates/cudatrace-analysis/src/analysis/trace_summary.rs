@@ -2,7 +2,7 @@
 //! peak and what was in use at it, memory live at exit and failures, each
 //! by call site. Built from the [`Change`]s of one replay.
 
-use super::device_stats::{DeviceStats, HeldAtOom, HostStats, Oom};
+use super::device_stats::{DeviceStats, HeldAtOom, HostStats, Oom, OomsKept};
 use super::engine::{Both, Consumer, NoConsumer, PerProcess, Replay, Replayed, Step};
 use super::footprint::{DeviceFootprint, FootprintTracker};
 use super::keys::{ByStack, DeviceKey};
@@ -42,6 +42,8 @@ pub struct ProcessSummary {
     /// Why it kept the limit to itself rather than share the job's ledger
     /// (`cudatrace_events::measures::limit_ledger`), where it did.
     pub limit_kept_alone: Option<u64>,
+    /// How many out-of-memory failures each device keeps in detail.
+    pub(super) ooms_kept: OomsKept,
     /// Below this sequence number the trace was folded (see
     /// `cudatrace_trace::Fold`): allocations and frees there are counted
     /// by the fold, not by the events kept from them.
@@ -206,7 +208,13 @@ impl ProcessSummary {
                     time_ns: event.time_ns,
                     held,
                 };
-                device.ooms.push(oom);
+                device.oom_sites.add(&oom);
+                if device.ooms.len() < self.ooms_kept.0 {
+                    device.ooms.push(oom);
+                } else {
+                    let cause = usize::from(oom.by_limit);
+                    device.latest_ooms[cause] = Some(oom);
+                }
             }
             _ => {}
         }
@@ -295,14 +303,28 @@ impl Summary {
     /// The run's `n`th out-of-memory failure (from 1, in time order, as
     /// `--at oom:N` counts): (process, device, failure); else how many
     /// failures the run has.
+    /// The summary must keep at least `n` failures a device (see
+    /// [`Summary::build_without_steps_keeping`]): the `n`th of the run is
+    /// among each device's first `n`.
     pub fn oom(&self, n: usize) -> Result<(usize, DeviceKey, &Oom), usize> {
         let ooms = self.ooms_in_time_order();
-        let count = ooms.len();
+        let count = usize::try_from(self.oom_count()).unwrap_or(usize::MAX);
         n.checked_sub(1).and_then(|i| ooms.get(i).copied()).ok_or(count)
     }
 
-    /// Every out-of-memory failure of the run (the memory limit's refusals
-    /// included), in time order: (process, device, failure).
+    /// Out-of-memory failures of the run in all (the limit's refusals
+    /// included), kept in detail or not.
+    pub fn oom_count(&self) -> u64 {
+        self.processes
+            .iter()
+            .flat_map(|p| p.devices.values())
+            .map(|d| d.oom_sites.total())
+            .sum()
+    }
+
+    /// The out-of-memory failures of the run kept in detail (the memory
+    /// limit's refusals included), in time order: (process, device,
+    /// failure).
     pub fn ooms_in_time_order(&self) -> Vec<(usize, DeviceKey, &Oom)> {
         let mut ooms: Vec<(usize, DeviceKey, &Oom)> = self
             .processes
@@ -332,8 +354,16 @@ impl Summary {
     /// Replays the whole trace once, without steps or growth: for outputs
     /// that show a moment (the peak, an OOM, the exit), not a run's course.
     pub fn build_without_steps(index: &TraceIndex, progress: &Progress) -> Summary {
+        Summary::build_without_steps_keeping(index, progress, OomsKept::default())
+    }
+
+    /// [`Summary::build_without_steps`], each device keeping `kept`
+    /// out-of-memory failures in detail.
+    pub fn build_without_steps_keeping(index: &TraceIndex, progress: &Progress, kept: OomsKept) -> Summary {
         let boundaries = index.processes.iter().map(|_| None).collect();
-        Summary::replay(index, progress, boundaries, &mut |_: &Step| {})
+        let mut building = SummaryBuilder::new(index, boundaries).keeping_ooms(kept);
+        let Ok(replayed) = Replay::new(index, progress).run(&mut building);
+        building.finish(replayed)
     }
 
     /// Replays the whole trace, each process's steps (or low points) found
@@ -354,10 +384,11 @@ impl Summary {
     /// reads along with: each process's memory depends on its events
     /// alone, so the processes are shared out among the cores and
     /// replayed at once, each group in a replay of its own.
-    pub fn build_counted_alone(index: &TraceIndex, counts: StepCounts, progress: &Progress) -> Summary {
+    /// Each device keeps `kept` out-of-memory failures in detail.
+    pub fn build_counted_alone(index: &TraceIndex, counts: StepCounts, progress: &Progress, kept: OomsKept) -> Summary {
         let (boundaries, _) = counts.found(index);
         let cores = crate::system::cores::helpers() + 1;
-        super::parallel_summary::replay_per_process(index, progress, boundaries, cores, &|| NoConsumer).0
+        super::parallel_summary::replay_per_process(index, progress, boundaries, cores, kept, &|| NoConsumer).0
     }
 
     /// [`Summary::build_found`] with a consumer kept per process: the
@@ -371,7 +402,7 @@ impl Summary {
         make: &(dyn Fn() -> C + Sync),
     ) -> (Summary, C) {
         let cores = crate::system::cores::helpers() + 1;
-        super::parallel_summary::replay_per_process(index, progress, boundaries, cores, make)
+        super::parallel_summary::replay_per_process(index, progress, boundaries, cores, OomsKept::default(), make)
     }
 
     /// [`Summary::build_counted`] with each process's steps (or low
@@ -494,6 +525,14 @@ impl<'a> SummaryBuilder<'a> {
                 .collect(),
             steps_only: false,
         }
+    }
+
+    /// Each process keeping `kept` out-of-memory failures a device in detail.
+    pub(super) fn keeping_ooms(mut self, kept: OomsKept) -> SummaryBuilder<'a> {
+        for process in &mut self.processes {
+            process.ooms_kept = kept;
+        }
+        self
     }
 
     /// The summary, once `replayed` has run to its end.
@@ -622,6 +661,49 @@ mod tests {
         let ooms = &p.devices[&GPU0].ooms;
         assert_eq!(ooms.len(), OOM_STATES_KEPT + 2);
         assert_eq!(ooms.iter().filter(|o| o.held.is_some()).count(), OOM_STATES_KEPT);
+    }
+
+    #[test]
+    fn past_the_failures_kept_each_is_counted_by_call_site_and_the_latest_kept() {
+        for (kept, listed) in [(OomsKept(5), 5), (OomsKept::EVERY, 12)] {
+            let mut p = ProcessSummary {
+                ooms_kept: kept,
+                ..ProcessSummary::default()
+            };
+            let mut changes = Vec::new();
+            for seq in 1..=12u64 {
+                let mut failure = event(seq, Op::Oom, Kind::Device, 0, seq << 20);
+                failure.stack = if seq % 3 == 0 { 7 } else { 9 };
+                p.apply(&failure, &mut changes);
+            }
+            let device = &p.devices[&GPU0];
+            assert_eq!(device.ooms.len(), listed);
+            assert_eq!(
+                device.ooms.last().map(|o| o.requested_bytes),
+                Some((listed as u64) << 20)
+            );
+            assert_eq!(
+                (
+                    device.oom_sites.total(),
+                    device.oom_sites.count(false),
+                    device.oom_sites.count(true)
+                ),
+                (12, 12, 0)
+            );
+            let sites: Vec<(u32, u64, u64, u64, u64, u64)> = device
+                .oom_sites
+                .sites()
+                .iter()
+                .map(|s| (s.stack, s.count, s.smallest, s.largest, s.first_ns, s.last_ns))
+                .collect();
+            assert_eq!(
+                sites,
+                vec![(9, 8, 1 << 20, 11 << 20, 1, 11), (7, 4, 3 << 20, 12 << 20, 3, 12)]
+            );
+            let latest = device.latest_ooms[0].as_ref().map(|o| o.requested_bytes);
+            assert_eq!(latest, (listed < 12).then_some(12 << 20));
+            assert!(device.latest_ooms[1].is_none());
+        }
     }
 
     #[test]

@@ -13,7 +13,7 @@ use crate::wording::{bytes, count, oom_state_not_kept, torch_bytes_text};
 use crate::wording::{silent_children_line, unrecorded_line};
 use cudatrace_analysis::Progress;
 use cudatrace_analysis::{
-    growing_sites, silent_children, FramesShown, ProcessIndex, ProcessSummary, Summary, TraceIndex,
+    growing_sites, silent_children, FramesShown, OomSite, OomSites, ProcessIndex, ProcessSummary, Summary, TraceIndex,
 };
 use cudatrace_analysis::{StepCounts, UnreadBlock};
 use std::fmt::Write as _;
@@ -240,7 +240,7 @@ fn devices_html(index: &TraceIndex, summary: &Summary, charts: &PageCharts, fram
             out += &sites_table(index, info, frames, "Memory live at exit (leaks)", &stats.live_by_stack);
             if !stats.ooms.is_empty() {
                 out += "<h3>Out-of-memory failures</h3>\n<table class=\"ooms\"><tr><th>when</th><th>asked for</th><th>free</th><th>total</th><th>API</th><th>held then</th><th>stack</th></tr>\n";
-                for oom in &stats.ooms {
+                for oom in stats.ooms.iter().take(OOMS_ON_THE_PAGE) {
                     let held = oom
                         .held
                         .as_ref()
@@ -265,6 +265,10 @@ fn devices_html(index: &TraceIndex, summary: &Summary, charts: &PageCharts, fram
                     );
                 }
                 out += "</table>\n";
+                let total = stats.oom_sites.total();
+                if total > OOMS_ON_THE_PAGE as u64 {
+                    out += &oom_sites_html(index, info, frames, total, &stats.oom_sites);
+                }
                 // What held the device at the first failure, by call site.
                 if let Some(held) = stats.ooms.first().and_then(|oom| oom.held.as_ref()) {
                     let (tensors, by_stack) = held.listed();
@@ -282,6 +286,52 @@ fn devices_html(index: &TraceIndex, summary: &Summary, charts: &PageCharts, fram
 }
 
 /// Each step's number and start, for the charts' marks.
+/// Failures a device's table lists on the page: a program that retries
+/// in a loop fails millions of times, and a page of each would not open.
+const OOMS_ON_THE_PAGE: usize = 100;
+
+/// Every failure of a device counted by call site, below the table of the
+/// first ones, most frequent first.
+fn oom_sites_html(
+    index: &TraceIndex,
+    info: &ProcessIndex,
+    frames: FramesShown,
+    total: u64,
+    sites: &OomSites,
+) -> String {
+    let mut out = format!(
+        "<p>The first {OOMS_ON_THE_PAGE} of {total} failures are listed above (`cudatrace report --all-ooms` \
+         lists each); every one, by call site:</p>\n<table class=\"ooms\"><tr><th>failures</th><th>asked for</th>\
+         <th>first</th><th>last</th><th>API</th><th>stack</th></tr>\n"
+    );
+    let mut sites: Vec<&OomSite> = sites.sites().iter().collect();
+    sites.sort_by_key(|site| (std::cmp::Reverse(site.count), site.first_ns));
+    let seconds = |ns: u64| ns.saturating_sub(index.start_ns()) as f64 / 1e9;
+    for site in sites {
+        let asked = if site.smallest == site.largest {
+            bytes(site.smallest)
+        } else {
+            format!("{} to {}", bytes(site.smallest), bytes(site.largest))
+        };
+        let api = if site.by_limit {
+            format!("{} (refused by the memory limit)", site.api)
+        } else {
+            site.api.to_string()
+        };
+        let _ = writeln!(
+            out,
+            "<tr><td class=\"num\">{}</td><td class=\"num\">{}</td><td class=\"num\">{:.3} s</td><td class=\"num\">{:.3} s</td><td>{}</td><td>{}</td></tr>",
+            site.count,
+            escape(&asked),
+            seconds(site.first_ns),
+            seconds(site.last_ns),
+            escape(&api),
+            stack_html(index, info, site.stack, frames)
+        );
+    }
+    out + "</table>\n"
+}
+
 fn step_starts(process: &ProcessSummary) -> Vec<(u64, u64)> {
     process.steps.as_ref().map_or_else(Vec::new, |steps| {
         steps.records.iter().map(|r| (r.first, r.start_ns)).collect()

@@ -4,11 +4,9 @@
 //! few kilobytes; `--all-ooms` lists each.
 
 use super::call_site_object::{largest_sites_json, stack_json};
-use cudatrace_analysis::{Oom, OOM_STATES_KEPT};
+use cudatrace_analysis::{DeviceStats, Oom, OomSite, OomSites, OOM_STATES_KEPT};
 use cudatrace_analysis::{ProcessIndex, TraceIndex};
-use cudatrace_events::Api;
 use serde_json::{json, Value};
-use std::collections::HashMap;
 
 /// Failures listed in detail per device without `--all-ooms`: those whose
 /// state the summary keeps.
@@ -16,13 +14,16 @@ pub const OOMS_LISTED: usize = OOM_STATES_KEPT;
 
 /// The `ooms`, `ooms_total`, `ooms_left_out` and `ooms_by_call_site` keys of
 /// one device, added to `device`.
-pub fn add_ooms(index: &TraceIndex, info: &ProcessIndex, ooms: &[Oom], all: bool, device: &mut Value) {
+/// With `all`, the summary kept every failure (`OomsKept::EVERY`).
+pub fn add_ooms(index: &TraceIndex, info: &ProcessIndex, stats: &DeviceStats, all: bool, device: &mut Value) {
+    let ooms = &stats.ooms;
     let listed = if all { ooms.len() } else { ooms.len().min(OOMS_LISTED) };
     let detailed: Vec<Value> = ooms[..listed].iter().map(|o| oom_json(index, info, o)).collect();
+    let total = stats.oom_sites.total();
     device["ooms"] = Value::Array(detailed);
-    device["ooms_total"] = json!(ooms.len());
-    device["ooms_left_out"] = json!(ooms.len() - listed);
-    device["ooms_by_call_site"] = Value::Array(by_call_site(index, info, ooms));
+    device["ooms_total"] = json!(total);
+    device["ooms_left_out"] = json!(total - listed as u64);
+    device["ooms_by_call_site"] = Value::Array(by_call_site(index, info, &stats.oom_sites));
 }
 
 /// One failure, with what held the device then where that was kept.
@@ -55,47 +56,23 @@ fn seconds(index: &TraceIndex, time_ns: u64) -> f64 {
     time_ns.saturating_sub(index.start_ns()) as f64 / 1e9
 }
 
-/// Failures with one call stack, entry point and cause.
-struct Repeated {
-    count: u64,
-    smallest: u64,
-    largest: u64,
-    first_ns: u64,
-    last_ns: u64,
-}
-
 /// Every failure counted by (stack, entry point, refused by the limit),
 /// most frequent first; ties in the order they first failed.
-fn by_call_site(index: &TraceIndex, info: &ProcessIndex, ooms: &[Oom]) -> Vec<Value> {
-    let mut sites: HashMap<(u32, Api, bool), Repeated> = HashMap::new();
-    for o in ooms {
-        let site = sites.entry((o.stack, o.api, o.by_limit)).or_insert(Repeated {
-            count: 0,
-            smallest: u64::MAX,
-            largest: 0,
-            first_ns: o.time_ns,
-            last_ns: o.time_ns,
-        });
-        site.count += 1;
-        site.smallest = site.smallest.min(o.requested_bytes);
-        site.largest = site.largest.max(o.requested_bytes);
-        site.first_ns = site.first_ns.min(o.time_ns);
-        site.last_ns = site.last_ns.max(o.time_ns);
-    }
-    let mut sites: Vec<((u32, Api, bool), Repeated)> = sites.into_iter().collect();
-    sites.sort_by_key(|(_, r)| (std::cmp::Reverse(r.count), r.first_ns));
+fn by_call_site(index: &TraceIndex, info: &ProcessIndex, sites: &OomSites) -> Vec<Value> {
+    let mut sites: Vec<&OomSite> = sites.sites().iter().collect();
+    sites.sort_by_key(|site| (std::cmp::Reverse(site.count), site.first_ns));
     sites
         .into_iter()
-        .map(|((stack, api, by_limit), r)| {
+        .map(|site| {
             json!({
-                "count": r.count,
-                "api": api.name(),
-                "refused_by_limit": by_limit,
-                "smallest_requested_bytes": r.smallest,
-                "largest_requested_bytes": r.largest,
-                "first_time_s": seconds(index, r.first_ns),
-                "last_time_s": seconds(index, r.last_ns),
-                "stack": stack_json(index, info, stack),
+                "count": site.count,
+                "api": site.api.name(),
+                "refused_by_limit": site.by_limit,
+                "smallest_requested_bytes": site.smallest,
+                "largest_requested_bytes": site.largest,
+                "first_time_s": seconds(index, site.first_ns),
+                "last_time_s": seconds(index, site.last_ns),
+                "stack": stack_json(index, info, site.stack),
             })
         })
         .collect()

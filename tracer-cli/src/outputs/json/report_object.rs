@@ -35,7 +35,7 @@ fn devices_json(index: &TraceIndex, info: &ProcessIndex, process: &ProcessSummar
                 "live_at_exit_by_call_site": sites_json(index, info, &stats.live_by_stack, "allocations"),
                 "peak_by_call_site": sites_json(index, info, &stats.peak_by_stack, "allocations"),
             });
-            super::oom_object::add_ooms(index, info, &stats.ooms, all_ooms, &mut value);
+            super::oom_object::add_ooms(index, info, stats, all_ooms, &mut value);
             value
         })
         .collect()
