@@ -21,16 +21,23 @@ pub fn command(args: ReportArgs) -> Result<u8, Failure> {
             OomsKept::default()
         },
     );
-    let text = if args.json {
-        format!(
-            "{}\n",
-            outputs::json::report_object::report(&index, &summary, args.all_ooms)
-        )
-    } else {
-        outputs::report_text::report(&index, &summary, args.view.shown(), args.all_ooms)
-    };
     let mut out = Stdout::new();
-    if !out.write(&text)? || !out.finish()? {
+    let written = if args.json && args.all_ooms {
+        // Every failure: written one at a time, not held as one text.
+        let report = outputs::json::report_object::report(&index, &summary, true);
+        outputs::json::oom_object::write_with_every_oom(&index, &summary, &report, &mut out)?
+    } else if args.json {
+        let report = outputs::json::report_object::report(&index, &summary, false);
+        out.write(&format!("{report}\n"))?
+    } else {
+        out.write(&outputs::report_text::report(
+            &index,
+            &summary,
+            args.view.shown(),
+            args.all_ooms,
+        ))?
+    };
+    if !written || !out.finish()? {
         return Ok(0);
     }
     Ok(outputs::say_what_the_trace_lacks(&index, &summary.stream_errors))
