@@ -9,7 +9,10 @@
 //! a slot's key is written last and checked again after its step is read,
 //! and each write of a step counts in the step's word, so that a reader
 //! whose slot was taken by another key and given back meanwhile (the key
-//! the same before and after, the step another's) sees the count move.
+//! the same before and after, the step another's) sees the count move. The
+//! count has 8 bits: only a reader stalled across 256 writes of its slot,
+//! between two loads, could miss it, and then take a wrong step, which the
+//! walk's bounds keep inside the thread's stack.
 
 use crate::system::lazy_mapping::{LazyMapping, ZeroIsEmpty};
 use std::sync::atomic::{AtomicU64, Ordering};

@@ -140,6 +140,7 @@ fn the_first_refused_allocation_is_the_one_past_the_limit_for_every_kind() {
         assert_eq!(verdict["limit_bytes"], LIMIT_BYTES, "{kind}");
         let refusals = verdict["refusals"].as_array().unwrap();
         assert_eq!(refusals.len(), 1, "{kind}");
+        assert_eq!(verdict["refusals_total"], 1, "{kind}");
         // Pitched rows are padded to 512 bytes: a block takes 50,000,384,
         // and the refusal names what it would have taken.
         let block = if kind == "pitch" { 50_000_384 } else { 50_000_000u64 };

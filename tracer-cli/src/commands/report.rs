@@ -29,12 +29,15 @@ pub fn command(args: ReportArgs) -> Result<u8, Failure> {
     } else if args.json {
         let report = outputs::json::report_object::report(&index, &summary, false);
         out.write(&format!("{report}\n"))?
+    } else if args.all_ooms {
+        let text = outputs::report_text::report(&index, &summary, args.view.shown(), true);
+        outputs::report_text::write_with_every_oom(&index, &summary, &text, args.view.shown(), &mut out)?
     } else {
         out.write(&outputs::report_text::report(
             &index,
             &summary,
             args.view.shown(),
-            args.all_ooms,
+            false,
         ))?
     };
     if !written || !out.finish()? {

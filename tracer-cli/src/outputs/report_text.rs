@@ -1,6 +1,8 @@
 //! `cudatrace report`: the report for people.
 
 use crate::outputs::steps_text;
+use crate::system::terminal::Stdout;
+use crate::system::write_failure::WriteFailure;
 use crate::wording::device_label;
 use crate::wording::fold_lines;
 use crate::wording::limit_lines;
@@ -10,10 +12,12 @@ use crate::wording::stack_texts;
 use crate::wording::switch_lines;
 use crate::wording::{bytes, count, tensor_status_line, torch_bytes_text, unrecorded_process_text};
 use cudatrace_analysis::{
-    call_sites, growing_sites, headline, headline_text, site_name, tensors_stopped_midway, ByStack, DeviceKey, Frame,
-    FramesShown, HeldAtOom, ProcessIndex, ProcessSummary, RankTable, Summary, TraceIndex, NO_STACK,
+    call_sites, growing_sites, headline, headline_text, site_name, tensors_stopped_midway, ByStack, DeviceKey,
+    DeviceStats, Frame, FramesShown, HeldAtOom, Oom, ProcessIndex, ProcessSummary, RankTable, Summary, TraceIndex,
+    NO_STACK,
 };
 use cudatrace_trace::ProcessEnd;
+use std::collections::HashMap;
 
 /// Live allocations the text report lists per device, largest first.
 const LARGEST_SHOWN: usize = 5;
@@ -151,18 +155,20 @@ fn process_text(
             &format!("at the peak of {}", bytes(stats.peak)),
             &stats.peak_by_stack,
         );
-        for (n, oom) in stats.ooms.iter().enumerate() {
-            if n == OOMS_DETAILED && !all_ooms {
-                out += &format!(
-                    "    ... and {} more out-of-memory failures (`report --all-ooms` lists each)\n",
-                    stats.oom_sites.total() - n as u64
-                );
-                break;
-            }
-            out += &format!("    {}\n", oom_lines::failure_text(oom));
-            out += &stack_text(index, info, oom.stack, frames, "      ");
-            if let Some(held) = &oom.held {
-                out += &held_at_oom_text(index, info, held, frames);
+        if all_ooms {
+            // Every failure: written one at a time as the report goes out
+            // (see `write_with_every_oom`), not held in this text.
+            out += &format!("{}\n", every_failure_placeholder(stats));
+        } else {
+            for (n, oom) in stats.ooms.iter().enumerate() {
+                if n == OOMS_DETAILED {
+                    out += &format!(
+                        "    ... and {} more out-of-memory failures (`report --all-ooms` lists each)\n",
+                        stats.oom_sites.total() - n as u64
+                    );
+                    break;
+                }
+                out += &oom_text(index, info, oom, frames);
             }
         }
     }
@@ -298,6 +304,63 @@ fn tensors_text(index: &TraceIndex, info: &ProcessIndex, process: &ProcessSummar
 /// Out-of-memory failures of a device shown with what held the memory:
 /// as many as the step table shows the steps around.
 const OOMS_DETAILED: usize = steps_text::OOMS_WITH_STEPS_AROUND;
+
+/// One failure: what was asked and what was left, its stack, and what held
+/// the device then where that was kept.
+fn oom_text(index: &TraceIndex, info: &ProcessIndex, oom: &Oom, frames: FramesShown) -> String {
+    let mut out = format!("    {}\n", oom_lines::failure_text(oom));
+    out += &stack_text(index, info, oom.stack, frames, "      ");
+    if let Some(held) = &oom.held {
+        out += &held_at_oom_text(index, info, held, frames);
+    }
+    out
+}
+
+/// Where a device's failures go in a report with every one: a line no
+/// trace can make (it names the device's list in memory).
+fn every_failure_placeholder(stats: &DeviceStats) -> String {
+    format!("\u{1}every failure {:p}\u{1}", stats.ooms.as_ptr())
+}
+
+/// Writes `text`, the report made with every failure (`report
+/// --all-ooms`), to `out`, each device's failures made into text one at a
+/// time as they are written: a program that failed millions of times takes
+/// the memory of one failure's text. `false` when the reader went away.
+pub fn write_with_every_oom(
+    index: &TraceIndex,
+    summary: &Summary,
+    text: &str,
+    frames: FramesShown,
+    out: &mut Stdout,
+) -> Result<bool, WriteFailure> {
+    let mut lists = HashMap::new();
+    for (info, process) in index.processes.iter().zip(&summary.processes) {
+        for stats in process.devices.values() {
+            lists.insert(format!("{}\n", every_failure_placeholder(stats)), (info, &stats.ooms));
+        }
+    }
+    let mut rest = text;
+    while let Some(start) = rest.find("\u{1}every failure ") {
+        let length = rest[start..].find('\n').map_or(rest.len() - start, |end| end + 1);
+        let Some(&(info, ooms)) = lists.get(&rest[start..start + length]) else {
+            if !out.write(&rest[..start + length])? {
+                return Ok(false);
+            }
+            rest = &rest[start + length..];
+            continue;
+        };
+        if !out.write(&rest[..start])? {
+            return Ok(false);
+        }
+        for oom in ooms {
+            if !out.write(&oom_text(index, info, oom, frames))? {
+                return Ok(false);
+            }
+        }
+        rest = &rest[start + length..];
+    }
+    out.write(rest)
+}
 
 /// What held the device's memory when an allocation failed: the bytes, and
 /// by call site the tensors (where PyTorch's are recorded) or else the

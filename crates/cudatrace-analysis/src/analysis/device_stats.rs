@@ -174,9 +174,14 @@ pub struct DeviceStats {
     pub ooms: Vec<Oom>,
     /// Every out-of-memory failure, kept or not, counted by call site.
     pub oom_sites: OomSites,
+    /// The first failure of the card (0) and of the limit (1) that came
+    /// after those kept in `ooms`, where none of its cause is kept there.
+    pub first_unkept_ooms: [Option<Oom>; 2],
     /// The latest failure of the card (0) and of the limit (1), where it
-    /// came after those kept in `ooms`.
+    /// came after those kept in `ooms` and is not the first unkept one.
     pub latest_ooms: [Option<Oom>; 2],
+    /// Whether `ooms` holds a failure of the card (0), of the limit (1).
+    kept_cause: [bool; 2],
     /// Bytes and allocations in use now, per call stack.
     pub live_by_stack: ByStack,
     /// What was in use when the peak was reached.
@@ -188,6 +193,38 @@ pub struct DeviceStats {
 }
 
 impl DeviceStats {
+    /// Takes in one failure: kept in detail while fewer than `kept` are,
+    /// else as the first or the latest of its cause; counted by call site
+    /// either way.
+    pub(super) fn failed(&mut self, oom: Oom, kept: usize) {
+        self.oom_sites.add(&oom);
+        let cause = usize::from(oom.by_limit);
+        if self.ooms.len() < kept {
+            self.kept_cause[cause] = true;
+            self.ooms.push(oom);
+        } else if !self.kept_cause[cause] && self.first_unkept_ooms[cause].is_none() {
+            self.first_unkept_ooms[cause] = Some(oom);
+        } else {
+            self.latest_ooms[cause] = Some(oom);
+        }
+    }
+
+    /// The failures of one cause (the limit's refusals, or the card's) that
+    /// the device holds in detail: those kept, and the first and latest
+    /// past them; in time order.
+    pub fn ooms_of_cause(&self, by_limit: bool) -> Vec<&Oom> {
+        let cause = usize::from(by_limit);
+        let past = [&self.first_unkept_ooms[cause], &self.latest_ooms[cause]];
+        let mut ooms: Vec<&Oom> = self
+            .ooms
+            .iter()
+            .chain(past.into_iter().flatten())
+            .filter(|o| o.by_limit == by_limit)
+            .collect();
+        ooms.sort_by_key(|o| o.time_ns);
+        ooms
+    }
+
     pub(super) fn add(&mut self, size: u64, stack: u32, time_ns: u64) {
         self.allocations += 1;
         self.bytes_allocated += size;

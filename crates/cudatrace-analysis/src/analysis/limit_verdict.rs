@@ -130,22 +130,13 @@ pub fn limit_verdicts<'a>(index: &TraceIndex, summary: &'a Summary) -> Vec<Limit
     for (process, (figures, footprints)) in summary.processes.iter().zip(&summary.footprints).enumerate() {
         let mut limits = figures.memory_limits.clone();
         for (&device, stats) in &figures.devices {
-            if let Some(refusal) = stats.ooms.iter().find(|o| o.by_limit) {
+            if let Some(refusal) = stats.ooms_of_cause(true).first() {
                 limits.entry(device).or_insert(refusal.device_total);
             }
         }
         for (&device, &limit) in &limits {
             let stats = figures.devices.get(&device);
-            let ooms = |by_limit: bool| -> Vec<&Oom> {
-                let mut ooms: Vec<&Oom> = stats
-                    .map(|s| {
-                        let latest = s.latest_ooms[usize::from(by_limit)].as_ref();
-                        s.ooms.iter().chain(latest).filter(|o| o.by_limit == by_limit).collect()
-                    })
-                    .unwrap_or_default();
-                ooms.sort_by_key(|o| o.time_ns);
-                ooms
-            };
+            let ooms = |by_limit: bool| -> Vec<&Oom> { stats.map(|s| s.ooms_of_cause(by_limit)).unwrap_or_default() };
             let count = |by_limit: bool| stats.map_or(0, |s| s.oom_sites.count(by_limit));
             let (refused, card_ooms) = (ooms(true), ooms(false));
             let footprint = match device {

@@ -4,11 +4,38 @@
 //! process's part is taken from its group's replay.
 
 use super::device_stats::OomsKept;
-use super::engine::{Both, PerProcess, Replay, Replayed};
-use super::step_finding::Boundaries;
+use super::engine::{Both, NoConsumer, PerProcess, Replay, Replayed};
+use super::step_finding::{Boundaries, StepCounts};
 use super::trace_index::TraceIndex;
 use super::trace_summary::{Summary, SummaryBuilder};
 use crate::system::progress::Progress;
+
+impl Summary {
+    /// [`Summary::build_counted`] for a summary that no other consumer
+    /// reads along with: each process's memory depends on its events
+    /// alone, so the processes are shared out among the cores and
+    /// replayed at once, each group in a replay of its own.
+    /// Each device keeps `kept` out-of-memory failures in detail.
+    pub fn build_counted_alone(index: &TraceIndex, counts: StepCounts, progress: &Progress, kept: OomsKept) -> Summary {
+        let (boundaries, _) = counts.found(index);
+        let cores = crate::system::cores::helpers() + 1;
+        replay_per_process(index, progress, boundaries, cores, kept, &|_| NoConsumer).0
+    }
+
+    /// [`Summary::build_found`] with a consumer kept per process: the
+    /// processes are replayed in parallel as in
+    /// [`Summary::build_counted_alone`], each group with a consumer from
+    /// `make`, and the consumers' parts are joined into one.
+    pub fn build_found_per_process<C: PerProcess>(
+        index: &TraceIndex,
+        boundaries: Vec<Option<Boundaries>>,
+        progress: &Progress,
+        make: &(dyn Fn(Option<&[bool]>) -> C + Sync),
+    ) -> (Summary, C) {
+        let cores = crate::system::cores::helpers() + 1;
+        replay_per_process(index, progress, boundaries, cores, OomsKept::default(), make)
+    }
+}
 
 /// [`Summary::replay`] with a consumer kept per process, the processes
 /// replayed in parallel on up to `cores` threads (see
@@ -21,11 +48,11 @@ pub(super) fn replay_per_process<C: PerProcess>(
     boundaries: Vec<Option<Boundaries>>,
     cores: usize,
     kept: OomsKept,
-    make: &(dyn Fn() -> C + Sync),
+    make: &(dyn Fn(Option<&[bool]>) -> C + Sync),
 ) -> (Summary, C) {
     let groups = process_groups(index, cores);
-    let mut whole = make();
     if groups.len() < 2 {
+        let mut whole = make(None);
         let mut building = SummaryBuilder::new(index, boundaries).keeping_ooms(kept);
         let Ok(replayed) = Replay::new(index, progress).run(&mut Both(&mut building, &mut whole));
         return (building.finish(replayed), whole);
@@ -36,8 +63,10 @@ pub(super) fn replay_per_process<C: PerProcess>(
             .map(|group| {
                 let (share, boundaries, count) = (progress.share(), boundaries.clone(), groups.len());
                 scope.spawn(move || {
-                    let mut builder = SummaryBuilder::new(index, boundaries).keeping_ooms(kept);
-                    let mut alongside = make();
+                    let mut selected = vec![false; index.processes.len()];
+                    group.iter().for_each(|&process| selected[process] = true);
+                    let mut builder = SummaryBuilder::new_for(index, boundaries, Some(&selected)).keeping_ooms(kept);
+                    let mut alongside = make(Some(&selected));
                     let Ok(replayed) = Replay::new(index, &share)
                         .only(group)
                         .alongside(count)
@@ -57,6 +86,8 @@ pub(super) fn replay_per_process<C: PerProcess>(
             group_of[process] = number;
         }
     }
+    // Filled in process by process from the groups' consumers.
+    let mut whole = make(Some(&vec![false; index.processes.len()]));
     let mut stream_errors = Vec::new();
     let mut consumers = Vec::new();
     let mut pieces: Vec<_> = parts
@@ -130,7 +161,7 @@ fn process_groups(index: &TraceIndex, cores: usize) -> Vec<Vec<usize>> {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::analysis::engine::{NoConsumer, Step};
+    use crate::analysis::engine::Step;
     use crate::analysis::keys::DeviceKey;
     use crate::analysis::trace_summary::largest_call_sites;
 
@@ -200,7 +231,7 @@ mod tests {
                 boundaries(),
                 cores,
                 OomsKept::default(),
-                &|| NoConsumer,
+                &|_| NoConsumer,
             );
             assert_eq!(figures(&parallel), figures(&one), "{cores} cores");
         }

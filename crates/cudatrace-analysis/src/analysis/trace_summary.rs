@@ -3,7 +3,7 @@
 //! by call site. Built from the [`Change`]s of one replay.
 
 use super::device_stats::{DeviceStats, HeldAtOom, HostStats, Oom, OomsKept};
-use super::engine::{Both, Consumer, NoConsumer, PerProcess, Replay, Replayed, Step};
+use super::engine::{Both, Consumer, Replay, Replayed, Step};
 use super::footprint::{DeviceFootprint, FootprintTracker};
 use super::keys::{ByStack, DeviceKey};
 use super::low_points::LowPoints;
@@ -208,13 +208,7 @@ impl ProcessSummary {
                     time_ns: event.time_ns,
                     held,
                 };
-                device.oom_sites.add(&oom);
-                if device.ooms.len() < self.ooms_kept.0 {
-                    device.ooms.push(oom);
-                } else {
-                    let cause = usize::from(oom.by_limit);
-                    device.latest_ooms[cause] = Some(oom);
-                }
+                device.failed(oom, self.ooms_kept.0);
             }
             _ => {}
         }
@@ -380,31 +374,6 @@ impl Summary {
         Summary::build_found(index, boundaries, progress, alongside)
     }
 
-    /// [`Summary::build_counted`] for a summary that no other consumer
-    /// reads along with: each process's memory depends on its events
-    /// alone, so the processes are shared out among the cores and
-    /// replayed at once, each group in a replay of its own.
-    /// Each device keeps `kept` out-of-memory failures in detail.
-    pub fn build_counted_alone(index: &TraceIndex, counts: StepCounts, progress: &Progress, kept: OomsKept) -> Summary {
-        let (boundaries, _) = counts.found(index);
-        let cores = crate::system::cores::helpers() + 1;
-        super::parallel_summary::replay_per_process(index, progress, boundaries, cores, kept, &|| NoConsumer).0
-    }
-
-    /// [`Summary::build_found`] with a consumer kept per process: the
-    /// processes are replayed in parallel as in
-    /// [`Summary::build_counted_alone`], each group with a consumer from
-    /// `make`, and the consumers' parts are joined into one.
-    pub fn build_found_per_process<C: PerProcess>(
-        index: &TraceIndex,
-        boundaries: Vec<Option<Boundaries>>,
-        progress: &Progress,
-        make: &(dyn Fn() -> C + Sync),
-    ) -> (Summary, C) {
-        let cores = crate::system::cores::helpers() + 1;
-        super::parallel_summary::replay_per_process(index, progress, boundaries, cores, OomsKept::default(), make)
-    }
-
     /// [`Summary::build_counted`] with each process's steps (or low
     /// points) already found from the counts, for a consumer that needs
     /// them before the replay (the page's charts, finer over the steps).
@@ -483,6 +452,17 @@ pub(super) struct SummaryBuilder<'a> {
 impl<'a> SummaryBuilder<'a> {
     /// Nothing counted yet; each process's growth measured at `boundaries`.
     pub(super) fn new(index: &'a TraceIndex, boundaries: Vec<Option<Boundaries>>) -> SummaryBuilder<'a> {
+        SummaryBuilder::new_for(index, boundaries, None)
+    }
+
+    /// [`SummaryBuilder::new`] for a replay of the processes `selected`
+    /// (all where `None`): the others' footprints are left empty, so that
+    /// replays of groups of processes at once take no more memory than one.
+    pub(super) fn new_for(
+        index: &'a TraceIndex,
+        boundaries: Vec<Option<Boundaries>>,
+        selected: Option<&[bool]>,
+    ) -> SummaryBuilder<'a> {
         SummaryBuilder {
             index,
             processes: boundaries
@@ -521,7 +501,11 @@ impl<'a> SummaryBuilder<'a> {
             trackers: index
                 .processes
                 .iter()
-                .map(|p| FootprintTracker::new(index, p))
+                .enumerate()
+                .map(|(number, p)| match selected {
+                    Some(selected) if !selected[number] => FootprintTracker::default(),
+                    _ => FootprintTracker::new(index, p),
+                })
                 .collect(),
             steps_only: false,
         }
@@ -549,10 +533,12 @@ impl<'a> SummaryBuilder<'a> {
             .zip(&index.processes)
             .map(|(tracker, process)| tracker.finish(index, process))
             .collect();
+        let mut stream_errors = replayed.stream_errors;
+        stream_errors.sort_by_key(UnreadBlock::offset);
         Summary {
             processes,
             footprints,
-            stream_errors: replayed.stream_errors,
+            stream_errors,
         }
     }
 }
@@ -702,7 +688,34 @@ mod tests {
             );
             let latest = device.latest_ooms[0].as_ref().map(|o| o.requested_bytes);
             assert_eq!(latest, (listed < 12).then_some(12 << 20));
-            assert!(device.latest_ooms[1].is_none());
+            assert!(
+                device.first_unkept_ooms[0].is_none(),
+                "the card's first failures are kept"
+            );
+            // Then three refusals of the memory limit, none of them kept
+            // with 5: the first and the latest stand for them.
+            for seq in 13..=15u64 {
+                let mut refusal = event(
+                    seq,
+                    Op::Oom,
+                    Kind::Device,
+                    cudatrace_events::event_args::REFUSED_BY_LIMIT,
+                    seq << 20,
+                );
+                refusal.arg1 = 1 << 20;
+                refusal.arg2 = 64 << 20;
+                p.apply(&refusal, &mut changes);
+            }
+            let device = &p.devices[&GPU0];
+            assert_eq!(device.oom_sites.count(true), 3);
+            let refusals: Vec<u64> = device.ooms_of_cause(true).iter().map(|o| o.requested_bytes).collect();
+            let expected: Vec<u64> = if listed < 12 {
+                vec![13 << 20, 15 << 20]
+            } else {
+                vec![13 << 20, 14 << 20, 15 << 20]
+            };
+            assert_eq!(refusals, expected);
+            assert_eq!(device.ooms_of_cause(false).len(), if listed < 12 { 6 } else { 12 });
         }
     }
 

@@ -43,3 +43,14 @@ pub enum UnreadBlock {
         offset: u64,
     },
 }
+
+impl UnreadBlock {
+    /// Where in the file the block lies: unread blocks are told in this
+    /// order, however the replay was shared out among threads.
+    pub fn offset(&self) -> u64 {
+        match self {
+            UnreadBlock::Damaged(damage) => damage.offset,
+            UnreadBlock::NotEvents { offset } => *offset,
+        }
+    }
+}

@@ -60,7 +60,14 @@ impl<'a> ChartsFilling<'a> {
     /// Nothing tallied yet: an owner chart for each device whose footprint
     /// will be estimated, with the times of its readings. `boundaries` are
     /// each process's steps (or low points) as the summary will find them.
-    pub(super) fn new(index: &'a TraceIndex, boundaries: &[Option<Boundaries>]) -> ChartsFilling<'a> {
+    /// Only the processes `selected` (all where `None`) get their owner
+    /// charts' tallies: a replay of a group of processes takes no memory
+    /// for the others'.
+    pub(super) fn new(
+        index: &'a TraceIndex,
+        boundaries: &[Option<Boundaries>],
+        selected: Option<&[bool]>,
+    ) -> ChartsFilling<'a> {
         let axes: Vec<TimeAxis> = index
             .processes
             .iter()
@@ -71,7 +78,11 @@ impl<'a> ChartsFilling<'a> {
             .processes
             .iter()
             .zip(&axes)
-            .map(|(info, axis)| {
+            .enumerate()
+            .map(|(number, (info, axis))| {
+                if selected.is_some_and(|selected| !selected[number]) {
+                    return BTreeMap::new();
+                }
                 footprint_reading_times(index, info)
                     .into_iter()
                     .map(|(device, times)| (device, OwnerTally::new(axis.clone(), &times)))

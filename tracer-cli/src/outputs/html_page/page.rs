@@ -29,8 +29,9 @@ pub fn page(
     // The steps are found before the replay: the charts are finer over them.
     let (boundaries, _) = counts.found(index);
     let axes_from = boundaries.clone();
-    let (summary, charts) =
-        Summary::build_found_per_process(index, boundaries, progress, &|| ChartsFilling::new(index, &axes_from));
+    let (summary, charts) = Summary::build_found_per_process(index, boundaries, progress, &|selected| {
+        ChartsFilling::new(index, &axes_from, selected)
+    });
     let charts = charts.finish(&summary);
     let title = index
         .header

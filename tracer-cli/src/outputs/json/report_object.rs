@@ -321,7 +321,9 @@ fn ranks_json(index: &TraceIndex, summary: &Summary) -> Value {
 }
 
 /// The memory limit's verdict per process and device (`run --limit`),
-/// with every refusal; an empty list when nothing ran under a limit.
+/// with its refusals (each of the first 10,000 a device failed, then the
+/// first and latest past them; `refusals_total` counts every one); an
+/// empty list when nothing ran under a limit.
 /// `fits` is null where it is not known (PyTorch recovered from the
 /// refusals, but how the process ended was not recorded).
 fn memory_limit_json(index: &TraceIndex, summary: &Summary) -> Value {
@@ -350,6 +352,7 @@ fn memory_limit_json(index: &TraceIndex, summary: &Summary) -> Value {
                 "peak_bytes": verdict.peak_bytes,
                 "peak_s": seconds(verdict.peak_time_ns),
                 "peak_parts": verdict.peak_parts.iter().map(|(name, bytes)| json!({"name": name, "bytes": bytes})).collect::<Vec<_>>(),
+                "refusals_total": verdict.refused_count,
                 "refusals": verdict.refused.iter().map(|o| json!({
                     "time_s": seconds(o.time_ns),
                     "api": o.api.name(),
