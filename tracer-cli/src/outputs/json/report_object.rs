@@ -5,9 +5,26 @@ use super::call_site_object::{sites_json, stack_json};
 use crate::wording::damage_text;
 use crate::wording::tensor_status_line;
 use cudatrace_analysis::{
-    growing_sites, tensors_stopped_midway, Measured, ProcessIndex, ProcessSummary, RankTable, Summary, TraceIndex,
+    growing_sites, tensors_stopped_midway, Allocation, Measured, ProcessIndex, ProcessSummary, RankTable, Summary,
+    TraceIndex,
 };
 use serde_json::{json, Value};
+
+/// Allocations live at exit that a device lists: a program that leaks in
+/// a loop holds millions, each of them counted by call site in
+/// `live_at_exit_by_call_site` (and `cudatrace export` has every one).
+const LIVE_LISTED: usize = 10_000;
+
+/// The largest [`LIVE_LISTED`] of `live` (sorted by address), by address.
+fn listed_live<'a>(live: &[&'a Allocation]) -> Vec<&'a Allocation> {
+    let mut listed = live.to_vec();
+    if listed.len() > LIVE_LISTED {
+        listed.select_nth_unstable_by_key(LIVE_LISTED - 1, |a| (std::cmp::Reverse(a.size), a.address));
+        listed.truncate(LIVE_LISTED);
+        listed.sort_by_key(|a| a.address);
+    }
+    listed
+}
 
 /// The process's devices: allocations, peak, live at exit and OOMs.
 fn devices_json(index: &TraceIndex, info: &ProcessIndex, process: &ProcessSummary, all_ooms: bool) -> Vec<Value> {
@@ -16,14 +33,12 @@ fn devices_json(index: &TraceIndex, info: &ProcessIndex, process: &ProcessSummar
         .devices
         .iter()
         .map(|(&device, stats)| {
-            let live_list: Vec<Value> = live
-                .get(&device)
-                .map(|list| {
-                    list.iter()
-                        .map(|a| json!({"address": a.address, "size": a.size, "api": a.api.name(), "kind": a.kind.name(), "stack": stack_json(index, info, a.stack)}))
-                        .collect()
-                })
-                .unwrap_or_default();
+            let live_here = live.get(&device).map_or(&[][..], Vec::as_slice);
+            let live_list: Vec<Value> = listed_live(live_here)
+                .iter()
+                .map(|a| json!({"address": a.address, "size": a.size, "api": a.api.name(), "kind": a.kind.name(), "stack": stack_json(index, info, a.stack)}))
+                .collect();
+            let left_out = live_here.len() - live_list.len();
             let mut value = json!({
                 "device": device.json(),
                 "allocations": stats.allocations,
@@ -32,6 +47,8 @@ fn devices_json(index: &TraceIndex, info: &ProcessIndex, process: &ProcessSummar
                 "peak_bytes": stats.peak,
                 "live_bytes_at_exit": stats.current,
                 "live_at_exit": live_list,
+                "live_at_exit_total": live_here.len(),
+                "live_at_exit_left_out": left_out,
                 "live_at_exit_by_call_site": sites_json(index, info, &stats.live_by_stack, "allocations"),
                 "peak_by_call_site": sites_json(index, info, &stats.peak_by_stack, "allocations"),
             });
