@@ -125,10 +125,12 @@ fn a_single_process_run_reports_exactly_what_it_did() {
             "growing": null,
             "devices": [
                 {"device": 0, "allocations": 10, "frees": 6, "bytes_allocated": 3_280_960, "peak_bytes": 3 << 20,
-                 "live_bytes_at_exit": 2_115_584, "live_at_exit": live_at_exit, "ooms": [],
+                 "live_bytes_at_exit": 2_115_584, "live_at_exit": live_at_exit,
+                 "live_at_exit_total": 4, "live_at_exit_left_out": 0, "ooms": [],
                  "ooms_total": 0, "ooms_left_out": 0, "ooms_by_call_site": []},
                 {"device": 1, "allocations": 1, "frees": 1, "bytes_allocated": 4096, "peak_bytes": 4096,
-                 "live_bytes_at_exit": 0, "live_at_exit": [], "ooms": [],
+                 "live_bytes_at_exit": 0, "live_at_exit": [],
+                 "live_at_exit_total": 0, "live_at_exit_left_out": 0, "ooms": [],
                  "ooms_total": 0, "ooms_left_out": 0, "ooms_by_call_site": []}
             ],
             "host_pinned": {"allocations": 3, "frees": 3, "peak_bytes": 12288, "live_bytes_at_exit": 0},
