@@ -4,6 +4,7 @@
 
 mod call_site_parts;
 pub mod diff_tables;
+mod every_failure;
 pub mod folded_stacks;
 pub mod footprint_table;
 pub mod html_page;

@@ -1,5 +1,6 @@
 //! `cudatrace report`: the report for people.
 
+use crate::outputs::every_failure;
 use crate::outputs::steps_text;
 use crate::system::terminal::Stdout;
 use crate::system::write_failure::WriteFailure;
@@ -12,12 +13,10 @@ use crate::wording::stack_texts;
 use crate::wording::switch_lines;
 use crate::wording::{bytes, count, tensor_status_line, torch_bytes_text, unrecorded_process_text};
 use cudatrace_analysis::{
-    call_sites, growing_sites, headline, headline_text, site_name, tensors_stopped_midway, ByStack, DeviceKey,
-    DeviceStats, Frame, FramesShown, HeldAtOom, Oom, ProcessIndex, ProcessSummary, RankTable, Summary, TraceIndex,
-    NO_STACK,
+    call_sites, growing_sites, headline, headline_text, site_name, tensors_stopped_midway, ByStack, DeviceKey, Frame,
+    FramesShown, HeldAtOom, Oom, ProcessIndex, ProcessSummary, RankTable, Summary, TraceIndex, NO_STACK,
 };
 use cudatrace_trace::ProcessEnd;
-use std::collections::HashMap;
 
 /// Live allocations the text report lists per device, largest first.
 const LARGEST_SHOWN: usize = 5;
@@ -158,7 +157,7 @@ fn process_text(
         if all_ooms {
             // Every failure: written one at a time as the report goes out
             // (see `write_with_every_oom`), not held in this text.
-            out += &format!("{}\n", every_failure_placeholder(stats));
+            out += &format!("{}\n", every_failure::placeholder(stats));
         } else {
             for (n, oom) in stats.ooms.iter().enumerate() {
                 if n == OOMS_DETAILED {
@@ -316,16 +315,10 @@ fn oom_text(index: &TraceIndex, info: &ProcessIndex, oom: &Oom, frames: FramesSh
     out
 }
 
-/// Where a device's failures go in a report with every one: a line no
-/// trace can make (it names the device's list in memory).
-fn every_failure_placeholder(stats: &DeviceStats) -> String {
-    format!("\u{1}every failure {:p}\u{1}", stats.ooms.as_ptr())
-}
-
 /// Writes `text`, the report made with every failure (`report
 /// --all-ooms`), to `out`, each device's failures made into text one at a
-/// time as they are written: a program that failed millions of times takes
-/// the memory of one failure's text. `false` when the reader went away.
+/// time as they are written (see [`every_failure`]). `false` when the
+/// reader went away.
 pub fn write_with_every_oom(
     index: &TraceIndex,
     summary: &Summary,
@@ -333,33 +326,17 @@ pub fn write_with_every_oom(
     frames: FramesShown,
     out: &mut Stdout,
 ) -> Result<bool, WriteFailure> {
-    let mut lists = HashMap::new();
-    for (info, process) in index.processes.iter().zip(&summary.processes) {
-        for stats in process.devices.values() {
-            lists.insert(format!("{}\n", every_failure_placeholder(stats)), (info, &stats.ooms));
-        }
-    }
-    let mut rest = text;
-    while let Some(start) = rest.find("\u{1}every failure ") {
-        let length = rest[start..].find('\n').map_or(rest.len() - start, |end| end + 1);
-        let Some(&(info, ooms)) = lists.get(&rest[start..start + length]) else {
-            if !out.write(&rest[..start + length])? {
-                return Ok(false);
-            }
-            rest = &rest[start + length..];
-            continue;
-        };
-        if !out.write(&rest[..start])? {
-            return Ok(false);
-        }
+    // In text a placeholder is a line of its own.
+    let lists = every_failure::lists(index, summary, |placeholder| format!("{placeholder}\n"));
+    let length = |from: &str| from.find('\n').map_or(from.len(), |end| end + 1);
+    every_failure::write_filled(text, every_failure::MARK, length, &lists, out, |(info, ooms), out| {
         for oom in ooms {
             if !out.write(&oom_text(index, info, oom, frames))? {
                 return Ok(false);
             }
         }
-        rest = &rest[start + length..];
-    }
-    out.write(rest)
+        Ok(true)
+    })
 }
 
 /// What held the device's memory when an allocation failed: the bytes, and

@@ -4,12 +4,12 @@
 //! few kilobytes; `--all-ooms` lists each.
 
 use super::call_site_object::{largest_sites_json, stack_json};
+use crate::outputs::every_failure;
 use crate::system::terminal::Stdout;
 use crate::system::write_failure::WriteFailure;
 use cudatrace_analysis::{DeviceStats, Oom, OomSite, OomSites, OOM_STATES_KEPT};
 use cudatrace_analysis::{ProcessIndex, Summary, TraceIndex};
 use serde_json::{json, Value};
-use std::collections::HashMap;
 
 /// Failures listed in detail per device without `--all-ooms`: those whose
 /// state the summary keeps.
@@ -25,7 +25,7 @@ pub fn add_ooms(index: &TraceIndex, info: &ProcessIndex, stats: &DeviceStats, al
     let listed = if all { ooms.len() } else { ooms.len().min(OOMS_LISTED) };
     let total = stats.oom_sites.total();
     device["ooms"] = if all {
-        Value::String(placeholder(stats))
+        Value::String(every_failure::placeholder(stats))
     } else {
         Value::Array(ooms[..listed].iter().map(|o| oom_json(index, info, o)).collect())
     };
@@ -34,57 +34,40 @@ pub fn add_ooms(index: &TraceIndex, info: &ProcessIndex, stats: &DeviceStats, al
     device["ooms_by_call_site"] = Value::Array(by_call_site(index, info, &stats.oom_sites));
 }
 
-/// Where a device's failures go in a report with every one: a string no
-/// trace can make (it names the device's list in memory).
-fn placeholder(stats: &DeviceStats) -> String {
-    format!("\u{1}every failure {:p}\u{1}", stats.ooms.as_ptr())
-}
-
 /// Writes `report`, made with every failure (`report --json --all-ooms`),
-/// to `out`: each device's failures are turned into JSON one at a time as
-/// they are written, so that a program that failed millions of times takes
-/// the memory of one failure's JSON, not of all of them. The same bytes as
-/// the report with its lists in place. `false` when the reader went away.
+/// to `out`, each device's failures turned into JSON one at a time as they
+/// are written (see [`every_failure`]): the same bytes as the report with
+/// its lists in place. `false` when the reader went away.
 pub fn write_with_every_oom(
     index: &TraceIndex,
     summary: &Summary,
     report: &Value,
     out: &mut Stdout,
 ) -> Result<bool, WriteFailure> {
-    let mut lists = HashMap::new();
-    for (info, process) in index.processes.iter().zip(&summary.processes) {
-        for stats in process.devices.values() {
-            let quoted = Value::String(placeholder(stats)).to_string();
-            lists.insert(quoted, (info, &stats.ooms));
-        }
-    }
-    let text = format!("{report}\n");
-    let mut rest = text.as_str();
-    while let Some(start) = rest.find("\"\\u0001every failure ") {
-        let length = rest[start + 1..].find('"').map_or(rest.len() - start, |end| end + 2);
-        let Some(&(info, ooms)) = lists.get(&rest[start..start + length]) else {
-            // Not a placeholder after all: written as it is.
-            if !out.write(&rest[..start + length])? {
+    // In JSON a placeholder is a quoted string, its mark escaped.
+    let lists = every_failure::lists(index, summary, |placeholder| Value::String(placeholder).to_string());
+    let start = Value::String(every_failure::MARK.to_string()).to_string();
+    let start = start.trim_end_matches('"');
+    let length = |from: &str| from[1..].find('"').map_or(from.len(), |end| end + 2);
+    every_failure::write_filled(
+        &format!("{report}\n"),
+        start,
+        length,
+        &lists,
+        out,
+        |(info, ooms), out| {
+            if !out.write("[")? {
                 return Ok(false);
             }
-            rest = &rest[start + length..];
-            continue;
-        };
-        if !out.write(&rest[..start])? || !out.write("[")? {
-            return Ok(false);
-        }
-        for (n, oom) in ooms.iter().enumerate() {
-            let comma = if n == 0 { "" } else { "," };
-            if !out.write(comma)? || !out.write(&oom_json(index, info, oom).to_string())? {
-                return Ok(false);
+            for (n, oom) in ooms.iter().enumerate() {
+                let comma = if n == 0 { "" } else { "," };
+                if !out.write(comma)? || !out.write(&oom_json(index, info, oom).to_string())? {
+                    return Ok(false);
+                }
             }
-        }
-        if !out.write("]")? {
-            return Ok(false);
-        }
-        rest = &rest[start + length..];
-    }
-    out.write(rest)
+            out.write("]")
+        },
+    )
 }
 
 /// One failure, with what held the device then where that was kept.
