@@ -115,6 +115,13 @@ impl OomSites {
         &self.sites
     }
 
+    /// The sites, most failures first; ties in the order they first failed.
+    pub fn most_frequent_first(&self) -> Vec<&OomSite> {
+        let mut sites: Vec<&OomSite> = self.sites.iter().collect();
+        sites.sort_by_key(|site| (std::cmp::Reverse(site.count), site.first_ns));
+        sites
+    }
+
     /// Failures in all, of the card (`by_limit` false) or of the limit.
     pub fn count(&self, by_limit: bool) -> u64 {
         self.sites

@@ -13,7 +13,7 @@ use crate::wording::{bytes, count, oom_state_not_kept, torch_bytes_text};
 use crate::wording::{silent_children_line, unrecorded_line};
 use cudatrace_analysis::Progress;
 use cudatrace_analysis::{
-    growing_sites, silent_children, FramesShown, OomSite, OomSites, ProcessIndex, ProcessSummary, Summary, TraceIndex,
+    growing_sites, silent_children, FramesShown, OomSites, ProcessIndex, ProcessSummary, Summary, TraceIndex,
 };
 use cudatrace_analysis::{StepCounts, UnreadBlock};
 use std::fmt::Write as _;
@@ -305,8 +305,7 @@ fn oom_sites_html(
          lists each); every one, by call site:</p>\n<table class=\"ooms\"><tr><th>failures</th><th>asked for</th>\
          <th>first</th><th>last</th><th>API</th><th>stack</th></tr>\n"
     );
-    let mut sites: Vec<&OomSite> = sites.sites().iter().collect();
-    sites.sort_by_key(|site| (std::cmp::Reverse(site.count), site.first_ns));
+    let sites = sites.most_frequent_first();
     let seconds = |ns: u64| ns.saturating_sub(index.start_ns()) as f64 / 1e9;
     for site in sites {
         let asked = if site.smallest == site.largest {

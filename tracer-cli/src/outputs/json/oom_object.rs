@@ -7,7 +7,7 @@ use super::call_site_object::{largest_sites_json, stack_json};
 use crate::outputs::every_failure;
 use crate::system::terminal::Stdout;
 use crate::system::write_failure::WriteFailure;
-use cudatrace_analysis::{DeviceStats, Oom, OomSite, OomSites, OOM_STATES_KEPT};
+use cudatrace_analysis::{DeviceStats, Oom, OomSites, OOM_STATES_KEPT};
 use cudatrace_analysis::{ProcessIndex, Summary, TraceIndex};
 use serde_json::{json, Value};
 
@@ -103,8 +103,7 @@ fn seconds(index: &TraceIndex, time_ns: u64) -> f64 {
 /// Every failure counted by (stack, entry point, refused by the limit),
 /// most frequent first; ties in the order they first failed.
 fn by_call_site(index: &TraceIndex, info: &ProcessIndex, sites: &OomSites) -> Vec<Value> {
-    let mut sites: Vec<&OomSite> = sites.sites().iter().collect();
-    sites.sort_by_key(|site| (std::cmp::Reverse(site.count), site.first_ns));
+    let sites = sites.most_frequent_first();
     sites
         .into_iter()
         .map(|site| {
