@@ -6,7 +6,13 @@
 //! loads, which matters at the depths real programs call CUDA from.
 //!
 //! The table is read and written without a lock, by any thread in a hook:
-//! a slot's key is written last and checked again after its step is read.
+//! a slot's key is written last and checked again after its step is read,
+//! and each write of a step counts in the step's word, so that a reader
+//! whose slot was taken by another key and given back meanwhile (the key
+//! the same before and after, the step another's) sees the count move. The
+//! count has 8 bits: only a reader stalled across 256 writes of its slot,
+//! between two loads, could miss it, and then take a wrong step, which the
+//! walk's bounds keep inside the thread's stack.
 
 use crate::system::lazy_mapping::{LazyMapping, ZeroIsEmpty};
 use std::sync::atomic::{AtomicU64, Ordering};
@@ -39,15 +45,19 @@ pub(crate) enum Learnt {
 const FRAME_POINTER: u64 = 1 << 63;
 const STACK: u64 = 1 << 62;
 const TENTATIVE: u64 = 1 << 60;
-const FIELD: u64 = (1 << 24) - 1;
+const FIELD: u64 = (1 << 20) - 1;
+/// Where the slot's count of writes lies in a step's word (8 bits).
+const WRITES_SHIFT: u32 = 40;
+const WRITES: u64 = 0xff << WRITES_SHIFT;
 /// The largest distance a tentative step keeps (12 bits); a larger one is
 /// kept as this, and never matches.
 pub(crate) const BP_DISTANCE_BITS: u64 = (1 << 12) - 1;
 
 impl Learnt {
     /// Packed in a word (never 0): flags, then the distance seen (12 bits),
-    /// the frame pointer's slot + 1 and the CFA's distance (24 bits each).
-    /// `None` for a step too large to pack.
+    /// the slot's count of writes (8 bits, 0 here: see [`write_slot`]), the
+    /// frame pointer's slot + 1 and the CFA's distance (20 bits each).
+    /// `None` for a step too large to pack (a frame of a megabyte or more).
     fn pack(self) -> Option<u64> {
         let (step, tentative) = match self {
             Learnt::Confirmed(step) => (step, 0),
@@ -62,7 +72,7 @@ impl Learnt {
                 if u64::from(cfa) > FIELD || slot > FIELD {
                     return None;
                 }
-                STACK | slot << 24 | u64::from(cfa)
+                STACK | slot << 20 | u64::from(cfa)
             }
         };
         Some(word | tentative)
@@ -74,7 +84,7 @@ impl Learnt {
         } else if word & STACK != 0 {
             Step::Stack {
                 cfa: (word & FIELD) as u32,
-                bp_at: (((word >> 24) & FIELD) as u32).checked_sub(1),
+                bp_at: (((word >> 20) & FIELD) as u32).checked_sub(1),
             }
         } else {
             return None;
@@ -145,8 +155,16 @@ pub(crate) fn recall_in(slots: &[LearntSlot], key: u64, set: usize) -> Option<Le
         .get(set * LEARNT_WAYS..(set + 1) * LEARNT_WAYS)?
         .iter()
         .find(|slot| slot.key.load(Ordering::Acquire) == key)?;
-    let learnt = Learnt::unpack(slot.step.load(Ordering::Acquire))?;
-    (slot.key.load(Ordering::Acquire) == key).then_some(learnt)
+    confirmed(slot, key, slot.step.load(Ordering::Acquire))
+}
+
+/// `word`, read from `slot` after its key was seen to be `key`, as `key`'s
+/// step: `None` unless the slot holds `key` still and that very word (its
+/// count of writes included), so that no writer wrote it meanwhile.
+#[inline]
+fn confirmed(slot: &LearntSlot, key: u64, word: u64) -> Option<Learnt> {
+    let unchanged = slot.key.load(Ordering::Acquire) == key && slot.step.load(Ordering::Acquire) == word;
+    unchanged.then(|| Learnt::unpack(word)).flatten()
 }
 
 /// A slot a writer holds while it writes the step.
@@ -166,7 +184,8 @@ fn remember(slots: &[LearntSlot], key: u64, address: u64, learnt: Learnt) {
 }
 
 /// Writes a packed step and its key into a slot, unless another writer
-/// holds it.
+/// holds it; the step's word counts the slot's writes (see the module
+/// documentation).
 fn write_slot(slot: &LearntSlot, key: u64, word: u64) {
     // One writer at a time: the one that takes the key word from what it
     // saw to WRITING writes the step, then its key; the others give up.
@@ -179,7 +198,8 @@ fn write_slot(slot: &LearntSlot, key: u64, word: u64) {
     {
         return;
     }
-    slot.step.store(word, Ordering::Release);
+    let writes = (slot.step.load(Ordering::Acquire) & WRITES).wrapping_add(1 << WRITES_SHIFT) & WRITES;
+    slot.step.store(word & !WRITES | writes, Ordering::Release);
     slot.key.store(key, Ordering::Release);
 }
 
@@ -226,12 +246,20 @@ mod tests {
         }
         assert_eq!(
             Learnt::Confirmed(Step::Stack {
-                cfa: 1 << 24,
+                cfa: 1 << 20,
                 bp_at: None
             })
             .pack(),
             None
         );
+        let largest = Learnt::Confirmed(Step::Stack {
+            cfa: (1 << 20) - 1,
+            bp_at: Some((1 << 20) - 2),
+        });
+        assert_eq!(Learnt::unpack(largest.pack().unwrap()), Some(largest));
+        // The count of writes is no part of the step.
+        let counted = largest.pack().unwrap() | 0x5a << WRITES_SHIFT;
+        assert_eq!(Learnt::unpack(counted), Some(largest));
         assert_eq!(Learnt::unpack(0), None);
         // A distance too large to keep comes back as the largest.
         let step = Step::Stack { cfa: 64, bp_at: None };
@@ -302,7 +330,7 @@ mod tests {
         write_slot(slot, address, Learnt::Confirmed(Step::FramePointer).pack().unwrap());
         assert_eq!(
             slot.step.load(Ordering::Acquire),
-            first.pack().unwrap(),
+            first.pack().unwrap() | 1 << WRITES_SHIFT,
             "the step is not written twice"
         );
         assert_eq!(
@@ -310,6 +338,33 @@ mod tests {
             None,
             "nobody reads a slot being written"
         );
+    }
+
+    #[test]
+    fn a_slot_taken_by_another_key_and_given_back_is_not_read_across() {
+        let slots: Vec<LearntSlot> = (0..LEARNT_SLOTS)
+            .map(|_| LearntSlot {
+                key: AtomicU64::new(0),
+                step: AtomicU64::new(0),
+            })
+            .collect();
+        let (k, x) = (0x5555_0000_3000u64, 0x5555_0000_7000u64);
+        let (step_k, step_x) = (Step::Stack { cfa: 8, bp_at: None }, Step::FramePointer);
+        remember(&slots, k, k, Learnt::Confirmed(step_k));
+        let slot = learnt_set(&slots, k)
+            .iter()
+            .find(|slot| slot.key.load(Ordering::Acquire) == k)
+            .unwrap();
+        // A reader has seen the key k; before it reads the step, another
+        // writer takes the slot for x, and a third gives it back to k.
+        write_slot(slot, x, Learnt::Confirmed(step_x).pack().unwrap());
+        let word = slot.step.load(Ordering::Acquire);
+        assert_eq!(Learnt::unpack(word), Some(Learnt::Confirmed(step_x)));
+        write_slot(slot, k, Learnt::Confirmed(step_k).pack().unwrap());
+        assert_eq!(slot.key.load(Ordering::Acquire), k, "the key is k again");
+        assert_eq!(confirmed(slot, k, word), None, "x's step is not taken for k's");
+        // Read afresh, the slot gives k's step.
+        assert_eq!(recall(&slots, k, k), Some(Learnt::Confirmed(step_k)));
     }
 
     #[test]
