@@ -90,6 +90,7 @@ extern "C" fn on_load() {
     thread_stack::note_loading_thread();
     spool_writer::set_callbacks(spool_opened, process_exiting);
     spool_writer::configure_test_signal();
+    call_stack::configure_test_whole_walks();
     exec::resolve();
     fork::resolve();
     if tracing_switch::tracing_on() {

@@ -8,7 +8,7 @@
 //! reads right.
 
 use crate::spool::recording_switch;
-use crate::stacks::native_unwind::NativeWalk;
+use crate::stacks::native_unwind::{NativeWalk, PythonStop, NO_WALK};
 use crate::stacks::python_frames::{self, PyCapture, PyFrame};
 use crate::stacks::stack_cache::{self, StackCache};
 use crate::stacks::{module_map, native_unwind, stack_table};
@@ -82,6 +82,26 @@ struct LastStack {
     frames: [Frame; MAX_FRAMES + 2],
     ids: [u32; MAX_FRAMES + 2],
     len: usize,
+    /// The node the last stack's outermost frame hangs from: 0, or the
+    /// thread's way into Python.
+    base: u32,
+    /// The thread's ways into Python (see [`thread_base`]), newest first.
+    bases: [ThreadBase; BASES_KEPT],
+}
+
+/// Ways into Python a thread keeps: a thread may run Python from more than
+/// one native caller (a callback from C++ beside its own code).
+const BASES_KEPT: usize = 4;
+
+/// The native frames below a thread's outermost Python call, walked once
+/// and interned: `id` is their innermost node (0: an empty slot). They are
+/// known again by the stack pointer above the frame that runs that call,
+/// and the frame's return address.
+#[derive(Clone, Copy, Default)]
+struct ThreadBase {
+    sp: u64,
+    address: u64,
+    id: u32,
 }
 
 /// The buffers one capture works in, kept per thread so that no capture
@@ -176,7 +196,7 @@ fn immediate_caller(known_caller: u64, block: &ThreadBlock) -> u32 {
         Some(known_caller)
     } else {
         let mut native = [0u64; 8];
-        let count = native_unwind::capture(&mut native).count;
+        let count = native_unwind::capture(&mut native, None).count;
         native[..count]
             .iter()
             .copied()
@@ -185,11 +205,14 @@ fn immediate_caller(known_caller: u64, block: &ThreadBlock) -> u32 {
     let Some(address) = owner else {
         return 0;
     };
-    let (id, _) = intern_nodes(&[Frame {
-        kind: frame_kind::NATIVE,
-        value: address,
-        offset: 0,
-    }]);
+    let (id, _) = intern_nodes(
+        &[Frame {
+            kind: frame_kind::NATIVE,
+            value: address,
+            offset: 0,
+        }],
+        0,
+    );
     if known_caller == address && id != 0 {
         // The older entry makes way.
         block.last_owners[1].set(block.last_owners[0].get());
@@ -201,22 +224,29 @@ fn immediate_caller(known_caller: u64, block: &ThreadBlock) -> u32 {
 fn capture_unguarded(mode: StackMode, scratch: &mut Scratch) -> u32 {
     let depth = DEPTH.load(Ordering::Relaxed) as usize;
     let Scratch { native, python, frames } = scratch;
-    let walk = if mode == StackMode::Python {
-        NativeWalk {
-            count: 0,
-            cut: false,
-            hash: [0, 0],
-        }
-    } else {
-        native_unwind::capture(&mut native[..depth])
-    };
     let python_capture = if mode == StackMode::Native {
         PyCapture::NotPython
     } else {
         python_frames::capture(&mut python[..depth])
     };
     let eval = python_frames::eval_range();
-    let key = stack_key(mode, depth, eval, &walk, &python_capture, &python[..]);
+    let mut walk = if mode == StackMode::Python {
+        NO_WALK
+    } else {
+        let stop = python_stop(mode, &python_capture, &python[..], eval);
+        native_unwind::capture(&mut native[..depth], stop)
+    };
+    // A walk stopped at the outermost Python call hangs from the frames
+    // below it: the thread's way into Python, walked once.
+    let base = if walk.stopped_sp == 0 {
+        0
+    } else {
+        match thread_base(walk.stopped_sp, native[walk.count - 1]) {
+            Some(id) => id,
+            None => walk_base(native, frames, &mut walk, depth),
+        }
+    };
+    let key = stack_key(mode, depth, eval, &walk, base, &python_capture, &python[..]);
     if let Some(id) = with_stack_cache(|cache| cache.get(key)).flatten() {
         return id;
     }
@@ -243,10 +273,122 @@ fn capture_unguarded(mode: StackMode, scratch: &mut Scratch) -> u32 {
         };
         count += 1;
     }
-    let (id, whole) = intern_nodes(&frames[..count]);
+    let (id, whole) = intern_nodes(&frames[..count], base);
     if whole && id != 0 {
         with_stack_cache(|cache| cache.put(key, id));
     }
+    id
+}
+
+/// `CUDATRACE_TEST_WHOLE_WALKS`: walks run to the stack's end (tests only;
+/// a release build has no such knob, nor its name).
+#[cfg(feature = "testing")]
+static WHOLE_WALKS: std::sync::atomic::AtomicBool = std::sync::atomic::AtomicBool::new(false);
+
+/// Reads `CUDATRACE_TEST_WHOLE_WALKS` (tests only). Called once, when the
+/// library loads; nothing without the `testing` feature.
+pub(crate) fn configure_test_whole_walks() {
+    #[cfg(feature = "testing")]
+    {
+        // SAFETY: read at once, in the library constructor.
+        let value = unsafe { crate::system::environment::value(&cudatrace_events::settings::TEST_WHOLE_WALKS) };
+        WHOLE_WALKS.store(value == Some(b"1".as_slice()), Ordering::Relaxed);
+    }
+}
+
+/// Where the native walk may stop: with all stacks, at the frame that runs
+/// the outermost Python call, when every Python frame was read (so that
+/// the walk and [`combine`] count the same calls).
+fn python_stop(mode: StackMode, capture: &PyCapture, python: &[PyFrame], eval: (u64, u64)) -> Option<PythonStop> {
+    #[cfg(feature = "testing")]
+    if WHOLE_WALKS.load(Ordering::Relaxed) {
+        return None;
+    }
+    let PyCapture::Frames { count, cut: false } = *capture else {
+        return None;
+    };
+    if mode != StackMode::All || count == 0 || eval.0 >= eval.1 {
+        return None;
+    }
+    // As `combine` reads them: a call's frames end at one that ends a
+    // segment, and the last call ends with the last frame.
+    let ended = python[..count - 1].iter().filter(|frame| frame.ends_segment).count();
+    Some(PythonStop {
+        eval,
+        calls: ended as u32 + 1,
+    })
+}
+
+/// The thread's way into Python below the frame that runs its outermost
+/// Python call (known by the stack pointer above it and its return
+/// address), if walked before.
+fn thread_base(sp: u64, address: u64) -> Option<u32> {
+    LAST.try_with(|last| {
+        // SAFETY: this thread's own cache; `capture` is not re-entered on a thread.
+        let last = unsafe { &mut *last.get() }.made()?;
+        last.bases
+            .iter()
+            .find(|base| base.id != 0 && base.sp == sp && base.address == address)
+            .map(|base| base.id)
+    })
+    .ok()
+    .flatten()
+}
+
+/// The first walk of a way into Python: walks the whole stack (as deep as a
+/// buffer holds), interns the frames below the outermost Python call and
+/// keeps them for the thread; returns their innermost node. Where that
+/// cannot be done, `walk` becomes the whole walk, as without stopping.
+/// (`below` is the thread's buffer of combined frames, free until the
+/// stack is combined: a hook may run on a small signal stack, and an array
+/// here would be part of every capture's frame.)
+#[cold]
+#[inline(never)]
+fn walk_base(native: &mut [u64; MAX_FRAMES], below: &mut [Frame], walk: &mut NativeWalk, depth: usize) -> u32 {
+    let (sp, address, stopped_count) = (walk.stopped_sp, native[walk.count - 1], walk.count);
+    let whole = native_unwind::capture(&mut native[..], None);
+    let same_start = whole.count >= stopped_count && native[stopped_count - 1] == address;
+    let mut count = 0;
+    if same_start {
+        for &value in &native[stopped_count..whole.count] {
+            below[count] = Frame {
+                kind: frame_kind::NATIVE,
+                value,
+                offset: 0,
+            };
+            count += 1;
+        }
+        if whole.cut {
+            below[count] = Frame {
+                kind: frame_kind::TRUNCATED,
+                ..Frame::default()
+            };
+            count += 1;
+        }
+    }
+    let (id, interned) = if same_start && count > 0 {
+        intern_each(&below[..count], 0)
+    } else {
+        (0, false)
+    };
+    if !interned || id == 0 {
+        // As a walk that never stopped: the frames the depth allows.
+        let kept = whole.count.min(depth);
+        *walk = NativeWalk {
+            count: kept,
+            cut: whole.cut || whole.count > depth,
+            hash: stack_cache::hash_frames(native[..kept].iter().map(|&address| (0, address, 0))),
+            stopped_sp: 0,
+        };
+        return 0;
+    }
+    let _ = LAST.try_with(|last| {
+        // SAFETY: as in `thread_base`.
+        if let Some(last) = unsafe { &mut *last.get() }.get_or_make() {
+            last.bases.copy_within(..BASES_KEPT - 1, 1);
+            last.bases[0] = ThreadBase { sp, address, id };
+        }
+    });
     id
 }
 
@@ -259,6 +401,7 @@ fn stack_key(
     depth: usize,
     eval: (u64, u64),
     walk: &NativeWalk,
+    base: u32,
     python_capture: &PyCapture,
     python: &[PyFrame],
 ) -> [u64; 2] {
@@ -276,6 +419,7 @@ fn stack_key(
         ),
         (0xf2, eval.0, depth as u32),
         (0xf3, eval.1, python.len() as u32),
+        (0xf4, u64::from(base), 0),
     ];
     let frames = python.iter().map(|frame| {
         (
@@ -378,17 +522,22 @@ fn combine(
     combined.count
 }
 
-/// Interns `frames` node by node from the outermost in, reusing the ids of
-/// the thread's previous stack where the outer frames agree. Returns the
-/// innermost node, and whether every frame got one (a full table stops it).
-fn intern_nodes(frames: &[Frame]) -> (u32, bool) {
+/// Interns `frames` node by node from the outermost in, hanging from the
+/// node `base` (0: none), reusing the ids of the thread's previous stack
+/// where the outer frames agree. Returns the innermost node, and whether
+/// every frame got one (a full table stops it).
+fn intern_nodes(frames: &[Frame], base: u32) -> (u32, bool) {
     LAST.try_with(|last| {
         // SAFETY: this thread's own cache; `capture` is not re-entered on a thread.
         let Some(last) = (unsafe { &mut *last.get() }).get_or_make() else {
             // No table for this thread: every frame is interned afresh.
-            return intern_each(frames);
+            return intern_each(frames, base);
         };
-        let mut parent = 0u32;
+        if last.base != base {
+            last.len = 0;
+            last.base = base;
+        }
+        let mut parent = base;
         let mut same_so_far = true;
         for (depth, frame) in frames.iter().rev().enumerate() {
             if same_so_far && depth < last.len && last.frames[depth] == *frame {
@@ -410,9 +559,10 @@ fn intern_nodes(frames: &[Frame]) -> (u32, bool) {
     .unwrap_or((0, false))
 }
 
-/// Interns `frames` from the outermost in, without the previous stack.
-fn intern_each(frames: &[Frame]) -> (u32, bool) {
-    let mut parent = 0u32;
+/// Interns `frames` from the outermost in, hanging from `base`, without the
+/// previous stack.
+fn intern_each(frames: &[Frame], base: u32) -> (u32, bool) {
+    let mut parent = base;
     for frame in frames.iter().rev() {
         let Some(id) = intern_frame(frame, parent) else {
             return (parent, false);
@@ -439,6 +589,8 @@ pub(crate) fn forget_parent_stacks() {
         // SAFETY: the child has only this thread.
         if let Some(last) = unsafe { &mut *last.get() }.made() {
             last.len = 0;
+            last.base = 0;
+            last.bases = [ThreadBase::default(); BASES_KEPT];
         }
     });
     let _ = STACK_CACHE.try_with(|cache| {
@@ -507,6 +659,7 @@ mod tests {
         depth: usize,
         eval: (u64, u64),
         walk: NativeWalk,
+        base: u32,
         capture: PyCapture,
         python: [PyFrame; 3],
     }
@@ -518,6 +671,7 @@ mod tests {
                 self.depth,
                 self.eval,
                 &self.walk,
+                self.base,
                 &self.capture,
                 &self.python,
             )
@@ -534,12 +688,14 @@ mod tests {
                 count: 3,
                 cut: false,
                 hash: [11, 12],
+                stopped_sp: 0,
             },
+            base: 0,
             capture: PyCapture::Frames { count: 2, cut: false },
             python: [py(0xa, false), py(0xb, true), py(0xc, true)],
         };
         assert_eq!(base.key(), base.key());
-        let variations: [fn(&mut KeyParts); 12] = [
+        let variations: [fn(&mut KeyParts); 13] = [
             |parts| parts.mode = StackMode::Native,
             |parts| parts.depth = 32,
             |parts| parts.eval.1 = 0x7000,
@@ -552,6 +708,7 @@ mod tests {
             |parts| parts.capture = PyCapture::NotPython,
             |parts| parts.python[0].ends_segment = true,
             |parts| parts.python[1].offset = 4,
+            |parts| parts.base = 7,
         ];
         for (i, vary) in variations.iter().enumerate() {
             let mut other = base;
@@ -571,15 +728,60 @@ mod tests {
             value,
             offset: 0,
         };
-        let a = intern_nodes(&[frame(0x11), frame(0x22), frame(0x33)]).0;
-        let b = intern_nodes(&[frame(0x44), frame(0x22), frame(0x33)]).0;
-        let again = intern_nodes(&[frame(0x11), frame(0x22), frame(0x33)]).0;
+        let a = intern_nodes(&[frame(0x11), frame(0x22), frame(0x33)], 0).0;
+        let b = intern_nodes(&[frame(0x44), frame(0x22), frame(0x33)], 0).0;
+        let again = intern_nodes(&[frame(0x11), frame(0x22), frame(0x33)], 0).0;
         assert_ne!(a, b);
         assert_eq!(a, again);
         // From another thread (no cache), the same frames give the same id.
-        let elsewhere = std::thread::spawn(move || intern_nodes(&[frame(0x11), frame(0x22), frame(0x33)]).0)
+        let elsewhere = std::thread::spawn(move || intern_nodes(&[frame(0x11), frame(0x22), frame(0x33)], 0).0)
             .join()
             .unwrap();
         assert_eq!(elsewhere, a);
+    }
+
+    #[test]
+    fn a_stack_hanging_from_a_base_is_the_whole_stack() {
+        let frame = |value| Frame {
+            kind: frame_kind::NATIVE,
+            value,
+            offset: 0,
+        };
+        let whole = intern_nodes(&[frame(0x71), frame(0x72), frame(0x73), frame(0x74)], 0).0;
+        // The two outer frames interned once as a base, the inner two on it:
+        // the same node, whatever the thread's previous stack was.
+        let base = intern_each(&[frame(0x73), frame(0x74)], 0).0;
+        assert_eq!(intern_nodes(&[frame(0x71), frame(0x72)], base).0, whole);
+        assert_eq!(
+            intern_nodes(&[frame(0x71), frame(0x72)], 0).0,
+            intern_each(&[frame(0x71), frame(0x72)], 0).0
+        );
+        assert_eq!(intern_nodes(&[frame(0x71), frame(0x72)], base).0, whole);
+    }
+
+    #[test]
+    fn the_walk_stops_after_as_many_python_calls_as_combine_reads() {
+        let eval = (0x5000, 0x6000);
+        let frames = PyCapture::Frames { count: 3, cut: false };
+        let python = [py(0xa, false), py(0xb, true), py(0xc, false)];
+        // Two calls: [a, b] then [c] (the last call ends with the last frame).
+        let stop = python_stop(StackMode::All, &frames, &python, eval);
+        assert_eq!(stop, Some(PythonStop { eval, calls: 2 }));
+        let native = [0x100, 0x5010, 0x200, 0x5020];
+        let mut out = [Frame::default(); 8];
+        let count = combine(&native, &frames, &python, eval, StackMode::All, &mut out);
+        let kinds: Vec<u8> = out[..count].iter().map(|f| f.kind).collect();
+        let p = frame_kind::PYTHON;
+        let n = frame_kind::NATIVE;
+        assert_eq!(kinds, vec![n, p, p, n, p]);
+        // No stop where not every Python frame was read, nor without both kinds.
+        let cut = PyCapture::Frames { count: 3, cut: true };
+        assert_eq!(python_stop(StackMode::All, &cut, &python, eval), None);
+        assert_eq!(python_stop(StackMode::Native, &frames, &python, eval), None);
+        assert_eq!(
+            python_stop(StackMode::All, &PyCapture::Unavailable, &python, eval),
+            None
+        );
+        assert_eq!(python_stop(StackMode::All, &frames, &python, (0, 0)), None);
     }
 }

@@ -87,22 +87,40 @@ pub(crate) struct NativeWalk {
     pub(crate) cut: bool,
     /// [`stack_cache::hash_frames`] of the frames, each as (0, address, 0).
     pub(crate) hash: [u64; 2],
+    /// Where the walk stopped at Python ([`PythonStop`]): the stack pointer
+    /// above its last frame, which runs the outermost Python call; 0 where
+    /// it ran to the end of the stack or was cut.
+    pub(crate) stopped_sp: u64,
 }
 
-const NO_WALK: NativeWalk = NativeWalk {
+pub(crate) const NO_WALK: NativeWalk = NativeWalk {
     count: 0,
     cut: false,
     hash: [0, 0],
+    stopped_sp: 0,
 };
+
+/// Where a walk may stop: at the frame that runs the outermost of `calls`
+/// calls of the Python eval loop (return addresses inside `eval`). The
+/// frames below it are the thread's way into Python, the same for every
+/// event of the thread that runs this Python code.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) struct PythonStop {
+    /// The eval loop's address range.
+    pub(crate) eval: (u64, u64),
+    /// The Python eval-loop calls on the thread's stack.
+    pub(crate) calls: u32,
+}
 
 /// Fills `out` with the caller's return addresses, innermost first, leaving
 /// out this library's own frames wherever they are.
 ///
 /// A walk the thread made before from the same stack pointer is taken from
 /// its [`WalkMemo`] where the words that steered it hold what they held;
-/// any other is walked and kept.
+/// any other is walked and kept. With `stop`, the walk ends at the frame
+/// that runs the outermost Python call, if it gets there.
 #[inline(never)]
-pub(crate) fn capture(out: &mut [u64]) -> NativeWalk {
+pub(crate) fn capture(out: &mut [u64], stop: Option<PythonStop>) -> NativeWalk {
     let Some(map) = module_map::current() else {
         return NO_WALK;
     };
@@ -123,6 +141,7 @@ pub(crate) fn capture(out: &mut [u64]) -> NativeWalk {
                 bp,
                 generation: std::ptr::from_ref(map) as u64,
                 depth: out.len(),
+                python_calls: stop.map_or(0, |stop| stop.calls),
             };
             let ThreadUnwind {
                 cache,
@@ -135,10 +154,15 @@ pub(crate) fn capture(out: &mut [u64]) -> NativeWalk {
             let mut recorder = match memo.get_or_make() {
                 Some(memo) => {
                     // SAFETY: the thread's own memo, from its stack pointer now.
-                    if let Some((count, cut, hash)) = unsafe { memo.recall(start, out) } {
+                    if let Some((count, cut, hash, stopped_sp)) = unsafe { memo.recall(start, out) } {
                         #[cfg(test)]
                         tests::COPIED.with(|copied| copied.set(copied.get() + 1));
-                        return NativeWalk { count, cut, hash };
+                        return NativeWalk {
+                            count,
+                            cut,
+                            hash,
+                            stopped_sp,
+                        };
                     }
                     Some(memo.record(start))
                 }
@@ -156,17 +180,23 @@ pub(crate) fn capture(out: &mut [u64]) -> NativeWalk {
                     recent_sets,
                     recent_count,
                     cache: cache.get_or_make_with(RuleCache::new_in)?,
+                    stop,
                 };
                 Some(walker.walk(ip, bp, out, recorder.as_mut()))
             });
-            let Some((count, cut)) = walked.flatten() else {
+            let Some((count, cut, stopped_sp)) = walked.flatten() else {
                 return NO_WALK;
             };
             let hash = stack_cache::hash_frames(out[..count].iter().map(|&address| (0, address, 0)));
             if let Some(recorder) = recorder {
-                recorder.finish(count, cut, hash);
+                recorder.finish(count, cut, hash, stopped_sp);
             }
-            NativeWalk { count, cut, hash }
+            NativeWalk {
+                count,
+                cut,
+                hash,
+                stopped_sp,
+            }
         })
         .unwrap_or(NO_WALK)
 }
@@ -181,12 +211,16 @@ struct Walker<'a> {
     recent_sets: &'a mut [u16; RECENT_SETS],
     recent_count: &'a mut usize,
     cache: &'a mut RuleCache,
+    /// Where to stop, if the walk gets there.
+    stop: Option<PythonStop>,
 }
 
 impl Walker<'_> {
     /// Walks from the capture's own frame, telling `recorder` every word
-    /// that steers the walk.
-    fn walk(self, ip: u64, bp: u64, out: &mut [u64], mut recorder: Option<&mut WalkRecorder>) -> (usize, bool) {
+    /// that steers the walk: the frames found, whether the stack went on
+    /// past `out`, and the stack pointer where it stopped at Python (0 if
+    /// it did not).
+    fn walk(self, ip: u64, bp: u64, out: &mut [u64], mut recorder: Option<&mut WalkRecorder>) -> (usize, bool, u64) {
         let Walker {
             map,
             high,
@@ -194,7 +228,10 @@ impl Walker<'_> {
             recent_sets,
             recent_count,
             cache,
+            stop,
         } = self;
+        let mut python_calls_left = stop.map_or(0, |stop| stop.calls);
+        let eval = stop.map_or((0, 0), |stop| stop.eval);
         let (unwinder, own) = (&map.unwinder, map.own_range);
         let learnt = LEARNT.get().unwrap_or_default();
         let generation = map.dlopen_count & 0xffff;
@@ -254,10 +291,10 @@ impl Walker<'_> {
             };
             // Each caller's frame lies above its callee's.
             let Some(return_address) = next.filter(|_| regs.sp() > frame_sp) else {
-                return (count, false);
+                return (count, false, 0);
             };
             let Some(return_address) = NonZeroU64::new(return_address) else {
-                return (count, false);
+                return (count, false, 0);
             };
             frame = FrameAddress::ReturnAddress(return_address);
             let address = return_address.get();
@@ -267,12 +304,21 @@ impl Walker<'_> {
                 continue;
             }
             if count == out.len() {
-                return (count, true);
+                return (count, true, 0);
             }
             out[count] = address;
             count += 1;
             if let Some(recorder) = recorder.as_deref_mut() {
                 recorder.last_return_address_is_a_frame();
+            }
+            // A return address points just past its call: the eval loop
+            // holds address - 1. At the outermost Python call, the rest is
+            // the thread's way into Python.
+            if python_calls_left > 0 && (eval.0..eval.1).contains(&address.wrapping_sub(1)) {
+                python_calls_left -= 1;
+                if python_calls_left == 0 {
+                    return (count, false, regs.sp());
+                }
             }
         }
     }
@@ -433,12 +479,61 @@ mod tests {
     /// Walks the stack from one call site, so from one stack pointer.
     #[inline(never)]
     fn walk_from_one_place(out: &mut [u64]) -> NativeWalk {
-        let walk = capture(out);
+        let walk = capture(out, None);
         std::hint::black_box(walk)
+    }
+
+    /// Walks from one call site, stopping where `stop` says.
+    #[inline(never)]
+    fn walk_stopping(out: &mut [u64], stop: Option<PythonStop>) -> NativeWalk {
+        let walk = capture(out, stop);
+        std::hint::black_box(walk)
+    }
+
+    /// The tests that rebuild the module map and walk twice run one at a
+    /// time: a rebuild between two walks makes the second a new walk.
+    static ONE_AT_A_TIME: std::sync::Mutex<()> = std::sync::Mutex::new(());
+
+    #[test]
+    fn a_walk_stops_at_the_frame_that_runs_the_outermost_python_call() {
+        let _alone = ONE_AT_A_TIME.lock().unwrap_or_else(|e| e.into_inner());
+        module_map::rebuild();
+        std::thread::spawn(|| {
+            let walk: fn(&mut [u64], Option<PythonStop>) -> NativeWalk = std::hint::black_box(walk_stopping);
+            let mut frames = [[0u64; 32]; 3];
+            let mut walks = Vec::new();
+            let mut round = 0;
+            while round < std::hint::black_box(3) {
+                // The first frame outside the test binary (which is the
+                // library) stands for the eval loop: walked whole, then
+                // stopping there, twice (the second a copy of the first).
+                let stop = (round > 0).then(|| PythonStop {
+                    eval: (frames[0][0] - 1, frames[0][0]),
+                    calls: 1,
+                });
+                walks.push(walk(&mut frames[round], stop));
+                round = std::hint::black_box(round + 1);
+            }
+            // The thread's start and its caller, at least.
+            assert!(walks[0].count >= 2, "{:?}", walks[0]);
+            assert_eq!(walks[0].stopped_sp, 0);
+            for stopped in &walks[1..] {
+                assert_eq!(stopped.count, 1);
+                assert!(!stopped.cut);
+                assert!(stopped.stopped_sp > 0);
+            }
+            assert_eq!(walks[1], walks[2]);
+            assert_eq!(frames[1][0], frames[0][0]);
+            assert_eq!(frames[2][0], frames[0][0]);
+            assert_eq!(frames[1][1..], [0; 31]);
+        })
+        .join()
+        .unwrap();
     }
 
     #[test]
     fn a_walk_from_where_the_thread_walked_before_is_copied_and_finds_the_same() {
+        let _alone = ONE_AT_A_TIME.lock().unwrap_or_else(|e| e.into_inner());
         module_map::rebuild();
         std::thread::spawn(|| {
             let mut frames = [[0u64; 32]; 2];

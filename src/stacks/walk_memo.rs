@@ -59,6 +59,9 @@ pub(crate) struct Start {
     pub(crate) generation: u64,
     /// How many frames the caller wanted.
     pub(crate) depth: usize,
+    /// The walk stops at the frame that runs the outermost of this many
+    /// Python eval-loop calls (0: it runs to the end).
+    pub(crate) python_calls: u32,
 }
 
 /// One kept walk.
@@ -73,10 +76,13 @@ struct Walk {
     cut: bool,
     /// The frames' hash ([`crate::stacks::stack_cache::hash_frames`]).
     hash: [u64; 2],
+    /// Where the walk stopped at Python: the stack pointer above its last
+    /// frame; 0 where it ran to the end or was cut.
+    stopped_sp: u64,
     checks: [Check; WALK_CHECKS],
 }
 
-/// A thread's kept walks: 280 KiB, made zeroed on the heap by a thread's
+/// A thread's kept walks: 282 KiB, made zeroed on the heap by a thread's
 /// first walk (`system::thread_box`).
 pub(crate) struct WalkMemo {
     sets: [[Walk; WAYS]; SETS],
@@ -95,8 +101,8 @@ fn set_of(sp: u64) -> usize {
 
 impl WalkMemo {
     /// The frames of a kept walk from `start` whose words hold what they
-    /// held, written into `out`: how many, whether the stack went on, and
-    /// the frames' hash.
+    /// held, written into `out`: how many, whether the stack went on, the
+    /// frames' hash, and where it stopped at Python (0: it did not).
     ///
     /// # Safety
     /// Every word a kept walk from `start.sp` checks must be readable: it is,
@@ -104,13 +110,14 @@ impl WalkMemo {
     /// stack pointer now (the walk read each word above that stack pointer
     /// in the same live stack).
     #[inline]
-    pub(crate) unsafe fn recall(&self, start: Start, out: &mut [u64]) -> Option<(usize, bool, [u64; 2])> {
+    pub(crate) unsafe fn recall(&self, start: Start, out: &mut [u64]) -> Option<(usize, bool, [u64; 2], u64)> {
         for walk in &self.sets[set_of(start.sp)] {
             let count = walk.check_count as usize;
             if count == 0
                 || walk.start.sp != start.sp
                 || walk.start.depth != start.depth
                 || walk.start.generation != start.generation
+                || walk.start.python_calls != start.python_calls
                 || (walk.uses_bp && walk.start.bp != start.bp)
             {
                 continue;
@@ -129,7 +136,7 @@ impl WalkMemo {
                 }
             }
             if differ == 0 {
-                return Some((frames, walk.cut, walk.hash));
+                return Some((frames, walk.cut, walk.hash, walk.stopped_sp));
             }
         }
         None
@@ -234,14 +241,16 @@ impl WalkRecorder<'_> {
         self.failed = true;
     }
 
-    /// The walk ended with `frames` frames of this hash: it is kept,
-    /// unless it could not be told whole.
-    pub(crate) fn finish(self, frames: usize, cut: bool, hash: [u64; 2]) {
+    /// The walk ended with `frames` frames of this hash (stopped at Python
+    /// with the stack pointer `stopped_sp`, else 0): it is kept, unless it
+    /// could not be told whole.
+    pub(crate) fn finish(self, frames: usize, cut: bool, hash: [u64; 2], stopped_sp: u64) {
         if self.failed || frames > WALK_FRAMES || self.count == 0 {
             return;
         }
         self.walk.cut = cut;
         self.walk.hash = hash;
+        self.walk.stopped_sp = stopped_sp;
         self.walk.check_count = self.count as u32;
     }
 }
@@ -261,7 +270,7 @@ mod tests {
         }
     }
 
-    fn recall(memo: &WalkMemo, start: Start, out: &mut [u64]) -> Option<(usize, bool, [u64; 2])> {
+    fn recall(memo: &WalkMemo, start: Start, out: &mut [u64]) -> Option<(usize, bool, [u64; 2], u64)> {
         // SAFETY: every test's walks check words of its own fake stack,
         // which lives through the test.
         unsafe { memo.recall(start, out) }
@@ -273,6 +282,7 @@ mod tests {
             bp,
             generation: 3,
             depth: 8,
+            python_calls: 0,
         }
     }
 
@@ -291,7 +301,7 @@ mod tests {
         recorder.frame_pointer_used();
         recorder.return_address(stack.address(6), stack.words[6]);
         recorder.last_return_address_is_a_frame();
-        recorder.finish(2, false, [5, 6]);
+        recorder.finish(2, false, [5, 6], 0);
     }
 
     #[test]
@@ -303,13 +313,13 @@ mod tests {
         let mut out = [0u64; 8];
         assert_eq!(recall(&memo, start(&stack, 9), &mut out), None);
         keep(&mut memo, &stack, 9);
-        assert_eq!(recall(&memo, start(&stack, 9), &mut out), Some((2, false, [5, 6])));
+        assert_eq!(recall(&memo, start(&stack, 9), &mut out), Some((2, false, [5, 6], 0)));
         assert_eq!(out[..2], [0x2222, 0x3333]);
         // The frame pointer the walk began with never steered it, nor did
         // the words restored over unused.
         stack.words[2] = 0xdead;
         stack.words[4] = 0xbeef;
-        assert_eq!(recall(&memo, start(&stack, 77), &mut out), Some((2, false, [5, 6])));
+        assert_eq!(recall(&memo, start(&stack, 77), &mut out), Some((2, false, [5, 6], 0)));
         // A used frame pointer's word, or any return address, differing
         // sends the walk round again.
         for index in [1, 3, 5, 6] {
@@ -326,6 +336,10 @@ mod tests {
             },
             Start {
                 depth: 16,
+                ..start(&stack, 9)
+            },
+            Start {
+                python_calls: 2,
                 ..start(&stack, 9)
             },
             Start {
@@ -347,9 +361,12 @@ mod tests {
         recorder.frame_pointer_used();
         recorder.return_address(stack.address(1), stack.words[1]);
         recorder.last_return_address_is_a_frame();
-        recorder.finish(1, true, [7, 8]);
+        recorder.finish(1, true, [7, 8], 0);
         let mut out = [0u64; 8];
-        assert_eq!(recall(&memo, start(&stack, 0x500), &mut out), Some((1, true, [7, 8])));
+        assert_eq!(
+            recall(&memo, start(&stack, 0x500), &mut out),
+            Some((1, true, [7, 8], 0))
+        );
         assert_eq!(recall(&memo, start(&stack, 0x508), &mut out), None);
     }
 
@@ -363,20 +380,21 @@ mod tests {
         let mut recorder = memo.record(start(&stack, 0));
         recorder.return_address(stack.address(1), 0);
         recorder.fail();
-        recorder.finish(1, false, [0, 0]);
+        recorder.finish(1, false, [0, 0], 0);
         assert_eq!(recall(&memo, start(&stack, 0), &mut out), None);
         let mut recorder = memo.record(start(&stack, 0));
         for index in 0..=WALK_CHECKS {
             recorder.word_read(stack.address(index), 0);
         }
-        recorder.finish(0, false, [0, 0]);
+        recorder.finish(0, false, [0, 0], 0);
         assert_eq!(recall(&memo, start(&stack, 0), &mut out), None);
     }
 
     #[test]
     fn a_memo_takes_the_memory_its_documents_say() {
-        // 128 walks of 136 checks: 280 KiB (docs/history/performance-2026-11.md says so too).
-        assert_eq!(std::mem::size_of::<WalkMemo>().div_ceil(1024), 280);
+        // 128 walks of 136 checks: 282 KiB (280 before each walk kept where
+        // it stopped at Python; docs/history/performance-2026-11.md).
+        assert_eq!(std::mem::size_of::<WalkMemo>().div_ceil(1024), 282);
     }
 
     #[test]
@@ -389,7 +407,7 @@ mod tests {
             let mut recorder = memo.record(start(&stack, 0));
             recorder.return_address(stack.address(1), value);
             recorder.last_return_address_is_a_frame();
-            recorder.finish(1, false, [value, 0]);
+            recorder.finish(1, false, [value, 0], 0);
         }
         for value in 1..=5u64 {
             stack.words[1] = value;
@@ -397,7 +415,7 @@ mod tests {
             if value == 1 {
                 assert_eq!(found, None, "the oldest made way");
             } else {
-                assert_eq!((found, out[0]), (Some((1, false, [value, 0])), value));
+                assert_eq!((found, out[0]), (Some((1, false, [value, 0], 0)), value));
             }
         }
     }

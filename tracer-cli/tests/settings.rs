@@ -226,4 +226,8 @@ fn the_library_users_build_has_no_test_knob_and_the_tests_one_has() {
         !contains(&release, b"CUDATRACE_TEST_SIGNAL"),
         "a release build reads the test signal"
     );
+    assert!(
+        !contains(&release, cudatrace_events::settings::TEST_WHOLE_WALKS.name.as_bytes()),
+        "a release build reads the whole-walks knob"
+    );
 }

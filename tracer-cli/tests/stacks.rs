@@ -489,3 +489,80 @@ fn stacks_that_share_their_headline_are_one_call_site() {
     );
     assert!(!sites.contains("\n      3.0 MiB"), "{text}");
 }
+
+/// Python allocates through a native library on the main thread, twice
+/// from two lines, and on a Python thread.
+const WAYS_INTO_PYTHON: &str = r#"import ctypes, os, threading
+deep = ctypes.CDLL(os.environ["DEEP_LIBRARY"])
+
+def make_buffers(size):
+    deep.deep_allocate(ctypes.c_size_t(size))
+
+make_buffers(1 << 20)
+make_buffers(2 << 20)
+worker = threading.Thread(target=make_buffers, args=(3 << 20,))
+worker.start()
+worker.join()
+"#;
+
+/// A frame as the report gives it: (function, file, line, module).
+type FullFrame = (String, String, u64, String);
+
+/// Each live allocation's stack, every frame with its module, by size.
+fn whole_stacks(trace: &Path) -> Vec<(u64, Vec<FullFrame>)> {
+    let (report, _) = report_json_with_stacks(trace);
+    let mut stacks: Vec<_> = report["processes"][0]["devices"][0]["live_at_exit"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|live| {
+            let frames = live["stack"]
+                .as_array()
+                .unwrap()
+                .iter()
+                .map(|f| {
+                    let text = |key: &str| f[key].as_str().unwrap_or("").to_owned();
+                    (
+                        text("function"),
+                        text("file"),
+                        f["line"].as_u64().unwrap_or(0),
+                        text("module"),
+                    )
+                })
+                .collect();
+            (live["size"].as_u64().unwrap(), frames)
+        })
+        .collect();
+    stacks.sort();
+    stacks
+}
+
+#[test]
+fn a_walk_stopped_at_python_gives_the_stack_a_whole_walk_gives() {
+    let dir = scratch_dir("ways-into-python");
+    let script = dir.join("ways.py");
+    std::fs::write(&script, WAYS_INTO_PYTHON).unwrap();
+    // The same program, its walks stopped at the outermost Python call
+    // (the frames below it walked once a thread) and walked whole.
+    let stopped = whole_stacks(&traced_deep_program("ways-stopped", &script));
+    let (mut command, trace) = run_argv("ways-whole", &[], &["python3".as_ref(), script.as_os_str()]);
+    let output = command
+        .env("DEEP_LIBRARY", fake_cuda::library_dir().join("libdeep_library.so"))
+        .env(cudatrace_events::settings::TEST_WHOLE_WALKS.name, "1")
+        .output()
+        .unwrap();
+    assert!(output.status.success(), "{}", String::from_utf8_lossy(&output.stderr));
+    let whole = whole_stacks(&trace);
+    let sizes: Vec<u64> = stopped.iter().map(|(size, _)| *size).collect();
+    assert_eq!(sizes, vec![1 << 20, 2 << 20, 3 << 20]);
+    assert_eq!(stopped, whole);
+    for (size, frames) in &stopped {
+        // Each has its Python frames and, below the outermost, the
+        // interpreter's own frames down to the thread's start.
+        let outermost = frames.iter().rposition(|f| f.3 == "python");
+        let outermost = outermost.unwrap_or_else(|| panic!("{size}: {frames:?}"));
+        assert!(frames.len() > outermost + 3, "{size}: {frames:?}");
+        let last = &frames[frames.len() - 1].0;
+        assert!(["_start", "clone3"].contains(&last.as_str()), "{size}: {frames:?}");
+    }
+}

@@ -127,7 +127,7 @@ pub const MAX_DEPTH: Variable = variable!(
     "CUDATRACE_MAX_DEPTH",
     User,
     default: "64",
-    "Deepest stack recorded, 1 to 256 frames (--max-depth)."
+    "Deepest stack walked for each event, 1 to 256 frames; in Python, the frames below the outermost Python call are walked once a thread and not counted (--max-depth)."
 );
 /// The trace's size cap.
 pub const MAX_SIZE: Variable = variable!(
@@ -284,6 +284,17 @@ pub const TEST_SIGNAL_WHILE_OPENING: Variable = variable!(
     "For the library's own tests: a signal number raised while the spool is made."
 );
 
+/// Not a setting, and not in [`ALL`]: `1` makes every native walk run to
+/// the stack's end, as before walks stopped at the outermost Python call,
+/// so that a test can compare the two. Read only by a library built with
+/// its `testing` feature.
+pub const TEST_WHOLE_WALKS: Variable = variable!(
+    "CUDATRACE_TEST_WHOLE_WALKS",
+    Tests,
+    default: "off",
+    "For the library's own tests: `1` walks every native stack to its end."
+);
+
 /// [`COLLECTOR`]'s value under `cudatrace run`.
 pub const COLLECTOR_RUN: &str = "run";
 /// [`COLLECTOR`]'s value in a plain `LD_PRELOAD` tree whose first writer
@@ -431,10 +442,11 @@ mod tests {
         names.sort_unstable();
         names.dedup();
         assert_eq!(names.len(), ALL.len());
-        for variable in ALL.iter().chain([&TEST_SIGNAL_WHILE_OPENING]) {
+        for variable in ALL.iter().chain([&TEST_SIGNAL_WHILE_OPENING, &TEST_WHOLE_WALKS]) {
             assert_eq!(variable.c_name.to_str(), Ok(variable.name));
         }
         assert!(!ALL.iter().any(|v| v.name == TEST_SIGNAL_WHILE_OPENING.name));
+        assert!(!ALL.iter().any(|v| v.name == TEST_WHOLE_WALKS.name));
     }
 
     #[test]

@@ -156,8 +156,9 @@ pub struct RunArgs {
     /// Which call stacks each event carries [default: $CUDATRACE_STACKS, else all].
     #[arg(long, value_enum, value_name = "WHICH")]
     pub stacks: Option<Stacks>,
-    /// Deepest stack recorded, in frames (at most 256) [default:
-    /// $CUDATRACE_MAX_DEPTH, else 64].
+    /// Deepest stack walked for each event, in frames (at most 256); in
+    /// Python, the frames below the outermost Python call are walked once
+    /// a thread and not counted [default: $CUDATRACE_MAX_DEPTH, else 64].
     #[arg(long, value_name = "N", value_parser = clap::value_parser!(u32).range(1..=256))]
     pub max_depth: Option<u32>,
     /// Record PyTorch's tensors (the actions of its CUDA caching
