@@ -57,7 +57,7 @@ pub fn command(args: SnapshotArgs) -> Result<u8, Failure> {
         if let Some(detail_from_ns) = cut {
             say(&folded_span(&index, &mut window, detail_from_ns));
         }
-        let passes = torch_snapshot::passes(&index, &group, max_events);
+        let passes = torch_snapshot::passes(&index, &group);
         let progress = Progress::new("snapshot", index.events * passes);
         let targets = group.iter().map(|&p| (p, names[&p].clone())).collect();
         made.push(

@@ -2,11 +2,12 @@
 //! segments, how many entries each process has in the window, and the
 //! entries themselves, pickled as they come.
 
+use super::entry_ring::{EntryRing, RingEntry};
 use super::fragment::{Fragment, Memo};
 use super::process_snapshot::{LeftOut, ProcessSnapshot};
 use super::viewer_state::{Entry, Segment, ViewerState};
 use cudatrace_analysis::Progress;
-use cudatrace_analysis::{Change, Consumer, Replay, Step, TraceIndex, Window};
+use cudatrace_analysis::{Change, Consumer, Replay, Step, TraceIndex};
 use cudatrace_events::tensors::{self, Action};
 use cudatrace_events::{Event, Kind, Op};
 use std::collections::{BTreeMap, HashMap, HashSet};
@@ -70,43 +71,6 @@ pub(super) fn claim_torch_segments(
         .only(selected)
         .events_only()
         .run(&mut claim);
-}
-
-/// The entries each selected process would write in the window, per device.
-pub(super) fn count_entries(
-    index: &TraceIndex,
-    selected: &[usize],
-    window: Window,
-    snapshots: &[Option<ProcessSnapshot>],
-    progress: &Progress,
-) -> Vec<(usize, BTreeMap<u8, u64>)> {
-    let mut states: HashMap<usize, (ViewerState, BTreeMap<u8, u64>)> = HashMap::new();
-    let mut entries = Vec::new();
-    let mut count = |step: &Step| {
-        let Some(snapshot) = &snapshots[step.process] else {
-            return;
-        };
-        let (state, counted) = states.entry(step.process).or_default();
-        entries.clear();
-        entries_of(
-            step.event,
-            step.changes,
-            &snapshot.claimed,
-            state,
-            &mut entries,
-            &mut LeftOut::default(),
-        );
-        if !step.before_window {
-            for &(device, _) in entries.iter() {
-                *counted.entry(device).or_default() += 1;
-            }
-        }
-    };
-    let Ok(_) = Replay::new(index, progress)
-        .window(window)
-        .only(selected)
-        .run(&mut count);
-    states.into_iter().map(|(p, (_, n))| (p, n)).collect()
 }
 
 /// The entries `changes` (made by `event`) lead to, through `state`.
@@ -185,7 +149,7 @@ pub(super) fn entries_of(
             } => {
                 if let Some(device) = event.device {
                     let entry = Entry {
-                        action: "oom",
+                        action: Action::Oom,
                         address: 0,
                         size: *requested,
                         stream: event.stream,
@@ -214,8 +178,8 @@ pub(super) struct EntryWriter<'a> {
     pub(super) folder: &'a Path,
     pub(super) memo: &'a mut Memo,
     pub(super) entries: Vec<(u8, Entry)>,
-    /// Per device of the current event: whether its entries are left out.
-    pub(super) decisions: Vec<(u8, bool)>,
+    /// The devices the current event's entries were for so far.
+    pub(super) devices_seen: Vec<u8>,
 }
 
 impl Consumer for EntryWriter<'_> {
@@ -244,36 +208,57 @@ impl Consumer for EntryWriter<'_> {
             snapshot.left_out.before_window += entries.len() as u64;
             return Ok(());
         }
-        // An event's entries on one device are kept or left out together.
-        let decisions = &mut self.decisions;
-        decisions.clear();
+        // With a limit, each device's newest entries are kept in its ring,
+        // an event's entries on a device together; the rest are pickled now.
+        let devices_seen = &mut self.devices_seen;
+        devices_seen.clear();
         for &(device, entry) in entries.iter() {
-            let skip = match decisions.iter().find(|&&(d, _)| d == device) {
-                Some(&(_, skip)) => skip,
-                None => {
-                    let skip = match snapshot.to_skip.get_mut(&device) {
-                        Some(left) if *left > 0 => {
-                            let on_device = entries.iter().filter(|&&(d, _)| d == device).count() as u64;
-                            *left = left.saturating_sub(on_device);
-                            true
-                        }
-                        _ => false,
-                    };
-                    decisions.push((device, skip));
-                    skip
-                }
-            };
-            if skip {
-                snapshot.left_out.over_max_events += 1;
+            let starts_event = !devices_seen.contains(&device);
+            if starts_event {
+                devices_seen.push(device);
+            }
+            if let Some(max) = snapshot.left_out.max_events {
+                let ring = snapshot.rings.entry(device).or_insert_with(|| EntryRing::new(max));
+                ring.push(RingEntry { entry, starts_event }, self.folder)?;
                 continue;
             }
-            let fragment = match snapshot.devices.entry(device) {
-                std::collections::btree_map::Entry::Occupied(slot) => slot.into_mut(),
-                std::collections::btree_map::Entry::Vacant(slot) => slot.insert(Fragment::create(self.folder)?),
-            };
+            let fragment = fragment_of(&mut snapshot.devices, device, self.folder)?;
             fragment.write_entry(self.index, step.info, &entry, self.memo)?;
             snapshot.entries_written += 1;
         }
         Ok(())
     }
+}
+
+/// The fragment of `device`, made in `folder` with its first entry.
+pub(super) fn fragment_of<'a>(
+    devices: &'a mut BTreeMap<u8, Fragment>,
+    device: u8,
+    folder: &Path,
+) -> io::Result<&'a mut Fragment> {
+    Ok(match devices.entry(device) {
+        std::collections::btree_map::Entry::Occupied(slot) => slot.into_mut(),
+        std::collections::btree_map::Entry::Vacant(slot) => slot.insert(Fragment::create(folder)?),
+    })
+}
+
+/// Pickles what each device's ring kept, oldest first, after the replay.
+pub(super) fn write_kept_entries(
+    index: &TraceIndex,
+    snapshot: &mut ProcessSnapshot,
+    folder: &Path,
+    memo: &mut Memo,
+) -> io::Result<()> {
+    let info = &index.processes[snapshot.process];
+    for (device, ring) in std::mem::take(&mut snapshot.rings) {
+        let mut written = 0;
+        let devices = &mut snapshot.devices;
+        let left_out = ring.drain(|entry| {
+            written += 1;
+            fragment_of(devices, device, folder)?.write_entry(index, info, entry, memo)
+        })?;
+        snapshot.entries_written += written;
+        snapshot.left_out.over_max_events += left_out;
+    }
+    Ok(())
 }

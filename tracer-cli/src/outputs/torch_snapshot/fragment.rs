@@ -4,6 +4,7 @@
 use super::viewer_state::Entry;
 use crate::outputs::pickle::Pickler;
 use cudatrace_analysis::{Frame, ProcessIndex, TraceIndex};
+use cudatrace_events::tensors::Action;
 use std::collections::HashMap;
 use std::fs::File;
 use std::io::{self, BufWriter, Seek, Write};
@@ -48,8 +49,8 @@ impl Fragment {
     ) -> io::Result<()> {
         self.pickler.item()?;
         self.pickler.begin_dict()?;
-        self.key_str("action", entry.action, memo)?;
-        if entry.action == "oom" {
+        self.key_str("action", entry.action.name(), memo)?;
+        if entry.action == Action::Oom {
             self.key(memo, "device_free", |p| p.uint(entry.device_free))?;
         } else {
             self.key(memo, "addr", |p| p.uint(entry.address))?;

@@ -15,6 +15,7 @@
 //! inside a segment at every step.
 
 mod entries;
+mod entry_ring;
 mod fragment;
 mod process_snapshot;
 mod snapshot_file;

@@ -1,6 +1,7 @@
 //! One process's snapshot while it is made, and what the format has no
 //! place for.
 
+use super::entry_ring::EntryRing;
 use super::fragment::Fragment;
 use super::viewer_state::ViewerState;
 use cudatrace_analysis::ProcessMemory;
@@ -38,9 +39,9 @@ pub struct ProcessSnapshot {
     /// the snapshot is put together.
     pub(super) devices: BTreeMap<u8, Fragment>,
     pub(super) left_out: LeftOut,
-    /// Per device: entries still to skip to keep its newest `--max-events`
-    /// (from the counting pass).
-    pub(super) to_skip: BTreeMap<u8, u64>,
+    /// Per device, with `--max-events`: its newest entries, pickled after
+    /// the replay.
+    pub(super) rings: BTreeMap<u8, EntryRing>,
     pub(super) entries_written: u64,
     /// The highest device any entry was for, written or not.
     pub(super) highest_device: Option<u8>,

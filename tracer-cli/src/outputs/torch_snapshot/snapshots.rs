@@ -1,6 +1,6 @@
 //! [`make`]: one replay of the trace into a snapshot per process.
 
-use super::entries::{claim_torch_segments, count_entries, EntryWriter};
+use super::entries::{claim_torch_segments, write_kept_entries, EntryWriter};
 use super::fragment::Memo;
 use super::process_snapshot::{LeftOut, ProcessSnapshot};
 use super::viewer_state::ViewerState;
@@ -17,9 +17,9 @@ fn claims_segments(index: &TraceIndex, processes: &[usize]) -> bool {
 }
 
 /// How many times [`make`] reads the trace's events for `processes`: the
-/// claim of PyTorch's segments, the count for `max_events`, the entries.
-pub fn passes(index: &TraceIndex, processes: &[usize], max_events: Option<u64>) -> u64 {
-    1 + u64::from(max_events.is_some()) + u64::from(claims_segments(index, processes))
+/// claim of PyTorch's segments, the entries.
+pub fn passes(index: &TraceIndex, processes: &[usize]) -> u64 {
+    1 + u64::from(claims_segments(index, processes))
 }
 
 /// Snapshots made, each still to be put together into its file.
@@ -61,7 +61,7 @@ pub fn make(
                 max_events,
                 ..LeftOut::default()
             },
-            to_skip: BTreeMap::new(),
+            rings: BTreeMap::new(),
             entries_written: 0,
             highest_device: None,
             claimed: HashSet::new(),
@@ -69,18 +69,6 @@ pub fn make(
     }
     if claims_segments(index, &selected) {
         claim_torch_segments(index, &selected, &mut snapshots, progress);
-        progress.next_pass("snapshot");
-    }
-    if let Some(max) = max_events {
-        for (process, devices) in count_entries(index, &selected, window, &snapshots, progress) {
-            if let Some(snapshot) = &mut snapshots[process] {
-                snapshot.to_skip = devices
-                    .into_iter()
-                    .map(|(device, entries)| (device, entries.saturating_sub(max)))
-                    .filter(|&(_, skip)| skip > 0)
-                    .collect();
-            }
-        }
         progress.next_pass("snapshot");
     }
     let mut memo = Memo {
@@ -93,13 +81,16 @@ pub fn make(
         folder,
         memo: &mut memo,
         entries: Vec::new(),
-        decisions: Vec::new(),
+        devices_seen: Vec::new(),
     };
     let replayed = Replay::new(index, progress)
         .window(window)
         .only(&selected)
         .run(&mut writer)?;
     let mut pickles: Vec<ProcessSnapshot> = snapshots.into_iter().flatten().collect();
+    for snapshot in &mut pickles {
+        write_kept_entries(index, snapshot, folder, &mut memo)?;
+    }
     let mut memories = replayed.memories;
     for snapshot in &mut pickles {
         snapshot.memory = std::mem::take(&mut memories[snapshot.process]);

@@ -13,7 +13,7 @@ pub(super) const SMALL_SEGMENT_LIMIT: u64 = 1 << 20;
 /// One trace entry, before it is pickled.
 #[derive(Clone, Copy, Debug)]
 pub(super) struct Entry {
-    pub(super) action: &'static str,
+    pub(super) action: Action,
     pub(super) address: u64,
     pub(super) size: u64,
     pub(super) stream: u64,
@@ -69,7 +69,11 @@ impl ViewerState {
             self.remove(start, time_ns, stack, out);
         }
         let entry = Entry {
-            action: if segment.mapped { "segment_map" } else { "segment_alloc" },
+            action: if segment.mapped {
+                Action::SegmentMap
+            } else {
+                Action::SegmentAlloc
+            },
             address,
             size: segment.size,
             stream: segment.stream,
@@ -84,7 +88,7 @@ impl ViewerState {
             out.push((
                 segment.device,
                 Entry {
-                    action: "alloc",
+                    action: Action::Alloc,
                     ..entry
                 },
             ));
@@ -102,7 +106,7 @@ impl ViewerState {
     /// outside PyTorch's segments (which the viewer cannot place).
     pub(super) fn tensor(&mut self, event: &Event, action: Action, out: &mut Vec<(u8, Entry)>) -> bool {
         let entry = Entry {
-            action: action.name(),
+            action,
             address: event.address,
             size: event.size,
             stream: event.stream,
@@ -133,14 +137,14 @@ impl ViewerState {
                     out.push((
                         device,
                         Entry {
-                            action: "free_requested",
+                            action: Action::FreeRequested,
                             ..free
                         },
                     ));
                     out.push((
                         device,
                         Entry {
-                            action: "free_completed",
+                            action: Action::FreeCompleted,
                             ..free
                         },
                     ));
@@ -168,7 +172,7 @@ impl ViewerState {
                     out.push((
                         device,
                         Entry {
-                            action: "free_requested",
+                            action: Action::FreeRequested,
                             ..entry
                         },
                     ));
@@ -201,7 +205,7 @@ impl ViewerState {
             return;
         };
         let entry = Entry {
-            action: "free_requested",
+            action: Action::FreeRequested,
             address,
             size: segment.size,
             stream: segment.stream,
@@ -224,7 +228,7 @@ impl ViewerState {
                 out.push((
                     segment.device,
                     Entry {
-                        action: "free_completed",
+                        action: Action::FreeCompleted,
                         ..free
                     },
                 ));
@@ -234,15 +238,15 @@ impl ViewerState {
             out.push((
                 segment.device,
                 Entry {
-                    action: "free_completed",
+                    action: Action::FreeCompleted,
                     ..entry
                 },
             ));
         }
         let action = if segment.mapped {
-            "segment_unmap"
+            Action::SegmentUnmap
         } else {
-            "segment_free"
+            Action::SegmentFree
         };
         out.push((segment.device, Entry { action, ..entry }));
     }
