@@ -19,6 +19,7 @@
 //! The window (`--from`/`--to`) and `--max-events` choose what is drawn;
 //! memory stays proportional to the allocations live at once.
 
+mod counter_names;
 pub mod lanes;
 pub mod owner_tracks;
 mod scene;

@@ -4,16 +4,18 @@
 //! and kernels, streams and events, executable graphs), the process's own readings of the device, and NVML's
 //! per-process figure, the reference the report explains.
 
+use super::counter_names::CounterNames;
 use crate::wording::category_name;
 use cudatrace_analysis::Category;
-use cudatrace_analysis::{Change, DeviceFootprint, FootprintTracker, ProcessIndex, TraceIndex, Window};
+use cudatrace_analysis::{Change, DeviceFootprint, DeviceKey, FootprintTracker, ProcessIndex, TraceIndex, Window};
 use cudatrace_events::{Event, Op};
 use std::collections::HashMap;
+use std::rc::Rc;
 
 /// One counter value to write: track name, time (ns) and bytes.
 pub struct Counter {
     /// Track name.
-    pub name: String,
+    pub name: Rc<str>,
     /// `CLOCK_MONOTONIC` ns.
     pub time_ns: u64,
     /// Bytes.
@@ -26,6 +28,7 @@ pub struct OwnerTracks {
     driver_costs: HashMap<(u8, &'static str), u64>,
     pools: HashMap<(u8, u64), u64>,
     footprint: FootprintTracker,
+    names: CounterNames,
 }
 
 fn device_name(device: u8) -> String {
@@ -39,6 +42,7 @@ impl OwnerTracks {
             driver_costs: HashMap::new(),
             pools: HashMap::new(),
             footprint: FootprintTracker::new(index, info),
+            names: CounterNames::default(),
         }
     }
 
@@ -61,7 +65,7 @@ impl OwnerTracks {
             };
             if let Some((owner, bytes)) = self.footprint.owner_live(device, a.stack) {
                 counters.push(Counter {
-                    name: format!("{} owner: {owner}", device_name(device)),
+                    name: self.names.owner(device, &owner),
                     time_ns: event.time_ns,
                     bytes,
                 });
@@ -70,9 +74,11 @@ impl OwnerTracks {
         let Some(device) = event.device.filter(|_| event.op.is_measurement()) else {
             return counters;
         };
-        let named = |what: &str, bytes: u64| Counter {
-            name: format!("{} {what}", device_name(device)),
-            time_ns: event.time_ns,
+        let names = &mut self.names;
+        let time_ns = event.time_ns;
+        let mut named = |what: &'static str, bytes: u64| Counter {
+            name: names.device(DeviceKey::Gpu(device), what),
+            time_ns,
             bytes,
         };
         match event.op {
@@ -121,7 +127,7 @@ impl OwnerTracks {
             let bytes = footprint.at_exit.as_ref().map_or(0, |b| b.context);
             if let Some(context) = context.filter(|c| window.contains(c.time_ns)) {
                 counters.push(Counter {
-                    name: format!("{} context", device_name(device)),
+                    name: format!("{} context", device_name(device)).into(),
                     time_ns: context.time_ns,
                     bytes,
                 });
@@ -135,7 +141,7 @@ impl OwnerTracks {
                     .iter()
                     .filter(|s| s.pid == info.start.pid && s.uuid == uuid && window.contains(s.time_ns))
                     .map(|s| Counter {
-                        name: format!("{} driver-used (NVML)", device_name(device)),
+                        name: format!("{} driver-used (NVML)", device_name(device)).into(),
                         time_ns: s.time_ns,
                         bytes: s.used_bytes,
                     }),

@@ -1,8 +1,9 @@
 //! The scene's parts and the replay that draws them on a [`Canvas`].
 
+use super::counter_names::CounterNames;
 use super::lanes::{Lane, Lanes, Place};
 use super::owner_tracks::{Counter, OwnerTracks};
-use crate::wording::{bytes, device_label};
+use crate::wording::bytes;
 use cudatrace_analysis::Progress;
 use cudatrace_analysis::UnreadBlock;
 use cudatrace_analysis::{
@@ -245,6 +246,7 @@ pub fn draw(
             .collect(),
         skip,
         last_ns: index.start_ns(),
+        counter_names: CounterNames::default(),
     };
     scene.canvas.begin()?;
     scene.processes()?;
@@ -299,6 +301,7 @@ struct Scene<'a, 'c, C: Canvas> {
     skip: u64,
     /// The latest event time drawn.
     last_ns: u64,
+    counter_names: CounterNames,
 }
 
 impl<'a, C: Canvas> Scene<'a, '_, C> {
@@ -371,7 +374,7 @@ impl<'a, C: Canvas> Scene<'a, '_, C> {
         let process = self.process(number);
         for (what, bytes) in figures {
             let counter = Counter {
-                name: format!("{} {what}", device_label(device)),
+                name: self.counter_names.device(device, what),
                 time_ns: event.time_ns,
                 bytes,
             };
@@ -395,7 +398,7 @@ impl<'a, C: Canvas> Scene<'a, '_, C> {
             counted = Some(device);
             if let Some(stats) = self.tracks[number].summary.devices.get(&device) {
                 let counter = Counter {
-                    name: format!("{} live bytes", device_label(device)),
+                    name: self.counter_names.device(device, "live bytes"),
                     time_ns,
                     bytes: stats.current,
                 };
