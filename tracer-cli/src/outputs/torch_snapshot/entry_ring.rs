@@ -161,7 +161,11 @@ mod tests {
     fn entry(n: u64, starts_event: bool) -> RingEntry {
         RingEntry {
             entry: Entry {
-                action: if n % 3 == 0 { Action::Oom } else { Action::FreeCompleted },
+                action: if n.is_multiple_of(3) {
+                    Action::Oom
+                } else {
+                    Action::FreeCompleted
+                },
                 address: n,
                 size: n * 2,
                 stream: n * 3,
@@ -181,7 +185,7 @@ mod tests {
                     let n = e.address;
                     (n * 2, n * 3, n as u32 + 7, n * 5, n * 11)
                 });
-                let oom = e.address % 3 == 0;
+                let oom = e.address.is_multiple_of(3);
                 assert_eq!(e.action, if oom { Action::Oom } else { Action::FreeCompleted });
                 seen.push(e.address);
                 Ok(())
@@ -212,7 +216,7 @@ mod tests {
         // Events of two entries: (0, 1), (2, 3), ... (8, 9); the newest five
         // entries are 5..=9, and 5 belongs to the event that began at 4.
         for n in 0..10 {
-            ring.push(entry(n, n % 2 == 0), &folder).unwrap();
+            ring.push(entry(n, n.is_multiple_of(2)), &folder).unwrap();
         }
         assert_eq!(drained(ring), (vec![6, 7, 8, 9], 6));
     }
