@@ -10,7 +10,8 @@ use cudatrace_analysis::{
     call_sites, footprint_reading_times, site_key, Boundaries, ByStack, Change, Consumer, DeviceKey, PerProcess,
     ProcessIndex, Step, Summary, TraceIndex,
 };
-use std::collections::{BTreeMap, HashMap};
+use foldhash::HashMap;
+use std::collections::BTreeMap;
 
 /// Every chart of the page, per process (in the order of
 /// [`TraceIndex::processes`]).
@@ -145,14 +146,14 @@ impl<'a> ChartsFilling<'a> {
 /// of `at_peak`, then "other call sites".
 fn site_chart(index: &TraceIndex, info: &ProcessIndex, at_peak: &ByStack, tally: ChartTally<()>) -> Chart {
     let mut names = Vec::new();
-    let mut of_site = HashMap::new();
+    let mut of_site = HashMap::default();
     for site in call_sites(index, info, at_peak).iter().take(SERIES) {
         of_site.insert(site.key.clone(), names.len());
         names.push(site.name.clone());
     }
     names.push("other call sites".to_string());
     let other = names.len() - 1;
-    let mut series_of_stack = HashMap::new();
+    let mut series_of_stack = HashMap::default();
     let series_of = |part: Part| match part {
         Part::Stack(stack) => *series_of_stack
             .entry(stack)

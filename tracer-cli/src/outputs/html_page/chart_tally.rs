@@ -21,7 +21,7 @@
 //! that recording each moment into known series would give.
 
 use super::chart::{Bin, Chart, TimeAxis};
-use std::collections::HashMap;
+use foldhash::HashMap;
 
 /// What a change in bytes belongs to.
 #[derive(Clone, Copy, Debug, Hash, PartialEq, Eq)]
@@ -106,8 +106,8 @@ impl<Late: Copy + PartialEq> ChartTally<Late> {
                 late: self.late,
                 // The first moment recorded is the highest so far.
                 top: self.measured,
-                to_top: HashMap::new(),
-                since_top: HashMap::new(),
+                to_top: HashMap::default(),
+                since_top: HashMap::default(),
             });
         }
         self.stretches.last_mut().expect("one is there now")

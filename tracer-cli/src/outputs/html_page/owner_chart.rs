@@ -15,7 +15,8 @@ use super::chart_tally::{ChartTally, Part};
 use crate::wording::category_chart_name;
 use cudatrace_analysis::{owner_of, Category, Change, DeviceFootprint, ProcessIndex, TraceIndex};
 use cudatrace_events::{Api, Event, Op};
-use std::collections::{BTreeMap, HashMap};
+use foldhash::HashMap;
+use std::collections::BTreeMap;
 
 // The categories, drawn above the owners in the order of Category::ALL,
 // by their place in it.
@@ -179,7 +180,7 @@ impl OwnerTally {
         names.push("other owners".into());
         let first_category = names.len();
         names.extend(Category::ALL.map(|c| category_chart_name(c).to_string()));
-        let mut series_of_stack = HashMap::new();
+        let mut series_of_stack = HashMap::default();
         let series_of = |part: Part| match part {
             Part::Category(category) => first_category + category,
             Part::Stack(stack) => *series_of_stack.entry(stack).or_insert_with(|| {
