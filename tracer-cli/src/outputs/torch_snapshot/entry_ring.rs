@@ -33,8 +33,8 @@ pub(super) struct EntryRing {
     /// Chunks the file holds: enough for `capacity` entries besides the
     /// chunk in memory.
     slots: u64,
-    /// The chunk being filled.
-    filling: Vec<RingEntry>,
+    /// The chunk being filled, encoded as in the file.
+    filling: Vec<u8>,
     /// Full chunks written so far; chunk `k` lies in slot `k % slots`.
     full_chunks: u64,
     file: Option<File>,
@@ -57,22 +57,18 @@ impl EntryRing {
     /// in `folder`.
     pub(super) fn push(&mut self, entry: RingEntry, folder: &Path) -> io::Result<()> {
         if self.filling.capacity() == 0 {
-            self.filling.reserve_exact(CHUNK);
+            self.filling.reserve_exact(CHUNK * ENTRY_BYTES);
         }
-        self.filling.push(entry);
-        if self.filling.len() < CHUNK {
+        self.filling.extend_from_slice(&encode(&entry));
+        if self.filling.len() < CHUNK * ENTRY_BYTES {
             return Ok(());
         }
         let file = match &mut self.file {
             Some(file) => file,
             None => self.file.insert(anonymous_file(folder)?),
         };
-        let mut bytes = Vec::with_capacity(CHUNK * ENTRY_BYTES);
-        for item in &self.filling {
-            encode(item, &mut bytes);
-        }
         let slot = self.full_chunks % self.slots;
-        file.write_all_at(&bytes, slot * (CHUNK * ENTRY_BYTES) as u64)?;
+        file.write_all_at(&self.filling, slot * (CHUNK * ENTRY_BYTES) as u64)?;
         self.full_chunks += 1;
         self.filling.clear();
         Ok(())
@@ -80,7 +76,7 @@ impl EntryRing {
 
     /// Entries pushed so far.
     pub(super) fn pushed(&self) -> u64 {
-        self.full_chunks * CHUNK as u64 + self.filling.len() as u64
+        self.full_chunks * CHUNK as u64 + (self.filling.len() / ENTRY_BYTES) as u64
     }
 
     /// The newest entries kept, oldest first, each to `take`: the newest
@@ -113,28 +109,30 @@ impl EntryRing {
             position = (chunk + 1) * CHUNK as u64;
         }
         let from = (position - in_file) as usize;
-        for item in &self.filling[from..] {
-            offer(item)?;
+        for bytes in self.filling.chunks_exact(ENTRY_BYTES).skip(from) {
+            offer(&decode(bytes))?;
         }
         Ok(pushed - kept)
     }
 }
 
-fn encode(item: &RingEntry, out: &mut Vec<u8>) {
+fn encode(item: &RingEntry) -> [u8; ENTRY_BYTES] {
     let entry = &item.entry;
-    out.push(entry.action as u8);
-    out.push(u8::from(item.starts_event));
-    out.extend_from_slice(&[0, 0]);
-    out.extend_from_slice(&entry.stack.to_le_bytes());
-    for word in [
+    let mut out = [0u8; ENTRY_BYTES];
+    out[0] = entry.action as u8;
+    out[1] = u8::from(item.starts_event);
+    out[4..8].copy_from_slice(&entry.stack.to_le_bytes());
+    let words = [
         entry.address,
         entry.size,
         entry.stream,
         entry.time_ns,
         entry.device_free,
-    ] {
-        out.extend_from_slice(&word.to_le_bytes());
+    ];
+    for (at, word) in words.into_iter().enumerate() {
+        out[8 + at * 8..16 + at * 8].copy_from_slice(&word.to_le_bytes());
     }
+    out
 }
 
 fn decode(bytes: &[u8]) -> RingEntry {
