@@ -1,6 +1,6 @@
 //! Commands that replay a trace's processes in parallel, one group of
-//! processes a core (report, diff, html), write exactly what one replay on
-//! one core writes.
+//! processes a core (report, diff, html, snapshot), write exactly what one
+//! replay on one core writes.
 
 mod common;
 
@@ -68,4 +68,27 @@ fn a_trace_of_several_processes_reads_the_same_on_every_core_as_on_one() {
     let page = read(&page);
     assert!(page.len() > 100_000, "{} bytes", page.len());
     assert!(page == read(&pinned_page), "the pages differ");
+
+    // Each process's pickle, with each device's newest entries (the
+    // default) and with every one.
+    for (name, limit) in [("newest", None), ("all", Some("all"))] {
+        let (spread_stem, pinned_stem) = (dir.join(format!("spread-{name}")), dir.join(format!("pinned-{name}")));
+        for (stem, pinned) in [(&spread_stem, false), (&pinned_stem, true)] {
+            let mut args = vec!["snapshot", trace, "-o", stem.to_str().unwrap()];
+            args.extend(limit.map(|limit| ["--max-events", limit]).into_iter().flatten());
+            run(&args, pinned);
+        }
+        let pickles: Vec<_> = std::fs::read_dir(&dir)
+            .unwrap()
+            .map(|entry| entry.unwrap().file_name().into_string().unwrap())
+            .filter(|file| file.starts_with(&format!("spread-{name}.")))
+            .collect();
+        assert_eq!(pickles.len(), 5, "{pickles:?}");
+        for file in pickles {
+            let spread = read(&dir.join(&file));
+            assert!(spread.len() > 100_000, "{file}: {} bytes", spread.len());
+            let pinned = read(&dir.join(file.replacen("spread", "pinned", 1)));
+            assert!(spread == pinned, "{file} differs from the pinned replay's");
+        }
+    }
 }

@@ -220,14 +220,11 @@ fn write_pickles(
     private: bool,
     default_limit: Option<u64>,
 ) -> Result<u8, Failure> {
-    let torch_snapshot::Snapshots {
-        pickles,
-        mut memo,
-        stream_errors,
-    } = made;
+    let torch_snapshot::Snapshots { pickles, stream_errors } = made;
     let (mut written_paths, mut failures) = (Vec::new(), Vec::new());
-    for snapshot in pickles {
+    for mut snapshot in pickles {
         let path = snapshot.path().to_owned();
+        let mut memo = snapshot.take_memo();
         let over_limit = snapshot.over_max_events();
         let mut output = match OutputFile::create(&path, private, true) {
             Ok(output) => output,

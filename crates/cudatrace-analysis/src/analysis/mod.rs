@@ -65,6 +65,7 @@ pub use limit_verdict::{limit_verdicts, LimitOutcome, LimitVerdict, ProcessEndin
 pub use merge_summary::MergeSummary;
 pub use moment::Moment;
 pub use owner::owner_of;
+pub use parallel_summary::process_groups;
 pub use paused_spans::{paused_spans, PAUSED_SITE};
 pub use process_image::ProcessImage;
 pub use ranges::cut_range;

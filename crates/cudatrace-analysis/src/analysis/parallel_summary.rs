@@ -132,7 +132,7 @@ pub(super) fn replay_per_process<C: PerProcess>(
 /// The processes shared out into at most `cores` groups of about equal
 /// blocks of events, largest first, each to the group with the fewest so
 /// far; one group (every process) when fewer than two have events.
-fn process_groups(index: &TraceIndex, cores: usize) -> Vec<Vec<usize>> {
+pub fn process_groups(index: &TraceIndex, cores: usize) -> Vec<Vec<usize>> {
     let blocks = |process: usize| index.processes[process].blocks.len();
     let busy = (0..index.processes.len()).filter(|&p| blocks(p) > 0).count();
     let count = cores.min(busy);

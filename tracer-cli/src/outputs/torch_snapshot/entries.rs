@@ -3,7 +3,7 @@
 //! entries themselves, pickled as they come.
 
 use super::entry_ring::{EntryRing, RingEntry};
-use super::fragment::{Fragment, Memo};
+use super::fragment::Fragment;
 use super::process_snapshot::{LeftOut, ProcessSnapshot};
 use super::viewer_state::{Entry, Segment, ViewerState};
 use cudatrace_analysis::Progress;
@@ -176,7 +176,6 @@ pub(super) struct EntryWriter<'a> {
     pub(super) index: &'a TraceIndex,
     pub(super) snapshots: &'a mut [Option<ProcessSnapshot>],
     pub(super) folder: &'a Path,
-    pub(super) memo: &'a mut Memo,
     pub(super) entries: Vec<(u8, Entry)>,
     /// The devices the current event's entries were for so far.
     pub(super) devices_seen: Vec<u8>,
@@ -223,7 +222,7 @@ impl Consumer for EntryWriter<'_> {
                 continue;
             }
             let fragment = fragment_of(&mut snapshot.devices, device, self.folder)?;
-            fragment.write_entry(self.index, step.info, &entry, self.memo)?;
+            fragment.write_entry(self.index, step.info, &entry, &mut snapshot.memo)?;
             snapshot.entries_written += 1;
         }
         Ok(())
@@ -243,16 +242,11 @@ pub(super) fn fragment_of<'a>(
 }
 
 /// Pickles what each device's ring kept, oldest first, after the replay.
-pub(super) fn write_kept_entries(
-    index: &TraceIndex,
-    snapshot: &mut ProcessSnapshot,
-    folder: &Path,
-    memo: &mut Memo,
-) -> io::Result<()> {
+pub(super) fn write_kept_entries(index: &TraceIndex, snapshot: &mut ProcessSnapshot, folder: &Path) -> io::Result<()> {
     let info = &index.processes[snapshot.process];
     for (device, ring) in std::mem::take(&mut snapshot.rings) {
         let mut written = 0;
-        let devices = &mut snapshot.devices;
+        let (devices, memo) = (&mut snapshot.devices, &mut snapshot.memo);
         let left_out = ring.drain(|entry| {
             written += 1;
             fragment_of(devices, device, folder)?.write_entry(index, info, entry, memo)

@@ -18,13 +18,12 @@ pub(super) struct Fragment {
     pub(super) frames: HashMap<u32, u32>,
 }
 
-/// Memo indices handed out across a snapshot and its fragments.
+/// Memo indices handed out across a process's pickle and its fragments.
+#[derive(Default)]
 pub struct Memo {
     pub(super) next: u32,
-    /// Frame lists memoized by any fragment (all precede the segments), by
-    /// process image and stack: each process's pickle is a file of its own,
-    /// whose memo holds only what its own fragments put there, and stack
-    /// ids are numbered per process.
+    /// Frame lists memoized by any of the process's fragments (all precede
+    /// the segments), by process image and stack.
     pub(super) frames: HashMap<(u32, u32), u32>,
 }
 

@@ -2,7 +2,7 @@
 //! place for.
 
 use super::entry_ring::EntryRing;
-use super::fragment::Fragment;
+use super::fragment::{Fragment, Memo};
 use super::viewer_state::ViewerState;
 use cudatrace_analysis::ProcessMemory;
 use std::collections::{BTreeMap, HashSet};
@@ -47,12 +47,20 @@ pub struct ProcessSnapshot {
     pub(super) highest_device: Option<u8>,
     /// Sequence numbers of the driver events that made PyTorch's segments.
     pub(super) claimed: HashSet<u64>,
+    /// The memo indices its pickle hands out: its own, so that its bytes
+    /// do not depend on which processes were replayed with it.
+    pub(super) memo: Memo,
 }
 
 impl ProcessSnapshot {
     /// Where its pickle goes.
     pub fn path(&self) -> &Path {
         &self.path
+    }
+
+    /// Its memo indices, taken out to put the pickle together.
+    pub fn take_memo(&mut self) -> Memo {
+        std::mem::take(&mut self.memo)
     }
 
     /// How many entries were left out to keep each device's newest

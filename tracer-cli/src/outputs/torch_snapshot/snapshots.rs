@@ -5,8 +5,8 @@ use super::fragment::Memo;
 use super::process_snapshot::{LeftOut, ProcessSnapshot};
 use super::viewer_state::ViewerState;
 use cudatrace_analysis::Progress;
-use cudatrace_analysis::{ProcessMemory, Replay, TraceIndex, UnreadBlock, Window};
-use std::collections::{BTreeMap, HashMap, HashSet};
+use cudatrace_analysis::{process_groups, ProcessMemory, Replay, TraceIndex, UnreadBlock, Window};
+use std::collections::{BTreeMap, HashSet};
 use std::io;
 use std::path::{Path, PathBuf};
 
@@ -24,10 +24,8 @@ pub fn passes(index: &TraceIndex, processes: &[usize]) -> u64 {
 
 /// Snapshots made, each still to be put together into its file.
 pub struct Snapshots {
-    /// One per process asked for.
+    /// One per process asked for, in process order.
     pub pickles: Vec<ProcessSnapshot>,
-    /// Memo indices shared by all of them.
-    pub memo: Memo,
     /// Blocks of events that could not be read again.
     pub stream_errors: Vec<UnreadBlock>,
 }
@@ -65,39 +63,102 @@ pub fn make(
             entries_written: 0,
             highest_device: None,
             claimed: HashSet::new(),
+            memo: Memo::default(),
         });
     }
     if claims_segments(index, &selected) {
         claim_torch_segments(index, &selected, &mut snapshots, progress);
         progress.next_pass("snapshot");
     }
-    let mut memo = Memo {
-        next: 0,
-        frames: HashMap::new(),
-    };
+    // Each process's entries depend on its own events alone: groups of
+    // processes are replayed at once, each on a thread of its own.
+    let cores = cudatrace_analysis::helper_threads() + 1;
+    let groups: Vec<Vec<usize>> = process_groups(index, cores)
+        .into_iter()
+        .map(|group| {
+            group
+                .into_iter()
+                .filter(|&p| snapshots[p].is_some())
+                .collect::<Vec<_>>()
+        })
+        .filter(|group| !group.is_empty())
+        .collect();
+    if groups.len() < 2 {
+        let made = replay_group(index, &selected, snapshots, window, folder, progress, 1)?;
+        return Ok(Snapshots::of_groups(vec![made]));
+    }
+    let count = groups.len();
+    let mut shares: Vec<Vec<Option<ProcessSnapshot>>> = Vec::with_capacity(count);
+    for group in &groups {
+        let mut share: Vec<Option<ProcessSnapshot>> = (0..index.processes.len()).map(|_| None).collect();
+        for &process in group {
+            share[process] = snapshots[process].take();
+        }
+        shares.push(share);
+    }
+    let made: Vec<io::Result<GroupMade>> = std::thread::scope(|scope| {
+        let threads: Vec<_> = groups
+            .iter()
+            .zip(shares)
+            .map(|(group, share)| {
+                let progress = progress.share();
+                scope.spawn(move || replay_group(index, group, share, window, folder, &progress, count))
+            })
+            .collect();
+        threads
+            .into_iter()
+            .map(|thread| thread.join().unwrap_or_else(|panic| std::panic::resume_unwind(panic)))
+            .collect()
+    });
+    Ok(Snapshots::of_groups(made.into_iter().collect::<io::Result<Vec<_>>>()?))
+}
+
+/// What one group's replay made: its processes' snapshots, and blocks that
+/// could not be read again.
+type GroupMade = (Vec<ProcessSnapshot>, Vec<UnreadBlock>);
+
+/// Replays `group` (one of `replays` replays at once), writing the entries
+/// of the processes that `snapshots` has.
+fn replay_group(
+    index: &TraceIndex,
+    group: &[usize],
+    mut snapshots: Vec<Option<ProcessSnapshot>>,
+    window: Window,
+    folder: &Path,
+    progress: &Progress,
+    replays: usize,
+) -> io::Result<GroupMade> {
     let mut writer = EntryWriter {
         index,
         snapshots: &mut snapshots,
         folder,
-        memo: &mut memo,
         entries: Vec::new(),
         devices_seen: Vec::new(),
     };
     let replayed = Replay::new(index, progress)
         .window(window)
-        .only(&selected)
+        .only(group)
+        .alongside(replays)
         .run(&mut writer)?;
     let mut pickles: Vec<ProcessSnapshot> = snapshots.into_iter().flatten().collect();
-    for snapshot in &mut pickles {
-        write_kept_entries(index, snapshot, folder, &mut memo)?;
-    }
     let mut memories = replayed.memories;
     for snapshot in &mut pickles {
+        write_kept_entries(index, snapshot, folder)?;
         snapshot.memory = std::mem::take(&mut memories[snapshot.process]);
     }
-    Ok(Snapshots {
-        pickles,
-        memo,
-        stream_errors: replayed.stream_errors,
-    })
+    Ok((pickles, replayed.stream_errors))
+}
+
+impl Snapshots {
+    /// The groups' snapshots together, in process order.
+    fn of_groups(groups: Vec<GroupMade>) -> Snapshots {
+        let mut pickles = Vec::new();
+        let mut stream_errors = Vec::new();
+        for (snapshots, errors) in groups {
+            pickles.extend(snapshots);
+            stream_errors.extend(errors);
+        }
+        pickles.sort_by_key(|snapshot| snapshot.process);
+        Snapshots { pickles, stream_errors }
+    }
 }
