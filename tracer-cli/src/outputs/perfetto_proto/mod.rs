@@ -23,6 +23,7 @@
 //! allocations live at once and the strings interned.
 
 mod deflater;
+mod event_packets;
 mod interning;
 mod messages;
 mod proto_writer;

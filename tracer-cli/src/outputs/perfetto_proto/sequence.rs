@@ -21,6 +21,7 @@
 //! reads, and memory stays one batch.
 
 use super::deflater::{deflate, Deflater};
+use super::event_packets;
 use super::messages::{
     Clock, ClockSnapshot, TracePacket, TracePacketDefaults, TrackEventDefaults, CLOCK_MONOTONIC,
     SEQ_INCREMENTAL_STATE_CLEARED, SEQ_NEEDS_INCREMENTAL_STATE,
@@ -126,13 +127,11 @@ impl<W: Write> Sequence<W> {
         let Some(batch) = self.batch.as_mut() else {
             self.buffer.clear();
             self.buffer.push(PACKET_TAG);
-            packet
-                .encode_length_delimited(&mut self.buffer)
-                .map_err(io::Error::other)?;
+            encode_length_delimited(packet, &mut self.buffer)?;
             return self.out.write_all(&self.buffer);
         };
         batch.push(PACKET_TAG);
-        packet.encode_length_delimited(batch).map_err(io::Error::other)?;
+        encode_length_delimited(packet, batch)?;
         if batch.len() >= BATCH_BYTES {
             self.deflate_batch()?;
         }
@@ -185,6 +184,14 @@ fn write_compressed(out: &mut impl Write, compressed: &[u8]) -> io::Result<()> {
     out.write_all(&frame)?;
     out.write_all(&field)?;
     out.write_all(compressed)
+}
+
+/// `packet`, its length first: track events by hand, the rest by prost.
+fn encode_length_delimited(packet: &TracePacket, out: &mut Vec<u8>) -> io::Result<()> {
+    if event_packets::encode_length_delimited(packet, out) {
+        return Ok(());
+    }
+    packet.encode_length_delimited(out).map_err(io::Error::other)
 }
 
 #[cfg(test)]
