@@ -35,5 +35,5 @@ mod system;
 
 pub use analysis::*;
 pub use symbolize::{StackCatalog, PYTHON_MODULE};
-pub use system::cores::helpers as helper_threads;
+pub use system::cores::{each_on_a_thread, helpers as helper_threads};
 pub use system::progress::Progress;

@@ -8,6 +8,7 @@ use super::engine::{Both, NoConsumer, PerProcess, Replay, Replayed};
 use super::step_finding::{Boundaries, StepCounts};
 use super::trace_index::TraceIndex;
 use super::trace_summary::{Summary, SummaryBuilder};
+use crate::system::cores::each_on_a_thread;
 use crate::system::progress::Progress;
 
 impl Summary {
@@ -57,28 +58,21 @@ pub(super) fn replay_per_process<C: PerProcess>(
         let Ok(replayed) = Replay::new(index, progress).run(&mut Both(&mut building, &mut whole));
         return (building.finish(replayed), whole);
     }
-    let parts: Vec<(SummaryBuilder, C, Replayed)> = std::thread::scope(|scope| {
-        let replays: Vec<_> = groups
-            .iter()
-            .map(|group| {
-                let (share, boundaries, count) = (progress.share(), boundaries.clone(), groups.len());
-                scope.spawn(move || {
-                    let mut selected = vec![false; index.processes.len()];
-                    group.iter().for_each(|&process| selected[process] = true);
-                    let mut builder = SummaryBuilder::new_for(index, boundaries, Some(&selected)).keeping_ooms(kept);
-                    let mut alongside = make(Some(&selected));
-                    let Ok(replayed) = Replay::new(index, &share)
-                        .only(group)
-                        .alongside(count)
-                        .run(&mut Both(&mut builder, &mut alongside));
-                    (builder, alongside, replayed)
-                })
-            })
-            .collect();
-        replays
-            .into_iter()
-            .map(|replay| replay.join().unwrap_or_else(|panic| std::panic::resume_unwind(panic)))
-            .collect()
+    let count = groups.len();
+    let inputs: Vec<_> = groups
+        .iter()
+        .map(|group| (group, progress.share(), boundaries.clone()))
+        .collect();
+    let parts: Vec<(SummaryBuilder, C, Replayed)> = each_on_a_thread(inputs, |(group, share, boundaries)| {
+        let mut selected = vec![false; index.processes.len()];
+        group.iter().for_each(|&process| selected[process] = true);
+        let mut builder = SummaryBuilder::new_for(index, boundaries, Some(&selected)).keeping_ooms(kept);
+        let mut alongside = make(Some(&selected));
+        let Ok(replayed) = Replay::new(index, &share)
+            .only(group)
+            .alongside(count)
+            .run(&mut Both(&mut builder, &mut alongside));
+        (builder, alongside, replayed)
     });
     let mut group_of = vec![0; index.processes.len()];
     for (number, group) in groups.iter().enumerate() {

@@ -5,7 +5,7 @@ use super::fragment::Memo;
 use super::process_snapshot::{LeftOut, ProcessSnapshot};
 use super::viewer_state::ViewerState;
 use cudatrace_analysis::Progress;
-use cudatrace_analysis::{process_groups, ProcessMemory, Replay, TraceIndex, UnreadBlock, Window};
+use cudatrace_analysis::{each_on_a_thread, process_groups, ProcessMemory, Replay, TraceIndex, UnreadBlock, Window};
 use std::collections::{BTreeMap, HashSet};
 use std::io;
 use std::path::{Path, PathBuf};
@@ -96,19 +96,13 @@ pub fn make(
         }
         shares.push(share);
     }
-    let made: Vec<io::Result<GroupMade>> = std::thread::scope(|scope| {
-        let threads: Vec<_> = groups
-            .iter()
-            .zip(shares)
-            .map(|(group, share)| {
-                let progress = progress.share();
-                scope.spawn(move || replay_group(index, group, share, window, folder, &progress, count))
-            })
-            .collect();
-        threads
-            .into_iter()
-            .map(|thread| thread.join().unwrap_or_else(|panic| std::panic::resume_unwind(panic)))
-            .collect()
+    let inputs: Vec<_> = groups
+        .iter()
+        .zip(shares)
+        .map(|(group, share)| (group, share, progress.share()))
+        .collect();
+    let made = each_on_a_thread(inputs, |(group, share, progress)| {
+        replay_group(index, group, share, window, folder, &progress, count)
     });
     Ok(Snapshots::of_groups(made.into_iter().collect::<io::Result<Vec<_>>>()?))
 }
@@ -159,6 +153,9 @@ impl Snapshots {
             stream_errors.extend(errors);
         }
         pickles.sort_by_key(|snapshot| snapshot.process);
+        // Told in file order, however the replay was shared out (as the
+        // summary tells them).
+        stream_errors.sort_by_key(UnreadBlock::offset);
         Snapshots { pickles, stream_errors }
     }
 }
