@@ -1,11 +1,11 @@
 //! Reading a record's payload back, never trusting a count or a code: a
 //! fault is named as a [`Malformed`], and the record is not produced.
 
+use crate::event_block;
 use crate::format::*;
 use crate::problem::Malformed;
 use crate::varint::Cursor;
 use cudatrace_events::recording_switch::{Switch, SwitchState};
-use cudatrace_events::{Api, Event, Kind, Op};
 
 fn get_strings(cursor: &mut Cursor) -> Result<Vec<String>, Malformed> {
     let count = cursor.get()?;
@@ -13,73 +13,6 @@ fn get_strings(cursor: &mut Cursor) -> Result<Vec<String>, Malformed> {
         return Err(Malformed::MoreStringsThanBytes);
     }
     (0..count).map(|_| cursor.string()).collect()
-}
-
-fn decode_events(cursor: &mut Cursor, pid_of: &dyn Fn(u32) -> Option<u32>, packed: bool) -> Result<Record, Malformed> {
-    let process = cursor.get_u32()?;
-    let pid = pid_of(process).ok_or(Malformed::NoProcessRecord { process })?;
-    let count = cursor.get()?;
-    // An event takes at least five bytes: flags, op, api, time, address, size.
-    if count > (cursor.remaining() / 5) as u64 {
-        return Err(Malformed::MoreEventsThanBytes);
-    }
-    let mut events = Vec::with_capacity(count as usize);
-    if count == 0 {
-        return Ok(Record::Events { process, events });
-    }
-    let base_seq = cursor.get()?;
-    let base_time = cursor.get()?;
-    let (mut seq, mut time, mut tid, mut address) = (base_seq.wrapping_sub(1), base_time, 0u32, 0u64);
-    for _ in 0..count {
-        let flags = cursor.byte()?;
-        let (op, kind) = if packed {
-            let op_kind = cursor.byte()?;
-            (op_kind & 15, op_kind >> 4)
-        } else {
-            (cursor.byte()?, cursor.byte()?)
-        };
-        let op = Op::from_code(op).ok_or(Malformed::UnknownOp)?;
-        let kind = Kind::from_code(kind).ok_or(Malformed::UnknownKind)?;
-        let api = Api::from_code(cursor.byte()?).ok_or(Malformed::UnknownApi)?;
-        seq = seq.wrapping_add(if flags & HAS_SEQ_GAP != 0 { cursor.get()? } else { 1 });
-        time = time.wrapping_add(cursor.get_signed()? as u64);
-        if flags & HAS_TID != 0 {
-            tid = cursor.get_u32()?;
-        }
-        let device = if flags & HAS_DEVICE != 0 {
-            Some(cursor.byte()?)
-        } else {
-            None
-        };
-        address = address.wrapping_add(cursor.get_signed()? as u64);
-        let size = cursor.get()?;
-        let mut optional = |flag: u8| -> Result<u64, Malformed> {
-            if flags & flag != 0 {
-                cursor.get()
-            } else {
-                Ok(0)
-            }
-        };
-        let (stream, arg1, arg2) = (optional(HAS_STREAM)?, optional(HAS_ARG1)?, optional(HAS_ARG2)?);
-        let stack = u32::try_from(optional(HAS_STACK)?).map_err(|_| Malformed::StackOutOfRange)?;
-        events.push(Event {
-            pid,
-            tid,
-            seq,
-            time_ns: time,
-            device,
-            stream,
-            api,
-            op,
-            kind,
-            address,
-            size,
-            arg1,
-            arg2,
-            stack,
-        });
-    }
-    Ok(Record::Events { process, events })
 }
 
 /// A rank (or world size) stored plus one; 0 is none.
@@ -323,8 +256,8 @@ pub(crate) fn decode(tag: u8, payload: &[u8], pid_of: &dyn Fn(u32) -> Option<u32
             command: get_strings(&mut c)?,
         }),
         TAG_PROCESS => decode_process(&mut c)?,
-        TAG_EVENTS => decode_events(&mut c, pid_of, false)?,
-        TAG_EVENTS_PACKED => decode_events(&mut c, pid_of, true)?,
+        TAG_EVENTS => event_block::decode_events(&mut c, pid_of, false)?,
+        TAG_EVENTS_PACKED => event_block::decode_events(&mut c, pid_of, true)?,
         TAG_PROCESS_END => decode_process_end(&mut c)?,
         TAG_REFUSED => Record::Refused(Refusal {
             path: c.string()?,

@@ -13,6 +13,7 @@
 mod crc32;
 mod decode;
 mod encode;
+mod event_block;
 pub mod format;
 mod problem;
 pub mod reader;

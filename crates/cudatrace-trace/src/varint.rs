@@ -27,6 +27,21 @@ impl<'a> Cursor<'a> {
         Cursor { bytes, at: 0 }
     }
 
+    /// Bytes read so far.
+    pub fn position(&self) -> usize {
+        self.at
+    }
+
+    /// The bytes not read yet.
+    pub fn rest(&self) -> &'a [u8] {
+        &self.bytes[self.at.min(self.bytes.len())..]
+    }
+
+    /// Moves past `len` bytes read some other way (at most to the end).
+    pub fn skip(&mut self, len: usize) {
+        self.at = self.at.saturating_add(len).min(self.bytes.len());
+    }
+
     pub fn is_empty(&self) -> bool {
         self.at >= self.bytes.len()
     }
