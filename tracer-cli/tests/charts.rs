@@ -610,40 +610,82 @@ fn charts_with_step_marks_and_a_growing_table_read_true() {
 }
 
 /// `cudatrace run -- python3 SCRIPT ARGS` over the fake driver, then its
-/// page, checked and looked at as `label`: (the page, the report).
-fn python_charts(label: &str, script: &Path, args: &[&str]) -> (String, Value) {
+/// page, checked and looked at as `label`: (the trace, the page, the
+/// report).
+fn python_charts(label: &str, script: &Path, args: &[&str]) -> (PathBuf, String, Value) {
     let (mut command, trace) = run_program(&format!("charts-{label}"), Path::new("python3"), &[]);
     let out = command.arg(script).args(args).output().unwrap();
     assert!(out.status.success(), "{}", stderr(&out));
     let (page, html) = html_of(&trace);
     check_charts(label, &trace, &html);
     look_at(label, &page);
-    (html, report_json_with_stacks(&trace).0)
+    let report = report_json_with_stacks(&trace).0;
+    (trace, html, report)
+}
+
+/// The demo's memory events, in ns after the trace's start, as an idle
+/// machine times them: after 300 ms of start-up, five steps of a 64 MiB
+/// allocation, an 8 MiB one 8 us later and the first one's free 4 us after
+/// that; the first step lasts 160 us (its calls load the runtime), the
+/// others 16 us.
+fn demo_times() -> Vec<u64> {
+    [300_000_000, 300_160_000, 300_176_000, 300_192_000, 300_208_000]
+        .into_iter()
+        .flat_map(|start| [start, start + 8_000, start + 12_000])
+        .collect()
 }
 
 #[test]
 fn charts_open_on_steps_that_are_a_sliver_of_the_run() {
     // The no-GPU demo: its five steps take a fraction of a millisecond
     // after Python's start-up, all in one of 600 even bins. Each of its
-    // charts opens on them, each step with bins of its own.
+    // charts opens on them.
     let demo = Path::new(env!("CARGO_MANIFEST_DIR")).join("../examples/no_gpu_demo.py");
-    let (html, report) = python_charts("demo", &demo, &[]);
+    let (trace, html, report) = python_charts("demo", &demo, &[]);
     assert_eq!(report["processes"][0]["steps"]["count"], 5);
     let charts = charts_of(&html);
     assert_eq!(charts.len(), 2, "the owner chart and the call-site chart");
-    let steps = report["processes"][0]["steps"]["steps"].as_array().unwrap();
     for chart in &charts {
         assert_eq!(chart.opens_on, "steps");
         assert_eq!(chart.steps_said.as_deref(), Some("the starts of 5 steps"));
-        // Python's start-up, before the steps, is most of the run.
-        let (from, to) = chart.view_seconds();
-        assert!(to - from < *chart.times.last().unwrap() / 10.0, "{from}..{to}");
+    }
+    // The bins a step gets follow its length, and the run's lengths follow
+    // the machine's load (a step the scheduler preempts lasts milliseconds):
+    // the bins are counted on the run's trace with an idle machine's times.
+    let copy = trace.with_file_name("retimed.trace");
+    common::retimed::retimed(&trace, &copy, &demo_times(), 310_000_000);
+    let (_, html) = html_of(&copy);
+    check_charts("demo-retimed", &copy, &html);
+    let (report, _) = report_json(&copy);
+    let steps: Vec<(f64, f64)> = report["processes"][0]["steps"]["steps"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|step| (step["start_s"].as_f64().unwrap(), step["duration_s"].as_f64().unwrap()))
+        .collect();
+    // The last step ends with its last event, the free.
+    let lengths = [160e-6, 16e-6, 16e-6, 16e-6, 12e-6];
+    let starts = [0.3, 0.30016, 0.300176, 0.300192, 0.300208];
+    assert_eq!(steps, starts.into_iter().zip(lengths).collect::<Vec<_>>());
+    let charts = charts_of(&html);
+    assert_eq!(charts.len(), 2);
+    for chart in &charts {
+        // The view: the steps, from the first one's start to the loop's
+        // last allocation (216 us), and half a mean step (21.6 us) each
+        // side, in 600 bins of 432 ns; outside it the even bins of 310 ms
+        // over 599, 580 before and 19 after.
+        assert_eq!(chart.times.len(), 580 + 600 + 19);
+        assert_eq!(chart.first_bin, 580);
+        let fine: Vec<f64> = (0..600).map(|bin| (299_978_400 + 432 * bin) as f64 / 1e9).collect();
+        assert_eq!(chart.times[580..1180], fine[..]);
+        assert_eq!(chart.times[579], (310_000_000u64 * 579 / 599) as f64 / 1e9);
+        assert_eq!(chart.times[1180], (310_000_000u64 * 581 / 599) as f64 / 1e9);
         // Each step is drawn with bins of its own.
-        for step in steps {
-            let start = step["start_s"].as_f64().unwrap();
-            let end = start + step["duration_s"].as_f64().unwrap();
-            assert!(chart.bins_within(start, end) >= 8, "the step at {start} s: {steps:?}");
-        }
+        let bins: Vec<usize> = steps
+            .iter()
+            .map(|&(start, length)| chart.bins_within(start, start + length))
+            .collect();
+        assert_eq!(bins, [371, 37, 37, 37, 28]);
     }
 }
 
@@ -668,7 +710,7 @@ fn a_long_loop_marks_every_2nd_step_and_opens_on_its_steps() {
          \x20   assert cudart.cudaFree(work) == 0\n",
     )
     .unwrap();
-    let (html, report) = python_charts("loop", &script, &["358"]);
+    let (_, html, report) = python_charts("loop", &script, &["358"]);
     assert_eq!(report["processes"][0]["steps"]["count"], 358);
     let charts = charts_of(&html);
     assert_eq!(charts.len(), 2);

@@ -3,6 +3,7 @@
 #![allow(dead_code)]
 
 pub mod perfetto;
+pub mod retimed;
 #[path = "../../../tests/support/mod.rs"]
 mod support;
 pub mod viewer;
