@@ -124,7 +124,8 @@ impl Texts {
         // copies are counted by no one, where a shared one's clone and drop
         // are an atomic each, for every row of six columns.
         let kept: &'static str = Box::leak(text.to_string().into_boxed_str());
-        self.values.push(ByteArray::from(bytes::Bytes::from_static(kept.as_bytes())));
+        self.values
+            .push(ByteArray::from(bytes::Bytes::from_static(kept.as_bytes())));
         self.ids.insert(text.to_string(), id);
         id
     }
