@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
 # Where a tensor action's time goes on the real driver. ResNet-50 bs32 with
-# the caching allocator, one process per variant per round, ROUNDS rounds
+# the caching allocator (WORKLOAD=gpt2: GPT-2 small, workloads/gpt2_steps.py),
+# one process per variant per round, ROUNDS rounds
 # interleaved, the diagnostic build (phase-timing.patch) preloaded with
 # spools only (no collector). Prints each process's median step and the
 # build's PHASES line (mean ns per record of each phase; tensor_callback is
@@ -22,7 +23,7 @@ steps() { # NAME ENV...
     local dir
     dir=$(mktemp -d)
     env "$@" CUDATRACE_DIR="$dir" PHASES_OUT="$dir/phases" RESNET_STEPS=30 \
-        python3 "$here/workloads/resnet_steps.py" "$dir/out.json" plain
+        python3 "$here/workloads/${WORKLOAD:-resnet}_steps.py" "$dir/out.json" plain
     printf '%-22s %s %s\n' "$name" "$(python3 -c 'import json,sys; print(round(json.load(open(sys.argv[1]))["step_ms_median"], 3))' "$dir/out.json")" \
         "$(cat "$dir/phases" 2>/dev/null | sed 's/PHASES pid [0-9]* //')" | tee -a "$work/rows"
     rm -rf "$dir"
