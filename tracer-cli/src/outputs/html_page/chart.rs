@@ -5,9 +5,12 @@
 pub(super) const SERIES: usize = 8;
 /// Time bins per chart over a process's whole run.
 pub(super) const BINS: usize = 600;
-/// Bins a step, at least, over the steps a chart opens on: a step that is
-/// a sliver of a long run (a demo's steps after seconds of start-up) is
-/// drawn with a shape, not as one bin.
+/// Bins a step of the steps' mean length gets, at least, over the steps a
+/// chart opens on: a step that is a sliver of a long run (a demo's steps
+/// after seconds of start-up) is drawn with a shape, not as one bin. The
+/// fine bins are even over the steps (only the first step's start and the
+/// last one's end are known before the replay), so a step much shorter
+/// than the mean gets fewer.
 pub(super) const BINS_A_STEP: u64 = 8;
 /// Steps a chart opens on, at most: past that, the first so many, so that
 /// a long run's page stays small (each bin is a figure per series).
@@ -17,8 +20,8 @@ pub(super) const STEPS_IN_VIEW: u64 = 600;
 /// its start, its place across the chart in proportion to its time. A
 /// process without steps has [`BINS`] even bins over its run. One with
 /// steps has those even bins outside its steps and finer ones over them,
-/// at least [`BINS_A_STEP`] a step (and [`BINS`] in all), and its charts
-/// open on them.
+/// at least [`BINS_A_STEP`] for a step of the mean length (and [`BINS`] in
+/// all), and its charts open on them.
 #[derive(Clone, Debug)]
 pub(super) struct TimeAxis {
     pub(super) t0: u64,

@@ -164,7 +164,8 @@ struct Opening {
 }
 
 /// The view a chart opens on: the process's steps where its axis has them
-/// (with at least [`super::chart::BINS_A_STEP`] bins a step), else from
+/// (with at least [`super::chart::BINS_A_STEP`] bins a step of the mean
+/// length), else from
 /// `first_ns`, the process's first memory event (within one bin), to the
 /// end, at least two bins in view, so that the view is never empty.
 fn opening(chart: &Chart, first_ns: Option<u64>) -> Opening {
