@@ -87,6 +87,29 @@ fn decode_events_in(
     Ok(Record::Events { process, events })
 }
 
+/// Whether the machine has BMI2's `pext` and runs it in hardware: AMD's
+/// cores before Zen 3 (family 0x19) report BMI2 but run `pext` in
+/// microcode, slower than the shifts it replaces.
+#[cfg(target_arch = "x86_64")]
+fn fast_pext() -> bool {
+    static FAST: std::sync::OnceLock<bool> = std::sync::OnceLock::new();
+    *FAST.get_or_init(|| {
+        if !std::arch::is_x86_feature_detected!("bmi2") {
+            return false;
+        }
+        // CPUID leaves 0 and 1 exist on every x86-64 processor.
+        let (vendor, signature) = (std::arch::x86_64::__cpuid(0), std::arch::x86_64::__cpuid(1));
+        let amd = (vendor.ebx, vendor.edx, vendor.ecx) == (0x6874_7541, 0x6974_6e65, 0x444d_4163);
+        let base_family = (signature.eax >> 8) & 0xf;
+        let family = if base_family == 0xf {
+            base_family + ((signature.eax >> 20) & 0xff)
+        } else {
+            base_family
+        };
+        !amd || family >= 0x19
+    })
+}
+
 /// A block's event bytes, and what every event of it shares.
 struct Block<'a> {
     bytes: &'a [u8],
@@ -99,7 +122,7 @@ impl Block<'_> {
     /// instruction where it has one; returns the bytes read.
     fn decode_with_fastest(&self, count: usize, running: Running, events: &mut Vec<Event>) -> Result<usize, Malformed> {
         #[cfg(target_arch = "x86_64")]
-        if std::arch::is_x86_feature_detected!("bmi2") {
+        if fast_pext() {
             // SAFETY: the machine has BMI2, which is all the function asks for.
             return unsafe { self.decode_bmi2(count, running, events) };
         }
