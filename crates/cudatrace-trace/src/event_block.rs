@@ -473,6 +473,43 @@ mod tests {
     }
 
     #[test]
+    fn events_away_from_the_end_are_read_the_fast_way() {
+        // Without this, a fast way that never read anything would pass
+        // every other test: the careful way gives the same events.
+        let mut events = random_events(&mut Rng(11), 100);
+        for (i, event) in events.iter_mut().enumerate() {
+            (event.time_ns, event.address, event.size) = (1000 + i as u64, 0x7f00_0000_0000 + 4096 * i as u64, 512);
+            (event.stream, event.arg1, event.arg2, event.stack, event.tid) = (7, 0, 0, 3, 9);
+            event.seq = 100 + i as u64;
+        }
+        let mut payload = Vec::new();
+        encode_events(1, &events, &mut payload);
+        let mut cursor = Cursor::new(&payload);
+        let (_, _, _, time) = (cursor.get(), cursor.get(), cursor.get(), cursor.get());
+        let block = Block {
+            bytes: cursor.rest(),
+            pid: PID,
+            packed: false,
+        };
+        let ends = number_ends(block.bytes);
+        let mut running = Running {
+            seq: events[0].seq.wrapping_sub(1),
+            time: time.unwrap(),
+            tid: 0,
+            address: 0,
+        };
+        let (mut at, mut read) = (0, Vec::new());
+        while let Some(next) = fast_event::<false>(&block, &ends, at, &mut running, &mut read) {
+            at = next;
+        }
+        // Every event but those within the last FAST_SPAN bytes.
+        let tail = block.bytes.len() - at;
+        assert!(tail < FAST_SPAN && tail + 20 > FAST_SPAN, "{tail} bytes left");
+        assert_eq!(read[..], events[..read.len()]);
+        assert!(read.len() >= 90, "{} of 100 read the fast way", read.len());
+    }
+
+    #[test]
     fn the_fast_way_reads_what_it_can_and_leaves_the_rest() {
         // Short numbers (the fast way), then one of ten bytes (the careful
         // way), then short ones again: the running values carry across.
